@@ -1,0 +1,13 @@
+# Fast builds when the tools are present: ccache for every compile, lld for links.
+find_program(KILN_CCACHE ccache)
+if(KILN_CCACHE)
+  set(CMAKE_C_COMPILER_LAUNCHER ${KILN_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${KILN_CCACHE})
+endif()
+
+find_program(KILN_LLD NAMES ld.lld ld.lld-14 ld.lld-19)
+if(KILN_LLD)
+  add_link_options(-fuse-ld=lld)
+endif()
+
+add_compile_options(-Wall -Wextra -Wno-unused-parameter)
