@@ -1,0 +1,36 @@
+//===- XfmrDialect.h - xfmr dialect, types and ops -------------*- C++ -*-===//
+#pragma once
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialects/xfmr/IR/XfmrDialect.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/xfmr/IR/XfmrTypes.h.inc"
+
+// RopeAttr stores its frequencies as APFloat; MLIR 19 has no field parser for
+// it, so parse a plain float literal and keep it in double precision.
+namespace mlir {
+template <>
+struct FieldParser<llvm::APFloat> {
+  static FailureOr<llvm::APFloat> parse(AsmParser& parser) {
+    double value = 0;
+    if (parser.parseFloat(value)) return failure();
+    return llvm::APFloat(value);
+  }
+};
+}  // namespace mlir
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/xfmr/IR/XfmrAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/xfmr/IR/XfmrOps.h.inc"

@@ -1,0 +1,592 @@
+//===- XfmrOps.cpp - xfmr op verifiers -------------------------------------===//
+//
+// Verifier messages give the actual and the expected value, e.g.
+//   'xfmr.linear' op weight in-features 512 do not match input last dimension 576
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/xfmr/IR/XfmrDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace kiln::xfmr;
+
+namespace {
+
+RankedTensorType tensorOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+// Two extents agree when equal or when either is only known at run time.
+bool extentsAgree(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+std::string extentString(int64_t extent) {
+  return ShapedType::isDynamic(extent) ? "?" : std::to_string(extent);
+}
+
+LogicalResult expectRank(Operation* op, llvm::StringRef what,
+                         RankedTensorType type, int64_t rank) {
+  if (type.getRank() != rank)
+    return op->emitOpError() << what << " has rank " << type.getRank()
+                             << ", expected " << rank << " (" << type << ")";
+  return success();
+}
+
+LogicalResult expectExtent(Operation* op, llvm::StringRef what, int64_t actual,
+                           int64_t expected) {
+  if (!extentsAgree(actual, expected))
+    return op->emitOpError() << what << " is " << extentString(actual)
+                             << ", expected " << extentString(expected);
+  return success();
+}
+
+LogicalResult expectSameShape(Operation* op, llvm::StringRef what,
+                              RankedTensorType actual,
+                              RankedTensorType expected) {
+  if (actual.getRank() != expected.getRank())
+    return expectRank(op, what, actual, expected.getRank());
+  for (int64_t i = 0; i < actual.getRank(); ++i)
+    if (!extentsAgree(actual.getDimSize(i), expected.getDimSize(i)))
+      return op->emitOpError()
+             << what << " dimension " << i << " is "
+             << extentString(actual.getDimSize(i)) << ", expected "
+             << extentString(expected.getDimSize(i));
+  return success();
+}
+
+// Shared by linear, quantized_linear and gemm: x [..., in] · W[out, in]ᵀ.
+LogicalResult verifyLinearShapes(Operation* op, RankedTensorType input,
+                                 RankedTensorType weight,
+                                 RankedTensorType result) {
+  if (input.getRank() < 1)
+    return op->emitOpError() << "input must have rank >= 1, got " << input;
+  if (failed(expectRank(op, "weight", weight, 2))) return failure();
+  if (failed(expectRank(op, "result", result, input.getRank())))
+    return failure();
+  int64_t inFeatures = input.getDimSize(input.getRank() - 1);
+  if (!extentsAgree(weight.getDimSize(1), inFeatures))
+    return op->emitOpError()
+           << "weight in-features " << extentString(weight.getDimSize(1))
+           << " do not match input last dimension " << extentString(inFeatures);
+  for (int64_t i = 0; i + 1 < input.getRank(); ++i)
+    if (failed(expectExtent(op, "result dimension " + std::to_string(i),
+                            result.getDimSize(i), input.getDimSize(i))))
+      return failure();
+  return expectExtent(op, "result last dimension",
+                      result.getDimSize(result.getRank() - 1),
+                      weight.getDimSize(0));
+}
+
+LogicalResult verifyBias(Operation* op, Value bias, RankedTensorType weight) {
+  if (!bias) return success();
+  RankedTensorType biasType = tensorOf(bias);
+  if (failed(expectRank(op, "bias", biasType, 1))) return failure();
+  return expectExtent(op, "bias length", biasType.getDimSize(0),
+                      weight.getDimSize(0));
+}
+
+bool isFloatTensor(RankedTensorType type) {
+  return isa<FloatType>(type.getElementType());
+}
+
+}  // namespace
+
+//===----------------------------------------------------------------------===//
+// Unfused form
+//===----------------------------------------------------------------------===//
+
+LogicalResult WeightOp::verify() {
+  if (getName().empty())
+    return emitOpError() << "weight name is empty, expected the checkpoint "
+                            "tensor name";
+  if (!getResult().getType().hasStaticShape())
+    return emitOpError() << "weight '" << getName() << "' has type "
+                         << getResult().getType()
+                         << ", expected a static shape";
+  return success();
+}
+
+LogicalResult EmbedOp::verify() {
+  RankedTensorType tokens = tensorOf(getTokens());
+  RankedTensorType table = tensorOf(getTable());
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "tokens", tokens, 1)) ||
+      failed(expectRank(*this, "table", table, 2)) ||
+      failed(expectRank(*this, "result", result, 2)))
+    return failure();
+  if (failed(expectExtent(*this, "result rows", result.getDimSize(0),
+                          tokens.getDimSize(0))) ||
+      failed(expectExtent(*this, "result hidden size", result.getDimSize(1),
+                          table.getDimSize(1))))
+    return failure();
+  if (!isFloatTensor(result))
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected a float type";
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType weight = tensorOf(getWeight());
+  if (failed(expectRank(*this, "weight", weight, 1))) return failure();
+  if (input.getRank() < 1)
+    return emitOpError() << "input must have rank >= 1, got " << input;
+  if (failed(expectExtent(*this, "weight length", weight.getDimSize(0),
+                          input.getDimSize(input.getRank() - 1))))
+    return failure();
+  if (failed(expectSameShape(*this, "result", tensorOf(getResult()), input)))
+    return failure();
+  if (!(getEpsilon().convertToDouble() > 0))
+    return emitOpError() << "epsilon " << getEpsilon().convertToDouble()
+                         << " must be > 0";
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  RankedTensorType weight = tensorOf(getWeight());
+  if (failed(verifyLinearShapes(*this, tensorOf(getInput()), weight,
+                                tensorOf(getResult()))))
+    return failure();
+  return verifyBias(*this, getBias(), weight);
+}
+
+LogicalResult RopeOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType positions = tensorOf(getPositions());
+  if (failed(expectRank(*this, "input", input, 3)) ||
+      failed(expectRank(*this, "positions", positions, 1)))
+    return failure();
+  if (failed(expectExtent(*this, "positions length", positions.getDimSize(0),
+                          input.getDimSize(0))))
+    return failure();
+  int64_t headDim = input.getDimSize(2);
+  if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
+    return emitOpError() << "head dimension " << headDim
+                         << " is odd, expected an even number";
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  if (input.getElementType() != result.getElementType())
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected " << input.getElementType();
+  auto staticProduct = [](RankedTensorType type, int& dynamicDims) {
+    int64_t product = 1;
+    dynamicDims = 0;
+    for (int64_t extent : type.getShape()) {
+      if (ShapedType::isDynamic(extent))
+        ++dynamicDims;
+      else
+        product *= extent;
+    }
+    return product;
+  };
+  int inputDynamic = 0, resultDynamic = 0;
+  int64_t inputCount = staticProduct(input, inputDynamic);
+  int64_t resultCount = staticProduct(result, resultDynamic);
+  if (inputDynamic > 1 || resultDynamic > 1)
+    return emitOpError() << "reshape " << input << " -> " << result
+                         << " has more than one dynamic dimension on a side, "
+                            "expected at most one";
+  if (inputDynamic != resultDynamic ||
+      (inputDynamic == 0 && inputCount != resultCount) ||
+      (inputDynamic == 1 && inputCount != resultCount))
+    return emitOpError() << "reshape " << input << " -> " << result
+                         << " changes the element count (static parts "
+                         << inputCount << " vs " << resultCount
+                         << "), expected equal counts";
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  llvm::ArrayRef<int64_t> permutation = getPermutation();
+  if (static_cast<int64_t>(permutation.size()) != input.getRank())
+    return emitOpError() << "permutation has " << permutation.size()
+                         << " entries, expected " << input.getRank();
+  if (failed(expectRank(*this, "result", result, input.getRank())))
+    return failure();
+  llvm::SmallSet<int64_t, 4> seen;
+  for (auto [i, from] : llvm::enumerate(permutation)) {
+    if (from < 0 || from >= input.getRank() || !seen.insert(from).second)
+      return emitOpError() << "permutation entry " << from
+                           << " is out of range or repeated, expected a "
+                              "permutation of 0.."
+                           << input.getRank() - 1;
+    if (failed(expectExtent(*this, "result dimension " + std::to_string(i),
+                            result.getDimSize(i), input.getDimSize(from))))
+      return failure();
+  }
+  if (input.getElementType() != result.getElementType())
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected " << input.getElementType();
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "has no inputs, expected at least one";
+  RankedTensorType result = tensorOf(getResult());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= result.getRank())
+    return emitOpError() << "axis " << axis << " is out of range, expected 0.."
+                         << result.getRank() - 1;
+  int64_t total = 0;
+  bool totalKnown = true;
+  for (auto [i, input] : llvm::enumerate(getInputs())) {
+    RankedTensorType type = tensorOf(input);
+    std::string what = "input " + std::to_string(i);
+    if (failed(expectRank(*this, what, type, result.getRank())))
+      return failure();
+    for (int64_t d = 0; d < result.getRank(); ++d) {
+      if (d == axis) continue;
+      if (failed(expectExtent(*this, what + " dimension " + std::to_string(d),
+                              type.getDimSize(d), result.getDimSize(d))))
+        return failure();
+    }
+    if (ShapedType::isDynamic(type.getDimSize(axis)))
+      totalKnown = false;
+    else
+      total += type.getDimSize(axis);
+  }
+  if (totalKnown)
+    return expectExtent(*this, "result concatenated dimension",
+                        result.getDimSize(axis), total);
+  return success();
+}
+
+LogicalResult BatchMatmulOp::verify() {
+  RankedTensorType lhs = tensorOf(getLhs());
+  RankedTensorType rhs = tensorOf(getRhs());
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "lhs", lhs, 3)) ||
+      failed(expectRank(*this, "rhs", rhs, 3)) ||
+      failed(expectRank(*this, "result", result, 3)))
+    return failure();
+  int64_t rhsK = getTransposeRhs() ? rhs.getDimSize(2) : rhs.getDimSize(1);
+  int64_t rhsN = getTransposeRhs() ? rhs.getDimSize(1) : rhs.getDimSize(2);
+  if (failed(expectExtent(*this, "rhs batch", rhs.getDimSize(0),
+                          lhs.getDimSize(0))) ||
+      failed(expectExtent(*this, "rhs contraction size", rhsK,
+                          lhs.getDimSize(2))) ||
+      failed(expectExtent(*this, "result batch", result.getDimSize(0),
+                          lhs.getDimSize(0))) ||
+      failed(expectExtent(*this, "result rows", result.getDimSize(1),
+                          lhs.getDimSize(1))) ||
+      failed(expectExtent(*this, "result columns", result.getDimSize(2), rhsN)))
+    return failure();
+  return success();
+}
+
+LogicalResult CausalMaskOp::verify() {
+  RankedTensorType scores = tensorOf(getInput());
+  if (failed(expectRank(*this, "scores", scores, 3))) return failure();
+  int64_t queries = scores.getDimSize(1), keys = scores.getDimSize(2);
+  if (!ShapedType::isDynamic(queries) && !ShapedType::isDynamic(keys) &&
+      keys < queries)
+    return emitOpError() << "scores have " << keys << " keys for " << queries
+                         << " queries, expected keys >= queries";
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  int64_t rank = tensorOf(getInput()).getRank();
+  if (getAxis() < 0 || getAxis() >= rank)
+    return emitOpError() << "axis " << getAxis()
+                         << " is out of range, expected 0.." << rank - 1;
+  return success();
+}
+
+LogicalResult RepeatKvOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "input", input, 3)) ||
+      failed(expectRank(*this, "result", result, 3)))
+    return failure();
+  if (getRepeats() < 1)
+    return emitOpError() << "repeats " << getRepeats() << ", expected >= 1";
+  int64_t heads = ShapedType::isDynamic(input.getDimSize(0))
+                      ? ShapedType::kDynamic
+                      : input.getDimSize(0) * getRepeats();
+  if (failed(expectExtent(*this, "result heads", result.getDimSize(0), heads)) ||
+      failed(expectExtent(*this, "result length", result.getDimSize(1),
+                          input.getDimSize(1))) ||
+      failed(expectExtent(*this, "result head dimension", result.getDimSize(2),
+                          input.getDimSize(2))))
+    return failure();
+  return success();
+}
+
+LogicalResult KvConcatOp::verify() {
+  RankedTensorType past = tensorOf(getPast());
+  RankedTensorType update = tensorOf(getUpdate());
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "past", past, 3)) ||
+      failed(expectRank(*this, "update", update, 3)) ||
+      failed(expectRank(*this, "result", result, 3)))
+    return failure();
+  for (int64_t d : {1, 2}) {
+    std::string name = d == 1 ? "kv heads" : "head dimension";
+    if (failed(expectExtent(*this, "update " + name, update.getDimSize(d),
+                            past.getDimSize(d))) ||
+        failed(expectExtent(*this, "result " + name, result.getDimSize(d),
+                            past.getDimSize(d))))
+      return failure();
+  }
+  if (!past.isDynamicDim(0) && !update.isDynamicDim(0))
+    return expectExtent(*this, "result length", result.getDimSize(0),
+                        past.getDimSize(0) + update.getDimSize(0));
+  return success();
+}
+
+LogicalResult LogitsOp::verify() {
+  RankedTensorType hidden = tensorOf(getHidden());
+  RankedTensorType weight = tensorOf(getWeight());
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "hidden", hidden, 2))) return failure();
+  return verifyLinearShapes(*this, hidden, weight, result);
+}
+
+//===----------------------------------------------------------------------===//
+// Fused form
+//===----------------------------------------------------------------------===//
+
+namespace {
+// q [S, H, D] against KV heads and head dim from k/v or a pool.
+LogicalResult verifyQueryHeads(Operation* op, RankedTensorType query,
+                               int64_t kvHeads, int64_t headDim) {
+  if (failed(expectExtent(op, "query head dimension", query.getDimSize(2),
+                          headDim)))
+    return failure();
+  int64_t heads = query.getDimSize(1);
+  if (!ShapedType::isDynamic(heads) && !ShapedType::isDynamic(kvHeads) &&
+      (kvHeads == 0 || heads % kvHeads != 0))
+    return op->emitOpError() << "query heads " << heads
+                             << " is not a multiple of kv heads " << kvHeads;
+  return success();
+}
+}  // namespace
+
+LogicalResult AttentionOp::verify() {
+  RankedTensorType query = tensorOf(getQuery());
+  RankedTensorType key = tensorOf(getKey());
+  RankedTensorType value = tensorOf(getValue());
+  if (failed(expectRank(*this, "query", query, 3)) ||
+      failed(expectRank(*this, "key", key, 3)) ||
+      failed(expectRank(*this, "value", value, 3)))
+    return failure();
+  if (failed(expectSameShape(*this, "value", value, key))) return failure();
+  if (failed(verifyQueryHeads(*this, query, key.getDimSize(1),
+                              key.getDimSize(2))))
+    return failure();
+  if (!(getScale().convertToDouble() > 0))
+    return emitOpError() << "scale " << getScale().convertToDouble()
+                         << " must be > 0";
+  return expectSameShape(*this, "result", tensorOf(getResult()), query);
+}
+
+LogicalResult FusionRegionOp::verify() {
+  static constexpr llvm::StringLiteral kKinds[] = {
+      "residual_rms_norm", "silu_mul", "rope_kv_write"};
+  if (!llvm::is_contained(kKinds, getKind()))
+    return emitOpError() << "fusion kind '" << getKind()
+                         << "', expected one of: residual_rms_norm, "
+                            "silu_mul, rope_kv_write";
+  Block& body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "body has " << body.getNumArguments()
+                         << " arguments, expected " << getInputs().size()
+                         << " (one per input)";
+  for (auto [i, argument, input] :
+       llvm::enumerate(body.getArguments(), getInputs()))
+    if (argument.getType() != input.getType())
+      return emitOpError() << "body argument " << i << " has type "
+                           << argument.getType() << ", expected "
+                           << input.getType();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().size() != getResults().size())
+    return emitOpError() << "body yields " << yield.getValues().size()
+                         << " values, expected " << getResults().size();
+  for (auto [i, yielded, result] :
+       llvm::enumerate(yield.getValues(), getResults()))
+    if (yielded.getType() != result.getType())
+      return emitOpError() << "yielded value " << i << " has type "
+                           << yielded.getType() << ", expected "
+                           << result.getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Paged form
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyKvAgainstPool(Operation* op, llvm::StringRef what,
+                                  RankedTensorType kv, KvPoolType pool) {
+  if (failed(expectRank(op, what, kv, 3))) return failure();
+  if (failed(expectExtent(op, (what + " kv heads").str(), kv.getDimSize(1),
+                          pool.getKvHeads())) ||
+      failed(expectExtent(op, (what + " head dimension").str(),
+                          kv.getDimSize(2), pool.getHeadDim())))
+    return failure();
+  return success();
+}
+}  // namespace
+
+LogicalResult PagedKvAppendOp::verify() {
+  auto keyPool = cast<KvPoolType>(getKeyPool().getType());
+  auto valuePool = cast<KvPoolType>(getValuePool().getType());
+  if (keyPool.getKvHeads() != valuePool.getKvHeads() ||
+      keyPool.getHeadDim() != valuePool.getHeadDim() ||
+      keyPool.getPageSize() != valuePool.getPageSize())
+    return emitOpError() << "value pool " << valuePool
+                         << " does not match key pool " << keyPool;
+  RankedTensorType key = tensorOf(getKey());
+  if (failed(verifyKvAgainstPool(*this, "key", key, keyPool)) ||
+      failed(verifyKvAgainstPool(*this, "value", tensorOf(getValue()),
+                                 valuePool)))
+    return failure();
+  RankedTensorType slots = tensorOf(getSlotMapping());
+  if (failed(expectRank(*this, "slot_mapping", slots, 1))) return failure();
+  return expectExtent(*this, "slot_mapping length", slots.getDimSize(0),
+                      key.getDimSize(0));
+}
+
+LogicalResult PagedAttentionOp::verify() {
+  RankedTensorType query = tensorOf(getQuery());
+  auto pool = cast<KvPoolType>(getKeyPool().getType());
+  if (getValuePool().getType() != pool)
+    return emitOpError() << "value pool " << getValuePool().getType()
+                         << " does not match key pool " << pool;
+  if (failed(expectRank(*this, "query", query, 3))) return failure();
+  if (failed(verifyQueryHeads(*this, query, pool.getKvHeads(),
+                              pool.getHeadDim())))
+    return failure();
+  RankedTensorType tables = tensorOf(getBlockTables());
+  RankedTensorType queryStart = tensorOf(getQueryStart());
+  RankedTensorType kvLens = tensorOf(getKvLens());
+  if (failed(expectRank(*this, "block_tables", tables, 2)) ||
+      failed(expectRank(*this, "query_start", queryStart, 1)) ||
+      failed(expectRank(*this, "kv_lens", kvLens, 1)))
+    return failure();
+  if (!kvLens.isDynamicDim(0) &&
+      failed(expectExtent(*this, "query_start length",
+                          queryStart.getDimSize(0), kvLens.getDimSize(0) + 1)))
+    return failure();
+  if (failed(expectExtent(*this, "block_tables rows", tables.getDimSize(0),
+                          kvLens.getDimSize(0))))
+    return failure();
+  if (!(getScale().convertToDouble() > 0))
+    return emitOpError() << "scale " << getScale().convertToDouble()
+                         << " must be > 0";
+  return expectSameShape(*this, "result", tensorOf(getResult()), query);
+}
+
+LogicalResult GatherLastTokensOp::verify() {
+  RankedTensorType hidden = tensorOf(getHidden());
+  RankedTensorType result = tensorOf(getResult());
+  RankedTensorType queryStart = tensorOf(getQueryStart());
+  if (failed(expectRank(*this, "hidden", hidden, 2)) ||
+      failed(expectRank(*this, "result", result, 2)) ||
+      failed(expectRank(*this, "query_start", queryStart, 1)))
+    return failure();
+  if (!queryStart.isDynamicDim(0) &&
+      failed(expectExtent(*this, "result rows", result.getDimSize(0),
+                          queryStart.getDimSize(0) - 1)))
+    return failure();
+  return expectExtent(*this, "result hidden size", result.getDimSize(1),
+                      hidden.getDimSize(1));
+}
+
+//===----------------------------------------------------------------------===//
+// Quantized form
+//===----------------------------------------------------------------------===//
+
+LogicalResult QuantizeOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  if (!isFloatTensor(input))
+    return emitOpError() << "input element type " << input.getElementType()
+                         << ", expected a float type";
+  if (!isa<QuantType>(result.getElementType()))
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected !xfmr.quant";
+  return expectSameShape(*this, "result", result, input);
+}
+
+LogicalResult DequantizeOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  auto quant = dyn_cast<QuantType>(input.getElementType());
+  if (!quant)
+    return emitOpError() << "input element type " << input.getElementType()
+                         << ", expected !xfmr.quant";
+  if (!isFloatTensor(result))
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected a float type";
+  if (!quant.isGgufBlockFormat() && !getScales())
+    return emitOpError() << "quantization kind '" << quant.getKind()
+                         << "' keeps its scales apart, expected a scales "
+                            "operand";
+  return expectSameShape(*this, "result", result, input);
+}
+
+LogicalResult QuantizedLinearOp::verify() {
+  RankedTensorType weight = tensorOf(getWeight());
+  auto quant = dyn_cast<QuantType>(weight.getElementType());
+  if (!quant)
+    return emitOpError() << "weight element type " << weight.getElementType()
+                         << ", expected !xfmr.quant";
+  if (quant.isGgufBlockFormat() && getScales())
+    return emitOpError() << "quantization kind '" << quant.getKind()
+                         << "' stores scales in its blocks, expected no "
+                            "scales operand";
+  if (!quant.isGgufBlockFormat() && !getScales())
+    return emitOpError() << "quantization kind '" << quant.getKind()
+                         << "' keeps its scales apart, expected a scales "
+                            "operand";
+  if (failed(verifyLinearShapes(*this, tensorOf(getInput()), weight,
+                                tensorOf(getResult()))))
+    return failure();
+  if (getScales()) {
+    RankedTensorType scales = tensorOf(getScales());
+    if (failed(expectExtent(*this, "scales rows", scales.getDimSize(0),
+                            weight.getDimSize(0))))
+      return failure();
+  }
+  return verifyBias(*this, getBias(), weight);
+}
+
+//===----------------------------------------------------------------------===//
+// Speculative verify and kernel level
+//===----------------------------------------------------------------------===//
+
+LogicalResult AcceptOp::verify() {
+  if (getMode() != "greedy" && getMode() != "rejection")
+    return emitOpError() << "mode '" << getMode()
+                         << "', expected 'greedy' or 'rejection'";
+  if (getMode() == "rejection" && !getDraftProbs())
+    return emitOpError() << "rejection mode needs draft_probs, expected a "
+                            "[nodes, vocab] operand";
+  RankedTensorType logits = tensorOf(getLogits());
+  if (failed(expectRank(*this, "logits", logits, 2))) return failure();
+  return expectExtent(*this, "tokens length", tensorOf(getTokens()).getDimSize(0),
+                      logits.getDimSize(0));
+}
+
+LogicalResult GemmOp::verify() {
+  return verifyLinearShapes(*this, tensorOf(getInput()), tensorOf(getWeight()),
+                            tensorOf(getResult()));
+}
+
+#define GET_OP_CLASSES
+#include "dialects/xfmr/IR/XfmrOps.cpp.inc"

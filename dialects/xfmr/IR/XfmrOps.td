@@ -1,0 +1,569 @@
+//===- XfmrOps.td - xfmr operations ------------------------*- tablegen -*-===//
+//
+// Unfused ops first (the importer's vocabulary), then the fused, paged,
+// quantized, speculative-verify and kernel-level forms the passes produce.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_XFMR_OPS
+#define KILN_XFMR_OPS
+
+include "XfmrDialect.td"
+include "XfmrTypes.td"
+include "XfmrAttrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/OpAsmInterface.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+// Tensors whose element type may be a builtin float/int or a quantized type.
+def Xfmr_Tensor : RankedTensorOf<[AnyType]>;
+def Xfmr_IndexTensor : RankedTensorOf<[I32, I64]>;
+
+// Every tensor op in xfmr is free of side effects unless it touches a KV pool.
+class Xfmr_PureOp<string mnemonic, list<Trait> traits = []>
+    : Xfmr_Op<mnemonic, !listconcat([Pure], traits)>;
+
+//===----------------------------------------------------------------------===//
+// Unfused form
+//===----------------------------------------------------------------------===//
+
+def Xfmr_WeightOp : Xfmr_PureOp<"weight"> {
+  let summary = "A symbolic reference to a named model weight";
+  let description = [{
+    Names a tensor of the model checkpoint. The shape and element type are
+    the tensor's as stored (a GGUF Q4_1 tensor keeps its quantized type); the
+    data is bound by the runtime at load time, never embedded in the IR.
+
+    ```mlir
+    %wq = xfmr.weight "blk.0.attn_q.weight" : tensor<576x576x!xfmr.quant<"q4_1", 32>>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_EmbedOp : Xfmr_PureOp<"embed"> {
+  let summary = "Token embedding lookup";
+  let description = [{
+    Gathers rows of the embedding table `[vocab, hidden]` for token ids `[S]`,
+    giving `[S, hidden]` activations.
+
+    ```mlir
+    %x = xfmr.embed %tokens, %table : (tensor<?xi32>, tensor<49152x576x!xfmr.quant<"q8_0", 32>>) -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_IndexTensor:$tokens, Xfmr_Tensor:$table);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$tokens `,` $table attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_RmsNormOp : Xfmr_PureOp<"rms_norm"> {
+  let summary = "Root-mean-square normalisation over the last dimension";
+  let description = [{
+    `y = x / sqrt(mean(x²) + epsilon) · weight`, with `weight` of shape
+    `[hidden]` matching the last dimension of `x`.
+
+    ```mlir
+    %y = xfmr.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight, F64Attr:$epsilon);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_LinearOp : Xfmr_PureOp<"linear"> {
+  let summary = "Multiplication by a weight matrix: y = x · Wᵀ (+ bias)";
+  let description = [{
+    `x` is `[..., in]`, `weight` is `[out, in]` (PyTorch layout) and the
+    optional `bias` is `[out]`. The weight may have a quantized element type;
+    the result is `[..., out]` in the activation type.
+
+    ```mlir
+    %q = xfmr.linear %x, %wq : (tensor<?x576xf32>, tensor<576x576x!xfmr.quant<"q4_1", 32>>) -> tensor<?x576xf32>
+    %k = xfmr.linear %x, %wk, %bk : (tensor<?x896xf32>, tensor<128x896xf32>, tensor<128xf32>) -> tensor<?x128xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight,
+                       Optional<Xfmr_Tensor>:$bias);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+class Xfmr_ElementwiseBinaryOp<string mnemonic, string formula>
+    : Xfmr_PureOp<mnemonic, [SameOperandsAndResultType]> {
+  let summary = "Elementwise " # formula;
+  let description = [{
+    Elementwise on two tensors of one type, giving the same type.
+
+    ```mlir
+    %r = xfmr.}] # mnemonic # [{ %a, %b : tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$lhs, Xfmr_Tensor:$rhs);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Xfmr_AddOp : Xfmr_ElementwiseBinaryOp<"add", "a + b">;
+def Xfmr_MulOp : Xfmr_ElementwiseBinaryOp<"mul", "a · b">;
+
+def Xfmr_SiluOp : Xfmr_PureOp<"silu", [SameOperandsAndResultType]> {
+  let summary = "SiLU activation: x · sigmoid(x)";
+  let description = [{
+    ```mlir
+    %a = xfmr.silu %g : tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Xfmr_RopeOp : Xfmr_PureOp<"rope", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Rotary position embedding";
+  let description = [{
+    Rotates pairs of the head dimension of `input` `[S, heads, D]` by angles
+    `position · inv_freq[i]`, with positions `[S]` and the frequencies,
+    pairing style and scaling given by `rope`.
+
+    ```mlir
+    %qr = xfmr.rope %q, %pos {rope = #xfmr.rope<theta = 100000.0, style = "interleaved", scaling = "none", factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0, original_max_position = 8192>} : (tensor<?x9x64xf32>, tensor<?xi32>) -> tensor<?x9x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_IndexTensor:$positions,
+                       Xfmr_RopeAttr:$rope);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $positions attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_ReshapeOp : Xfmr_PureOp<"reshape"> {
+  let summary = "Reshape without moving data";
+  let description = [{
+    Same elements, new shape. At most one dimension of each side may be
+    dynamic; the static element counts of the two sides must then agree.
+
+    ```mlir
+    %q3 = xfmr.reshape %q : tensor<?x576xf32> -> tensor<?x9x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_TransposeOp : Xfmr_PureOp<"transpose"> {
+  let summary = "Permute dimensions";
+  let description = [{
+    `result.shape[i] = input.shape[permutation[i]]`.
+
+    ```mlir
+    %qt = xfmr.transpose %q {permutation = array<i64: 1, 0, 2>} : tensor<?x9x64xf32> -> tensor<9x?x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_ConcatOp : Xfmr_PureOp<"concat"> {
+  let summary = "Concatenate tensors along one axis";
+  let description = [{
+    ```mlir
+    %c = xfmr.concat %a, %b {axis = 1 : i64} : (tensor<?x576xf32>, tensor<?x192xf32>) -> tensor<?x768xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Xfmr_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_BatchMatmulOp : Xfmr_PureOp<"batch_matmul"> {
+  let summary = "Batched matrix product";
+  let description = [{
+    `[B, M, K] · [B, K, N] -> [B, M, N]`, or with `transpose_rhs`
+    `[B, M, K] · [B, N, K]ᵀ -> [B, M, N]`.
+
+    ```mlir
+    %s = xfmr.batch_matmul %q, %k {transpose_rhs} : (tensor<9x?x64xf32>, tensor<9x?x64xf32>) -> tensor<9x?x?xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$lhs, Xfmr_Tensor:$rhs, UnitAttr:$transpose_rhs);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_ScaleOp : Xfmr_PureOp<"scale", [SameOperandsAndResultType]> {
+  let summary = "Multiply by a constant factor";
+  let description = [{
+    ```mlir
+    %s = xfmr.scale %scores {factor = 0.125 : f64} : tensor<9x?x?xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, F64Attr:$factor);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Xfmr_CausalMaskOp : Xfmr_PureOp<"causal_mask", [SameOperandsAndResultType]> {
+  let summary = "Mask attention scores to the causal pattern";
+  let description = [{
+    On scores `[heads, S, T]` with `T = P + S`, sets score `(h, i, j)` to −∞
+    where key `j` lies after query `i`'s position, `j > P + i`.
+
+    ```mlir
+    %m = xfmr.causal_mask %s : tensor<9x?x?xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_SoftmaxOp : Xfmr_PureOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "Softmax along one axis";
+  let description = [{
+    ```mlir
+    %p = xfmr.softmax %m {axis = 2 : i64} : tensor<9x?x?xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, I64Attr:$axis);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_RepeatKvOp : Xfmr_PureOp<"repeat_kv"> {
+  let summary = "Repeat KV heads for grouped-query attention";
+  let description = [{
+    `[Hkv, T, D] -> [Hkv·repeats, T, D]`: output head `h` is input head
+    `h / repeats`.
+
+    ```mlir
+    %k9 = xfmr.repeat_kv %k3 {repeats = 3 : i64} : tensor<3x?x64xf32> -> tensor<9x?x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, I64Attr:$repeats);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_KvConcatOp : Xfmr_PureOp<"kv_concat"> {
+  let summary = "Append new keys or values to the past KV state";
+  let description = [{
+    `past [P, Hkv, D]` and `new [S, Hkv, D]` give `[P + S, Hkv, D]`: the
+    contiguous KV cache of the unfused form, rewritten into a paged append
+    by `xfmr-page-kv-cache`.
+
+    ```mlir
+    %k = xfmr.kv_concat %past_k, %k_new : (tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x3x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$past, Xfmr_Tensor:$update);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$past `,` $update attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_LogitsOp : Xfmr_PureOp<"logits"> {
+  let summary = "Project hidden states onto the vocabulary";
+  let description = [{
+    `hidden [R, hidden] · lm_head [vocab, hidden]ᵀ -> [R, vocab]`. Kept apart
+    from `xfmr.linear` because only the rows whose next token is sampled need
+    it (the paging pass gathers them first), and its weight may be tied to
+    the embedding table.
+
+    ```mlir
+    %l = xfmr.logits %h, %table : (tensor<?x576xf32>, tensor<49152x576xf32>) -> tensor<?x49152xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$hidden, Xfmr_Tensor:$weight);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$hidden `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fused form (xfmr-fuse-attention)
+//===----------------------------------------------------------------------===//
+
+def Xfmr_AttentionOp : Xfmr_PureOp<"attention"> {
+  let summary = "Scaled dot-product attention with grouped-query heads";
+  let description = [{
+    `softmax(q·kᵀ·scale + mask)·v` in one op, computed flash-style (online
+    softmax, no score matrix). `query [S, H, D]`, `key`/`value [T, Hkv, D]`
+    with `H % Hkv == 0`; query head `h` reads KV head `h / (H / Hkv)`.
+    `causal` masks key `j > (T - S) + i`.
+
+    ```mlir
+    %o = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x9x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$query, Xfmr_Tensor:$key, Xfmr_Tensor:$value,
+                       F64Attr:$scale, UnitAttr:$causal);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$query `,` $key `,` $value attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_FusionRegionOp : Xfmr_Op<"fusion_region", [IsolatedFromAbove,
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "A chain of elementwise and reduction ops run as one kernel";
+  let description = [{
+    Groups ops that the lowering turns into a single generated kernel. `kind`
+    names the recognised pattern (`residual_rms_norm`, `silu_mul`,
+    `rope_kv_write`); the body computes the results from the block arguments.
+
+    ```mlir
+    %h, %n = xfmr.fusion_region "residual_rms_norm" (%x, %r, %w) : (tensor<?x576xf32>, tensor<?x576xf32>, tensor<576xf32>) -> (tensor<?x576xf32>, tensor<?x576xf32>) {
+    ^bb0(%a: tensor<?x576xf32>, %b: tensor<?x576xf32>, %c: tensor<576xf32>):
+      %s = xfmr.add %a, %b : tensor<?x576xf32>
+      %y = xfmr.rms_norm %s, %c {epsilon = 1.0e-05 : f64} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
+      xfmr.yield %s, %y : tensor<?x576xf32>, tensor<?x576xf32>
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, Variadic<AnyType>:$inputs);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$kind `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body";
+  let hasVerifier = 1;
+}
+
+def Xfmr_YieldOp : Xfmr_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"FusionRegionOp">]> {
+  let summary = "Results of a fusion region";
+  let description = [{
+    ```mlir
+    xfmr.yield %a, %b : tensor<?x576xf32>, tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let builders = [OpBuilder<(ins), [{ build($_builder, $_state, std::nullopt); }]>];
+}
+
+//===----------------------------------------------------------------------===//
+// Paged form (xfmr-page-kv-cache)
+//===----------------------------------------------------------------------===//
+
+def Xfmr_PagedKvAppendOp : Xfmr_Op<"paged_kv_append"> {
+  let summary = "Write new keys and values into their KV pool slots";
+  let description = [{
+    `key`/`value [N, Hkv, D]` for the N flattened tokens of a ragged batch
+    are written to `slot_mapping [N]` (slot = block · page_size + offset) of
+    the layer's pools.
+
+    ```mlir
+    xfmr.paged_kv_append %k, %v, %k_pool, %v_pool, %slots : tensor<?x3x64xf32>, tensor<?x3x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?xi32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$key, Xfmr_Tensor:$value,
+                       Arg<Xfmr_KvPoolType, "", [MemWrite]>:$key_pool,
+                       Arg<Xfmr_KvPoolType, "", [MemWrite]>:$value_pool,
+                       Xfmr_IndexTensor:$slot_mapping);
+  let assemblyFormat = "$key `,` $value `,` $key_pool `,` $value_pool `,` $slot_mapping attr-dict `:` type($key) `,` type($value) `,` type($key_pool) `,` type($value_pool) `,` type($slot_mapping)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_PagedAttentionOp : Xfmr_Op<"paged_attention"> {
+  let summary = "Attention over a paged KV pool for a ragged batch";
+  let description = [{
+    `query [N, H, D]` holds the flattened new tokens of B sequences (prefill
+    chunks and decode tokens mixed). Sequence `b` owns queries
+    `query_start[b] .. query_start[b+1]` (`query_start [B+1]`), has
+    `kv_lens[b]` keys in total (`kv_lens [B]`, new tokens included) and finds
+    them through `block_tables [B, max_blocks]`. Causal within each
+    sequence; an optional `tree_mask` (`[N, max_tree]` i8) restricts draft
+    tokens to their ancestors during speculative verify.
+
+    ```mlir
+    %o = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens {scale = 0.125 : f64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x9x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$query,
+                       Arg<Xfmr_KvPoolType, "", [MemRead]>:$key_pool,
+                       Arg<Xfmr_KvPoolType, "", [MemRead]>:$value_pool,
+                       Xfmr_IndexTensor:$block_tables,
+                       Xfmr_IndexTensor:$query_start,
+                       Xfmr_IndexTensor:$kv_lens,
+                       Optional<Xfmr_Tensor>:$tree_mask,
+                       F64Attr:$scale);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$query `,` $key_pool `,` $value_pool `,` $block_tables `,` $query_start `,` $kv_lens (`tree_mask` $tree_mask^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_GatherLastTokensOp : Xfmr_PureOp<"gather_last_tokens"> {
+  let summary = "Pick each sequence's last token row from a ragged batch";
+  let description = [{
+    `hidden [N, hidden]` and `query_start [B+1]` give `[B, hidden]`: row
+    `query_start[b+1] - 1` of each sequence, the only rows whose logits
+    are sampled.
+
+    ```mlir
+    %last = xfmr.gather_last_tokens %h, %qstart : (tensor<?x576xf32>, tensor<?xi32>) -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$hidden, Xfmr_IndexTensor:$query_start);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$hidden `,` $query_start attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Quantized form (xfmr-insert-quantization)
+//===----------------------------------------------------------------------===//
+
+def Xfmr_QuantizeOp : Xfmr_PureOp<"quantize"> {
+  let summary = "Quantize a tensor to a quantized element type";
+  let description = [{
+    Converts `input` to the result's `!xfmr.quant` element type with the
+    given `scales` (per channel `[rows]` or per group `[rows, cols/block]`).
+
+    ```mlir
+    %q = xfmr.quantize %w, %s : (tensor<576x576xf32>, tensor<576xf32>) -> tensor<576x576x!xfmr.quant<"int8", 0>>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$scales);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $scales attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_DequantizeOp : Xfmr_PureOp<"dequantize"> {
+  let summary = "Expand a quantized tensor to a float type";
+  let description = [{
+    ```mlir
+    %w = xfmr.dequantize %q, %s : (tensor<576x576x!xfmr.quant<"int8", 0>>, tensor<576xf32>) -> tensor<576x576xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Optional<Xfmr_Tensor>:$scales);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input (`,` $scales^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_QuantizedLinearOp : Xfmr_PureOp<"quantized_linear", [AttrSizedOperandSegments]> {
+  let summary = "y = x · dequant(W)ᵀ (+ bias) without materialising W";
+  let description = [{
+    The weight's `!xfmr.quant` element type names the scheme. GGUF block
+    formats carry their scales inside the blocks (no `scales` operand); kiln's
+    int8/int4/fp8 schemes take `scales [out]` or `[out, in/block]`.
+
+    ```mlir
+    %y = xfmr.quantized_linear %x, %w : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"q4_1", 32>>) -> tensor<?x1536xf32>
+    %z = xfmr.quantized_linear %x, %w8 scales %s : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>) -> tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight,
+                       Optional<Xfmr_Tensor>:$scales, Optional<Xfmr_Tensor>:$bias);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $weight (`scales` $scales^)? (`bias` $bias^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Speculative verify (xfmr-expand-spec-verify)
+//===----------------------------------------------------------------------===//
+
+def Xfmr_TreePositionsOp : Xfmr_PureOp<"tree_positions"> {
+  let summary = "Positions of token-tree nodes: base position + depth";
+  let description = [{
+    `parents [N]` (index of each node's parent within the tree, −1 for the
+    root) and `base [B]` give `[N]` positions `base + depth(node)`.
+
+    ```mlir
+    %pos = xfmr.tree_positions %parents, %base : (tensor<?xi32>, tensor<?xi32>) -> tensor<?xi32>
+    ```
+  }];
+  let arguments = (ins Xfmr_IndexTensor:$parents, Xfmr_IndexTensor:$base);
+  let results = (outs Xfmr_IndexTensor:$result);
+  let assemblyFormat = "$parents `,` $base attr-dict `:` functional-type(operands, results)";
+}
+
+def Xfmr_TreeMaskOp : Xfmr_PureOp<"tree_mask"> {
+  let summary = "Ancestor mask of a token tree";
+  let description = [{
+    `parents [N]` gives `[N, N]` i8 with `mask[i][j] = 1` iff node `j` is `i`
+    or an ancestor of `i`.
+
+    ```mlir
+    %m = xfmr.tree_mask %parents : (tensor<?xi32>) -> tensor<?x?xi8>
+    ```
+  }];
+  let arguments = (ins Xfmr_IndexTensor:$parents);
+  let results = (outs RankedTensorOf<[I8]>:$result);
+  let assemblyFormat = "$parents attr-dict `:` functional-type(operands, results)";
+}
+
+def Xfmr_AcceptOp : Xfmr_PureOp<"accept"> {
+  let summary = "Accept the longest verified path of a draft tree";
+  let description = [{
+    Compares target `logits [N, vocab]` at every tree node with the draft
+    `tokens [N]` and `parents [N]`; `mode` is `greedy` (exact argmax match)
+    or `rejection` (rejection sampling against `draft_probs [N, vocab]`).
+    Results: accepted node indices `[max_depth + 1]` (−1 padded) and the
+    count of accepted tokens, plus the bonus token from the last accepted
+    node.
+
+    ```mlir
+    %path, %n = xfmr.accept %logits, %tokens, %parents {mode = "greedy"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?xi32>, tensor<i32>)
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$logits, Xfmr_IndexTensor:$tokens,
+                       Xfmr_IndexTensor:$parents, Optional<Xfmr_Tensor>:$draft_probs,
+                       StrAttr:$mode);
+  let results = (outs Xfmr_IndexTensor:$accepted, Xfmr_IndexTensor:$count);
+  let assemblyFormat = "$logits `,` $tokens `,` $parents (`draft_probs` $draft_probs^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Kernel level (lowering)
+//===----------------------------------------------------------------------===//
+
+def Xfmr_KernelOp : Xfmr_Op<"kernel"> {
+  let summary = "One instance of a generated kernel";
+  let description = [{
+    The kernel-level form of an op or fusion region: `kind` names the kernel
+    family (`rms_norm`, `paged_attention`, ...) and `params` its compile-time
+    parameters; together they name one instance in `kernels/*.cu` and one
+    routine of the CPU backend.
+
+    ```mlir
+    %y = xfmr.kernel "rms_norm" (%x, %w) {params = {hidden = 576 : i64, epsilon = 1.0e-05 : f64}} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, Variadic<AnyType>:$args, DictionaryAttr:$params);
+  let results = (outs Variadic<AnyType>:$results);
+  let assemblyFormat = "$kind `(` $args `)` attr-dict `:` functional-type($args, $results)";
+}
+
+def Xfmr_GemmOp : Xfmr_PureOp<"gemm"> {
+  let summary = "One GEMM: y = x · Wᵀ, run by cuBLASLt/BLAS or a skinny-GEMM kernel";
+  let description = [{
+    ```mlir
+    %y = xfmr.gemm %x, %w : (tensor<?x576xf32>, tensor<1536x576xbf16>) -> tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif // KILN_XFMR_OPS

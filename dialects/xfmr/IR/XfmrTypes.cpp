@@ -1,0 +1,136 @@
+//===- XfmrTypes.cpp - xfmr types and attributes ---------------------------===//
+
+#include "dialects/xfmr/IR/XfmrDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace kiln::xfmr;
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/xfmr/IR/XfmrTypes.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/xfmr/IR/XfmrAttrs.cpp.inc"
+
+void XfmrDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/xfmr/IR/XfmrTypes.cpp.inc"
+      >();
+}
+
+void XfmrDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/xfmr/IR/XfmrAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// QuantType
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct QuantScheme {
+  llvm::StringLiteral kind;
+  unsigned fixedBlock;  // 0: any block size (kiln's own schemes)
+  double bitsPerElement;
+  bool gguf;
+};
+// Bits per element include the per-block scales (q4_1: 16 nibbles + two f16
+// per 32 elements = 24 bytes / 32 = 6 bits).
+constexpr QuantScheme kSchemes[] = {
+    {"q4_0", 32, 4.5, true},   {"q4_1", 32, 5.0, true},
+    {"q5_0", 32, 5.5, true},   {"q5_1", 32, 6.0, true},
+    {"q8_0", 32, 8.5, true},   {"q4_k", 256, 4.5, true},
+    {"q5_k", 256, 5.5, true},  {"q6_k", 256, 6.5625, true},
+    {"int8", 0, 8.0, false},   {"int4", 0, 4.0, false},
+    {"fp8e4m3", 0, 8.0, false},
+};
+const QuantScheme* findScheme(llvm::StringRef kind) {
+  for (const QuantScheme& scheme : kSchemes)
+    if (scheme.kind == kind) return &scheme;
+  return nullptr;
+}
+}  // namespace
+
+LogicalResult QuantType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                llvm::StringRef kind, unsigned block) {
+  const QuantScheme* scheme = findScheme(kind);
+  if (!scheme) {
+    std::string accepted;
+    for (const QuantScheme& s : kSchemes)
+      accepted += (accepted.empty() ? "" : ", ") + s.kind.str();
+    return emitError() << "unknown quantization kind '" << kind
+                       << "', expected one of: " << accepted;
+  }
+  if (scheme->fixedBlock != 0 && block != scheme->fixedBlock)
+    return emitError() << "quantization kind '" << kind << "' has block size "
+                       << block << ", expected " << scheme->fixedBlock;
+  return success();
+}
+
+bool QuantType::isGgufBlockFormat() const { return findScheme(getKind())->gguf; }
+
+double QuantType::bitsPerElement() const {
+  return findScheme(getKind())->bitsPerElement;
+}
+
+//===----------------------------------------------------------------------===//
+// KvPoolType
+//===----------------------------------------------------------------------===//
+
+LogicalResult KvPoolType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 unsigned pageSize, unsigned kvHeads,
+                                 unsigned headDim, Type elementType) {
+  if (pageSize == 0 || kvHeads == 0 || headDim == 0)
+    return emitError() << "kv_pool dimensions must be positive, got page size "
+                       << pageSize << ", " << kvHeads << " kv heads, head dim "
+                       << headDim;
+  if (!mlir::isa<FloatType, QuantType>(elementType) &&
+      !elementType.isInteger(8))
+    return emitError() << "kv_pool element type " << elementType
+                       << " is not supported, expected a float type, i8 or "
+                          "!xfmr.quant";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RopeAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult RopeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               llvm::APFloat thetaValue, llvm::StringRef style,
+                               llvm::StringRef scaling, llvm::APFloat factorValue,
+                               llvm::APFloat lowValue, llvm::APFloat highValue,
+                               int64_t originalMaxPosition) {
+  double theta = thetaValue.convertToDouble();
+  double factor = factorValue.convertToDouble();
+  double lowFreqFactor = lowValue.convertToDouble();
+  double highFreqFactor = highValue.convertToDouble();
+  if (!(theta > 0))
+    return emitError() << "rope theta " << theta << " must be > 0";
+  if (style != "half" && style != "interleaved")
+    return emitError() << "rope style '" << style
+                       << "', expected 'half' or 'interleaved'";
+  if (scaling != "none" && scaling != "linear" && scaling != "llama3")
+    return emitError() << "rope scaling '" << scaling
+                       << "', expected 'none', 'linear' or 'llama3'";
+  if (!(factor > 0))
+    return emitError() << "rope scaling factor " << factor << " must be > 0";
+  if (scaling == "llama3") {
+    if (!(highFreqFactor > lowFreqFactor))
+      return emitError() << "llama3 rope scaling needs high_freq_factor ("
+                         << highFreqFactor << ") > low_freq_factor ("
+                         << lowFreqFactor << ")";
+    if (originalMaxPosition <= 0)
+      return emitError() << "llama3 rope scaling needs original_max_position "
+                            "> 0, got "
+                         << originalMaxPosition;
+  }
+  return success();
+}

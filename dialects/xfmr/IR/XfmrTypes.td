@@ -1,0 +1,66 @@
+//===- XfmrTypes.td - xfmr types ---------------------------*- tablegen -*-===//
+
+#ifndef KILN_XFMR_TYPES
+#define KILN_XFMR_TYPES
+
+include "XfmrDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+
+class Xfmr_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<Xfmr_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+def Xfmr_QuantType : Xfmr_Type<"Quant", "quant"> {
+  let summary = "A block-quantized element type";
+  let description = [{
+    The element type of a quantized weight or KV tensor. `kind` names the
+    storage scheme and `block` the number of elements that share one scale:
+
+    | kind      | origin | storage per block                         |
+    |-----------|--------|-------------------------------------------|
+    | `q4_0`    | GGUF   | f16 scale, 32 × 4-bit (value = (q-8)·d)   |
+    | `q4_1`    | GGUF   | f16 scale, f16 min, 32 × 4-bit            |
+    | `q8_0`    | GGUF   | f16 scale, 32 × int8                      |
+    | `q5_0`, `q5_1`, `q4_k`, `q5_k`, `q6_k` | GGUF | recognised, dequantized at load |
+    | `int8`    | kiln   | int8, one f32 scale per output channel (block = 0) |
+    | `int4`    | kiln   | 4-bit, one scale per `block` elements     |
+    | `fp8e4m3` | kiln   | fp8 e4m3, one f32 scale per channel or head |
+
+    Example:
+    ```mlir
+    %w = xfmr.weight "blk.0.attn_q.weight" : tensor<576x576x!xfmr.quant<"q4_1", 32>>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"storage scheme">:$kind,
+                        "unsigned":$block);
+  let assemblyFormat = "`<` $kind `,` $block `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// True for the block formats that arrive pre-quantized in GGUF files.
+    bool isGgufBlockFormat() const;
+    /// Bits of storage per element, scales included (q4_1: 6.0).
+    double bitsPerElement() const;
+  }];
+}
+
+def Xfmr_KvPoolType : Xfmr_Type<"KvPool", "kv_pool"> {
+  let summary = "A paged KV-cache block pool for one layer";
+  let description = [{
+    Stateful storage for one layer's keys or values, laid out
+    `[num_blocks, page_size, kv_heads, head_dim]`. The number of blocks is
+    chosen by the runtime from free memory; the compiler fixes the rest.
+    Operations that read or write a pool carry memory effects on it.
+
+    Example:
+    ```mlir
+    func.func @f(%k_pool: !xfmr.kv_pool<16, 3, 64, f32>) 
+    ```
+  }];
+  let parameters = (ins "unsigned":$pageSize, "unsigned":$kvHeads,
+                        "unsigned":$headDim, "::mlir::Type":$elementType);
+  let assemblyFormat = "`<` $pageSize `,` $kvHeads `,` $headDim `,` $elementType `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif // KILN_XFMR_TYPES

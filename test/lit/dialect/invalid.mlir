@@ -1,0 +1,419 @@
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+// Each case breaks one verifier rule; the message names the actual and the expected value.
+func.func @weight_empty_name() {
+  // expected-error @+1 {{weight name is empty, expected the checkpoint tensor name}}
+  %r = xfmr.weight "" : tensor<4xf32>
+  return
+}
+
+
+// -----
+
+func.func @weight_dynamic() {
+  // expected-error @+1 {{weight 'w' has type 'tensor<?x4xf32>', expected a static shape}}
+  %r = xfmr.weight "w" : tensor<?x4xf32>
+  return
+}
+
+
+// -----
+
+func.func @quant_unknown() {
+  // expected-error @+1 {{unknown quantization kind 'q3_x', expected one of: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, int8, int4, fp8e4m3}}
+  %r = xfmr.weight "w" : tensor<4x32x!xfmr.quant<"q3_x", 32>>
+  return
+}
+
+
+// -----
+
+func.func @quant_block() {
+  // expected-error @+1 {{quantization kind 'q4_1' has block size 64, expected 32}}
+  %r = xfmr.weight "w" : tensor<4x32x!xfmr.quant<"q4_1", 64>>
+  return
+}
+
+
+// -----
+
+func.func @embed_hidden(%t: tensor<?xi32>, %e: tensor<100x64xf32>) {
+  // expected-error @+1 {{result hidden size is 32, expected 64}}
+  %r = xfmr.embed %t, %e : (tensor<?xi32>, tensor<100x64xf32>) -> tensor<?x32xf32>
+  return
+}
+
+
+// -----
+
+func.func @embed_rank(%t: tensor<?x2xi32>, %e: tensor<100x64xf32>) {
+  // expected-error @+1 {{tokens has rank 2, expected 1 ('tensor<?x2xi32>')}}
+  %r = xfmr.embed %t, %e : (tensor<?x2xi32>, tensor<100x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @rms_norm_weight(%x: tensor<?x576xf32>, %w: tensor<512xf32>) {
+  // expected-error @+1 {{weight length is 512, expected 576}}
+  %r = xfmr.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x576xf32>, tensor<512xf32>) -> tensor<?x576xf32>
+  return
+}
+
+
+// -----
+
+func.func @rms_norm_eps(%x: tensor<?x576xf32>, %w: tensor<576xf32>) {
+  // expected-error @+1 {{epsilon 0.000000e+00 must be > 0}}
+  %r = xfmr.rms_norm %x, %w {epsilon = 0.0 : f64} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
+  return
+}
+
+
+// -----
+
+func.func @linear_in(%x: tensor<?x576xf32>, %w: tensor<64x512xf32>) {
+  // expected-error @+1 {{weight in-features 512 do not match input last dimension 576}}
+  %r = xfmr.linear %x, %w : (tensor<?x576xf32>, tensor<64x512xf32>) -> tensor<?x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @linear_out(%x: tensor<?x576xf32>, %w: tensor<64x576xf32>) {
+  // expected-error @+1 {{result last dimension is 32, expected 64}}
+  %r = xfmr.linear %x, %w : (tensor<?x576xf32>, tensor<64x576xf32>) -> tensor<?x32xf32>
+  return
+}
+
+
+// -----
+
+func.func @linear_bias(%x: tensor<?x576xf32>, %w: tensor<64x576xf32>, %b: tensor<32xf32>) {
+  // expected-error @+1 {{bias length is 32, expected 64}}
+  %r = xfmr.linear %x, %w, %b : (tensor<?x576xf32>, tensor<64x576xf32>, tensor<32xf32>) -> tensor<?x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @rope_positions(%x: tensor<4x9x64xf32>, %p: tensor<3xi32>) {
+  // expected-error @+1 {{positions length is 3, expected 4}}
+  %r = xfmr.rope %x, %p {rope = #xfmr.rope<theta = 10000.0, style = "half", scaling = "none", factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0, original_max_position = 2048>} : (tensor<4x9x64xf32>, tensor<3xi32>) -> tensor<4x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @rope_odd(%x: tensor<4x9x63xf32>, %p: tensor<4xi32>) {
+  // expected-error @+1 {{head dimension 63 is odd, expected an even number}}
+  %r = xfmr.rope %x, %p {rope = #xfmr.rope<theta = 10000.0, style = "half", scaling = "none", factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0, original_max_position = 2048>} : (tensor<4x9x63xf32>, tensor<4xi32>) -> tensor<4x9x63xf32>
+  return
+}
+
+
+// -----
+
+func.func @reshape_count(%x: tensor<?x576xf32>) {
+  // expected-error @+1 {{reshape 'tensor<?x576xf32>' -> 'tensor<?x8x64xf32>' changes the element count (static parts 576 vs 512), expected equal counts}}
+  %r = xfmr.reshape %x : tensor<?x576xf32> -> tensor<?x8x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @transpose_perm(%x: tensor<4x9x64xf32>) {
+  // expected-error @+1 {{permutation entry 1 is out of range or repeated, expected a permutation of 0..2}}
+  %r = xfmr.transpose %x {permutation = array<i64: 1, 1, 2>} : tensor<4x9x64xf32> -> tensor<9x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @transpose_shape(%x: tensor<4x9x64xf32>) {
+  // expected-error @+1 {{result dimension 0 is 4, expected 9}}
+  %r = xfmr.transpose %x {permutation = array<i64: 1, 0, 2>} : tensor<4x9x64xf32> -> tensor<4x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @concat_axis(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
+  // expected-error @+1 {{axis 2 is out of range, expected 0..1}}
+  %r = xfmr.concat %a, %b {axis = 2 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x16xf32>
+  return
+}
+
+
+// -----
+
+func.func @concat_total(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
+  // expected-error @+1 {{result concatenated dimension is 12, expected 16}}
+  %r = xfmr.concat %a, %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x12xf32>
+  return
+}
+
+
+// -----
+
+func.func @bmm_k(%a: tensor<9x4x64xf32>, %b: tensor<9x10x32xf32>) {
+  // expected-error @+1 {{rhs contraction size is 32, expected 64}}
+  %r = xfmr.batch_matmul %a, %b {transpose_rhs} : (tensor<9x4x64xf32>, tensor<9x10x32xf32>) -> tensor<9x4x10xf32>
+  return
+}
+
+
+// -----
+
+func.func @bmm_batch(%a: tensor<9x4x64xf32>, %b: tensor<3x64x10xf32>) {
+  // expected-error @+1 {{rhs batch is 3, expected 9}}
+  %r = xfmr.batch_matmul %a, %b : (tensor<9x4x64xf32>, tensor<3x64x10xf32>) -> tensor<9x4x10xf32>
+  return
+}
+
+
+// -----
+
+func.func @causal_keys(%s: tensor<9x8x4xf32>) {
+  // expected-error @+1 {{scores have 4 keys for 8 queries, expected keys >= queries}}
+  %r = xfmr.causal_mask %s : tensor<9x8x4xf32>
+  return
+}
+
+
+// -----
+
+func.func @softmax_axis(%s: tensor<9x8x4xf32>) {
+  // expected-error @+1 {{axis 3 is out of range, expected 0..2}}
+  %r = xfmr.softmax %s {axis = 3 : i64} : tensor<9x8x4xf32>
+  return
+}
+
+
+// -----
+
+func.func @repeat_heads(%k: tensor<3x?x64xf32>) {
+  // expected-error @+1 {{result heads is 6, expected 9}}
+  %r = xfmr.repeat_kv %k {repeats = 3 : i64} : tensor<3x?x64xf32> -> tensor<6x?x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @kv_concat_heads(%p: tensor<?x3x64xf32>, %n: tensor<?x4x64xf32>) {
+  // expected-error @+1 {{update kv heads is 4, expected 3}}
+  %r = xfmr.kv_concat %p, %n : (tensor<?x3x64xf32>, tensor<?x4x64xf32>) -> tensor<?x3x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @kv_concat_len(%p: tensor<5x3x64xf32>, %n: tensor<2x3x64xf32>) {
+  // expected-error @+1 {{result length is 8, expected 7}}
+  %r = xfmr.kv_concat %p, %n : (tensor<5x3x64xf32>, tensor<2x3x64xf32>) -> tensor<8x3x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @logits_vocab(%h: tensor<?x576xf32>, %w: tensor<100x576xf32>) {
+  // expected-error @+1 {{result last dimension is 99, expected 100}}
+  %r = xfmr.logits %h, %w : (tensor<?x576xf32>, tensor<100x576xf32>) -> tensor<?x99xf32>
+  return
+}
+
+
+// -----
+
+func.func @attention_gqa(%q: tensor<?x9x64xf32>, %k: tensor<?x4x64xf32>, %v: tensor<?x4x64xf32>) {
+  // expected-error @+1 {{query heads 9 is not a multiple of kv heads 4}}
+  %r = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal} : (tensor<?x9x64xf32>, tensor<?x4x64xf32>, tensor<?x4x64xf32>) -> tensor<?x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @attention_hd(%q: tensor<?x9x64xf32>, %k: tensor<?x3x128xf32>, %v: tensor<?x3x128xf32>) {
+  // expected-error @+1 {{query head dimension is 64, expected 128}}
+  %r = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal} : (tensor<?x9x64xf32>, tensor<?x3x128xf32>, tensor<?x3x128xf32>) -> tensor<?x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @attention_v(%q: tensor<?x9x64xf32>, %k: tensor<?x3x64xf32>, %v: tensor<?x1x64xf32>) {
+  // expected-error @+1 {{value dimension 1 is 1, expected 3}}
+  %r = xfmr.attention %q, %k, %v {scale = 0.125 : f64} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x1x64xf32>) -> tensor<?x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @fusion_kind(%x: tensor<4xf32>) {
+  // expected-error @+1 {{fusion kind 'gelu', expected one of: residual_rms_norm, silu_mul, rope_kv_write}}
+  %r = xfmr.fusion_region "gelu" (%x) : (tensor<4xf32>) -> (tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>):
+    xfmr.yield %a : tensor<4xf32>
+  }
+  return
+}
+
+
+// -----
+
+func.func @fusion_yield(%x: tensor<4xf32>) {
+  // expected-error @+1 {{body yields 0 values, expected 1}}
+  %r = xfmr.fusion_region "silu_mul" (%x) : (tensor<4xf32>) -> (tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>):
+    xfmr.yield
+  }
+  return
+}
+
+
+// -----
+
+func.func @append_heads(%k: tensor<?x4x64xf32>, %v: tensor<?x4x64xf32>, %kp: !xfmr.kv_pool<16, 3, 64, f32>, %vp: !xfmr.kv_pool<16, 3, 64, f32>, %s: tensor<?xi32>) {
+  // expected-error @+1 {{key kv heads is 4, expected 3}}
+  xfmr.paged_kv_append %k, %v, %kp, %vp, %s : tensor<?x4x64xf32>, tensor<?x4x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?xi32>
+  return
+}
+
+
+// -----
+
+func.func @append_slots(%k: tensor<5x3x64xf32>, %v: tensor<5x3x64xf32>, %kp: !xfmr.kv_pool<16, 3, 64, f32>, %vp: !xfmr.kv_pool<16, 3, 64, f32>, %s: tensor<4xi32>) {
+  // expected-error @+1 {{slot_mapping length is 4, expected 5}}
+  xfmr.paged_kv_append %k, %v, %kp, %vp, %s : tensor<5x3x64xf32>, tensor<5x3x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<4xi32>
+  return
+}
+
+
+// -----
+
+func.func @paged_attention_qstart(%q: tensor<?x9x64xf32>, %kp: !xfmr.kv_pool<16, 3, 64, f32>, %vp: !xfmr.kv_pool<16, 3, 64, f32>, %t: tensor<2x8xi32>, %qs: tensor<2xi32>, %kl: tensor<2xi32>) {
+  // expected-error @+1 {{query_start length is 2, expected 3}}
+  %r = xfmr.paged_attention %q, %kp, %vp, %t, %qs, %kl {scale = 0.125 : f64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<2x8xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<?x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @paged_attention_heads(%q: tensor<?x8x64xf32>, %kp: !xfmr.kv_pool<16, 3, 64, f32>, %vp: !xfmr.kv_pool<16, 3, 64, f32>, %t: tensor<?x?xi32>, %qs: tensor<?xi32>, %kl: tensor<?xi32>) {
+  // expected-error @+1 {{query heads 8 is not a multiple of kv heads 3}}
+  %r = xfmr.paged_attention %q, %kp, %vp, %t, %qs, %kl {scale = 0.125 : f64} : (tensor<?x8x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x8x64xf32>
+  return
+}
+
+
+// -----
+
+// expected-error @+1 {{kv_pool dimensions must be positive, got page size 0, 3 kv heads, head dim 64}}
+func.func @pool_dims(%kp: !xfmr.kv_pool<0, 3, 64, f32>) {
+  return
+}
+
+
+// -----
+
+func.func @gather_rows(%h: tensor<?x576xf32>, %qs: tensor<5xi32>) {
+  // expected-error @+1 {{result rows is 3, expected 4}}
+  %r = xfmr.gather_last_tokens %h, %qs : (tensor<?x576xf32>, tensor<5xi32>) -> tensor<3x576xf32>
+  return
+}
+
+
+// -----
+
+func.func @quantize_type(%w: tensor<8x32xf32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{result element type 'f32', expected !xfmr.quant}}
+  %r = xfmr.quantize %w, %s : (tensor<8x32xf32>, tensor<8xf32>) -> tensor<8x32xf32>
+  return
+}
+
+
+// -----
+
+func.func @dequantize_scales(%w: tensor<8x32x!xfmr.quant<"int8", 0>>) {
+  // expected-error @+1 {{quantization kind 'int8' keeps its scales apart, expected a scales operand}}
+  %r = xfmr.dequantize %w : (tensor<8x32x!xfmr.quant<"int8", 0>>) -> tensor<8x32xf32>
+  return
+}
+
+
+// -----
+
+func.func @qlinear_gguf_scales(%x: tensor<?x32xf32>, %w: tensor<8x32x!xfmr.quant<"q4_0", 32>>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{quantization kind 'q4_0' stores scales in its blocks, expected no scales operand}}
+  %r = xfmr.quantized_linear %x, %w scales %s : (tensor<?x32xf32>, tensor<8x32x!xfmr.quant<"q4_0", 32>>, tensor<8xf32>) -> tensor<?x8xf32>
+  return
+}
+
+
+// -----
+
+func.func @qlinear_float(%x: tensor<?x32xf32>, %w: tensor<8x32xf32>) {
+  // expected-error @+1 {{weight element type 'f32', expected !xfmr.quant}}
+  %r = xfmr.quantized_linear %x, %w : (tensor<?x32xf32>, tensor<8x32xf32>) -> tensor<?x8xf32>
+  return
+}
+
+
+// -----
+
+func.func @accept_mode(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>) {
+  // expected-error @+1 {{mode 'typical', expected 'greedy' or 'rejection'}}
+  %r, %n = xfmr.accept %l, %t, %p {mode = "typical"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?xi32>, tensor<i32>)
+  return
+}
+
+
+// -----
+
+func.func @accept_probs(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>) {
+  // expected-error @+1 {{rejection mode needs draft_probs, expected a [nodes, vocab] operand}}
+  %r, %n = xfmr.accept %l, %t, %p {mode = "rejection"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?xi32>, tensor<i32>)
+  return
+}
+
+
+// -----
+
+func.func @gemm_k(%x: tensor<?x32xf32>, %w: tensor<8x16xf32>) {
+  // expected-error @+1 {{weight in-features 16 do not match input last dimension 32}}
+  %r = xfmr.gemm %x, %w : (tensor<?x32xf32>, tensor<8x16xf32>) -> tensor<?x8xf32>
+  return
+}
+
+
+// -----
+
+func.func @rope_style() {
+  // expected-error @+1 {{rope style 'neox', expected 'half' or 'interleaved'}}
+  %r = xfmr.weight "w" {r = #xfmr.rope<theta = 10000.0, style = "neox", scaling = "none", factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0, original_max_position = 2048>} : tensor<4xf32>
+  return
+}
+
+
+// -----
+
+func.func @rope_llama3() {
+  // expected-error @+1 {{llama3 rope scaling needs high_freq_factor (1.000000e+00) > low_freq_factor (4.000000e+00)}}
+  %r = xfmr.weight "w" {r = #xfmr.rope<theta = 10000.0, style = "half", scaling = "llama3", factor = 8.0, low_freq_factor = 4.0, high_freq_factor = 1.0, original_max_position = 2048>} : tensor<4xf32>
+  return
+}
+
