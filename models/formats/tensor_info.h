@@ -94,6 +94,12 @@ std::optional<int64_t> numElements(const std::vector<int64_t>& shape);
 // "[49152, 576]"
 std::string shapeToString(const std::vector<int64_t>& shape);
 
+// How much of a weight file to read. The compiler needs only the tensor
+// table (kHeaderOnly accepts a safetensors file that stops after its header,
+// e.g. a Llama-3-8B table without 16 GB of data); the runtime needs the data
+// (kWithData maps the file and checks every tensor lies inside it).
+enum class OpenMode { kHeaderOnly, kWithData };
+
 struct TensorInfo {
   std::string name;
   // Outermost first, PyTorch/HF order: a linear weight is

@@ -1,0 +1,389 @@
+#include "models/formats/model_config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "models/formats/gguf_file.h"
+#include "models/formats/mapped_file.h"
+
+namespace kiln::formats {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kSupported = "llama, mistral, qwen2";
+
+bool isSupportedArch(std::string_view a) {
+  return a == "llama" || a == "mistral" || a == "qwen2";
+}
+
+std::string_view jsonTypeName(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "invalid";
+  }
+}
+
+// Typed field access over one config object; every error names the file and
+// the field. A JSON null counts as absent (HF writes "head_dim": null).
+class HfFields {
+ public:
+  HfFields(const json& obj, const std::string& name, std::string prefix = "")
+      : obj_(obj), name_(name), prefix_(std::move(prefix)) {}
+
+  const json* get(std::string_view key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  Error illTyped(std::string_view key, const json& v, std::string_view expected) const {
+    std::string shown = v.dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    return makeError("{}: field '{}{}' is {} ({}), expected {}", name_, prefix_, key,
+                     jsonTypeName(v), shown, expected);
+  }
+
+  Result<int64_t> integer(std::string_view key, std::optional<int64_t> fallback) const {
+    const json* v = get(key);
+    if (v == nullptr) {
+      if (fallback) return *fallback;
+      return makeError("{}: missing field '{}{}' (expected an integer)", name_, prefix_, key);
+    }
+    if (v->is_number_unsigned()) {
+      if (v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return illTyped(key, *v, "an integer that fits int64");
+      return static_cast<int64_t>(v->get<uint64_t>());
+    }
+    if (v->is_number_integer()) return v->get<int64_t>();
+    return illTyped(key, *v, "an integer");
+  }
+
+  Result<double> number(std::string_view key, std::optional<double> fallback) const {
+    const json* v = get(key);
+    if (v == nullptr) {
+      if (fallback) return *fallback;
+      return makeError("{}: missing field '{}{}' (expected a number)", name_, prefix_, key);
+    }
+    if (!v->is_number()) return illTyped(key, *v, "a number");
+    return v->get<double>();
+  }
+
+  Result<bool> boolean(std::string_view key, bool fallback) const {
+    const json* v = get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return illTyped(key, *v, "a boolean");
+    return v->get<bool>();
+  }
+
+  Result<std::optional<std::string>> string(std::string_view key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::optional<std::string>();
+    if (!v->is_string()) return illTyped(key, *v, "a string");
+    return std::optional<std::string>(v->get<std::string>());
+  }
+
+ private:
+  const json& obj_;
+  const std::string& name_;
+  std::string prefix_;
+};
+
+#define KILN_ASSIGN(lhs, expr)         \
+  do {                                 \
+    auto kiln_r_ = (expr);             \
+    if (!kiln_r_.ok()) return kiln_r_.error(); \
+    lhs = kiln_r_.take();              \
+  } while (0)
+
+std::string_view archFromClassName(std::string_view cls) {
+  if (cls == "LlamaForCausalLM") return "llama";
+  if (cls == "MistralForCausalLM") return "mistral";
+  if (cls == "Qwen2ForCausalLM") return "qwen2";
+  return {};
+}
+
+Status parseRopeScaling(const json& rs, const std::string& name, std::string_view field,
+                        ModelConfig& c) {
+  if (!rs.is_object())
+    return makeError("{}: field '{}' is {}, expected an object or null", name, field,
+                     jsonTypeName(rs));
+  std::string prefix = fmt::format("{}.", field);
+  HfFields f(rs, name, prefix);
+  std::optional<std::string> type;
+  KILN_ASSIGN(type, f.string("rope_type"));
+  if (!type) KILN_ASSIGN(type, f.string("type"));  // older configs
+  if (!type || *type == "default") return Status::success();
+  if (*type == "linear") {
+    c.rope_scaling.kind = RopeScaling::Kind::kLinear;
+    KILN_ASSIGN(c.rope_scaling.factor, f.number("factor", std::nullopt));
+  } else if (*type == "llama3") {
+    c.rope_scaling.kind = RopeScaling::Kind::kLlama3;
+    KILN_ASSIGN(c.rope_scaling.factor, f.number("factor", std::nullopt));
+    KILN_ASSIGN(c.rope_scaling.low_freq_factor, f.number("low_freq_factor", std::nullopt));
+    KILN_ASSIGN(c.rope_scaling.high_freq_factor, f.number("high_freq_factor", std::nullopt));
+    KILN_ASSIGN(c.rope_scaling.original_max_position_embeddings,
+                f.integer("original_max_position_embeddings", std::nullopt));
+  } else {
+    return makeError("{}: field '{}rope_type' is '{}', supported: default, linear, llama3", name,
+                     prefix, *type);
+  }
+  return Status::success();
+}
+
+std::optional<ElementType> dtypeFromTorchName(std::string_view name) {
+  if (name == "bfloat16") return ElementType::BF16;
+  if (name == "float16") return ElementType::F16;
+  if (name == "float32") return ElementType::F32;
+  return std::nullopt;
+}
+
+Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
+  if (!root.is_object())
+    return makeError("{}: top level is {}, expected an object", name, jsonTypeName(root));
+  HfFields f(root, name);
+  ModelConfig c;
+  c.source = name;
+
+  std::optional<std::string> model_type;
+  KILN_ASSIGN(model_type, f.string("model_type"));
+  if (model_type) {
+    if (!isSupportedArch(*model_type))
+      return makeError("{}: model_type '{}' is not supported; supported: {}", name, *model_type,
+                       kSupported);
+    c.architecture = *model_type;
+  } else {
+    const json* archs = f.get("architectures");
+    if (archs == nullptr)
+      return makeError("{}: missing field 'model_type' (expected a string: {})", name,
+                       kSupported);
+    if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+      return f.illTyped("architectures", *archs, "an array of class names");
+    std::string cls = (*archs)[0].get<std::string>();
+    c.architecture = std::string(archFromClassName(cls));
+    if (c.architecture.empty())
+      return makeError("{}: architectures[0] '{}' is not supported; supported: "
+                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+                       name, cls);
+  }
+
+  std::optional<std::string> act;
+  KILN_ASSIGN(act, f.string("hidden_act"));
+  if (act && *act != "silu")
+    return makeError("{}: field 'hidden_act' is '{}', only 'silu' is supported", name, *act);
+
+  KILN_ASSIGN(c.hidden_size, f.integer("hidden_size", std::nullopt));
+  KILN_ASSIGN(c.intermediate_size, f.integer("intermediate_size", std::nullopt));
+  KILN_ASSIGN(c.num_layers, f.integer("num_hidden_layers", std::nullopt));
+  KILN_ASSIGN(c.num_heads, f.integer("num_attention_heads", std::nullopt));
+  KILN_ASSIGN(c.vocab_size, f.integer("vocab_size", std::nullopt));
+  // Defaults below are transformers' own for these architectures.
+  KILN_ASSIGN(c.num_kv_heads, f.integer("num_key_value_heads", c.num_heads));
+  int64_t default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
+  KILN_ASSIGN(c.head_dim, f.integer("head_dim", default_head_dim));
+  int64_t default_max_pos = c.architecture == "llama"     ? 2048
+                            : c.architecture == "mistral" ? 4096 * 32
+                                                          : 32768;
+  KILN_ASSIGN(c.max_position_embeddings, f.integer("max_position_embeddings", default_max_pos));
+  KILN_ASSIGN(c.rms_norm_eps, f.number("rms_norm_eps", 1e-6));
+  KILN_ASSIGN(c.tie_word_embeddings, f.boolean("tie_word_embeddings", false));
+  // Qwen2's q/k/v projections always have biases; llama makes it optional.
+  KILN_ASSIGN(c.attention_bias,
+              f.boolean("attention_bias", c.architecture == "qwen2"));
+  if (c.architecture == "qwen2") c.attention_bias = true;
+  bool mlp_bias = false;
+  KILN_ASSIGN(mlp_bias, f.boolean("mlp_bias", false));
+  if (mlp_bias)
+    return makeError("{}: field 'mlp_bias' is true, which is not supported", name);
+
+  if (c.architecture == "mistral") {
+    KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
+  } else if (c.architecture == "qwen2") {
+    bool use_sw = false;
+    KILN_ASSIGN(use_sw, f.boolean("use_sliding_window", false));
+    if (use_sw) KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
+  }
+
+  // transformers >= 4.56 moved rope_theta and rope_scaling into rope_parameters.
+  const json* rope_params = f.get("rope_parameters");
+  if (rope_params != nullptr) {
+    if (!rope_params->is_object())
+      return f.illTyped("rope_parameters", *rope_params, "an object");
+    HfFields rp(*rope_params, name, "rope_parameters.");
+    KILN_ASSIGN(c.rope_theta, rp.number("rope_theta", 10000.0));
+    KILN_RETURN_IF_ERROR(parseRopeScaling(*rope_params, name, "rope_parameters", c));
+  } else {
+    KILN_ASSIGN(c.rope_theta, f.number("rope_theta", 10000.0));
+    if (const json* rs = f.get("rope_scaling"))
+      KILN_RETURN_IF_ERROR(parseRopeScaling(*rs, name, "rope_scaling", c));
+  }
+  c.rope_style = RopeStyle::kHalf;
+
+  std::optional<std::string> dtype;
+  KILN_ASSIGN(dtype, f.string("torch_dtype"));
+  if (!dtype) KILN_ASSIGN(dtype, f.string("dtype"));  // newer transformers
+  c.weight_dtype = ElementType::BF16;
+  if (dtype) {
+    auto t = dtypeFromTorchName(*dtype);
+    if (!t)
+      return makeError("{}: field 'torch_dtype' is '{}', expected bfloat16, float16 or float32",
+                       name, *dtype);
+    c.weight_dtype = *t;
+  }
+
+  KILN_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+}  // namespace
+
+std::string_view ropeStyleName(RopeStyle style) {
+  return style == RopeStyle::kHalf ? "half" : "interleaved";
+}
+
+std::string_view ropeScalingKindName(RopeScaling::Kind kind) {
+  switch (kind) {
+    case RopeScaling::Kind::kNone: return "none";
+    case RopeScaling::Kind::kLinear: return "linear";
+    case RopeScaling::Kind::kLlama3: return "llama3";
+  }
+  return "none";
+}
+
+Status ModelConfig::validate() const {
+  const std::string& s = source.empty() ? std::string("model config") : source;
+  if (!isSupportedArch(architecture))
+    return makeError("{}: architecture '{}' is not supported; supported: {}", s, architecture,
+                     kSupported);
+  struct Named {
+    std::string_view name;
+    int64_t value;
+  };
+  for (Named n : {Named{"hidden_size", hidden_size}, Named{"intermediate_size", intermediate_size},
+                  Named{"num_layers", num_layers}, Named{"num_heads", num_heads},
+                  Named{"num_kv_heads", num_kv_heads}, Named{"head_dim", head_dim},
+                  Named{"vocab_size", vocab_size},
+                  Named{"max_position_embeddings", max_position_embeddings}}) {
+    if (n.value <= 0) return makeError("{}: {} is {}, expected a positive value", s, n.name, n.value);
+  }
+  if (hidden_size % num_heads != 0)
+    return makeError("{}: hidden_size {} is not a multiple of num_heads {}", s, hidden_size,
+                     num_heads);
+  if (num_heads % num_kv_heads != 0)
+    return makeError("{}: num_heads {} is not a multiple of num_kv_heads {}", s, num_heads,
+                     num_kv_heads);
+  if (head_dim % 2 != 0)
+    return makeError("{}: head_dim {} is odd, expected an even size for rotary pairs", s,
+                     head_dim);
+  if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps))
+    return makeError("{}: rms_norm_eps is {}, expected a positive number", s, rms_norm_eps);
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta))
+    return makeError("{}: rope_theta is {}, expected a positive number", s, rope_theta);
+  if (sliding_window < 0)
+    return makeError("{}: sliding_window is {}, expected 0 (none) or a positive window", s,
+                     sliding_window);
+  const RopeScaling& r = rope_scaling;
+  if (r.kind != RopeScaling::Kind::kNone && !(r.factor > 0))
+    return makeError("{}: rope_scaling factor is {}, expected a positive number", s, r.factor);
+  if (r.kind == RopeScaling::Kind::kLlama3) {
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
+      return makeError("{}: rope_scaling low/high_freq_factor {}/{}, expected 0 < low < high", s,
+                       r.low_freq_factor, r.high_freq_factor);
+    if (r.original_max_position_embeddings <= 0)
+      return makeError("{}: rope_scaling original_max_position_embeddings is {}, expected a "
+                       "positive value",
+                       s, r.original_max_position_embeddings);
+  }
+  return Status::success();
+}
+
+Result<ModelConfig> parseHfConfigText(std::string_view text, const std::string& name) {
+  try {
+    json root = json::parse(text.begin(), text.end());
+    return parseHfObject(root, name);
+  } catch (const json::exception& e) {
+    return makeError("{}: not valid JSON: {}", name, e.what());
+  }
+}
+
+Result<ModelConfig> parseHfConfig(const std::string& path) {
+  auto mapping = MappedFile::open(path);
+  if (!mapping) return mapping.error();
+  auto bytes = mapping->bytes();
+  return parseHfConfigText(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
+}
+
+Result<ModelConfig> configFromGguf(const GgufFile& file) {
+  ModelConfig c;
+  c.source = file.path();
+  KILN_ASSIGN(c.architecture, file.getString("general.architecture"));
+  if (!isSupportedArch(c.architecture))
+    return makeError("{}: general.architecture '{}' is not supported; supported: {}",
+                     file.path(), c.architecture, kSupported);
+  const std::string a = c.architecture + ".";
+  auto optInt = [&](const std::string& key, int64_t fallback) -> Result<int64_t> {
+    if (file.find(key) == nullptr) return fallback;
+    return file.getInt(key);
+  };
+  KILN_ASSIGN(c.num_layers, file.getInt(a + "block_count"));
+  KILN_ASSIGN(c.hidden_size, file.getInt(a + "embedding_length"));
+  KILN_ASSIGN(c.intermediate_size, file.getInt(a + "feed_forward_length"));
+  KILN_ASSIGN(c.num_heads, file.getInt(a + "attention.head_count"));
+  KILN_ASSIGN(c.max_position_embeddings, file.getInt(a + "context_length"));
+  KILN_ASSIGN(c.num_kv_heads, optInt(a + "attention.head_count_kv", c.num_heads));
+  int64_t default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
+  KILN_ASSIGN(c.head_dim, optInt(a + "attention.key_length", default_head_dim));
+  KILN_ASSIGN(c.rms_norm_eps, file.getFloat(a + "attention.layer_norm_rms_epsilon"));
+  if (file.find(a + "rope.freq_base") != nullptr)
+    KILN_ASSIGN(c.rope_theta, file.getFloat(a + "rope.freq_base"));
+  KILN_ASSIGN(c.sliding_window, optInt(a + "attention.sliding_window", 0));
+
+  // Vocabulary: the explicit key, else the embedding's rows, else the token list.
+  const TensorInfo* embd = file.findTensor("token_embd.weight");
+  if (file.find(a + "vocab_size") != nullptr) {
+    KILN_ASSIGN(c.vocab_size, file.getInt(a + "vocab_size"));
+  } else if (embd != nullptr && embd->shape.size() == 2) {
+    c.vocab_size = embd->shape[0];
+  } else if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int64_t>(tokens->array_size);
+  } else {
+    return makeError("{}: no {}vocab_size, token_embd.weight or tokenizer.ggml.tokens to give "
+                     "the vocabulary size",
+                     file.path(), a);
+  }
+
+  if (file.find(a + "rope.scaling.type") != nullptr) {
+    std::string type;
+    KILN_ASSIGN(type, file.getString(a + "rope.scaling.type"));
+    if (type == "linear") {
+      c.rope_scaling.kind = RopeScaling::Kind::kLinear;
+      KILN_ASSIGN(c.rope_scaling.factor, file.getFloat(a + "rope.scaling.factor"));
+    } else if (type != "none") {
+      return makeError("{}: metadata '{}rope.scaling.type' is '{}', supported: none, linear",
+                       file.path(), a, type);
+    }
+  }
+  // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 keeps neox.
+  c.rope_style = c.architecture == "qwen2" ? RopeStyle::kHalf : RopeStyle::kInterleaved;
+  c.tie_word_embeddings = file.findTensor("output.weight") == nullptr;
+  c.attention_bias = file.findTensor("blk.0.attn_q.bias") != nullptr;
+  const TensorInfo* q = file.findTensor("blk.0.attn_q.weight");
+  c.weight_dtype = q != nullptr ? q->type : embd != nullptr ? embd->type : ElementType::F32;
+
+  KILN_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+}  // namespace kiln::formats

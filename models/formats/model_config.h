@@ -1,0 +1,78 @@
+// One description of a Llama-family decoder (llama, mistral, qwen2), read
+// from a Hugging Face config.json or from GGUF metadata, so the importer and
+// the runtime never look at either format's keys directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "models/formats/tensor_info.h"
+#include "runtime/support/error.h"
+
+namespace kiln::formats {
+
+class GgufFile;
+
+// Rotary embedding pair layout inside each head of Q and K.
+enum class RopeStyle {
+  // HF rotate_half ("neox"): element i pairs with i + head_dim/2.
+  kHalf,
+  // Adjacent pairs (2i, 2i+1). llama.cpp's converter permutes the Q/K rows of
+  // llama GGUFs so they use this layout; HF checkpoints never do.
+  kInterleaved,
+};
+
+struct RopeScaling {
+  enum class Kind { kNone, kLinear, kLlama3 };
+  Kind kind = Kind::kNone;
+  double factor = 1.0;
+  // llama3 only: wavelengths above original_max/low_freq_factor are divided
+  // by `factor`, below original_max/high_freq_factor kept, smoothed between.
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+};
+
+struct ModelConfig {
+  std::string architecture;  // llama | mistral | qwen2 (SmolLM uses llama)
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // < num_heads for grouped-query attention
+  int64_t head_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  RopeStyle rope_style = RopeStyle::kHalf;
+  bool tie_word_embeddings = false;  // lm_head shares the token embedding
+  bool attention_bias = false;       // q/k/v projections carry biases (qwen2)
+  int64_t sliding_window = 0;        // mistral; 0 = full attention
+  // Storage type of the big weights (BF16 for a bf16 checkpoint, Q4_1 for a
+  // Q4_1 GGUF); a hint for buffer planning, individual tensors may differ.
+  ElementType weight_dtype = ElementType::F32;
+  // Where the config came from, for error messages.
+  std::string source;
+
+  // Checks sizes are positive and consistent (heads divide hidden, kv heads
+  // divide heads, even head_dim, sane rope parameters).
+  Status validate() const;
+};
+
+std::string_view ropeStyleName(RopeStyle style);             // "half" | "interleaved"
+std::string_view ropeScalingKindName(RopeScaling::Kind kind);  // "none" | "linear" | "llama3"
+
+// Reads a Hugging Face config.json. Errors name the file, the field and the
+// expected type; an unsupported model_type lists the supported ones.
+Result<ModelConfig> parseHfConfig(const std::string& config_json_path);
+// Same, from JSON text; `name` stands in for the path in errors.
+Result<ModelConfig> parseHfConfigText(std::string_view json_text, const std::string& name);
+
+// Reads general.architecture and <arch>.* metadata. tie_word_embeddings is
+// true when the file has no output.weight.
+Result<ModelConfig> configFromGguf(const GgufFile& file);
+
+}  // namespace kiln::formats

@@ -1,0 +1,203 @@
+#include "models/formats/model_source.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace kiln::formats {
+namespace {
+
+constexpr WeightRole kPerLayerRoles[] = {
+    WeightRole::kAttnNorm, WeightRole::kQ,       WeightRole::kK,       WeightRole::kV,
+    WeightRole::kO,        WeightRole::kQBias,   WeightRole::kKBias,   WeightRole::kVBias,
+    WeightRole::kFfnNorm,  WeightRole::kGate,    WeightRole::kUp,      WeightRole::kDown};
+
+bool isBias(WeightRole role) {
+  return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias;
+}
+
+// GGUF and HF tensor names per role, without the layer prefix.
+struct RoleNames {
+  std::string_view gguf;
+  std::string_view hf;
+};
+
+RoleNames roleNames(WeightRole role) {
+  switch (role) {
+    case WeightRole::kTokenEmbedding: return {"token_embd.weight", "model.embed_tokens.weight"};
+    case WeightRole::kAttnNorm: return {"attn_norm.weight", "input_layernorm.weight"};
+    case WeightRole::kQ: return {"attn_q.weight", "self_attn.q_proj.weight"};
+    case WeightRole::kK: return {"attn_k.weight", "self_attn.k_proj.weight"};
+    case WeightRole::kV: return {"attn_v.weight", "self_attn.v_proj.weight"};
+    case WeightRole::kO: return {"attn_output.weight", "self_attn.o_proj.weight"};
+    case WeightRole::kQBias: return {"attn_q.bias", "self_attn.q_proj.bias"};
+    case WeightRole::kKBias: return {"attn_k.bias", "self_attn.k_proj.bias"};
+    case WeightRole::kVBias: return {"attn_v.bias", "self_attn.v_proj.bias"};
+    case WeightRole::kFfnNorm: return {"ffn_norm.weight", "post_attention_layernorm.weight"};
+    case WeightRole::kGate: return {"ffn_gate.weight", "mlp.gate_proj.weight"};
+    case WeightRole::kUp: return {"ffn_up.weight", "mlp.up_proj.weight"};
+    case WeightRole::kDown: return {"ffn_down.weight", "mlp.down_proj.weight"};
+    case WeightRole::kFinalNorm: return {"output_norm.weight", "model.norm.weight"};
+    case WeightRole::kLmHead: return {"output.weight", "lm_head.weight"};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view weightRoleName(WeightRole role) {
+  switch (role) {
+    case WeightRole::kTokenEmbedding: return "token_embedding";
+    case WeightRole::kAttnNorm: return "attn_norm";
+    case WeightRole::kQ: return "attn_q";
+    case WeightRole::kK: return "attn_k";
+    case WeightRole::kV: return "attn_v";
+    case WeightRole::kO: return "attn_output";
+    case WeightRole::kQBias: return "attn_q_bias";
+    case WeightRole::kKBias: return "attn_k_bias";
+    case WeightRole::kVBias: return "attn_v_bias";
+    case WeightRole::kFfnNorm: return "ffn_norm";
+    case WeightRole::kGate: return "ffn_gate";
+    case WeightRole::kUp: return "ffn_up";
+    case WeightRole::kDown: return "ffn_down";
+    case WeightRole::kFinalNorm: return "final_norm";
+    case WeightRole::kLmHead: return "lm_head";
+  }
+  return "unknown";
+}
+
+bool isPerLayer(WeightRole role) {
+  return role != WeightRole::kTokenEmbedding && role != WeightRole::kFinalNorm &&
+         role != WeightRole::kLmHead;
+}
+
+Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
+  namespace fs = std::filesystem;
+  ModelSource src;
+  src.path_ = path;
+  src.mode_ = mode;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    src.format_ = Format::kSafetensors;
+    std::string config_path = (fs::path(path) / "config.json").string();
+    if (!fs::exists(config_path, ec))
+      return makeError("{}: checkpoint directory has no config.json", path);
+    auto config = parseHfConfig(config_path);
+    if (!config) return config.error();
+    src.config_ = config.take();
+    auto ckpt = SafetensorsCheckpoint::open(path, mode);
+    if (!ckpt) return ckpt.error();
+    src.checkpoint_ = std::make_unique<SafetensorsCheckpoint>(ckpt.take());
+    // Some tied checkpoints still store lm_head.weight; the flag decides.
+  } else {
+    if (!fs::exists(path, ec)) return makeError("{}: no such file or directory", path);
+    src.format_ = Format::kGguf;
+    auto file = GgufFile::open(path);
+    if (!file) return file.error();
+    src.gguf_ = std::make_unique<GgufFile>(file.take());
+    auto config = configFromGguf(*src.gguf_);
+    if (!config) return config.error();
+    src.config_ = config.take();
+  }
+  return src;
+}
+
+const std::vector<TensorInfo>& ModelSource::tensors() const {
+  return gguf_ ? gguf_->tensors() : checkpoint_->tensors();
+}
+
+const TensorInfo* ModelSource::findTensor(std::string_view name) const {
+  return gguf_ ? gguf_->findTensor(name) : checkpoint_->findTensor(name);
+}
+
+std::string ModelSource::formatName(WeightRole role, int layer) const {
+  RoleNames names = roleNames(role);
+  if (format_ == Format::kGguf)
+    return isPerLayer(role) ? fmt::format("blk.{}.{}", layer, names.gguf)
+                            : std::string(names.gguf);
+  return isPerLayer(role) ? fmt::format("model.layers.{}.{}", layer, names.hf)
+                          : std::string(names.hf);
+}
+
+std::string ModelSource::weightName(WeightRole role, int layer) const {
+  std::string name = formatName(role, layer);
+  if (role == WeightRole::kLmHead && config_.tie_word_embeddings && findTensor(name) == nullptr)
+    return formatName(WeightRole::kTokenEmbedding, 0);
+  return name;
+}
+
+const TensorInfo* ModelSource::weight(WeightRole role, int layer) const {
+  if (isPerLayer(role) && (layer < 0 || layer >= config_.num_layers)) return nullptr;
+  return findTensor(weightName(role, layer));
+}
+
+std::vector<int64_t> ModelSource::expectedShape(WeightRole role) const {
+  const ModelConfig& c = config_;
+  const int64_t q = c.num_heads * c.head_dim;
+  const int64_t kv = c.num_kv_heads * c.head_dim;
+  switch (role) {
+    case WeightRole::kTokenEmbedding:
+    case WeightRole::kLmHead: return {c.vocab_size, c.hidden_size};
+    case WeightRole::kAttnNorm:
+    case WeightRole::kFfnNorm:
+    case WeightRole::kFinalNorm: return {c.hidden_size};
+    case WeightRole::kQ: return {q, c.hidden_size};
+    case WeightRole::kK:
+    case WeightRole::kV: return {kv, c.hidden_size};
+    case WeightRole::kO: return {c.hidden_size, q};
+    case WeightRole::kQBias: return {q};
+    case WeightRole::kKBias:
+    case WeightRole::kVBias: return {kv};
+    case WeightRole::kGate:
+    case WeightRole::kUp: return {c.intermediate_size, c.hidden_size};
+    case WeightRole::kDown: return {c.hidden_size, c.intermediate_size};
+  }
+  return {};
+}
+
+Status ModelSource::checkWeights() const {
+  auto check = [&](WeightRole role, int layer) -> Status {
+    std::string name = weightName(role, layer);
+    const TensorInfo* t = findTensor(name);
+    std::vector<int64_t> expected = expectedShape(role);
+    if (t == nullptr)
+      return makeError("{}: missing tensor '{}' ({}{}), expected shape {}", path_, name,
+                       weightRoleName(role),
+                       isPerLayer(role) ? fmt::format(" of layer {}", layer) : "",
+                       shapeToString(expected));
+    if (t->shape != expected)
+      return makeError("{}: tensor '{}' has shape {}, expected {}", path_, name,
+                       shapeToString(t->shape), shapeToString(expected));
+    return Status::success();
+  };
+  for (WeightRole role :
+       {WeightRole::kTokenEmbedding, WeightRole::kFinalNorm, WeightRole::kLmHead})
+    KILN_RETURN_IF_ERROR(check(role, 0));
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    for (WeightRole role : kPerLayerRoles) {
+      if (isBias(role) && !config_.attention_bias) continue;
+      KILN_RETURN_IF_ERROR(check(role, layer));
+    }
+  }
+  return Status::success();
+}
+
+Result<std::span<const uint8_t>> ModelSource::tensorData(const TensorInfo& tensor) const {
+  if (gguf_) {
+    std::span<const uint8_t> data = gguf_->tensorData(tensor);
+    if (data.size() != tensor.size_bytes)
+      return makeError("{}: tensor '{}' is not inside this file", path_, tensor.name);
+    return data;
+  }
+  return checkpoint_->tensorData(tensor);
+}
+
+Result<std::span<const uint8_t>> ModelSource::weightData(WeightRole role, int layer) const {
+  const TensorInfo* t = weight(role, layer);
+  if (t == nullptr)
+    return makeError("{}: no tensor '{}' for {}", path_, weightName(role, layer),
+                     weightRoleName(role));
+  return tensorData(*t);
+}
+
+}  // namespace kiln::formats

@@ -1,0 +1,101 @@
+// A model on disk, whatever its format: a .gguf file or a Hugging Face
+// checkpoint directory (config.json + safetensors). Gives the config, the
+// tensor table, and a canonical lookup from a weight's role to its tensor so
+// the importer and the runtime never spell format-specific tensor names.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/formats/gguf_file.h"
+#include "models/formats/model_config.h"
+#include "models/formats/safetensors_file.h"
+#include "models/formats/tensor_info.h"
+#include "runtime/support/error.h"
+
+namespace kiln::formats {
+
+// What a weight does in a Llama-family decoder. Expected shapes (outermost
+// first, H = hidden_size, D = head_dim, F = intermediate_size, V = vocab):
+//   kTokenEmbedding, kLmHead  [V, H]
+//   kAttnNorm, kFfnNorm, kFinalNorm  [H]
+//   kQ [num_heads*D, H]   kK, kV [num_kv_heads*D, H]   kO [H, num_heads*D]
+//   kQBias [num_heads*D]  kKBias, kVBias [num_kv_heads*D]   (attention_bias only)
+//   kGate, kUp [F, H]     kDown [H, F]
+enum class WeightRole {
+  kTokenEmbedding,
+  kAttnNorm,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kQBias,
+  kKBias,
+  kVBias,
+  kFfnNorm,
+  kGate,
+  kUp,
+  kDown,
+  kFinalNorm,
+  kLmHead,
+};
+
+std::string_view weightRoleName(WeightRole role);  // "attn_q", "token_embedding", ...
+// True for the roles that exist once per decoder layer.
+bool isPerLayer(WeightRole role);
+
+class ModelSource {
+ public:
+  enum class Format { kGguf, kSafetensors };
+
+  // `path` is a .gguf file or a directory holding config.json and
+  // model.safetensors or model.safetensors.index.json. A GGUF is always
+  // mapped whole (mapping is cheap); `mode` matters for safetensors.
+  static Result<ModelSource> open(const std::string& path, OpenMode mode);
+
+  ModelSource(ModelSource&&) noexcept = default;
+  ModelSource& operator=(ModelSource&&) noexcept = default;
+
+  const std::string& path() const { return path_; }
+  Format format() const { return format_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<TensorInfo>& tensors() const;
+  const TensorInfo* findTensor(std::string_view name) const;
+  // The GGUF file (for tokenizer metadata), or nullptr for HF checkpoints.
+  const GgufFile* gguf() const { return gguf_.get(); }
+  const SafetensorsCheckpoint* checkpoint() const { return checkpoint_.get(); }
+
+  // The tensor name serving `role` in this model's format, e.g.
+  // "blk.3.attn_q.weight" or "model.layers.3.self_attn.q_proj.weight".
+  // `layer` is ignored for global roles. For a tied model without a separate
+  // head, kLmHead names the token embedding.
+  std::string weightName(WeightRole role, int layer = 0) const;
+  // The tensor for `role`, or nullptr if absent.
+  const TensorInfo* weight(WeightRole role, int layer = 0) const;
+  // Every weight the config needs exists with its expected shape; the error
+  // names the tensor, its actual shape and the expected one.
+  Status checkWeights() const;
+  // The bytes of a weight (kWithData only).
+  Result<std::span<const uint8_t>> weightData(WeightRole role, int layer = 0) const;
+  Result<std::span<const uint8_t>> tensorData(const TensorInfo& tensor) const;
+
+  // The shape `role` must have under this config.
+  std::vector<int64_t> expectedShape(WeightRole role) const;
+
+ private:
+  ModelSource() = default;
+  std::string formatName(WeightRole role, int layer) const;
+
+  std::string path_;
+  Format format_ = Format::kGguf;
+  OpenMode mode_ = OpenMode::kHeaderOnly;
+  ModelConfig config_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
+};
+
+}  // namespace kiln::formats
