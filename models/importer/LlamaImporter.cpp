@@ -1,0 +1,362 @@
+//===- LlamaImporter.cpp - Llama-family model -> xfmr IR -------------------===//
+//
+// One decoder layer in the unfused form (S new tokens, P past, T = P + S):
+//
+//   h     = rms_norm(x, attn_norm)
+//   q,k,v = linear(h, Wq/Wk/Wv) (+ bias)        -> reshape [S, heads, D]
+//   q,k   = rope(q/k, positions)
+//   K,V   = kv_concat(past, k/v)                [T, Hkv, D]
+//   s     = causal_mask(scale(qᵀ · repeat_kv(K)ᵀ))   [H, S, T]
+//   o     = softmax(s) · repeat_kv(V)           -> [S, H·D] -> linear(Wo)
+//   x     = x + o
+//   x     = x + linear(silu(linear(h2, Wg)) · linear(h2, Wu), Wd),  h2 = rms_norm(x)
+//
+//===----------------------------------------------------------------------===//
+
+#include "models/importer/LlamaImporter.h"
+
+#include "dialects/xfmr/IR/XfmrDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include <cmath>
+#include <optional>
+
+using namespace mlir;
+using kiln::formats::ElementType;
+using kiln::formats::ModelConfig;
+using kiln::formats::ModelSource;
+using kiln::formats::TensorInfo;
+using kiln::formats::WeightRole;
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kDynamic = ShapedType::kDynamic;
+
+// xfmr element type for a stored tensor type; nullopt where kiln has none.
+std::optional<Type> elementTypeFor(MLIRContext& context, ElementType type) {
+  auto quant = [&](llvm::StringRef kind, unsigned block) -> Type {
+    return xfmr::QuantType::get(&context, kind, block);
+  };
+  switch (type) {
+  case ElementType::F32: return Float32Type::get(&context);
+  case ElementType::F16: return Float16Type::get(&context);
+  case ElementType::BF16: return BFloat16Type::get(&context);
+  case ElementType::Q4_0: return quant("q4_0", 32);
+  case ElementType::Q4_1: return quant("q4_1", 32);
+  case ElementType::Q5_0: return quant("q5_0", 32);
+  case ElementType::Q5_1: return quant("q5_1", 32);
+  case ElementType::Q8_0: return quant("q8_0", 32);
+  case ElementType::Q4_K: return quant("q4_k", 256);
+  case ElementType::Q5_K: return quant("q5_k", 256);
+  case ElementType::Q6_K: return quant("q6_k", 256);
+  default: return std::nullopt;
+  }
+}
+
+// Emits the ops of one model; every method returns null Value after having
+// emitted a diagnostic.
+class LlamaBuilder {
+ public:
+  LlamaBuilder(MLIRContext& context, const ModelSource& source, Type act)
+      : context_(context), source_(source), config_(source.config()),
+        builder_(&context), act_(act) {}
+
+  OwningOpRef<ModuleOp> build();
+
+ private:
+  Location loc(const std::string& name) {
+    return NameLoc::get(StringAttr::get(&context_, name));
+  }
+  RankedTensorType tensor(llvm::ArrayRef<int64_t> shape, Type element) {
+    return RankedTensorType::get(shape, element);
+  }
+  RankedTensorType act(llvm::ArrayRef<int64_t> shape) { return tensor(shape, act_); }
+
+  Value weight(WeightRole role, int layer);
+  Value linear(Value input, WeightRole weightRole, std::optional<WeightRole> bias,
+               int layer, int64_t outFeatures, const std::string& name);
+  Value attention(Value h, Value positions, Value pastK, Value pastV,
+                  int layer, Value& presentK, Value& presentV);
+  Value mlp(Value h, int layer);
+  xfmr::RopeAttr ropeAttr();
+  DictionaryAttr configAttr();
+
+  MLIRContext& context_;
+  const ModelSource& source_;
+  const ModelConfig& config_;
+  OpBuilder builder_;
+  Type act_;
+  bool failed_ = false;
+};
+
+Value LlamaBuilder::weight(WeightRole role, int layer) {
+  std::string name = source_.weightName(role, layer);
+  const TensorInfo* info = source_.weight(role, layer);
+  Location location = loc(name);
+  if (!info) {
+    emitError(location) << source_.path() << ": tensor '" << name
+                        << "' (" << formats::weightRoleName(role)
+                        << ") is missing, expected it for this config";
+    failed_ = true;
+    return {};
+  }
+  std::optional<Type> element = elementTypeFor(context_, info->type);
+  if (!element) {
+    emitError(location) << source_.path() << ": tensor '" << name
+                        << "' has type " << formats::elementTypeName(info->type)
+                        << ", expected F32, F16, BF16 or a GGUF Q4/Q5/Q8/K "
+                           "block type";
+    failed_ = true;
+    return {};
+  }
+  return builder_.create<xfmr::WeightOp>(location, tensor(info->shape, *element),
+                                         builder_.getStringAttr(name));
+}
+
+Value LlamaBuilder::linear(Value input, WeightRole weightRole,
+                           std::optional<WeightRole> biasRole, int layer,
+                           int64_t outFeatures, const std::string& name) {
+  Value w = weight(weightRole, layer);
+  Value b = biasRole ? weight(*biasRole, layer) : Value();
+  if (!w || (biasRole && !b)) return {};
+  return builder_.create<xfmr::LinearOp>(loc(name), act({kDynamic, outFeatures}),
+                                         input, w, b);
+}
+
+xfmr::RopeAttr LlamaBuilder::ropeAttr() {
+  const formats::RopeScaling& scaling = config_.rope_scaling;
+  auto f = [](double v) { return llvm::APFloat(v); };
+  int64_t originalMax = scaling.original_max_position_embeddings > 0
+                            ? scaling.original_max_position_embeddings
+                            : config_.max_position_embeddings;
+  return xfmr::RopeAttr::get(
+      &context_, f(config_.rope_theta),
+      std::string(formats::ropeStyleName(config_.rope_style)),
+      std::string(formats::ropeScalingKindName(scaling.kind)), f(scaling.factor),
+      f(scaling.low_freq_factor), f(scaling.high_freq_factor), originalMax);
+}
+
+Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV,
+                              int layer, Value& presentK, Value& presentV) {
+  const int64_t heads = config_.num_heads, kvHeads = config_.num_kv_heads;
+  const int64_t headDim = config_.head_dim;
+  const std::string prefix = "layer" + std::to_string(layer) + ".";
+  const bool bias = config_.attention_bias;
+  auto biasRole = [&](WeightRole role) {
+    return bias ? std::optional<WeightRole>(role) : std::nullopt;
+  };
+
+  Value q = linear(h, WeightRole::kQ, biasRole(WeightRole::kQBias), layer,
+                   heads * headDim, prefix + "q_proj");
+  Value k = linear(h, WeightRole::kK, biasRole(WeightRole::kKBias), layer,
+                   kvHeads * headDim, prefix + "k_proj");
+  Value v = linear(h, WeightRole::kV, biasRole(WeightRole::kVBias), layer,
+                   kvHeads * headDim, prefix + "v_proj");
+  if (!q || !k || !v) return {};
+
+  auto split = [&](Value x, int64_t n, const char* what) -> Value {
+    return builder_.create<xfmr::ReshapeOp>(loc(prefix + what),
+                                            act({kDynamic, n, headDim}), x);
+  };
+  xfmr::RopeAttr rope = ropeAttr();
+  Value qr = builder_.create<xfmr::RopeOp>(
+      loc(prefix + "rope_q"), act({kDynamic, heads, headDim}),
+      split(q, heads, "q_heads"), positions, rope);
+  Value kr = builder_.create<xfmr::RopeOp>(
+      loc(prefix + "rope_k"), act({kDynamic, kvHeads, headDim}),
+      split(k, kvHeads, "k_heads"), positions, rope);
+  Value vs = split(v, kvHeads, "v_heads");
+
+  RankedTensorType kvType = act({kDynamic, kvHeads, headDim});
+  presentK = builder_.create<xfmr::KvConcatOp>(loc(prefix + "k_cache"), kvType,
+                                               pastK, kr);
+  presentV = builder_.create<xfmr::KvConcatOp>(loc(prefix + "v_cache"), kvType,
+                                               pastV, vs);
+
+  DenseI64ArrayAttr swap01 = builder_.getDenseI64ArrayAttr({1, 0, 2});
+  auto headsFirst = [&](Value x, int64_t n, const char* what) -> Value {
+    return builder_.create<xfmr::TransposeOp>(
+        loc(prefix + what), act({n, kDynamic, headDim}), x, swap01);
+  };
+  Value qt = headsFirst(qr, heads, "q_transpose");
+  Value kt = headsFirst(presentK, kvHeads, "k_transpose");
+  Value vt = headsFirst(presentV, kvHeads, "v_transpose");
+  if (heads != kvHeads) {
+    int64_t groups = heads / kvHeads;
+    kt = builder_.create<xfmr::RepeatKvOp>(loc(prefix + "k_repeat"),
+                                           act({heads, kDynamic, headDim}), kt,
+                                           builder_.getI64IntegerAttr(groups));
+    vt = builder_.create<xfmr::RepeatKvOp>(loc(prefix + "v_repeat"),
+                                           act({heads, kDynamic, headDim}), vt,
+                                           builder_.getI64IntegerAttr(groups));
+  }
+
+  RankedTensorType scoreType = act({heads, kDynamic, kDynamic});
+  Value scores = builder_.create<xfmr::BatchMatmulOp>(
+      loc(prefix + "qk"), scoreType, qt, kt, builder_.getUnitAttr());
+  Value scaled = builder_.create<xfmr::ScaleOp>(
+      loc(prefix + "scale"), scores,
+      builder_.getF64FloatAttr(1.0 / std::sqrt(static_cast<double>(headDim))));
+  Value masked = builder_.create<xfmr::CausalMaskOp>(loc(prefix + "mask"), scaled);
+  Value probs = builder_.create<xfmr::SoftmaxOp>(loc(prefix + "softmax"), masked,
+                                                 builder_.getI64IntegerAttr(2));
+  Value context = builder_.create<xfmr::BatchMatmulOp>(
+      loc(prefix + "pv"), act({heads, kDynamic, headDim}), probs, vt,
+      UnitAttr());
+  Value tokensFirst = builder_.create<xfmr::TransposeOp>(
+      loc(prefix + "o_transpose"), act({kDynamic, heads, headDim}), context,
+      swap01);
+  Value merged = builder_.create<xfmr::ReshapeOp>(
+      loc(prefix + "o_merge"), act({kDynamic, heads * headDim}), tokensFirst);
+  return linear(merged, WeightRole::kO, std::nullopt, layer, config_.hidden_size,
+                prefix + "o_proj");
+}
+
+Value LlamaBuilder::mlp(Value h, int layer) {
+  const std::string prefix = "layer" + std::to_string(layer) + ".";
+  const int64_t ffn = config_.intermediate_size;
+  Value gate = linear(h, WeightRole::kGate, std::nullopt, layer, ffn,
+                      prefix + "gate_proj");
+  Value up = linear(h, WeightRole::kUp, std::nullopt, layer, ffn,
+                    prefix + "up_proj");
+  if (!gate || !up) return {};
+  Value activated = builder_.create<xfmr::SiluOp>(loc(prefix + "silu"), gate);
+  Value product = builder_.create<xfmr::MulOp>(loc(prefix + "silu_mul"),
+                                               activated, up);
+  return linear(product, WeightRole::kDown, std::nullopt, layer,
+                config_.hidden_size, prefix + "down_proj");
+}
+
+DictionaryAttr LlamaBuilder::configAttr() {
+  auto i = [&](int64_t v) { return builder_.getI64IntegerAttr(v); };
+  auto f = [&](double v) { return builder_.getF64FloatAttr(v); };
+  auto s = [&](llvm::StringRef v) { return builder_.getStringAttr(v); };
+  const formats::RopeScaling& scaling = config_.rope_scaling;
+  llvm::SmallVector<NamedAttribute> entries = {
+      builder_.getNamedAttr("architecture", s(config_.architecture)),
+      builder_.getNamedAttr("hidden_size", i(config_.hidden_size)),
+      builder_.getNamedAttr("intermediate_size", i(config_.intermediate_size)),
+      builder_.getNamedAttr("num_layers", i(config_.num_layers)),
+      builder_.getNamedAttr("num_heads", i(config_.num_heads)),
+      builder_.getNamedAttr("num_kv_heads", i(config_.num_kv_heads)),
+      builder_.getNamedAttr("head_dim", i(config_.head_dim)),
+      builder_.getNamedAttr("vocab_size", i(config_.vocab_size)),
+      builder_.getNamedAttr("max_position_embeddings",
+                            i(config_.max_position_embeddings)),
+      builder_.getNamedAttr("rms_norm_eps", f(config_.rms_norm_eps)),
+      builder_.getNamedAttr("rope_theta", f(config_.rope_theta)),
+      builder_.getNamedAttr("rope_style",
+                            s(std::string(formats::ropeStyleName(config_.rope_style)))),
+      builder_.getNamedAttr(
+          "rope_scaling",
+          s(std::string(formats::ropeScalingKindName(scaling.kind)))),
+      builder_.getNamedAttr("tie_word_embeddings",
+                            builder_.getBoolAttr(config_.tie_word_embeddings)),
+      builder_.getNamedAttr("attention_bias",
+                            builder_.getBoolAttr(config_.attention_bias)),
+      builder_.getNamedAttr("sliding_window", i(config_.sliding_window)),
+      builder_.getNamedAttr("source", s(source_.path())),
+  };
+  return builder_.getDictionaryAttr(entries);
+}
+
+OwningOpRef<ModuleOp> LlamaBuilder::build() {
+  const int64_t layers = config_.num_layers;
+  const int64_t kvHeads = config_.num_kv_heads, headDim = config_.head_dim;
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc(source_.path()));
+  (*module)->setAttr("xfmr.config", configAttr());
+  builder_.setInsertionPointToEnd(module->getBody());
+
+  Type i32 = builder_.getI32Type();
+  RankedTensorType ids = tensor({kDynamic}, i32);
+  RankedTensorType kvType = act({kDynamic, kvHeads, headDim});
+  llvm::SmallVector<Type> inputs = {ids, ids};
+  llvm::SmallVector<Type> results = {act({kDynamic, config_.vocab_size})};
+  for (int64_t l = 0; l < layers; ++l) {
+    inputs.append({kvType, kvType});
+    results.append({kvType, kvType});
+  }
+  auto func = builder_.create<func::FuncOp>(
+      loc("forward"), "forward", builder_.getFunctionType(inputs, results));
+  // Argument names make the signature readable in the printed IR's attrs.
+  func.setArgAttr(0, "xfmr.name", builder_.getStringAttr("tokens"));
+  func.setArgAttr(1, "xfmr.name", builder_.getStringAttr("positions"));
+  for (int64_t l = 0; l < layers; ++l) {
+    func.setArgAttr(2 + 2 * l, "xfmr.name",
+                    builder_.getStringAttr("past_k." + std::to_string(l)));
+    func.setArgAttr(3 + 2 * l, "xfmr.name",
+                    builder_.getStringAttr("past_v." + std::to_string(l)));
+  }
+  Block* entry = func.addEntryBlock();
+  builder_.setInsertionPointToStart(entry);
+  Value tokens = entry->getArgument(0), positions = entry->getArgument(1);
+
+  const int64_t hidden = config_.hidden_size;
+  const double eps = config_.rms_norm_eps;
+  Value table = weight(WeightRole::kTokenEmbedding, 0);
+  if (!table) return nullptr;
+  Value x = builder_.create<xfmr::EmbedOp>(loc("embed"), act({kDynamic, hidden}),
+                                           tokens, table);
+  llvm::SmallVector<Value> returned = {Value()};
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string prefix = "layer" + std::to_string(l) + ".";
+    Value attnNorm = weight(WeightRole::kAttnNorm, l);
+    if (!attnNorm) return nullptr;
+    Value h = builder_.create<xfmr::RmsNormOp>(
+        loc(prefix + "attn_norm"), act({kDynamic, hidden}), x, attnNorm,
+        builder_.getF64FloatAttr(eps));
+    Value presentK, presentV;
+    Value attn = attention(h, positions, entry->getArgument(2 + 2 * l),
+                           entry->getArgument(3 + 2 * l), l, presentK, presentV);
+    if (!attn) return nullptr;
+    x = builder_.create<xfmr::AddOp>(loc(prefix + "attn_residual"), x, attn);
+    Value ffnNorm = weight(WeightRole::kFfnNorm, l);
+    if (!ffnNorm) return nullptr;
+    Value h2 = builder_.create<xfmr::RmsNormOp>(
+        loc(prefix + "ffn_norm"), act({kDynamic, hidden}), x, ffnNorm,
+        builder_.getF64FloatAttr(eps));
+    Value down = mlp(h2, l);
+    if (!down) return nullptr;
+    x = builder_.create<xfmr::AddOp>(loc(prefix + "ffn_residual"), x, down);
+    returned.append({presentK, presentV});
+  }
+  Value finalNorm = weight(WeightRole::kFinalNorm, 0);
+  Value head = weight(WeightRole::kLmHead, 0);
+  if (!finalNorm || !head) return nullptr;
+  Value normed = builder_.create<xfmr::RmsNormOp>(
+      loc("final_norm"), act({kDynamic, hidden}), x, finalNorm,
+      builder_.getF64FloatAttr(eps));
+  returned[0] = builder_.create<xfmr::LogitsOp>(
+      loc("logits"), act({kDynamic, config_.vocab_size}), normed, head);
+  builder_.create<func::ReturnOp>(loc("return"), returned);
+  if (failed_) return nullptr;
+  return module;
+}
+
+}  // namespace
+
+OwningOpRef<ModuleOp> importModel(MLIRContext& context,
+                                  const formats::ModelSource& source,
+                                  const ImportOptions& options) {
+  context.loadDialect<xfmr::XfmrDialect, func::FuncDialect>();
+  Type act;
+  if (options.activationType == "f32")
+    act = Float32Type::get(&context);
+  else if (options.activationType == "bf16")
+    act = BFloat16Type::get(&context);
+  else if (options.activationType == "f16")
+    act = Float16Type::get(&context);
+  else {
+    emitError(UnknownLoc::get(&context))
+        << "activation type '" << options.activationType
+        << "', expected f32, bf16 or f16";
+    return nullptr;
+  }
+  return LlamaBuilder(context, source, act).build();
+}
+
+}  // namespace kiln
