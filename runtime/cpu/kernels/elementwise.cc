@@ -1,0 +1,39 @@
+#include "runtime/cpu/kernels/elementwise.h"
+
+#include <cmath>
+
+#include "runtime/cpu/kernels/thread_pool.h"
+
+namespace kiln::cpu {
+
+Status siluMul(const float* gate_up, int64_t tokens, int64_t ffn, float* out) {
+  if (tokens < 0 || ffn <= 0)
+    return makeError("silu_mul: shape tokens={} ffn={} is invalid", tokens, ffn);
+  parallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* gate = gate_up + t * 2 * ffn;
+      const float* up = gate + ffn;
+      float* o = out + t * ffn;
+      for (int64_t i = 0; i < ffn; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    }
+  });
+  return Status::success();
+}
+
+void add(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void softmaxRow(const float* x, float* out, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = std::exp(x[i] - max);
+    sum += out[i];
+  }
+  const float inv = float(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) out[i] *= inv;
+}
+
+}  // namespace kiln::cpu

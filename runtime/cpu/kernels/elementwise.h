@@ -1,0 +1,23 @@
+// Small row-wise kernels: the SwiGLU gate, residual adds and a softmax row
+// (logits for sampling and tests).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/support/error.h"
+
+namespace kiln::cpu {
+
+// gate_up: [tokens, 2 * ffn] f32, gate in columns [0, ffn), up in [ffn, 2 ffn)
+//          (the merged gate/up GEMM's output)
+// out:     [tokens, ffn] f32, out = silu(gate) * up, silu(g) = g / (1 + e^-g)
+Status siluMul(const float* gate_up, int64_t tokens, int64_t ffn, float* out);
+
+// a, b, out: [n] f32; out may alias a or b.
+void add(const float* a, const float* b, float* out, int64_t n);
+
+// x, out: [n] f32; out = exp(x - max) / sum. out may alias x. n > 0.
+// Rows of all -inf produce NaN (there is no distribution to return).
+void softmaxRow(const float* x, float* out, int64_t n);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,33 @@
+// Dense layer y = x · Wᵀ (+ bias), the CPU backend's GEMM for every weight
+// format. Two paths, chosen by token count:
+//  - decode (tokens <= kQuantDotMaxTokens, quantized W): x is quantized once
+//    to 8-bit blocks and each W row is dotted with integer SIMD (quant_dot.h);
+//    parallel over W rows. Memory-bound on weight bytes, like llama.cpp.
+//  - otherwise: tiles of W rows are converted to f32 and multiplied with
+//    OpenBLAS sgemm (single-threaded BLAS, parallel over tiles here, so the
+//    kernel pool is the only source of threads).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/support/error.h"
+
+namespace kiln::cpu {
+
+inline constexpr int64_t kQuantDotMaxTokens = 8;
+
+// x:    [tokens, k] f32, rows contiguous
+// w:    [n, k] stored as w_type, rows rowBytes(w_type, k) bytes apart
+// bias: [n] f32, or null
+// y:    [tokens, n] f32 (must not alias x)
+// k must be a multiple of 32 when w_type is quantized.
+Status linear(const float* x, int64_t tokens, int64_t k, const void* w, WeightType w_type,
+              int64_t n, const float* bias, float* y);
+
+// Forces the path, for tests and benchmarks.
+enum class LinearPath { kAuto, kQuantDot, kDequantSgemm };
+Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
+                      WeightType w_type, int64_t n, const float* bias, float* y, LinearPath path);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,50 @@
+// Attention over a ragged batch whose keys/values live in the paged pool.
+// Prefill chunks and decode tokens of many sequences run in one call.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cpu/kernels/paged_kv.h"
+#include "runtime/support/error.h"
+
+namespace kiln::cpu {
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;  // [num_tokens, num_heads, head_dim] f32
+  float* out = nullptr;      // [num_tokens, num_heads, head_dim] f32 (must not alias q)
+  int64_t num_tokens = 0;
+  int num_seqs = 0;
+  int num_heads = 0;         // query heads; a multiple of pool.kv_heads (GQA)
+
+  // query_start: [num_seqs + 1] i32, sequence b owns tokens
+  //   [query_start[b], query_start[b+1]); query_start[num_seqs] == num_tokens
+  const int32_t* query_start = nullptr;
+  // kv_len: [num_seqs] i32 context length including this step's tokens (their
+  //   K/V must already be appended); q_len_b <= kv_len[b].
+  const int32_t* kv_len = nullptr;
+  // block_table: [num_seqs, max_blocks_per_seq] i32 pool block ids; key j of
+  //   sequence b is at slot block_table[b][j / page_size] * page_size + j % page_size.
+  const int32_t* block_table = nullptr;
+  int max_blocks_per_seq = 0;
+
+  // k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] f32
+  const float* k_pool = nullptr;
+  const float* v_pool = nullptr;
+  KvPoolShape pool;
+
+  float scale = 0.0f;  // logits = q·k * scale, usually 1/sqrt(head_dim)
+
+  // Optional tree masks for speculative verify: tree_masks[b] is null (plain
+  // causal) or [q_len_b, kv_len[b]] u8 where nonzero means "query i may see key
+  // j". When given it replaces the causal rule for that sequence. Null array =
+  // all causal.
+  const uint8_t* const* tree_masks = nullptr;
+};
+
+// Causal rule: query i of sequence b sits at absolute position
+// p = kv_len[b] - q_len_b + i and attends keys 0..p. Head h reads kv head
+// h / (num_heads / kv_heads). One pass with a running max (online softmax),
+// f32, parallel over (sequence, head). A query that sees no key gets zeros.
+Status pagedAttention(const PagedAttentionArgs& args);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,188 @@
+#include "runtime/cpu/kernels/paged_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "runtime/cpu/kernels/kernel_test_util.h"
+
+namespace kiln::cpu {
+namespace {
+
+// A ragged batch with contiguous per-sequence K/V (for the reference) and the
+// same values scattered into a pool through shuffled block tables.
+struct Batch {
+  int heads = 0;
+  KvPoolShape pool;
+  std::vector<int32_t> query_start, kv_len, block_table;
+  int max_blocks = 0;
+  std::vector<std::vector<float>> keys, values;  // per sequence [kv_len, kvh, d]
+  std::vector<float> q, k_pool, v_pool;
+  std::vector<std::vector<uint8_t>> masks;       // per sequence [q_len, kv_len] or empty
+
+  int64_t tokens() const { return query_start.back(); }
+  int qLen(int b) const { return query_start[size_t(b) + 1] - query_start[size_t(b)]; }
+};
+
+Batch makeBatch(std::mt19937& rng, const std::vector<std::pair<int, int>>& q_and_kv_lens,
+                int heads, int kv_heads, int head_dim, int page_size) {
+  Batch batch;
+  batch.heads = heads;
+  batch.query_start = {0};
+  int total_blocks = 0;
+  for (auto [q_len, kv_len] : q_and_kv_lens) {
+    batch.query_start.push_back(batch.query_start.back() + q_len);
+    batch.kv_len.push_back(kv_len);
+    const int blocks = (kv_len + page_size - 1) / page_size;
+    batch.max_blocks = std::max(batch.max_blocks, blocks);
+    total_blocks += blocks;
+  }
+  batch.max_blocks += 1;  // unused trailing entries must be ignored
+  const int extra_blocks = 3;
+  batch.pool = KvPoolShape{total_blocks + extra_blocks, page_size, kv_heads, head_dim};
+  std::vector<int32_t> ids(size_t(batch.pool.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t elems = batch.pool.slotElems();
+  batch.k_pool = testing::poisoned(size_t(batch.pool.slots() * elems));
+  batch.v_pool = testing::poisoned(size_t(batch.pool.slots() * elems));
+  batch.block_table.assign(q_and_kv_lens.size() * size_t(batch.max_blocks), -7);
+  size_t next_id = 0;
+  for (size_t b = 0; b < q_and_kv_lens.size(); ++b) {
+    const int kv_len = batch.kv_len[b];
+    batch.keys.push_back(testing::randomFloats(rng, size_t(kv_len * elems)));
+    batch.values.push_back(testing::randomFloats(rng, size_t(kv_len * elems)));
+    for (int j = 0; j < kv_len; ++j) {
+      if (j % page_size == 0) batch.block_table[b * size_t(batch.max_blocks) + size_t(j / page_size)] = ids[next_id++];
+      const int64_t block = batch.block_table[b * size_t(batch.max_blocks) + size_t(j / page_size)];
+      const int64_t base = (block * page_size + j % page_size) * elems;
+      std::copy_n(batch.keys[b].begin() + j * elems, elems, batch.k_pool.begin() + base);
+      std::copy_n(batch.values[b].begin() + j * elems, elems, batch.v_pool.begin() + base);
+    }
+  }
+  batch.q = testing::randomFloats(rng, size_t(batch.tokens() * heads * head_dim), -2.0f, 2.0f);
+  batch.masks.resize(q_and_kv_lens.size());
+  return batch;
+}
+
+PagedAttentionArgs argsFor(Batch& batch, std::vector<float>& out,
+                           std::vector<const uint8_t*>& mask_ptrs) {
+  PagedAttentionArgs args;
+  args.q = batch.q.data();
+  args.out = out.data();
+  args.num_tokens = batch.tokens();
+  args.num_seqs = int(batch.kv_len.size());
+  args.num_heads = batch.heads;
+  args.query_start = batch.query_start.data();
+  args.kv_len = batch.kv_len.data();
+  args.block_table = batch.block_table.data();
+  args.max_blocks_per_seq = batch.max_blocks;
+  args.k_pool = batch.k_pool.data();
+  args.v_pool = batch.v_pool.data();
+  args.pool = batch.pool;
+  args.scale = 1.0f / std::sqrt(float(batch.pool.head_dim));
+  bool any_mask = false;
+  mask_ptrs.clear();
+  for (auto& m : batch.masks) {
+    mask_ptrs.push_back(m.empty() ? nullptr : m.data());
+    any_mask |= !m.empty();
+  }
+  args.tree_masks = any_mask ? mask_ptrs.data() : nullptr;
+  return args;
+}
+
+// Plain softmax(q·Kᵀ·scale)·V in float64 over the visible keys.
+void expectMatchesReference(const Batch& batch, const std::vector<float>& out, float scale) {
+  const int d = batch.pool.head_dim, kvh = batch.pool.kv_heads;
+  for (size_t b = 0; b < batch.kv_len.size(); ++b) {
+    const int q_len = batch.qLen(int(b)), kv_len = batch.kv_len[b];
+    for (int i = 0; i < q_len; ++i) {
+      const int64_t token = batch.query_start[b] + i;
+      for (int h = 0; h < batch.heads; ++h) {
+        const int g = h / (batch.heads / kvh);
+        const float* q = batch.q.data() + (token * batch.heads + h) * d;
+        std::vector<double> scores;
+        std::vector<int> keys;
+        for (int j = 0; j < kv_len; ++j) {
+          const bool visible = batch.masks[b].empty()
+                                   ? j <= kv_len - q_len + i
+                                   : batch.masks[b][size_t(i) * kv_len + j] != 0;
+          if (!visible) continue;
+          double s = 0.0;
+          for (int e = 0; e < d; ++e) s += double(q[e]) * batch.keys[b][size_t((j * kvh + g) * d + e)];
+          scores.push_back(s * scale);
+          keys.push_back(j);
+        }
+        double max = -INFINITY, sum = 0.0;
+        for (double s : scores) max = std::max(max, s);
+        for (double& s : scores) sum += (s = std::exp(s - max));
+        for (int e = 0; e < d; ++e) {
+          double expected = 0.0;
+          for (size_t n = 0; n < keys.size(); ++n)
+            expected += scores[n] / sum * batch.values[b][size_t((keys[n] * kvh + g) * d + e)];
+          const float got = out[size_t((token * batch.heads + h) * d + e)];
+          ASSERT_NEAR(got, expected, 2e-5) << "seq " << b << " query " << i << " head " << h << " dim " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTest, RaggedBatchPrefillChunksAndDecode) {
+  std::mt19937 rng(70);
+  struct Config { int heads, kv_heads, head_dim, page_size; };
+  for (Config c : {Config{4, 2, 16, 4}, Config{3, 3, 7, 5}, Config{8, 1, 64, 16}, Config{2, 1, 33, 1}}) {
+    // (q_len, kv_len): full prefill, chunked prefill continuing a context,
+    // decode at page boundaries and not, and an idle sequence.
+    Batch batch = makeBatch(rng, {{9, 9}, {5, 23}, {1, 17}, {1, 16}, {0, 4}, {1, 1}}, c.heads,
+                            c.kv_heads, c.head_dim, c.page_size);
+    std::vector<float> out = testing::poisoned(batch.q.size());
+    std::vector<const uint8_t*> masks;
+    PagedAttentionArgs args = argsFor(batch, out, masks);
+    Status s = pagedAttention(args);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    expectMatchesReference(batch, out, args.scale);
+  }
+}
+
+TEST(PagedAttentionTest, TreeMaskReplacesCausalRule) {
+  std::mt19937 rng(71);
+  // Sequence 0 verifies a 4-node draft tree after a 6-token prefix; sequence 1 is plain decode.
+  Batch batch = makeBatch(rng, {{4, 10}, {1, 5}}, 4, 2, 8, 4);
+  std::vector<uint8_t> mask(4 * 10, 0);
+  const int parent[4] = {-1, 0, 0, 1};  // node 0 root, 1 and 2 children of 0, 3 child of 1
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 6; ++j) mask[size_t(i * 10 + j)] = 1;
+    for (int n = i; n >= 0; n = parent[n]) mask[size_t(i * 10 + 6 + n)] = 1;
+  }
+  batch.masks[0] = mask;
+  std::vector<float> out = testing::poisoned(batch.q.size());
+  std::vector<const uint8_t*> masks;
+  PagedAttentionArgs args = argsFor(batch, out, masks);
+  ASSERT_TRUE(pagedAttention(args).ok());
+  expectMatchesReference(batch, out, args.scale);
+}
+
+TEST(PagedAttentionTest, ReportsBadBlockAndShapes) {
+  std::mt19937 rng(72);
+  Batch batch = makeBatch(rng, {{2, 6}}, 2, 1, 4, 4);
+  std::vector<float> out = testing::poisoned(batch.q.size());
+  std::vector<const uint8_t*> masks;
+  batch.block_table[1] = 99;
+  Status s = pagedAttention(argsFor(batch, out, masks));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("block_table[1] = 99"), std::string::npos) << s.error().message;
+
+  Batch short_kv = makeBatch(rng, {{3, 3}}, 2, 1, 4, 4);
+  short_kv.kv_len[0] = 2;
+  s = pagedAttention(argsFor(short_kv, out, masks));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("kv_len 2"), std::string::npos) << s.error().message;
+
+  Batch gqa = makeBatch(rng, {{1, 3}}, 3, 2, 4, 4);
+  EXPECT_FALSE(pagedAttention(argsFor(gqa, out, masks)).ok());
+}
+
+}  // namespace
+}  // namespace kiln::cpu

@@ -1,0 +1,33 @@
+#include "runtime/cpu/kernels/rms_norm.h"
+
+#include <cmath>
+
+#include "runtime/cpu/kernels/thread_pool.h"
+
+namespace kiln::cpu {
+
+Status rmsNormResidual(const float* x, float* residual, const float* weight, float eps,
+                       int64_t tokens, int64_t hidden, float* out) {
+  if (tokens < 0 || hidden <= 0)
+    return makeError("rms_norm: shape tokens={} hidden={} is invalid", tokens, hidden);
+  if (!(eps >= 0.0f)) return makeError("rms_norm: eps {} is invalid: expected >= 0", eps);
+  parallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xr = x + t * hidden;
+      const float* src = xr;
+      if (residual) {
+        float* rr = residual + t * hidden;
+        for (int64_t i = 0; i < hidden; ++i) rr[i] += xr[i];
+        src = rr;
+      }
+      double sum_sq = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) sum_sq += double(src[i]) * double(src[i]);
+      const float inv_rms = float(1.0 / std::sqrt(sum_sq / double(hidden) + double(eps)));
+      float* o = out + t * hidden;
+      for (int64_t i = 0; i < hidden; ++i) o[i] = src[i] * inv_rms * weight[i];
+    }
+  });
+  return Status::success();
+}
+
+}  // namespace kiln::cpu
