@@ -11,6 +11,7 @@
 #include "dialects/xfmr/IR/XfmrDialect.h"
 #include "models/formats/model_source.h"
 #include "models/importer/LlamaImporter.h"
+#include "runtime/support/model_cache.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -53,8 +54,10 @@ int main(int argc, char** argv) {
   mlir::registerMLIRContextCLOptions();
   cl::ParseCommandLineOptions(argc, argv, "kiln model compiler\n");
 
+  kiln::Result<std::string> path = kiln::resolveModel(modelPath);
+  if (!path.ok()) return fail(path.error().message);
   auto source = kiln::formats::ModelSource::open(
-      modelPath, kiln::formats::OpenMode::kHeaderOnly);
+      *path, kiln::formats::OpenMode::kHeaderOnly);
   if (!source.ok()) return fail(source.error().message);
   if (kiln::Status status = source->checkWeights(); !status.ok())
     return fail(status.error().message);
