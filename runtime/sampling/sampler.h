@@ -1,0 +1,51 @@
+// Per-request token sampler: penalties, temperature, top-k, top-p, min-p, then
+// a draw from the request's own RNG. Same seed + same logits => same tokens,
+// on any machine and regardless of what else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "runtime/sampling/sampling_params.h"
+#include "runtime/support/error.h"
+
+namespace kiln::sampling {
+
+class Sampler {
+ public:
+  // Validates params; the error names the first bad field.
+  static Result<Sampler> create(const SamplingParams& params);
+
+  // logits:          [vocab] f32 for the next position; modified in place
+  //                  (penalties, temperature), so pass a copy if you need it.
+  // previous_tokens: ids the penalties look at (HF applies the repetition
+  //                  penalty over prompt + generated tokens); ids outside
+  //                  [0, vocab) are ignored.
+  // Returns the chosen id, or -1 if logits is empty. Steps, in order:
+  //  1. repetition penalty (HF), then frequency/presence penalties (OpenAI)
+  //  2. temperature == 0: argmax (lowest id on ties), done
+  //  3. logits / temperature; top-k; top-p (smallest most-likely prefix whose
+  //     mass reaches top_p); min-p (drop p < min_p * p_max); draw.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> previous_tokens);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  void applyPenalties(std::span<float> logits, std::span<const int32_t> previous_tokens);
+  // Uniform in [0, 1) from 53 random bits: the same stream on every platform
+  // (std::uniform_real_distribution is implementation-defined).
+  double uniform();
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  // Scratch reused across calls so steady-state sampling does not allocate.
+  std::vector<int32_t> counts_;
+  std::vector<int32_t> seen_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+}  // namespace kiln::sampling

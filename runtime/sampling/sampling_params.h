@@ -1,0 +1,35 @@
+// Per-request sampling settings, as an OpenAI-style request carries them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/support/error.h"
+
+namespace kiln::sampling {
+
+struct SamplingParams {
+  float temperature = 0.0f;         // 0 => greedy (argmax); otherwise logits / temperature
+  int top_k = 0;                    // keep the k most likely tokens; 0 = off
+  float top_p = 1.0f;               // keep the smallest set with mass >= top_p; 1 = off
+  float min_p = 0.0f;               // drop tokens with p < min_p * p_max; 0 = off
+  float repetition_penalty = 1.0f;  // HF: seen tokens' logits / rp if > 0, * rp if < 0
+  float frequency_penalty = 0.0f;   // OpenAI: logit -= fp * count(token)
+  float presence_penalty = 0.0f;    // OpenAI: logit -= pp if the token was seen
+  uint64_t seed = 0;                // per-request RNG seed
+  int max_tokens = 256;             // generated tokens before the request ends
+  std::vector<std::string> stop_strings;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;          // keep generating past the model's EOS tokens
+
+  // The first invalid field, e.g. "temperature -0.5 is invalid: expected >= 0".
+  Status validate() const;
+
+  // Whether `token` ends the request: a stop_token_id, or one of the model's
+  // eos_token_ids unless ignore_eos.
+  bool isStopToken(int32_t token, std::span<const int32_t> eos_token_ids) const;
+};
+
+}  // namespace kiln::sampling
