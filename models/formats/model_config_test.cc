@@ -1,0 +1,265 @@
+#include "models/formats/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include "models/formats/gguf_file.h"
+#include "models/formats/testing/gguf_writer.h"
+#include "models/formats/testing/model_files.h"
+
+namespace kiln::formats {
+namespace {
+
+const std::string kFixtures = std::string(KILN_SOURCE_DIR) + "/test/models";
+
+// A minimal valid llama config with `extra` spliced into the object.
+std::string llamaJson(const std::string& extra = "") {
+  return R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "vocab_size": 100, "max_position_embeddings": 256)" +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+std::string parseError(const std::string& text) {
+  auto c = parseHfConfigText(text, "c.json");
+  if (c.ok()) return "<parsed>";
+  EXPECT_EQ(c.error().message.find('\n'), std::string::npos);
+  return c.error().message;
+}
+
+TEST(ModelConfigTest, Llama3_8B) {
+  const std::string path = kFixtures + "/llama3-8b/config.json";
+  auto c = parseHfConfig(path);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->intermediate_size, 14336);
+  EXPECT_EQ(c->num_layers, 32);
+  EXPECT_EQ(c->num_heads, 32);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_EQ(c->max_position_embeddings, 8192);
+  EXPECT_EQ(c->rms_norm_eps, 1e-5);
+  EXPECT_EQ(c->rope_theta, 500000.0);
+  EXPECT_EQ(c->rope_scaling.kind, RopeScaling::Kind::kNone);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalf);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->weight_dtype, ElementType::BF16);
+  EXPECT_EQ(c->source, path);
+}
+
+TEST(ModelConfigTest, Llama32_1B) {
+  auto c = parseHfConfig(kFixtures + "/llama3.2-1b/config.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->hidden_size, 2048);
+  EXPECT_EQ(c->intermediate_size, 8192);
+  EXPECT_EQ(c->num_layers, 16);
+  EXPECT_EQ(c->num_heads, 32);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->max_position_embeddings, 131072);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->rope_scaling.kind, RopeScaling::Kind::kLlama3);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0);
+  EXPECT_EQ(c->rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c->rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(ropeScalingKindName(c->rope_scaling.kind), "llama3");
+}
+
+TEST(ModelConfigTest, DefaultsAndVariants) {
+  auto llama = parseHfConfigText(
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+          "head_dim": null, "rope_scaling": {"type": "linear", "factor": 2.0}})",
+      "c.json");
+  ASSERT_TRUE(llama.ok()) << llama.error().message;
+  EXPECT_EQ(llama->architecture, "llama");
+  EXPECT_EQ(llama->num_kv_heads, 4);  // defaults to num_attention_heads
+  EXPECT_EQ(llama->head_dim, 16);
+  EXPECT_EQ(llama->max_position_embeddings, 2048);
+  EXPECT_EQ(llama->rope_theta, 10000.0);
+  EXPECT_EQ(llama->rms_norm_eps, 1e-6);
+  EXPECT_EQ(llama->rope_scaling.kind, RopeScaling::Kind::kLinear);
+  EXPECT_EQ(llama->rope_scaling.factor, 2.0);
+
+  auto qwen = parseHfConfigText(
+      R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+          "vocab_size": 100, "use_sliding_window": false, "sliding_window": 4096,
+          "tie_word_embeddings": true, "torch_dtype": "float16"})",
+      "q.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.error().message;
+  EXPECT_TRUE(qwen->attention_bias);
+  EXPECT_EQ(qwen->sliding_window, 0);
+  EXPECT_TRUE(qwen->tie_word_embeddings);
+  EXPECT_EQ(qwen->weight_dtype, ElementType::F16);
+
+  auto mistral = parseHfConfigText(
+      R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 100, "sliding_window": 4096, "rope_parameters":
+          {"rope_theta": 1000000.0, "rope_type": "default"}})",
+      "m.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.error().message;
+  EXPECT_EQ(mistral->sliding_window, 4096);
+  EXPECT_EQ(mistral->rope_theta, 1000000.0);
+  EXPECT_FALSE(mistral->attention_bias);
+}
+
+TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
+  EXPECT_EQ(parseError(R"({"model_type": "llama"})"),
+            "c.json: missing field 'hidden_size' (expected an integer)");
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                          "num_hidden_layers": 2, "num_attention_heads": 4})"),
+            "c.json: missing field 'vocab_size' (expected an integer)");
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": "4096"})"),
+            "c.json: field 'hidden_size' is a string (\"4096\"), expected an integer");
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 4096.5})"),
+            "c.json: field 'hidden_size' is a number (4096.5), expected an integer");
+  EXPECT_EQ(parseError(llamaJson(R"("rms_norm_eps": "1e-5")")),
+            "c.json: field 'rms_norm_eps' is a string (\"1e-5\"), expected a number");
+  EXPECT_EQ(parseError(llamaJson(R"("tie_word_embeddings": 1)")),
+            "c.json: field 'tie_word_embeddings' is an integer (1), expected a boolean");
+  EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})")),
+            "c.json: missing field 'rope_scaling.low_freq_factor' (expected a number)");
+  EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": [1])")),
+            "c.json: field 'rope_scaling' is an array, expected an object or null");
+  EXPECT_EQ(parseError(llamaJson(R"("torch_dtype": "int8")")),
+            "c.json: field 'torch_dtype' is 'int8', expected bfloat16, float16 or float32");
+  EXPECT_EQ(parseError("{\"model_type\": "),
+            "c.json: not valid JSON: [json.exception.parse_error.101] parse error at line 1, "
+            "column 16: syntax error while parsing value - unexpected end of input; expected "
+            "'[', '{', or a literal");
+  EXPECT_EQ(parseError("[]"), "c.json: top level is an array, expected an object");
+}
+
+TEST(ModelConfigBadInputTest, UnsupportedArchitecture) {
+  EXPECT_EQ(parseError(R"({"model_type": "gpt2"})"),
+            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2");
+  EXPECT_EQ(parseError(R"({"architectures": ["GPT2LMHeadModel"]})"),
+            "c.json: architectures[0] 'GPT2LMHeadModel' is not supported; supported: "
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
+  EXPECT_EQ(parseError("{}"),
+            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2)");
+  EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
+            "c.json: field 'rope_scaling.rope_type' is 'yarn', supported: default, linear, llama3");
+  EXPECT_EQ(parseError(llamaJson(R"("hidden_act": "gelu")")),
+            "c.json: field 'hidden_act' is 'gelu', only 'silu' is supported");
+}
+
+TEST(ModelConfigBadInputTest, Validate) {
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                          "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "num_key_value_heads": 3, "vocab_size": 100})"),
+            "c.json: num_heads 4 is not a multiple of num_kv_heads 3");
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 66, "intermediate_size": 128,
+                          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})"),
+            "c.json: hidden_size 66 is not a multiple of num_heads 4");
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 0,
+                          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})"),
+            "c.json: intermediate_size is 0, expected a positive value");
+  ModelConfig c;
+  c.architecture = "llama";
+  EXPECT_EQ(c.validate().error().message, "model config: hidden_size is 0, expected a positive value");
+  c.architecture = "phi3";
+  EXPECT_EQ(c.validate().error().message,
+            "model config: architecture 'phi3' is not supported; supported: llama, mistral, qwen2");
+}
+
+TEST(ModelConfigTest, MissingFile) {
+  auto c = parseHfConfig("/nonexistent/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().message, "/nonexistent/config.json: cannot open: No such file or directory");
+}
+
+// GGUF metadata as llama.cpp's converter writes it for a 2-layer llama.
+testing::GgufWriter tinyLlamaGguf(bool with_output) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "llama")
+      .addUInt32("llama.block_count", 2)
+      .addUInt32("llama.context_length", 512)
+      .addUInt32("llama.embedding_length", 64)
+      .addUInt32("llama.feed_forward_length", 96)
+      .addUInt32("llama.attention.head_count", 4)
+      .addUInt32("llama.attention.head_count_kv", 2)
+      .addFloat32("llama.rope.freq_base", 500000.f)
+      .addFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.addTensorFilled("token_embd.weight", {50, 64}, ElementType::F16);
+  w.addTensorFilled("blk.0.attn_q.weight", {64, 64}, ElementType::Q8_0);
+  if (with_output) w.addTensorFilled("output.weight", {50, 64}, ElementType::Q8_0);
+  return w;
+}
+
+TEST(ModelConfigTest, FromGgufMetadata) {
+  std::vector<uint8_t> bytes = tinyLlamaGguf(false).serialize();
+  auto f = GgufFile::openBuffer(bytes, "t.gguf");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto c = configFromGguf(*f);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->num_layers, 2);
+  EXPECT_EQ(c->max_position_embeddings, 512);
+  EXPECT_EQ(c->hidden_size, 64);
+  EXPECT_EQ(c->intermediate_size, 96);
+  EXPECT_EQ(c->num_heads, 4);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->vocab_size, 50);  // from token_embd rows
+  EXPECT_EQ(c->rope_theta, 500000.0);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c->rope_style, RopeStyle::kInterleaved);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->weight_dtype, ElementType::Q8_0);
+
+  std::vector<uint8_t> untied = tinyLlamaGguf(true).serialize();
+  EXPECT_FALSE(configFromGguf(*GgufFile::openBuffer(untied, "u.gguf"))->tie_word_embeddings);
+}
+
+TEST(ModelConfigBadInputTest, FromGgufMetadata) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "gpt2");
+  std::vector<uint8_t> bytes = w.serialize();
+  EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
+            "t.gguf: general.architecture 'gpt2' is not supported; supported: llama, mistral, "
+            "qwen2");
+  testing::GgufWriter m;
+  m.addString("general.architecture", "llama").addString("llama.block_count", "2");
+  bytes = m.serialize();
+  EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
+            "t.gguf: metadata 'llama.block_count' is string, expected an integer");
+  testing::GgufWriter n;
+  n.addString("general.architecture", "llama").addUInt32("llama.block_count", 2);
+  bytes = n.serialize();
+  EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
+            "t.gguf: metadata 'llama.embedding_length' not found");
+}
+
+TEST(ModelConfigRealModelTest, SmolLM2) {
+  const std::string path = testing::smollm2GgufPath();
+  KILN_REQUIRE_MODEL_FILE(path);
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto c = configFromGguf(*f);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  // Values from the Python gguf package's view of the file.
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->num_layers, 30);
+  EXPECT_EQ(c->hidden_size, 576);
+  EXPECT_EQ(c->intermediate_size, 1536);
+  EXPECT_EQ(c->num_heads, 9);
+  EXPECT_EQ(c->num_kv_heads, 3);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->vocab_size, 49152);
+  EXPECT_EQ(c->max_position_embeddings, 8192);
+  EXPECT_EQ(c->rope_theta, 100000.0);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c->rope_style, RopeStyle::kInterleaved);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->weight_dtype, ElementType::Q4_1);
+}
+
+}  // namespace
+}  // namespace kiln::formats

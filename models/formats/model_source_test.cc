@@ -1,0 +1,204 @@
+#include "models/formats/model_source.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "models/formats/testing/gguf_writer.h"
+#include "models/formats/testing/model_files.h"
+#include "models/formats/testing/safetensors_writer.h"
+#include "models/formats/testing/temp_dir.h"
+
+namespace kiln::formats {
+namespace {
+
+const std::string kFixtures = std::string(KILN_SOURCE_DIR) + "/test/models";
+
+// A 2-layer llama GGUF: hidden 64, 4 heads / 2 kv heads of 16, ffn 96, vocab 50.
+testing::GgufWriter tinyLlama(bool tied, bool drop_q1 = false, bool bad_k0 = false) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "llama")
+      .addUInt32("llama.block_count", 2)
+      .addUInt32("llama.context_length", 512)
+      .addUInt32("llama.embedding_length", 64)
+      .addUInt32("llama.feed_forward_length", 96)
+      .addUInt32("llama.attention.head_count", 4)
+      .addUInt32("llama.attention.head_count_kv", 2)
+      .addFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.addTensorFilled("token_embd.weight", {50, 64}, ElementType::Q8_0);
+  for (int i = 0; i < 2; ++i) {
+    std::string p = "blk." + std::to_string(i) + ".";
+    w.addTensorFilled(p + "attn_norm.weight", {64}, ElementType::F32);
+    if (!(drop_q1 && i == 1)) w.addTensorFilled(p + "attn_q.weight", {64, 64}, ElementType::Q4_0);
+    w.addTensorFilled(p + "attn_k.weight", {bad_k0 && i == 0 ? 64 : 32, 64}, ElementType::Q4_0);
+    w.addTensorFilled(p + "attn_v.weight", {32, 64}, ElementType::Q4_0);
+    w.addTensorFilled(p + "attn_output.weight", {64, 64}, ElementType::Q4_0);
+    w.addTensorFilled(p + "ffn_norm.weight", {64}, ElementType::F32);
+    w.addTensorFilled(p + "ffn_gate.weight", {96, 64}, ElementType::Q4_0);
+    w.addTensorFilled(p + "ffn_up.weight", {96, 64}, ElementType::Q4_0);
+    w.addTensorFilled(p + "ffn_down.weight", {64, 96}, ElementType::Q4_0);
+  }
+  w.addTensorFilled("output_norm.weight", {64}, ElementType::F32);
+  if (!tied) w.addTensorFilled("output.weight", {50, 64}, ElementType::Q8_0);
+  return w;
+}
+
+TEST(ModelSourceTest, GgufNamesAndLookup) {
+  testing::TempDir dir;
+  std::string path = dir.file("tiny.gguf");
+  ASSERT_TRUE(tinyLlama(/*tied=*/true).writeFile(path).ok());
+  auto src = ModelSource::open(path, OpenMode::kWithData);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->format(), ModelSource::Format::kGguf);
+  EXPECT_NE(src->gguf(), nullptr);
+  EXPECT_EQ(src->config().num_layers, 2);
+  EXPECT_TRUE(src->config().tie_word_embeddings);
+  EXPECT_EQ(src->tensors().size(), 1u + 2 * 9 + 1);
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+
+  EXPECT_EQ(src->weightName(WeightRole::kQ, 1), "blk.1.attn_q.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kO, 0), "blk.0.attn_output.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kFfnNorm, 1), "blk.1.ffn_norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kKBias, 0), "blk.0.attn_k.bias");
+  EXPECT_EQ(src->weightName(WeightRole::kFinalNorm), "output_norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kLmHead), "token_embd.weight");  // tied
+  EXPECT_EQ(src->weight(WeightRole::kLmHead), src->weight(WeightRole::kTokenEmbedding));
+  EXPECT_EQ(src->weight(WeightRole::kDown, 1)->shape, (std::vector<int64_t>{64, 96}));
+  EXPECT_EQ(src->weight(WeightRole::kQ, 2), nullptr);   // past num_layers
+  EXPECT_EQ(src->weight(WeightRole::kQ, -1), nullptr);
+  EXPECT_EQ(src->weight(WeightRole::kQBias, 0), nullptr);
+
+  auto data = src->weightData(WeightRole::kK, 1);
+  ASSERT_TRUE(data.ok()) << data.error().message;
+  EXPECT_EQ(data->size(), 32u * 64 / 32 * 18);
+  EXPECT_EQ(src->weightData(WeightRole::kQBias, 0).error().message,
+            path + ": no tensor 'blk.0.attn_q.bias' for attn_q_bias");
+}
+
+TEST(ModelSourceTest, GgufUntiedHead) {
+  testing::TempDir dir;
+  std::string path = dir.file("tiny.gguf");
+  ASSERT_TRUE(tinyLlama(/*tied=*/false).writeFile(path).ok());
+  auto src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_FALSE(src->config().tie_word_embeddings);
+  EXPECT_EQ(src->weightName(WeightRole::kLmHead), "output.weight");
+  EXPECT_TRUE(src->checkWeights().ok());
+}
+
+TEST(ModelSourceBadInputTest, MissingAndMisshapenWeights) {
+  testing::TempDir dir;
+  std::string path = dir.file("tiny.gguf");
+  ASSERT_TRUE(tinyLlama(true, /*drop_q1=*/true).writeFile(path).ok());
+  auto src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->checkWeights().error().message,
+            path + ": missing tensor 'blk.1.attn_q.weight' (attn_q of layer 1), expected shape "
+                   "[64, 64]");
+  ASSERT_TRUE(tinyLlama(true, false, /*bad_k0=*/true).writeFile(path).ok());
+  src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->checkWeights().error().message,
+            path + ": tensor 'blk.0.attn_k.weight' has shape [64, 64], expected [32, 64]");
+}
+
+TEST(ModelSourceBadInputTest, Paths) {
+  EXPECT_EQ(ModelSource::open("/nonexistent/m.gguf", OpenMode::kHeaderOnly).error().message,
+            "/nonexistent/m.gguf: no such file or directory");
+  testing::TempDir dir;
+  EXPECT_EQ(ModelSource::open(dir.path(), OpenMode::kHeaderOnly).error().message,
+            dir.path() + ": checkpoint directory has no config.json");
+}
+
+// A 1-layer qwen2 checkpoint with q/k/v biases, written with data.
+TEST(ModelSourceTest, HfCheckpointWithBiases) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("config.json")) << R"({
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 20, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16"})";
+  testing::SafetensorsWriter w;
+  auto bf16 = ElementType::BF16;
+  w.addTensorFilled("model.embed_tokens.weight", bf16, {20, 32});
+  w.addTensorFilled("model.layers.0.input_layernorm.weight", bf16, {32});
+  w.addTensorFilled("model.layers.0.self_attn.q_proj.weight", bf16, {32, 32});
+  w.addTensorFilled("model.layers.0.self_attn.q_proj.bias", bf16, {32});
+  w.addTensorFilled("model.layers.0.self_attn.k_proj.weight", bf16, {16, 32});
+  w.addTensorFilled("model.layers.0.self_attn.k_proj.bias", bf16, {16});
+  w.addTensorFilled("model.layers.0.self_attn.v_proj.weight", bf16, {16, 32});
+  w.addTensorFilled("model.layers.0.self_attn.v_proj.bias", bf16, {16});
+  w.addTensorFilled("model.layers.0.self_attn.o_proj.weight", bf16, {32, 32});
+  w.addTensorFilled("model.layers.0.post_attention_layernorm.weight", bf16, {32});
+  w.addTensorFilled("model.layers.0.mlp.gate_proj.weight", bf16, {48, 32});
+  w.addTensorFilled("model.layers.0.mlp.up_proj.weight", bf16, {48, 32});
+  w.addTensorFilled("model.layers.0.mlp.down_proj.weight", bf16, {32, 48});
+  w.addTensorFilled("model.norm.weight", bf16, {32});
+  ASSERT_TRUE(w.writeFile(dir.file("model.safetensors")).ok());
+
+  auto src = ModelSource::open(dir.path(), OpenMode::kWithData);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->format(), ModelSource::Format::kSafetensors);
+  EXPECT_EQ(src->gguf(), nullptr);
+  EXPECT_TRUE(src->config().attention_bias);
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->weightName(WeightRole::kVBias, 0), "model.layers.0.self_attn.v_proj.bias");
+  EXPECT_EQ(src->weightName(WeightRole::kAttnNorm, 0), "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kLmHead), "model.embed_tokens.weight");
+  EXPECT_EQ(src->weight(WeightRole::kKBias, 0)->shape, (std::vector<int64_t>{16}));
+  auto data = src->weightData(WeightRole::kGate, 0);
+  ASSERT_TRUE(data.ok()) << data.error().message;
+  EXPECT_EQ(data->size(), 48u * 32 * 2);
+}
+
+TEST(ModelSourceTest, Llama3_8B_HeaderOnly) {
+  auto src = ModelSource::open(kFixtures + "/llama3-8b", OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->checkpoint()->shards().size(), 4u);
+  EXPECT_EQ(src->tensors().size(), 2u + 32 * 9 + 1);
+  uint64_t total = 0;
+  for (const TensorInfo& t : src->tensors()) {
+    EXPECT_EQ(t.type, ElementType::BF16) << t.name;
+    total += t.size_bytes;
+  }
+  EXPECT_EQ(total, 16060522496u);  // total_size in the real repo's index
+  EXPECT_EQ(src->weight(WeightRole::kK, 31)->shape, (std::vector<int64_t>{1024, 4096}));
+  EXPECT_EQ(src->weight(WeightRole::kDown, 0)->shape, (std::vector<int64_t>{4096, 14336}));
+  EXPECT_EQ(src->weight(WeightRole::kLmHead)->name, "lm_head.weight");
+  EXPECT_EQ(src->weight(WeightRole::kLmHead)->shape, (std::vector<int64_t>{128256, 4096}));
+  EXPECT_FALSE(src->weightData(WeightRole::kQ, 0).ok());  // no data in header-only mode
+  EXPECT_FALSE(ModelSource::open(kFixtures + "/llama3-8b", OpenMode::kWithData).ok());
+}
+
+TEST(ModelSourceTest, Llama32_1B_HeaderOnly) {
+  auto src = ModelSource::open(kFixtures + "/llama3.2-1b", OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->checkpoint()->shards().size(), 1u);
+  EXPECT_EQ(src->tensors().size(), 1u + 16 * 9 + 1);
+  EXPECT_EQ(src->findTensor("lm_head.weight"), nullptr);
+  EXPECT_EQ(src->weight(WeightRole::kLmHead)->name, "model.embed_tokens.weight");
+  EXPECT_EQ(src->weight(WeightRole::kQ, 15)->shape, (std::vector<int64_t>{2048, 2048}));
+  EXPECT_EQ(src->weight(WeightRole::kV, 15)->shape, (std::vector<int64_t>{512, 2048}));
+}
+
+TEST(ModelSourceRealModelTest, SmolLM2) {
+  const std::string path = testing::smollm2GgufPath();
+  KILN_REQUIRE_MODEL_FILE(path);
+  auto src = ModelSource::open(path, OpenMode::kWithData);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->tensors().size(), 272u);
+  EXPECT_EQ(src->weight(WeightRole::kLmHead)->name, "token_embd.weight");
+  const TensorInfo* k = src->weight(WeightRole::kK, 29);
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->type, ElementType::Q4_1);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{192, 576}));  // gguf ne [576, 192]
+  auto data = src->weightData(WeightRole::kTokenEmbedding);
+  ASSERT_TRUE(data.ok()) << data.error().message;
+  EXPECT_EQ(data->size(), 30081024u);
+}
+
+}  // namespace
+}  // namespace kiln::formats

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Writes header-only Hugging Face checkpoints for Llama-3 shapes.
+
+A header-only safetensors file holds the 8-byte length and the JSON tensor
+table of the real checkpoint, but none of the data. The compiler reads only
+the table, so tests and benchmarks can import Llama-3-8B (16 GB of bf16) from a
+few kilobytes, with no torch and no download.
+
+  llama3-8b/     config.json, model.safetensors.index.json, 4 shards
+                 (meta-llama/Meta-Llama-3-8B values, 5 GB greedy sharding in
+                 state-dict order as transformers' save_pretrained does)
+  llama3.2-1b/   config.json, model.safetensors (tied embeddings: no lm_head)
+
+Usage: make_header_only_checkpoint.py [OUTPUT_DIR]   (default: this directory)
+Standard library only.
+"""
+import json
+import os
+import struct
+import sys
+
+BF16_BYTES = 2
+MAX_SHARD_BYTES = 5 * 10**9  # save_pretrained(max_shard_size="5GB")
+
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+LLAMA32_1B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 32.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+
+def llama_tensors(cfg):
+    """(name, shape) in LlamaForCausalLM state-dict order, outermost dim first."""
+    h = cfg["hidden_size"]
+    f = cfg["intermediate_size"]
+    v = cfg["vocab_size"]
+    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    q = cfg["num_attention_heads"] * d
+    kv = cfg["num_key_value_heads"] * d
+    out = [("model.embed_tokens.weight", [v, h])]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "self_attn.q_proj.weight", [q, h]),
+            (p + "self_attn.k_proj.weight", [kv, h]),
+            (p + "self_attn.v_proj.weight", [kv, h]),
+            (p + "self_attn.o_proj.weight", [h, q]),
+            (p + "mlp.gate_proj.weight", [f, h]),
+            (p + "mlp.up_proj.weight", [f, h]),
+            (p + "mlp.down_proj.weight", [h, f]),
+            (p + "input_layernorm.weight", [h]),
+            (p + "post_attention_layernorm.weight", [h]),
+        ]
+    out.append(("model.norm.weight", [h]))
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", [v, h]))
+    return out
+
+
+def nbytes(shape):
+    n = BF16_BYTES
+    for s in shape:
+        n *= s
+    return n
+
+
+def header_bytes(tensors):
+    """The safetensors prefix + JSON header; data laid out in name order, as
+    the safetensors library does for tensors of one dtype."""
+    table = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape in sorted(tensors):
+        size = nbytes(shape)
+        table[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(table, separators=(",", ":"))
+    text += " " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text.encode()
+
+
+def shard(tensors):
+    """Greedy sharding in order: start a new shard when the next tensor would
+    push the current one past the limit."""
+    shards, current, size = [], [], 0
+    for name, shape in tensors:
+        b = nbytes(shape)
+        if current and size + b > MAX_SHARD_BYTES:
+            shards.append(current)
+            current, size = [], 0
+        current.append((name, shape))
+        size += b
+    shards.append(current)
+    return shards
+
+
+def write_config(directory, cfg):
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+
+
+def write_sharded(directory, cfg):
+    os.makedirs(directory, exist_ok=True)
+    write_config(directory, cfg)
+    tensors = llama_tensors(cfg)
+    shards = shard(tensors)
+    weight_map = {}
+    for i, part in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        with open(os.path.join(directory, fname), "wb") as f:
+            f.write(header_bytes(part))
+        for name, _ in part:
+            weight_map[name] = fname
+    index = {
+        "metadata": {"total_size": sum(nbytes(s) for _, s in tensors)},
+        "weight_map": dict(sorted(weight_map.items())),
+    }
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+    return len(shards), index["metadata"]["total_size"]
+
+
+def write_single(directory, cfg):
+    os.makedirs(directory, exist_ok=True)
+    write_config(directory, cfg)
+    tensors = llama_tensors(cfg)
+    with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+        f.write(header_bytes(tensors))
+    return sum(nbytes(s) for _, s in tensors)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    n, total = write_sharded(os.path.join(out, "llama3-8b"), LLAMA3_8B)
+    print(f"llama3-8b: {n} shards, {total} bytes of bf16 data described")
+    total = write_single(os.path.join(out, "llama3.2-1b"), LLAMA32_1B)
+    print(f"llama3.2-1b: 1 file, {total} bytes of bf16 data described")
+
+
+if __name__ == "__main__":
+    main()
