@@ -1,5 +1,7 @@
 #include "models/formats/gguf_file.h"
 
+#include "models/formats/error_text.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -280,12 +282,13 @@ Status GgufParser::readMetadata(uint64_t kv_count) {
   for (uint64_t i = 0; i < kv_count; ++i) {
     auto key = readString(fmt::format("metadata #{} key", i));
     if (!key) return key.error();
-    auto type = readValueType(fmt::format("metadata '{}' value type", *key));
+    const std::string shown = printable(*key);  // for messages only
+    auto type = readValueType(fmt::format("metadata '{}' value type", shown));
     if (!type) return type.error();
-    auto value = readValue(*type, *key, 0);
+    auto value = readValue(*type, shown, 0);
     if (!value) return value.error();
     if (f_.values_.count(*key) != 0)
-      return makeError("{}: metadata key '{}' appears twice", f_.path_, *key);
+      return makeError("{}: metadata key '{}' appears twice", f_.path_, shown);
     f_.values_.emplace(*key, value.take());
     f_.keys_.push_back(key.take());
   }
@@ -309,7 +312,7 @@ Status GgufParser::readTensorInfos(uint64_t tensor_count) {
   for (uint64_t i = 0; i < tensor_count; ++i) {
     auto name = readString(fmt::format("tensor #{} name", i));
     if (!name) return name.error();
-    std::string ctx = fmt::format("tensor '{}'", *name);
+    std::string ctx = fmt::format("tensor '{}'", printable(*name));
     auto n_dims = read<uint32_t>(ctx + " n_dims");
     if (!n_dims) return n_dims.error();
     if (*n_dims > kMaxDims)
@@ -346,7 +349,7 @@ Status GgufParser::readTensorInfos(uint64_t tensor_count) {
     if (!size)
       return makeError("{}: {}: {}", f_.path_, ctx, size.error().message);
     if (f_.tensor_index_.count(*name) != 0)
-      return makeError("{}: tensor name '{}' appears twice", f_.path_, *name);
+      return makeError("{}: tensor name '{}' appears twice", f_.path_, printable(*name));
 
     TensorInfo info;
     info.name = name.take();
@@ -366,7 +369,7 @@ Status GgufParser::checkTensorData() {
   for (TensorInfo& t : f_.tensors_) {
     if (t.offset % f_.alignment_ != 0)
       return makeError("{}: tensor '{}': offset {} is not a multiple of the alignment {}",
-                       f_.path_, t.name, t.offset, f_.alignment_);
+                       f_.path_, printable(t.name), t.offset, f_.alignment_);
     uint64_t begin = 0, end = 0;
     if (__builtin_add_overflow(f_.data_offset_, t.offset, &begin) ||
         __builtin_add_overflow(begin, t.size_bytes, &end) || end > file_size) {
@@ -374,7 +377,8 @@ Status GgufParser::checkTensorData() {
       unsigned __int128 b = static_cast<unsigned __int128>(f_.data_offset_) + t.offset;
       unsigned __int128 e = b + t.size_bytes;
       return makeError("{}: tensor '{}': data [{}, {}) extends past end of file ({} bytes)",
-                       f_.path_, t.name, fmt::to_string(b), fmt::to_string(e), file_size);
+                       f_.path_, printable(t.name), fmt::to_string(b), fmt::to_string(e),
+                       file_size);
     }
     t.offset = begin;
   }
@@ -389,8 +393,8 @@ Status GgufParser::checkTensorData() {
     const TensorInfo& b = *by_offset[i];
     if (a.offset + a.size_bytes > b.offset)
       return makeError("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", f_.path_,
-                       a.name, a.offset, a.offset + a.size_bytes, b.name, b.offset,
-                       b.offset + b.size_bytes);
+                       printable(a.name), a.offset, a.offset + a.size_bytes, printable(b.name),
+                       b.offset, b.offset + b.size_bytes);
   }
   return Status::success();
 }
@@ -464,12 +468,13 @@ const GgufValue* GgufFile::find(std::string_view key) const {
 namespace {
 
 Error missingKey(const std::string& path, std::string_view key) {
-  return makeError("{}: metadata '{}' not found", path, key);
+  return makeError("{}: metadata '{}' not found", path, printable(key));
 }
 
 Error wrongType(const std::string& path, std::string_view key, const GgufValue& v,
                 std::string_view expected) {
-  return makeError("{}: metadata '{}' is {}, expected {}", path, key, v.typeName(), expected);
+  return makeError("{}: metadata '{}' is {}, expected {}", path, printable(key), v.typeName(),
+                   expected);
 }
 
 }  // namespace
@@ -481,7 +486,7 @@ Result<uint64_t> GgufFile::getUInt(std::string_view key) const {
   if (isSignedType(v->type)) {
     if (v->int_value < 0)
       return makeError("{}: metadata '{}' is {} ({}), expected a non-negative integer", path_,
-                       key, v->int_value, v->typeName());
+                       printable(key), v->int_value, v->typeName());
     return static_cast<uint64_t>(v->int_value);
   }
   return v->uint_value;
@@ -494,7 +499,7 @@ Result<int64_t> GgufFile::getInt(std::string_view key) const {
   if (isSignedType(v->type)) return v->int_value;
   if (v->uint_value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     return makeError("{}: metadata '{}' is {} (uint64), expected a value that fits int64",
-                     path_, key, v->uint_value);
+                     path_, printable(key), v->uint_value);
   return static_cast<int64_t>(v->uint_value);
 }
 
@@ -562,7 +567,7 @@ Result<std::vector<int32_t>> GgufFile::getIntArray(std::string_view key) const {
                             : w.u <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
     if (!fits)
       return makeError("{}: metadata '{}' element {} is {}, expected a value that fits int32",
-                       path_, key, i, describeInt(w));
+                       path_, printable(key), i, describeInt(w));
     out[i] = w.is_signed ? static_cast<int32_t>(w.s) : static_cast<int32_t>(w.u);
   }
   return out;

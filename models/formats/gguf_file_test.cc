@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/model_files.h"
@@ -410,6 +411,36 @@ TEST(GgufFileBadInputTest, OverlappingTensors) {
   uint64_t ds = bytes.size() - 64;
   EXPECT_EQ(openError(bytes), fmt::format("t.gguf: tensors 'a' [{}, {}) and 'b' [{}, {}) overlap",
                                           ds, ds + 64, ds + 32, ds + 64));
+}
+
+TEST(GgufFileBadInputTest, NamesInMessagesAreEscaped) {
+  // Fuzzer finding: a key holding a newline split the "one line" error.
+  std::vector<uint8_t> bytes = GgufWriter().addString("a\nb", "v").serialize();
+  patchU32(bytes, 35, 77);  // the value type, after the 3-byte key
+  EXPECT_EQ(openError(bytes),
+            "t.gguf: metadata 'a\\x0ab' value type is 77, expected a GGUF value type id 0..12");
+  std::string long_name(300, 'n');
+  GgufWriter w;
+  w.addRawTensorInfo(long_name, {8}, 4, 0);
+  EXPECT_EQ(openError(w.serialize()),
+            "t.gguf: tensor '" + std::string(100, 'n') + "...(300 bytes)': unknown ggml type id 4");
+}
+
+// Inputs the fuzzer found (test/bad-input/formats/gguf/): each must fail with
+// one line that names the file.
+TEST(GgufFileBadInputTest, FuzzerRegressions) {
+  const std::filesystem::path dir =
+      std::filesystem::path(KILN_SOURCE_DIR) / "test/bad-input/formats/gguf";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    SCOPED_TRACE(entry.path().string());
+    auto f = GgufFile::open(entry.path().string());
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.error().message.rfind(entry.path().string() + ": ", 0), 0u) << f.error().message;
+    EXPECT_EQ(f.error().message.find('\n'), std::string::npos) << f.error().message;
+    ++count;
+  }
+  EXPECT_GT(count, 0);
 }
 
 //===----------------------------------------------------------------------===//

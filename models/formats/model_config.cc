@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "models/formats/error_text.h"
 #include "models/formats/gguf_file.h"
 #include "models/formats/mapped_file.h"
 
@@ -137,7 +138,7 @@ Status parseRopeScaling(const json& rs, const std::string& name, std::string_vie
                 f.integer("original_max_position_embeddings", std::nullopt));
   } else {
     return makeError("{}: field '{}rope_type' is '{}', supported: default, linear, llama3", name,
-                     prefix, *type);
+                     prefix, printable(*type));
   }
   return Status::success();
 }
@@ -160,7 +161,8 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   KILN_ASSIGN(model_type, f.string("model_type"));
   if (model_type) {
     if (!isSupportedArch(*model_type))
-      return makeError("{}: model_type '{}' is not supported; supported: {}", name, *model_type,
+      return makeError("{}: model_type '{}' is not supported; supported: {}", name,
+                       printable(*model_type),
                        kSupported);
     c.architecture = *model_type;
   } else {
@@ -175,13 +177,14 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     if (c.architecture.empty())
       return makeError("{}: architectures[0] '{}' is not supported; supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
-                       name, cls);
+                       name, printable(cls));
   }
 
   std::optional<std::string> act;
   KILN_ASSIGN(act, f.string("hidden_act"));
   if (act && *act != "silu")
-    return makeError("{}: field 'hidden_act' is '{}', only 'silu' is supported", name, *act);
+    return makeError("{}: field 'hidden_act' is '{}', only 'silu' is supported", name,
+                     printable(*act));
 
   KILN_ASSIGN(c.hidden_size, f.integer("hidden_size", std::nullopt));
   KILN_ASSIGN(c.intermediate_size, f.integer("intermediate_size", std::nullopt));
@@ -238,7 +241,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     auto t = dtypeFromTorchName(*dtype);
     if (!t)
       return makeError("{}: field 'torch_dtype' is '{}', expected bfloat16, float16 or float32",
-                       name, *dtype);
+                       name, printable(*dtype));
     c.weight_dtype = *t;
   }
 
@@ -264,7 +267,8 @@ std::string_view ropeScalingKindName(RopeScaling::Kind kind) {
 Status ModelConfig::validate() const {
   const std::string& s = source.empty() ? std::string("model config") : source;
   if (!isSupportedArch(architecture))
-    return makeError("{}: architecture '{}' is not supported; supported: {}", s, architecture,
+    return makeError("{}: architecture '{}' is not supported; supported: {}", s,
+                     printable(architecture),
                      kSupported);
   struct Named {
     std::string_view name;
@@ -331,7 +335,7 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
   KILN_ASSIGN(c.architecture, file.getString("general.architecture"));
   if (!isSupportedArch(c.architecture))
     return makeError("{}: general.architecture '{}' is not supported; supported: {}",
-                     file.path(), c.architecture, kSupported);
+                     file.path(), printable(c.architecture), kSupported);
   const std::string a = c.architecture + ".";
   auto optInt = [&](const std::string& key, int64_t fallback) -> Result<int64_t> {
     if (file.find(key) == nullptr) return fallback;
@@ -372,7 +376,7 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
       KILN_ASSIGN(c.rope_scaling.factor, file.getFloat(a + "rope.scaling.factor"));
     } else if (type != "none") {
       return makeError("{}: metadata '{}rope.scaling.type' is '{}', supported: none, linear",
-                       file.path(), a, type);
+                       file.path(), printable(a), printable(type));
     }
   }
   // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 keeps neox.

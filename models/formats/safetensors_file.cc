@@ -1,5 +1,7 @@
 #include "models/formats/safetensors_file.h"
 
+#include "models/formats/error_text.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -166,13 +168,14 @@ Status SafetensorsFile::parseHeader(std::string_view text, uint64_t data_bytes_a
                            jsonTypeName(entry));
         for (auto m = entry.begin(); m != entry.end(); ++m) {
           if (!m.value().is_string())
-            return makeError("{}: __metadata__ '{}' is {}, expected a string", path_, m.key(),
+            return makeError("{}: __metadata__ '{}' is {}, expected a string", path_,
+                             printable(m.key()),
                              jsonTypeName(m.value()));
           metadata_[m.key()] = m.value().get<std::string>();
         }
         continue;
       }
-      std::string where = fmt::format("{}: tensor '{}'", path_, name);
+      std::string where = fmt::format("{}: tensor '{}'", path_, printable(name));
       if (!entry.is_object())
         return makeError("{} is {}, expected an object with dtype, shape, data_offsets", where,
                          jsonTypeName(entry));
@@ -185,7 +188,7 @@ Status SafetensorsFile::parseHeader(std::string_view text, uint64_t data_bytes_a
       auto type = parseDtype(dtype.get<std::string>());
       if (!type)
         return makeError("{}: unknown dtype '{}', expected one of {}", where,
-                         dtype.get<std::string>(), fmt::join(kDtypes, ", "));
+                         printable(dtype.get<std::string>()), fmt::join(kDtypes, ", "));
       const json& shape_json = entry["shape"];
       if (!shape_json.is_array())
         return makeError("{}: shape is {}, expected an array of integers", where,
@@ -244,15 +247,16 @@ Status SafetensorsFile::parseHeader(std::string_view text, uint64_t data_bytes_a
     const TensorInfo& a = tensors_[i - 1];
     const TensorInfo& b = tensors_[i];
     if (a.offset + a.size_bytes > b.offset)
-      return makeError("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", path_, a.name,
-                       a.offset, a.offset + a.size_bytes, b.name, b.offset,
-                       b.offset + b.size_bytes);
+      return makeError("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", path_,
+                       printable(a.name), a.offset, a.offset + a.size_bytes, printable(b.name),
+                       b.offset, b.offset + b.size_bytes);
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     // Relative offsets are bounded by the header's integers (< 2^64) and the
     // data section; the sum cannot wrap for any offset the checks accepted.
     if (tensors_[i].offset > std::numeric_limits<uint64_t>::max() - data_offset_)
-      return makeError("{}: tensor '{}': data offset {} overflows", path_, tensors_[i].name,
+      return makeError("{}: tensor '{}': data offset {} overflows", path_,
+                       printable(tensors_[i].name),
                        tensors_[i].offset);
     tensors_[i].offset += data_offset_;
     tensor_index_.emplace(tensors_[i].name, i);
@@ -322,14 +326,14 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& dir
       for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
         if (!it.value().is_string())
           return makeError("{}: weight_map '{}' is {}, expected a shard file name", index_path,
-                           it.key(), jsonTypeName(it.value()));
+                           printable(it.key()), jsonTypeName(it.value()));
         std::string shard = it.value().get<std::string>();
         // Shards live beside the index; a path could escape the checkpoint.
         if (shard.empty() || shard.find('/') != std::string::npos || shard == "." ||
             shard == "..")
           return makeError("{}: weight_map '{}' names '{}', expected a file name in the same "
                            "directory",
-                           index_path, it.key(), shard);
+                           index_path, printable(it.key()), printable(shard));
         auto [slot, inserted] = plan_slot.emplace(shard, plan.size());
         if (inserted) plan.emplace_back(shard, std::vector<std::string>{});
         plan[slot->second].second.push_back(it.key());
@@ -342,14 +346,14 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& dir
       std::string shard_path = (fs::path(directory) / shard).string();
       if (!fs::exists(shard_path, ec))
         return makeError("{}: shard '{}' (holding '{}' and {} more tensors) is missing",
-                         index_path, shard, names.front(), names.size() - 1);
+                         index_path, printable(shard), printable(names.front()), names.size() - 1);
       auto file = SafetensorsFile::open(shard_path, mode);
       if (!file) return file.error();
       for (const std::string& name : names) {
         const TensorInfo* t = file->findTensor(name);
         if (t == nullptr)
           return makeError("{}: tensor '{}' is mapped to '{}', but that shard has no such tensor",
-                           index_path, name, shard);
+                           index_path, printable(name), printable(shard));
         ckpt.tensors_.push_back(*t);
       }
       ckpt.shard_index_.emplace(shard_path, ckpt.shards_.size());
