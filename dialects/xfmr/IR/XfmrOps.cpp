@@ -264,6 +264,33 @@ LogicalResult ConcatOp::verify() {
   return success();
 }
 
+LogicalResult SplitOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= input.getRank())
+    return emitOpError() << "axis " << axis << " is out of range, expected 0.."
+                         << input.getRank() - 1;
+  llvm::ArrayRef<int64_t> sizes = getSizes();
+  if (sizes.size() != getResults().size())
+    return emitOpError() << "has " << sizes.size() << " sizes for "
+                         << getResults().size() << " results, expected one each";
+  int64_t total = 0;
+  for (auto [i, result] : llvm::enumerate(getResults())) {
+    RankedTensorType type = tensorOf(result);
+    std::string what = "result " + std::to_string(i);
+    if (failed(expectRank(*this, what, type, input.getRank()))) return failure();
+    for (int64_t d = 0; d < input.getRank(); ++d) {
+      int64_t expected = d == axis ? sizes[i] : input.getDimSize(d);
+      if (failed(expectExtent(*this, what + " dimension " + std::to_string(d),
+                              type.getDimSize(d), expected)))
+        return failure();
+    }
+    total += sizes[i];
+  }
+  return expectExtent(*this, "sum of split sizes", total,
+                      input.getDimSize(axis));
+}
+
 LogicalResult BatchMatmulOp::verify() {
   RankedTensorType lhs = tensorOf(getLhs());
   RankedTensorType rhs = tensorOf(getRhs());
@@ -511,16 +538,67 @@ LogicalResult GatherLastTokensOp::verify() {
 // Quantized form
 //===----------------------------------------------------------------------===//
 
+namespace {
+// Scales of a kiln scheme over `data [..., C]`: `[...]` for block 0 (one
+// scale per row), `[..., C/block]` otherwise.
+LogicalResult verifyScalesShape(Operation* op, RankedTensorType data,
+                                RankedTensorType scales, unsigned block) {
+  if (!isFloatTensor(scales))
+    return op->emitOpError() << "scales element type "
+                             << scales.getElementType()
+                             << ", expected a float type";
+  if (data.getRank() < 1)
+    return op->emitOpError() << "quantized data must have rank >= 1, got "
+                             << data;
+  int64_t rank = data.getRank();
+  int64_t columns = data.getDimSize(rank - 1);
+  if (block == 0) {
+    if (failed(expectRank(op, "scales", scales, rank - 1))) return failure();
+  } else {
+    if (failed(expectRank(op, "scales", scales, rank))) return failure();
+    if (!ShapedType::isDynamic(columns) && columns % block != 0)
+      return op->emitOpError() << "last dimension " << columns
+                               << " is not a multiple of the block " << block;
+    int64_t groups =
+        ShapedType::isDynamic(columns) ? ShapedType::kDynamic : columns / block;
+    if (failed(expectExtent(op, "scales groups", scales.getDimSize(rank - 1),
+                            groups)))
+      return failure();
+  }
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    if (failed(expectExtent(op, "scales dimension " + std::to_string(d),
+                            scales.getDimSize(d), data.getDimSize(d))))
+      return failure();
+  return success();
+}
+}  // namespace
+
 LogicalResult QuantizeOp::verify() {
   RankedTensorType input = tensorOf(getInput());
   RankedTensorType result = tensorOf(getResult());
   if (!isFloatTensor(input))
     return emitOpError() << "input element type " << input.getElementType()
                          << ", expected a float type";
-  if (!isa<QuantType>(result.getElementType()))
+  auto quant = dyn_cast<QuantType>(result.getElementType());
+  if (!quant)
     return emitOpError() << "result element type " << result.getElementType()
                          << ", expected !xfmr.quant";
-  return expectSameShape(*this, "result", result, input);
+  if (quant.isGgufBlockFormat())
+    return emitOpError() << "quantization kind '" << quant.getKind()
+                         << "' is a GGUF block format, expected one of kiln's "
+                            "schemes: int8, int4, fp8e4m3";
+  int64_t group = getGroupAttr().getInt();
+  if (group < 0 || group != static_cast<int64_t>(quant.getBlock()))
+    return emitOpError() << "group " << group
+                         << " does not match the quantization block "
+                         << quant.getBlock() << " of " << quant;
+  if (failed(expectSameShape(*this, "result", result, input))) return failure();
+  RankedTensorType scales = tensorOf(getScales());
+  if (getGivenScales() && getGivenScales().getType() != scales)
+    return emitOpError() << "scales result has type " << scales
+                         << ", expected the given scales' type "
+                         << getGivenScales().getType();
+  return verifyScalesShape(*this, input, scales, quant.getBlock());
 }
 
 LogicalResult DequantizeOp::verify() {
@@ -533,11 +611,18 @@ LogicalResult DequantizeOp::verify() {
   if (!isFloatTensor(result))
     return emitOpError() << "result element type " << result.getElementType()
                          << ", expected a float type";
+  if (quant.isGgufBlockFormat() && getScales())
+    return emitOpError() << "quantization kind '" << quant.getKind()
+                         << "' stores scales in its blocks, expected no "
+                            "scales operand";
   if (!quant.isGgufBlockFormat() && !getScales())
     return emitOpError() << "quantization kind '" << quant.getKind()
                          << "' keeps its scales apart, expected a scales "
                             "operand";
-  return expectSameShape(*this, "result", result, input);
+  if (failed(expectSameShape(*this, "result", result, input))) return failure();
+  if (!getScales()) return success();
+  return verifyScalesShape(*this, input, tensorOf(getScales()),
+                           quant.getBlock());
 }
 
 LogicalResult QuantizedLinearOp::verify() {
@@ -557,18 +642,56 @@ LogicalResult QuantizedLinearOp::verify() {
   if (failed(verifyLinearShapes(*this, tensorOf(getInput()), weight,
                                 tensorOf(getResult()))))
     return failure();
-  if (getScales()) {
-    RankedTensorType scales = tensorOf(getScales());
-    if (failed(expectExtent(*this, "scales rows", scales.getDimSize(0),
-                            weight.getDimSize(0))))
-      return failure();
-  }
+  if (getScales() && failed(verifyScalesShape(*this, weight,
+                                              tensorOf(getScales()),
+                                              quant.getBlock())))
+    return failure();
   return verifyBias(*this, getBias(), weight);
 }
 
 //===----------------------------------------------------------------------===//
-// Speculative verify and kernel level
+// Speculative verify
 //===----------------------------------------------------------------------===//
+
+namespace {
+// parents [N] and query_start [B+1] of a ragged batch of token trees.
+LogicalResult verifyTreeOperands(Operation* op, Value parents,
+                                 Value queryStart) {
+  if (failed(expectRank(op, "parents", tensorOf(parents), 1)) ||
+      failed(expectRank(op, "query_start", tensorOf(queryStart), 1)))
+    return failure();
+  return success();
+}
+
+// Number of sequences B from query_start [B+1]; dynamic if unknown.
+int64_t sequencesOf(Value queryStart) {
+  int64_t length = tensorOf(queryStart).getDimSize(0);
+  return ShapedType::isDynamic(length) ? ShapedType::kDynamic : length - 1;
+}
+}  // namespace
+
+LogicalResult TreePositionsOp::verify() {
+  if (failed(verifyTreeOperands(*this, getParents(), getQueryStart())) ||
+      failed(expectRank(*this, "base", tensorOf(getBase()), 1)))
+    return failure();
+  if (failed(expectExtent(*this, "base length",
+                          tensorOf(getBase()).getDimSize(0),
+                          sequencesOf(getQueryStart()))))
+    return failure();
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "result", result, 1))) return failure();
+  return expectExtent(*this, "result length", result.getDimSize(0),
+                      tensorOf(getParents()).getDimSize(0));
+}
+
+LogicalResult TreeMaskOp::verify() {
+  if (failed(verifyTreeOperands(*this, getParents(), getQueryStart())))
+    return failure();
+  RankedTensorType result = tensorOf(getResult());
+  if (failed(expectRank(*this, "result", result, 2))) return failure();
+  return expectExtent(*this, "result rows", result.getDimSize(0),
+                      tensorOf(getParents()).getDimSize(0));
+}
 
 LogicalResult AcceptOp::verify() {
   if (getMode() != "greedy" && getMode() != "rejection")
@@ -577,15 +700,49 @@ LogicalResult AcceptOp::verify() {
   if (getMode() == "rejection" && !getDraftProbs())
     return emitOpError() << "rejection mode needs draft_probs, expected a "
                             "[nodes, vocab] operand";
+  if (getMode() == "greedy" && getDraftProbs())
+    return emitOpError() << "greedy mode takes no draft_probs, expected none";
+  if (failed(verifyTreeOperands(*this, getParents(), getQueryStart())))
+    return failure();
   RankedTensorType logits = tensorOf(getLogits());
-  if (failed(expectRank(*this, "logits", logits, 2))) return failure();
-  return expectExtent(*this, "tokens length", tensorOf(getTokens()).getDimSize(0),
-                      logits.getDimSize(0));
+  RankedTensorType tokens = tensorOf(getTokens());
+  if (failed(expectRank(*this, "logits", logits, 2)) ||
+      failed(expectRank(*this, "tokens", tokens, 1)))
+    return failure();
+  if (failed(expectExtent(*this, "tokens length", tokens.getDimSize(0),
+                          logits.getDimSize(0))) ||
+      failed(expectExtent(*this, "parents length",
+                          tensorOf(getParents()).getDimSize(0),
+                          logits.getDimSize(0))))
+    return failure();
+  if (getDraftProbs() &&
+      failed(expectSameShape(*this, "draft_probs", tensorOf(getDraftProbs()),
+                             logits)))
+    return failure();
+  RankedTensorType accepted = tensorOf(getAccepted());
+  RankedTensorType count = tensorOf(getCount());
+  int64_t sequences = sequencesOf(getQueryStart());
+  if (failed(expectRank(*this, "accepted", accepted, 2)) ||
+      failed(expectRank(*this, "count", count, 1)))
+    return failure();
+  if (failed(expectExtent(*this, "accepted rows", accepted.getDimSize(0),
+                          sequences)) ||
+      failed(expectExtent(*this, "count length", count.getDimSize(0),
+                          sequences)))
+    return failure();
+  return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Kernel level
+//===----------------------------------------------------------------------===//
+
 LogicalResult GemmOp::verify() {
-  return verifyLinearShapes(*this, tensorOf(getInput()), tensorOf(getWeight()),
-                            tensorOf(getResult()));
+  RankedTensorType weight = tensorOf(getWeight());
+  if (failed(verifyLinearShapes(*this, tensorOf(getInput()), weight,
+                                tensorOf(getResult()))))
+    return failure();
+  return verifyBias(*this, getBias(), weight);
 }
 
 #define GET_OP_CLASSES

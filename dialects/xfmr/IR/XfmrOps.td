@@ -188,6 +188,23 @@ def Xfmr_ConcatOp : Xfmr_PureOp<"concat"> {
   let hasVerifier = 1;
 }
 
+def Xfmr_SplitOp : Xfmr_PureOp<"split"> {
+  let summary = "Split a tensor into consecutive slices along one axis";
+  let description = [{
+    The inverse of `xfmr.concat`: result `i` holds `sizes[i]` consecutive
+    entries along `axis`. Merged projections use it to recover Q, K and V
+    (or gate and up) from one GEMM's output.
+
+    ```mlir
+    %q, %k, %v = xfmr.split %qkv {axis = 1 : i64, sizes = array<i64: 576, 192, 192>} : tensor<?x960xf32> -> tensor<?x576xf32>, tensor<?x192xf32>, tensor<?x192xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<Xfmr_Tensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+}
+
 def Xfmr_BatchMatmulOp : Xfmr_PureOp<"batch_matmul"> {
   let summary = "Batched matrix product";
   let description = [{
@@ -429,26 +446,50 @@ def Xfmr_GatherLastTokensOp : Xfmr_PureOp<"gather_last_tokens"> {
 //===----------------------------------------------------------------------===//
 
 def Xfmr_QuantizeOp : Xfmr_PureOp<"quantize"> {
-  let summary = "Quantize a tensor to a quantized element type";
+  let summary = "Quantize a tensor to one of kiln's schemes, giving its scales";
   let description = [{
-    Converts `input` to the result's `!xfmr.quant` element type with the
-    given `scales` (per channel `[rows]` or per group `[rows, cols/block]`).
+    Converts `input [..., C]` to the `!xfmr.quant` element type of `result`
+    (kiln's schemes only: `int8`, `int4`, `fp8e4m3`; GGUF block formats are
+    loaded, never produced) and returns the scales it used. `group` is the
+    number of elements of the last dimension that share one scale and must
+    equal the quant type's block: `0` means one scale per row (`scales
+    [...]`, the input shape without its last dimension), `G > 0` means
+    `scales [..., C/G]` with `C % G == 0`.
+
+    Without `scales` the scales are computed from the data (absmax / qmax
+    per row or group); with a given `scales` operand the input is quantized
+    against it and the `scales` result is that operand.
+
+    On weights (everything upstream is `xfmr.weight`) the lowering hoists
+    the op into load-time weight preparation: the model is quantized once
+    when it is loaded, not on every step.
 
     ```mlir
-    %q = xfmr.quantize %w, %s : (tensor<576x576xf32>, tensor<576xf32>) -> tensor<576x576x!xfmr.quant<"int8", 0>>
+    // int8 per output channel: scales [out]
+    %q, %s = xfmr.quantize %w {group = 0 : i64} : (tensor<1536x576xf32>) -> (tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>)
+    // int4 in groups of 64 along the input features: scales [out, in/64]
+    %q4, %s4 = xfmr.quantize %w {group = 64 : i64} : (tensor<1536x576xf32>) -> (tensor<1536x576x!xfmr.quant<"int4", 64>>, tensor<1536x9xf32>)
+    // against given per-(token, head) scales, e.g. for KV
+    %kq, %ks = xfmr.quantize %k scales %kscale {group = 0 : i64} : (tensor<?x2x16xf32>, tensor<?x2xf32>) -> (tensor<?x2x16x!xfmr.quant<"int8", 0>>, tensor<?x2xf32>)
     ```
   }];
-  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$scales);
-  let results = (outs Xfmr_Tensor:$result);
-  let assemblyFormat = "$input `,` $scales attr-dict `:` functional-type(operands, results)";
+  let arguments = (ins Xfmr_Tensor:$input, Optional<Xfmr_Tensor>:$given_scales,
+                       I64Attr:$group);
+  let results = (outs Xfmr_Tensor:$result, Xfmr_Tensor:$scales);
+  let assemblyFormat = "$input (`scales` $given_scales^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
 def Xfmr_DequantizeOp : Xfmr_PureOp<"dequantize"> {
   let summary = "Expand a quantized tensor to a float type";
   let description = [{
+    The inverse of `xfmr.quantize`. kiln's schemes take the scales of the
+    matching quantize (`[...]` for block 0, `[..., C/block]` otherwise);
+    GGUF block formats carry their scales inside the blocks and take none.
+
     ```mlir
     %w = xfmr.dequantize %q, %s : (tensor<576x576x!xfmr.quant<"int8", 0>>, tensor<576xf32>) -> tensor<576x576xf32>
+    %e = xfmr.dequantize %t : (tensor<128x64x!xfmr.quant<"q8_0", 32>>) -> tensor<128x64xf32>
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$input, Optional<Xfmr_Tensor>:$scales);
@@ -462,11 +503,13 @@ def Xfmr_QuantizedLinearOp : Xfmr_PureOp<"quantized_linear", [AttrSizedOperandSe
   let description = [{
     The weight's `!xfmr.quant` element type names the scheme. GGUF block
     formats carry their scales inside the blocks (no `scales` operand); kiln's
-    int8/int4/fp8 schemes take `scales [out]` or `[out, in/block]`.
+    int8/int4/fp8 schemes take `scales [out]` (block 0, per output channel)
+    or `[out, in/block]` (per group).
 
     ```mlir
     %y = xfmr.quantized_linear %x, %w : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"q4_1", 32>>) -> tensor<?x1536xf32>
     %z = xfmr.quantized_linear %x, %w8 scales %s : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>) -> tensor<?x1536xf32>
+    %u = xfmr.quantized_linear %x, %w4 scales %s4 bias %b : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int4", 64>>, tensor<1536x9xf32>, tensor<1536xf32>) -> tensor<?x1536xf32>
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight,
@@ -480,55 +523,79 @@ def Xfmr_QuantizedLinearOp : Xfmr_PureOp<"quantized_linear", [AttrSizedOperandSe
 // Speculative verify (xfmr-expand-spec-verify)
 //===----------------------------------------------------------------------===//
 
+// A ragged batch of token trees: sequence b owns nodes
+// query_start[b] .. query_start[b+1]; `parents [N]` holds each node's parent
+// as an index local to its own tree (0 = the tree's first node), −1 for the
+// root, which is the sequence's last accepted token. Parents precede their
+// children (parents[i] < i - query_start[b]).
+
 def Xfmr_TreePositionsOp : Xfmr_PureOp<"tree_positions"> {
   let summary = "Positions of token-tree nodes: base position + depth";
   let description = [{
-    `parents [N]` (index of each node's parent within the tree, −1 for the
-    root) and `base [B]` give `[N]` positions `base + depth(node)`.
+    `parents [N]`, `base [B]` (the root's position per sequence) and
+    `query_start [B+1]` give `[N]` positions `base[b] + depth(node)`, the
+    root having depth 0. Siblings share a position.
 
     ```mlir
-    %pos = xfmr.tree_positions %parents, %base : (tensor<?xi32>, tensor<?xi32>) -> tensor<?xi32>
+    // two sequences, chain of 2 drafts each: parents = [-1, 0, 1, -1, 0, 1]
+    %pos = xfmr.tree_positions %parents, %base, %qstart : (tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?xi32>
     ```
   }];
-  let arguments = (ins Xfmr_IndexTensor:$parents, Xfmr_IndexTensor:$base);
+  let arguments = (ins Xfmr_IndexTensor:$parents, Xfmr_IndexTensor:$base,
+                       Xfmr_IndexTensor:$query_start);
   let results = (outs Xfmr_IndexTensor:$result);
-  let assemblyFormat = "$parents `,` $base attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$parents `,` $base `,` $query_start attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Xfmr_TreeMaskOp : Xfmr_PureOp<"tree_mask"> {
-  let summary = "Ancestor mask of a token tree";
+  let summary = "Ancestor mask of a ragged batch of token trees";
   let description = [{
-    `parents [N]` gives `[N, N]` i8 with `mask[i][j] = 1` iff node `j` is `i`
-    or an ancestor of `i`.
+    `parents [N]` and `query_start [B+1]` give `[N, max_tree]` i8 with
+    `mask[i][j] = 1` iff local node `j` of `i`'s tree is `i` itself or one
+    of its ancestors (columns past the tree's size are 0). This is the
+    `tree_mask` of `xfmr.paged_attention`: the tree's nodes are the last
+    keys of the sequence, and node `i` sees every earlier key plus the tree
+    keys its mask row allows. `max_tree` is static when the tree shape is.
 
     ```mlir
-    %m = xfmr.tree_mask %parents : (tensor<?xi32>) -> tensor<?x?xi8>
+    %m = xfmr.tree_mask %parents, %qstart : (tensor<?xi32>, tensor<?xi32>) -> tensor<?x11xi8>
     ```
   }];
-  let arguments = (ins Xfmr_IndexTensor:$parents);
+  let arguments = (ins Xfmr_IndexTensor:$parents, Xfmr_IndexTensor:$query_start);
   let results = (outs RankedTensorOf<[I8]>:$result);
-  let assemblyFormat = "$parents attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$parents `,` $query_start attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Xfmr_AcceptOp : Xfmr_PureOp<"accept"> {
-  let summary = "Accept the longest verified path of a draft tree";
+  let summary = "Accept the longest verified path of each draft tree";
   let description = [{
-    Compares target `logits [N, vocab]` at every tree node with the draft
-    `tokens [N]` and `parents [N]`; `mode` is `greedy` (exact argmax match)
-    or `rejection` (rejection sampling against `draft_probs [N, vocab]`).
-    Results: accepted node indices `[max_depth + 1]` (−1 padded) and the
-    count of accepted tokens, plus the bonus token from the last accepted
-    node.
+    Walks each sequence's tree from the root, comparing the target
+    `logits [N, vocab]` at a node with the draft `tokens [N]` of its children
+    (`parents [N]`, `query_start [B+1]`). `mode` is `greedy` (a child is
+    accepted iff it is the argmax of its parent's logits: exact, the output
+    equals plain greedy decoding) or `rejection` (speculative sampling: a
+    child `x` is accepted with probability `min(1, p(x) / q(x))`, `p` the
+    target's softmax and `q` the draft's `draft_probs [N, vocab]` row of
+    the child, siblings tried in order).
+
+    Results: `accepted [B, max_depth + 1]`, the local node indices of the
+    accepted path starting at the root (0), −1 padded, and `count [B]`, the
+    number of accepted draft tokens. The bonus token is sampled by the
+    runtime from the logits of the last accepted node (for rejection, from
+    the residual `max(0, p − q)` when a child was rejected).
 
     ```mlir
-    %path, %n = xfmr.accept %logits, %tokens, %parents {mode = "greedy"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?xi32>, tensor<i32>)
+    %path, %n = xfmr.accept %logits, %tokens, %parents, %qstart {mode = "greedy"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x5xi32>, tensor<?xi32>)
+    %rp, %rn = xfmr.accept %logits, %tokens, %parents, %qstart draft_probs %q {mode = "rejection"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>, tensor<?x49152xf32>) -> (tensor<?x5xi32>, tensor<?xi32>)
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$logits, Xfmr_IndexTensor:$tokens,
-                       Xfmr_IndexTensor:$parents, Optional<Xfmr_Tensor>:$draft_probs,
-                       StrAttr:$mode);
+                       Xfmr_IndexTensor:$parents, Xfmr_IndexTensor:$query_start,
+                       Optional<Xfmr_Tensor>:$draft_probs, StrAttr:$mode);
   let results = (outs Xfmr_IndexTensor:$accepted, Xfmr_IndexTensor:$count);
-  let assemblyFormat = "$logits `,` $tokens `,` $parents (`draft_probs` $draft_probs^)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$logits `,` $tokens `,` $parents `,` $query_start (`draft_probs` $draft_probs^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
@@ -560,9 +627,10 @@ def Xfmr_GemmOp : Xfmr_PureOp<"gemm"> {
     %y = xfmr.gemm %x, %w : (tensor<?x576xf32>, tensor<1536x576xbf16>) -> tensor<?x1536xf32>
     ```
   }];
-  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight);
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight,
+                       Optional<Xfmr_Tensor>:$bias);
   let results = (outs Xfmr_Tensor:$result);
-  let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

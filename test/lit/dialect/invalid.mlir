@@ -339,9 +339,63 @@ func.func @gather_rows(%h: tensor<?x576xf32>, %qs: tensor<5xi32>) {
 
 // -----
 
-func.func @quantize_type(%w: tensor<8x32xf32>, %s: tensor<8xf32>) {
+func.func @quantize_type(%w: tensor<8x32xf32>) {
   // expected-error @+1 {{result element type 'f32', expected !xfmr.quant}}
-  %r = xfmr.quantize %w, %s : (tensor<8x32xf32>, tensor<8xf32>) -> tensor<8x32xf32>
+  %r, %s = xfmr.quantize %w {group = 0 : i64} : (tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<8xf32>)
+  return
+}
+
+
+// -----
+
+func.func @quantize_gguf(%w: tensor<8x32xf32>) {
+  // expected-error @+1 {{quantization kind 'q8_0' is a GGUF block format, expected one of kiln's schemes: int8, int4, fp8e4m3}}
+  %r, %s = xfmr.quantize %w {group = 32 : i64} : (tensor<8x32xf32>) -> (tensor<8x32x!xfmr.quant<"q8_0", 32>>, tensor<8x1xf32>)
+  return
+}
+
+
+// -----
+
+func.func @quantize_group(%w: tensor<8x64xf32>) {
+  // expected-error @+1 {{group 32 does not match the quantization block 64 of '!xfmr.quant<"int4", 64>'}}
+  %r, %s = xfmr.quantize %w {group = 32 : i64} : (tensor<8x64xf32>) -> (tensor<8x64x!xfmr.quant<"int4", 64>>, tensor<8x2xf32>)
+  return
+}
+
+
+// -----
+
+func.func @quantize_channel_scales(%w: tensor<8x32xf32>) {
+  // expected-error @+1 {{scales has rank 2, expected 1 ('tensor<8x1xf32>')}}
+  %r, %s = xfmr.quantize %w {group = 0 : i64} : (tensor<8x32xf32>) -> (tensor<8x32x!xfmr.quant<"int8", 0>>, tensor<8x1xf32>)
+  return
+}
+
+
+// -----
+
+func.func @quantize_group_scales(%w: tensor<8x128xf32>) {
+  // expected-error @+1 {{scales groups is 4, expected 2}}
+  %r, %s = xfmr.quantize %w {group = 64 : i64} : (tensor<8x128xf32>) -> (tensor<8x128x!xfmr.quant<"int4", 64>>, tensor<8x4xf32>)
+  return
+}
+
+
+// -----
+
+func.func @quantize_ragged_groups(%w: tensor<8x96xf32>) {
+  // expected-error @+1 {{last dimension 96 is not a multiple of the block 64}}
+  %r, %s = xfmr.quantize %w {group = 64 : i64} : (tensor<8x96xf32>) -> (tensor<8x96x!xfmr.quant<"int4", 64>>, tensor<8x1xf32>)
+  return
+}
+
+
+// -----
+
+func.func @quantize_given_scales(%k: tensor<?x3x64xf32>, %ks: tensor<?x3xf32>) {
+  // expected-error @+1 {{scales result has type 'tensor<?x3xf16>', expected the given scales' type 'tensor<?x3xf32>'}}
+  %r, %s = xfmr.quantize %k scales %ks {group = 0 : i64} : (tensor<?x3x64xf32>, tensor<?x3xf32>) -> (tensor<?x3x64x!xfmr.quant<"int8", 0>>, tensor<?x3xf16>)
   return
 }
 
@@ -351,6 +405,15 @@ func.func @quantize_type(%w: tensor<8x32xf32>, %s: tensor<8xf32>) {
 func.func @dequantize_scales(%w: tensor<8x32x!xfmr.quant<"int8", 0>>) {
   // expected-error @+1 {{quantization kind 'int8' keeps its scales apart, expected a scales operand}}
   %r = xfmr.dequantize %w : (tensor<8x32x!xfmr.quant<"int8", 0>>) -> tensor<8x32xf32>
+  return
+}
+
+
+// -----
+
+func.func @dequantize_scale_rows(%w: tensor<8x32x!xfmr.quant<"int8", 0>>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{scales dimension 0 is 4, expected 8}}
+  %r = xfmr.dequantize %w, %s : (tensor<8x32x!xfmr.quant<"int8", 0>>, tensor<4xf32>) -> tensor<8x32xf32>
   return
 }
 
@@ -375,18 +438,81 @@ func.func @qlinear_float(%x: tensor<?x32xf32>, %w: tensor<8x32xf32>) {
 
 // -----
 
-func.func @accept_mode(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>) {
-  // expected-error @+1 {{mode 'typical', expected 'greedy' or 'rejection'}}
-  %r, %n = xfmr.accept %l, %t, %p {mode = "typical"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?xi32>, tensor<i32>)
+func.func @qlinear_group_scales(%x: tensor<?x128xf32>, %w: tensor<8x128x!xfmr.quant<"int4", 32>>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{scales has rank 1, expected 2 ('tensor<8xf32>')}}
+  %r = xfmr.quantized_linear %x, %w scales %s : (tensor<?x128xf32>, tensor<8x128x!xfmr.quant<"int4", 32>>, tensor<8xf32>) -> tensor<?x8xf32>
   return
 }
 
 
 // -----
 
-func.func @accept_probs(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>) {
+func.func @tree_positions_base(%p: tensor<?xi32>, %b: tensor<3xi32>, %qs: tensor<3xi32>) {
+  // expected-error @+1 {{base length is 3, expected 2}}
+  %r = xfmr.tree_positions %p, %b, %qs : (tensor<?xi32>, tensor<3xi32>, tensor<3xi32>) -> tensor<?xi32>
+  return
+}
+
+
+// -----
+
+func.func @tree_positions_length(%p: tensor<6xi32>, %b: tensor<?xi32>, %qs: tensor<?xi32>) {
+  // expected-error @+1 {{result length is 5, expected 6}}
+  %r = xfmr.tree_positions %p, %b, %qs : (tensor<6xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<5xi32>
+  return
+}
+
+
+// -----
+
+func.func @tree_mask_rows(%p: tensor<6xi32>, %qs: tensor<?xi32>) {
+  // expected-error @+1 {{result rows is 5, expected 6}}
+  %r = xfmr.tree_mask %p, %qs : (tensor<6xi32>, tensor<?xi32>) -> tensor<5x6xi8>
+  return
+}
+
+
+// -----
+
+func.func @tree_mask_parents(%p: tensor<?x2xi32>, %qs: tensor<?xi32>) {
+  // expected-error @+1 {{parents has rank 2, expected 1 ('tensor<?x2xi32>')}}
+  %r = xfmr.tree_mask %p, %qs : (tensor<?x2xi32>, tensor<?xi32>) -> tensor<?x?xi8>
+  return
+}
+
+
+// -----
+
+func.func @accept_mode(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>, %qs: tensor<?xi32>) {
+  // expected-error @+1 {{mode 'typical', expected 'greedy' or 'rejection'}}
+  %r, %n = xfmr.accept %l, %t, %p, %qs {mode = "typical"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x5xi32>, tensor<?xi32>)
+  return
+}
+
+
+// -----
+
+func.func @accept_probs(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>, %qs: tensor<?xi32>) {
   // expected-error @+1 {{rejection mode needs draft_probs, expected a [nodes, vocab] operand}}
-  %r, %n = xfmr.accept %l, %t, %p {mode = "rejection"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?xi32>, tensor<i32>)
+  %r, %n = xfmr.accept %l, %t, %p, %qs {mode = "rejection"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x5xi32>, tensor<?xi32>)
+  return
+}
+
+
+// -----
+
+func.func @accept_probs_vocab(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>, %qs: tensor<?xi32>, %q: tensor<?x99xf32>) {
+  // expected-error @+1 {{draft_probs dimension 1 is 99, expected 100}}
+  %r, %n = xfmr.accept %l, %t, %p, %qs draft_probs %q {mode = "rejection"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>, tensor<?x99xf32>) -> (tensor<?x5xi32>, tensor<?xi32>)
+  return
+}
+
+
+// -----
+
+func.func @accept_rows(%l: tensor<?x100xf32>, %t: tensor<?xi32>, %p: tensor<?xi32>, %qs: tensor<3xi32>) {
+  // expected-error @+1 {{accepted rows is 3, expected 2}}
+  %r, %n = xfmr.accept %l, %t, %p, %qs {mode = "greedy"} : (tensor<?x100xf32>, tensor<?xi32>, tensor<?xi32>, tensor<3xi32>) -> (tensor<3x5xi32>, tensor<2xi32>)
   return
 }
 
@@ -417,3 +543,18 @@ func.func @rope_llama3() {
   return
 }
 
+// -----
+
+func.func @split_sizes(%x: tensor<?x768xf32>) {
+  // expected-error @+1 {{sum of split sizes is 700, expected 768}}
+  %a, %b = xfmr.split %x {axis = 1 : i64, sizes = array<i64: 384, 316>} : tensor<?x768xf32> -> tensor<?x384xf32>, tensor<?x316xf32>
+  return
+}
+
+// -----
+
+func.func @split_result(%x: tensor<?x768xf32>) {
+  // expected-error @+1 {{result 1 dimension 1 is 300, expected 384}}
+  %a, %b = xfmr.split %x {axis = 1 : i64, sizes = array<i64: 384, 384>} : tensor<?x768xf32> -> tensor<?x384xf32>, tensor<?x300xf32>
+  return
+}

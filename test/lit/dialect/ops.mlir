@@ -56,6 +56,8 @@ func.func @unfused_layer(%tokens: tensor<?xi32>, %pos: tensor<?xi32>,
   %g = xfmr.mul %a, %r : tensor<?x576xf32>
   // CHECK: xfmr.concat {{.*}} {axis = 1 : i64}
   %c = xfmr.concat %g, %k {axis = 1 : i64} : (tensor<?x576xf32>, tensor<?x192xf32>) -> tensor<?x768xf32>
+  // CHECK: xfmr.split {{.*}} {axis = 1 : i64, sizes = array<i64: 384, 384>}
+  %c1, %c2 = xfmr.split %c {axis = 1 : i64, sizes = array<i64: 384, 384>} : tensor<?x768xf32> -> tensor<?x384xf32>, tensor<?x384xf32>
   %lm = xfmr.weight "output.weight" : tensor<49152x576xf32>
   // CHECK: xfmr.logits
   %l = xfmr.logits %g, %lm : (tensor<?x576xf32>, tensor<49152x576xf32>) -> tensor<?x49152xf32>
@@ -95,33 +97,47 @@ func.func @paged(%q: tensor<?x9x64xf32>, %k: tensor<?x3x64xf32>, %v: tensor<?x3x
 }
 
 // CHECK-LABEL: func.func @quantized
-func.func @quantized(%x: tensor<?x576xf32>, %w: tensor<1536x576xf32>, %s: tensor<1536xf32>) -> tensor<?x1536xf32> {
-  // CHECK: xfmr.quantize
-  %q = xfmr.quantize %w, %s : (tensor<1536x576xf32>, tensor<1536xf32>) -> tensor<1536x576x!xfmr.quant<"int8", 0>>
+func.func @quantized(%x: tensor<?x576xf32>, %w: tensor<1536x576xf32>, %b: tensor<1536xf32>,
+                     %k: tensor<?x3x64xf32>, %ks: tensor<?x3xf32>) -> (tensor<?x1536xf32>, tensor<?x3x64x!xfmr.quant<"int8", 0>>) {
+  // CHECK: xfmr.quantize %{{.*}} {group = 0 : i64} : (tensor<1536x576xf32>) -> (tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>)
+  %q, %s = xfmr.quantize %w {group = 0 : i64} : (tensor<1536x576xf32>) -> (tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>)
+  // CHECK: xfmr.quantize %{{.*}} {group = 64 : i64} : (tensor<1536x576xf32>) -> (tensor<1536x576x!xfmr.quant<"int4", 64>>, tensor<1536x9xf32>)
+  %q4, %s4 = xfmr.quantize %w {group = 64 : i64} : (tensor<1536x576xf32>) -> (tensor<1536x576x!xfmr.quant<"int4", 64>>, tensor<1536x9xf32>)
+  // CHECK: xfmr.quantize %{{.*}} scales %{{.*}} {group = 0 : i64}
+  %kq, %kqs = xfmr.quantize %k scales %ks {group = 0 : i64} : (tensor<?x3x64xf32>, tensor<?x3xf32>) -> (tensor<?x3x64x!xfmr.quant<"int8", 0>>, tensor<?x3xf32>)
   // CHECK: xfmr.dequantize
   %d = xfmr.dequantize %q, %s : (tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>) -> tensor<1536x576xf32>
   // CHECK: xfmr.quantized_linear {{.*}} scales
   %y = xfmr.quantized_linear %x, %q scales %s : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>) -> tensor<?x1536xf32>
+  // CHECK: xfmr.quantized_linear {{.*}} scales {{.*}} bias
+  %y4 = xfmr.quantized_linear %x, %q4 scales %s4 bias %b : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int4", 64>>, tensor<1536x9xf32>, tensor<1536xf32>) -> tensor<?x1536xf32>
   %g = xfmr.weight "blk.0.ffn_up.weight" : tensor<1536x576x!xfmr.quant<"q4_1", 32>>
   // CHECK: xfmr.quantized_linear %{{.*}}, %{{.*}} :
   %z = xfmr.quantized_linear %x, %g : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"q4_1", 32>>) -> tensor<?x1536xf32>
+  // CHECK: xfmr.dequantize %{{.*}} : (tensor<1536x576x!xfmr.quant<"q4_1", 32>>)
+  %gd = xfmr.dequantize %g : (tensor<1536x576x!xfmr.quant<"q4_1", 32>>) -> tensor<1536x576xf32>
   // CHECK: xfmr.gemm
   %e = xfmr.gemm %x, %d : (tensor<?x576xf32>, tensor<1536x576xf32>) -> tensor<?x1536xf32>
+  %e2 = xfmr.gemm %x, %gd : (tensor<?x576xf32>, tensor<1536x576xf32>) -> tensor<?x1536xf32>
   %sum = xfmr.add %y, %z : tensor<?x1536xf32>
   %sum2 = xfmr.add %sum, %e : tensor<?x1536xf32>
-  return %sum2 : tensor<?x1536xf32>
+  %sum3 = xfmr.add %sum2, %y4 : tensor<?x1536xf32>
+  %sum4 = xfmr.add %sum3, %e2 : tensor<?x1536xf32>
+  return %sum4, %kq : tensor<?x1536xf32>, tensor<?x3x64x!xfmr.quant<"int8", 0>>
 }
 
 // CHECK-LABEL: func.func @spec_and_kernels
-func.func @spec_and_kernels(%parents: tensor<?xi32>, %base: tensor<?xi32>, %logits: tensor<?x49152xf32>,
-                            %tokens: tensor<?xi32>, %probs: tensor<?x49152xf32>, %x: tensor<?x576xf32>, %w: tensor<576xf32>) -> (tensor<?xi32>, tensor<?x?xi8>, tensor<?xi32>, tensor<i32>, tensor<?x576xf32>) {
-  // CHECK: xfmr.tree_positions
-  %pos = xfmr.tree_positions %parents, %base : (tensor<?xi32>, tensor<?xi32>) -> tensor<?xi32>
-  // CHECK: xfmr.tree_mask
-  %m = xfmr.tree_mask %parents : (tensor<?xi32>) -> tensor<?x?xi8>
+func.func @spec_and_kernels(%parents: tensor<?xi32>, %base: tensor<?xi32>, %qstart: tensor<?xi32>, %logits: tensor<?x49152xf32>,
+                            %tokens: tensor<?xi32>, %probs: tensor<?x49152xf32>, %x: tensor<?x576xf32>, %w: tensor<576xf32>) -> (tensor<?xi32>, tensor<?x5xi8>, tensor<?x5xi32>, tensor<?xi32>, tensor<?x576xf32>) {
+  // CHECK: xfmr.tree_positions %{{.*}}, %{{.*}}, %{{.*}} : (tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?xi32>
+  %pos = xfmr.tree_positions %parents, %base, %qstart : (tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?xi32>
+  // CHECK: xfmr.tree_mask %{{.*}}, %{{.*}} : (tensor<?xi32>, tensor<?xi32>) -> tensor<?x5xi8>
+  %m = xfmr.tree_mask %parents, %qstart : (tensor<?xi32>, tensor<?xi32>) -> tensor<?x5xi8>
+  // CHECK: xfmr.accept {{.*}} {mode = "greedy"}
+  %gpath, %gn = xfmr.accept %logits, %tokens, %parents, %qstart {mode = "greedy"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>) -> (tensor<?x5xi32>, tensor<?xi32>)
   // CHECK: xfmr.accept {{.*}} draft_probs {{.*}} {mode = "rejection"}
-  %path, %n = xfmr.accept %logits, %tokens, %parents draft_probs %probs {mode = "rejection"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?x49152xf32>) -> (tensor<?xi32>, tensor<i32>)
+  %path, %n = xfmr.accept %logits, %tokens, %parents, %qstart draft_probs %probs {mode = "rejection"} : (tensor<?x49152xf32>, tensor<?xi32>, tensor<?xi32>, tensor<?xi32>, tensor<?x49152xf32>) -> (tensor<?x5xi32>, tensor<?xi32>)
   // CHECK: xfmr.kernel "rms_norm"
   %y = xfmr.kernel "rms_norm" (%x, %w) {params = {epsilon = 1.0e-05 : f64, hidden = 576 : i64}} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
-  return %pos, %m, %path, %n, %y : tensor<?xi32>, tensor<?x?xi8>, tensor<?xi32>, tensor<i32>, tensor<?x576xf32>
+  return %pos, %m, %path, %n, %y : tensor<?xi32>, tensor<?x5xi8>, tensor<?x5xi32>, tensor<?xi32>, tensor<?x576xf32>
 }

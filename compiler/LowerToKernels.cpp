@@ -1,0 +1,331 @@
+//===- LowerToKernels.cpp - xfmr-lower-to-kernels --------------------------===//
+//
+// Every op that runs per batch becomes an xfmr.kernel (kind + compile-time
+// params) or an xfmr.gemm. Three kinds of op stay as they are:
+//   - xfmr.weight and ops computed from weights alone (concat of Q/K/V rows,
+//     quantize): the artifact turns them into load-time weight preparation;
+//   - xfmr.reshape: a view, no data moves;
+//   - ops inside a fusion region are lowered with their region.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace kiln {
+#define GEN_PASS_DEF_LOWERTOKERNELS
+#include "compiler/Passes.h.inc"
+
+namespace {
+
+// True for values computed from weights alone (memoised per pass run).
+class WeightOnlyAnalysis {
+ public:
+  bool isWeightOnly(Value value) {
+    Operation* op = value.getDefiningOp();
+    if (!op) return false;
+    if (isa<xfmr::WeightOp>(op)) return true;
+    if (auto it = cache_.find(op); it != cache_.end()) return it->second;
+    bool weightOnly = op->getNumOperands() > 0 &&
+                      isa<xfmr::ConcatOp, xfmr::QuantizeOp, xfmr::ReshapeOp,
+                          xfmr::TransposeOp>(op) &&
+                      llvm::all_of(op->getOperands(),
+                                   [&](Value v) { return isWeightOnly(v); });
+    cache_[op] = weightOnly;
+    return weightOnly;
+  }
+
+ private:
+  llvm::DenseMap<Operation*, bool> cache_;
+};
+
+int64_t lastDim(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return type.getDimSize(type.getRank() - 1);
+}
+
+std::string elementName(Type type) {
+  if (auto quant = dyn_cast<xfmr::QuantType>(type)) return quant.getKind().str();
+  std::string name;
+  llvm::raw_string_ostream os(name);
+  type.print(os);
+  return name;
+}
+
+std::string elementOf(Value value) {
+  return elementName(cast<RankedTensorType>(value.getType()).getElementType());
+}
+
+class Lowering {
+ public:
+  explicit Lowering(MLIRContext* context) : builder_(context) {}
+
+  LogicalResult lower(func::FuncOp func);
+
+ private:
+  NamedAttribute param(llvm::StringRef name, int64_t value) {
+    return builder_.getNamedAttr(name, builder_.getI64IntegerAttr(value));
+  }
+  NamedAttribute param(llvm::StringRef name, double value) {
+    return builder_.getNamedAttr(name, builder_.getF64FloatAttr(value));
+  }
+  NamedAttribute param(llvm::StringRef name, llvm::StringRef value) {
+    return builder_.getNamedAttr(name, builder_.getStringAttr(value));
+  }
+  NamedAttribute param(llvm::StringRef name, bool value) {
+    return builder_.getNamedAttr(name, builder_.getBoolAttr(value));
+  }
+  // Replaces `op` by one kernel taking `args` and giving `op`'s results.
+  void replaceWithKernel(Operation* op, llvm::StringRef kind, ValueRange args,
+                         llvm::ArrayRef<NamedAttribute> params) {
+    builder_.setInsertionPoint(op);
+    auto kernel = builder_.create<xfmr::KernelOp>(
+        op->getLoc(), op->getResultTypes(), builder_.getStringAttr(kind), args,
+        builder_.getDictionaryAttr(params));
+    op->replaceAllUsesWith(kernel.getResults());
+    op->erase();
+  }
+  LogicalResult lowerRegion(xfmr::FusionRegionOp region);
+  LogicalResult lowerRopeKvWrite(xfmr::FusionRegionOp region);
+  void appendRopeParams(llvm::SmallVector<NamedAttribute>& params,
+                        xfmr::RopeAttr rope);
+
+  OpBuilder builder_;
+  WeightOnlyAnalysis weights_;
+};
+
+void Lowering::appendRopeParams(llvm::SmallVector<NamedAttribute>& params,
+                                xfmr::RopeAttr rope) {
+  params.push_back(param("rope_theta", rope.getTheta().convertToDouble()));
+  params.push_back(param("rope_style", rope.getStyle()));
+  params.push_back(param("rope_scaling", rope.getScaling()));
+  params.push_back(param("rope_factor", rope.getFactor().convertToDouble()));
+  params.push_back(param("rope_low_freq_factor",
+                         rope.getLowFreqFactor().convertToDouble()));
+  params.push_back(param("rope_high_freq_factor",
+                         rope.getHighFreqFactor().convertToDouble()));
+  params.push_back(param("rope_original_max_position",
+                         rope.getOriginalMaxPosition()));
+}
+
+// rope_kv_write region -> rope_kv_append(qkv | q k v, positions, slots, k_pool, v_pool)
+// The kernel takes its operands in this fixed order whatever the region's
+// input order, so the CPU routine and the CUDA template have one signature.
+LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
+  Block& body = region.getBody().front();
+  xfmr::PagedKvAppendOp append;
+  llvm::SmallVector<xfmr::RopeOp, 2> ropes;
+  xfmr::SplitOp split;
+  for (Operation& op : body) {
+    if (auto a = dyn_cast<xfmr::PagedKvAppendOp>(op)) append = a;
+    if (auto r = dyn_cast<xfmr::RopeOp>(op)) ropes.push_back(r);
+    if (auto s = dyn_cast<xfmr::SplitOp>(op)) split = s;
+  }
+  if (!append || ropes.size() != 2)
+    return region.emitError()
+           << "cannot lower rope_kv_write region: expected two xfmr.rope and "
+              "one xfmr.paged_kv_append inside (run xfmr-page-kv-cache first)";
+  // The rope whose result is yielded is the query's.
+  auto yield = cast<xfmr::YieldOp>(body.getTerminator());
+  xfmr::RopeOp ropeQ = ropes[0], ropeK = ropes[1];
+  if (!llvm::is_contained(yield.getValues(), ropeQ.getResult()))
+    std::swap(ropeQ, ropeK);
+  auto outside = [&](Value inner) -> Value {
+    auto argument = dyn_cast<BlockArgument>(inner);
+    return argument ? region.getInputs()[argument.getArgNumber()] : Value();
+  };
+  auto beforeReshape = [](Value v) {
+    auto reshape = v.getDefiningOp<xfmr::ReshapeOp>();
+    return reshape ? reshape.getInput() : v;
+  };
+  llvm::SmallVector<Value> args;
+  if (split && outside(split.getInput())) {
+    args.push_back(outside(split.getInput()));
+  } else {
+    for (Value v : {Value(beforeReshape(ropeQ.getInput())), Value(beforeReshape(ropeK.getInput())),
+                    Value(beforeReshape(append.getValue()))}) {
+      if (!outside(v))
+        return region.emitError() << "cannot lower rope_kv_write region: its "
+                                     "q/k/v do not come from region inputs";
+      args.push_back(outside(v));
+    }
+  }
+  for (Value v : {Value(ropeQ.getPositions()), Value(append.getSlotMapping()),
+                  Value(append.getKeyPool()), Value(append.getValuePool())}) {
+    if (!outside(v))
+      return region.emitError() << "cannot lower rope_kv_write region: "
+                                   "positions, slots and pools must be inputs";
+    args.push_back(outside(v));
+  }
+  auto q = cast<RankedTensorType>(ropeQ.getType());
+  auto pool = cast<xfmr::KvPoolType>(append.getKeyPool().getType());
+  llvm::SmallVector<NamedAttribute> params = {
+      param("heads", q.getDimSize(1)),
+      param("kv_heads", static_cast<int64_t>(pool.getKvHeads())),
+      param("head_dim", static_cast<int64_t>(pool.getHeadDim())),
+      param("page_size", static_cast<int64_t>(pool.getPageSize())),
+      param("merged_qkv", static_cast<bool>(split)),
+      param("kv_type", elementName(pool.getElementType())),
+  };
+  appendRopeParams(params, ropeQ.getRope());
+  replaceWithKernel(region, "rope_kv_append", args, params);
+  return success();
+}
+
+LogicalResult Lowering::lowerRegion(xfmr::FusionRegionOp region) {
+  llvm::StringRef kind = region.getKind();
+  if (kind == "rope_kv_write") return lowerRopeKvWrite(region);
+  Block& body = region.getBody().front();
+  if (kind == "residual_rms_norm") {
+    xfmr::RmsNormOp norm;
+    for (Operation& op : body)
+      if (auto n = dyn_cast<xfmr::RmsNormOp>(op)) norm = n;
+    // results: (sum, normed) when the sum is used later, else (normed).
+    replaceWithKernel(region, "residual_rms_norm", region.getInputs(),
+                      {param("hidden", lastDim(norm.getInput())),
+                       param("epsilon", norm.getEpsilon().convertToDouble()),
+                       param("writes_sum", region.getNumResults() == 2)});
+    return success();
+  }
+  if (kind == "silu_mul") {
+    bool merged = llvm::any_of(body, [](Operation& op) { return isa<xfmr::SplitOp>(op); });
+    replaceWithKernel(region, "silu_mul", region.getInputs(),
+                      {param("ffn", lastDim(region.getResult(0))),
+                       param("merged_gate_up", merged)});
+    return success();
+  }
+  return region.emitError() << "cannot lower fusion region '" << kind << "'";
+}
+
+LogicalResult Lowering::lower(func::FuncOp func) {
+  llvm::SmallVector<Operation*> ops;
+  for (Operation& op : func.getBody().front()) ops.push_back(&op);
+  for (Operation* op : ops) {
+    if (isa<func::ReturnOp, xfmr::WeightOp, xfmr::ReshapeOp, xfmr::KernelOp,
+            xfmr::GemmOp>(op))
+      continue;
+    if (op->getNumResults() >= 1 && weights_.isWeightOnly(op->getResult(0)))
+      continue;
+    builder_.setInsertionPoint(op);
+    LogicalResult result =
+        llvm::TypeSwitch<Operation*, LogicalResult>(op)
+            .Case([&](xfmr::FusionRegionOp region) { return lowerRegion(region); })
+            .Case([&](xfmr::EmbedOp embed) {
+              replaceWithKernel(embed, "embedding", embed->getOperands(),
+                                {param("hidden", lastDim(embed.getResult())),
+                                 param("table_type", elementOf(embed.getTable()))});
+              return success();
+            })
+            .Case([&](xfmr::RmsNormOp norm) {
+              replaceWithKernel(norm, "rms_norm", norm->getOperands(),
+                                {param("hidden", lastDim(norm.getInput())),
+                                 param("epsilon", norm.getEpsilon().convertToDouble())});
+              return success();
+            })
+            .Case([&](xfmr::LinearOp linear) {
+              linear.getResult().replaceAllUsesWith(
+                  builder_.create<xfmr::GemmOp>(linear.getLoc(), linear.getType(),
+                                                linear.getInput(), linear.getWeight(),
+                                                linear.getBias()).getResult());
+              linear.erase();
+              return success();
+            })
+            .Case([&](xfmr::QuantizedLinearOp linear) -> LogicalResult {
+              if (linear.getScales())
+                return linear.emitError()
+                       << "cannot lower xfmr.quantized_linear with separate "
+                          "scales to xfmr.gemm yet: the kernel set has GEMMs "
+                          "for GGUF block formats and float weights only";
+              linear.getResult().replaceAllUsesWith(
+                  builder_.create<xfmr::GemmOp>(linear.getLoc(), linear.getType(),
+                                                linear.getInput(), linear.getWeight(),
+                                                linear.getBias()).getResult());
+              linear.erase();
+              return success();
+            })
+            .Case([&](xfmr::LogitsOp logits) {
+              auto gemm = builder_.create<xfmr::GemmOp>(
+                  logits.getLoc(), logits.getType(), logits.getHidden(),
+                  logits.getWeight(), Value());
+              gemm->setAttr("role", builder_.getStringAttr("logits"));
+              logits.getResult().replaceAllUsesWith(gemm.getResult());
+              logits.erase();
+              return success();
+            })
+            .Case([&](xfmr::PagedAttentionOp attention) {
+              auto pool = cast<xfmr::KvPoolType>(attention.getKeyPool().getType());
+              auto q = cast<RankedTensorType>(attention.getQuery().getType());
+              replaceWithKernel(
+                  attention, "paged_attention", attention->getOperands(),
+                  {param("heads", q.getDimSize(1)),
+                   param("kv_heads", static_cast<int64_t>(pool.getKvHeads())),
+                   param("head_dim", static_cast<int64_t>(pool.getHeadDim())),
+                   param("page_size", static_cast<int64_t>(pool.getPageSize())),
+                   param("scale", attention.getScale().convertToDouble()),
+                   param("kv_type", elementName(pool.getElementType())),
+                   param("tree_mask", static_cast<bool>(attention.getTreeMask()))});
+              return success();
+            })
+            .Case([&](xfmr::GatherLastTokensOp gather) {
+              replaceWithKernel(gather, "gather_last_tokens", gather->getOperands(),
+                                {param("hidden", lastDim(gather.getHidden()))});
+              return success();
+            })
+            .Case([&](xfmr::AddOp add) {
+              replaceWithKernel(add, "add", add->getOperands(),
+                                {param("width", lastDim(add.getResult()))});
+              return success();
+            })
+            .Case([&](xfmr::MulOp mul) {
+              replaceWithKernel(mul, "mul", mul->getOperands(),
+                                {param("width", lastDim(mul.getResult()))});
+              return success();
+            })
+            .Case([&](xfmr::SiluOp silu) {
+              replaceWithKernel(silu, "silu", silu->getOperands(),
+                                {param("width", lastDim(silu.getResult()))});
+              return success();
+            })
+            .Case([&](xfmr::SplitOp split) {
+              llvm::SmallVector<NamedAttribute> params = {
+                  param("axis", static_cast<int64_t>(split.getAxis())),
+                  builder_.getNamedAttr("sizes", split.getSizesAttr())};
+              replaceWithKernel(split, "split", split->getOperands(), params);
+              return success();
+            })
+            .Case<xfmr::TreePositionsOp, xfmr::TreeMaskOp, xfmr::AcceptOp,
+                  xfmr::QuantizeOp, xfmr::DequantizeOp>([&](Operation* other) {
+              std::string kind = other->getName().stripDialect().str();
+              llvm::SmallVector<NamedAttribute> params(other->getAttrs());
+              replaceWithKernel(other, kind, other->getOperands(), params);
+              return success();
+            })
+            .Default([&](Operation* other) -> LogicalResult {
+              return other->emitError()
+                     << "cannot lower '" << other->getName()
+                     << "' to a kernel: the kernel-level form needs fused, "
+                        "paged attention (run xfmr-fuse-attention and "
+                        "xfmr-page-kv-cache first)";
+            });
+    if (failed(result)) return failure();
+  }
+  return success();
+}
+
+struct LowerToKernelsPass : impl::LowerToKernelsBase<LowerToKernelsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    Lowering lowering(&getContext());
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (failed(lowering.lower(func))) return signalPassFailure();
+  }
+};
+
+}  // namespace
+}  // namespace kiln

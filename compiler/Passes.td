@@ -1,0 +1,155 @@
+//===- Passes.td - kiln's compiler passes ------------------*- tablegen -*-===//
+//
+// One pass per file under compiler/; each is runnable alone in kiln-opt and
+// has a lit test named after its flag in test/lit/passes/.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_PASSES
+#define KILN_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def FuseAttention : Pass<"xfmr-fuse-attention", "::mlir::ModuleOp"> {
+  let summary = "Fuse unfused attention into xfmr.attention; merge QKV and "
+                "gate/up GEMMs; form elementwise fusion regions";
+  let description = [{
+    Rewrites the attention chain the importer emits into one flash-style op:
+
+    ```mlir
+    // before
+    %s = xfmr.batch_matmul %qt, %k9 {transpose_rhs}   // qt = transpose(q), k9 = repeat_kv(transpose(k))
+    %c = xfmr.scale %s {factor = 0.125 : f64}
+    %m = xfmr.causal_mask %c
+    %p = xfmr.softmax %m {axis = 2 : i64}
+    %o = xfmr.batch_matmul %p, %v9
+    %r = xfmr.transpose %o {permutation = array<i64: 1, 0, 2>}
+    // after
+    %r = xfmr.attention %q, %k, %v {causal, scale = 0.125 : f64}
+    ```
+
+    Patterns that differ in meaning are left alone: no scale, a mask other
+    than causal, a softmax over another axis.
+
+    It also merges the Q/K/V projections of one input into one linear over
+    a concatenated weight (`xfmr.concat` of the three weights, split again by
+    reshapes of the result) and likewise gate/up, and wraps
+    residual add + RMSNorm, SiLU·mul and RoPE + KV write chains into
+    `xfmr.fusion_region` ops that the lowering turns into single kernels.
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
+  let options = [
+    Option<"mergeProjections", "merge-projections", "bool", "true",
+           "Merge Q/K/V and gate/up projections into single GEMMs">,
+    Option<"formRegions", "form-regions", "bool", "true",
+           "Wrap elementwise/reduction chains into fusion regions">,
+  ];
+}
+
+def PageKvCache : Pass<"xfmr-page-kv-cache", "::mlir::ModuleOp"> {
+  let summary = "Rewrite contiguous past-KV attention into paged attention "
+                "over a ragged batch";
+  let description = [{
+    Turns `@forward`'s per-layer `past_k/past_v` tensors and `kv_concat`
+    into per-layer KV block pools (`!xfmr.kv_pool<page, Hkv, D, type>`),
+    a `paged_kv_append` of the new keys and values, and `paged_attention`
+    over the pool. The entry then takes a ragged batch: flattened tokens of
+    many sequences with `slot_mapping [N]`, `block_tables [B, max_blocks]`,
+    `query_start [B+1]` and `kv_lens [B]`, and returns logits for each
+    sequence's last token only.
+
+    ```mlir
+    // before
+    %K = xfmr.kv_concat %past_k, %k
+    %o = xfmr.attention %q, %K, %V {causal, scale = 0.125 : f64}
+    // after
+    xfmr.paged_kv_append %k, %v, %k_pool, %v_pool, %slots
+    %o = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens {scale = 0.125 : f64}
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"pageSize", "page-size", "unsigned", "16",
+           "Tokens per KV block (a power of two from 1 to 256)">,
+  ];
+}
+
+def InsertQuantization : Pass<"xfmr-insert-quantization", "::mlir::ModuleOp"> {
+  let summary = "Quantize weights and the KV cache";
+  let description = [{
+    Rewrites `xfmr.linear` on float weights into `xfmr.quantized_linear` on
+    weights quantized at load time (int8 per channel, int4 per group, or
+    fp8 e4m3 with per-channel scales), with the scales as `xfmr.weight`
+    values the load-time preparation computes. Weights already in a GGUF
+    block format (q4_0, q4_1, q8_0, ...) keep that form and become
+    `quantized_linear` without any new op. With `kv=int8|fp8` the KV pools
+    change element type and carry per-head scales.
+
+    ```mlir
+    // before (weights=int8)
+    %y = xfmr.linear %x, %w : (tensor<?x576xf32>, tensor<1536x576xbf16>) -> tensor<?x1536xf32>
+    // after
+    %q = xfmr.weight "blk.0.ffn_up.weight" {xfmr.prepare = "quantize_int8"} : tensor<1536x576x!xfmr.quant<"int8", 0>>
+    %s = xfmr.weight "blk.0.ffn_up.weight.scale" : tensor<1536xf32>
+    %y = xfmr.quantized_linear %x, %q scales %s : ...
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
+  let options = [
+    Option<"weights", "weights", "std::string", "\"none\"",
+           "Weight quantization: none, int8, int4, fp8">,
+    Option<"groupSize", "group-size", "unsigned", "128",
+           "Elements per scale for int4 (a multiple of 32)">,
+    Option<"kv", "kv", "std::string", "\"none\"",
+           "KV cache type: none (activation type), bf16, int8, fp8">,
+  ];
+}
+
+def ExpandSpecVerify : Pass<"xfmr-expand-spec-verify", "::mlir::ModuleOp"> {
+  let summary = "Add a token-tree verify entry for speculative decoding";
+  let description = [{
+    Clones the paged `@forward` entry into `@verify`, which takes a draft
+    token tree per sequence (`parents [N]`, positions from depth), attends
+    with the tree's ancestor mask, returns logits for every node and ends
+    in an `xfmr.accept` that picks the longest accepted path.
+
+    ```mlir
+    // after
+    func.func @verify(%tokens, %parents, %base_pos, ...) {
+      %pos  = xfmr.tree_positions %parents, %base_pos
+      %mask = xfmr.tree_mask %parents
+      %o    = xfmr.paged_attention ... tree_mask %mask
+      ...
+      %path, %n = xfmr.accept %logits, %tokens, %parents {mode = "greedy"}
+    }
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"tree", "tree", "std::string", "\"chain:4\"",
+           "Tree shape: chain:K, or widths:W1,W2,... (branching per depth)">,
+    Option<"mode", "mode", "std::string", "\"greedy\"",
+           "Acceptance: greedy or rejection">,
+  ];
+}
+
+def LowerToKernels : Pass<"xfmr-lower-to-kernels", "::mlir::ModuleOp"> {
+  let summary = "Lower every op or fusion region to a kernel instance or a GEMM";
+  let description = [{
+    The last pass before the artifact: each remaining xfmr op or fusion
+    region becomes one `xfmr.kernel` (kind + compile-time parameters, which
+    name one instance in `kernels/*.cu` and one CPU routine) or one
+    `xfmr.gemm`; reshapes become views. Fails with a diagnostic at any op it
+    cannot lower.
+
+    ```mlir
+    // before
+    %h = xfmr.rms_norm %x, %w {epsilon = 1.0e-05 : f64}
+    // after
+    %h = xfmr.kernel "rms_norm" (%x, %w) {params = {epsilon = 1.0e-05 : f64, hidden = 576 : i64}}
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
+}
+
+#endif // KILN_PASSES
