@@ -1,0 +1,149 @@
+// RUN: kiln-opt %s -split-input-file --xfmr-fuse-attention="merge-projections=false form-regions=false" | FileCheck %s --check-prefix=ATTN
+// RUN: kiln-opt %s -split-input-file --xfmr-fuse-attention | kiln-opt -split-input-file | FileCheck %s --check-prefix=ALL
+
+// The unfused GQA attention chain becomes one xfmr.attention over the
+// token-major q/k/v; the scores, mask and softmax are gone.
+// ATTN-LABEL: func.func @gqa_causal
+// ATTN-SAME: (%[[Q:.*]]: tensor<?x4x16xf32>, %[[K:.*]]: tensor<?x2x16xf32>, %[[V:.*]]: tensor<?x2x16xf32>)
+// ATTN-NEXT: %[[O:.*]] = xfmr.attention %[[Q]], %[[K]], %[[V]] {causal, scale = 2.500000e-01 : f64}
+// ATTN-NEXT: return %[[O]]
+// ALL-LABEL: func.func @gqa_causal
+// ALL-NEXT: xfmr.attention
+// ALL-NEXT: return
+func.func @gqa_causal(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>) -> tensor<?x4x16xf32> {
+  %qt = xfmr.transpose %q {permutation = array<i64: 1, 0, 2>} : tensor<?x4x16xf32> -> tensor<4x?x16xf32>
+  %kt = xfmr.transpose %k {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %vt = xfmr.transpose %v {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %k4 = xfmr.repeat_kv %kt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %v4 = xfmr.repeat_kv %vt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %s = xfmr.batch_matmul %qt, %k4 {transpose_rhs} : (tensor<4x?x16xf32>, tensor<4x?x16xf32>) -> tensor<4x?x?xf32>
+  %c = xfmr.scale %s {factor = 2.500000e-01 : f64} : tensor<4x?x?xf32>
+  %m = xfmr.causal_mask %c : tensor<4x?x?xf32>
+  %p = xfmr.softmax %m {axis = 2 : i64} : tensor<4x?x?xf32>
+  %o = xfmr.batch_matmul %p, %v4 : (tensor<4x?x?xf32>, tensor<4x?x16xf32>) -> tensor<4x?x16xf32>
+  %r = xfmr.transpose %o {permutation = array<i64: 1, 0, 2>} : tensor<4x?x16xf32> -> tensor<?x4x16xf32>
+  return %r : tensor<?x4x16xf32>
+}
+
+// -----
+
+// Without the scale it is not scaled dot-product attention: left alone.
+// ATTN-LABEL: func.func @no_scale
+// ATTN-NOT: xfmr.attention
+// ATTN: xfmr.softmax
+func.func @no_scale(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>) -> tensor<?x4x16xf32> {
+  %qt = xfmr.transpose %q {permutation = array<i64: 1, 0, 2>} : tensor<?x4x16xf32> -> tensor<4x?x16xf32>
+  %kt = xfmr.transpose %k {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %vt = xfmr.transpose %v {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %k4 = xfmr.repeat_kv %kt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %v4 = xfmr.repeat_kv %vt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %s = xfmr.batch_matmul %qt, %k4 {transpose_rhs} : (tensor<4x?x16xf32>, tensor<4x?x16xf32>) -> tensor<4x?x?xf32>
+  %m = xfmr.causal_mask %s : tensor<4x?x?xf32>
+  %p = xfmr.softmax %m {axis = 2 : i64} : tensor<4x?x?xf32>
+  %o = xfmr.batch_matmul %p, %v4 : (tensor<4x?x?xf32>, tensor<4x?x16xf32>) -> tensor<4x?x16xf32>
+  %r = xfmr.transpose %o {permutation = array<i64: 1, 0, 2>} : tensor<4x?x16xf32> -> tensor<?x4x16xf32>
+  return %r : tensor<?x4x16xf32>
+}
+
+// -----
+
+// An additive (non-causal) mask is not the causal pattern: left alone.
+// ATTN-LABEL: func.func @additive_mask
+// ATTN-NOT: xfmr.attention
+// ATTN: xfmr.add
+// ATTN: xfmr.softmax
+func.func @additive_mask(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>, %mask: tensor<4x?x?xf32>) -> tensor<?x4x16xf32> {
+  %qt = xfmr.transpose %q {permutation = array<i64: 1, 0, 2>} : tensor<?x4x16xf32> -> tensor<4x?x16xf32>
+  %kt = xfmr.transpose %k {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %vt = xfmr.transpose %v {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %k4 = xfmr.repeat_kv %kt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %v4 = xfmr.repeat_kv %vt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %s = xfmr.batch_matmul %qt, %k4 {transpose_rhs} : (tensor<4x?x16xf32>, tensor<4x?x16xf32>) -> tensor<4x?x?xf32>
+  %c = xfmr.scale %s {factor = 2.500000e-01 : f64} : tensor<4x?x?xf32>
+  %m = xfmr.add %c, %mask : tensor<4x?x?xf32>
+  %p = xfmr.softmax %m {axis = 2 : i64} : tensor<4x?x?xf32>
+  %o = xfmr.batch_matmul %p, %v4 : (tensor<4x?x?xf32>, tensor<4x?x16xf32>) -> tensor<4x?x16xf32>
+  %r = xfmr.transpose %o {permutation = array<i64: 1, 0, 2>} : tensor<4x?x16xf32> -> tensor<?x4x16xf32>
+  return %r : tensor<?x4x16xf32>
+}
+
+// -----
+
+// Softmax over the query axis is a different computation: left alone.
+// ATTN-LABEL: func.func @softmax_axis1
+// ATTN-NOT: xfmr.attention
+// ATTN: xfmr.softmax {{.*}} {axis = 1 : i64}
+func.func @softmax_axis1(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>) -> tensor<?x4x16xf32> {
+  %qt = xfmr.transpose %q {permutation = array<i64: 1, 0, 2>} : tensor<?x4x16xf32> -> tensor<4x?x16xf32>
+  %kt = xfmr.transpose %k {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %vt = xfmr.transpose %v {permutation = array<i64: 1, 0, 2>} : tensor<?x2x16xf32> -> tensor<2x?x16xf32>
+  %k4 = xfmr.repeat_kv %kt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %v4 = xfmr.repeat_kv %vt {repeats = 2 : i64} : tensor<2x?x16xf32> -> tensor<4x?x16xf32>
+  %s = xfmr.batch_matmul %qt, %k4 {transpose_rhs} : (tensor<4x?x16xf32>, tensor<4x?x16xf32>) -> tensor<4x?x?xf32>
+  %c = xfmr.scale %s {factor = 2.500000e-01 : f64} : tensor<4x?x?xf32>
+  %m = xfmr.causal_mask %c : tensor<4x?x?xf32>
+  %p = xfmr.softmax %m {axis = 1 : i64} : tensor<4x?x?xf32>
+  %o = xfmr.batch_matmul %p, %v4 : (tensor<4x?x?xf32>, tensor<4x?x16xf32>) -> tensor<4x?x16xf32>
+  %r = xfmr.transpose %o {permutation = array<i64: 1, 0, 2>} : tensor<4x?x16xf32> -> tensor<?x4x16xf32>
+  return %r : tensor<?x4x16xf32>
+}
+
+// -----
+
+// Q/K/V projections of one input merge into one GEMM over row-concatenated
+// weights; the result is split back.
+// ALL-LABEL: func.func @merge_qkv
+// ALL: %[[W:.*]] = xfmr.concat %{{.*}}, %{{.*}}, %{{.*}} {axis = 0 : i64} : (tensor<64x64xf32>, tensor<32x64xf32>, tensor<32x64xf32>) -> tensor<128x64xf32>
+// ALL: %[[Y:.*]] = xfmr.linear %arg0, %[[W]] : (tensor<?x64xf32>, tensor<128x64xf32>) -> tensor<?x128xf32>
+// ALL: xfmr.split %[[Y]] {axis = 1 : i64, sizes = array<i64: 64, 32, 32>}
+// ALL-NOT: xfmr.linear
+func.func @merge_qkv(%x: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>) {
+  %wq = xfmr.weight "q" : tensor<64x64xf32>
+  %wk = xfmr.weight "k" : tensor<32x64xf32>
+  %wv = xfmr.weight "v" : tensor<32x64xf32>
+  %q = xfmr.linear %x, %wq : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+  %k = xfmr.linear %x, %wk : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+  %v = xfmr.linear %x, %wv : (tensor<?x64xf32>, tensor<32x64xf32>) -> tensor<?x32xf32>
+  return %q, %k, %v : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+}
+
+// -----
+
+// Weights of different element types are not merged.
+// ALL-LABEL: func.func @no_merge_mixed_types
+// ALL-NOT: xfmr.concat
+// ALL-COUNT-2: xfmr.linear
+func.func @no_merge_mixed_types(%x: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
+  %wa = xfmr.weight "a" : tensor<64x64xf32>
+  %wb = xfmr.weight "b" : tensor<64x64x!xfmr.quant<"q8_0", 32>>
+  %a = xfmr.linear %x, %wa : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+  %b = xfmr.linear %x, %wb : (tensor<?x64xf32>, tensor<64x64x!xfmr.quant<"q8_0", 32>>) -> tensor<?x64xf32>
+  return %a, %b : tensor<?x64xf32>, tensor<?x64xf32>
+}
+
+// -----
+
+// Residual add + RMSNorm, and the gate/up GEMM followed by SiLU·mul, become
+// fusion regions (the split of the merged gate/up moves inside).
+// ALL-LABEL: func.func @mlp_regions
+// ALL: xfmr.fusion_region "residual_rms_norm"
+// ALL: xfmr.add
+// ALL: xfmr.rms_norm
+// ALL: xfmr.yield
+// ALL: %[[GU:.*]] = xfmr.linear {{.*}} -> tensor<?x256xf32>
+// ALL: xfmr.fusion_region "silu_mul"(%[[GU]])
+// ALL: xfmr.split
+// ALL: xfmr.silu
+// ALL: xfmr.mul
+func.func @mlp_regions(%x: tensor<?x64xf32>, %r: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x128xf32>) {
+  %nw = xfmr.weight "norm" : tensor<64xf32>
+  %wg = xfmr.weight "gate" : tensor<128x64xf32>
+  %wu = xfmr.weight "up" : tensor<128x64xf32>
+  %s = xfmr.add %x, %r : tensor<?x64xf32>
+  %h = xfmr.rms_norm %s, %nw {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+  %g = xfmr.linear %h, %wg : (tensor<?x64xf32>, tensor<128x64xf32>) -> tensor<?x128xf32>
+  %u = xfmr.linear %h, %wu : (tensor<?x64xf32>, tensor<128x64xf32>) -> tensor<?x128xf32>
+  %a = xfmr.silu %g : tensor<?x128xf32>
+  %m = xfmr.mul %a, %u : tensor<?x128xf32>
+  return %s, %m : tensor<?x64xf32>, tensor<?x128xf32>
+}

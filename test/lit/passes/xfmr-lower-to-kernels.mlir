@@ -1,0 +1,30 @@
+// RUN: kiln-compile %models/tiny-qwen2 --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-page-kv-cache --xfmr-lower-to-kernels | kiln-opt | FileCheck %s
+// RUN: kiln-opt %s -split-input-file --xfmr-lower-to-kernels -verify-diagnostics
+
+// Every op becomes a kernel instance or a GEMM; weight-only ops (the Q/K/V
+// row concat) stay for load-time preparation, reshapes stay as views.
+// CHECK-LABEL: func.func @forward
+// CHECK: xfmr.kernel "embedding"(%arg0, %{{.*}}) {params = {hidden = 64 : i64, table_type = "bf16"}}
+// CHECK: xfmr.kernel "rms_norm"
+// CHECK: %[[W:.*]] = xfmr.concat {{.*}} {axis = 0 : i64} : (tensor<64x64xbf16>, tensor<32x64xbf16>, tensor<32x64xbf16>) -> tensor<128x64xbf16>
+// CHECK: %[[B:.*]] = xfmr.concat {{.*}} -> tensor<128xbf16>
+// CHECK: %[[QKV:.*]] = xfmr.gemm %{{.*}}, %[[W]], %[[B]]
+// CHECK: xfmr.kernel "rope_kv_append"(%[[QKV]], %arg1, %arg2, %arg6, %arg7) {params = {head_dim = 16 : i64, heads = 4 : i64, kv_heads = 2 : i64, kv_type = "f32", merged_qkv = true, page_size = 16 : i64
+// CHECK-SAME: rope_scaling = "none", rope_style = "half", rope_theta = 1.000000e+06 : f64
+// CHECK: xfmr.kernel "paged_attention"
+// CHECK: xfmr.reshape
+// CHECK: xfmr.gemm
+// CHECK: xfmr.kernel "residual_rms_norm"{{.*}}writes_sum = true
+// CHECK: xfmr.kernel "silu_mul"{{.*}}{params = {ffn = 128 : i64, merged_gate_up = true}}
+// CHECK: xfmr.kernel "gather_last_tokens"
+// CHECK: xfmr.kernel "rms_norm"
+// CHECK: xfmr.gemm {{.*}} {role = "logits"}
+// CHECK-NOT: xfmr.linear
+// CHECK-NOT: xfmr.fusion_region
+
+// The runtime has no contiguous-KV attention: lowering it is an error at the op.
+func.func @forward(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>) -> tensor<?x4x16xf32> {
+  // expected-error @+1 {{cannot lower 'xfmr.attention' to a kernel: the kernel-level form needs fused, paged attention (run xfmr-fuse-attention and xfmr-page-kv-cache first)}}
+  %o = xfmr.attention %q, %k, %v {scale = 0.25 : f64, causal} : (tensor<?x4x16xf32>, tensor<?x2x16xf32>, tensor<?x2x16xf32>) -> tensor<?x4x16xf32>
+  return %o : tensor<?x4x16xf32>
+}

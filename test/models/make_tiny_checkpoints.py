@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Writes tiny header-only Hugging Face checkpoints for the importer's lit tests.
+
+  tiny-llama/    2 layers, hidden 64, 4 heads / 2 kv heads, ffn 128, vocab 128
+  tiny-qwen2/    the same shape with q/k/v biases (Qwen2's attention_bias)
+  tiny-mistral/  mistral model_type with a sliding window
+
+Only the tensor table is written (see make_header_only_checkpoint.py).
+Usage: make_tiny_checkpoints.py [OUTPUT_DIR]   Standard library only.
+"""
+import os
+import sys
+
+from make_header_only_checkpoint import header_bytes, llama_tensors, write_config
+
+BASE = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+QWEN2 = dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+             tie_word_embeddings=True, rope_theta=1000000.0)
+MISTRAL = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral",
+               sliding_window=128)
+
+
+def tensors(cfg, bias):
+    out = llama_tensors(cfg)
+    if not bias:
+        return out
+    d = cfg["hidden_size"] // cfg["num_attention_heads"]
+    with_bias = []
+    for name, shape in out:
+        with_bias.append((name, shape))
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            if name.endswith(f"self_attn.{proj}.weight"):
+                with_bias.append((name.replace(".weight", ".bias"), [shape[0]]))
+    return with_bias
+
+
+def write(directory, cfg, bias=False):
+    os.makedirs(directory, exist_ok=True)
+    write_config(directory, cfg)
+    with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+        f.write(header_bytes(tensors(cfg, bias)))
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    write(os.path.join(out, "tiny-llama"), BASE)
+    write(os.path.join(out, "tiny-qwen2"), QWEN2, bias=True)
+    write(os.path.join(out, "tiny-mistral"), MISTRAL)
+
+
+if __name__ == "__main__":
+    main()
