@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/cpu/kernels/embed.h"
@@ -53,12 +54,12 @@ void BM_LinearQ4_1(benchmark::State& state) {
       benchmark::Counter(weight_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * k * n * tokens * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(quantDotIsa());
+  state.SetLabel(std::string(quantDotIsa()) + " blas:" + blasCoreName());
 }
 BENCHMARK(BM_LinearQ4_1)
     ->ArgNames({"k", "n", "T", "threads"})
-    ->ArgsProduct({{576}, {1536}, {1, 64}, {1, 2}})
-    ->ArgsProduct({{1536}, {576}, {1, 64}, {1, 2}})
+    ->ArgsProduct({{576}, {1536}, {1, 64}, {1, 2, 4, 8}})
+    ->ArgsProduct({{1536}, {576}, {1, 64}, {1, 2, 4, 8}})
     ->UseRealTime();
 
 // Args: {tokens, threads}; SmolLM2 vocab 49152 x 576, Q8_0 (a typical GGUF
@@ -118,7 +119,7 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   state.counters["weight_GB/s"] = benchmark::Counter(
       2.0 * batch * ctx * pool.slotElems() * 4 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_PagedAttentionDecode)->ArgNames({"B", "threads"})->ArgsProduct({{1, 8}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_PagedAttentionDecode)->ArgNames({"B", "threads"})->ArgsProduct({{1, 8}, {1, 2, 4, 8}})->UseRealTime();
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -103,6 +103,8 @@ Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
   return Status::success();
 }
 
+const char* blasCoreName() { return openblas_get_corename(); }
+
 Status linear(const float* x, int64_t tokens, int64_t k, const void* w, WeightType w_type,
               int64_t n, const float* bias, float* y) {
   return linearWithPath(x, tokens, k, w, w_type, n, bias, y, LinearPath::kAuto);

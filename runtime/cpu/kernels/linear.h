@@ -25,6 +25,13 @@ inline constexpr int64_t kQuantDotMaxTokens = 8;
 Status linear(const float* x, int64_t tokens, int64_t k, const void* w, WeightType w_type,
               int64_t n, const float* bias, float* y);
 
+// The OpenBLAS kernel family in use, e.g. "skylakex" or "haswell". OpenBLAS
+// 0.3.21's DYNAMIC_ARCH falls back to "prescott" (SSE3, ~3x slower sgemm) on
+// CPUs it does not know, including some recent Xeons in VMs; the fix is
+// OPENBLAS_CORETYPE=SkylakeX (or Haswell) in the environment before start-up,
+// because OpenBLAS picks its kernels in its library constructor.
+const char* blasCoreName();
+
 // Forces the path, for tests and benchmarks.
 enum class LinearPath { kAuto, kQuantDot, kDequantSgemm };
 Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,

@@ -5,11 +5,25 @@
 #include <cstdlib>
 #include <memory>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace kiln::cpu {
 namespace {
 
 // Set while a thread executes a chunk, so nested parallelFor runs inline.
 thread_local bool t_in_job = false;
+
+constexpr int kSpinIterations = 2000;
+
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
 
 int defaultThreads() {
   if (const char* env = std::getenv("KILN_CPU_THREADS")) {
@@ -49,6 +63,10 @@ void ThreadPool::runChunks() {
 void ThreadPool::workerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
+    for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen &&
+                    !stop_.load(std::memory_order_relaxed);
+         ++i)
+      cpuRelax();
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -56,9 +74,11 @@ void ThreadPool::workerLoop(int index) {
       seen = generation_;
     }
     runChunks();
-    {
+    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Notify under the mutex so the caller cannot miss it between its
+      // predicate check and its wait.
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_workers_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
@@ -92,8 +112,10 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   }
   wake_.notify_all();
   runChunks();
+  for (int i = 0; i < kSpinIterations && pending_workers_.load(std::memory_order_acquire) != 0; ++i)
+    cpuRelax();
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_workers_ == 0; });
+  done_.wait(lock, [&] { return pending_workers_.load(std::memory_order_acquire) == 0; });
   job_ = nullptr;
 }
 
