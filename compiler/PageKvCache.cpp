@@ -33,7 +33,7 @@ struct PageKvCachePass : impl::PageKvCacheBase<PageKvCachePass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (pageSize == 0 || pageSize > 256 || (pageSize & (pageSize - 1)) != 0) {
-      module.emitError() << "invalid value '" << pageSize
+      module.emitError() << "invalid value '" << static_cast<unsigned>(pageSize)
                          << "' for page-size, expected a power of two from 1 "
                             "to 256";
       return signalPassFailure();
