@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +116,27 @@ TEST_F(SmolLM2TokenizerTest, StreamingMatchesDecode) {
           << "case '" << c["name"].get<std::string>() << "'";
     }
   }
+}
+
+TEST_F(SmolLM2TokenizerTest, EncodesKilobytesInMilliseconds) {
+  // ~16 KB of mixed text from the fixture strings.
+  std::string text;
+  while (text.size() < 16 * 1024) {
+    for (const auto& c : fixture_["cases"]) {
+      if (c.value("valid_utf8", true)) text += c["text"].get<std::string>();
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> ids = tokenizer_->encode(text);
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  EXPECT_GT(ids.size(), 1000u);
+  // Typically a few ms; the bound leaves room for a loaded 2-core machine.
+  EXPECT_LT(ms, 250.0) << text.size() << " bytes took " << ms << " ms";
+  RecordProperty("encode_ms", std::to_string(ms));
+  std::printf("encoded %zu bytes into %zu tokens in %.2f ms\n", text.size(),
+              ids.size(), ms);
 }
 
 }  // namespace
