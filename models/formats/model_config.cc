@@ -17,6 +17,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::string_view kSupported = "llama, mistral, qwen2";
+constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
 
 bool isSupportedArch(std::string_view a) {
   return a == "llama" || a == "mistral" || a == "qwen2";
@@ -280,6 +281,10 @@ Status ModelConfig::validate() const {
                   Named{"vocab_size", vocab_size},
                   Named{"max_position_embeddings", max_position_embeddings}}) {
     if (n.value <= 0) return makeError("{}: {} is {}, expected a positive value", s, n.name, n.value);
+    // Real models are far below 2^31 in every size; the cap keeps products
+    // of two sizes (weight shapes, byte counts) inside int64.
+    if (n.value > kMaxSize)
+      return makeError("{}: {} is {}, expected at most {}", s, n.name, n.value, kMaxSize);
   }
   if (hidden_size % num_heads != 0)
     return makeError("{}: hidden_size {} is not a multiple of num_heads {}", s, hidden_size,

@@ -161,6 +161,10 @@ TEST(ModelConfigBadInputTest, Validate) {
   EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 0,
                           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})"),
             "c.json: intermediate_size is 0, expected a positive value");
+  EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                          "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "vocab_size": 4294967296})"),
+            "c.json: vocab_size is 4294967296, expected at most 2147483647");
   ModelConfig c;
   c.architecture = "llama";
   EXPECT_EQ(c.validate().error().message, "model config: hidden_size is 0, expected a positive value");
