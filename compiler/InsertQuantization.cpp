@@ -195,8 +195,9 @@ struct InsertQuantizationPass
                              "int4, fp8";
       return signalPassFailure();
     }
-    if (groupSize == 0 || groupSize % 32 != 0) {
-      module->emitError() << "invalid value '" << groupSize
+    unsigned group = groupSize;
+    if (group == 0 || group % 32 != 0) {
+      module->emitError() << "invalid value '" << group
                           << "' for group-size, expected a positive multiple "
                              "of 32 (32, 64, 128, ...)";
       return signalPassFailure();
@@ -210,7 +211,7 @@ struct InsertQuantizationPass
 
     WeightScheme scheme{"", 0};
     if (weights == "int8") scheme = {"int8", 0};
-    if (weights == "int4") scheme = {"int4", groupSize};
+    if (weights == "int4") scheme = {"int4", group};
     if (weights == "fp8") scheme = {"fp8e4m3", 0};
     WeightQuantizer quantizer(scheme);
     SmallVector<xfmr::LinearOp> linears;

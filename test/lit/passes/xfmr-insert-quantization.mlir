@@ -49,7 +49,7 @@
 
 // weights=none leaves float linears alone.
 // NONE-LABEL: func.func @forward
-// NONE-NOT: xfmr.quantize
+// NONE-NOT: xfmr.quantize %
 // NONE-NOT: xfmr.quantized_linear
 // NONE: xfmr.linear
 // NONE: xfmr.logits
@@ -58,7 +58,7 @@
 // KVI8-SAME: %{{.*}}: !xfmr.kv_pool<16, 2, 16, i8> {xfmr.kv_scales = "token_head", xfmr.name = "k_pool.0"}
 // KVI8-SAME: %{{.*}}: !xfmr.kv_pool<16, 2, 16, i8> {xfmr.kv_scales = "token_head", xfmr.name = "v_pool.0"}
 // KVI8: xfmr.linear
-// KVI8: xfmr.paged_kv_append {{.*}} : tensor<?x2x16xf32>, tensor<?x2x16xf32>, !xfmr.kv_pool<16, 2, 16, i8>, !xfmr.kv_pool<16, 2, 16, i8>, tensor<?xi32>
+// KVI8: xfmr.paged_kv_append {{.*}} : tensor<?x2x16xf32>, tensor<?x2x16xf32>, <16, 2, 16, i8>, <16, 2, 16, i8>, tensor<?xi32>
 // KVI8: xfmr.paged_attention {{.*}} : (tensor<?x4x16xf32>, !xfmr.kv_pool<16, 2, 16, i8>, !xfmr.kv_pool<16, 2, 16, i8>,
 
 // KVF8-LABEL: func.func @forward
@@ -73,8 +73,8 @@
 // Running the pass again changes nothing.
 // TWICE-LABEL: func.func @forward
 // TWICE-SAME: !xfmr.kv_pool<16, 2, 16, i8> {xfmr.kv_scales = "token_head", xfmr.name = "k_pool.0"}
-// TWICE-COUNT-4: xfmr.quantize
-// TWICE-NOT: xfmr.quantize
+// TWICE-COUNT-4: xfmr.quantize %
+// TWICE-NOT: xfmr.quantize %
 // TWICE: xfmr.logits
 func.func @forward(%tokens: tensor<?xi32> {xfmr.name = "tokens"}, %positions: tensor<?xi32> {xfmr.name = "positions"},
                    %slots: tensor<?xi32> {xfmr.name = "slot_mapping"}, %tables: tensor<?x?xi32> {xfmr.name = "block_tables"},
@@ -133,29 +133,30 @@ func.func @forward(%tokens: tensor<?xi32> {xfmr.name = "tokens"}, %positions: te
 // and lm_head stay as they are.
 
 // INT8-LABEL: func.func @gguf
-// INT8-NOT: xfmr.quantize
+// INT8-NOT: xfmr.quantize %
 // INT8: %[[QKV:.*]] = xfmr.concat {{.*}} -> tensor<128x64x!xfmr.quant<"q4_1", 32>>
 // INT8: xfmr.quantized_linear %{{.*}}, %[[QKV]] : (tensor<?x64xf32>, tensor<128x64x!xfmr.quant<"q4_1", 32>>) -> tensor<?x128xf32>
 // INT8: xfmr.quantized_linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<64x64x!xfmr.quant<"q4_1", 32>>) -> tensor<?x64xf32>
-// INT8-NOT: xfmr.quantize
+// INT8-NOT: xfmr.quantize %
 // INT8: xfmr.logits {{.*}} : (tensor<?x64xf32>, tensor<128x64x!xfmr.quant<"q8_0", 32>>)
 
 // INT4-LABEL: func.func @gguf
-// INT4-NOT: xfmr.quantize
+// INT4-NOT: xfmr.quantize %
 // INT4: xfmr.quantized_linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<128x64x!xfmr.quant<"q4_1", 32>>)
-// INT4-NOT: xfmr.quantize
+// INT4-NOT: xfmr.quantize %
 
 // FP8-LABEL: func.func @gguf
-// FP8-NOT: xfmr.quantize
+// FP8-NOT: xfmr.quantize %
 // FP8: xfmr.quantized_linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<128x64x!xfmr.quant<"q4_1", 32>>)
 
 // weights=none: a linear on a quantized weight is still a quantized linear.
 // NONE-LABEL: func.func @gguf
-// NONE-NOT: xfmr.quantize
+// NONE-NOT: xfmr.quantize %
 // NONE: xfmr.embed {{.*}} tensor<128x64x!xfmr.quant<"q8_0", 32>>
 // NONE: xfmr.quantized_linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<128x64x!xfmr.quant<"q4_1", 32>>)
 // NONE: xfmr.quantized_linear %{{.*}}, %{{.*}} : (tensor<?x64xf32>, tensor<64x64x!xfmr.quant<"q4_1", 32>>)
 // NONE-NOT: xfmr.linear
+// NONE: xfmr.logits
 func.func @gguf(%tokens: tensor<?xi32>) -> tensor<?x128xf32> {
   %table = xfmr.weight "token_embd.weight" : tensor<128x64x!xfmr.quant<"q8_0", 32>>
   %x = xfmr.embed %tokens, %table : (tensor<?xi32>, tensor<128x64x!xfmr.quant<"q8_0", 32>>) -> tensor<?x64xf32>
@@ -199,8 +200,8 @@ func.func @ragged_groups(%x: tensor<?x96xf32>, %y: tensor<?x128xf32>) -> (tensor
 // argument (not known at load time) is left alone.
 
 // INT8-LABEL: func.func @shared
-// INT8-COUNT-1: xfmr.quantize
-// INT8-NOT: xfmr.quantize
+// INT8-COUNT-1: xfmr.quantize %
+// INT8-NOT: xfmr.quantize %
 // INT8: xfmr.quantized_linear
 // INT8: xfmr.quantized_linear
 // INT8: xfmr.linear %{{.*}}, %arg2
@@ -217,7 +218,7 @@ func.func @shared(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>, %w_runtime: tensor
 // KV pools passed into a fusion region change type inside it too.
 
 // KVI8-LABEL: func.func @pool_in_region
-// KVI8: xfmr.fusion_region "rope_kv_write" ({{.*}}) : ({{.*}}!xfmr.kv_pool<16, 2, 16, i8>, !xfmr.kv_pool<16, 2, 16, i8>, tensor<?xi32>) -> ()
+// KVI8: xfmr.fusion_region "rope_kv_write"({{.*}}) : ({{.*}}!xfmr.kv_pool<16, 2, 16, i8>, !xfmr.kv_pool<16, 2, 16, i8>, tensor<?xi32>) -> ()
 // KVI8: ^bb0({{.*}}: !xfmr.kv_pool<16, 2, 16, i8>, {{.*}}: !xfmr.kv_pool<16, 2, 16, i8>,
 func.func @pool_in_region(%k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>,
                           %k_pool: !xfmr.kv_pool<16, 2, 16, f32> {xfmr.name = "k_pool.0"},
