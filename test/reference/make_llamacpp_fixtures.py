@@ -166,8 +166,15 @@ def main():
     llm = Llama(model_path=args.model, n_ctx=2048, n_threads=2,
                 n_threads_batch=2, logits_all=True, seed=1234, verbose=False)
     template = llm.metadata["tokenizer.chat_template"]
+    # The wheel carries no llama.cpp commit; the shared-library versions in
+    # its file names (libllama.so.X.Y.Z, libggml.so.X.Y.Z) pin the vendored
+    # llama.cpp alongside the llama-cpp-python release.
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    libs = sorted(f for f in os.listdir(lib_dir)
+                  if f.count(".so.") and f.split(".so.")[1].count(".") == 2)
     provenance = {
         "llama_cpp_python_version": llama_cpp.__version__,
+        "shared_libraries": libs,
         "system_info": llama_cpp.llama_print_system_info().decode().strip(),
         "model": os.path.basename(args.model),
         "n_vocab": llm.n_vocab(),
