@@ -1,0 +1,796 @@
+#include "runtime/artifact/manifest.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "models/formats/tensor_info.h"
+
+namespace kiln {
+
+using json = nlohmann::json;
+
+//===----------------------------------------------------------------------===//
+// Step kinds
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct KindName {
+  StepKind kind;
+  std::string_view name;
+};
+constexpr KindName kKindNames[] = {
+    {StepKind::kEmbedding, "embedding"},
+    {StepKind::kRmsNorm, "rms_norm"},
+    {StepKind::kResidualRmsNorm, "residual_rms_norm"},
+    {StepKind::kGemm, "gemm"},
+    {StepKind::kRopeKvAppend, "rope_kv_append"},
+    {StepKind::kPagedAttention, "paged_attention"},
+    {StepKind::kSiluMul, "silu_mul"},
+    {StepKind::kAdd, "add"},
+    {StepKind::kMul, "mul"},
+    {StepKind::kSilu, "silu"},
+    {StepKind::kSplit, "split"},
+    {StepKind::kGatherLastTokens, "gather_last_tokens"},
+};
+
+}  // namespace
+
+std::string_view stepKindName(StepKind kind) {
+  for (const KindName& k : kKindNames)
+    if (k.kind == kind) return k.name;
+  return "?";
+}
+
+std::optional<StepKind> parseStepKind(std::string_view name) {
+  for (const KindName& k : kKindNames)
+    if (k.name == name) return k.kind;
+  return std::nullopt;
+}
+
+std::string supportedStepKinds() {
+  std::string out;
+  for (const KindName& k : kKindNames) {
+    if (!out.empty()) out += ", ";
+    out += k.name;
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// StepParams
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string_view paramTypeName(const ParamValue& value) {
+  switch (value.index()) {
+    case 0: return "an integer";
+    case 1: return "a number";
+    case 2: return "a boolean";
+    case 3: return "a string";
+    default: return "an integer list";
+  }
+}
+
+}  // namespace
+
+bool StepParams::has(std::string_view name) const { return find(name) != nullptr; }
+
+const ParamValue* StepParams::find(std::string_view name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+#define KILN_PARAM_GETTER(Fn, T, Expected)                                                   \
+  Result<T> StepParams::Fn(std::string_view name) const {                                    \
+    const ParamValue* value = find(name);                                                    \
+    if (value == nullptr)                                                                    \
+      return makeError("{}: missing param '{}' (expected {})", path_, name, Expected);       \
+    if (const T* v = std::get_if<T>(value)) return *v;                                       \
+    return makeError("{}.{}: expected {}, got {}", path_, name, Expected,                    \
+                     paramTypeName(*value));                                                 \
+  }
+KILN_PARAM_GETTER(getInt, int64_t, "an integer")
+KILN_PARAM_GETTER(getBool, bool, "a boolean")
+KILN_PARAM_GETTER(getString, std::string, "a string")
+KILN_PARAM_GETTER(getInts, std::vector<int64_t>, "an integer list")
+#undef KILN_PARAM_GETTER
+
+Result<double> StepParams::getDouble(std::string_view name) const {
+  const ParamValue* value = find(name);
+  if (value == nullptr) return makeError("{}: missing param '{}' (expected a number)", path_, name);
+  if (const double* v = std::get_if<double>(value)) return *v;
+  if (const int64_t* v = std::get_if<int64_t>(value)) return double(*v);
+  return makeError("{}.{}: expected a number, got {}", path_, name, paramTypeName(*value));
+}
+
+//===----------------------------------------------------------------------===//
+// Look-ups
+//===----------------------------------------------------------------------===//
+
+const EntryValue* Entry::findValue(int64_t id) const {
+  for (const EntryValue& v : values)
+    if (v.id == id) return &v;
+  return nullptr;
+}
+
+const EntryInput* Entry::findInput(std::string_view input_name) const {
+  for (const EntryInput& in : inputs)
+    if (in.name == input_name) return &in;
+  return nullptr;
+}
+
+const ManifestWeight* Manifest::findWeight(int64_t id) const {
+  auto it = std::lower_bound(weights.begin(), weights.end(), id,
+                             [](const ManifestWeight& w, int64_t v) { return w.id < v; });
+  return it != weights.end() && it->id == id ? &*it : nullptr;
+}
+
+const Entry* Manifest::findEntry(std::string_view entry_name) const {
+  auto it = entries.find(std::string(entry_name));
+  return it == entries.end() ? nullptr : &it->second;
+}
+
+//===----------------------------------------------------------------------===//
+// Parsing
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+// Reads typed fields out of JSON objects; every error is
+// "<file>: <json path>: <what was expected>".
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  Error error(const std::string& path, const std::string& what) const {
+    return makeError("{}: {}: {}", file_, path, what);
+  }
+  std::string join(const std::string& path, std::string_view key) const {
+    return path.empty() ? std::string(key) : path + "." + std::string(key);
+  }
+  static std::string index(const std::string& path, size_t i) {
+    return path + "[" + std::to_string(i) + "]";
+  }
+  const std::string& file() const { return file_; }
+
+  Result<const json*> field(const json& obj, const std::string& path, std::string_view key,
+                            json::value_t type, std::string_view expected) const {
+    auto it = obj.find(key);
+    if (it == obj.end())
+      return error(path.empty() ? std::string("<root>") : path,
+                   fmt::format("missing field '{}' (expected {})", key, expected));
+    const json& v = *it;
+    bool matches = v.type() == type ||
+                   (type == json::value_t::number_integer &&
+                    v.type() == json::value_t::number_unsigned) ||
+                   (type == json::value_t::number_float && v.is_number());
+    if (!matches)
+      return error(join(path, key), fmt::format("expected {}, got {}", expected, v.type_name()));
+    return &v;
+  }
+
+  Result<int64_t> integer(const json& obj, const std::string& path, std::string_view key,
+                          int64_t min = INT64_MIN) const {
+    auto v = field(obj, path, key, json::value_t::number_integer, "an integer");
+    if (!v.ok()) return v.error();
+    if ((*v)->is_number_unsigned() && (*v)->get<uint64_t>() > uint64_t(INT64_MAX))
+      return error(join(path, key), "integer out of range");
+    int64_t value = (*v)->get<int64_t>();
+    if (value < min)
+      return error(join(path, key), fmt::format("expected an integer >= {}, got {}", min, value));
+    return value;
+  }
+  Result<double> number(const json& obj, const std::string& path, std::string_view key) const {
+    auto v = field(obj, path, key, json::value_t::number_float, "a number");
+    if (!v.ok()) return v.error();
+    return (*v)->get<double>();
+  }
+  Result<std::string> string(const json& obj, const std::string& path,
+                             std::string_view key) const {
+    auto v = field(obj, path, key, json::value_t::string, "a string");
+    if (!v.ok()) return v.error();
+    return (*v)->get<std::string>();
+  }
+  Result<const json*> object(const json& obj, const std::string& path,
+                             std::string_view key) const {
+    return field(obj, path, key, json::value_t::object, "an object");
+  }
+  Result<const json*> array(const json& obj, const std::string& path,
+                            std::string_view key) const {
+    return field(obj, path, key, json::value_t::array, "an array");
+  }
+  // A list of integers; dims may be -1 (dynamic) when allow_dynamic.
+  Result<std::vector<int64_t>> shape(const json& obj, const std::string& path,
+                                     std::string_view key, bool allow_dynamic) const {
+    auto arr = array(obj, path, key);
+    if (!arr.ok()) return arr.error();
+    std::vector<int64_t> dims;
+    const std::string p = join(path, key);
+    for (size_t i = 0; i < (*arr)->size(); ++i) {
+      const json& d = (**arr)[i];
+      if (!d.is_number_integer())
+        return error(index(p, i), fmt::format("expected an integer, got {}", d.type_name()));
+      int64_t dim = d.get<int64_t>();
+      if (dim < 0 && !(allow_dynamic && dim == -1))
+        return error(index(p, i), fmt::format("expected a dimension >= 0{}, got {}",
+                                              allow_dynamic ? " or -1" : "", dim));
+      dims.push_back(dim);
+    }
+    return dims;
+  }
+
+ private:
+  std::string file_;
+};
+
+// Lower-case manifest spelling ("q4_1") -> the formats enum.
+bool isKnownElementType(const std::string& name) {
+  std::string upper = name;
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return formats::parseElementTypeName(upper).has_value();
+}
+
+Result<ModelInfo> parseModel(const Reader& r, const json& root) {
+  auto model = r.object(root, "", "model");
+  if (!model.ok()) return model.error();
+  const json& m = **model;
+  ModelInfo info;
+  auto source = r.string(m, "model", "source");
+  if (!source.ok()) return source.error();
+  info.source = *source;
+  auto format = r.string(m, "model", "source_format");
+  if (!format.ok()) return format.error();
+  if (*format != "gguf" && *format != "safetensors")
+    return r.error("model.source_format",
+                   fmt::format("expected \"gguf\" or \"safetensors\", got \"{}\"", *format));
+  info.source_format = *format;
+  auto size = r.integer(m, "model", "source_size", 0);
+  if (!size.ok()) return size.error();
+  info.source_size = uint64_t(*size);
+  auto mtime = r.integer(m, "model", "source_mtime");
+  if (!mtime.ok()) return mtime.error();
+  info.source_mtime = *mtime;
+  auto config = r.object(m, "model", "config");
+  if (!config.ok()) return config.error();
+  const json& c = **config;
+  auto arch = r.string(c, "model.config", "architecture");
+  if (!arch.ok()) return arch.error();
+  info.architecture = *arch;
+  auto vocab = r.integer(c, "model.config", "vocab_size", 1);
+  if (!vocab.ok()) return vocab.error();
+  info.vocab_size = *vocab;
+  auto hidden = r.integer(c, "model.config", "hidden_size", 1);
+  if (!hidden.ok()) return hidden.error();
+  info.hidden_size = *hidden;
+  auto layers = r.integer(c, "model.config", "num_layers", 1);
+  if (!layers.ok()) return layers.error();
+  info.num_layers = *layers;
+  info.config_json = c.dump();
+  return info;
+}
+
+Result<WeightPrepare> parsePrepare(const Reader& r, const json& p, const std::string& path) {
+  WeightPrepare prep;
+  auto op = r.string(p, path, "op");
+  if (!op.ok()) return op.error();
+  if (*op != "concat_rows" && *op != "quantize")
+    return r.error(path + ".op",
+                   fmt::format("unknown prepare op '{}' (expected concat_rows or quantize)", *op));
+  prep.op = *op;
+  auto inputs = r.shape(p, path, "inputs", /*allow_dynamic=*/false);
+  if (!inputs.ok()) return inputs.error();
+  if (inputs->empty()) return r.error(path + ".inputs", "expected at least one weight id");
+  prep.inputs = *inputs;
+  if (prep.op == "quantize") {
+    auto scheme = r.string(p, path, "scheme");
+    if (!scheme.ok()) return scheme.error();
+    prep.scheme = *scheme;
+    if (p.contains("group")) {
+      auto group = r.integer(p, path, "group", 0);
+      if (!group.ok()) return group.error();
+      prep.group = *group;
+    }
+    if (p.contains("result")) {
+      auto result = r.integer(p, path, "result", 0);
+      if (!result.ok()) return result.error();
+      prep.result = *result;
+    }
+  }
+  return prep;
+}
+
+Result<std::vector<ManifestWeight>> parseWeights(const Reader& r, const json& root) {
+  auto weights = r.array(root, "", "weights");
+  if (!weights.ok()) return weights.error();
+  std::vector<ManifestWeight> out;
+  std::set<int64_t> ids;
+  for (size_t i = 0; i < (*weights)->size(); ++i) {
+    const json& w = (**weights)[i];
+    const std::string path = Reader::index("weights", i);
+    if (!w.is_object()) return r.error(path, fmt::format("expected an object, got {}", w.type_name()));
+    ManifestWeight weight;
+    auto id = r.integer(w, path, "id", 0);
+    if (!id.ok()) return id.error();
+    if (!ids.insert(*id).second)
+      return r.error(path + ".id", fmt::format("duplicate weight id {}", *id));
+    weight.id = *id;
+    auto name = r.string(w, path, "name");
+    if (!name.ok()) return name.error();
+    weight.name = *name;
+    auto type = r.string(w, path, "type");
+    if (!type.ok()) return type.error();
+    if (!isKnownElementType(*type))
+      return r.error(path + ".type", fmt::format("unknown element type '{}'", *type));
+    weight.type = *type;
+    auto shape = r.shape(w, path, "shape", /*allow_dynamic=*/false);
+    if (!shape.ok()) return shape.error();
+    weight.shape = *shape;
+    bool has_source = w.contains("source"), has_prepare = w.contains("prepare");
+    if (has_source == has_prepare)
+      return r.error(path, "expected exactly one of 'source' (a checkpoint tensor) or 'prepare'");
+    if (has_source) {
+      auto source = r.string(w, path, "source");
+      if (!source.ok()) return source.error();
+      weight.source = *source;
+    } else {
+      auto prep = r.object(w, path, "prepare");
+      if (!prep.ok()) return prep.error();
+      auto parsed = parsePrepare(r, **prep, path + ".prepare");
+      if (!parsed.ok()) return parsed.error();
+      weight.prepare = parsed.take();
+    }
+    out.push_back(std::move(weight));
+  }
+  // Preparation inputs must name other weights.
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].prepare) continue;
+    for (size_t j = 0; j < out[i].prepare->inputs.size(); ++j) {
+      int64_t input = out[i].prepare->inputs[j];
+      std::string path = Reader::index(Reader::index("weights", i) + ".prepare.inputs", j);
+      if (!ids.count(input))
+        return r.error(path, fmt::format("unknown weight id {}", input));
+      if (input == out[i].id) return r.error(path, "a weight cannot be prepared from itself");
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ManifestWeight& a, const ManifestWeight& b) { return a.id < b.id; });
+  return out;
+}
+
+Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
+  auto kv = r.object(root, "", "kv_cache");
+  if (!kv.ok()) return kv.error();
+  KvCacheConfig config;
+  auto layers = r.integer(**kv, "kv_cache", "layers", 1);
+  if (!layers.ok()) return layers.error();
+  auto page = r.integer(**kv, "kv_cache", "page_size", 1);
+  if (!page.ok()) return page.error();
+  auto heads = r.integer(**kv, "kv_cache", "kv_heads", 1);
+  if (!heads.ok()) return heads.error();
+  auto dim = r.integer(**kv, "kv_cache", "head_dim", 1);
+  if (!dim.ok()) return dim.error();
+  auto type = r.string(**kv, "kv_cache", "type");
+  if (!type.ok()) return type.error();
+  for (auto [value, key] : {std::pair{*layers, "layers"}, std::pair{*page, "page_size"},
+                            std::pair{*heads, "kv_heads"}, std::pair{*dim, "head_dim"}})
+    if (value > INT32_MAX) return r.error(std::string("kv_cache.") + key, "value too large");
+  config.layers = int(*layers);
+  config.page_size = int(*page);
+  config.kv_heads = int(*heads);
+  config.head_dim = int(*dim);
+  config.type = *type;
+  return config;
+}
+
+Result<StepParams> parseParams(const Reader& r, const json& step, const std::string& path) {
+  StepParams::Map values;
+  const std::string params_path = path + ".params";
+  if (!step.contains("params")) return StepParams(r.file() + ": " + params_path, {});
+  auto params = r.object(step, path, "params");
+  if (!params.ok()) return params.error();
+  for (auto it = (*params)->begin(); it != (*params)->end(); ++it) {
+    const json& v = it.value();
+    const std::string p = params_path + "." + it.key();
+    if (v.is_boolean()) {
+      values[it.key()] = v.get<bool>();
+    } else if (v.is_number_integer()) {
+      values[it.key()] = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      values[it.key()] = v.get<double>();
+    } else if (v.is_string()) {
+      values[it.key()] = v.get<std::string>();
+    } else if (v.is_array()) {
+      std::vector<int64_t> list;
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_number_integer())
+          return r.error(Reader::index(p, i),
+                         fmt::format("expected an integer, got {}", v[i].type_name()));
+        list.push_back(v[i].get<int64_t>());
+      }
+      values[it.key()] = std::move(list);
+    } else {
+      return r.error(p, fmt::format("expected a number, boolean, string or integer list, got {}",
+                                    v.type_name()));
+    }
+  }
+  return StepParams(r.file() + ": " + params_path, std::move(values));
+}
+
+Result<StepArg> parseArg(const Reader& r, const json& a, const std::string& path,
+                         const Entry& entry, const std::set<int64_t>& weight_ids,
+                         const KvCacheConfig& kv) {
+  if (!a.is_object() || a.size() != 1)
+    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool'");
+  StepArg arg;
+  if (a.contains("input")) {
+    auto name = r.string(a, path, "input");
+    if (!name.ok()) return name.error();
+    if (!entry.findInput(*name))
+      return r.error(path, fmt::format("unknown input '{}'", *name));
+    arg.kind = StepArg::Kind::kInput;
+    arg.input = *name;
+  } else if (a.contains("weight")) {
+    auto id = r.integer(a, path, "weight");
+    if (!id.ok()) return id.error();
+    if (!weight_ids.count(*id)) return r.error(path, fmt::format("unknown weight id {}", *id));
+    arg.kind = StepArg::Kind::kWeight;
+    arg.id = *id;
+  } else if (a.contains("value")) {
+    auto id = r.integer(a, path, "value");
+    if (!id.ok()) return id.error();
+    if (!entry.findValue(*id)) return r.error(path, fmt::format("unknown value id {}", *id));
+    arg.kind = StepArg::Kind::kValue;
+    arg.id = *id;
+  } else if (a.contains("pool")) {
+    auto pool = r.object(a, path, "pool");
+    if (!pool.ok()) return pool.error();
+    const std::string p = path + ".pool";
+    auto layer = r.integer(**pool, p, "layer", 0);
+    if (!layer.ok()) return layer.error();
+    if (*layer >= kv.layers)
+      return r.error(p + ".layer", fmt::format("layer {} is out of range (kv_cache.layers is {})",
+                                               *layer, kv.layers));
+    auto role = r.string(**pool, p, "role");
+    if (!role.ok()) return role.error();
+    if (*role != "k" && *role != "v")
+      return r.error(p + ".role", fmt::format("expected \"k\" or \"v\", got \"{}\"", *role));
+    arg.kind = StepArg::Kind::kPool;
+    arg.layer = int(*layer);
+    arg.role = *role == "k" ? PoolRole::kKey : PoolRole::kValue;
+  } else {
+    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool'");
+  }
+  return arg;
+}
+
+char argLetter(StepArg::Kind kind) {
+  switch (kind) {
+    case StepArg::Kind::kInput: return 'i';
+    case StepArg::Kind::kWeight: return 'w';
+    case StepArg::Kind::kValue: return 'v';
+    case StepArg::Kind::kPool: return 'p';
+  }
+  return '?';
+}
+
+// The argument lists each kind takes, as letters (i input, w weight,
+// v value, p pool), in the order of the table in artifact.md.
+std::vector<std::string_view> argSignatures(StepKind kind) {
+  switch (kind) {
+    case StepKind::kEmbedding: return {"iw"};
+    case StepKind::kRmsNorm: return {"vw"};
+    case StepKind::kResidualRmsNorm: return {"vvw"};
+    case StepKind::kGemm: return {"vw", "vww"};
+    case StepKind::kRopeKvAppend: return {"viipp", "vvviipp"};
+    case StepKind::kPagedAttention: return {"vppiii"};
+    case StepKind::kSiluMul: return {"v", "vv"};
+    case StepKind::kAdd:
+    case StepKind::kMul: return {"vv"};
+    case StepKind::kSilu:
+    case StepKind::kSplit: return {"v"};
+    case StepKind::kGatherLastTokens: return {"vi"};
+  }
+  return {};
+}
+
+std::string describeSignature(std::string_view sig) {
+  std::string out;
+  for (char c : sig) {
+    if (!out.empty()) out += ", ";
+    out += c == 'i' ? "input" : c == 'w' ? "weight" : c == 'v' ? "value" : "pool";
+  }
+  return "(" + out + ")";
+}
+
+Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
+                       const Entry& entry, const std::set<int64_t>& weight_ids,
+                       const KvCacheConfig& kv) {
+  if (!s.is_object()) return r.error(path, fmt::format("expected an object, got {}", s.type_name()));
+  Step step;
+  step.path = r.file() + ": " + path;
+  auto kind = r.string(s, path, "kind");
+  if (!kind.ok()) return kind.error();
+  auto parsed_kind = parseStepKind(*kind);
+  if (!parsed_kind)
+    return r.error(path + ".kind", fmt::format("unknown step kind '{}' (supported: {})", *kind,
+                                               supportedStepKinds()));
+  step.kind = *parsed_kind;
+  if (s.contains("instance")) {
+    auto instance = r.string(s, path, "instance");
+    if (!instance.ok()) return instance.error();
+    step.instance = *instance;
+  }
+  auto params = parseParams(r, s, path);
+  if (!params.ok()) return params.error();
+  step.params = params.take();
+
+  auto args = r.array(s, path, "args");
+  if (!args.ok()) return args.error();
+  std::string letters;
+  for (size_t i = 0; i < (*args)->size(); ++i) {
+    auto arg = parseArg(r, (**args)[i], Reader::index(path + ".args", i), entry, weight_ids, kv);
+    if (!arg.ok()) return arg.error();
+    letters += argLetter(arg->kind);
+    step.args.push_back(arg.take());
+  }
+  std::vector<std::string_view> sigs = argSignatures(step.kind);
+  if (std::find(sigs.begin(), sigs.end(), letters) == sigs.end()) {
+    std::string expected;
+    for (std::string_view sig : sigs)
+      expected += (expected.empty() ? "" : " or ") + describeSignature(sig);
+    return r.error(path + ".args", fmt::format("{} takes {}, got {}", *kind, expected,
+                                               describeSignature(letters)));
+  }
+
+  auto results = r.shape(s, path, "results", /*allow_dynamic=*/false);
+  if (!results.ok()) return results.error();
+  for (size_t i = 0; i < results->size(); ++i)
+    if (!entry.findValue((*results)[i]))
+      return r.error(Reader::index(path + ".results", i),
+                     fmt::format("unknown value id {}", (*results)[i]));
+  size_t min_results = 1, max_results = 1;
+  if (step.kind == StepKind::kResidualRmsNorm) max_results = 2;
+  if (step.kind == StepKind::kSplit) max_results = SIZE_MAX;
+  if (results->size() < min_results || results->size() > max_results)
+    return r.error(path + ".results",
+                   fmt::format("{} gives {} result{}, got {}", *kind,
+                               max_results == SIZE_MAX ? "at least 1"
+                               : max_results == 2      ? "1 or 2"
+                                                       : "1",
+                               max_results == 1 ? "" : "s", results->size()));
+  step.results = *results;
+  return step;
+}
+
+Result<Entry> parseEntry(const Reader& r, const json& e, const std::string& path,
+                         const std::set<int64_t>& weight_ids, const KvCacheConfig& kv) {
+  Entry entry;
+  auto inputs = r.array(e, path, "inputs");
+  if (!inputs.ok()) return inputs.error();
+  for (size_t i = 0; i < (*inputs)->size(); ++i) {
+    const json& in = (**inputs)[i];
+    const std::string p = Reader::index(path + ".inputs", i);
+    EntryInput input;
+    auto name = r.string(in, p, "name");
+    if (!name.ok()) return name.error();
+    if (entry.findInput(*name)) return r.error(p + ".name", fmt::format("duplicate input '{}'", *name));
+    input.name = *name;
+    auto type = r.string(in, p, "type");
+    if (!type.ok()) return type.error();
+    input.type = *type;
+    if (in.contains("shape")) {
+      auto shape = r.shape(in, p, "shape", /*allow_dynamic=*/true);
+      if (!shape.ok()) return shape.error();
+      input.shape = *shape;
+    }
+    entry.inputs.push_back(std::move(input));
+  }
+
+  auto arena = r.object(e, path, "arena");
+  if (!arena.ok()) return arena.error();
+  auto bpt = r.integer(**arena, path + ".arena", "bytes_per_token", 0);
+  if (!bpt.ok()) return bpt.error();
+  entry.bytes_per_token = *bpt;
+
+  auto values = r.array(e, path, "values");
+  if (!values.ok()) return values.error();
+  for (size_t i = 0; i < (*values)->size(); ++i) {
+    const json& v = (**values)[i];
+    const std::string p = Reader::index(path + ".values", i);
+    if (!v.is_object()) return r.error(p, fmt::format("expected an object, got {}", v.type_name()));
+    EntryValue value;
+    auto id = r.integer(v, p, "id", 0);
+    if (!id.ok()) return id.error();
+    if (entry.findValue(*id)) return r.error(p + ".id", fmt::format("duplicate value id {}", *id));
+    value.id = *id;
+    auto type = r.string(v, p, "type");
+    if (!type.ok()) return type.error();
+    value.type = *type;
+    auto shape = r.shape(v, p, "shape", /*allow_dynamic=*/true);
+    if (!shape.ok()) return shape.error();
+    value.shape = *shape;
+    auto rows = r.string(v, p, "rows");
+    if (!rows.ok()) return rows.error();
+    if (*rows == "tokens") {
+      value.rows = ValueRows::kTokens;
+    } else if (*rows == "sequences") {
+      value.rows = ValueRows::kSequences;
+    } else {
+      return r.error(p + ".rows",
+                     fmt::format("expected \"tokens\" or \"sequences\", got \"{}\"", *rows));
+    }
+    auto row_bytes = r.integer(v, p, "row_bytes", 0);
+    if (!row_bytes.ok()) return row_bytes.error();
+    value.row_bytes = *row_bytes;
+    bool has_offset = v.contains("offset"), has_view = v.contains("view_of");
+    if (has_offset == has_view)
+      return r.error(p, "expected exactly one of 'offset' (arena storage) or 'view_of'");
+    if (has_offset) {
+      auto offset = r.integer(v, p, "offset", 0);
+      if (!offset.ok()) return offset.error();
+      if (*offset > entry.bytes_per_token || value.row_bytes > entry.bytes_per_token - *offset)
+        return r.error(p, fmt::format("offset {} + row_bytes {} is past the arena's "
+                                      "bytes_per_token {}",
+                                      *offset, value.row_bytes, entry.bytes_per_token));
+      value.offset = *offset;
+    } else {
+      auto view = r.integer(v, p, "view_of", 0);
+      if (!view.ok()) return view.error();
+      value.view_of = *view;
+    }
+    entry.values.push_back(std::move(value));
+  }
+  // Views: the source exists, is not the view itself, has the same row bytes,
+  // and the chain ends in storage.
+  for (size_t i = 0; i < entry.values.size(); ++i) {
+    const EntryValue& v = entry.values[i];
+    if (!v.view_of) continue;
+    const std::string p = Reader::index(path + ".values", i) + ".view_of";
+    const EntryValue* src = entry.findValue(*v.view_of);
+    if (!src) return r.error(p, fmt::format("unknown value id {}", *v.view_of));
+    if (src->row_bytes != v.row_bytes || src->rows != v.rows)
+      return r.error(p, fmt::format("view of value {} must have its rows and row_bytes ({}), "
+                                    "got {}",
+                                    src->id, src->row_bytes, v.row_bytes));
+    size_t hops = 0;
+    while (src->view_of && hops++ <= entry.values.size()) src = entry.findValue(*src->view_of);
+    if (!src || src->view_of) return r.error(p, "view chain does not end in arena storage");
+  }
+
+  auto steps = r.array(e, path, "steps");
+  if (!steps.ok()) return steps.error();
+  for (size_t i = 0; i < (*steps)->size(); ++i) {
+    auto step = parseStep(r, (**steps)[i], Reader::index(path + ".steps", i), entry, weight_ids, kv);
+    if (!step.ok()) return step.error();
+    entry.steps.push_back(step.take());
+  }
+
+  auto outputs = r.array(e, path, "outputs");
+  if (!outputs.ok()) return outputs.error();
+  for (size_t i = 0; i < (*outputs)->size(); ++i) {
+    const json& o = (**outputs)[i];
+    const std::string p = Reader::index(path + ".outputs", i);
+    EntryOutput output;
+    auto name = r.string(o, p, "name");
+    if (!name.ok()) return name.error();
+    output.name = *name;
+    auto value = r.integer(o, p, "value", 0);
+    if (!value.ok()) return value.error();
+    if (!entry.findValue(*value))
+      return r.error(p + ".value", fmt::format("unknown value id {}", *value));
+    output.value = *value;
+    entry.outputs.push_back(std::move(output));
+  }
+  return entry;
+}
+
+std::string scalarText(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+}  // namespace
+
+Result<Manifest> Manifest::parse(std::string_view json_text, const std::string& path) {
+  json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    // Re-parse with exceptions only to get the position of the error.
+    std::string detail = "invalid JSON";
+    try {
+      (void)json::parse(json_text.begin(), json_text.end());
+    } catch (const json::parse_error& e) {
+      detail = e.what();
+    }
+    return makeError("{}: {}", path, detail);
+  }
+  Reader r(path);
+  if (!root.is_object())
+    return r.error("<root>", fmt::format("expected an object, got {}", root.type_name()));
+
+  auto format = r.string(root, "", "format");
+  if (!format.ok()) return format.error();
+  if (*format != "kiln-artifact")
+    return r.error("format", fmt::format("expected \"kiln-artifact\", got \"{}\"", *format));
+  auto version = r.integer(root, "", "version");
+  if (!version.ok()) return version.error();
+  if (*version != kManifestVersion)
+    return r.error("version", fmt::format("unsupported version {} (this runtime reads version {})",
+                                          *version, kManifestVersion));
+  Manifest m;
+  m.path = path;
+  m.version = int(*version);
+
+  auto model = parseModel(r, root);
+  if (!model.ok()) return model.error();
+  m.model = model.take();
+
+  if (root.contains("options")) {
+    auto options = r.object(root, "", "options");
+    if (!options.ok()) return options.error();
+    for (auto it = (*options)->begin(); it != (*options)->end(); ++it)
+      m.options[it.key()] = scalarText(it.value());
+  }
+  auto activation = r.string(root, "", "activation_type");
+  if (!activation.ok()) return activation.error();
+  m.activation_type = *activation;
+  if (root.contains("world_size")) {
+    auto world = r.integer(root, "", "world_size", 1);
+    if (!world.ok()) return world.error();
+    m.world_size = int(std::min<int64_t>(*world, INT32_MAX));
+  }
+  if (root.contains("rank")) {
+    auto rank = r.integer(root, "", "rank", 0);
+    if (!rank.ok()) return rank.error();
+    if (*rank >= m.world_size)
+      return r.error("rank", fmt::format("rank {} is not below world_size {}", *rank, m.world_size));
+    m.rank = int(*rank);
+  }
+
+  auto weights = parseWeights(r, root);
+  if (!weights.ok()) return weights.error();
+  m.weights = weights.take();
+  std::set<int64_t> weight_ids;
+  for (const ManifestWeight& w : m.weights) weight_ids.insert(w.id);
+
+  auto kv = parseKvCache(r, root);
+  if (!kv.ok()) return kv.error();
+  m.kv_cache = kv.take();
+
+  auto entries = r.object(root, "", "entries");
+  if (!entries.ok()) return entries.error();
+  for (auto it = (*entries)->begin(); it != (*entries)->end(); ++it) {
+    const std::string p = "entries." + it.key();
+    if (!it.value().is_object())
+      return r.error(p, fmt::format("expected an object, got {}", it.value().type_name()));
+    auto entry = parseEntry(r, it.value(), p, weight_ids, m.kv_cache);
+    if (!entry.ok()) return entry.error();
+    entry->name = it.key();
+    m.entries[it.key()] = entry.take();
+  }
+  if (!m.entries.count("forward")) return r.error("entries", "missing entry 'forward'");
+  return m;
+}
+
+Result<Manifest> Manifest::load(const std::string& artifact_dir_or_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string path = artifact_dir_or_file;
+  if (fs::is_directory(path, ec)) path = (fs::path(path) / "manifest.json").string();
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return makeError("{}: cannot open the artifact manifest (expected DIR/manifest.json "
+                     "written by kiln-compile -o DIR)",
+                     path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse(text.str(), path);
+}
+
+}  // namespace kiln

@@ -1,0 +1,197 @@
+// The compiled artifact's plan (manifest.json, docs/design/artifact.md) as
+// plain structs. Loading checks everything a backend relies on without
+// looking at weights: the format and version, that every id an entry names
+// exists, arena offsets fit the budget, each step's kind is one the runtime
+// executes and its args have the kinds and count that kind takes. Errors name
+// the file, the JSON path and what was expected:
+//   "manifest.json: entries.forward.steps[12].args[1]: unknown weight id 999"
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+inline constexpr int kManifestVersion = 1;
+
+// A step parameter: the compiler writes integers, floats, strings, booleans
+// and integer lists (split sizes).
+using ParamValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+
+// A step's params with typed look-ups; a missing or mistyped param is an
+// error naming the step ("entries.forward.steps[3].params.epsilon: ...").
+class StepParams {
+ public:
+  StepParams() = default;
+  using Map = std::map<std::string, ParamValue, std::less<>>;
+  StepParams(std::string path, Map values) : path_(std::move(path)), values_(std::move(values)) {}
+
+  bool has(std::string_view name) const;
+  Result<int64_t> getInt(std::string_view name) const;
+  // Accepts integers too (a writer may print 10000.0 as 10000).
+  Result<double> getDouble(std::string_view name) const;
+  Result<bool> getBool(std::string_view name) const;
+  Result<std::string> getString(std::string_view name) const;
+  Result<std::vector<int64_t>> getInts(std::string_view name) const;
+  const Map& values() const { return values_; }
+
+ private:
+  const ParamValue* find(std::string_view name) const;
+  std::string path_;  // "manifest.json: entries.forward.steps[3].params"
+  Map values_;
+};
+
+// A weight's load-time preparation. concat_rows joins row-blocked tensors
+// along their first dimension; quantize is listed for completeness (the CPU
+// weight store rejects it).
+struct WeightPrepare {
+  std::string op;               // "concat_rows" | "quantize"
+  std::vector<int64_t> inputs;  // weight ids
+  std::string scheme;           // quantize only: "int8" | "int4" | "fp8e4m3"
+  int64_t group = 0;            // quantize only
+  int64_t result = 0;           // quantize only: 0 data, 1 scales
+};
+
+struct ManifestWeight {
+  int64_t id = 0;
+  std::string name;
+  std::string type;  // lower-case element type: "f32", "bf16", "q4_1", ...
+  std::vector<int64_t> shape;
+  // Exactly one of: a checkpoint tensor name, or a preparation.
+  std::optional<std::string> source;
+  std::optional<WeightPrepare> prepare;
+};
+
+struct KvCacheConfig {
+  int layers = 0;
+  int page_size = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  std::string type;  // "f32" (the CPU pools' only type today)
+};
+
+struct EntryInput {
+  std::string name;
+  std::string type;            // "i32"
+  std::vector<int64_t> shape;  // -1 = dynamic
+};
+
+enum class ValueRows { kTokens, kSequences };
+
+// An activation in the arena: `shape[0] == -1` rows (tokens N, or sequences B
+// after gather_last_tokens) of `row_bytes` bytes each. Its storage starts at
+// byte `offset * T_max` of the arena (offset is in bytes per budget token),
+// or it is a view sharing `view_of`'s storage.
+struct EntryValue {
+  int64_t id = 0;
+  std::string type;  // "f32"
+  std::vector<int64_t> shape;
+  ValueRows rows = ValueRows::kTokens;
+  int64_t row_bytes = 0;
+  int64_t offset = 0;
+  std::optional<int64_t> view_of;
+};
+
+enum class PoolRole { kKey, kValue };
+
+// One step argument: an entry input by name, a weight by id, a value by id,
+// or a layer's K or V pool.
+struct StepArg {
+  enum class Kind { kInput, kWeight, kValue, kPool };
+  Kind kind = Kind::kValue;
+  std::string input;  // kInput
+  int64_t id = 0;     // kWeight, kValue
+  int layer = 0;      // kPool
+  PoolRole role = PoolRole::kKey;
+};
+
+enum class StepKind {
+  kEmbedding,
+  kRmsNorm,
+  kResidualRmsNorm,
+  kGemm,
+  kRopeKvAppend,
+  kPagedAttention,
+  kSiluMul,
+  kAdd,
+  kMul,
+  kSilu,
+  kSplit,
+  kGatherLastTokens,
+};
+
+// "embedding", "gemm", ... (the manifest spelling).
+std::string_view stepKindName(StepKind kind);
+std::optional<StepKind> parseStepKind(std::string_view name);
+// "embedding, rms_norm, ..." for error messages.
+std::string supportedStepKinds();
+
+struct Step {
+  StepKind kind = StepKind::kGemm;
+  std::string instance;
+  StepParams params;
+  std::vector<StepArg> args;
+  std::vector<int64_t> results;  // value ids
+  std::string path;               // "manifest.json: entries.forward.steps[3]" for errors
+};
+
+struct EntryOutput {
+  std::string name;
+  int64_t value = 0;
+};
+
+struct Entry {
+  std::string name;
+  std::vector<EntryInput> inputs;
+  std::vector<EntryValue> values;
+  int64_t bytes_per_token = 0;
+  std::vector<Step> steps;
+  std::vector<EntryOutput> outputs;
+
+  const EntryValue* findValue(int64_t id) const;
+  const EntryInput* findInput(std::string_view name) const;
+};
+
+struct ModelInfo {
+  std::string source;         // GGUF file or HF checkpoint directory
+  std::string source_format;  // "gguf" | "safetensors"
+  uint64_t source_size = 0;   // bytes, for cache validity
+  int64_t source_mtime = 0;   // seconds since the epoch
+  // The config fields the runtime reads; the rest stays in config_json.
+  std::string architecture;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  std::string config_json;  // xfmr.config as written
+};
+
+struct Manifest {
+  std::string path;  // the manifest.json file it came from
+  int version = 0;
+  ModelInfo model;
+  std::map<std::string, std::string> options;  // scalar options, printed as text
+  std::string activation_type;                  // "f32"
+  int world_size = 1;
+  int rank = 0;
+  std::vector<ManifestWeight> weights;  // sorted by id
+  KvCacheConfig kv_cache;
+  std::map<std::string, Entry> entries;
+
+  const ManifestWeight* findWeight(int64_t id) const;
+  const Entry* findEntry(std::string_view name) const;
+
+  // Reads DIR/manifest.json (or a path to the file itself).
+  static Result<Manifest> load(const std::string& artifact_dir_or_file);
+  // Parses manifest text; `path` is used in error messages.
+  static Result<Manifest> parse(std::string_view json_text, const std::string& path);
+};
+
+}  // namespace kiln

@@ -1,0 +1,744 @@
+#include "runtime/cpu/executor/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "runtime/cpu/kernels/elementwise.h"
+#include "runtime/cpu/kernels/embed.h"
+#include "runtime/cpu/kernels/linear.h"
+#include "runtime/cpu/kernels/paged_attention.h"
+#include "runtime/cpu/kernels/paged_kv.h"
+#include "runtime/cpu/kernels/rms_norm.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// The entry inputs the executor provides, by manifest name.
+enum class InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens };
+
+std::optional<InputId> parseInput(std::string_view name) {
+  if (name == "tokens") return InputId::kTokens;
+  if (name == "positions") return InputId::kPositions;
+  if (name == "slot_mapping") return InputId::kSlotMapping;
+  if (name == "block_tables") return InputId::kBlockTables;
+  if (name == "query_start") return InputId::kQueryStart;
+  if (name == "kv_lens") return InputId::kKvLens;
+  return std::nullopt;
+}
+
+const int32_t* inputData(const BatchInputs& in, InputId id) {
+  switch (id) {
+    case InputId::kTokens: return in.tokens.data();
+    case InputId::kPositions: return in.positions.data();
+    case InputId::kSlotMapping: return in.slot_mapping.data();
+    case InputId::kBlockTables: return in.block_tables.data();
+    case InputId::kQueryStart: return in.query_start.data();
+    case InputId::kKvLens: return in.kv_lens.data();
+  }
+  return nullptr;
+}
+
+constexpr int64_t kAlign = 64;
+int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+// A resolved step argument or result.
+struct Operand {
+  StepArg::Kind kind = StepArg::Kind::kValue;
+  // kValue: rows of `width` f32 at `data`; rows are the batch's tokens, or
+  // its sequences when `per_sequence`.
+  float* data = nullptr;
+  int64_t width = 0;
+  bool per_sequence = false;
+  int64_t storage_begin = 0, storage_end = 0;  // arena bytes, for alias checks
+  const BoundWeight* weight = nullptr;         // kWeight
+  float* pool = nullptr;                       // kPool
+  InputId input = InputId::kTokens;            // kInput
+};
+
+struct CpuExecutor::BoundStep {
+  StepKind kind = StepKind::kGemm;
+  std::string path;
+  std::vector<Operand> args;
+  std::vector<Operand> results;
+  // Kernel parameters (those the kind uses).
+  int64_t width = 0;  // hidden / n / ffn / elementwise width
+  int64_t k = 0;
+  float epsilon = 0.0f;
+  bool writes_sum = false;
+  bool merged = false;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;
+  RopeParams rope;
+  std::vector<int64_t> sizes;
+};
+
+KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks) {
+  return KvPoolConfig{.layers = manifest.kv_cache.layers,
+                      .num_blocks = num_blocks,
+                      .page_size = manifest.kv_cache.page_size,
+                      .kv_heads = manifest.kv_cache.kv_heads,
+                      .head_dim = manifest.kv_cache.head_dim};
+}
+
+CpuExecutor::~CpuExecutor() { std::free(arena_); }
+
+namespace {
+
+// Binds one step: resolves its operands against the arena, weights and pool
+// and reads the kind's params, checking every shape the kernels rely on.
+class StepBinder {
+ public:
+  StepBinder(const Manifest& manifest, const Entry& entry, const WeightStore& weights,
+             BlockPool& pool, uint8_t* arena, int64_t max_tokens)
+      : manifest_(manifest), entry_(entry), weights_(weights), pool_(pool), arena_(arena),
+        max_tokens_(max_tokens) {}
+
+  Result<CpuExecutor::BoundStep> bind(const Step& step);
+  Result<Operand> value(const Step& step, int64_t id, const std::string& where);
+
+ private:
+  template <typename... Args>
+  Error fail(const Step& step, fmt::format_string<Args...> format, Args&&... args) {
+    return makeError("{} ({}): {}", step.path, stepKindName(step.kind),
+                     fmt::format(format, std::forward<Args>(args)...));
+  }
+  Result<Operand> operand(const Step& step, const StepArg& arg, size_t index);
+  Status checkWidth(const Step& step, const Operand& v, int64_t width, std::string_view what);
+  Status checkWeight(const Step& step, const Operand& w, const std::vector<int64_t>& shape,
+                     std::string_view what, bool want_f32);
+
+  const Manifest& manifest_;
+  const Entry& entry_;
+  const WeightStore& weights_;
+  BlockPool& pool_;
+  uint8_t* arena_;
+  int64_t max_tokens_;
+};
+
+Result<Operand> StepBinder::value(const Step& step, int64_t id, const std::string& where) {
+  const EntryValue* v = entry_.findValue(id);
+  const EntryValue* storage = v;
+  while (storage && storage->view_of) storage = entry_.findValue(*storage->view_of);
+  if (!v || !storage) return fail(step, "{}: unknown value id {}", where, id);
+  if (v->type != "f32")
+    return fail(step, "{}: value {} has type {}; the CPU executor keeps activations in f32",
+                where, id, v->type);
+  if (v->row_bytes % 4 != 0)
+    return fail(step, "{}: value {} has row_bytes {}, not whole f32 elements", where, id,
+                v->row_bytes);
+  Operand op;
+  op.kind = StepArg::Kind::kValue;
+  op.storage_begin = storage->offset * max_tokens_;
+  op.storage_end = op.storage_begin + storage->row_bytes * max_tokens_;
+  op.data = reinterpret_cast<float*>(arena_ + op.storage_begin);
+  op.width = v->row_bytes / 4;
+  op.per_sequence = v->rows == ValueRows::kSequences;
+  return op;
+}
+
+Result<Operand> StepBinder::operand(const Step& step, const StepArg& arg, size_t index) {
+  const std::string where = fmt::format("args[{}]", index);
+  switch (arg.kind) {
+    case StepArg::Kind::kValue: return value(step, arg.id, where);
+    case StepArg::Kind::kWeight: {
+      Operand op;
+      op.kind = arg.kind;
+      op.weight = weights_.find(arg.id);
+      if (!op.weight || !op.weight->kernel_ready)
+        return fail(step, "{}: weight {} is not bound by the weight store", where, arg.id);
+      return op;
+    }
+    case StepArg::Kind::kPool: {
+      Operand op;
+      op.kind = arg.kind;
+      if (arg.layer < 0 || arg.layer >= pool_.config().layers)
+        return fail(step, "{}: pool layer {} is outside the pool's {} layers", where, arg.layer,
+                    pool_.config().layers);
+      op.pool = arg.role == PoolRole::kKey ? pool_.keys(arg.layer) : pool_.values(arg.layer);
+      return op;
+    }
+    case StepArg::Kind::kInput: {
+      auto id = parseInput(arg.input);
+      if (!id)
+        return fail(step, "{}: input '{}' is not one the CPU executor provides (tokens, "
+                          "positions, slot_mapping, block_tables, query_start, kv_lens)",
+                    where, arg.input);
+      Operand op;
+      op.kind = arg.kind;
+      op.input = *id;
+      return op;
+    }
+  }
+  return fail(step, "{}: unknown argument kind", where);
+}
+
+Status StepBinder::checkWidth(const Step& step, const Operand& v, int64_t width,
+                              std::string_view what) {
+  if (v.width != width)
+    return fail(step, "{} has rows of {} f32, expected {}", what, v.width, width);
+  return {};
+}
+
+Status StepBinder::checkWeight(const Step& step, const Operand& w,
+                               const std::vector<int64_t>& shape, std::string_view what,
+                               bool want_f32) {
+  if (w.weight->shape != shape)
+    return fail(step, "{} weight {} '{}' has shape {}, expected {}", what, w.weight->id,
+                w.weight->name, formats::shapeToString(w.weight->shape),
+                formats::shapeToString(shape));
+  if (want_f32 && w.weight->type != WeightType::F32)
+    return fail(step, "{} weight {} '{}' is {}, expected f32", what, w.weight->id,
+                w.weight->name, weightTypeName(w.weight->type));
+  return {};
+}
+
+std::optional<RopeStyle> parseRopeStyle(const std::string& s) {
+  if (s == "half") return RopeStyle::kHalf;
+  if (s == "interleaved") return RopeStyle::kInterleaved;
+  return std::nullopt;
+}
+std::optional<RopeScaling> parseRopeScaling(const std::string& s) {
+  if (s == "none") return RopeScaling::kNone;
+  if (s == "linear") return RopeScaling::kLinear;
+  if (s == "llama3") return RopeScaling::kLlama3;
+  return std::nullopt;
+}
+
+bool overlaps(const Operand& a, const Operand& b) {
+  return a.kind == StepArg::Kind::kValue && b.kind == StepArg::Kind::kValue &&
+         a.storage_begin < b.storage_end && b.storage_begin < a.storage_end;
+}
+
+#define KILN_ASSIGN(var, expr)                 \
+  auto var##_result = (expr);                  \
+  if (!var##_result.ok()) return var##_result.error(); \
+  auto var = var##_result.take()
+
+Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
+  CpuExecutor::BoundStep s;
+  s.kind = step.kind;
+  s.path = step.path;
+  for (size_t i = 0; i < step.args.size(); ++i) {
+    KILN_ASSIGN(op, operand(step, step.args[i], i));
+    s.args.push_back(op);
+  }
+  for (size_t i = 0; i < step.results.size(); ++i) {
+    KILN_ASSIGN(op, value(step, step.results[i], fmt::format("results[{}]", i)));
+    s.results.push_back(op);
+  }
+  const StepParams& p = step.params;
+  const Operand& r0 = s.results[0];
+  // Kernels that read whole inputs before writing (or write row by row what
+  // they read) may work in place; the others must not alias.
+  auto noAlias = [&]() -> Status {
+    for (size_t i = 0; i < s.args.size(); ++i)
+      for (size_t j = 0; j < s.results.size(); ++j)
+        if (overlaps(s.args[i], s.results[j]))
+          return fail(step, "results[{}] shares arena bytes with args[{}]; this kind cannot "
+                            "run in place",
+                      j, i);
+    return {};
+  };
+
+  switch (step.kind) {
+    case StepKind::kEmbedding: {
+      KILN_ASSIGN(hidden, p.getInt("hidden"));
+      s.width = hidden;
+      const BoundWeight& table = *s.args[1].weight;
+      if (table.shape.size() != 2 || table.shape[1] != hidden)
+        return fail(step, "table weight {} '{}' has shape {}, expected [vocab, {}]", table.id,
+                    table.name, formats::shapeToString(table.shape), hidden);
+      s.k = table.shape[0];  // vocab
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, hidden, "results[0]"));
+      break;
+    }
+    case StepKind::kRmsNorm:
+    case StepKind::kResidualRmsNorm: {
+      KILN_ASSIGN(hidden, p.getInt("hidden"));
+      KILN_ASSIGN(eps, p.getDouble("epsilon"));
+      s.width = hidden;
+      s.epsilon = float(eps);
+      size_t w = s.args.size() - 1;
+      for (size_t i = 0; i < w; ++i)
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], hidden, fmt::format("args[{}]", i)));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[w], {hidden}, "norm", /*want_f32=*/true));
+      if (step.kind == StepKind::kResidualRmsNorm) {
+        KILN_ASSIGN(writes_sum, p.getBool("writes_sum"));
+        s.writes_sum = writes_sum;
+        if (s.results.size() != (writes_sum ? 2u : 1u))
+          return fail(step, "writes_sum is {}, so expected {} result(s), got {}", writes_sum,
+                      writes_sum ? 2 : 1, s.results.size());
+        // The sum is formed first (it may overwrite x or r), the norm reads
+        // only the sum; the normed result must not overwrite the sum.
+        if (writes_sum && overlaps(s.results[0], s.results[1]))
+          return fail(step, "the sum and the normed result share arena bytes");
+      }
+      for (size_t i = 0; i < s.results.size(); ++i)
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.results[i], hidden, fmt::format("results[{}]", i)));
+      break;
+    }
+    case StepKind::kGemm: {
+      KILN_ASSIGN(n, p.getInt("n"));
+      KILN_ASSIGN(k, p.getInt("k"));
+      KILN_ASSIGN(bias, p.getBool("bias"));
+      s.width = n;
+      s.k = k;
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], k, "args[0] (x)"));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, n, "results[0]"));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[1], {n, k}, "W", /*want_f32=*/false));
+      if (p.has("weight_type")) {
+        KILN_ASSIGN(wt, p.getString("weight_type"));
+        if (wt != weightTypeName(s.args[1].weight->type) &&
+            !(s.args[1].weight->format_type == formats::ElementType::F32 && wt == "f32"))
+          return fail(step, "weight_type is {} but weight {} is bound as {}", wt,
+                      s.args[1].weight->id, weightTypeName(s.args[1].weight->type));
+      }
+      if (isBlockQuantized(s.args[1].weight->type) && k % kQuantBlock != 0)
+        return fail(step, "k = {} is not a multiple of {} for a {} weight", k, kQuantBlock,
+                    weightTypeName(s.args[1].weight->type));
+      if (bias != (s.args.size() == 3))
+        return fail(step, "bias is {} but the step has {} weight args", bias, s.args.size() - 1);
+      if (bias) KILN_RETURN_IF_ERROR(checkWeight(step, s.args[2], {n}, "bias", true));
+      if (s.results[0].per_sequence != s.args[0].per_sequence)
+        return fail(step, "x and y have different row counts (tokens vs sequences)");
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kRopeKvAppend: {
+      KILN_ASSIGN(heads, p.getInt("heads"));
+      KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
+      KILN_ASSIGN(head_dim, p.getInt("head_dim"));
+      KILN_ASSIGN(page_size, p.getInt("page_size"));
+      KILN_ASSIGN(merged, p.getBool("merged_qkv"));
+      KILN_ASSIGN(kv_type, p.getString("kv_type"));
+      KILN_ASSIGN(theta, p.getDouble("rope_theta"));
+      KILN_ASSIGN(style, p.getString("rope_style"));
+      KILN_ASSIGN(scaling, p.getString("rope_scaling"));
+      const KvPoolConfig& pc = pool_.config();
+      if (kv_heads != pc.kv_heads || head_dim != pc.head_dim || page_size != pc.page_size)
+        return fail(step, "kv_heads {}, head_dim {}, page_size {} do not match the pool's {}, {}, "
+                          "{}",
+                    kv_heads, head_dim, page_size, pc.kv_heads, pc.head_dim, pc.page_size);
+      if (heads <= 0 || heads % kv_heads != 0)
+        return fail(step, "heads {} is not a positive multiple of kv_heads {}", heads, kv_heads);
+      if (kv_type != "f32")
+        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", kv_type);
+      if (merged != (s.args.size() == 5))
+        return fail(step, "merged_qkv is {} but the step has {} args", merged, s.args.size());
+      s.heads = int(heads);
+      s.kv_heads = int(kv_heads);
+      s.head_dim = int(head_dim);
+      s.merged = merged;
+      auto st = parseRopeStyle(style);
+      if (!st) return fail(step, "rope_style '{}' is not half or interleaved", style);
+      auto sc = parseRopeScaling(scaling);
+      if (!sc) return fail(step, "rope_scaling '{}' is not none, linear or llama3", scaling);
+      s.rope.theta = float(theta);
+      s.rope.style = *st;
+      s.rope.scaling = *sc;
+      if (*sc != RopeScaling::kNone) {
+        KILN_ASSIGN(factor, p.getDouble("rope_factor"));
+        s.rope.factor = float(factor);
+      }
+      if (*sc == RopeScaling::kLlama3) {
+        KILN_ASSIGN(low, p.getDouble("rope_low_freq_factor"));
+        KILN_ASSIGN(high, p.getDouble("rope_high_freq_factor"));
+        KILN_ASSIGN(orig, p.getInt("rope_original_max_position"));
+        s.rope.low_freq_factor = float(low);
+        s.rope.high_freq_factor = float(high);
+        s.rope.original_max_position = int(orig);
+      }
+      auto freqs = ropeInvFreq(s.rope, int(head_dim));
+      if (!freqs.ok()) return fail(step, "{}", freqs.error().message);
+      const int64_t qd = heads * head_dim, kd = kv_heads * head_dim;
+      if (merged) {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], qd + 2 * kd, "args[0] (qkv)"));
+      } else {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], qd, "args[0] (q)"));
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[1], kd, "args[1] (k)"));
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[2], kd, "args[2] (v)"));
+      }
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, qd, "results[0] (q roped)"));
+      // The roped q is written row by row from q's row; rows overlap only in
+      // place (same storage), which copyRows handles with memmove.
+      if (merged && overlaps(s.args[0], r0) && s.args[0].data != r0.data)
+        return fail(step, "results[0] partly overlaps args[0]");
+      break;
+    }
+    case StepKind::kPagedAttention: {
+      KILN_ASSIGN(heads, p.getInt("heads"));
+      KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
+      KILN_ASSIGN(head_dim, p.getInt("head_dim"));
+      KILN_ASSIGN(page_size, p.getInt("page_size"));
+      KILN_ASSIGN(scale, p.getDouble("scale"));
+      KILN_ASSIGN(kv_type, p.getString("kv_type"));
+      if (p.has("tree_mask")) {
+        KILN_ASSIGN(tree, p.getBool("tree_mask"));
+        if (tree) return fail(step, "tree masks are not supported by the CPU executor yet");
+      }
+      const KvPoolConfig& pc = pool_.config();
+      if (kv_heads != pc.kv_heads || head_dim != pc.head_dim || page_size != pc.page_size)
+        return fail(step, "kv_heads {}, head_dim {}, page_size {} do not match the pool's {}, {}, "
+                          "{}",
+                    kv_heads, head_dim, page_size, pc.kv_heads, pc.head_dim, pc.page_size);
+      if (heads <= 0 || heads % kv_heads != 0)
+        return fail(step, "heads {} is not a positive multiple of kv_heads {}", heads, kv_heads);
+      if (kv_type != "f32")
+        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", kv_type);
+      s.heads = int(heads);
+      s.kv_heads = int(kv_heads);
+      s.head_dim = int(head_dim);
+      s.scale = float(scale);
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], heads * head_dim, "args[0] (q)"));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, heads * head_dim, "results[0]"));
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kSiluMul: {
+      KILN_ASSIGN(ffn, p.getInt("ffn"));
+      KILN_ASSIGN(merged, p.getBool("merged_gate_up"));
+      s.width = ffn;
+      s.merged = merged;
+      if (merged != (s.args.size() == 1))
+        return fail(step, "merged_gate_up is {} but the step has {} args", merged, s.args.size());
+      if (merged) {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], 2 * ffn, "args[0] (gate_up)"));
+        KILN_RETURN_IF_ERROR(noAlias());
+      } else {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], ffn, "args[0] (gate)"));
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[1], ffn, "args[1] (up)"));
+      }
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, ffn, "results[0]"));
+      break;
+    }
+    case StepKind::kAdd:
+    case StepKind::kMul:
+    case StepKind::kSilu: {
+      KILN_ASSIGN(width, p.getInt("width"));
+      s.width = width;
+      for (size_t i = 0; i < s.args.size(); ++i)
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], width, fmt::format("args[{}]", i)));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, width, "results[0]"));
+      break;
+    }
+    case StepKind::kSplit: {
+      KILN_ASSIGN(axis, p.getInt("axis"));
+      KILN_ASSIGN(sizes, p.getInts("sizes"));
+      const EntryValue* x = entry_.findValue(step.args[0].id);
+      int64_t rank = int64_t(x->shape.size());
+      if (axis != rank - 1 && axis != -1)
+        return fail(step, "split along axis {} of a rank-{} value; the CPU executor splits the "
+                          "last axis only",
+                    axis, rank);
+      if (sizes.size() != s.results.size())
+        return fail(step, "{} sizes for {} results", sizes.size(), s.results.size());
+      int64_t total = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        KILN_RETURN_IF_ERROR(
+            checkWidth(step, s.results[i], sizes[i], fmt::format("results[{}]", i)));
+        total += sizes[i];
+      }
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], total, "args[0]"));
+      s.sizes = sizes;
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kGatherLastTokens: {
+      KILN_ASSIGN(hidden, p.getInt("hidden"));
+      s.width = hidden;
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], hidden, "args[0]"));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, hidden, "results[0]"));
+      if (s.args[0].per_sequence || !r0.per_sequence)
+        return fail(step, "expected token rows in and sequence rows out");
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+  }
+  (void)manifest_;
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifest,
+                                                         const WeightStore& weights,
+                                                         const KvPoolConfig& kv,
+                                                         int64_t max_tokens) {
+  const std::string& mpath = manifest.path;
+  const Entry* entry = manifest.findEntry("forward");
+  if (!entry) return makeError("{}: entries: missing entry 'forward'", mpath);
+  if (manifest.activation_type != "f32")
+    return makeError("{}: activation_type: the CPU executor runs f32 activations, got {}", mpath,
+                     manifest.activation_type);
+  if (manifest.world_size != 1)
+    return makeError("{}: world_size: the CPU executor runs world_size 1, got {}", mpath,
+                     manifest.world_size);
+  const KvCacheConfig& mk = manifest.kv_cache;
+  if (mk.type != "f32")
+    return makeError("{}: kv_cache.type: the CPU pools hold f32, got {}", mpath, mk.type);
+  if (kv.layers != mk.layers || kv.page_size != mk.page_size || kv.kv_heads != mk.kv_heads ||
+      kv.head_dim != mk.head_dim)
+    return makeError("kv pool config (layers {}, page_size {}, kv_heads {}, head_dim {}) does not "
+                     "match {}: kv_cache (layers {}, page_size {}, kv_heads {}, head_dim {})",
+                     kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, mpath, mk.layers,
+                     mk.page_size, mk.kv_heads, mk.head_dim);
+  if (max_tokens <= 0 || max_tokens > (int64_t(1) << 24))
+    return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 24);
+  if (entry->outputs.size() != 1 || entry->outputs[0].name != "logits")
+    return makeError("{}: entries.forward.outputs: expected one output named 'logits'", mpath);
+
+  auto pool = BlockPool::create(kv);
+  if (!pool.ok()) return pool.error();
+
+  std::unique_ptr<CpuExecutor> ex(new CpuExecutor());
+  ex->pool_ = std::make_unique<BlockPool>(pool.take());
+  ex->max_tokens_ = max_tokens;
+
+  // One allocation: the planned arena, then the executor's scratch.
+  const int64_t kd = int64_t(mk.kv_heads) * mk.head_dim;
+  int64_t hidden = manifest.model.hidden_size;
+  for (const Step& step : entry->steps)
+    if (step.kind == StepKind::kResidualRmsNorm)
+      if (auto h = step.params.getInt("hidden"); h.ok()) hidden = std::max(hidden, *h);
+  const int64_t planned = alignUp(entry->bytes_per_token * max_tokens);
+  const int64_t k_bytes = alignUp(kd * 4 * max_tokens);
+  const int64_t sum_bytes = alignUp(hidden * 4 * max_tokens);
+  const int64_t slot_bytes = alignUp(8 * max_tokens);
+  ex->arena_bytes_ = planned + 2 * k_bytes + sum_bytes + slot_bytes;
+  ex->arena_ = static_cast<float*>(std::aligned_alloc(kAlign, size_t(ex->arena_bytes_)));
+  if (!ex->arena_)
+    return makeError("cannot allocate the {}-byte arena for a budget of {} tokens",
+                     ex->arena_bytes_, max_tokens);
+  std::memset(ex->arena_, 0, size_t(ex->arena_bytes_));
+  uint8_t* base = reinterpret_cast<uint8_t*>(ex->arena_);
+  ex->scratch_k_ = reinterpret_cast<float*>(base + planned);
+  ex->scratch_v_ = reinterpret_cast<float*>(base + planned + k_bytes);
+  ex->scratch_sum_ = reinterpret_cast<float*>(base + planned + 2 * k_bytes);
+  ex->scratch_slots_ = reinterpret_cast<int64_t*>(base + planned + 2 * k_bytes + sum_bytes);
+
+  StepBinder binder(manifest, *entry, weights, *ex->pool_, base, max_tokens);
+  for (const Step& step : entry->steps) {
+    auto bound = binder.bind(step);
+    if (!bound.ok()) return bound.error();
+    ex->steps_.push_back(bound.take());
+  }
+  Step output_step;  // only for the error path
+  output_step.path = mpath + ": entries.forward.outputs[0]";
+  auto logits = binder.value(output_step, entry->outputs[0].value, "value");
+  if (!logits.ok()) return logits.error();
+  ex->logits_ = logits->data;
+  ex->vocab_ = logits->width;
+  ex->logits_per_sequence_ = logits->per_sequence;
+  return ex;
+}
+
+Status CpuExecutor::checkBatch(const BatchInputs& in, std::span<float> logits_out) const {
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  if (n <= 0 || n > max_tokens_)
+    return makeError("forward: {} tokens; expected 1 to the token budget {}", n, max_tokens_);
+  if (int64_t(in.positions.size()) != n || int64_t(in.slot_mapping.size()) != n)
+    return makeError("forward: positions has {} and slot_mapping {} entries; expected one per "
+                     "token ({})",
+                     in.positions.size(), in.slot_mapping.size(), n);
+  if (b <= 0 || b > n)
+    return makeError("forward: {} sequences for {} tokens; expected 1 to {}", b, n, n);
+  if (int64_t(in.query_start.size()) != b + 1)
+    return makeError("forward: query_start has {} entries; expected {} (sequences + 1)",
+                     in.query_start.size(), b + 1);
+  if (in.max_blocks <= 0 || int64_t(in.block_tables.size()) != b * in.max_blocks)
+    return makeError("forward: block_tables has {} entries; expected {} sequences x max_blocks "
+                     "{}",
+                     in.block_tables.size(), b, in.max_blocks);
+  const int64_t out_rows = logits_per_sequence_ ? b : n;
+  if (int64_t(logits_out.size()) < out_rows * vocab_)
+    return makeError("forward: logits_out holds {} floats; expected {} rows x vocab {}",
+                     logits_out.size(), out_rows, vocab_);
+  if (in.query_start[0] != 0 || in.query_start[size_t(b)] != n)
+    return makeError("forward: query_start must run from 0 to the token count {}, got {} .. {}",
+                     n, in.query_start[0], in.query_start[size_t(b)]);
+  const KvPoolConfig& pc = pool_->config();
+  for (int64_t s = 0; s < b; ++s) {
+    const int32_t q0 = in.query_start[size_t(s)], q1 = in.query_start[size_t(s + 1)];
+    if (q1 <= q0)
+      return makeError("forward: sequence {} has no tokens (query_start {} .. {})", s, q0, q1);
+    const int32_t kv_len = in.kv_lens[size_t(s)];
+    if (kv_len < q1 - q0 || int64_t(kv_len) > int64_t(in.max_blocks) * pc.page_size)
+      return makeError("forward: sequence {} has kv_len {}; expected {} (its tokens) to {} "
+                       "(max_blocks x page_size)",
+                       s, kv_len, q1 - q0, int64_t(in.max_blocks) * pc.page_size);
+    const int64_t used = (kv_len + pc.page_size - 1) / pc.page_size;
+    for (int64_t j = 0; j < used; ++j) {
+      const int32_t block = in.block_tables[size_t(s * in.max_blocks + j)];
+      if (block < 0 || block >= pc.num_blocks)
+        return makeError("forward: block_tables[{}][{}] = {} is outside the pool's {} blocks", s,
+                         j, block, pc.num_blocks);
+    }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    if (in.tokens[size_t(t)] < 0 || in.tokens[size_t(t)] >= vocab_)
+      return makeError("forward: token {} at index {} is outside the vocabulary [0, {})",
+                       in.tokens[size_t(t)], t, vocab_);
+    if (in.positions[size_t(t)] < 0)
+      return makeError("forward: position {} at index {} is negative", in.positions[size_t(t)], t);
+    if (in.slot_mapping[size_t(t)] < 0 || in.slot_mapping[size_t(t)] >= pc.num_blocks * pc.page_size)
+      return makeError("forward: slot {} at index {} is outside the pool's {} slots",
+                       in.slot_mapping[size_t(t)], t, pc.num_blocks * pc.page_size);
+  }
+  return {};
+}
+
+Status CpuExecutor::forward(const BatchInputs& in, std::span<float> logits_out) {
+  KILN_RETURN_IF_ERROR(checkBatch(in, logits_out));
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  for (int64_t t = 0; t < n; ++t) scratch_slots_[t] = in.slot_mapping[size_t(t)];
+  for (const BoundStep& step : steps_) {
+    Status status = runStep(step, in, n, b);
+    if (!status.ok())
+      return makeError("{} ({}): {}", step.path, stepKindName(step.kind), status.error().message);
+  }
+  const int64_t rows = logits_per_sequence_ ? b : n;
+  std::memcpy(logits_out.data(), logits_, size_t(rows * vocab_) * 4);
+  return {};
+}
+
+namespace {
+
+// Copies `width` floats of each of `rows` rows between row strides.
+void copyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+              int64_t width) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memmove(dst + r * dst_stride, src + r * src_stride, size_t(width) * 4);
+}
+
+}  // namespace
+
+Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n, int64_t b) {
+  auto rowsOf = [&](const Operand& v) { return v.per_sequence ? b : n; };
+  const Operand& out = s.results[0];
+  switch (s.kind) {
+    case StepKind::kEmbedding: {
+      const BoundWeight& table = *s.args[1].weight;
+      return embed(inputData(in, s.args[0].input), n, table.data, table.type, s.k, s.width,
+                   out.data);
+    }
+    case StepKind::kRmsNorm: {
+      return rmsNormResidual(s.args[0].data, nullptr,
+                             reinterpret_cast<const float*>(s.args[1].weight->data), s.epsilon,
+                             rowsOf(s.args[0]), s.width, out.data);
+    }
+    case StepKind::kResidualRmsNorm: {
+      const int64_t rows = rowsOf(s.args[0]);
+      float* sum = s.writes_sum ? s.results[0].data : scratch_sum_;
+      add(s.args[0].data, s.args[1].data, sum, rows * s.width);
+      return rmsNormResidual(sum, nullptr, reinterpret_cast<const float*>(s.args[2].weight->data),
+                             s.epsilon, rows, s.width, s.results.back().data);
+    }
+    case StepKind::kGemm: {
+      const BoundWeight& w = *s.args[1].weight;
+      const float* bias =
+          s.args.size() == 3 ? reinterpret_cast<const float*>(s.args[2].weight->data) : nullptr;
+      return linear(s.args[0].data, rowsOf(s.args[0]), s.k, w.data, w.type, s.width, bias,
+                    out.data);
+    }
+    case StepKind::kRopeKvAppend: {
+      const int64_t qd = int64_t(s.heads) * s.head_dim, kd = int64_t(s.kv_heads) * s.head_dim;
+      const size_t pos_arg = s.merged ? 1 : 3;
+      const int32_t* positions = inputData(in, s.args[pos_arg].input);
+      float* k_pool = s.args[pos_arg + 2].pool;
+      float* v_pool = s.args[pos_arg + 3].pool;
+      const float* v_src;
+      if (s.merged) {
+        const float* qkv = s.args[0].data;
+        const int64_t stride = qd + 2 * kd;
+        // k and v go to scratch first: q's copy may overwrite qkv in place.
+        copyRows(qkv + qd, stride, scratch_k_, kd, n, kd);
+        copyRows(qkv + qd + kd, stride, scratch_v_, kd, n, kd);
+        copyRows(qkv, stride, out.data, qd, n, qd);
+        v_src = scratch_v_;
+      } else {
+        copyRows(s.args[1].data, kd, scratch_k_, kd, n, kd);
+        if (out.data != s.args[0].data) copyRows(s.args[0].data, qd, out.data, qd, n, qd);
+        v_src = s.args[2].data;
+      }
+      KILN_RETURN_IF_ERROR(applyRope(out.data, n, s.heads, s.head_dim, positions, s.rope));
+      KILN_RETURN_IF_ERROR(applyRope(scratch_k_, n, s.kv_heads, s.head_dim, positions, s.rope));
+      const KvPoolConfig& pc = pool_->config();
+      KvPoolShape shape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
+                        .kv_heads = pc.kv_heads, .head_dim = pc.head_dim};
+      return appendKvPaged(scratch_k_, v_src, n, scratch_slots_, shape, k_pool, v_pool);
+    }
+    case StepKind::kPagedAttention: {
+      const KvPoolConfig& pc = pool_->config();
+      PagedAttentionArgs args;
+      args.q = s.args[0].data;
+      args.out = out.data;
+      args.num_tokens = n;
+      args.num_seqs = int(b);
+      args.num_heads = s.heads;
+      args.query_start = inputData(in, s.args[4].input);
+      args.kv_len = inputData(in, s.args[5].input);
+      args.block_table = inputData(in, s.args[3].input);
+      args.max_blocks_per_seq = in.max_blocks;
+      args.k_pool = s.args[1].pool;
+      args.v_pool = s.args[2].pool;
+      args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
+                              .kv_heads = pc.kv_heads, .head_dim = pc.head_dim};
+      args.scale = s.scale;
+      return pagedAttention(args);
+    }
+    case StepKind::kSiluMul: {
+      const int64_t rows = rowsOf(s.args[0]);
+      if (s.merged) return siluMul(s.args[0].data, rows, s.width, out.data);
+      const float* gate = s.args[0].data;
+      const float* up = s.args[1].data;
+      for (int64_t i = 0; i < rows * s.width; ++i)
+        out.data[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      return {};
+    }
+    case StepKind::kAdd: {
+      add(s.args[0].data, s.args[1].data, out.data, rowsOf(s.args[0]) * s.width);
+      return {};
+    }
+    case StepKind::kMul: {
+      const int64_t count = rowsOf(s.args[0]) * s.width;
+      for (int64_t i = 0; i < count; ++i) out.data[i] = s.args[0].data[i] * s.args[1].data[i];
+      return {};
+    }
+    case StepKind::kSilu: {
+      const int64_t count = rowsOf(s.args[0]) * s.width;
+      for (int64_t i = 0; i < count; ++i) {
+        const float g = s.args[0].data[i];
+        out.data[i] = g / (1.0f + std::exp(-g));
+      }
+      return {};
+    }
+    case StepKind::kSplit: {
+      const int64_t rows = rowsOf(s.args[0]);
+      int64_t column = 0;
+      for (size_t i = 0; i < s.results.size(); ++i) {
+        copyRows(s.args[0].data + column, s.args[0].width, s.results[i].data, s.sizes[i], rows,
+                 s.sizes[i]);
+        column += s.sizes[i];
+      }
+      return {};
+    }
+    case StepKind::kGatherLastTokens: {
+      const int32_t* query_start = inputData(in, s.args[1].input);
+      for (int64_t seq = 0; seq < b; ++seq)
+        std::memcpy(out.data + seq * s.width, s.args[0].data + (query_start[seq + 1] - 1) * s.width,
+                    size_t(s.width) * 4);
+      return {};
+    }
+  }
+  return makeError("unknown step kind");
+}
+
+}  // namespace kiln::cpu

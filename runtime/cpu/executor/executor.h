@@ -1,0 +1,88 @@
+// The CPU backend's executor: runs an artifact's `forward` entry step by step
+// over a ragged batch, with activations in one arena and keys/values in a
+// paged block pool. Everything a step needs (arena addresses, weights, pools,
+// kernel parameters) is resolved and checked once, at creation; forward()
+// only checks the batch, walks the steps and calls the CPU kernels, and
+// allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/cpu/kernels/rope.h"
+#include "runtime/kv/block_pool.h"
+#include "runtime/support/error.h"
+#include "runtime/weights/weight_store.h"
+
+namespace kiln::cpu {
+
+// One forward call's batch: B sequences with N tokens in all, flattened.
+// Sequence b owns tokens [query_start[b], query_start[b+1]) (a prefill chunk
+// or one decode token); its context after this call is kv_lens[b] tokens,
+// the last q_len_b of which are this call's.
+struct BatchInputs {
+  std::span<const int32_t> tokens;        // [N] token ids
+  std::span<const int32_t> positions;     // [N] absolute positions
+  std::span<const int32_t> slot_mapping;  // [N] KV pool slot of each token
+  std::span<const int32_t> block_tables;  // [B, max_blocks] pool block ids, row-major
+  int max_blocks = 0;                     // columns of block_tables
+  std::span<const int32_t> query_start;   // [B + 1], query_start[B] == N
+  std::span<const int32_t> kv_lens;       // [B]
+};
+
+// The pool shape an artifact's kv_cache asks for, with `num_blocks` blocks.
+KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks);
+
+class CpuExecutor {
+ public:
+  // `weights` must outlive the executor. `kv` must match the manifest's
+  // kv_cache (layers, page_size, kv_heads, head_dim); the executor owns the
+  // pool it creates from it. `max_tokens` is the token budget T_max: the
+  // most tokens one forward call may carry; the arena holds
+  // (arena.bytes_per_token + scratch) * T_max bytes.
+  static Result<std::unique_ptr<CpuExecutor>> create(const Manifest& manifest,
+                                                     const WeightStore& weights,
+                                                     const KvPoolConfig& kv, int64_t max_tokens);
+  ~CpuExecutor();
+  CpuExecutor(const CpuExecutor&) = delete;
+  CpuExecutor& operator=(const CpuExecutor&) = delete;
+
+  // Runs `forward`. logits_out: [B, vocab] f32, the logits of each
+  // sequence's last token (at least B * vocab floats). A bad batch (sizes,
+  // ids, slots, block ids out of range) is an error before anything is
+  // written, so the pool is never partly updated.
+  Status forward(const BatchInputs& in, std::span<float> logits_out);
+
+  BlockPool& blockPool() { return *pool_; }
+  int64_t vocabSize() const { return vocab_; }
+  int64_t maxTokens() const { return max_tokens_; }
+  int64_t arenaBytes() const { return arena_bytes_; }
+
+  struct BoundStep;  // a step with its arguments resolved (executor.cc)
+
+ private:
+  CpuExecutor() = default;
+  Status checkBatch(const BatchInputs& in, std::span<float> logits_out) const;
+  Status runStep(const BoundStep& step, const BatchInputs& in, int64_t n, int64_t b);
+
+  std::unique_ptr<BlockPool> pool_;
+  std::vector<BoundStep> steps_;
+  float* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+  int64_t max_tokens_ = 0;
+  int64_t vocab_ = 0;
+  float* logits_ = nullptr;  // the output value in the arena
+  bool logits_per_sequence_ = true;
+  // Scratch after the planned arena: roped keys and values [T_max, Hkv, D]
+  // each, a residual sum [T_max, hidden], slots widened to i64 [T_max].
+  float* scratch_k_ = nullptr;
+  float* scratch_v_ = nullptr;
+  float* scratch_sum_ = nullptr;
+  int64_t* scratch_slots_ = nullptr;
+};
+
+}  // namespace kiln::cpu

@@ -1,0 +1,115 @@
+#include "runtime/kv/block_pool.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+KvPoolConfig smallConfig(int64_t blocks = 4) {
+  return KvPoolConfig{.layers = 2, .num_blocks = blocks, .page_size = 4, .kv_heads = 2,
+                      .head_dim = 8};
+}
+
+TEST(BlockPoolTest, PoolsAreSeparateAndZeroed) {
+  auto pool = BlockPool::create(smallConfig());
+  ASSERT_TRUE(pool.ok()) << pool.error().message;
+  int64_t elems = smallConfig().poolElems();
+  EXPECT_EQ(pool->values(0) - pool->keys(0), elems);
+  EXPECT_EQ(pool->keys(1) - pool->values(0), elems);
+  for (int64_t i = 0; i < elems; ++i) ASSERT_EQ(pool->values(1)[i], 0.0f);
+}
+
+TEST(BlockPoolTest, RejectsBadConfig) {
+  KvPoolConfig config = smallConfig();
+  config.page_size = 0;
+  auto pool = BlockPool::create(config);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.error().message,
+            "kv pool: layers (2), num_blocks (4), page_size (0), kv_heads (2) and head_dim (8) "
+            "must all be positive");
+}
+
+TEST(BlockPoolTest, RefCountsReturnBlocksAtZero) {
+  auto pool = BlockPool::create(smallConfig());
+  ASSERT_TRUE(pool.ok());
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(pool->allocate(2, blocks).ok());
+  EXPECT_EQ(blocks, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool->numFree(), 2);
+  ASSERT_TRUE(pool->retain(1).ok());
+  EXPECT_EQ(pool->refCount(1), 2);
+  ASSERT_TRUE(pool->release(1).ok());
+  EXPECT_EQ(pool->numFree(), 2);
+  ASSERT_TRUE(pool->release(1).ok());
+  EXPECT_EQ(pool->numFree(), 3);
+  EXPECT_EQ(pool->refCount(1), 0);
+  auto again = pool->release(1);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().message, "kv pool: release of free block 1");
+  EXPECT_EQ(pool->retain(9).error().message, "kv pool: block 9 is out of range [0, 4)");
+}
+
+TEST(BlockPoolTest, ExhaustionTakesNothing) {
+  auto pool = BlockPool::create(smallConfig(3));
+  ASSERT_TRUE(pool.ok());
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(pool->allocate(2, blocks).ok());
+  auto status = pool->allocate(2, blocks);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().message, "kv pool exhausted: need 2 blocks, 1 of 3 free");
+  EXPECT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(pool->numFree(), 1);
+}
+
+TEST(BlockTableTest, SlotsFollowTheTable) {
+  auto pool = BlockPool::create(smallConfig(8));
+  ASSERT_TRUE(pool.ok());
+  BlockTable a(4), b(4);
+  ASSERT_TRUE(a.append(*pool, 3).ok());  // a: block 0
+  ASSERT_TRUE(b.append(*pool, 5).ok());  // b: blocks 1, 2
+  ASSERT_TRUE(a.append(*pool, 2).ok());  // a: token 4 starts block 3
+  EXPECT_EQ(std::vector<int32_t>(a.blocks().begin(), a.blocks().end()),
+            (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(std::vector<int32_t>(b.blocks().begin(), b.blocks().end()),
+            (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(*a.slot(2), 2);
+  EXPECT_EQ(*a.slot(4), 3 * 4 + 0);
+  EXPECT_EQ(*b.slot(4), 2 * 4 + 0);
+  std::vector<int32_t> slots(3);
+  ASSERT_TRUE(a.slots(2, slots).ok());
+  EXPECT_EQ(slots, (std::vector<int32_t>{2, 3, 12}));
+  EXPECT_EQ(a.slot(5).error().message,
+            "block table: position 5 is outside the sequence's 5 tokens");
+  a.release(*pool);
+  EXPECT_EQ(a.numTokens(), 0);
+  EXPECT_EQ(pool->numFree(), 6);
+  // Appending within the last block allocates nothing.
+  ASSERT_TRUE(b.append(*pool, 3).ok());
+  EXPECT_EQ(b.blocks().size(), 2u);
+  EXPECT_EQ(pool->numFree(), 6);
+}
+
+TEST(BlockTableTest, ExhaustionLeavesTheTableAsItWas) {
+  auto pool = BlockPool::create(smallConfig(2));
+  ASSERT_TRUE(pool.ok());
+  BlockTable t(4);
+  ASSERT_TRUE(t.append(*pool, 6).ok());
+  auto status = t.append(*pool, 3);  // needs a third block
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().message, "kv pool exhausted: need 1 block, 0 of 2 free");
+  EXPECT_EQ(t.numTokens(), 6);
+  EXPECT_EQ(t.blocks().size(), 2u);
+  ASSERT_TRUE(t.append(*pool, 2).ok());  // fills block 1 exactly
+  EXPECT_EQ(t.numTokens(), 8);
+}
+
+TEST(BlockTableTest, PageSizeMismatchIsAnError) {
+  auto pool = BlockPool::create(smallConfig());
+  ASSERT_TRUE(pool.ok());
+  BlockTable t(16);
+  EXPECT_EQ(t.append(*pool, 1).error().message,
+            "block table: page size 16 does not match the pool's 4");
+}
+
+}  // namespace
+}  // namespace kiln

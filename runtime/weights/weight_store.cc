@@ -1,0 +1,240 @@
+#include "runtime/weights/weight_store.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "runtime/cpu/kernels/quant.h"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+using formats::ElementType;
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::optional<ElementType> parseManifestType(const std::string& name) {
+  std::string upper = name;
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return formats::parseElementTypeName(upper);
+}
+
+std::optional<cpu::WeightType> kernelType(ElementType type) {
+  switch (type) {
+    case ElementType::F32: return cpu::WeightType::F32;
+    case ElementType::F16: return cpu::WeightType::F16;
+    case ElementType::BF16: return cpu::WeightType::BF16;
+    case ElementType::Q4_0: return cpu::WeightType::Q4_0;
+    case ElementType::Q4_1: return cpu::WeightType::Q4_1;
+    case ElementType::Q8_0: return cpu::WeightType::Q8_0;
+    default: return std::nullopt;
+  }
+}
+
+Result<int64_t> elementCount(const std::vector<int64_t>& shape) {
+  auto n = formats::numElements(shape);
+  if (!n) return makeError("shape {} overflows", formats::shapeToString(shape));
+  return *n;
+}
+
+}  // namespace
+
+Result<SourceStamp> sourceStamp(const std::string& path) {
+  std::error_code ec;
+  auto stampOf = [](const std::string& file) -> Result<SourceStamp> {
+    struct stat st{};
+    if (::stat(file.c_str(), &st) != 0)
+      return makeError("{}: cannot stat: {}", file, std::strerror(errno));
+    return SourceStamp{uint64_t(st.st_size), int64_t(st.st_mtime)};
+  };
+  if (!fs::is_directory(path, ec)) return stampOf(path);
+  SourceStamp total;
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (entry.is_regular_file(ec)) files.push_back(entry.path().string());
+  if (ec) return makeError("{}: cannot list the checkpoint directory: {}", path, ec.message());
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    auto stamp = stampOf(file);
+    if (!stamp.ok()) return stamp.error();
+    total.size += stamp->size;
+    total.mtime = std::max(total.mtime, stamp->mtime);
+  }
+  return total;
+}
+
+const BoundWeight* WeightStore::find(int64_t id) const {
+  auto it = std::lower_bound(weights_.begin(), weights_.end(), id,
+                             [](const BoundWeight& w, int64_t v) { return w.id < v; });
+  return it != weights_.end() && it->id == id ? &*it : nullptr;
+}
+
+Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStoreOptions& options) {
+  const std::string& mpath = manifest.path;
+  const std::string source_path =
+      options.source_path.empty() ? manifest.model.source : options.source_path;
+  if (options.check_source_stamp) {
+    auto stamp = sourceStamp(source_path);
+    if (!stamp.ok())
+      return makeError("{}: model.source: {}", mpath, stamp.error().message);
+    if (stamp->size != manifest.model.source_size || stamp->mtime != manifest.model.source_mtime)
+      return makeError("{}: model.source {} changed since the artifact was compiled (size {} "
+                       "bytes, mtime {}; the manifest expects size {} bytes, mtime {}): "
+                       "recompile it with kiln-compile",
+                       mpath, source_path, stamp->size, stamp->mtime, manifest.model.source_size,
+                       manifest.model.source_mtime);
+  }
+  auto source = formats::ModelSource::open(source_path, formats::OpenMode::kWithData);
+  if (!source.ok()) return makeError("{}: model.source: {}", mpath, source.error().message);
+
+  WeightStore store;
+  store.source_.emplace(source.take());
+  const formats::ModelSource& src = *store.source_;
+
+  // Weights that some step reads directly: these must end in a kernel type.
+  std::set<int64_t> used;
+  for (const auto& [name, entry] : manifest.entries)
+    for (const Step& step : entry.steps)
+      for (const StepArg& arg : step.args)
+        if (arg.kind == StepArg::Kind::kWeight) used.insert(arg.id);
+
+  store.weights_.resize(manifest.weights.size());
+  // 0 = not yet bound, 1 = binding (cycle check), 2 = bound.
+  std::vector<int> state(manifest.weights.size(), 0);
+  auto indexOf = [&](int64_t id) -> size_t {
+    const ManifestWeight* w = manifest.findWeight(id);
+    return size_t(w - manifest.weights.data());
+  };
+
+  // Binds weight `i` (and, first, the weights it is prepared from).
+  std::function<Status(size_t)> bind = [&](size_t i) -> Status {
+    const ManifestWeight& mw = manifest.weights[i];
+    BoundWeight& bw = store.weights_[i];
+    if (state[i] == 2) return {};
+    const std::string where = fmt::format("{}: weight {} '{}'", mpath, mw.id, mw.name);
+    if (state[i] == 1) return makeError("{}: its preparation depends on itself", where);
+    state[i] = 1;
+    bw.id = mw.id;
+    bw.name = mw.name;
+    bw.shape = mw.shape;
+    auto type = parseManifestType(mw.type);
+    if (!type) return makeError("{}: unknown type '{}'", where, mw.type);
+    bw.format_type = *type;
+    auto numel = elementCount(mw.shape);
+    if (!numel.ok()) return makeError("{}: {}", where, numel.error().message);
+    auto bytes = formats::bytesForElements(*type, *numel);
+    if (!bytes.ok()) return makeError("{}: {}", where, bytes.error().message);
+
+    if (mw.source) {
+      const formats::TensorInfo* tensor = src.findTensor(*mw.source);
+      if (!tensor)
+        return makeError("{}: tensor '{}' is not in {}", where, *mw.source, source_path);
+      if (tensor->type != *type)
+        return makeError("{}: tensor '{}' has type {} in the model, the manifest expects {}",
+                         where, *mw.source, lower(formats::elementTypeName(tensor->type)),
+                         mw.type);
+      if (tensor->shape != mw.shape)
+        return makeError("{}: tensor '{}' has shape {} in the model, the manifest expects {}",
+                         where, *mw.source, formats::shapeToString(tensor->shape),
+                         formats::shapeToString(mw.shape));
+      auto data = src.tensorData(*tensor);
+      if (!data.ok()) return makeError("{}: {}", where, data.error().message);
+      if (data->size() != *bytes)
+        return makeError("{}: tensor '{}' holds {} bytes, expected {}", where, *mw.source,
+                         data->size(), *bytes);
+      bw.data = data->data();
+      bw.size_bytes = data->size();
+    } else if (mw.prepare->op == "concat_rows") {
+      // Row-major [rows, ...inner] tensors of one type: the result's bytes are
+      // the inputs' bytes back to back, as long as each row is whole blocks.
+      if (mw.shape.empty()) return makeError("{}: concat_rows needs a result of rank >= 1", where);
+      std::vector<int64_t> inner(mw.shape.begin() + 1, mw.shape.end());
+      int64_t row_elems = *elementCount(inner);
+      if (row_elems % formats::blockSize(*type) != 0)
+        return makeError("{}: concat_rows of {} rows of {} elements is not whole {}-element "
+                         "blocks",
+                         where, mw.type, row_elems, formats::blockSize(*type));
+      int64_t rows = 0;
+      for (int64_t input : mw.prepare->inputs) {
+        const ManifestWeight* in = manifest.findWeight(input);
+        KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+        const BoundWeight& ib = store.weights_[indexOf(input)];
+        if (ib.format_type != *type)
+          return makeError("{}: concat_rows input {} '{}' has type {}, expected {}", where,
+                           input, in->name, in->type, mw.type);
+        if (ib.shape.empty() ||
+            !std::equal(ib.shape.begin() + 1, ib.shape.end(), inner.begin(), inner.end()))
+          return makeError("{}: concat_rows input {} '{}' has shape {}, expected rows of shape {}",
+                           where, input, in->name, formats::shapeToString(ib.shape),
+                           formats::shapeToString(inner));
+        rows += ib.shape[0];
+      }
+      if (rows != mw.shape[0])
+        return makeError("{}: concat_rows inputs have {} rows in all, the result has {}", where,
+                         rows, mw.shape[0]);
+      auto buffer = std::make_unique<uint8_t[]>(*bytes);
+      uint64_t at = 0;
+      for (int64_t input : mw.prepare->inputs) {
+        const BoundWeight& ib = store.weights_[indexOf(input)];
+        std::memcpy(buffer.get() + at, ib.data, ib.size_bytes);
+        at += ib.size_bytes;
+      }
+      if (at != *bytes)
+        return makeError("{}: concat_rows produced {} bytes, expected {}", where, at, *bytes);
+      bw.data = buffer.get();
+      bw.size_bytes = *bytes;
+      store.owned_.push_back(std::move(buffer));
+    } else {
+      return makeError("{}: prepare op '{}' (scheme {}) is not supported by the CPU backend "
+                       "(supported: concat_rows); compile with --quant-weights=none",
+                       where, mw.prepare->op, mw.prepare->scheme);
+    }
+
+    state[i] = 2;
+    return {};
+  };
+  for (size_t i = 0; i < manifest.weights.size(); ++i) KILN_RETURN_IF_ERROR(bind(i));
+
+  // Second pass, once every preparation has read its inputs' raw bytes: the
+  // weights steps read, in the kernels' types.
+  for (size_t i = 0; i < manifest.weights.size(); ++i) {
+    const ManifestWeight& mw = manifest.weights[i];
+    BoundWeight& bw = store.weights_[i];
+    const std::string where = fmt::format("{}: weight {} '{}'", mpath, mw.id, mw.name);
+    const int64_t numel = *elementCount(mw.shape);
+    if (!used.count(mw.id)) continue;
+    auto ktype = kernelType(bw.format_type);
+    if (!ktype)
+      return makeError("{}: type {} is not supported by the CPU backend (supported: f32, f16, "
+                       "bf16, q4_0, q4_1, q8_0)",
+                       where, mw.type);
+    if ((*ktype == cpu::WeightType::F16 || *ktype == cpu::WeightType::BF16) &&
+        mw.shape.size() <= 1) {
+      // Norm weights and biases: the kernels read them as f32.
+      auto buffer = std::make_unique<uint8_t[]>(size_t(numel) * 4);
+      KILN_RETURN_IF_ERROR(
+          cpu::dequantizeRow(*ktype, bw.data, reinterpret_cast<float*>(buffer.get()), numel));
+      bw.data = buffer.get();
+      bw.size_bytes = uint64_t(numel) * 4;
+      bw.format_type = ElementType::F32;
+      *ktype = cpu::WeightType::F32;
+      store.owned_.push_back(std::move(buffer));
+    }
+    bw.type = *ktype;
+    bw.kernel_ready = true;
+  }
+  return store;
+}
+
+}  // namespace kiln

@@ -1,0 +1,78 @@
+// The weights of a compiled artifact, bound to bytes the CPU kernels can read.
+// Opening maps the model the manifest names (formats::ModelSource, kWithData:
+// nothing is copied), checks it is the file the artifact was compiled from
+// (size and mtime), and binds every manifest weight by id:
+//   - a checkpoint tensor: its mapped bytes, after checking type and shape;
+//   - a prepared weight: built once here (concat_rows joins row-blocked
+//     tensors byte-wise, valid for plain types and ggml block types).
+// Weights that steps read are then put in a form the kernels take: f32,
+// f16, bf16, q4_0, q4_1 and q8_0 matrices stay as they are; 1-D f16/bf16
+// tensors (norm weights, biases) become f32, because the norm and bias paths
+// read f32. Any other type is rejected with the tensor's name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/formats/model_source.h"
+#include "runtime/artifact/manifest.h"
+#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+struct BoundWeight {
+  int64_t id = 0;
+  std::string name;
+  formats::ElementType format_type = formats::ElementType::F32;  // type of `data`
+  // The kernels' view of `data`; only meaningful when `kernel_ready`.
+  cpu::WeightType type = cpu::WeightType::F32;
+  bool kernel_ready = false;
+  std::vector<int64_t> shape;  // outermost first; [n, k] for a GEMM weight
+  const uint8_t* data = nullptr;
+  uint64_t size_bytes = 0;
+};
+
+struct WeightStoreOptions {
+  // Reads the model from here instead of the manifest's model.source (a
+  // moved checkout, tests).
+  std::string source_path;
+  // Compare the model's size and mtime with the manifest's.
+  bool check_source_stamp = true;
+};
+
+// The size and mtime (seconds) the manifest records for a model: a file's
+// own, or for a checkpoint directory the sum of its files' sizes and their
+// latest mtime.
+struct SourceStamp {
+  uint64_t size = 0;
+  int64_t mtime = 0;
+};
+Result<SourceStamp> sourceStamp(const std::string& path);
+
+class WeightStore {
+ public:
+  static Result<WeightStore> open(const Manifest& manifest, const WeightStoreOptions& options = {});
+
+  WeightStore(WeightStore&&) noexcept = default;
+  WeightStore& operator=(WeightStore&&) noexcept = default;
+
+  // nullptr for an id the manifest does not list.
+  const BoundWeight* find(int64_t id) const;
+  const std::vector<BoundWeight>& weights() const { return weights_; }
+  const formats::ModelSource& source() const { return *source_; }
+
+ private:
+  WeightStore() = default;
+
+  std::optional<formats::ModelSource> source_;
+  std::vector<BoundWeight> weights_;  // sorted by id, as in the manifest
+  // Bytes made at load (prepared or converted weights); never resized after
+  // binding, so BoundWeight::data stays valid.
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;
+};
+
+}  // namespace kiln
