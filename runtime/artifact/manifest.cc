@@ -623,9 +623,12 @@ Result<Entry> parseEntry(const Reader& r, const json& e, const std::string& path
       value.rows = ValueRows::kTokens;
     } else if (*rows == "sequences") {
       value.rows = ValueRows::kSequences;
+    } else if (*rows == "fixed") {
+      value.rows = ValueRows::kFixed;
     } else {
-      return r.error(p + ".rows",
-                     fmt::format("expected \"tokens\" or \"sequences\", got \"{}\"", *rows));
+      return r.error(p + ".rows", fmt::format("expected \"tokens\", \"sequences\" or \"fixed\", "
+                                              "got \"{}\"",
+                                              *rows));
     }
     auto row_bytes = r.integer(v, p, "row_bytes", 0);
     if (!row_bytes.ok()) return row_bytes.error();

@@ -84,7 +84,8 @@ struct EntryInput {
   std::vector<int64_t> shape;  // -1 = dynamic
 };
 
-enum class ValueRows { kTokens, kSequences };
+// kFixed: a static first dimension (no batch rows), e.g. a constant table.
+enum class ValueRows { kTokens, kSequences, kFixed };
 
 // An activation in the arena: `shape[0] == -1` rows (tokens N, or sequences B
 // after gather_last_tokens) of `row_bytes` bytes each. Its storage starts at

@@ -1,1 +1,246 @@
+#include "runtime/artifact/manifest.h"
+
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+namespace {
+
+using json = nlohmann::json;
+
+// A small valid manifest: embedding -> rms_norm -> gemm (logits) over a
+// concat_rows-prepared head, with a view and a pool-free plan.
+json validManifest() {
+  return json::parse(R"({
+    "format": "kiln-artifact", "version": 1,
+    "model": {"source": "/models/tiny.gguf", "source_format": "gguf",
+              "source_size": 1000, "source_mtime": 1738911720,
+              "config": {"architecture": "llama", "hidden_size": 32, "num_layers": 1,
+                         "vocab_size": 8}},
+    "options": {"quant_weights": "none", "page_size": 16},
+    "activation_type": "f32", "world_size": 1, "rank": 0,
+    "weights": [
+      {"id": 0, "name": "token_embd.weight", "type": "q8_0", "shape": [8, 32],
+       "source": "token_embd.weight"},
+      {"id": 1, "name": "output_norm.weight", "type": "f32", "shape": [32],
+       "source": "output_norm.weight"},
+      {"id": 3, "name": "head.a", "type": "f32", "shape": [4, 32], "source": "head.a"},
+      {"id": 4, "name": "head.b", "type": "f32", "shape": [4, 32], "source": "head.b"},
+      {"id": 2, "name": "head.a+head.b", "type": "f32", "shape": [8, 32],
+       "prepare": {"op": "concat_rows", "inputs": [3, 4]}}
+    ],
+    "kv_cache": {"layers": 1, "page_size": 16, "kv_heads": 2, "head_dim": 16, "type": "f32"},
+    "entries": {"forward": {
+      "inputs": [{"name": "tokens", "type": "i32", "shape": [-1]},
+                 {"name": "query_start", "type": "i32", "shape": [-1]}],
+      "values": [
+        {"id": 0, "type": "f32", "shape": [-1, 32], "rows": "tokens", "row_bytes": 128, "offset": 0},
+        {"id": 1, "type": "f32", "shape": [-1, 32], "rows": "tokens", "row_bytes": 128, "offset": 128},
+        {"id": 2, "type": "f32", "shape": [-1, 32], "rows": "tokens", "row_bytes": 128, "view_of": 1},
+        {"id": 3, "type": "f32", "shape": [-1, 8], "rows": "tokens", "row_bytes": 32, "offset": 0}
+      ],
+      "arena": {"bytes_per_token": 256},
+      "steps": [
+        {"kind": "embedding", "instance": "embedding_hidden32",
+         "params": {"hidden": 32, "table_type": "q8_0"},
+         "args": [{"input": "tokens"}, {"weight": 0}], "results": [0]},
+        {"kind": "rms_norm", "params": {"hidden": 32, "epsilon": 1e-5},
+         "args": [{"value": 0}, {"weight": 1}], "results": [1]},
+        {"kind": "gemm", "params": {"n": 8, "k": 32, "weight_type": "f32", "bias": false,
+                                    "role": "logits"},
+         "args": [{"value": 2}, {"weight": 2}], "results": [3]}
+      ],
+      "outputs": [{"name": "logits", "value": 3}]
+    }}
+  })");
+}
+
+std::string parseError(const json& manifest) {
+  auto m = Manifest::parse(manifest.dump(), "manifest.json");
+  return m.ok() ? "(parsed)" : m.error().message;
+}
+
+TEST(ManifestTest, ParsesAValidManifest) {
+  auto m = Manifest::parse(validManifest().dump(), "manifest.json");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->model.source, "/models/tiny.gguf");
+  EXPECT_EQ(m->model.source_size, 1000u);
+  EXPECT_EQ(m->model.vocab_size, 8);
+  EXPECT_EQ(m->options.at("page_size"), "16");
+  EXPECT_EQ(m->options.at("quant_weights"), "none");
+  ASSERT_EQ(m->weights.size(), 5u);
+  EXPECT_EQ(m->weights[2].id, 2);  // sorted by id
+  ASSERT_TRUE(m->findWeight(2)->prepare.has_value());
+  EXPECT_EQ(m->findWeight(2)->prepare->inputs, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(m->kv_cache.head_dim, 16);
+  const Entry* forward = m->findEntry("forward");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(forward->bytes_per_token, 256);
+  EXPECT_EQ(forward->findValue(2)->view_of, 1);
+  ASSERT_EQ(forward->steps.size(), 3u);
+  const Step& gemm = forward->steps[2];
+  EXPECT_EQ(gemm.kind, StepKind::kGemm);
+  EXPECT_EQ(gemm.path, "manifest.json: entries.forward.steps[2]");
+  EXPECT_EQ(*gemm.params.getInt("n"), 8);
+  EXPECT_EQ(*gemm.params.getString("role"), "logits");
+  EXPECT_FALSE(*gemm.params.getBool("bias"));
+  EXPECT_DOUBLE_EQ(*forward->steps[1].params.getDouble("epsilon"), 1e-5);
+  EXPECT_DOUBLE_EQ(*gemm.params.getDouble("n"), 8.0);  // integers read as numbers
+  EXPECT_EQ(forward->steps[0].args[0].kind, StepArg::Kind::kInput);
+  EXPECT_EQ(forward->outputs[0].value, 3);
+}
+
+TEST(ManifestTest, ParamErrorsNameTheStep) {
+  auto m = Manifest::parse(validManifest().dump(), "manifest.json");
+  ASSERT_TRUE(m.ok());
+  const StepParams& params = m->findEntry("forward")->steps[1].params;
+  EXPECT_EQ(params.getInt("width").error().message,
+            "manifest.json: entries.forward.steps[1].params: missing param 'width' (expected an "
+            "integer)");
+  EXPECT_EQ(params.getBool("hidden").error().message,
+            "manifest.json: entries.forward.steps[1].params.hidden: expected a boolean, got an "
+            "integer");
+}
+
+TEST(ManifestTest, UnknownWeightId) {
+  json m = validManifest();
+  m["entries"]["forward"]["steps"][1]["args"][1]["weight"] = 999;
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[1].args[1]: unknown weight id 999");
+}
+
+TEST(ManifestTest, UnknownStepKindListsTheSupportedOnes) {
+  json m = validManifest();
+  m["entries"]["forward"]["steps"][0]["kind"] = "conv2d";
+  EXPECT_EQ(parseError(m),
+            "manifest.json: entries.forward.steps[0].kind: unknown step kind 'conv2d' (supported: "
+            "embedding, rms_norm, residual_rms_norm, gemm, rope_kv_append, paged_attention, "
+            "silu_mul, add, mul, silu, split, gather_last_tokens)");
+}
+
+TEST(ManifestTest, WrongArgumentKinds) {
+  json m = validManifest();
+  m["entries"]["forward"]["steps"][1]["args"] = json::parse(R"([{"value": 0}])");
+  EXPECT_EQ(parseError(m),
+            "manifest.json: entries.forward.steps[1].args: rms_norm takes (value, weight), got "
+            "(value)");
+  m = validManifest();
+  m["entries"]["forward"]["steps"][2]["args"][1] = json::parse(R"({"input": "tokens"})");
+  EXPECT_EQ(parseError(m),
+            "manifest.json: entries.forward.steps[2].args: gemm takes (value, weight) or (value, "
+            "weight, weight), got (value, input)");
+  m = validManifest();
+  m["entries"]["forward"]["steps"][0]["args"][0] = json::parse(R"({"input": "slots"})");
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[0].args[0]: unknown input 'slots'");
+  m = validManifest();
+  m["entries"]["forward"]["steps"][0]["args"][0] = json::parse(R"({"tensor": 1})");
+  EXPECT_EQ(parseError(m),
+            "manifest.json: entries.forward.steps[0].args[0]: expected an object with one of "
+            "'input', 'weight', 'value', 'pool'");
+}
+
+TEST(ManifestTest, UnknownValueIdInResultsAndOutputs) {
+  json m = validManifest();
+  m["entries"]["forward"]["steps"][0]["results"] = json::parse("[42]");
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[0].results[0]: unknown value id 42");
+  m = validManifest();
+  m["entries"]["forward"]["outputs"][0]["value"] = 9;
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.outputs[0].value: unknown value id 9");
+  m = validManifest();
+  m["entries"]["forward"]["steps"][1]["results"] = json::parse("[]");
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[1].results: rms_norm gives 1 "
+                           "result, got 0");
+}
+
+TEST(ManifestTest, PoolArguments) {
+  json m = validManifest();
+  m["entries"]["forward"]["steps"][2]["args"][0] = json::parse(R"({"pool": {"layer": 3, "role": "k"}})");
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[2].args[0].pool.layer: layer 3 is "
+                           "out of range (kv_cache.layers is 1)");
+  m["entries"]["forward"]["steps"][2]["args"][0] = json::parse(R"({"pool": {"layer": 0, "role": "q"}})");
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[2].args[0].pool.role: expected "
+                           "\"k\" or \"v\", got \"q\"");
+}
+
+TEST(ManifestTest, HeaderErrors) {
+  json m = validManifest();
+  m["version"] = 2;
+  EXPECT_EQ(parseError(m), "manifest.json: version: unsupported version 2 (this runtime reads "
+                           "version 1)");
+  m = validManifest();
+  m["format"] = "gguf";
+  EXPECT_EQ(parseError(m), "manifest.json: format: expected \"kiln-artifact\", got \"gguf\"");
+  m = validManifest();
+  m["model"]["source_size"] = "big";
+  EXPECT_EQ(parseError(m), "manifest.json: model.source_size: expected an integer, got string");
+  m = validManifest();
+  m["kv_cache"].erase("page_size");
+  EXPECT_EQ(parseError(m),
+            "manifest.json: kv_cache: missing field 'page_size' (expected an integer)");
+  m = validManifest();
+  m.erase("entries");
+  EXPECT_EQ(parseError(m), "manifest.json: <root>: missing field 'entries' (expected an object)");
+  m = validManifest();
+  m["entries"]["verify"] = m["entries"]["forward"];
+  m["entries"].erase("forward");
+  EXPECT_EQ(parseError(m), "manifest.json: entries: missing entry 'forward'");
+  m = validManifest();
+  m["model"]["source_format"] = "onnx";
+  EXPECT_EQ(parseError(m), "manifest.json: model.source_format: expected \"gguf\" or "
+                           "\"safetensors\", got \"onnx\"");
+}
+
+TEST(ManifestTest, WeightErrors) {
+  json m = validManifest();
+  m["weights"][4]["prepare"]["inputs"][1] = 7;
+  EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.inputs[1]: unknown weight id 7");
+  m = validManifest();
+  m["weights"][1]["id"] = 0;
+  EXPECT_EQ(parseError(m), "manifest.json: weights[1].id: duplicate weight id 0");
+  m = validManifest();
+  m["weights"][0]["type"] = "q9_9";
+  EXPECT_EQ(parseError(m), "manifest.json: weights[0].type: unknown element type 'q9_9'");
+  m = validManifest();
+  m["weights"][0]["shape"][0] = -1;
+  EXPECT_EQ(parseError(m), "manifest.json: weights[0].shape[0]: expected a dimension >= 0, got -1");
+  m = validManifest();
+  m["weights"][1]["prepare"] = m["weights"][4]["prepare"];
+  EXPECT_EQ(parseError(m), "manifest.json: weights[1]: expected exactly one of 'source' (a "
+                           "checkpoint tensor) or 'prepare'");
+  m = validManifest();
+  m["weights"][4]["prepare"]["op"] = "transpose";
+  EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.op: unknown prepare op 'transpose' "
+                           "(expected concat_rows or quantize)");
+}
+
+TEST(ManifestTest, ValueErrors) {
+  json m = validManifest();
+  m["entries"]["forward"]["values"][1]["offset"] = 200;
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.values[1]: offset 200 + row_bytes 128 "
+                           "is past the arena's bytes_per_token 256");
+  m = validManifest();
+  m["entries"]["forward"]["values"][2]["view_of"] = 17;
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.values[2].view_of: unknown value id 17");
+  m = validManifest();
+  m["entries"]["forward"]["values"][0]["rows"] = "batch";
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.values[0].rows: expected \"tokens\", "
+                           "\"sequences\" or \"fixed\", got \"batch\"");
+  m = validManifest();
+  m["entries"]["forward"]["values"][3]["id"] = 0;
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.values[3].id: duplicate value id 0");
+}
+
+TEST(ManifestTest, InvalidJsonAndMissingFile) {
+  auto m = Manifest::parse("{\"format\": ", "manifest.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().message.rfind("manifest.json: [json.exception.parse_error", 0), 0u)
+      << m.error().message;
+  auto missing = Manifest::load("/nonexistent/artifact");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message,
+            "/nonexistent/artifact: cannot open the artifact manifest (expected "
+            "DIR/manifest.json written by kiln-compile -o DIR)");
+}
+
+}  // namespace
+}  // namespace kiln

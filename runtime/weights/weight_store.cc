@@ -61,8 +61,13 @@ Result<SourceStamp> sourceStamp(const std::string& path) {
   if (!fs::is_directory(path, ec)) return stampOf(path);
   SourceStamp total;
   std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(path, ec))
-    if (entry.is_regular_file(ec)) files.push_back(entry.path().string());
+  // The files that make the checkpoint (kiln-compile counts the same ones).
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const fs::path& file = entry.path();
+    if (file.extension() == ".safetensors" || file.filename() == "config.json" ||
+        file.filename() == "model.safetensors.index.json")
+      files.push_back(file.string());
+  }
   if (ec) return makeError("{}: cannot list the checkpoint directory: {}", path, ec.message());
   std::sort(files.begin(), files.end());
   for (const std::string& file : files) {

@@ -45,8 +45,9 @@ struct WeightStoreOptions {
 };
 
 // The size and mtime (seconds) the manifest records for a model: a file's
-// own, or for a checkpoint directory the sum of its files' sizes and their
-// latest mtime.
+// own, or for a checkpoint directory the sum of the sizes of its
+// *.safetensors, config.json and model.safetensors.index.json and their
+// latest mtime. Seconds are Unix time (stat's st_mtime).
 struct SourceStamp {
   uint64_t size = 0;
   int64_t mtime = 0;

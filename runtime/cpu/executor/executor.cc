@@ -129,6 +129,9 @@ Result<Operand> StepBinder::value(const Step& step, int64_t id, const std::strin
   if (v->type != "f32")
     return fail(step, "{}: value {} has type {}; the CPU executor keeps activations in f32",
                 where, id, v->type);
+  if (v->rows == ValueRows::kFixed)
+    return fail(step, "{}: value {} has fixed rows; the CPU executor plans batch rows only",
+                where, id);
   if (v->row_bytes % 4 != 0)
     return fail(step, "{}: value {} has row_bytes {}, not whole f32 elements", where, id,
                 v->row_bytes);
@@ -287,6 +290,12 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_ASSIGN(n, p.getInt("n"));
       KILN_ASSIGN(k, p.getInt("k"));
       KILN_ASSIGN(bias, p.getBool("bias"));
+      if (p.has("scales")) {
+        KILN_ASSIGN(scales, p.getBool("scales"));
+        if (scales)
+          return fail(step, "GEMMs with separate weight scales are not supported by the CPU "
+                            "executor (compile with --quant-weights=none or a GGUF block type)");
+      }
       s.width = n;
       s.k = k;
       KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], k, "args[0] (x)"));
