@@ -231,27 +231,24 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               linear.getResult().replaceAllUsesWith(
                   builder_.create<xfmr::GemmOp>(linear.getLoc(), linear.getType(),
                                                 linear.getInput(), linear.getWeight(),
-                                                linear.getBias()).getResult());
+                                                /*scales=*/Value(), linear.getBias())
+                      .getResult());
               linear.erase();
               return success();
             })
-            .Case([&](xfmr::QuantizedLinearOp linear) -> LogicalResult {
-              if (linear.getScales())
-                return linear.emitError()
-                       << "cannot lower xfmr.quantized_linear with separate "
-                          "scales to xfmr.gemm yet: the kernel set has GEMMs "
-                          "for GGUF block formats and float weights only";
+            .Case([&](xfmr::QuantizedLinearOp linear) {
               linear.getResult().replaceAllUsesWith(
                   builder_.create<xfmr::GemmOp>(linear.getLoc(), linear.getType(),
                                                 linear.getInput(), linear.getWeight(),
-                                                linear.getBias()).getResult());
+                                                linear.getScales(), linear.getBias())
+                      .getResult());
               linear.erase();
               return success();
             })
             .Case([&](xfmr::LogitsOp logits) {
               auto gemm = builder_.create<xfmr::GemmOp>(
                   logits.getLoc(), logits.getType(), logits.getHidden(),
-                  logits.getWeight(), Value());
+                  logits.getWeight(), /*scales=*/Value(), /*bias=*/Value());
               gemm->setAttr("role", builder_.getStringAttr("logits"));
               logits.getResult().replaceAllUsesWith(gemm.getResult());
               logits.erase();

@@ -79,19 +79,22 @@ def InsertQuantization : Pass<"xfmr-insert-quantization", "::mlir::ModuleOp"> {
   let description = [{
     Rewrites `xfmr.linear` on float weights into `xfmr.quantized_linear` on
     weights quantized at load time (int8 per channel, int4 per group, or
-    fp8 e4m3 with per-channel scales), with the scales as `xfmr.weight`
-    values the load-time preparation computes. Weights already in a GGUF
-    block format (q4_0, q4_1, q8_0, ...) keep that form and become
-    `quantized_linear` without any new op. With `kv=int8|fp8` the KV pools
-    change element type and carry per-head scales.
+    fp8 e4m3 per channel). The quantization is an `xfmr.quantize` of the
+    weight value, so it depends on weights alone and the artifact runs it
+    as load-time weight preparation. Weights already in a GGUF block format
+    (q4_0, q4_1, q8_0, ...) keep that form and become `quantized_linear`
+    without any new op. The embedding gather and the logits GEMM stay in
+    float. With `kv=bf16|int8|fp8` the KV pools change element type; int8 and
+    fp8 pools keep dynamic per-(token, head) scales beside the values (there
+    is no calibration data to fix them at compile time).
 
     ```mlir
     // before (weights=int8)
+    %w = xfmr.weight "blk.0.ffn_up.weight" : tensor<1536x576xbf16>
     %y = xfmr.linear %x, %w : (tensor<?x576xf32>, tensor<1536x576xbf16>) -> tensor<?x1536xf32>
     // after
-    %q = xfmr.weight "blk.0.ffn_up.weight" {xfmr.prepare = "quantize_int8"} : tensor<1536x576x!xfmr.quant<"int8", 0>>
-    %s = xfmr.weight "blk.0.ffn_up.weight.scale" : tensor<1536xf32>
-    %y = xfmr.quantized_linear %x, %q scales %s : ...
+    %q, %s = xfmr.quantize %w {group = 0 : i64} : (tensor<1536x576xbf16>) -> (tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>)
+    %y = xfmr.quantized_linear %x, %q scales %s : (...) -> tensor<?x1536xf32>
     ```
   }];
   let dependentDialects = ["::kiln::xfmr::XfmrDialect"];

@@ -1,13 +1,19 @@
 //===- kiln-compile.cpp - model -> xfmr IR -> artifact ---------------------===//
 //
-//   kiln-compile MODEL --emit=xfmr          print the imported (unfused) module
+//   kiln-compile MODEL -o DIR [options]      write the artifact (manifest.json)
+//   kiln-compile MODEL --emit=xfmr           the imported, unfused module
+//   kiln-compile MODEL --emit=kernels        the module after the pipeline
+//   kiln-compile MODEL --emit=manifest       the manifest, to stdout
 //
-// MODEL is a .gguf file or a Hugging Face checkpoint directory. Only the
-// config and the tensor table are read, never the weight data.
+// MODEL is a .gguf file, a Hugging Face checkpoint directory, or the name of
+// a model in the cache (`smollm2`). Only the config and the tensor table are
+// read, never the weight data.
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/ArtifactWriter.h"
 #include "compiler/Passes.h"
+#include "compiler/Pipelines.h"
 #include "dialects/xfmr/IR/XfmrDialect.h"
 #include "models/formats/model_source.h"
 #include "models/importer/LlamaImporter.h"
@@ -19,30 +25,82 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <filesystem>
 
 namespace cl = llvm::cl;
 
 namespace {
 
-cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.gguf | hf-dir>"),
+cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.gguf | hf-dir | cached name>"),
                                cl::Required);
+cl::opt<std::string> outputDir("o", cl::desc("Write the artifact directory here"),
+                               cl::value_desc("dir"));
 
-enum class EmitStage { Xfmr };
+enum class EmitStage { Xfmr, Kernels, Manifest, Artifact };
 cl::opt<EmitStage> emit(
-    "emit", cl::desc("Stop after a stage and print its output"),
-    cl::values(clEnumValN(EmitStage::Xfmr, "xfmr",
-                          "the imported, unfused xfmr module")),
-    cl::init(EmitStage::Xfmr));
+    "emit", cl::desc("Stop after a stage and print its output to stdout"),
+    cl::values(clEnumValN(EmitStage::Xfmr, "xfmr", "the imported, unfused xfmr module"),
+               clEnumValN(EmitStage::Kernels, "kernels",
+                          "the kernel-level module after the pipeline"),
+               clEnumValN(EmitStage::Manifest, "manifest", "the artifact's manifest.json")),
+    cl::init(EmitStage::Artifact));
 
-cl::opt<std::string> activationType(
-    "activation-type", cl::desc("Activation element type: f32, bf16 or f16"),
-    cl::init("f32"));
+cl::opt<std::string> activationType("activation-type",
+                                    cl::desc("Activation element type: f32, bf16 or f16"),
+                                    cl::init("f32"));
+cl::opt<std::string> quantWeights("quant-weights",
+                                  cl::desc("Weight quantization: none, int8, int4, fp8"),
+                                  cl::init("none"));
+cl::opt<unsigned> quantGroupSize("quant-group-size", cl::desc("int4 group size"),
+                                 cl::init(128));
+cl::opt<std::string> quantKv("quant-kv", cl::desc("KV cache type: none, bf16, int8, fp8"),
+                             cl::init("none"));
+cl::opt<unsigned> pageSize("page-size", cl::desc("KV cache page size in tokens"),
+                           cl::init(16));
+cl::opt<std::string> specTree("spec-tree",
+                              cl::desc("Speculative verify tree: none, chain:K, widths:W1,W2,..."),
+                              cl::init("none"));
+cl::opt<std::string> specMode("spec-mode", cl::desc("Speculative acceptance: greedy, rejection"),
+                              cl::init("greedy"));
+cl::opt<bool> printIrAfterAll("print-ir-after-all",
+                              cl::desc("Print the IR after every pass (to stderr)"));
 
 int fail(const std::string& message) {
   llvm::errs() << "kiln-compile: error: " << message << "\n";
   return 1;
+}
+
+// Size and newest mtime of the model's files, so the runtime can tell when
+// the weights changed after compilation.
+kiln::ModelIdentity identify(const std::string& path, bool gguf) {
+  namespace fs = std::filesystem;
+  kiln::ModelIdentity identity;
+  std::error_code ec;
+  identity.path = fs::absolute(path, ec).lexically_normal().string();
+  identity.format = gguf ? "gguf" : "safetensors";
+  auto account = [&](const fs::path& file) {
+    identity.sizeBytes += fs::file_size(file, ec);
+    auto mtime = fs::last_write_time(file, ec);
+    int64_t seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                          mtime.time_since_epoch()).count();
+    identity.mtimeSeconds = std::max(identity.mtimeSeconds, seconds);
+  };
+  if (fs::is_directory(path, ec)) {
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      std::string ext = entry.path().extension().string();
+      if (ext == ".safetensors" || entry.path().filename() == "config.json" ||
+          entry.path().filename() == "model.safetensors.index.json")
+        account(entry.path());
+    }
+  } else {
+    account(path);
+  }
+  return identity;
 }
 
 }  // namespace
@@ -52,29 +110,76 @@ int main(int argc, char** argv) {
   mlir::registerPassManagerCLOptions();
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
+  kiln::registerKilnPasses();
   cl::ParseCommandLineOptions(argc, argv, "kiln model compiler\n");
+
+  kiln::CompileOptions options;
+  options.quantWeights = quantWeights;
+  options.quantGroupSize = quantGroupSize;
+  options.quantKv = quantKv;
+  options.pageSize = pageSize;
+  options.specTree = specTree;
+  options.specMode = specMode;
+  if (llvm::Error error = kiln::validateCompileOptions(options))
+    return fail(llvm::toString(std::move(error)));
+  if (emit == EmitStage::Artifact && outputDir.empty())
+    return fail("no output: give -o DIR for the artifact, or --emit=xfmr|kernels|manifest");
 
   kiln::Result<std::string> path = kiln::resolveModel(modelPath);
   if (!path.ok()) return fail(path.error().message);
-  auto source = kiln::formats::ModelSource::open(
-      *path, kiln::formats::OpenMode::kHeaderOnly);
+  auto source = kiln::formats::ModelSource::open(*path, kiln::formats::OpenMode::kHeaderOnly);
   if (!source.ok()) return fail(source.error().message);
   if (kiln::Status status = source->checkWeights(); !status.ok())
     return fail(status.error().message);
 
   mlir::MLIRContext context;
-  kiln::ImportOptions options;
-  options.activationType = activationType;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      kiln::importModel(context, *source, options);
+  kiln::ImportOptions importOptions;
+  importOptions.activationType = activationType;
+  mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importModel(context, *source, importOptions);
   if (!module) return 1;  // the diagnostic handler has printed why
   if (mlir::failed(mlir::verify(*module))) return 1;
-
-  switch (emit) {
-  case EmitStage::Xfmr:
+  if (emit == EmitStage::Xfmr) {
     module->print(llvm::outs());
     llvm::outs() << "\n";
     return 0;
   }
+
+  mlir::PassManager pm(&context);
+  if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return 1;
+  if (printIrAfterAll) {
+    context.disableMultithreading();
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](mlir::Pass*, mlir::Operation*) { return false; },
+        /*shouldPrintAfterPass=*/[](mlir::Pass*, mlir::Operation*) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  }
+  kiln::buildDefaultPipeline(pm, options);
+  if (mlir::failed(pm.run(*module))) return 1;
+  if (emit == EmitStage::Kernels) {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+
+  bool gguf = source->format() == kiln::formats::ModelSource::Format::kGguf;
+  std::optional<llvm::json::Value> manifest =
+      kiln::buildManifest(*module, identify(*path, gguf), options, activationType);
+  if (!manifest) return 1;
+  if (emit == EmitStage::Manifest) {
+    llvm::outs() << llvm::formatv("{0:2}", *manifest) << "\n";
+    return 0;
+  }
+
+  if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
+    return fail("cannot create " + outputDir + ": " + ec.message());
+  llvm::SmallString<256> manifestPath(outputDir);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  std::error_code ec;
+  llvm::raw_fd_ostream out(manifestPath, ec);
+  if (ec) return fail("cannot write " + manifestPath.str().str() + ": " + ec.message());
+  out << llvm::formatv("{0:2}", *manifest) << "\n";
+  out.close();
+  if (out.has_error()) return fail("cannot write " + manifestPath.str().str());
+  llvm::errs() << "kiln-compile: wrote " << manifestPath << "\n";
   return 0;
 }

@@ -742,6 +742,18 @@ LogicalResult GemmOp::verify() {
   if (failed(verifyLinearShapes(*this, tensorOf(getInput()), weight,
                                 tensorOf(getResult()))))
     return failure();
+  auto quant = dyn_cast<QuantType>(weight.getElementType());
+  bool needsScales = quant && !quant.isGgufBlockFormat();
+  if (needsScales != static_cast<bool>(getScales()))
+    return emitOpError() << "weight element type " << weight.getElementType()
+                         << (needsScales ? " keeps its scales apart, expected a "
+                                           "scales operand"
+                                         : " needs no scales operand, expected "
+                                           "none");
+  if (getScales() &&
+      failed(expectExtent(*this, "scales rows", tensorOf(getScales()).getDimSize(0),
+                          weight.getDimSize(0))))
+    return failure();
   return verifyBias(*this, getBias(), weight);
 }
 

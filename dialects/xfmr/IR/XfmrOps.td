@@ -620,17 +620,22 @@ def Xfmr_KernelOp : Xfmr_Op<"kernel"> {
   let assemblyFormat = "$kind `(` $args `)` attr-dict `:` functional-type($args, $results)";
 }
 
-def Xfmr_GemmOp : Xfmr_PureOp<"gemm"> {
-  let summary = "One GEMM: y = x · Wᵀ, run by cuBLASLt/BLAS or a skinny-GEMM kernel";
+def Xfmr_GemmOp : Xfmr_PureOp<"gemm", [AttrSizedOperandSegments]> {
+  let summary = "One GEMM: y = x · Wᵀ (+ bias), run by cuBLASLt/BLAS or a skinny-GEMM kernel";
   let description = [{
+    The kernel-level form of every linear. The weight keeps its stored or
+    load-time-prepared element type; kiln's own quantized schemes pass their
+    `scales`.
+
     ```mlir
     %y = xfmr.gemm %x, %w : (tensor<?x576xf32>, tensor<1536x576xbf16>) -> tensor<?x1536xf32>
+    %z = xfmr.gemm %x, %q scales %s bias %b : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>, tensor<1536xf32>) -> tensor<?x1536xf32>
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weight,
-                       Optional<Xfmr_Tensor>:$bias);
+                       Optional<Xfmr_Tensor>:$scales, Optional<Xfmr_Tensor>:$bias);
   let results = (outs Xfmr_Tensor:$result);
-  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$input `,` $weight (`scales` $scales^)? (`bias` $bias^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

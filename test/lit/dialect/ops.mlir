@@ -118,6 +118,8 @@ func.func @quantized(%x: tensor<?x576xf32>, %w: tensor<1536x576xf32>, %b: tensor
   %gd = xfmr.dequantize %g : (tensor<1536x576x!xfmr.quant<"q4_1", 32>>) -> tensor<1536x576xf32>
   // CHECK: xfmr.gemm
   %e = xfmr.gemm %x, %d : (tensor<?x576xf32>, tensor<1536x576xf32>) -> tensor<?x1536xf32>
+  // CHECK: xfmr.gemm {{.*}} scales
+  %e3 = xfmr.gemm %x, %q scales %s : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"int8", 0>>, tensor<1536xf32>) -> tensor<?x1536xf32>
   %e2 = xfmr.gemm %x, %gd : (tensor<?x576xf32>, tensor<1536x576xf32>) -> tensor<?x1536xf32>
   %sum = xfmr.add %y, %z : tensor<?x1536xf32>
   %sum2 = xfmr.add %sum, %e : tensor<?x1536xf32>

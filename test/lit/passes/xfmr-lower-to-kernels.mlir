@@ -8,7 +8,7 @@
 // CHECK: xfmr.kernel "rms_norm"
 // CHECK: %[[W:.*]] = xfmr.concat {{.*}} {axis = 0 : i64} : (tensor<64x64xbf16>, tensor<32x64xbf16>, tensor<32x64xbf16>) -> tensor<128x64xbf16>
 // CHECK: %[[B:.*]] = xfmr.concat {{.*}} -> tensor<128xbf16>
-// CHECK: %[[QKV:.*]] = xfmr.gemm %{{.*}}, %[[W]], %[[B]]
+// CHECK: %[[QKV:.*]] = xfmr.gemm %{{.*}}, %[[W]] bias %[[B]]
 // CHECK: xfmr.kernel "rope_kv_append"(%[[QKV]], %arg1, %arg2, %arg6, %arg7) {params = {head_dim = 16 : i64, heads = 4 : i64, kv_heads = 2 : i64, kv_type = "f32", merged_qkv = true, page_size = 16 : i64
 // CHECK-SAME: rope_scaling = "none", rope_style = "half", rope_theta = 1.000000e+06 : f64
 // CHECK: xfmr.kernel "paged_attention"

@@ -1,0 +1,41 @@
+//===- ArtifactWriter.h - lowered xfmr module -> manifest.json -*- C++ -*-===//
+//
+// Turns the kernel-level module (after xfmr-lower-to-kernels) into the
+// artifact's manifest: weight bindings with load-time preparation, the KV
+// cache shape, and per entry its inputs, arena plan and steps. The format is
+// docs/design/artifact.md.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "compiler/Pipelines.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kiln {
+
+/// Identifies the model the artifact was compiled from, so the runtime can
+/// refuse weights that changed since.
+struct ModelIdentity {
+  std::string path;          // absolute
+  std::string format;        // gguf | safetensors
+  uint64_t sizeBytes = 0;    // file size, or the sum over a checkpoint's files
+  int64_t mtimeSeconds = 0;  // newest modification time
+};
+
+/// Builds the manifest; emits a diagnostic at the offending op and returns
+/// nullopt if the module is not fully lowered.
+std::optional<llvm::json::Value>
+buildManifest(mlir::ModuleOp module, const ModelIdentity& model,
+              const CompileOptions& options, llvm::StringRef activationType);
+
+/// A readable, file-name-safe name for one kernel instance: its kind and
+/// compile-time parameters, e.g. "rms_norm_epsilon1e-05_hidden576".
+std::string kernelInstanceName(llvm::StringRef kind, mlir::DictionaryAttr params);
+
+}  // namespace kiln

@@ -1,0 +1,81 @@
+// Row-wise elementwise kernels on bf16 activations, 16 bytes per thread and
+// step: silu_mul (SwiGLU), add, mul, silu, and gather_last_tokens.
+//
+//   silu_mul: gate_up [rows, 2F] (merged) or gate, up [rows, F]  ->  [rows, F] = silu(gate) · up
+//   add/mul:  a, b [rows, W] -> [rows, W];  silu: a [rows, W] -> [rows, W]
+//   gather_last_tokens: h [N, hidden], query_start [B + 1] -> [B, hidden]
+//
+// All math in f32, one rounding to bf16 at the store.
+// Grid-stride over rows · width / 8 vectors; block [Config::kThreads].
+#pragma once
+
+#include "common.cuh"
+
+namespace kiln {
+namespace kernels {
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Config: static constexpr int kFfn, kThreads; static constexpr bool kMerged.
+template <class Config>
+__device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {
+  static_assert(Config::kFfn % 8 == 0, "16-byte vectors");
+  constexpr int kVecs = Config::kFfn / 8;
+  const long long total = (long long)p.rows * kVecs;
+  for (long long i = blockIdx.x * (long long)Config::kThreads + threadIdx.x; i < total;
+       i += (long long)gridDim.x * Config::kThreads) {
+    const long long row = i / kVecs;
+    const int col = (int)(i % kVecs) * 8;
+    const bf16* gate;
+    const bf16* up;
+    if (Config::kMerged) {
+      gate = static_cast<const bf16*>(p.a) + row * 2 * Config::kFfn + col;
+      up = gate + Config::kFfn;
+    } else {
+      gate = static_cast<const bf16*>(p.a) + row * Config::kFfn + col;
+      up = static_cast<const bf16*>(p.b) + row * Config::kFfn + col;
+    }
+    float g[8], u[8], y[8];
+    load8(gate, g);
+    load8(up, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = silu(g[e]) * u[e];
+    store8(static_cast<bf16*>(p.out) + row * Config::kFfn + col, y);
+  }
+}
+
+struct OpAdd { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a + b; } };
+struct OpMul { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a * b; } };
+struct OpSilu { static constexpr bool kBinary = false; __device__ static float apply(float a, float) { return silu(a); } };
+
+// Config: using Op; static constexpr int kWidth, kThreads.
+template <class Config>
+__device__ __forceinline__ void elementwise(const ElementwiseParams& p) {
+  static_assert(Config::kWidth % 8 == 0, "16-byte vectors");
+  using Op = typename Config::Op;
+  const long long total = (long long)p.rows * Config::kWidth / 8;
+  for (long long i = blockIdx.x * (long long)Config::kThreads + threadIdx.x; i < total;
+       i += (long long)gridDim.x * Config::kThreads) {
+    float a[8], b[8], y[8];
+    load8(static_cast<const bf16*>(p.a) + i * 8, a);
+    if (Op::kBinary) load8(static_cast<const bf16*>(p.b) + i * 8, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = Op::apply(a[e], Op::kBinary ? b[e] : 0.0f);
+    store8(static_cast<bf16*>(p.out) + i * 8, y);
+  }
+}
+
+// Config: static constexpr int kHidden, kThreads. Grid [B].
+template <class Config>
+__device__ __forceinline__ void gather_last_tokens(const GatherLastTokensParams& p) {
+  static_assert(Config::kHidden % 8 == 0, "16-byte vectors");
+  const int b = blockIdx.x;
+  if (b >= p.num_seqs) return;
+  const long long src = (long long)(p.query_start[b + 1] - 1) * Config::kHidden;
+  const uint4* in = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.h) + src);
+  uint4* out = reinterpret_cast<uint4*>(static_cast<bf16*>(p.out) + (long long)b * Config::kHidden);
+  for (int i = threadIdx.x; i < Config::kHidden / 8; i += Config::kThreads) out[i] = in[i];
+}
+
+}  // namespace kernels
+}  // namespace kiln

@@ -1,0 +1,114 @@
+// Parameter structs of every CUDA kernel kind: the one definition both the
+// kernels (NVRTC) and the host launchers include, so their layouts cannot
+// drift apart. Plain C types only (pointers, int, float, long long): no host
+// or CUDA headers, no templates. Each kernel takes its struct by value as the
+// only argument; activation pointers are `void*` because the element type is
+// a template parameter of the instance (bf16 on the GPU).
+#pragma once
+
+namespace kiln {
+namespace kernels {
+
+// embedding: out[t, :] = dequant(table[tokens[t], :]); an id outside
+// [0, vocab) yields a zero row.
+struct EmbeddingParams {
+  const int* tokens;      // [num_tokens] i32
+  const void* table;      // [vocab, hidden] in the instance's table type
+  void* out;              // [num_tokens, hidden] bf16
+  int num_tokens;
+  int vocab;
+};
+
+// rms_norm / residual_rms_norm (one row per block).
+struct RmsNormParams {
+  const void* x;          // [rows, hidden] bf16
+  const void* residual;   // [rows, hidden] bf16 (residual_rms_norm only)
+  const void* weight;     // [hidden] in the instance's weight type
+  void* sum_out;          // [rows, hidden] bf16, x + residual (writes_sum only; may alias x or residual)
+  void* out;              // [rows, hidden] bf16 (may alias x)
+  int rows;
+};
+
+// rope_kv_append (one token per block).
+struct RopeKvAppendParams {
+  const void* qkv;        // [N, (H + 2 Hkv) D] bf16 when merged_qkv
+  const void* q;          // [N, H D] bf16 otherwise
+  const void* k;          // [N, Hkv D] bf16
+  const void* v;          // [N, Hkv D] bf16
+  const int* positions;   // [N] i32
+  const int* slot_mapping;  // [N] i32, slot = block * page_size + offset; < 0 skips the token
+  void* k_pool;           // [num_blocks, page_size, Hkv, D] kv type
+  void* v_pool;           // [num_blocks, page_size, Hkv, D] kv type
+  void* q_out;            // [N, H, D] bf16, roped q
+  int num_tokens;
+  long long num_slots;    // num_blocks * page_size; slots past it are skipped
+};
+
+// paged_attention and its split-KV form (grid [N, Hkv, splits]).
+struct PagedAttentionParams {
+  const void* q;            // [N, H, D] bf16
+  const void* k_pool;       // [num_blocks, page_size, Hkv, D] kv type
+  const void* v_pool;       // [num_blocks, page_size, Hkv, D] kv type
+  const int* block_tables;  // [B, max_blocks_per_seq] i32
+  const int* query_start;   // [B + 1] i32
+  const int* kv_lens;       // [B] i32, context length including this step's tokens
+  const unsigned char* tree_mask;  // [N, tree_stride] u8 (tree_mask instances only), see paged_attention.cuh
+  void* out;                // [N, H, D] bf16 (unsplit instances)
+  float* partial_out;       // [N, H, splits, D] f32 (split instances)
+  float* partial_lse;       // [N, H, splits] f32 (split instances)
+  int num_tokens;
+  int num_seqs;
+  int max_blocks_per_seq;
+  int tree_stride;
+  int num_splits;           // == gridDim.z for split instances
+};
+
+// attention_combine: merges split-KV partials (grid [N, H]).
+struct AttentionCombineParams {
+  const float* partial_out;  // [N, H, splits, D] f32
+  const float* partial_lse;  // [N, H, splits] f32
+  void* out;                 // [N, H, D] bf16
+  int num_tokens;
+  int num_splits;
+};
+
+// silu_mul, add, mul, silu: row-wise elementwise over `rows` rows.
+struct ElementwiseParams {
+  const void* a;   // silu_mul: gate_up [rows, 2F] or gate [rows, F]; add/mul/silu: [rows, width]
+  const void* b;   // silu_mul: up [rows, F] (unmerged); add/mul: [rows, width]
+  void* out;       // [rows, F or width] bf16
+  int rows;
+};
+
+// gather_last_tokens: out[b] = h[query_start[b + 1] - 1].
+struct GatherLastTokensParams {
+  const void* h;            // [N, hidden] bf16
+  const int* query_start;   // [B + 1] i32
+  void* out;                // [B, hidden] bf16
+  int num_seqs;
+};
+
+// gemm (skinny, decode-shaped): y = x · Wᵀ (+ bias), grid [n / rows_per_block, 1, ceil(rows / max_rows)].
+struct GemvParams {
+  const void* x;      // [rows, k] bf16
+  const void* w;      // [n, k] weight type
+  const void* bias;   // [n] weight type, or null
+  void* y;            // [rows, n] bf16
+  int rows;
+};
+
+// sample: one token per row of logits (grid [rows]).
+struct SampleParams {
+  const void* logits;                 // [rows, vocab] logits type
+  const float* temperature;           // [rows]; <= 0 means greedy (argmax, lowest id on ties)
+  const int* top_k;                   // [rows]; <= 0 or >= vocab disables
+  const float* top_p;                 // [rows]; >= 1 disables
+  const unsigned long long* seed;     // [rows] Philox key
+  const unsigned long long* counter;  // [rows] Philox counter (the request's step)
+  int* out_tokens;                    // [rows]
+  float* out_uniform;                 // [rows] the uniform drawn (for tests and replay), or null
+  int rows;
+};
+
+}  // namespace kernels
+}  // namespace kiln

@@ -1,0 +1,66 @@
+// RMSNorm over rows, optionally with the residual add fused in front
+// (pre-norm transformer blocks).
+//
+//   x [rows, hidden] bf16, residual [rows, hidden] bf16, weight [hidden] (Config::Weight)
+//   sum_out [rows, hidden] bf16 = round_bf16(x + residual)        (kWritesSum)
+//   out     [rows, hidden] bf16 = s / sqrt(mean(s^2) + eps) · weight, s = x or the rounded sum
+//
+// One row per block; each thread keeps its 16-byte slices of the row in
+// registers, so the row is read once. The sum of squares is accumulated in
+// f32 with a warp-shuffle + shared-memory block reduction.
+// Grid [rows], block [Config::kThreads].
+#pragma once
+
+#include "common.cuh"
+
+namespace kiln {
+namespace kernels {
+
+// Config: using Weight; static constexpr int kHidden, kThreads;
+//         static constexpr float kEpsilon; static constexpr bool kResidual, kWritesSum.
+template <class Config>
+__device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
+  static_assert(Config::kHidden % 8 == 0, "rows are read 8 elements (16 bytes) at a time");
+  constexpr int kVecs = Config::kHidden / 8;
+  constexpr int kPerThread = (kVecs + Config::kThreads - 1) / Config::kThreads;
+  using W = typename Config::Weight;
+  const int row = blockIdx.x;
+  if (row >= p.rows) return;
+  const long long base = (long long)row * Config::kHidden;
+  const bf16* x = static_cast<const bf16*>(p.x) + base;
+
+  float v[kPerThread][8];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int vec = threadIdx.x + i * Config::kThreads;
+    if (vec < kVecs) {
+      load8(x + vec * 8, v[i]);
+      if (Config::kResidual) {
+        float r[8];
+        load8(static_cast<const bf16*>(p.residual) + base + vec * 8, r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[i][e] = round_to<bf16>(v[i][e] + r[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum_sq += v[i][e] * v[i][e];
+    }
+  }
+  sum_sq = block_sum<Config::kThreads>(sum_sq);
+  const float inv_rms = rsqrtf(sum_sq / (float)Config::kHidden + Config::kEpsilon);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int vec = threadIdx.x + i * Config::kThreads;
+    if (vec < kVecs) {
+      if (Config::kWritesSum) store8(static_cast<bf16*>(p.sum_out) + base + vec * 8, v[i]);
+      float w[8], y[8];
+      load8_nc(static_cast<const W*>(p.weight) + vec * 8, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = v[i][e] * inv_rms * w[e];
+      store8(static_cast<bf16*>(p.out) + base + vec * 8, y);
+    }
+  }
+}
+
+}  // namespace kernels
+}  // namespace kiln
