@@ -1,1 +1,237 @@
+#include "runtime/weights/weight_store.h"
+
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "models/formats/testing/gguf_writer.h"
+#include "models/formats/testing/temp_dir.h"
+#include "runtime/cpu/kernels/quant.h"
+
+namespace kiln {
+namespace {
+
+using formats::ElementType;
+using json = nlohmann::json;
+
+std::vector<uint8_t> bytesOf(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// q4_1 rows of 64 elements (2 blocks, 40 bytes per row) from a ramp.
+std::vector<uint8_t> q41Rows(int rows, float start) {
+  std::vector<uint8_t> out(size_t(rows) * 40);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row(64);
+    for (int i = 0; i < 64; ++i) row[size_t(i)] = start + 0.01f * float(r * 64 + i);
+    EXPECT_TRUE(cpu::quantizeRow(cpu::WeightType::Q4_1, row.data(), out.data() + r * 40, 64).ok());
+  }
+  return out;
+}
+
+class WeightStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    formats::testing::GgufWriter w;
+    w.addString("general.architecture", "llama")
+        .addUInt32("llama.block_count", 1)
+        .addUInt32("llama.context_length", 64)
+        .addUInt32("llama.embedding_length", 64)
+        .addUInt32("llama.feed_forward_length", 64)
+        .addUInt32("llama.attention.head_count", 4)
+        .addUInt32("llama.attention.head_count_kv", 2)
+        .addUInt32("llama.vocab_size", 8)
+        .addFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    a_ = q41Rows(2, -0.3f);
+    b_ = q41Rows(3, 0.2f);
+    c_ = {1, 2, 3, 4, 5, 6, 7, 8};
+    d_ = {9, 10, 11, 12};
+    std::vector<uint8_t> norm(4 * 2);
+    for (int i = 0; i < 4; ++i) {
+      uint16_t bits = cpu::f32ToBf16(0.5f + float(i));
+      std::memcpy(norm.data() + 2 * i, &bits, 2);
+    }
+    w.addTensor("a.weight", {2, 64}, ElementType::Q4_1, a_)
+        .addTensor("b.weight", {3, 64}, ElementType::Q4_1, b_)
+        .addTensor("c.weight", {2, 4}, ElementType::F32, bytesOf(c_))
+        .addTensor("d.weight", {1, 4}, ElementType::F32, bytesOf(d_))
+        .addTensor("norm.weight", {4}, ElementType::BF16, norm)
+        .addTensorFilled("k.weight", {1, 256}, ElementType::Q4_K);
+    path_ = dir_.file("model.gguf");
+    ASSERT_TRUE(w.writeFile(path_).ok());
+    auto stamp = sourceStamp(path_);
+    ASSERT_TRUE(stamp.ok()) << stamp.error().message;
+    stamp_ = *stamp;
+  }
+
+  json manifest() const {
+    json m = json::parse(R"({
+      "format": "kiln-artifact", "version": 1,
+      "model": {"source": "", "source_format": "gguf", "source_size": 0, "source_mtime": 0,
+                "config": {"architecture": "llama", "hidden_size": 64, "num_layers": 1,
+                           "vocab_size": 8}},
+      "activation_type": "f32",
+      "weights": [
+        {"id": 0, "name": "a.weight", "type": "q4_1", "shape": [2, 64], "source": "a.weight"},
+        {"id": 1, "name": "b.weight", "type": "q4_1", "shape": [3, 64], "source": "b.weight"},
+        {"id": 2, "name": "a+b", "type": "q4_1", "shape": [5, 64],
+         "prepare": {"op": "concat_rows", "inputs": [0, 1]}},
+        {"id": 3, "name": "c.weight", "type": "f32", "shape": [2, 4], "source": "c.weight"},
+        {"id": 4, "name": "d.weight", "type": "f32", "shape": [1, 4], "source": "d.weight"},
+        {"id": 5, "name": "c+d", "type": "f32", "shape": [3, 4],
+         "prepare": {"op": "concat_rows", "inputs": [3, 4]}},
+        {"id": 6, "name": "norm.weight", "type": "bf16", "shape": [4], "source": "norm.weight"}
+      ],
+      "kv_cache": {"layers": 1, "page_size": 16, "kv_heads": 2, "head_dim": 16, "type": "f32"},
+      "entries": {"forward": {
+        "inputs": [{"name": "tokens", "type": "i32", "shape": [-1]}],
+        "values": [
+          {"id": 0, "type": "f32", "shape": [-1, 64], "rows": "tokens", "row_bytes": 256, "offset": 0},
+          {"id": 1, "type": "f32", "shape": [-1, 5], "rows": "tokens", "row_bytes": 20, "offset": 256}
+        ],
+        "arena": {"bytes_per_token": 276},
+        "steps": [
+          {"kind": "gemm", "params": {"n": 5, "k": 64, "weight_type": "q4_1", "bias": false},
+           "args": [{"value": 0}, {"weight": 2}], "results": [1]},
+          {"kind": "gemm", "params": {"n": 3, "k": 4, "weight_type": "f32", "bias": false},
+           "args": [{"value": 0}, {"weight": 5}], "results": [1]},
+          {"kind": "rms_norm", "params": {"hidden": 4, "epsilon": 1e-5},
+           "args": [{"value": 0}, {"weight": 6}], "results": [1]}
+        ],
+        "outputs": [{"name": "logits", "value": 1}]
+      }}
+    })");
+    m["model"]["source"] = path_;
+    m["model"]["source_size"] = stamp_.size;
+    m["model"]["source_mtime"] = stamp_.mtime;
+    return m;
+  }
+
+  Result<WeightStore> open(const json& m) {
+    auto parsed = Manifest::parse(m.dump(), "manifest.json");
+    if (!parsed.ok()) return parsed.error();
+    manifest_ = std::make_unique<Manifest>(parsed.take());
+    return WeightStore::open(*manifest_);
+  }
+
+  formats::testing::TempDir dir_;
+  std::string path_;
+  SourceStamp stamp_;
+  std::vector<uint8_t> a_, b_;
+  std::vector<float> c_, d_;
+  std::unique_ptr<Manifest> manifest_;
+};
+
+TEST_F(WeightStoreTest, ConcatRowsJoinsQuantizedAndPlainRows) {
+  auto store = open(manifest());
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const BoundWeight* ab = store->find(2);
+  ASSERT_NE(ab, nullptr);
+  ASSERT_TRUE(ab->kernel_ready);
+  EXPECT_EQ(ab->type, cpu::WeightType::Q4_1);
+  EXPECT_EQ(ab->shape, (std::vector<int64_t>{5, 64}));
+  ASSERT_EQ(ab->size_bytes, a_.size() + b_.size());
+  EXPECT_EQ(std::memcmp(ab->data, a_.data(), a_.size()), 0);
+  EXPECT_EQ(std::memcmp(ab->data + a_.size(), b_.data(), b_.size()), 0);
+
+  const BoundWeight* cd = store->find(5);
+  ASSERT_NE(cd, nullptr);
+  EXPECT_EQ(cd->type, cpu::WeightType::F32);
+  std::vector<float> got(12);
+  ASSERT_EQ(cd->size_bytes, 48u);
+  std::memcpy(got.data(), cd->data, 48);
+  EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+
+  // Inputs of preparations that no step reads keep their mapped bytes and
+  // are not converted.
+  EXPECT_FALSE(store->find(0)->kernel_ready);
+  EXPECT_EQ(store->find(99), nullptr);
+}
+
+TEST_F(WeightStoreTest, OneDimensionalBf16BecomesF32) {
+  auto store = open(manifest());
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const BoundWeight* norm = store->find(6);
+  EXPECT_EQ(norm->type, cpu::WeightType::F32);
+  const float* v = reinterpret_cast<const float*>(norm->data);
+  EXPECT_EQ(std::vector<float>(v, v + 4), (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
+}
+
+TEST_F(WeightStoreTest, ChangedModelIsRejected) {
+  json m = manifest();
+  m["model"]["source_size"] = stamp_.size + 1;
+  auto store = open(m);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error().message,
+            fmt::format("manifest.json: model.source {} changed since the artifact was compiled "
+                        "(size {} bytes, mtime {}; the manifest expects size {} bytes, mtime {}): "
+                        "recompile it with kiln-compile",
+                        path_, stamp_.size, stamp_.mtime, stamp_.size + 1, stamp_.mtime));
+}
+
+TEST_F(WeightStoreTest, TypeShapeAndConcatMismatches) {
+  json m = manifest();
+  m["weights"][0]["type"] = "q4_0";
+  m["weights"][2]["type"] = "q4_0";
+  m["entries"]["forward"]["steps"][0]["params"]["weight_type"] = "q4_0";
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 0 'a.weight': tensor 'a.weight' has type q4_1 in the model, "
+            "the manifest expects q4_0");
+  m = manifest();
+  m["weights"][3]["shape"] = json::parse("[4, 2]");
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 3 'c.weight': tensor 'c.weight' has shape [2, 4] in the model, "
+            "the manifest expects [4, 2]");
+  m = manifest();
+  m["weights"][5]["shape"] = json::parse("[4, 4]");
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 5 'c+d': concat_rows inputs have 3 rows in all, the result "
+            "has 4");
+  m = manifest();
+  m["weights"][5]["prepare"]["inputs"] = json::parse("[3, 0]");
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 5 'c+d': concat_rows input 0 'a.weight' has type q4_1, "
+            "expected f32");
+  m = manifest();
+  m["weights"][0]["source"] = "missing.weight";
+  EXPECT_EQ(open(m).error().message,
+            fmt::format("manifest.json: weight 0 'a.weight': tensor 'missing.weight' is not in {}",
+                        path_));
+}
+
+TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
+  json m = manifest();
+  m["weights"].push_back(json::parse(
+      R"({"id": 7, "name": "k.weight", "type": "q4_k", "shape": [1, 256], "source": "k.weight"})"));
+  m["entries"]["forward"]["steps"][1]["args"][1]["weight"] = 7;
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 7 'k.weight': type q4_k is not supported by the CPU backend "
+            "(supported: f32, f16, bf16, q4_0, q4_1, q8_0)");
+  m = manifest();
+  m["weights"][5]["prepare"] = json::parse(R"({"op": "quantize", "inputs": [3], "scheme": "int8"})");
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 5 'c+d': prepare op 'quantize' (scheme int8) is not supported "
+            "by the CPU backend (supported: concat_rows); compile with --quant-weights=none");
+}
+
+TEST_F(WeightStoreTest, SourceOverrideAndMissingModel) {
+  json m = manifest();
+  m["model"]["source"] = "/nonexistent/model.gguf";
+  auto parsed = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(parsed.ok());
+  auto missing = WeightStore::open(*parsed);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message,
+            "manifest.json: model.source: /nonexistent/model.gguf: cannot stat: No such file or "
+            "directory");
+  auto moved = WeightStore::open(*parsed, WeightStoreOptions{.source_path = path_});
+  EXPECT_TRUE(moved.ok()) << moved.error().message;
+}
+
+}  // namespace
+}  // namespace kiln
