@@ -212,3 +212,31 @@ TEST_F(TinyLlamaTest, PoolConfigMustMatchTheManifest) {
 
 }  // namespace
 }  // namespace kiln::cpu
+
+namespace kiln::cpu {
+namespace {
+
+// A plan whose params disagree with its weights is rejected at creation,
+// naming the step.
+TEST(CpuExecutorLoadTest, MismatchedGemmIsRejectedAtCreation) {
+  std::ifstream file(kFixture + "/artifact/manifest.json");
+  nlohmann::json m = nlohmann::json::parse(file);
+  auto& steps = m["entries"]["forward"]["steps"];
+  size_t gemm = 0;
+  while (steps[gemm]["kind"] != "gemm") ++gemm;
+  steps[gemm]["params"]["n"] = 96;
+  auto manifest = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(
+      *manifest, WeightStoreOptions{.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  auto executor = CpuExecutor::create(*manifest, *weights, kvPoolConfigFor(*manifest, 4), 8);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_EQ(executor.error().message,
+            fmt::format("manifest.json: entries.forward.steps[{}] (gemm): results[0] has rows of "
+                        "128 f32, expected 96",
+                        gemm));
+}
+
+}  // namespace
+}  // namespace kiln::cpu
