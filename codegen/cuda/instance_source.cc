@@ -1,0 +1,440 @@
+#include "codegen/cuda/instance_source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace kiln::cuda_codegen {
+namespace {
+
+using nlohmann::json;
+
+// Typed access to one step's params with errors that name kind and param.
+class Params {
+ public:
+  Params(std::string_view kind, const json& params) : kind_(kind), params_(params) {}
+
+  Result<int64_t> integer(const char* name) const {
+    const json* v = find(name);
+    if (!v) return missing(name);
+    if (!v->is_number_integer() && !v->is_boolean())
+      return makeError("{}: param '{}' is {}, expected an integer", kind_, name, v->dump());
+    return v->is_boolean() ? int64_t(v->get<bool>()) : v->get<int64_t>();
+  }
+  Result<int64_t> positive(const char* name, int64_t multiple_of = 1) const {
+    auto v = integer(name);
+    if (!v) return v;
+    if (*v <= 0 || *v % multiple_of != 0 || *v > (int64_t(1) << 30))
+      return makeError("{}: param '{}' is {}, expected a positive multiple of {}", kind_, name, *v,
+                       multiple_of);
+    return v;
+  }
+  Result<double> number(const char* name) const {
+    const json* v = find(name);
+    if (!v) return missing(name);
+    if (!v->is_number()) return makeError("{}: param '{}' is {}, expected a number", kind_, name, v->dump());
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > 3.0e38)
+      return makeError("{}: param '{}' is {}, expected a finite f32 value", kind_, name, d);
+    return d;
+  }
+  Result<bool> boolean(const char* name) const {
+    const json* v = find(name);
+    if (!v) return missing(name);
+    if (v->is_boolean()) return v->get<bool>();
+    if (v->is_number_integer() && (v->get<int64_t>() == 0 || v->get<int64_t>() == 1))
+      return v->get<int64_t>() == 1;
+    return makeError("{}: param '{}' is {}, expected a boolean", kind_, name, v->dump());
+  }
+  Result<std::string> text(const char* name) const {
+    const json* v = find(name);
+    if (!v) return missing(name);
+    if (!v->is_string()) return makeError("{}: param '{}' is {}, expected a string", kind_, name, v->dump());
+    return v->get<std::string>();
+  }
+  Result<std::string> textOr(const char* name, const char* fallback) const {
+    return find(name) ? text(name) : Result<std::string>(std::string(fallback));
+  }
+  Error bad(const char* name, const std::string& value, const char* expected) const {
+    return makeError("{}: param '{}' is '{}', expected {}", kind_, name, value, expected);
+  }
+
+ private:
+  const json* find(const char* name) const {
+    if (!params_.is_object()) return nullptr;
+    auto it = params_.find(name);
+    return it == params_.end() ? nullptr : &*it;
+  }
+  Error missing(const char* name) const {
+    if (!params_.is_object())
+      return makeError("{}: params are {}, expected an object", kind_, params_.dump());
+    return makeError("{}: param '{}' is missing", kind_, name);
+  }
+  std::string kind_;
+  const json& params_;
+};
+
+#define KILN_TRY(var, expr)            \
+  auto var##_result = (expr);          \
+  if (!var##_result) return var##_result.error(); \
+  auto var = var##_result.take()
+
+// A C++ float literal that round-trips the f32 value.
+std::string floatLiteral(double value) {
+  std::string s = fmt::format("{:.9g}", static_cast<float>(value));
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s + "f";
+}
+
+const char* boolLiteral(bool b) { return b ? "true" : "false"; }
+
+// C++ element type of an activation-side storage type.
+Result<std::string> elementType(const Params& p, const char* name, const std::string& type,
+                                bool allow_quant) {
+  if (type == "f32") return std::string("float");
+  if (type == "bf16") return std::string("kiln::kernels::bf16");
+  if (type == "f16") return std::string("kiln::kernels::f16");
+  if (allow_quant) {
+    if (type == "q8_0") return std::string("kiln::kernels::TableQ8_0");
+    if (type == "q4_0") return std::string("kiln::kernels::TableQ4_0");
+    if (type == "q4_1") return std::string("kiln::kernels::TableQ4_1");
+  }
+  return p.bad(name, type, allow_quant ? "one of f32, bf16, f16, q8_0, q4_0, q4_1"
+                                       : "one of f32, bf16, f16");
+}
+
+int roundUp32(int64_t n) { return int((n + 31) / 32 * 32); }
+
+struct Body {
+  std::string header;      // .cuh file
+  std::string config;      // members of struct Config
+  std::string function;    // kiln::kernels::<template>
+  LaunchShape launch;
+};
+
+Result<Body> embedding(const Params& p) {
+  KILN_TRY(hidden, p.positive("hidden"));
+  KILN_TRY(table, p.text("table_type"));
+  KILN_TRY(type, elementType(p, "table_type", table, true));
+  if (table[0] == 'q' && hidden % 32 != 0)
+    return makeError("embedding: param 'hidden' is {}, expected a multiple of 32 for {} tables", hidden, table);
+  Body b{"embedding.cuh", "", "embedding", {128, "[N]", "EmbeddingParams"}};
+  b.config = fmt::format("  using Table = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = 128;\n",
+                         type, hidden);
+  return b;
+}
+
+Result<Body> rmsNorm(const Params& p, bool residual) {
+  KILN_TRY(hidden, p.positive("hidden", 8));
+  KILN_TRY(epsilon, p.number("epsilon"));
+  if (!(epsilon > 0)) return makeError("{}: param 'epsilon' is {}, expected > 0", residual ? "residual_rms_norm" : "rms_norm", epsilon);
+  KILN_TRY(weight_name, p.textOr("weight_type", "f32"));
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  bool writes_sum = false;
+  if (residual) {
+    KILN_TRY(ws, p.boolean("writes_sum"));
+    writes_sum = ws;
+  }
+  const int threads = std::min(1024, roundUp32(hidden / 8));
+  Body b{"rms_norm.cuh", "", "rms_norm", {threads, "[rows]", "RmsNormParams"}};
+  b.config = fmt::format(
+      "  using Weight = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = {};\n"
+      "  static constexpr float kEpsilon = {};\n  static constexpr bool kResidual = {};\n"
+      "  static constexpr bool kWritesSum = {};\n",
+      weight, hidden, threads, floatLiteral(epsilon), boolLiteral(residual), boolLiteral(writes_sum));
+  return b;
+}
+
+Result<Body> gemm(const Params& p) {
+  KILN_TRY(n, p.positive("n"));
+  KILN_TRY(k, p.positive("k", 8));
+  KILN_TRY(weight_name, p.text("weight_type"));
+  if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16")
+    return makeError("gemm: weight_type '{}' has no CUDA kernel yet (only f32, bf16, f16 weights)", weight_name);
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  KILN_TRY(bias, p.boolean("bias"));
+  // Split K over more warps when rows are long, keeping 8 warps per block.
+  const int split = int(std::clamp<int64_t>(k / 2048, 1, 8));
+  const int split_pow2 = split >= 8 ? 8 : split >= 4 ? 4 : split >= 2 ? 2 : 1;
+  const int rows_per_block = 8 / split_pow2;
+  Body b{"gemv.cuh", "", "gemv",
+         {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block), "GemvParams"}};
+  b.config = fmt::format(
+      "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+      "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerBlock = {};\n"
+      "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = 4;\n"
+      "  static constexpr bool kBias = {};\n",
+      weight, n, k, rows_per_block, split_pow2, boolLiteral(bias));
+  return b;
+}
+
+Result<Body> ropeKvAppend(const Params& p) {
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(kv_heads, p.positive("kv_heads"));
+  KILN_TRY(head_dim, p.positive("head_dim", 8));
+  KILN_TRY(page_size, p.positive("page_size"));
+  KILN_TRY(merged, p.boolean("merged_qkv"));
+  KILN_TRY(kv_name, p.text("kv_type"));
+  if (kv_name != "bf16" && kv_name != "f32")
+    return makeError("rope_kv_append: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
+  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  KILN_TRY(theta, p.number("rope_theta"));
+  KILN_TRY(style, p.text("rope_style"));
+  if (style != "half" && style != "interleaved") return p.bad("rope_style", style, "'half' or 'interleaved'");
+  KILN_TRY(scaling, p.text("rope_scaling"));
+  int scaling_kind = 0;
+  if (scaling == "linear") scaling_kind = 1;
+  else if (scaling == "llama3") scaling_kind = 2;
+  else if (scaling != "none") return p.bad("rope_scaling", scaling, "'none', 'linear' or 'llama3'");
+  KILN_TRY(factor, p.number("rope_factor"));
+  KILN_TRY(low, p.number("rope_low_freq_factor"));
+  KILN_TRY(high, p.number("rope_high_freq_factor"));
+  KILN_TRY(original, p.integer("rope_original_max_position"));
+  if (!(theta > 0)) return makeError("rope_kv_append: param 'rope_theta' is {}, expected > 0", theta);
+  if (scaling_kind != 0 && !(factor > 0))
+    return makeError("rope_kv_append: param 'rope_factor' is {}, expected > 0", factor);
+  if (scaling_kind == 2 && (!(low > 0) || !(high > low) || original <= 0))
+    return makeError("rope_kv_append: llama3 scaling low_freq_factor {} high_freq_factor {} "
+                     "original_max_position {}: expected 0 < low < high and a positive position",
+                     low, high, original);
+  Body b{"rope_kv_append.cuh", "", "rope_kv_append", {256, "[N]", "RopeKvAppendParams"}};
+  b.config = fmt::format(
+      "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+      "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
+      "  static constexpr int kThreads = 256;\n  static constexpr bool kMergedQkv = {};\n"
+      "  static constexpr bool kInterleaved = {};\n  static constexpr float kTheta = {};\n"
+      "  static constexpr int kScaling = {};  // 0 none, 1 linear, 2 llama3\n"
+      "  static constexpr float kFactor = {};\n  static constexpr float kLowFreqFactor = {};\n"
+      "  static constexpr float kHighFreqFactor = {};\n  static constexpr int kOriginalMaxPosition = {};\n",
+      kv, heads, kv_heads, head_dim, page_size, boolLiteral(merged), boolLiteral(style == "interleaved"),
+      floatLiteral(theta), scaling_kind, floatLiteral(factor), floatLiteral(low), floatLiteral(high),
+      original);
+  return b;
+}
+
+Result<Body> pagedAttention(const Params& p, bool split) {
+  const char* kind = split ? "paged_attention_split" : "paged_attention";
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(kv_heads, p.positive("kv_heads"));
+  KILN_TRY(head_dim, p.positive("head_dim", 8));
+  KILN_TRY(page_size, p.positive("page_size"));
+  KILN_TRY(scale, p.number("scale"));
+  KILN_TRY(kv_name, p.text("kv_type"));
+  KILN_TRY(tree, p.boolean("tree_mask"));
+  if (heads % kv_heads != 0)
+    return makeError("{}: heads {} is not a multiple of kv_heads {}", kind, heads, kv_heads);
+  if (heads / kv_heads > 16)
+    return makeError("{}: GQA group {} (heads {} / kv_heads {}) is above 16, the largest the template serves", kind, heads / kv_heads, heads, kv_heads);
+  if (head_dim > 256) return makeError("{}: param 'head_dim' is {}, expected <= 256", kind, head_dim);
+  if (kv_name != "bf16" && kv_name != "f32")
+    return makeError("{}: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kind, kv_name);
+  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  Body b{"paged_attention.cuh", "", "paged_attention",
+         {128, fmt::format("[N, kv_heads={}, {}]", kv_heads, split ? "splits" : "1"), "PagedAttentionParams"}};
+  b.config = fmt::format(
+      "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+      "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
+      "  static constexpr int kThreads = 128;\n  static constexpr float kScale = {};\n"
+      "  static constexpr bool kTreeMask = {};\n  static constexpr bool kSplit = {};\n",
+      kv, heads, kv_heads, head_dim, page_size, floatLiteral(scale), boolLiteral(tree), boolLiteral(split));
+  return b;
+}
+
+Result<Body> attentionCombine(const Params& p) {
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(head_dim, p.positive("head_dim"));
+  const int threads = std::min(256, roundUp32(head_dim));
+  Body b{"paged_attention.cuh", "", "attention_combine",
+         {threads, fmt::format("[N, heads={}]", heads), "AttentionCombineParams"}};
+  b.config = fmt::format("  static constexpr int kHeads = {};\n  static constexpr int kHeadDim = {};\n"
+                         "  static constexpr int kThreads = {};\n", heads, head_dim, threads);
+  return b;
+}
+
+Result<Body> siluMul(const Params& p) {
+  KILN_TRY(ffn, p.positive("ffn", 8));
+  KILN_TRY(merged, p.boolean("merged_gate_up"));
+  Body b{"elementwise.cuh", "", "silu_mul", {256, "[min(ceil(rows * ffn / 8 / 256), 65535)]", "ElementwiseParams"}};
+  b.config = fmt::format("  static constexpr int kFfn = {};\n  static constexpr int kThreads = 256;\n"
+                         "  static constexpr bool kMerged = {};\n", ffn, boolLiteral(merged));
+  return b;
+}
+
+Result<Body> elementwise(const Params& p, const char* op) {
+  KILN_TRY(width, p.positive("width", 8));
+  Body b{"elementwise.cuh", "", "elementwise",
+         {256, "[min(ceil(rows * width / 8 / 256), 65535)]", "ElementwiseParams"}};
+  b.config = fmt::format("  using Op = kiln::kernels::{};\n  static constexpr int kWidth = {};\n"
+                         "  static constexpr int kThreads = 256;\n", op, width);
+  return b;
+}
+
+Result<Body> gatherLastTokens(const Params& p) {
+  KILN_TRY(hidden, p.positive("hidden", 8));
+  Body b{"elementwise.cuh", "", "gather_last_tokens", {128, "[B]", "GatherLastTokensParams"}};
+  b.config = fmt::format("  static constexpr int kHidden = {};\n  static constexpr int kThreads = 128;\n", hidden);
+  return b;
+}
+
+Result<Body> sample(const Params& p) {
+  KILN_TRY(vocab, p.positive("vocab"));
+  KILN_TRY(logits_name, p.textOr("logits_type", "bf16"));
+  KILN_TRY(logits, elementType(p, "logits_type", logits_name, false));
+  Body b{"sampling.cuh", "", "sample", {1024, "[rows]", "SampleParams"}};
+  b.config = fmt::format("  using Logit = {};\n  static constexpr int kVocab = {};\n"
+                         "  static constexpr int kThreads = 1024;\n", logits, vocab);
+  return b;
+}
+
+Result<Body> body(std::string_view kind, const Params& p) {
+  if (kind == "embedding") return embedding(p);
+  if (kind == "rms_norm") return rmsNorm(p, false);
+  if (kind == "residual_rms_norm") return rmsNorm(p, true);
+  if (kind == "gemm") return gemm(p);
+  if (kind == "rope_kv_append") return ropeKvAppend(p);
+  if (kind == "paged_attention") return pagedAttention(p, false);
+  if (kind == "paged_attention_split") return pagedAttention(p, true);
+  if (kind == "attention_combine") return attentionCombine(p);
+  if (kind == "silu_mul") return siluMul(p);
+  if (kind == "add") return elementwise(p, "OpAdd");
+  if (kind == "mul") return elementwise(p, "OpMul");
+  if (kind == "silu") return elementwise(p, "OpSilu");
+  if (kind == "gather_last_tokens") return gatherLastTokens(p);
+  if (kind == "sample") return sample(p);
+  std::string known;
+  for (std::string_view k : cudaKernelKinds()) known += (known.empty() ? "" : ", ") + std::string(k);
+  return makeError("kernel kind '{}' has no CUDA template; known kinds: {}", kind, known);
+}
+
+bool validIdentifier(std::string_view name) {
+  if (name.empty() || name.size() > 1000 || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& cudaKernelKinds() {
+  static const std::vector<std::string_view> kinds = {
+      "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
+      "paged_attention_split", "attention_combine", "silu_mul", "add", "mul", "silu",
+      "gather_last_tokens", "sample"};
+  return kinds;
+}
+
+std::string instanceName(std::string_view kind, const nlohmann::json& params) {
+  std::string name(kind);
+  if (params.is_object()) {
+    for (auto it = params.begin(); it != params.end(); ++it) {
+      name += "_" + it.key();
+      const json& v = it.value();
+      if (v.is_boolean()) name += v.get<bool>() ? "1" : "0";
+      else if (v.is_string()) name += v.get<std::string>();
+      else if (v.is_number_integer()) name += std::to_string(v.get<int64_t>());
+      else if (v.is_number()) name += fmt::format("{}", v.get<double>());
+      else name += "x";
+    }
+  }
+  for (char& c : name) {
+    if (c == '.') c = 'p';
+    else if (c == '-') c = 'm';
+    else if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  }
+  return name;
+}
+
+Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& params,
+                                std::string_view name) {
+  if (!validIdentifier(name))
+    return makeError("{}: instance name '{}' is not a C identifier", kind, name);
+  auto b = body(kind, Params(kind, params));
+  if (!b) return b.error();
+  Instance inst;
+  inst.name = std::string(name);
+  inst.kind = std::string(kind);
+  inst.launch = b->launch;
+  inst.source = fmt::format(
+      "// Generated by kiln (codegen/cuda) from one manifest step; do not edit.\n"
+      "// kind: {}\n"
+      "// params: {}\n"
+      "// launch: grid {}, block [{}], argument kiln::kernels::{}\n"
+      "#include \"{}\"\n"
+      "\n"
+      "namespace {{\n"
+      "struct Config {{\n"
+      "{}"
+      "}};\n"
+      "}}  // namespace\n"
+      "\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const kiln::kernels::{} p) {{\n"
+      "  kiln::kernels::{}<Config>(p);\n"
+      "}}\n",
+      kind, params.dump(), b->launch.grid, b->launch.block_threads, b->launch.params_struct,
+      b->header, b->config, b->launch.block_threads, name, b->launch.params_struct, b->function);
+  return inst;
+}
+
+Result<std::string> instanceSource(std::string_view kind, const nlohmann::json& params) {
+  auto inst = instanceSource(kind, params, instanceName(kind, params));
+  if (!inst) return inst.error();
+  return std::move(inst->source);
+}
+
+Result<WrittenSources> writeInstanceSources(const std::filesystem::path& dir) {
+  const std::filesystem::path manifest_path = dir / "manifest.json";
+  std::ifstream in(manifest_path);
+  if (!in) return makeError("{}: cannot open the manifest", manifest_path.string());
+  json manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (manifest.is_discarded()) return makeError("{}: not valid JSON", manifest_path.string());
+  if (!manifest.contains("entries") || !manifest["entries"].is_object())
+    return makeError("{}: field 'entries' is missing or not an object", manifest_path.string());
+
+  WrittenSources out;
+  std::set<std::string> seen;
+  const std::filesystem::path kernels = dir / "kernels";
+  std::error_code ec;
+  std::filesystem::create_directories(kernels, ec);
+  if (ec) return makeError("{}: cannot create: {}", kernels.string(), ec.message());
+  for (auto& [entry_name, entry] : manifest["entries"].items()) {
+    if (!entry.is_object() || !entry.contains("steps") || !entry["steps"].is_array())
+      return makeError("{}: entries.{}.steps is missing or not an array", manifest_path.string(), entry_name);
+    size_t index = 0;
+    for (const json& step : entry["steps"]) {
+      const std::string where = fmt::format("{}: entries.{}.steps[{}]", manifest_path.string(), entry_name, index++);
+      if (!step.is_object() || !step.contains("kind") || !step["kind"].is_string() ||
+          !step.contains("instance") || !step["instance"].is_string())
+        return makeError("{}: expected an object with string 'kind' and 'instance'", where);
+      const std::string kind = step["kind"], name = step["instance"];
+      if (!seen.insert(name).second) continue;
+      const json params = step.contains("params") ? step["params"] : json::object();
+      auto inst = instanceSource(kind, params, name);
+      if (!inst) {
+        out.unsupported.push_back(fmt::format("{} ({}): {}", name, kind, inst.error().message));
+        continue;
+      }
+      const std::filesystem::path file = kernels / (name + ".cu");
+      std::ifstream existing(file, std::ios::binary);
+      if (existing) {
+        std::stringstream ss;
+        ss << existing.rdbuf();
+        if (ss.str() == inst->source) {
+          out.unchanged.push_back(name);
+          continue;
+        }
+      }
+      std::ofstream os(file, std::ios::binary | std::ios::trunc);
+      os << inst->source;
+      if (!os) return makeError("{}: cannot write", file.string());
+      out.written.push_back(name);
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::cuda_codegen

@@ -1,0 +1,62 @@
+// CUDA kernel instances from manifest steps, without MLIR: for one step's
+// kernel kind and params, the few-line readable .cu that includes the kind's
+// template from codegen/kernels, spells its configuration as a `Config`
+// struct of constants, and defines one `extern "C" __global__` entry named by
+// the instance. Both kiln-compile (artifact kernels/*.cu) and the runtime /
+// kiln-kernels (regenerating a missing file) use it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/support/error.h"
+
+namespace kiln::cuda_codegen {
+
+// How an instance is launched: the runtime's launcher and kiln-kernels'
+// resource report read it from here.
+struct LaunchShape {
+  int block_threads = 0;
+  std::string grid;          // in terms of the step's runtime sizes, e.g. "[N, kv_heads=8, splits]"
+  std::string params_struct; // kiln::kernels::<Name>Params, the entry's only argument
+};
+
+struct Instance {
+  std::string name;
+  std::string kind;
+  std::string source;  // the .cu text
+  LaunchShape launch;
+};
+
+// Kinds with a CUDA template: the manifest's kernel kinds (embedding, rms_norm,
+// residual_rms_norm, gemm, rope_kv_append, paged_attention, silu_mul, add, mul,
+// silu, gather_last_tokens) plus the runtime's own: paged_attention_split,
+// attention_combine, sample.
+const std::vector<std::string_view>& cudaKernelKinds();
+
+// A readable instance name from kind and params (kind, then each param as
+// _<name><value> in key order; '.' -> 'p', '-' -> 'm'). Manifests carry the
+// compiler's name for each step; this is for instances the runtime adds.
+std::string instanceName(std::string_view kind, const nlohmann::json& params);
+
+// The instance for one step. An unknown kind, a missing or ill-typed param, or
+// a value the template cannot take is an error naming the kind and param.
+Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& params,
+                                std::string_view name);
+Result<std::string> instanceSource(std::string_view kind, const nlohmann::json& params);
+
+struct WrittenSources {
+  std::vector<std::string> written;      // instance names whose file changed
+  std::vector<std::string> unchanged;    // already up to date (not rewritten)
+  std::vector<std::string> unsupported;  // "instance (kind): reason" for steps with no CUDA kernel yet
+};
+
+// Writes DIR/kernels/<instance>.cu for every distinct step instance of every
+// entry of DIR/manifest.json, rewriting a file only when its content changed.
+Result<WrittenSources> writeInstanceSources(const std::filesystem::path& artifact_dir);
+
+}  // namespace kiln::cuda_codegen

@@ -1,0 +1,112 @@
+#include "codegen/cuda/instance_source.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+namespace kiln::cuda_codegen {
+namespace {
+
+using nlohmann::json;
+
+TEST(InstanceSource, RmsNormIsAFewReadableLines) {
+  auto inst = instanceSource("rms_norm", json{{"hidden", 576}, {"epsilon", 1e-5}}, "rms_norm_h576");
+  ASSERT_TRUE(inst.ok()) << inst.error().message;
+  const std::string& s = inst->source;
+  EXPECT_NE(s.find("#include \"rms_norm.cuh\""), std::string::npos) << s;
+  EXPECT_NE(s.find("static constexpr int kHidden = 576;"), std::string::npos) << s;
+  EXPECT_NE(s.find("static constexpr float kEpsilon = 9.99999975e-06f;"), std::string::npos) << s;
+  EXPECT_NE(s.find("extern \"C\" __global__ void __launch_bounds__(96) rms_norm_h576("), std::string::npos) << s;
+  EXPECT_EQ(inst->launch.block_threads, 96);
+  EXPECT_LT(std::count(s.begin(), s.end(), '\n'), 30);
+}
+
+TEST(InstanceSource, NameFromParams) {
+  EXPECT_EQ(instanceName("rms_norm", json{{"hidden", 576}, {"epsilon", 1e-5}}), "rms_norm_epsilon1em05_hidden576");
+  EXPECT_EQ(instanceName("silu_mul", json{{"ffn", 1536}, {"merged_gate_up", true}}), "silu_mul_ffn1536_merged_gate_up1");
+  auto two = instanceSource("add", json{{"width", 64}});
+  ASSERT_TRUE(two.ok());
+  EXPECT_NE(two->find("void __launch_bounds__(256) add_width64("), std::string::npos);
+}
+
+TEST(InstanceSource, UnknownKindListsKnownOnes) {
+  auto r = instanceSource("flux_capacitor", json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("'flux_capacitor'"), std::string::npos);
+  EXPECT_NE(r.error().message.find("paged_attention"), std::string::npos);
+}
+
+TEST(InstanceSource, BadParamsNameKindAndParam) {
+  auto missing = instanceSource("rms_norm", json{{"hidden", 576}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message, "rms_norm: param 'epsilon' is missing");
+  auto typed = instanceSource("rms_norm", json{{"hidden", "wide"}, {"epsilon", 1e-5}});
+  ASSERT_FALSE(typed.ok());
+  EXPECT_EQ(typed.error().message, "rms_norm: param 'hidden' is \"wide\", expected an integer");
+  auto odd = instanceSource("rms_norm", json{{"hidden", 100}, {"epsilon", 1e-5}});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.error().message.find("multiple of 8"), std::string::npos);
+  auto gqa = instanceSource("paged_attention", json{{"heads", 9}, {"kv_heads", 2}, {"head_dim", 64},
+                                                    {"page_size", 16}, {"scale", 0.125},
+                                                    {"kv_type", "bf16"}, {"tree_mask", false}});
+  ASSERT_FALSE(gqa.ok());
+  EXPECT_NE(gqa.error().message.find("not a multiple of kv_heads"), std::string::npos);
+  auto style = instanceSource("embedding", json{{"hidden", 576}, {"table_type", "q5_k"}});
+  ASSERT_FALSE(style.ok());
+  EXPECT_NE(style.error().message.find("'q5_k'"), std::string::npos);
+  auto quant = instanceSource("gemm", json{{"n", 960}, {"k", 576}, {"weight_type", "q4_1"}, {"bias", false}});
+  ASSERT_FALSE(quant.ok());
+  EXPECT_NE(quant.error().message.find("q4_1"), std::string::npos);
+  auto name = instanceSource("add", json{{"width", 64}}, "bad name;");
+  ASSERT_FALSE(name.ok());
+}
+
+TEST(InstanceSource, FloatLiteralsRoundTrip) {
+  auto inst = instanceSource("rope_kv_append",
+                             json{{"heads", 9}, {"kv_heads", 3}, {"head_dim", 64}, {"page_size", 16},
+                                  {"merged_qkv", true}, {"kv_type", "bf16"}, {"rope_theta", 100000.0},
+                                  {"rope_style", "interleaved"}, {"rope_scaling", "none"},
+                                  {"rope_factor", 1.0}, {"rope_low_freq_factor", 1.0},
+                                  {"rope_high_freq_factor", 4.0}, {"rope_original_max_position", 8192}},
+                             "rope");
+  ASSERT_TRUE(inst.ok()) << inst.error().message;
+  EXPECT_NE(inst->source.find("kTheta = 100000.0f;"), std::string::npos) << inst->source;
+  EXPECT_NE(inst->source.find("kInterleaved = true;"), std::string::npos);
+}
+
+TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln_codegen_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  json manifest = {
+      {"entries",
+       {{"forward",
+         {{"steps",
+           json::array({{{"kind", "rms_norm"}, {"instance", "norm_a"}, {"params", {{"hidden", 64}, {"epsilon", 1e-6}}}},
+                        {{"kind", "rms_norm"}, {"instance", "norm_a"}, {"params", {{"hidden", 64}, {"epsilon", 1e-6}}}},
+                        {{"kind", "gemm"}, {"instance", "gemm_q"}, {"params", {{"n", 64}, {"k", 64}, {"weight_type", "q4_1"}, {"bias", false}}}},
+                        {{"kind", "add"}, {"instance", "add_64"}, {"params", {{"width", 64}}}}})}}}}}};
+  std::ofstream(dir / "manifest.json") << manifest.dump();
+  auto first = writeInstanceSources(dir);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->written, (std::vector<std::string>{"norm_a", "add_64"}));
+  ASSERT_EQ(first->unsupported.size(), 1u);
+  EXPECT_NE(first->unsupported[0].find("gemm_q (gemm)"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "kernels" / "norm_a.cu"));
+  auto second = writeInstanceSources(dir);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->written.empty());
+  EXPECT_EQ(second->unchanged.size(), 2u);
+  fs::remove_all(dir);
+
+  auto missing = writeInstanceSources(dir);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("manifest.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::cuda_codegen

@@ -1,0 +1,75 @@
+// Representative instances of every CUDA kernel kind, at the shapes kiln
+// ships for: SmolLM2-135M (hidden 576, 9/3 heads, head_dim 64, ffn 1536,
+// vocab 49152) and Llama-3-8B (hidden 4096, 32/8 heads, head_dim 128, ffn
+// 14336, vocab 128256), page size 16. Shared by the NVRTC compile test and
+// the GPU correctness test.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <ostream>
+
+#include <string>
+#include <vector>
+
+namespace kiln::cuda::testing {
+
+struct KernelCase {
+  std::string kind;
+  nlohmann::json params;
+};
+
+inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.kind << " " << c.params.dump(); }
+
+inline nlohmann::json ropeParams(int heads, int kv_heads, int head_dim, bool merged, const char* style,
+                                 const char* scaling, double theta) {
+  return {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"page_size", 16},
+          {"merged_qkv", merged}, {"kv_type", "bf16"}, {"rope_theta", theta}, {"rope_style", style},
+          {"rope_scaling", scaling}, {"rope_factor", 8.0}, {"rope_low_freq_factor", 1.0},
+          {"rope_high_freq_factor", 4.0}, {"rope_original_max_position", 8192}};
+}
+
+inline nlohmann::json attentionParams(int heads, int kv_heads, int head_dim, bool tree) {
+  return {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"page_size", 16},
+          {"scale", 1.0 / std::sqrt(double(head_dim))}, {"kv_type", "bf16"}, {"tree_mask", tree}};
+}
+
+inline std::vector<KernelCase> representativeKernelCases() {
+  using nlohmann::json;
+  std::vector<KernelCase> cases;
+  for (const char* table : {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"})
+    cases.push_back({"embedding", {{"hidden", 576}, {"table_type", table}}});
+  cases.push_back({"embedding", {{"hidden", 4096}, {"table_type", "bf16"}}});
+  for (int hidden : {576, 4096}) {
+    cases.push_back({"rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}}});
+    cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"writes_sum", true}}});
+    cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-6}, {"writes_sum", false}, {"weight_type", "bf16"}}});
+  }
+  cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, true, "interleaved", "none", 100000.0)});
+  cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, false, "half", "linear", 10000.0)});
+  cases.push_back({"rope_kv_append", ropeParams(32, 8, 128, true, "half", "llama3", 500000.0)});
+  for (bool tree : {false, true}) {
+    cases.push_back({"paged_attention", attentionParams(9, 3, 64, tree)});
+    cases.push_back({"paged_attention", attentionParams(32, 8, 128, tree)});
+  }
+  cases.push_back({"paged_attention_split", attentionParams(9, 3, 64, false)});
+  cases.push_back({"paged_attention_split", attentionParams(32, 8, 128, false)});
+  cases.push_back({"attention_combine", {{"heads", 9}, {"head_dim", 64}}});
+  cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});
+  cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}}});
+  cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}}});
+  cases.push_back({"add", {{"width", 576}}});
+  cases.push_back({"mul", {{"width", 4096}}});
+  cases.push_back({"silu", {{"width", 1536}}});
+  cases.push_back({"gather_last_tokens", {{"hidden", 576}}});
+  cases.push_back({"gather_last_tokens", {{"hidden", 4096}}});
+  cases.push_back({"gemm", {{"n", 960}, {"k", 576}, {"weight_type", "bf16"}, {"bias", false}}});
+  cases.push_back({"gemm", {{"n", 14336}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}}});
+  cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
+  cases.push_back({"sample", {{"vocab", 49152}}});
+  cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
+  return cases;
+}
+
+}  // namespace kiln::cuda::testing
