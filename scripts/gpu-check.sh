@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What runs on the GPU machine (see ../shared/GPU.md): the `gpu` test label
+# from a build folder made on the dev machine and carried along (nothing heavy
+# is built here), logs under $OUT, a short table last.
+#
+#   scripts/gpu-check.sh [BUILD_DIR]     (default: build-cuda)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-cuda}}"
+OUT="${OUT:-$ROOT/gpu-check-out}"
+mkdir -p "$OUT"
+# The kernel templates of this checkout, whatever path the build recorded.
+# libfmt.so.9 is copied into the build's lib/ on the dev machine (the GPU machine has no fmt).
+export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_KERNELS_DIR="$ROOT/codegen/kernels"
+export KILN_HOME="${KILN_HOME:-/tmp/kiln-home}"
+
+{
+  echo "== card";  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  echo "== nvrtc"; ls /usr/local/cuda/lib64/libnvrtc.so* 2>&1 | head -3
+} | tee "$OUT/machine.txt"
+
+# ctest files hold the dev machine's absolute paths; run the binaries of the
+# `gpu` label (and the NVRTC compile test) directly when those paths are absent.
+tests=("$BUILD/bin/kernels_gpu_test" "$BUILD/bin/kiln_cuda_test")
+status=0
+declare -A result
+for t in "${tests[@]}"; do
+  name="$(basename "$t")"
+  if [[ ! -x "$t" ]]; then
+    echo "missing $t (build it on the dev machine: ninja -C build-cuda $name)" | tee -a "$OUT/summary.txt"
+    result[$name]="MISSING"; status=1; continue
+  fi
+  "$t" --gtest_output="xml:$OUT/$name.xml" >"$OUT/$name.log" 2>&1
+  rc=$?
+  result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  [[ $rc == 0 ]] || status=1
+done
+
+echo "== measurements (kernels_gpu_test)"
+grep -E '^  |^GPU:' "$OUT/kernels_gpu_test.log" 2>/dev/null | head -80
+echo "== failures"
+grep -E '^\[  FAILED|Failure' -A4 "$OUT/kernels_gpu_test.log" 2>/dev/null | head -60
+echo
+printf '%-24s %s\n' "test binary" "result" | tee "$OUT/summary.txt"
+for t in "${tests[@]}"; do n="$(basename "$t")"; printf '%-24s %s\n' "$n" "${result[$n]}"; done | tee -a "$OUT/summary.txt"
+exit $status
