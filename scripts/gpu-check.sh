@@ -37,6 +37,15 @@ for t in "${tests[@]}"; do
   [[ $rc == 0 ]] || status=1
 done
 
+# kiln-kernels on a real artifact: resources and the first SASS lines of one attention instance.
+if [[ -x "$BUILD/bin/kiln-kernels" ]]; then
+  art="$ROOT/test/fixtures/tiny-llama/artifact"
+  inst="$("$BUILD/bin/kiln-kernels" "$art" list | awk 'NR>1 && $2=="paged_attention"{print $1; exit}')"
+  { "$BUILD/bin/kiln-kernels" "$art" show "$inst" --resources; "$BUILD/bin/kiln-kernels" "$art" show "$inst" --sass | head -25; } \
+    >"$OUT/kiln_kernels.txt" 2>&1
+  echo "== kiln-kernels show $inst --resources / --sass (head)"; head -40 "$OUT/kiln_kernels.txt"
+fi
+
 echo "== measurements (kernels_gpu_test)"
 grep -E '^  |^GPU:' "$OUT/kernels_gpu_test.log" 2>/dev/null | head -80
 echo "== failures"

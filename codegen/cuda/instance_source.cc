@@ -158,6 +158,8 @@ Result<Body> gemm(const Params& p) {
     return makeError("gemm: weight_type '{}' has no CUDA kernel yet (only f32, bf16, f16 weights)", weight_name);
   KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
   KILN_TRY(bias, p.boolean("bias"));
+  if (auto scales = p.boolean("scales"); scales.ok() && *scales)
+    return makeError("gemm: weights with scales (quantized by xfmr-insert-quantization) have no CUDA kernel yet");
   // Split K over more warps when rows are long, keeping 8 warps per block.
   const int split = int(std::clamp<int64_t>(k / 2048, 1, 8));
   const int split_pow2 = split >= 8 ? 8 : split >= 4 ? 4 : split >= 2 ? 2 : 1;

@@ -1,10 +1,14 @@
 #include "runtime/cuda/nvrtc_compiler.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <regex>
+
+#include <unistd.h>
 
 namespace kiln::cuda {
 
@@ -107,7 +111,13 @@ Status compileOnce(const Nvrtc& nvrtc, const std::string& name, const std::strin
                    const std::vector<std::string>& options, bool cubin, CompiledKernel& out) {
   Program program{&nvrtc};
   const std::string file = name + ".cu";
-  nvrtcResult r = nvrtc.nvrtcCreateProgram(&program.handle, source.c_str(), file.c_str(), 0, nullptr, nullptr);
+  // A unique trailing comment: on machines with a driver, NVRTC can answer a
+  // repeated compile from a cache of its own without running ptxas, and so
+  // without the resource report. kiln has its own cache (kernel_cache.h).
+  static std::atomic<uint64_t> serial{0};
+  const std::string text = fmt::format("{}\n// kiln compile {}.{}.{}\n", source, ::getpid(), serial++,
+                                       std::chrono::steady_clock::now().time_since_epoch().count());
+  nvrtcResult r = nvrtc.nvrtcCreateProgram(&program.handle, text.c_str(), file.c_str(), 0, nullptr, nullptr);
   if (r != NVRTC_SUCCESS)
     return makeError("kernel {}: nvrtcCreateProgram failed: {}", name, nvrtc.nvrtcGetErrorString(r));
   std::vector<const char*> argv;

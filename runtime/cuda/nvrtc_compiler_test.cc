@@ -53,6 +53,7 @@ TEST(Nvrtc, LoadsAndReportsWhereFrom) {
   KILN_REQUIRE_NVRTC();
   const Nvrtc* nvrtc = *loadNvrtc();
   EXPECT_GE(nvrtc->major, 12);
+  std::printf("NVRTC %s from %s\n", nvrtc->versionText().c_str(), nvrtc->library.path().c_str());
   EXPECT_FALSE(nvrtc->library.path().empty());
 }
 

@@ -496,8 +496,12 @@ TEST_F(KernelsGpu, Sampling) {
   for (int r = 0; r < rows; ++r) {
     const float* x = &logits[size_t(r) * V];
     const int argmax = int(std::max_element(x, x + V) - x);
-    if (temperature[r] <= 0 || top_k[r] == 1) {
+    if (temperature[r] <= 0) {  // greedy: the lowest id among the maxima
       EXPECT_EQ(tokens[r], argmax) << "row " << r;
+      continue;
+    }
+    if (top_k[r] == 1) {  // ties with the maximum are kept (bf16 logits tie often)
+      EXPECT_EQ(x[tokens[r]], x[argmax]) << "row " << r;
       continue;
     }
     EXPECT_EQ(us[r], kk::philox_uniform(seed[r], counter[r], 0)) << "row " << r << ": Philox differs from the host";

@@ -1,0 +1,192 @@
+// kiln-kernels: inspect the CUDA kernel instances of a compiled artifact
+// without MLIR and without a GPU.
+//
+//   kiln-kernels ARTIFACT list
+//   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90]
+//
+// The source is ARTIFACT/kernels/INSTANCE.cu when present, else generated from
+// the manifest step (codegen/cuda). PTX, SASS and resources come from NVRTC.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "codegen/cuda/instance_source.h"
+#include "runtime/cuda/nvrtc_compiler.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Step {
+  std::string kind;
+  json params;
+  int uses = 0;
+};
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: kiln-kernels ARTIFACT list\n"
+               "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90]\n");
+  return 2;
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "kiln-kernels: %s\n", message.c_str());
+  return 1;
+}
+
+kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
+  const fs::path path = artifact / "manifest.json";
+  std::ifstream in(path);
+  if (!in) return kiln::makeError("{}: cannot open (expected an artifact folder written by kiln-compile -o)", path.string());
+  json manifest = json::parse(in, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object()) return kiln::makeError("{}: not valid JSON", path.string());
+  if (!manifest.contains("entries") || !manifest["entries"].is_object())
+    return kiln::makeError("{}: field 'entries' is missing or not an object", path.string());
+  std::map<std::string, Step> steps;
+  for (auto& [entry, body] : manifest["entries"].items()) {
+    if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
+    for (const json& s : body["steps"]) {
+      if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
+          !s["kind"].is_string())
+        return kiln::makeError("{}: entries.{} has a step without string 'kind' and 'instance'", path.string(), entry);
+      Step& step = steps[s["instance"].get<std::string>()];
+      step.kind = s["kind"];
+      step.params = s.contains("params") ? s["params"] : json::object();
+      ++step.uses;
+    }
+  }
+  return steps;
+}
+
+std::string findTool(const char* name) {
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':'))
+      if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
+  }
+  for (const char* root : std::initializer_list<const char*>{std::getenv("CUDA_HOME"), std::getenv("CUDA_PATH"), "/usr/local/cuda"})
+    if (root && *root && ::access((std::string(root) + "/bin/" + name).c_str(), X_OK) == 0)
+      return std::string(root) + "/bin/" + name;
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return usage();
+  const fs::path artifact = argv[1];
+  const std::string command = argv[2];
+  auto steps = readSteps(artifact);
+  if (!steps) return fail(steps.error().message);
+
+  if (command == "list") {
+    if (argc != 3) return usage();
+    size_t width = 8;
+    for (auto& [name, step] : *steps) width = std::max(width, name.size());
+    std::printf("%-*s  %-20s  %5s  %s\n", int(width), "instance", "kind", "steps", "params");
+    for (auto& [name, step] : *steps)
+      std::printf("%-*s  %-20s  %5d  %s\n", int(width), name.c_str(), step.kind.c_str(), step.uses,
+                  step.params.dump().c_str());
+    return 0;
+  }
+  if (command != "show" || argc < 4) return usage();
+  const std::string instance = argv[3];
+  std::string what = "--source", arch = "sm_90";
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--arch" && i + 1 < argc) arch = argv[++i];
+    else if (a == "--source" || a == "--ptx" || a == "--sass" || a == "--resources") what = a;
+    else return usage();
+  }
+  auto it = steps->find(instance);
+  if (it == steps->end())
+    return fail(fmt::format("{}: no step uses instance '{}' (kiln-kernels {} list shows them)",
+                            (artifact / "manifest.json").string(), instance, artifact.string()));
+  const Step& step = it->second;
+  auto generated = kiln::cuda_codegen::instanceSource(step.kind, step.params, instance);
+  std::string source;
+  const fs::path file = artifact / "kernels" / (instance + ".cu");
+  if (std::ifstream in(file); in) {
+    std::stringstream ss;
+    ss << in.rdbuf();
+    source = ss.str();
+  } else if (generated) {
+    source = generated->source;
+  } else {
+    return fail(fmt::format("{}: {} (and {} does not exist)", instance, generated.error().message, file.string()));
+  }
+  if (what == "--source") {
+    std::fputs(source.c_str(), stdout);
+    return 0;
+  }
+
+  kiln::cuda::CompileOptions options;
+  options.arch = arch;
+  options.include_dirs = kiln::cuda::defaultKernelIncludeDirs();
+  options.ptx = what == "--ptx";
+  options.cubin = what != "--ptx";
+  auto compiled = kiln::cuda::compileKernel(instance, source, options);
+  if (!compiled) return fail(compiled.error().message);
+  if (what == "--ptx") {
+    std::fputs(compiled->ptx.c_str(), stdout);
+    return 0;
+  }
+  if (what == "--sass") {
+    std::string tool = findTool("nvdisasm");
+    std::string args = " -c -g ";
+    if (tool.empty()) {
+      tool = findTool("cuobjdump");
+      args = " -sass ";
+    }
+    if (tool.empty())
+      return fail("SASS needs nvdisasm or cuobjdump (the CUDA toolkit's bin/): neither is on PATH, in "
+                  "$CUDA_HOME/bin or in /usr/local/cuda/bin. --ptx and --resources work without them.");
+    const fs::path cubin = fs::temp_directory_path() / fmt::format("kiln-kernels-{}-{}.cubin", instance, ::getpid());
+    {
+      std::ofstream out(cubin, std::ios::binary);
+      out << compiled->cubin;
+    }
+    const int rc = std::system((tool + args + "'" + cubin.string() + "'").c_str());
+    fs::remove(cubin);
+    return rc == 0 ? 0 : 1;
+  }
+  // --resources
+  const kiln::cuda::ResourceUsage& u = compiled->resources;
+  std::printf("instance   %s\nkind       %s\narch       %s\n", instance.c_str(), step.kind.c_str(), arch.c_str());
+  if (!u.found) {
+    std::printf("resources  ptxas printed no report; its log:\n%s\n", compiled->log.c_str());
+  } else {
+    std::printf("registers  %d per thread\nshared     %d bytes static\nstack      %d bytes\n"
+                "spills     %d bytes stored, %d bytes loaded\nbarriers   %d\nconstant   %d bytes (cmem[0])\n",
+                u.registers, u.shared_bytes, u.stack_bytes, u.spill_stores, u.spill_loads, u.barriers,
+                u.constant_bytes);
+  }
+  if (generated) {
+    const auto& l = generated->launch;
+    std::printf("launch     grid %s, block [%d], argument kiln::kernels::%s\n", l.grid.c_str(), l.block_threads,
+                l.params_struct.c_str());
+    if (u.found && u.registers > 0) {
+      // Register-file bound of resident blocks on one SM (64K registers, allocation rounded to 8 per thread).
+      const int regs = (u.registers + 7) / 8 * 8;
+      const int by_regs = 65536 / (regs * l.block_threads);
+      const int by_smem = u.shared_bytes ? (227 * 1024) / u.shared_bytes : 32;
+      const int blocks = std::min({by_regs, by_smem, 2048 / l.block_threads, 32});
+      std::printf("occupancy  %d blocks/SM (%d warps of 64) by registers and shared memory on sm_90\n", blocks,
+                  blocks * l.block_threads / 32);
+    }
+  }
+  return 0;
+}
