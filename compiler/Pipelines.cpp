@@ -15,15 +15,15 @@ llvm::Error invalid(const std::string& option, const std::string& value,
                     const char* accepted) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  "invalid value '" + value + "' for " + option +
-                                     ", expected one of: " + accepted);
+                                     ", expected " + accepted);
 }
 }  // namespace
 
 llvm::Error validateCompileOptions(const CompileOptions& options) {
   if (!llvm::is_contained({"none", "int8", "int4", "fp8"}, options.quantWeights))
-    return invalid("--quant-weights", options.quantWeights, "none, int8, int4, fp8");
+    return invalid("--quant-weights", options.quantWeights, "one of: none, int8, int4, fp8");
   if (!llvm::is_contained({"none", "bf16", "int8", "fp8"}, options.quantKv))
-    return invalid("--quant-kv", options.quantKv, "none, bf16, int8, fp8");
+    return invalid("--quant-kv", options.quantKv, "one of: none, bf16, int8, fp8");
   if (options.quantGroupSize == 0 || options.quantGroupSize % 32 != 0)
     return invalid("--quant-group-size", std::to_string(options.quantGroupSize),
                    "a positive multiple of 32 (32, 64, 128, ...)");
@@ -31,11 +31,11 @@ llvm::Error validateCompileOptions(const CompileOptions& options) {
     return invalid("--page-size", std::to_string(options.pageSize),
                    "a power of two from 1 to 256");
   if (!llvm::is_contained({"greedy", "rejection"}, options.specMode))
-    return invalid("--spec-mode", options.specMode, "greedy, rejection");
+    return invalid("--spec-mode", options.specMode, "one of: greedy, rejection");
   llvm::StringRef tree = options.specTree;
   if (tree != "none" && !tree.starts_with("chain:") && !tree.starts_with("widths:"))
     return invalid("--spec-tree", options.specTree,
-                   "none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
+                   "one of: none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
   return llvm::Error::success();
 }
 

@@ -163,8 +163,11 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
+    # f32 KV cache (llama.cpp defaults to f16): kiln's CPU pools are f32, so
+    # the comparison measures the model's arithmetic, not the cache's rounding.
     llm = Llama(model_path=args.model, n_ctx=2048, n_threads=2,
-                n_threads_batch=2, logits_all=True, seed=1234, verbose=False)
+                n_threads_batch=2, logits_all=True, seed=1234, verbose=False,
+                type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
     template = llm.metadata["tokenizer.chat_template"]
     # The wheel carries no llama.cpp commit; the shared-library versions in
     # its file names (libllama.so.X.Y.Z, libggml.so.X.Y.Z) pin the vendored

@@ -18,6 +18,7 @@
 #include "models/formats/model_source.h"
 #include "models/importer/LlamaImporter.h"
 #include "runtime/support/model_cache.h"
+#include "runtime/weights/weight_store.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -75,31 +76,17 @@ int fail(const std::string& message) {
   return 1;
 }
 
-// Size and newest mtime of the model's files, so the runtime can tell when
-// the weights changed after compilation.
-kiln::ModelIdentity identify(const std::string& path, bool gguf) {
-  namespace fs = std::filesystem;
+// Size and newest mtime of the model's files (the runtime's own stamp), so
+// the runtime can tell when the weights changed after compilation.
+kiln::Result<kiln::ModelIdentity> identify(const std::string& path, bool gguf) {
+  auto stamp = kiln::sourceStamp(path);
+  if (!stamp.ok()) return stamp.error();
   kiln::ModelIdentity identity;
   std::error_code ec;
-  identity.path = fs::absolute(path, ec).lexically_normal().string();
+  identity.path = std::filesystem::absolute(path, ec).lexically_normal().string();
   identity.format = gguf ? "gguf" : "safetensors";
-  auto account = [&](const fs::path& file) {
-    identity.sizeBytes += fs::file_size(file, ec);
-    auto mtime = fs::last_write_time(file, ec);
-    int64_t seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                          mtime.time_since_epoch()).count();
-    identity.mtimeSeconds = std::max(identity.mtimeSeconds, seconds);
-  };
-  if (fs::is_directory(path, ec)) {
-    for (const auto& entry : fs::directory_iterator(path, ec)) {
-      std::string ext = entry.path().extension().string();
-      if (ext == ".safetensors" || entry.path().filename() == "config.json" ||
-          entry.path().filename() == "model.safetensors.index.json")
-        account(entry.path());
-    }
-  } else {
-    account(path);
-  }
+  identity.sizeBytes = stamp->size;
+  identity.mtimeSeconds = stamp->mtime;
   return identity;
 }
 
@@ -162,8 +149,10 @@ int main(int argc, char** argv) {
   }
 
   bool gguf = source->format() == kiln::formats::ModelSource::Format::kGguf;
+  kiln::Result<kiln::ModelIdentity> identity = identify(*path, gguf);
+  if (!identity.ok()) return fail(identity.error().message);
   std::optional<llvm::json::Value> manifest =
-      kiln::buildManifest(*module, identify(*path, gguf), options, activationType);
+      kiln::buildManifest(*module, *identity, options, activationType);
   if (!manifest) return 1;
   if (emit == EmitStage::Manifest) {
     llvm::outs() << llvm::formatv("{0:2}", *manifest) << "\n";

@@ -90,8 +90,7 @@ Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
   if (!x || !w || !y) return makeError("linear: x, w and y must be non-null");
 
   if (path == LinearPath::kAuto)
-    path = isBlockQuantized(w_type) && tokens <= kQuantDotMaxTokens ? LinearPath::kQuantDot
-                                                                    : LinearPath::kDequantSgemm;
+    path = isBlockQuantized(w_type) ? LinearPath::kQuantDot : LinearPath::kDequantSgemm;
   if (path == LinearPath::kQuantDot && !isBlockQuantized(w_type))
     return makeError("linear: the quantized dot path needs a q4_0/q4_1/q8_0 weight, got {}",
                      weightTypeName(w_type));

@@ -1,11 +1,13 @@
 // Dense layer y = x · Wᵀ (+ bias), the CPU backend's GEMM for every weight
-// format. Two paths, chosen by token count:
-//  - decode (tokens <= kQuantDotMaxTokens, quantized W): x is quantized once
-//    to 8-bit blocks and each W row is dotted with integer SIMD (quant_dot.h);
-//    parallel over W rows. Memory-bound on weight bytes, like llama.cpp.
-//  - otherwise: tiles of W rows are converted to f32 and multiplied with
-//    OpenBLAS sgemm (single-threaded BLAS, parallel over tiles here, so the
-//    kernel pool is the only source of threads).
+// format. Two paths, chosen by weight format:
+//  - block-quantized W (q4_0, q4_1, q8_0): x is quantized once to 8-bit
+//    blocks and each W row is dotted with integer SIMD (quant_dot.h);
+//    parallel over W rows. This is llama.cpp's arithmetic, for every token
+//    count: prefill and decode round the same way, so a sequence's logits do
+//    not depend on how many tokens share its batch.
+//  - float W (f32, f16, bf16): tiles of W rows are converted to f32 and
+//    multiplied with OpenBLAS sgemm (single-threaded BLAS, parallel over
+//    tiles here, so the kernel pool is the only source of threads).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +16,6 @@
 #include "runtime/support/error.h"
 
 namespace kiln::cpu {
-
-inline constexpr int64_t kQuantDotMaxTokens = 8;
 
 // x:    [tokens, k] f32, rows contiguous
 // w:    [n, k] stored as w_type, rows rowBytes(w_type, k) bytes apart

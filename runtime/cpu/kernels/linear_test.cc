@@ -69,8 +69,7 @@ TEST(LinearTest, AllTypesAndPathsAgainstFloat64Reference) {
       for (LinearPath path : {LinearPath::kAuto, LinearPath::kQuantDot, LinearPath::kDequantSgemm}) {
         if (path == LinearPath::kQuantDot && !isBlockQuantized(type)) continue;
         const bool quant = path == LinearPath::kQuantDot ||
-                           (path == LinearPath::kAuto && isBlockQuantized(type) &&
-                            tokens <= kQuantDotMaxTokens);
+                           (path == LinearPath::kAuto && isBlockQuantized(type));
         for (bool with_bias : {false, true}) {
           std::vector<float> y = testing::poisoned(size_t(tokens * n));
           Status s = linearWithPath(p.x.data(), tokens, k, p.w.data(), type, n,

@@ -152,8 +152,10 @@ void quantizeActivationQ8(const float* x, ActivationQ8* out, int64_t k) {
       out[b].qs[j] = int8_t(q);
       sum += q;
     }
-    out[b].d = d;
-    out[b].s = d * float(sum);
+    // ggml keeps the activation block's scale and sum in f16; rounding them
+    // the same way keeps kiln's dot products within float noise of llama.cpp's.
+    out[b].d = f16ToF32(f32ToF16(d));
+    out[b].s = f16ToF32(f32ToF16(d * float(sum)));
   }
 }
 

@@ -1,0 +1,428 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/cpu/executor/executor.h"
+#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/engine/load_progress.h"
+#include "runtime/kv/block_pool.h"
+#include "runtime/sampling/sampler.h"
+#include "runtime/sampling/stop_checker.h"
+#include "runtime/tokenizer/gguf_vocab.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/tokenizer/tokenizer_json.h"
+#include "runtime/weights/weight_store.h"
+
+namespace kiln {
+
+using Clock = std::chrono::steady_clock;
+
+std::string_view finishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kRunning: return "running";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kEos: return "eos";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// One request's state from submit to finish.
+struct Sequence {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int64_t prompt_len = 0;
+  int64_t computed = 0;         // tokens whose keys/values are in the pool
+  BlockTable table;
+  std::optional<sampling::Sampler> sampler;
+  std::optional<StreamingDetokenizer> detokenizer;
+  std::optional<sampling::StopChecker> stop;
+  TokenCallback on_token;
+  RequestStats stats;
+  Clock::time_point submitted, started, first_token;
+  bool cancelled = false;
+
+  explicit Sequence(int page_size) : table(page_size) {}
+  int64_t generated() const { return int64_t(tokens.size()) - prompt_len; }
+};
+
+// The tokenizer of the model an artifact was compiled from.
+Result<Tokenizer> loadTokenizer(const WeightStore& weights, const std::string& source) {
+  if (const formats::GgufFile* gguf = weights.source().gguf()) {
+    auto vocab = vocabFromGguf(*gguf);
+    if (!vocab.ok()) return vocab.error();
+    return Tokenizer::create(vocab.take());
+  }
+  auto vocab = vocabFromTokenizerJson(source + "/tokenizer.json");
+  if (!vocab.ok()) return vocab.error();
+  return Tokenizer::create(vocab.take());
+}
+
+// The chat template text: GGUF metadata or tokenizer_config.json.
+std::optional<std::string> chatTemplateSource(const WeightStore& weights,
+                                              const std::string& source) {
+  if (const formats::GgufFile* gguf = weights.source().gguf()) {
+    auto text = gguf->getString("tokenizer.chat_template");
+    if (text.ok()) return text.take();
+    return std::nullopt;
+  }
+  FILE* file = std::fopen((source + "/tokenizer_config.json").c_str(), "rb");
+  if (!file) return std::nullopt;
+  std::string text;
+  char buffer[65536];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  std::fclose(file);
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_object() && json.contains("chat_template") && json["chat_template"].is_string())
+    return json["chat_template"].get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineOptions options;
+  Manifest manifest;
+  std::optional<WeightStore> weights;
+  std::unique_ptr<cpu::CpuExecutor> executor;
+  std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::string chat_template_error;
+  std::vector<int32_t> eos_ids;
+  int64_t context_length = 0;
+  int64_t vocab = 0;
+  int page_size = 16;
+
+  int64_t next_id = 1;
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  std::vector<std::unique_ptr<Sequence>> running;
+  std::map<int64_t, RequestStats> finished;
+
+  // Reused per step so the hot path does not allocate once warm.
+  std::vector<int32_t> batch_tokens, batch_positions, batch_slots, batch_tables,
+      batch_query_start, batch_kv_lens;
+  std::vector<float> logits;
+
+  Sequence* findLive(int64_t id) {
+    for (auto& s : running) if (s->id == id) return s.get();
+    for (auto& s : waiting) if (s->id == id) return s.get();
+    return nullptr;
+  }
+  void finish(Sequence& seq, FinishReason reason, std::string error = {});
+  void emitToken(Sequence& seq, int32_t token);
+  Status step();
+};
+
+void Engine::Impl::finish(Sequence& seq, FinishReason reason, std::string error) {
+  if (seq.stats.finish != FinishReason::kRunning) return;
+  seq.stats.finish = reason;
+  seq.stats.error = std::move(error);
+  auto now = Clock::now();
+  if (seq.stats.generated_tokens > 0) seq.stats.decode_seconds = seconds(now - seq.first_token);
+  // Text held back for a possible stop string is released at a normal end.
+  if (reason == FinishReason::kLength || reason == FinishReason::kEos) {
+    std::string rest = seq.detokenizer ? seq.detokenizer->finish() : std::string();
+    if (seq.stop) {
+      auto update = seq.stop->append(rest);
+      rest = update.released + seq.stop->flush();
+    }
+    if (!rest.empty() && seq.on_token) seq.on_token(seq.id, -1, rest);
+  }
+  seq.table.release(executor->blockPool());
+}
+
+void Engine::Impl::emitToken(Sequence& seq, int32_t token) {
+  seq.tokens.push_back(token);
+  seq.stats.generated_tokens = seq.generated();
+  auto now = Clock::now();
+  if (seq.stats.generated_tokens == 1) {
+    seq.first_token = now;
+    seq.stats.prefill_seconds = seconds(now - seq.started);
+  }
+  const sampling::SamplingParams& params = seq.sampler->params();
+  if (params.isStopToken(token, eos_ids)) {
+    if (seq.on_token) seq.on_token(seq.id, token, "");
+    finish(seq, FinishReason::kEos);
+    return;
+  }
+  std::string piece = seq.detokenizer->push(token);
+  auto update = seq.stop->append(piece);
+  if (seq.on_token) seq.on_token(seq.id, token, update.released);
+  if (update.stopped) {
+    finish(seq, FinishReason::kStop);
+  } else if (seq.stats.generated_tokens >= params.max_tokens) {
+    finish(seq, FinishReason::kLength);
+  } else if (int64_t(seq.tokens.size()) >= context_length) {
+    finish(seq, FinishReason::kLength);
+  }
+}
+
+Status Engine::Impl::step() {
+  BlockPool& pool = executor->blockPool();
+  // Retire cancelled and finished sequences.
+  for (auto& seq : running)
+    if (seq->cancelled) finish(*seq, FinishReason::kCancelled);
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    if ((*it)->cancelled) {
+      (*it)->stats.finish = FinishReason::kCancelled;
+      finished[(*it)->id] = (*it)->stats;
+      it = waiting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(running, [&](std::unique_ptr<Sequence>& seq) {
+    if (seq->stats.finish == FinishReason::kRunning) return false;
+    finished[seq->id] = seq->stats;
+    return true;
+  });
+  // Admit in arrival order.
+  while (!waiting.empty() && int(running.size()) < options.max_sequences) {
+    running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+    running.back()->started = Clock::now();
+    running.back()->stats.queue_seconds =
+        seconds(running.back()->started - running.back()->submitted);
+  }
+  if (running.empty()) return Status::success();
+
+  // Decode tokens first (one per sequence), then prefill chunks in the rest
+  // of the token budget.
+  struct Slice { Sequence* seq; int64_t count; };
+  std::vector<Slice> batch;
+  int64_t budget = executor->maxTokens();
+  auto schedule = [&](Sequence& seq, int64_t want) {
+    int64_t count = std::min(want, budget);
+    if (count <= 0) return;
+    int64_t needed = seq.computed + count - seq.table.numTokens();
+    if (needed > 0 && !seq.table.append(pool, needed).ok()) {
+      // The pool is dry: wait for other sequences to finish, unless nothing
+      // else runs, in which case this request can never fit.
+      bool alone = running.size() == 1;
+      if (alone)
+        finish(seq, FinishReason::kError,
+               fmt::format("KV cache exhausted: request {} needs {} more tokens of KV "
+                           "({} blocks free of {})",
+                           seq.id, needed, pool.numFree(), pool.numBlocks()));
+      return;
+    }
+    batch.push_back({&seq, count});
+    budget -= count;
+  };
+  for (auto& seq : running)
+    if (seq->computed >= seq->prompt_len) schedule(*seq, 1);
+  for (auto& seq : running)
+    if (seq->computed < seq->prompt_len) schedule(*seq, seq->prompt_len - seq->computed);
+  if (batch.empty()) return Status::success();
+
+  // Flatten into the ragged-batch inputs.
+  size_t max_blocks = 0;
+  for (const Slice& s : batch) max_blocks = std::max(max_blocks, s.seq->table.blocks().size());
+  batch_tokens.clear();
+  batch_positions.clear();
+  batch_slots.clear();
+  batch_query_start.assign(1, 0);
+  batch_kv_lens.clear();
+  batch_tables.assign(batch.size() * max_blocks, 0);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Sequence& seq = *batch[b].seq;
+    int64_t begin = seq.computed, count = batch[b].count;
+    for (int64_t i = 0; i < count; ++i) {
+      batch_tokens.push_back(seq.tokens[begin + i]);
+      batch_positions.push_back(int32_t(begin + i));
+    }
+    size_t slot_base = batch_slots.size();
+    batch_slots.resize(slot_base + count);
+    KILN_RETURN_IF_ERROR(seq.table.slots(begin, std::span(batch_slots).subspan(slot_base, count)));
+    std::span<const int32_t> blocks = seq.table.blocks();
+    std::copy(blocks.begin(), blocks.end(), batch_tables.begin() + b * max_blocks);
+    batch_query_start.push_back(int32_t(batch_tokens.size()));
+    batch_kv_lens.push_back(int32_t(begin + count));
+  }
+  logits.resize(batch.size() * vocab);
+  cpu::BatchInputs in;
+  in.tokens = batch_tokens;
+  in.positions = batch_positions;
+  in.slot_mapping = batch_slots;
+  in.block_tables = batch_tables;
+  in.max_blocks = int(max_blocks);
+  in.query_start = batch_query_start;
+  in.kv_lens = batch_kv_lens;
+  if (Status status = executor->forward(in, logits); !status.ok()) {
+    // A failed forward leaves the pool untouched; fail the batch's requests
+    // rather than the engine.
+    for (const Slice& s : batch) finish(*s.seq, FinishReason::kError, status.error().message);
+    return Status::success();
+  }
+
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Sequence& seq = *batch[b].seq;
+    seq.computed += batch[b].count;
+    if (seq.computed < int64_t(seq.tokens.size())) continue;  // prompt not done yet
+    std::span<float> row(logits.data() + b * vocab, size_t(vocab));
+    int32_t token = seq.sampler->sample(row, seq.tokens);
+    emitToken(seq, token);
+  }
+  return Status::success();
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
+                                             const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  LoadProgress progress(options.progress, 4);
+
+  progress.stage("manifest");
+  auto manifest = Manifest::load(artifact_dir);
+  if (!manifest.ok()) return manifest.error();
+  impl->manifest = manifest.take();
+  const Manifest& m = impl->manifest;
+  if (!m.findEntry("forward"))
+    return makeError("{}: no 'forward' entry, expected one", m.path);
+  auto config = nlohmann::json::parse(m.model.config_json, nullptr, false);
+  impl->context_length = config.is_object() && config.contains("max_position_embeddings")
+                             ? config["max_position_embeddings"].get<int64_t>()
+                             : 2048;
+
+  progress.stage("weights");
+  if (options.threads > 0) cpu::setKernelThreads(options.threads);
+  WeightStoreOptions weight_options;
+  auto weights = WeightStore::open(m, weight_options);
+  if (!weights.ok()) return weights.error();
+  impl->weights.emplace(weights.take());
+
+  progress.stage("tokenizer");
+  auto tokenizer = loadTokenizer(*impl->weights, m.model.source);
+  if (!tokenizer.ok()) return tokenizer.error();
+  impl->tokenizer.emplace(tokenizer.take());
+  if (impl->tokenizer->eos() >= 0) impl->eos_ids.push_back(impl->tokenizer->eos());
+  if (auto source = chatTemplateSource(*impl->weights, m.model.source)) {
+    const Tokenizer& tok = *impl->tokenizer;
+    auto chat = ChatTemplate::fromTemplateString(
+        *source, tok.bos() >= 0 ? tok.tokenText(tok.bos()) : "",
+        tok.eos() >= 0 ? tok.tokenText(tok.eos()) : "");
+    if (chat.ok())
+      impl->chat_template.emplace(chat.take());
+    else
+      impl->chat_template_error = chat.error().message;
+  } else {
+    impl->chat_template_error = "the model has no chat template";
+  }
+
+  progress.stage("kv cache");
+  int64_t kv_tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens : 8192;
+  impl->page_size = m.kv_cache.page_size;
+  int64_t blocks = (kv_tokens + m.kv_cache.page_size - 1) / m.kv_cache.page_size;
+  auto executor = cpu::CpuExecutor::create(m, *impl->weights,
+                                           cpu::kvPoolConfigFor(m, blocks),
+                                           options.max_batch_tokens);
+  if (!executor.ok()) return executor.error();
+  impl->executor = executor.take();
+  impl->vocab = impl->executor->vocabSize();
+  progress.done();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token) {
+  Impl& e = *impl_;
+  if (Status valid = request.sampling.validate(); !valid.ok()) return valid.error();
+  std::string text = request.prompt;
+  bool parse_special = false;
+  if (request.chat) {
+    if (!e.chat_template)
+      return makeError("chat request: {}; send a plain prompt instead", e.chat_template_error);
+    std::vector<ChatMessage> messages = request.messages;
+    if (messages.empty()) messages.push_back({"user", request.prompt});
+    auto rendered = e.chat_template->apply(messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) return rendered.error();
+    text = rendered.take();
+    parse_special = true;  // the template's role markers are special tokens
+  }
+  EncodeOptions encode;
+  encode.parse_special = parse_special;
+  std::vector<int32_t> tokens = request.prompt_tokens.empty()
+                                    ? e.tokenizer->encode(text, encode)
+                                    : request.prompt_tokens;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= e.tokenizer->vocabSize())
+      return makeError("prompt token id {} is out of range: expected 0 <= id < {}", t,
+                       e.tokenizer->vocabSize());
+  if (tokens.empty()) return makeError("the prompt is empty: expected at least one token");
+  // Leave room for at least one generated token.
+  int64_t limit = e.context_length - 1;
+  if (int64_t(tokens.size()) > limit) {
+    if (!request.truncate_prompt)
+      return makeError("the prompt has {} tokens but the context holds {} (model limit {}): "
+                       "shorten it, or ask for truncation (--truncate)",
+                       tokens.size(), limit, e.context_length);
+    tokens.erase(tokens.begin(), tokens.end() - limit);
+  }
+  auto sampler = sampling::Sampler::create(request.sampling);
+  if (!sampler.ok()) return sampler.error();
+
+  auto seq = std::make_unique<Sequence>(e.page_size);
+  seq->id = e.next_id++;
+  seq->tokens = std::move(tokens);
+  seq->prompt_len = int64_t(seq->tokens.size());
+  seq->stats.prompt_tokens = seq->prompt_len;
+  seq->sampler.emplace(sampler.take());
+  seq->detokenizer.emplace(*e.tokenizer);
+  seq->stop.emplace(request.sampling.stop_strings);
+  seq->on_token = std::move(on_token);
+  seq->submitted = Clock::now();
+  int64_t id = seq->id;
+  e.waiting.push_back(std::move(seq));
+  return id;
+}
+
+void Engine::cancel(int64_t request_id) {
+  if (Sequence* seq = impl_->findLive(request_id)) seq->cancelled = true;
+}
+
+Status Engine::step() { return impl_->step(); }
+
+bool Engine::idle() const {
+  if (!impl_->waiting.empty()) return false;
+  return std::all_of(impl_->running.begin(), impl_->running.end(), [](auto& s) {
+    return s->stats.finish != FinishReason::kRunning && !s->cancelled;
+  });
+}
+
+Status Engine::runUntilIdle(const std::function<bool()>& should_stop) {
+  while (!idle()) {
+    if (should_stop && should_stop()) return Status::success();
+    KILN_RETURN_IF_ERROR(step());
+  }
+  return step();  // retire what finished in the last step
+}
+
+const RequestStats* Engine::stats(int64_t request_id) const {
+  if (auto it = impl_->finished.find(request_id); it != impl_->finished.end())
+    return &it->second;
+  if (Sequence* seq = impl_->findLive(request_id)) return &seq->stats;
+  return nullptr;
+}
+
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+const Manifest& Engine::manifest() const { return impl_->manifest; }
+int64_t Engine::contextLength() const { return impl_->context_length; }
+std::string Engine::backendName() const { return "cpu"; }
+
+}  // namespace kiln

@@ -1,0 +1,93 @@
+// The engine: loads an artifact (manifest + weights), owns the backend and
+// the KV block pool, and serves many requests at once with continuous
+// batching: every step() forms one ragged batch of decode tokens and prefill
+// chunks under a token budget, runs `forward`, samples, and streams text.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/chat/chat_template.h"
+#include "runtime/sampling/sampling_params.h"
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+class Tokenizer;
+struct Manifest;
+
+struct EngineOptions {
+  int threads = 0;                // CPU kernel threads; 0 = all cores
+  int64_t max_batch_tokens = 512;  // token budget of one forward call (T_max)
+  int max_sequences = 16;         // sequences decoding at once
+  int64_t kv_cache_tokens = 0;    // KV pool capacity in tokens; 0 = 16384
+  bool progress = true;           // progress bar on stderr while loading
+};
+
+enum class FinishReason { kRunning, kLength, kStop, kEos, kCancelled, kError };
+std::string_view finishReasonName(FinishReason reason);
+
+struct GenerationRequest {
+  std::string prompt;                 // used as is unless `chat`
+  std::vector<int32_t> prompt_tokens; // if set: the prompt as token ids (no template)
+  bool chat = false;                  // wrap `messages` (or prompt) in the chat template
+  std::vector<ChatMessage> messages;  // chat only; empty: one user message = prompt
+  sampling::SamplingParams sampling;
+  // A prompt longer than the context is an error unless this asks to keep
+  // only its last tokens.
+  bool truncate_prompt = false;
+};
+
+struct RequestStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double queue_seconds = 0;    // submit -> first forward call
+  double prefill_seconds = 0;  // first forward call -> first token
+  double decode_seconds = 0;   // first token -> finish
+  FinishReason finish = FinishReason::kRunning;
+  std::string error;           // for kError
+};
+
+// Called on the engine's thread for each generated token with the text it
+// releases (possibly empty: held-back partial UTF-8 or stop-string prefix).
+using TokenCallback =
+    std::function<void(int64_t request_id, int32_t token, std::string_view text)>;
+
+class Engine {
+ public:
+  // `artifact_dir` holds manifest.json; the weights are mapped from the model
+  // the manifest names.
+  static Result<std::unique_ptr<Engine>> open(const std::string& artifact_dir,
+                                              const EngineOptions& options);
+  ~Engine();
+
+  // Tokenizes and queues a request; bad sampling values or an over-long
+  // prompt fail here, and nothing else is disturbed.
+  Result<int64_t> submit(GenerationRequest request, TokenCallback on_token);
+  // Ends a request at the next step; its KV blocks return to the pool.
+  void cancel(int64_t request_id);
+  // Runs one scheduler iteration (one forward call) if there is work.
+  Status step();
+  // True when no request is waiting or running.
+  bool idle() const;
+  // Steps until idle or until `should_stop` returns true (e.g. Ctrl-C).
+  Status runUntilIdle(const std::function<bool()>& should_stop = {});
+
+  const RequestStats* stats(int64_t request_id) const;
+  const Tokenizer& tokenizer() const;
+  const Manifest& manifest() const;
+  int64_t contextLength() const;
+  std::string backendName() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,198 @@
+// kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] [--batch B]
+//   [--threads N] [--device cpu] [--peer llama.cpp|none] [--json FILE]
+// Measures prefill and decode on kiln and, in the same run, on the peer
+// (llama.cpp through llama-cpp-python, on the same GGUF, prompt and threads),
+// and prints one table with the ratio last.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/engine/engine.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tools/kiln/cli_args.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/compile_cache.h"
+
+namespace kiln {
+namespace {
+
+struct Figures {
+  double prefill_tps = 0, decode_tps = 0, ttft_ms = 0;
+};
+
+// The same deterministic prompt for kiln and the peer: English text,
+// tokenized by kiln, cut to exactly `count` ids.
+std::vector<int32_t> benchPrompt(const Tokenizer& tokenizer, int64_t count) {
+  std::string text;
+  std::vector<int32_t> ids;
+  while (int64_t(ids.size()) < count) {
+    text += "The quick brown fox jumps over the lazy dog while the compiler lowers every "
+            "attention block into one fused kernel, and the runtime pages the cache. ";
+    ids = tokenizer.encode(text, EncodeOptions{.add_special = false});
+  }
+  ids.resize(count);
+  return ids;
+}
+
+Result<Figures> benchKiln(Engine& engine, const std::vector<int32_t>& prompt, int64_t gen,
+                          int64_t batch) {
+  // Warm-up: touch every weight page and the arena once.
+  GenerationRequest warm;
+  warm.prompt_tokens.assign(prompt.begin(), prompt.begin() + std::min<size_t>(8, prompt.size()));
+  warm.sampling.max_tokens = 2;
+  warm.sampling.ignore_eos = true;
+  auto id = engine.submit(warm, {});
+  if (!id.ok()) return id.error();
+  KILN_RETURN_IF_ERROR(engine.runUntilIdle());
+
+  std::vector<int64_t> ids;
+  for (int64_t b = 0; b < batch; ++b) {
+    GenerationRequest r;
+    r.prompt_tokens = prompt;
+    r.sampling.max_tokens = int(gen);
+    r.sampling.ignore_eos = true;
+    auto rid = engine.submit(r, {});
+    if (!rid.ok()) return rid.error();
+    ids.push_back(*rid);
+  }
+  KILN_RETURN_IF_ERROR(engine.runUntilIdle());
+  Figures f;
+  double prefill = 0, decode = 0;
+  int64_t decoded = 0;
+  for (int64_t rid : ids) {
+    const RequestStats* s = engine.stats(rid);
+    if (s->finish == FinishReason::kError) return makeError("bench request failed: {}", s->error);
+    prefill = std::max(prefill, s->queue_seconds + s->prefill_seconds);
+    decode = std::max(decode, s->decode_seconds);
+    decoded += s->generated_tokens - 1;
+  }
+  f.prefill_tps = prefill > 0 ? double(prompt.size() * batch) / prefill : 0;
+  f.ttft_ms = prefill * 1e3;
+  f.decode_tps = decode > 0 ? double(decoded) / decode : 0;
+  return f;
+}
+
+Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t>& prompt,
+                              int64_t gen, int threads) {
+  std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
+  std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
+  {
+    std::ofstream out(ids_path);
+    out << nlohmann::json(prompt).dump();
+  }
+  std::string command = fmt::format("python3 {} --model '{}' --prompt-ids {} --gen {} --threads {}",
+                                    script, gguf, ids_path, gen, threads);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return makeError("cannot run {}", command);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  int status = pclose(pipe);
+  std::remove(ids_path.c_str());
+  if (status != 0)
+    return makeError("the llama.cpp peer failed (exit {}): is llama-cpp-python installed? "
+                     "(pip install llama-cpp-python)",
+                     status);
+  auto json = nlohmann::json::parse(output, nullptr, false);
+  if (!json.is_object() || !json.contains("decode_tps"))
+    return makeError("the llama.cpp peer printed no figures: {}", output);
+  Figures f;
+  f.prefill_tps = json["prefill_tps"].get<double>();
+  f.decode_tps = json["decode_tps"].get<double>();
+  f.ttft_ms = json["prefill_ms"].get<double>();
+  return f;
+}
+
+}  // namespace
+
+int benchCommand(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]) != "decode")
+    return fail("usage: kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] "
+                "[--batch B] [--threads N] [--peer llama.cpp|none] [--json FILE]");
+  auto args = CliArgs::parse(argc, argv, 3,
+                             {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
+                              "peer", "json"},
+                             {"quiet"});
+  if (!args.ok()) return fail(args.error().message);
+  if (args->positionals().size() != 1) return fail("kiln bench decode needs one MODEL");
+  auto options = engineOptionsFrom(*args);
+  if (!options.ok()) return fail(options.error().message);
+  auto prompt_tokens = args->getInt("prompt-tokens", 128);
+  auto gen_tokens = args->getInt("gen-tokens", 64);
+  auto batch = args->getInt("batch", 1);
+  if (!prompt_tokens.ok()) return fail(prompt_tokens.error().message);
+  if (!gen_tokens.ok()) return fail(gen_tokens.error().message);
+  if (!batch.ok()) return fail(batch.error().message);
+  if (*prompt_tokens < 1 || *gen_tokens < 2 || *batch < 1)
+    return fail("expected --prompt-tokens >= 1, --gen-tokens >= 2, --batch >= 1");
+  int threads = options->threads > 0 ? options->threads
+                                     : int(std::max(1u, std::thread::hardware_concurrency()));
+  options->threads = threads;
+  options->max_batch_tokens = std::max<int64_t>(512, *prompt_tokens * *batch);
+  options->max_sequences = int(*batch);
+  options->kv_cache_tokens = (*prompt_tokens + *gen_tokens + 16) * *batch + 64;
+
+  auto artifact = artifactFor({args->positionals()[0], {}, true});
+  if (!artifact.ok()) return fail(artifact.error().message);
+  auto engine = Engine::open(*artifact, *options);
+  if (!engine.ok()) return fail(engine.error().message);
+  std::vector<int32_t> prompt = benchPrompt((*engine)->tokenizer(), *prompt_tokens);
+
+  std::fprintf(stderr, "kiln bench: kiln (%s, %d threads)...\n", (*engine)->backendName().c_str(),
+               threads);
+  auto mine = benchKiln(**engine, prompt, *gen_tokens, *batch);
+  if (!mine.ok()) return fail(mine.error().message);
+
+  std::string peer = args->get("peer").value_or("llama.cpp");
+  const Manifest& manifest = (*engine)->manifest();
+  std::optional<Figures> theirs;
+  std::string peer_note;
+  if (peer == "llama.cpp") {
+    if (manifest.model.source_format != "gguf" || *batch != 1) {
+      peer_note = "llama.cpp peer needs a GGUF model and --batch 1";
+    } else {
+      std::fprintf(stderr, "kiln bench: llama.cpp (%d threads)...\n", threads);
+      auto figures = benchLlamaCpp(manifest.model.source, prompt, *gen_tokens, threads);
+      if (!figures.ok()) return fail(figures.error().message);
+      theirs = *figures;
+    }
+  } else if (peer != "none") {
+    return fail("--peer '" + peer + "': expected llama.cpp or none");
+  }
+
+  std::printf("\nkiln bench decode: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
+              "%d threads, device %s\n",
+              manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",
+              (long long)*prompt_tokens, (long long)*gen_tokens, (long long)*batch, threads,
+              (*engine)->backendName().c_str());
+  std::printf("| metric | kiln | llama.cpp | kiln / llama.cpp |\n|---|---|---|---|\n");
+  auto row = [&](const char* name, double a, std::optional<double> b) {
+    if (b && *b > 0)
+      std::printf("| %s | %.1f | %.1f | %.2f |\n", name, a, *b, a / *b);
+    else
+      std::printf("| %s | %.1f | %s | - |\n", name, a, peer_note.empty() ? "-" : peer_note.c_str());
+  };
+  row("prefill tok/s", mine->prefill_tps, theirs ? std::optional(theirs->prefill_tps) : std::nullopt);
+  row("decode tok/s", mine->decode_tps, theirs ? std::optional(theirs->decode_tps) : std::nullopt);
+
+  if (auto path = args->get("json")) {
+    nlohmann::json out = {{"model", manifest.model.source}, {"prompt_tokens", *prompt_tokens},
+                          {"gen_tokens", *gen_tokens}, {"batch", *batch}, {"threads", threads},
+                          {"kiln", {{"prefill_tps", mine->prefill_tps},
+                                    {"decode_tps", mine->decode_tps},
+                                    {"ttft_ms", mine->ttft_ms}}}};
+    if (theirs)
+      out["llama_cpp"] = {{"prefill_tps", theirs->prefill_tps},
+                          {"decode_tps", theirs->decode_tps}, {"ttft_ms", theirs->ttft_ms}};
+    std::ofstream(*path) << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace kiln

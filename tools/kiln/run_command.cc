@@ -1,0 +1,123 @@
+// kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T]
+//   [--top-p P] [--top-k K] [--seed S] [--device cpu|cuda|auto] [--threads N]
+//   [--truncate]
+// Streams the answer to stdout; loading progress and the closing tokens/s
+// summary go to stderr. Ctrl-C stops generation cleanly, with the summary.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "runtime/engine/engine.h"
+#include "tools/kiln/cli_args.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/compile_cache.h"
+
+namespace kiln {
+namespace {
+
+std::atomic<bool> interrupted{false};
+void onInterrupt(int) { interrupted = true; }
+
+}  // namespace
+
+Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
+  EngineOptions options;
+  auto device = args.get("device").value_or("auto");
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    return makeError("--device '{}': expected cpu, cuda or auto", device);
+  if (device == "cuda")
+    return makeError("--device cuda: this kiln build has no CUDA backend yet (the CPU "
+                     "backend runs with --device cpu or auto)");
+  auto threads = args.getInt("threads", 0);
+  if (!threads.ok()) return threads.error();
+  if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);
+  options.threads = int(*threads);
+  return options;
+}
+
+int runCommand(int argc, char** argv) {
+  auto args = CliArgs::parse(argc, argv, 2,
+                             {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
+                              "device", "threads", "system", "repetition-penalty", "stop"},
+                             {"chat", "truncate", "quiet"});
+  if (!args.ok()) return fail(args.error().message);
+  if (args->positionals().empty() || args->positionals().size() > 2)
+    return fail("usage: kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T] "
+                "[--top-p P] [--seed S] [--device cpu|cuda|auto]");
+  auto options = engineOptionsFrom(*args);
+  if (!options.ok()) return fail(options.error().message);
+  options->progress = !args->has("quiet");
+
+  GenerationRequest request;
+  if (args->positionals().size() == 2) {
+    request.prompt = args->positionals()[1];
+  } else {
+    request.prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+  }
+  request.chat = args->has("chat");
+  if (auto system = args->get("system"))
+    request.messages = {{"system", *system}, {"user", request.prompt}};
+  request.truncate_prompt = args->has("truncate");
+  auto& s = request.sampling;
+  auto max_tokens = args->getInt("max-tokens", 256);
+  auto temperature = args->getDouble("temperature", 0.0);
+  auto top_p = args->getDouble("top-p", 1.0);
+  auto top_k = args->getInt("top-k", 0);
+  auto min_p = args->getDouble("min-p", 0.0);
+  auto seed = args->getInt("seed", 0);
+  auto repetition = args->getDouble("repetition-penalty", 1.0);
+  for (const Error* e : {max_tokens.ok() ? nullptr : &max_tokens.error(),
+                         temperature.ok() ? nullptr : &temperature.error(),
+                         top_p.ok() ? nullptr : &top_p.error(),
+                         top_k.ok() ? nullptr : &top_k.error(),
+                         min_p.ok() ? nullptr : &min_p.error(),
+                         seed.ok() ? nullptr : &seed.error(),
+                         repetition.ok() ? nullptr : &repetition.error()})
+    if (e) return fail(e->message);
+  s.max_tokens = int(*max_tokens);
+  s.temperature = float(*temperature);
+  s.top_p = float(*top_p);
+  s.top_k = int(*top_k);
+  s.min_p = float(*min_p);
+  s.seed = uint64_t(*seed);
+  s.repetition_penalty = float(*repetition);
+  if (auto stop = args->get("stop")) s.stop_strings.push_back(*stop);
+  if (Status valid = s.validate(); !valid.ok()) return fail(valid.error().message);
+
+  auto artifact = artifactFor({args->positionals()[0], {}, options->progress});
+  if (!artifact.ok()) return fail(artifact.error().message);
+  auto engine = Engine::open(*artifact, *options);
+  if (!engine.ok()) return fail(engine.error().message);
+
+  auto id = (*engine)->submit(std::move(request), [](int64_t, int32_t, std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (!id.ok()) return fail(id.error().message);
+  std::signal(SIGINT, onInterrupt);
+  Status status = (*engine)->runUntilIdle([&] {
+    if (interrupted) (*engine)->cancel(*id);
+    return false;
+  });
+  std::signal(SIGINT, SIG_DFL);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!status.ok()) return fail(status.error().message);
+  const RequestStats* stats = (*engine)->stats(*id);
+  double prefill_tps = stats->prefill_seconds > 0 ? stats->prompt_tokens / stats->prefill_seconds : 0;
+  double decode_tps = stats->decode_seconds > 0 && stats->generated_tokens > 1
+                          ? (stats->generated_tokens - 1) / stats->decode_seconds
+                          : 0;
+  std::fprintf(stderr,
+               "kiln: %lld prompt tokens, %.1f tok/s prefill | %lld generated, %.1f tok/s "
+               "decode | %s | %s\n",
+               (long long)stats->prompt_tokens, prefill_tps, (long long)stats->generated_tokens,
+               decode_tps, std::string(finishReasonName(stats->finish)).c_str(),
+               (*engine)->backendName().c_str());
+  if (stats->finish == FinishReason::kError) return fail(stats->error);
+  return stats->finish == FinishReason::kCancelled ? 130 : 0;
+}
+
+}  // namespace kiln
