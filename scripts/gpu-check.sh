@@ -14,6 +14,8 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KILN_KERNELS_DIR="$ROOT/codegen/kernels"
 export KILN_HOME="${KILN_HOME:-/tmp/kiln-home}"
+# The driver's own JIT cache could answer repeated compiles without a ptxas report.
+export CUDA_CACHE_DISABLE=1
 
 {
   echo "== card";  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1

@@ -111,12 +111,16 @@ Status compileOnce(const Nvrtc& nvrtc, const std::string& name, const std::strin
                    const std::vector<std::string>& options, bool cubin, CompiledKernel& out) {
   Program program{&nvrtc};
   const std::string file = name + ".cu";
-  // A unique trailing comment: on machines with a driver, NVRTC can answer a
-  // repeated compile from a cache of its own without running ptxas, and so
-  // without the resource report. kiln has its own cache (kernel_cache.h).
+  // A unique empty kernel appended: on the GPU machine (driver present),
+  // repeating a compile whose PTX was seen before -- even from another
+  // process -- came back without ptxas' resource report (seen 2026-11-29,
+  // CUDA 13.0), so some PTX-keyed cache answered it. A comment did not
+  // help (comments leave the PTX unchanged); a distinct entry changes the
+  // PTX. kiln caches compiles itself (kernel_cache.h).
   static std::atomic<uint64_t> serial{0};
-  const std::string text = fmt::format("{}\n// kiln compile {}.{}.{}\n", source, ::getpid(), serial++,
-                                       std::chrono::steady_clock::now().time_since_epoch().count());
+  const std::string text = fmt::format(
+      "{}\nextern \"C\" __global__ void kiln_compile_{}_{}_{}() {{}}\n", source, ::getpid(), serial++,
+      std::chrono::steady_clock::now().time_since_epoch().count());
   nvrtcResult r = nvrtc.nvrtcCreateProgram(&program.handle, text.c_str(), file.c_str(), 0, nullptr, nullptr);
   if (r != NVRTC_SUCCESS)
     return makeError("kernel {}: nvrtcCreateProgram failed: {}", name, nvrtc.nvrtcGetErrorString(r));
