@@ -1,6 +1,6 @@
 // kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T]
 //   [--top-p P] [--top-k K] [--seed S] [--device cpu|cuda|auto] [--threads N]
-//   [--truncate]
+//   [--truncate] [--ignore-eos] [--stop TEXT] [--system TEXT]
 // Streams the answer to stdout; loading progress and the closing tokens/s
 // summary go to stderr. Ctrl-C stops generation cleanly, with the summary.
 #include <atomic>
@@ -41,7 +41,7 @@ int runCommand(int argc, char** argv) {
   auto args = CliArgs::parse(argc, argv, 2,
                              {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
                               "device", "threads", "system", "repetition-penalty", "stop"},
-                             {"chat", "truncate", "quiet"});
+                             {"chat", "truncate", "quiet", "ignore-eos"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().empty() || args->positionals().size() > 2)
     return fail("usage: kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T] "
@@ -84,6 +84,7 @@ int runCommand(int argc, char** argv) {
   s.seed = uint64_t(*seed);
   s.repetition_penalty = float(*repetition);
   if (auto stop = args->get("stop")) s.stop_strings.push_back(*stop);
+  s.ignore_eos = args->has("ignore-eos");
   if (Status valid = s.validate(); !valid.ok()) return fail(valid.error().message);
 
   auto artifact = artifactFor({args->positionals()[0], {}, options->progress});
