@@ -1,0 +1,186 @@
+// The engine on the real SmolLM2 artifact (compiled by the ctest fixture):
+// continuous batching must not change any request's tokens, a cancelled or
+// failing request must not disturb the others, and bad requests are refused
+// at submit with the engine still serving.
+#include "runtime/engine/engine.h"
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace kiln {
+namespace {
+
+std::string artifactDir() {
+  const char* dir = std::getenv("KILN_SMOLLM2_ARTIFACT");
+  return dir ? dir : KILN_SMOLLM2_ARTIFACT;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> open(EngineOptions options = {}) {
+    options.progress = false;
+    options.threads = 2;
+    auto engine = Engine::open(artifactDir(), options);
+    if (!engine.ok()) {
+      const char* require = std::getenv("KILN_REQUIRE_MODELS");
+      if (require && std::string(require) == "1") {
+        ADD_FAILURE() << "KILN_REQUIRE_MODELS=1 but the engine cannot open "
+                      << artifactDir() << ": " << engine.error().message;
+      }
+      return nullptr;
+    }
+    return engine.take();
+  }
+
+  static GenerationRequest greedy(const std::string& prompt, int max_tokens) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    return r;
+  }
+};
+
+#define OPEN_OR_SKIP(engine, ...)                                              \
+  auto engine = open(__VA_ARGS__);                                             \
+  if (!engine) GTEST_SKIP() << "SmolLM2 artifact unavailable (run scripts/setup.sh)"
+
+// Runs requests to completion, collecting each one's tokens.
+std::map<int64_t, std::vector<int32_t>> runAll(Engine& engine,
+                                               const std::vector<GenerationRequest>& requests,
+                                               std::vector<int64_t>* ids_out = nullptr) {
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  for (const GenerationRequest& r : requests) {
+    auto id = engine.submit(r, [&](int64_t id, int32_t token, std::string_view) {
+      if (token >= 0) tokens[id].push_back(token);
+    });
+    EXPECT_TRUE(id.ok()) << (id.ok() ? "" : id.error().message);
+    if (ids_out && id.ok()) ids_out->push_back(*id);
+  }
+  Status status = engine.runUntilIdle();
+  EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message);
+  return tokens;
+}
+
+TEST_F(EngineTest, BatchedRequestsGiveTheirSoloTokens) {
+  OPEN_OR_SKIP(engine);
+  const std::vector<std::string> prompts = {"Once upon a time, in a small village,",
+                                            "The three primary colors are",
+                                            "def fibonacci(n):"};
+  std::vector<std::vector<int32_t>> solo;
+  for (const std::string& p : prompts) {
+    std::vector<int64_t> ids;
+    auto out = runAll(*engine, {greedy(p, 12)}, &ids);
+    solo.push_back(out[ids[0]]);
+    ASSERT_EQ(solo.back().size(), 12u);
+  }
+  // All three at once: prefill chunks and decode tokens share forward calls.
+  std::vector<GenerationRequest> together;
+  for (const std::string& p : prompts) together.push_back(greedy(p, 12));
+  std::vector<int64_t> ids;
+  auto batched = runAll(*engine, together, &ids);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(batched[ids[i]], solo[i]) << "request " << i << " changed when batched";
+}
+
+TEST_F(EngineTest, SmallTokenBudgetChunksPrefillWithoutChangingTokens) {
+  OPEN_OR_SKIP(engine);
+  std::vector<int64_t> ids;
+  auto whole = runAll(*engine, {greedy("Once upon a time, in a small village, there lived", 8)}, &ids);
+  EngineOptions small;
+  small.max_batch_tokens = 4;  // prefill in chunks of at most 4 tokens
+  OPEN_OR_SKIP(chunked, small);
+  std::vector<int64_t> chunked_ids;
+  auto parts = runAll(*chunked, {greedy("Once upon a time, in a small village, there lived", 8)},
+                      &chunked_ids);
+  EXPECT_EQ(parts[chunked_ids[0]], whole[ids[0]]);
+}
+
+TEST_F(EngineTest, CancelStopsOneRequestOnly) {
+  OPEN_OR_SKIP(engine);
+  std::vector<int64_t> solo_ids;
+  auto solo = runAll(*engine, {greedy("The three primary colors are", 10)}, &solo_ids);
+
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  auto collect = [&](int64_t id, int32_t token, std::string_view) {
+    if (token >= 0) tokens[id].push_back(token);
+  };
+  auto keep = engine->submit(greedy("The three primary colors are", 10), collect);
+  auto drop = engine->submit(greedy("Once upon a time", 50), collect);
+  ASSERT_TRUE(keep.ok() && drop.ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine->step().ok());
+  engine->cancel(*drop);
+  ASSERT_TRUE(engine->runUntilIdle().ok());
+  EXPECT_EQ(engine->stats(*drop)->finish, FinishReason::kCancelled);
+  EXPECT_LT(tokens[*drop].size(), 50u);
+  EXPECT_EQ(engine->stats(*keep)->finish, FinishReason::kLength);
+  EXPECT_EQ(tokens[*keep], solo[solo_ids[0]]);
+}
+
+TEST_F(EngineTest, ExhaustedKvPoolFailsThatRequestWithAClearError) {
+  EngineOptions tiny;
+  tiny.kv_cache_tokens = 32;  // two 16-token pages
+  OPEN_OR_SKIP(engine, tiny);
+  std::vector<int64_t> ids;
+  runAll(*engine, {greedy("Once upon a time", 64)}, &ids);
+  const RequestStats* stats = engine->stats(ids[0]);
+  ASSERT_NE(stats, nullptr);
+  EXPECT_EQ(stats->finish, FinishReason::kError);
+  EXPECT_NE(stats->error.find("KV cache exhausted"), std::string::npos) << stats->error;
+  // The engine still serves a request that fits.
+  std::vector<int64_t> ok_ids;
+  auto out = runAll(*engine, {greedy("Hi", 4)}, &ok_ids);
+  EXPECT_EQ(engine->stats(ok_ids[0])->finish, FinishReason::kLength);
+  EXPECT_EQ(out[ok_ids[0]].size(), 4u);
+}
+
+TEST_F(EngineTest, BadRequestsAreRefusedAtSubmit) {
+  OPEN_OR_SKIP(engine);
+  GenerationRequest bad = greedy("hello", 4);
+  bad.sampling.temperature = -1;
+  auto id = engine->submit(bad, {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.error().message, "temperature -1 is invalid: expected >= 0");
+
+  GenerationRequest out_of_vocab = greedy("", 4);
+  out_of_vocab.prompt_tokens = {1, 2, 999999};
+  auto id2 = engine->submit(out_of_vocab, {});
+  ASSERT_FALSE(id2.ok());
+  EXPECT_NE(id2.error().message.find("prompt token id 999999 is out of range"), std::string::npos);
+
+  GenerationRequest empty = greedy("", 4);
+  auto id3 = engine->submit(empty, {});
+  ASSERT_FALSE(id3.ok());
+  EXPECT_EQ(id3.error().message, "the prompt is empty: expected at least one token");
+  EXPECT_TRUE(engine->idle());
+
+  std::vector<int64_t> ids;
+  auto good = runAll(*engine, {greedy("The three primary colors are", 3)}, &ids);
+  EXPECT_EQ(good[ids[0]].size(), 3u);
+}
+
+TEST_F(EngineTest, StatsCountTokensAndStopStringsEndRequests) {
+  OPEN_OR_SKIP(engine);
+  GenerationRequest r = greedy("Once upon a time, in a small village,", 40);
+  r.sampling.stop_strings = {"wizard"};
+  std::string text;
+  auto id = engine->submit(r, [&](int64_t, int32_t, std::string_view piece) { text += piece; });
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine->runUntilIdle().ok());
+  const RequestStats* stats = engine->stats(*id);
+  EXPECT_EQ(stats->prompt_tokens, 10);
+  EXPECT_EQ(stats->finish, FinishReason::kStop);
+  // llama.cpp's continuation reads " there was a wise old wizard named ...":
+  // the stop string ends the text right before it and is not streamed.
+  EXPECT_EQ(text, " there was a wise old ");
+  EXPECT_LT(stats->generated_tokens, 40);
+}
+
+}  // namespace
+}  // namespace kiln
