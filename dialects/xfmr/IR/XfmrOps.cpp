@@ -737,6 +737,27 @@ LogicalResult AcceptOp::verify() {
 // Kernel level
 //===----------------------------------------------------------------------===//
 
+llvm::ArrayRef<llvm::StringLiteral> KernelOp::knownKinds() {
+  static constexpr llvm::StringLiteral kKinds[] = {
+      "embedding",      "rms_norm",         "residual_rms_norm", "rope_kv_append",
+      "paged_attention", "silu_mul",        "add",               "mul",
+      "silu",           "split",            "gather_last_tokens", "tree_positions",
+      "tree_mask",      "accept",           "quantize",          "dequantize"};
+  return kKinds;
+}
+
+LogicalResult KernelOp::verify() {
+  if (!llvm::is_contained(knownKinds(), getKind())) {
+    std::string accepted;
+    for (llvm::StringLiteral kind : knownKinds())
+      accepted += (accepted.empty() ? "" : ", ") + kind.str();
+    return emitOpError() << "kernel kind '" << getKind()
+                         << "' is not implemented by the backends, expected one of: "
+                         << accepted;
+  }
+  return success();
+}
+
 LogicalResult GemmOp::verify() {
   RankedTensorType weight = tensorOf(getWeight());
   if (failed(verifyLinearShapes(*this, tensorOf(getInput()), weight,

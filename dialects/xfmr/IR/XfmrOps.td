@@ -617,7 +617,11 @@ def Xfmr_KernelOp : Xfmr_Op<"kernel"> {
   }];
   let arguments = (ins StrAttr:$kind, Variadic<AnyType>:$args, DictionaryAttr:$params);
   let results = (outs Variadic<AnyType>:$results);
-  let assemblyFormat = "$kind `(` $args `)` attr-dict `:` functional-type($args, $results)";
+  let assemblyFormat = "$kind `(` $args `)` attr-dict `:` functional-type($args, $results)";  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The kernel kinds the backends implement (docs/design/artifact.md).
+    static llvm::ArrayRef<llvm::StringLiteral> knownKinds();
+  }];
 }
 
 def Xfmr_GemmOp : Xfmr_PureOp<"gemm", [AttrSizedOperandSegments]> {

@@ -558,3 +558,43 @@ func.func @split_result(%x: tensor<?x768xf32>) {
   %a, %b = xfmr.split %x {axis = 1 : i64, sizes = array<i64: 384, 384>} : tensor<?x768xf32> -> tensor<?x384xf32>, tensor<?x300xf32>
   return
 }
+
+// -----
+
+func.func @add_types(%a: tensor<?x64xf32>, %b: tensor<?x64xbf16>) {
+  // expected-error @+1 {{'xfmr.add' op requires the same type for all operands and results}}
+  %r = "xfmr.add"(%a, %b) : (tensor<?x64xf32>, tensor<?x64xbf16>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @mul_shapes(%a: tensor<4x64xf32>, %b: tensor<4x32xf32>) {
+  // expected-error @+1 {{'xfmr.mul' op requires the same type for all operands and results}}
+  %r = "xfmr.mul"(%a, %b) : (tensor<4x64xf32>, tensor<4x32xf32>) -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @silu_result(%a: tensor<4x64xf32>) {
+  // expected-error @+1 {{'xfmr.silu' op requires the same type for all operands and results}}
+  %r = "xfmr.silu"(%a) : (tensor<4x64xf32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @scale_result(%a: tensor<4x64xf32>) {
+  // expected-error @+1 {{'xfmr.scale' op requires the same type for all operands and results}}
+  %r = "xfmr.scale"(%a) {factor = 2.0 : f64} : (tensor<4x64xf32>) -> tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @kernel_kind(%a: tensor<4x64xf32>) {
+  // expected-error @+1 {{kernel kind 'gelu' is not implemented by the backends, expected one of: embedding, rms_norm, residual_rms_norm, rope_kv_append, paged_attention, silu_mul, add, mul, silu, split, gather_last_tokens, tree_positions, tree_mask, accept, quantize, dequantize}}
+  %r = xfmr.kernel "gelu" (%a) {params = {}} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  return
+}
