@@ -144,7 +144,7 @@ void quantizeActivationQ8(const float* x, ActivationQ8* out, int64_t k) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f;
-    const float id = d == 0.0f ? 0.0f : 1.0f / d;
+    const float id = amax == 0.0f ? 0.0f : 127.0f / amax;  // as ggml computes it
     int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
       int32_t q = int32_t(std::nearbyint(xb[j] * id));
