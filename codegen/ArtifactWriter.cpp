@@ -324,7 +324,6 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
   // Outputs stay live to the end.
   json::Array outputs;
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  auto resultNames = func->getAttrOfType<ArrayAttr>("xfmr.result_names");
   for (auto [i, operand] : llvm::enumerate(ret.getOperands())) {
     auto it = valueIds.find(operand);
     if (it == valueIds.end()) {
@@ -334,8 +333,8 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
     }
     values[it->second].lastUse = static_cast<int>(steps.size());
     std::string name = i == 0 ? "logits" : "result" + std::to_string(i);
-    if (resultNames && i < resultNames.size())
-      if (auto s = dyn_cast<StringAttr>(resultNames[i])) name = s.str();
+    if (auto named = func.getResultAttrOfType<StringAttr>(i, "xfmr.name"))
+      name = named.str();
     outputs.push_back(json::Object{{"name", name}, {"value", it->second}});
   }
   // A view keeps its source alive for as long as the view is used.
