@@ -20,6 +20,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/cpu/executor/executor.h"
+#include "runtime/cpu/kernels/linear.h"
 #include "runtime/cpu/kernels/quant.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/weights/weight_store.h"
@@ -171,8 +172,8 @@ std::vector<int> sortedTop5(std::span<const float> row) {
 // kiln must be within cosine 0.999 of exact arithmetic everywhere, and as
 // close to llama.cpp as the issue asks (cosine >= 0.999, equal top-5) at
 // every position where llama.cpp itself is that close to exact arithmetic;
-// where llama.cpp's own rounding moves it further, kiln must be no further
-// from llama.cpp than llama.cpp is from exact.
+// where llama.cpp's own rounding moves it further, kiln must be at least as
+// close to exact arithmetic as llama.cpp is.
 TEST_F(SmolLM2, LogitsMatchLlamaCppAndExactReference) {
   nlohmann::json fixture = loadFixture("logits.json");
   std::ifstream exact_in(std::string(KILN_SOURCE_DIR) + "/test/fixtures/numpy/smollm2_logits.json");
@@ -211,7 +212,9 @@ TEST_F(SmolLM2, LogitsMatchLlamaCppAndExactReference) {
         EXPECT_GE(kiln_llama, 0.999) << where;
         ++strict;
       } else {
-        EXPECT_GE(kiln_llama, llama_exact) << where;
+        // llama.cpp's own rounding moved it this far from exact: kiln must
+        // be at least as close to exact arithmetic as the peer is.
+        EXPECT_GE(kiln_exact, llama_exact) << where;
       }
       // Top-5: equal sets, or a swap at the cut between two tokens whose
       // llama.cpp logits are within 0.5 of each other (a near-tie).
@@ -238,6 +241,43 @@ TEST_F(SmolLM2, LogitsMatchLlamaCppAndExactReference) {
   std::printf("%d of %d positions held to cosine >= 0.999 against llama.cpp; %d of %d with "
               "identical top-5 sets\n",
               strict, checked, exact_top5, checked);
+}
+
+// With f32 activations (weights dequantized, no 8-bit activation rounding)
+// kiln computes the model's graph exactly: within f32 rounding of the
+// float64 NumPy reference at every checked position.
+TEST_F(SmolLM2, F32ActivationsMatchExactReference) {
+  cpu::setQuantizedWeightPath(cpu::LinearPath::kDequantSgemm);
+  nlohmann::json fixture = loadFixture("logits.json");
+  std::ifstream exact_in(std::string(KILN_SOURCE_DIR) + "/test/fixtures/numpy/smollm2_logits.json");
+  nlohmann::json exact = nlohmann::json::parse(exact_in);
+  size_t vocab = size_t(executor_->vocabSize());
+  for (size_t p = 0; p < fixture["prompts"].size(); ++p) {
+    const auto& prompt = fixture["prompts"][p];
+    std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
+    for (int32_t t : prompt["generated_ids"].get<std::vector<int32_t>>()) tokens.push_back(t);
+    BlockTable table(manifest_->kv_cache.page_size);
+    int64_t fed = 0;
+    std::vector<float> mine;
+    for (size_t a = 0; a < prompt["positions"].size(); ++a) {
+      const auto& at = prompt["positions"][a];
+      int64_t position = at["position"].is_string() ? std::stoll(at["position"].get<std::string>())
+                                                     : at["position"].get<int64_t>();
+      if (position + 1 > fed) {
+        mine = feed(table, tokens, fed, position + 1);
+        fed = position + 1;
+      }
+      std::vector<float> f64 = referenceLogits(
+          exact["prompts"][p]["positions"][a]["logits_f16_zlib_b64"].get<std::string>(), vocab);
+      std::string where = prompt["name"].get<std::string>() + " @" + at["label"].get<std::string>();
+      EXPECT_GE(cosine(mine, f64), 0.99999) << where;
+      // The fixture stores f16 logits: 0.02 is a few f16 ulps at |logit| ~ 20.
+      EXPECT_LT(meanAbsDiff(mine, f64), 0.02) << where;
+      EXPECT_EQ(topK(mine, 1), topK(f64, 1)) << where;
+    }
+    table.release(executor_->blockPool());
+  }
+  cpu::setQuantizedWeightPath(cpu::LinearPath::kQuantDot);
 }
 
 TEST_F(SmolLM2, GreedyContinuationsMatchLlamaCpp) {

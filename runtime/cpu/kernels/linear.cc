@@ -1,5 +1,7 @@
 #include "runtime/cpu/kernels/linear.h"
 
+#include <atomic>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -75,6 +77,19 @@ void linearSgemm(const float* x, int64_t tokens, int64_t k, const void* w, Weigh
 
 }  // namespace
 
+namespace {
+std::atomic<LinearPath>& quantizedWeightPathSlot() {
+  static std::atomic<LinearPath> path{LinearPath::kQuantDot};
+  return path;
+}
+LinearPath quantizedWeightPath() { return quantizedWeightPathSlot().load(std::memory_order_relaxed); }
+}  // namespace
+
+void setQuantizedWeightPath(LinearPath path) {
+  quantizedWeightPathSlot().store(path == LinearPath::kAuto ? LinearPath::kQuantDot : path,
+                                  std::memory_order_relaxed);
+}
+
 Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
                       WeightType w_type, int64_t n, const float* bias, float* y,
                       LinearPath path) {
@@ -90,7 +105,7 @@ Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
   if (!x || !w || !y) return makeError("linear: x, w and y must be non-null");
 
   if (path == LinearPath::kAuto)
-    path = isBlockQuantized(w_type) ? LinearPath::kQuantDot : LinearPath::kDequantSgemm;
+    path = isBlockQuantized(w_type) ? quantizedWeightPath() : LinearPath::kDequantSgemm;
   if (path == LinearPath::kQuantDot && !isBlockQuantized(w_type))
     return makeError("linear: the quantized dot path needs a q4_0/q4_1/q8_0 weight, got {}",
                      weightTypeName(w_type));

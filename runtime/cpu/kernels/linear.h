@@ -34,6 +34,12 @@ const char* blasCoreName();
 
 // Forces the path, for tests and benchmarks.
 enum class LinearPath { kAuto, kQuantDot, kDequantSgemm };
+
+// What kAuto picks for block-quantized weights: the quantized dot
+// (llama.cpp's arithmetic, the default) or dequantize + sgemm with f32
+// activations (exact up to f32 rounding; used to check the model's graph
+// against a float64 reference). Process-wide, set before running.
+void setQuantizedWeightPath(LinearPath path);
 Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
                       WeightType w_type, int64_t n, const float* bias, float* y, LinearPath path);
 
