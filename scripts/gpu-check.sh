@@ -4,6 +4,19 @@
 # is built here), logs under $OUT, a short table last.
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build-cuda)
+#
+# Parts (KILN_GPU_PARTS, default "kernels hf"):
+#   kernels  the `gpu` test binaries (kernels_gpu_test, kiln_cuda_test) and kiln-kernels
+#   hf       kiln's executors against Hugging Face transformers: for each model in
+#            KILN_HF_MODELS (default "tiny-llama llama3.2-1b"), test/gpu/make_random_llama.py
+#            writes a random bf16 checkpoint and the fp32 reference here, then
+#            hf_logits_gpu_test runs the artifacts compiled on the dev machine
+#            (BUILD_DIR/artifacts/<model>-bf16 for CUDA, <model>-f32 for the CPU executor):
+#              for m in tiny-llama llama3.2-1b; do
+#                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-bf16 --activation-type=bf16
+#                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-f32; done
+#            KILN_HF_BENCH_MODEL (default llama3.2-1b) also gets the batch-1 decode timing,
+#            transformers' eager decode and an HBM read probe in the same run.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-cuda}}"
@@ -22,11 +35,15 @@ export CUDA_CACHE_DISABLE=1
   echo "== nvrtc"; ls /usr/local/cuda/lib64/libnvrtc.so* 2>&1 | head -3
 } | tee "$OUT/machine.txt"
 
-# ctest files hold the dev machine's absolute paths; run the binaries of the
-# `gpu` label (and the NVRTC compile test) directly when those paths are absent.
-tests=("$BUILD/bin/kernels_gpu_test" "$BUILD/bin/kiln_cuda_test")
+PARTS="${KILN_GPU_PARTS:-kernels hf}"
 status=0
 declare -A result
+tests=()
+
+# ctest files hold the dev machine's absolute paths; run the binaries of the
+# `gpu` label (and the NVRTC compile test) directly when those paths are absent.
+if [[ " $PARTS " == *" kernels "* ]]; then
+tests=("$BUILD/bin/kernels_gpu_test" "$BUILD/bin/kiln_cuda_test")
 for t in "${tests[@]}"; do
   name="$(basename "$t")"
   if [[ ! -x "$t" ]]; then
@@ -52,7 +69,37 @@ echo "== measurements (kernels_gpu_test)"
 grep -E '^  |^GPU:' "$OUT/kernels_gpu_test.log" 2>/dev/null | head -80
 echo "== failures"
 grep -E '^\[  FAILED|Failure' -A4 "$OUT/kernels_gpu_test.log" 2>/dev/null | head -60
+fi
+
+# kiln vs Hugging Face transformers on random-weight checkpoints made here.
+if [[ " $PARTS " == *" hf "* ]]; then
+  HF_DIR="${KILN_HF_DIR:-/tmp/kiln-hf}"
+  mkdir -p "$HF_DIR"
+  for model in ${KILN_HF_MODELS:-tiny-llama llama3.2-1b}; do
+    name="hf_$model"
+    tests+=("$name")
+    bench_py=() bench_cc=()
+    if [[ "$model" == "${KILN_HF_BENCH_MODEL:-llama3.2-1b}" ]]; then
+      bench_py=(--bench "$OUT/hf_bench_$model.json"); bench_cc=(--bench 128)
+    fi
+    cpu=()
+    [[ -f "$BUILD/artifacts/$model-f32/manifest.json" ]] && cpu=(--cpu-artifact "$BUILD/artifacts/$model-f32")
+    echo "== $name"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$ROOT/test/models/$model/model.safetensors" --out "$HF_DIR/$model" \
+      --reference "$HF_DIR/$model.ref.json" "${bench_py[@]}" 2>&1 | tee "$OUT/$name.log"
+    rc=${PIPESTATUS[0]}
+    if [[ $rc != 0 ]]; then result[$name]="FAIL (make_random_llama.py rc $rc)"; status=1; continue; fi
+    timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-bf16" \
+      --model-source "$HF_DIR/$model" --reference "$HF_DIR/$model.ref.json" "${cpu[@]}" "${bench_cc[@]}" \
+      --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
+    rc=${PIPESTATUS[0]}
+    result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+    [[ $rc == 0 ]] || status=1
+  done
+fi
+
 echo
-printf '%-24s %s\n' "test binary" "result" | tee "$OUT/summary.txt"
+printf '%-24s %s\n' "test" "result" | tee "$OUT/summary.txt"
 for t in "${tests[@]}"; do n="$(basename "$t")"; printf '%-24s %s\n' "$n" "${result[$n]}"; done | tee -a "$OUT/summary.txt"
 exit $status

@@ -1,0 +1,1023 @@
+#include "runtime/cuda/executor/executor.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "codegen/cuda/instance_source.h"
+#include "codegen/kernels/kernel_params.cuh"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/kernel_cache.h"
+
+namespace kiln::cuda {
+
+namespace kk = kiln::kernels;
+
+namespace {
+
+// Driver entry points beyond the shared table (streams, async copies, pinned
+// memory, memory info), resolved from the same libcuda handle.
+struct DriverExtras {
+  decltype(&::cuStreamCreate) streamCreate = nullptr;
+  decltype(&::cuStreamDestroy_v2) streamDestroy = nullptr;
+  decltype(&::cuStreamSynchronize) streamSynchronize = nullptr;
+  decltype(&::cuMemcpyHtoDAsync_v2) memcpyHtoDAsync = nullptr;
+  decltype(&::cuMemcpyDtoHAsync_v2) memcpyDtoHAsync = nullptr;
+  decltype(&::cuMemcpy2DAsync_v2) memcpy2DAsync = nullptr;
+  decltype(&::cuMemAllocHost_v2) memAllocHost = nullptr;
+  decltype(&::cuMemFreeHost) memFreeHost = nullptr;
+  decltype(&::cuMemGetInfo_v2) memGetInfo = nullptr;
+};
+
+Result<DriverExtras> loadExtras(const CudaDriver& d) {
+  DriverExtras x;
+  auto get = [&](auto& fn, const char* name) -> Status {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(d.library.symbol(name));
+    if (!fn) return makeError("the CUDA driver at {} lacks {}", d.library.path(), name);
+    return {};
+  };
+  KILN_RETURN_IF_ERROR(get(x.streamCreate, "cuStreamCreate"));
+  KILN_RETURN_IF_ERROR(get(x.streamDestroy, "cuStreamDestroy_v2"));
+  KILN_RETURN_IF_ERROR(get(x.streamSynchronize, "cuStreamSynchronize"));
+  KILN_RETURN_IF_ERROR(get(x.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memcpy2DAsync, "cuMemcpy2DAsync_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memAllocHost, "cuMemAllocHost_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memFreeHost, "cuMemFreeHost"));
+  KILN_RETURN_IF_ERROR(get(x.memGetInfo, "cuMemGetInfo_v2"));
+  return x;
+}
+
+enum InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kNumInputs };
+
+std::optional<InputId> parseInput(std::string_view name) {
+  if (name == "tokens") return kTokens;
+  if (name == "positions") return kPositions;
+  if (name == "slot_mapping") return kSlotMapping;
+  if (name == "block_tables") return kBlockTables;
+  if (name == "query_start") return kQueryStart;
+  if (name == "kv_lens") return kKvLens;
+  return std::nullopt;
+}
+
+uint16_t toBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return uint16_t(u >> 16);
+}
+float fromBf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float fromF16(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return float(h);
+}
+uint16_t toF16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+nlohmann::json paramsJson(const StepParams& params) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, value] : params.values())
+    std::visit([&](const auto& v) { j[key] = v; }, value);
+  return j;
+}
+
+// An instance name short enough for the JIT cache's file names (NAME_MAX is
+// 255 bytes and the cache adds a 33-byte key and a suffix): long names keep
+// their first 96 characters and gain a hash of the whole name.
+std::string entryName(const std::string& name) {
+  if (name.size() <= 160) return name;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{}_{:016x}", name.substr(0, 96), h);
+}
+
+constexpr int64_t kAlign = 256;
+int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+constexpr int kGemvMaxRows = 8;
+constexpr size_t kCublasWorkspace = size_t(32) << 20;
+
+// A value in the arena: rows of `width` elements of `elem` bytes.
+struct DeviceValue {
+  CUdeviceptr ptr = 0;
+  int64_t width = 0;
+  int elem = 2;
+  bool per_sequence = false;
+  bool valid = false;
+};
+
+// One step with every pointer resolved; forward() fills only the row counts.
+struct BoundStep {
+  StepKind kind = StepKind::kGemm;
+  std::string path;
+  CUfunction fn = nullptr;
+  unsigned block = 0;
+  std::vector<DeviceValue> args;  // value operands by arg index (invalid for non-values)
+  std::vector<DeviceValue> results;
+  std::vector<CUdeviceptr> weights;  // by arg index (0 for non-weights)
+  std::vector<int> inputs;           // by arg index (-1 for non-inputs)
+  std::vector<CUdeviceptr> pools;    // by arg index (0 for non-pools)
+  int64_t width = 0, k = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  bool merged = false, writes_sum = false;
+  int rows_per_block = 1;       // gemv
+  std::vector<int64_t> sizes;   // split
+  int64_t vocab = 0;            // embedding table rows
+};
+
+struct GemmPlanKey {
+  int64_t n, k, rows;
+  bool bias;
+  bool operator<(const GemmPlanKey& o) const {
+    return std::tie(n, k, rows, bias) < std::tie(o.n, o.k, o.rows, o.bias);
+  }
+};
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+}  // namespace
+
+struct CudaExecutor::State {
+  const CudaDriver* d = nullptr;
+  DriverExtras x;
+  const CublasLt* lt = nullptr;
+  cublasLtHandle_t lt_handle = nullptr;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUstream stream = nullptr;
+  std::vector<CUmodule> modules;
+  std::vector<CUdeviceptr> allocations;
+  std::vector<void*> host_allocations;
+  CUdeviceptr workspace = 0;
+  // Inputs on the device, at fixed offsets (in i32 elements) of one buffer.
+  CUdeviceptr inputs = 0;
+  int64_t input_offset[kNumInputs] = {};
+  int64_t block_table_capacity = 0;  // i32 elements
+  int32_t* staging = nullptr;        // pinned, mirrors the input buffer
+  void* logits_host = nullptr;       // pinned, [T_max, vocab] of the logits' type
+  DeviceValue logits;
+  std::vector<BoundStep> steps;
+  std::map<GemmPlanKey, GemmPlan> gemm_plans;
+
+  ~State() {
+    if (!d) return;
+    d->cuCtxSetCurrent(context);
+    if (stream) x.streamSynchronize(stream);
+    for (auto& [key, plan] : gemm_plans) {
+      lt->cublasLtMatrixLayoutDestroy(plan.a);
+      lt->cublasLtMatrixLayoutDestroy(plan.b);
+      lt->cublasLtMatrixLayoutDestroy(plan.c);
+      lt->cublasLtMatmulDescDestroy(plan.desc);
+    }
+    if (lt_handle) lt->cublasLtDestroy(lt_handle);
+    for (CUmodule m : modules) d->cuModuleUnload(m);
+    for (CUdeviceptr p : allocations) d->cuMemFree_v2(p);
+    for (void* p : host_allocations) x.memFreeHost(p);
+    if (stream) x.streamDestroy(stream);
+    if (context) d->cuDevicePrimaryCtxRelease_v2(device);
+  }
+
+  Result<CUdeviceptr> alloc(int64_t bytes, const char* what) {
+    CUdeviceptr p = 0;
+    CUresult r = d->cuMemAlloc_v2(&p, size_t(std::max<int64_t>(bytes, 1)));
+    if (r != CUDA_SUCCESS) {
+      size_t free_bytes = 0, total = 0;
+      x.memGetInfo(&free_bytes, &total);
+      return makeError("cannot allocate {} on the GPU: asked {:.1f} MiB, {:.1f} MiB free of {:.1f} "
+                       "MiB ({})",
+                       what, double(bytes) / (1 << 20), double(free_bytes) / (1 << 20),
+                       double(total) / (1 << 20), d->describe(r));
+    }
+    allocations.push_back(p);
+    return p;
+  }
+  Result<void*> allocHost(int64_t bytes, const char* what) {
+    void* p = nullptr;
+    CUresult r = x.memAllocHost(&p, size_t(std::max<int64_t>(bytes, 1)));
+    if (r != CUDA_SUCCESS)
+      return makeError("cannot allocate {} bytes of pinned host memory for {}: {}", bytes, what,
+                       d->describe(r));
+    host_allocations.push_back(p);
+    return p;
+  }
+  Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
+    void* args[] = {params};
+    return d->check(d->cuLaunchKernel(s.fn, gx, gy, gz, s.block, 1, 1, 0, stream, args, nullptr),
+                    "cuLaunchKernel");
+  }
+  Result<GemmPlan*> gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias);
+  Status gemm(const BoundStep& s, int64_t rows);
+};
+
+#define KILN_ASSIGN(var, expr)                         \
+  auto var##_result = (expr);                          \
+  if (!var##_result.ok()) return var##_result.error(); \
+  auto var = var##_result.take()
+
+Result<GemmPlan*> CudaExecutor::State::gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias) {
+  GemmPlanKey key{n, k, rows, bias};
+  if (auto it = gemm_plans.find(key); it != gemm_plans.end()) return &it->second;
+  // Row-major y[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major
+  // y'[n, rows] = W'ᵀ · x' with W' = [k, n] (ld k) and x' = [k, rows] (ld k).
+  GemmPlan plan;
+  auto check = [&](cublasStatus_t st, const char* what) -> Status {
+    if (st == CUBLAS_STATUS_SUCCESS) return {};
+    return makeError("cuBLASLt {} failed (status {}) for a GEMM n {} k {} rows {}", what, int(st),
+                     n, k, rows);
+  };
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                             "cublasLtMatmulDescCreate"));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  if (bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  }
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k),
+                             "layout W"));
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, uint64_t(k), uint64_t(rows), k),
+                             "layout x"));
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, uint64_t(n), uint64_t(rows), n),
+                             "layout y"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatmulPreferenceCreate(&pref), "preference"));
+  size_t ws = kCublasWorkspace;
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(lt_handle, plan.desc, plan.a, plan.b, plan.c,
+                                                         plan.c, pref, 1, &result, &found);
+  lt->cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    return makeError("cuBLASLt found no algorithm for a bf16 GEMM n {} k {} rows {} (status {})", n,
+                     k, rows, int(st));
+  plan.algo = result.algo;
+  return &gemm_plans.emplace(key, plan).first->second;
+}
+
+Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
+  const bool bias = s.weights.size() > 2 && s.weights[2] != 0;
+  if (rows <= kGemvMaxRows) {
+    kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
+                     reinterpret_cast<const void*>(s.weights[1]),
+                     bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
+                     reinterpret_cast<void*>(s.results[0].ptr), int(rows)};
+    return launch(s, unsigned((s.width + s.rows_per_block - 1) / s.rows_per_block), 1,
+                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
+  }
+  KILN_ASSIGN(plan, gemmPlan(s.width, s.k, rows, bias));
+  if (bias) {
+    void* ptr = reinterpret_cast<void*>(s.weights[2]);
+    lt->cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st = lt->cublasLtMatmul(
+      lt_handle, plan->desc, &alpha, reinterpret_cast<const void*>(s.weights[1]), plan->a,
+      reinterpret_cast<const void*>(s.args[0].ptr), plan->b, &beta,
+      reinterpret_cast<const void*>(s.results[0].ptr), plan->c,
+      reinterpret_cast<void*>(s.results[0].ptr), plan->c, &plan->algo,
+      reinterpret_cast<void*>(workspace), kCublasWorkspace, stream);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return makeError("cublasLtMatmul failed (status {}) for n {} k {} rows {}", int(st), s.width,
+                     s.k, rows);
+  return {};
+}
+
+namespace {
+
+// How a weight is wanted on the device: converted to one element type, or
+// its bound bytes as they are (block-quantized embedding tables).
+enum class Form { kF32, kBf16, kF16, kRaw };
+
+const char* formName(Form f) {
+  switch (f) {
+    case Form::kF32: return "f32";
+    case Form::kBf16: return "bf16";
+    case Form::kF16: return "f16";
+    case Form::kRaw: return "raw";
+  }
+  return "?";
+}
+
+Result<Form> formOf(const std::string& type) {
+  if (type == "f32") return Form::kF32;
+  if (type == "bf16") return Form::kBf16;
+  if (type == "f16") return Form::kF16;
+  if (type == "q8_0" || type == "q4_0" || type == "q4_1") return Form::kRaw;
+  return makeError("element type '{}' has no CUDA kernel", type);
+}
+
+int64_t elements(const BoundWeight& w) {
+  int64_t n = 1;
+  for (int64_t d : w.shape) n *= d;
+  return n;
+}
+
+// The device bytes of `w` in `form`, written to `out` (resized).
+Status convertWeight(const BoundWeight& w, Form form, std::vector<uint8_t>& out) {
+  const int64_t n = elements(w);
+  const bool same = (form == Form::kF32 && w.type == cpu::WeightType::F32) ||
+                    (form == Form::kBf16 && w.type == cpu::WeightType::BF16) ||
+                    (form == Form::kF16 && w.type == cpu::WeightType::F16);
+  if (form == Form::kRaw || same) {
+    out.assign(w.data, w.data + w.size_bytes);
+    return {};
+  }
+  std::vector<float> f(static_cast<size_t>(n));
+  switch (w.type) {
+    case cpu::WeightType::F32: std::memcpy(f.data(), w.data, size_t(n) * 4); break;
+    case cpu::WeightType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, w.data + 2 * i, 2);
+        f[size_t(i)] = fromBf16(h);
+      }
+      break;
+    case cpu::WeightType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, w.data + 2 * i, 2);
+        f[size_t(i)] = fromF16(h);
+      }
+      break;
+    default:
+      return makeError("weight {} '{}' is {}: GGUF block types are not supported by the CUDA "
+                       "executor yet for this use (compile from a f32/f16/bf16 checkpoint)",
+                       w.id, w.name, weightTypeName(w.type));
+  }
+  if (form == Form::kF32) {
+    out.resize(size_t(n) * 4);
+    std::memcpy(out.data(), f.data(), out.size());
+    return {};
+  }
+  out.resize(size_t(n) * 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = form == Form::kBf16 ? toBf16(f[size_t(i)]) : toF16(f[size_t(i)]);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return {};
+}
+
+int64_t formBytes(const BoundWeight& w, Form form) {
+  switch (form) {
+    case Form::kF32: return elements(w) * 4;
+    case Form::kBf16:
+    case Form::kF16: return elements(w) * 2;
+    case Form::kRaw: return int64_t(w.size_bytes);
+  }
+  return 0;
+}
+
+// "kRowsPerBlock = 4" in a gemv instance's source.
+int parseRowsPerBlock(const std::string& source) {
+  const std::string key = "kRowsPerBlock = ";
+  size_t at = source.find(key);
+  return at == std::string::npos ? 1 : std::max(1, std::atoi(source.c_str() + at + key.size()));
+}
+
+}  // namespace
+
+CudaExecutor::~CudaExecutor() = default;
+
+Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manifest,
+                                                           const WeightStore& weights,
+                                                           const KvPoolConfig& kv,
+                                                           int64_t max_tokens,
+                                                           const CudaExecutorOptions& options) {
+  const std::string& mpath = manifest.path;
+  const Entry* entry = manifest.findEntry("forward");
+  if (!entry) return makeError("{}: entries: missing entry 'forward'", mpath);
+  if (manifest.activation_type != "bf16")
+    return makeError("{}: activation_type: the CUDA kernels take bf16 activations, got {} "
+                     "(compile with --activation-type=bf16)",
+                     mpath, manifest.activation_type);
+  if (manifest.world_size != 1)
+    return makeError("{}: world_size: the CUDA executor runs world_size 1, got {}", mpath,
+                     manifest.world_size);
+  const KvCacheConfig& mk = manifest.kv_cache;
+  if (mk.type != "bf16" && mk.type != "f32")
+    return makeError("{}: kv_cache.type: the CUDA pools hold bf16 or f32, got {}", mpath, mk.type);
+  if (kv.layers != mk.layers || kv.page_size != mk.page_size || kv.kv_heads != mk.kv_heads ||
+      kv.head_dim != mk.head_dim)
+    return makeError("kv pool config (layers {}, page_size {}, kv_heads {}, head_dim {}) does not "
+                     "match {}: kv_cache (layers {}, page_size {}, kv_heads {}, head_dim {})",
+                     kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, mpath, mk.layers,
+                     mk.page_size, mk.kv_heads, mk.head_dim);
+  if (max_tokens <= 0 || max_tokens > (int64_t(1) << 20))
+    return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 20);
+  if (entry->outputs.size() != 1 || entry->outputs[0].name != "logits")
+    return makeError("{}: entries.forward.outputs: expected one output named 'logits'", mpath);
+
+  // Driver, device, context, libraries.
+  auto driver = loadCudaDriver();
+  if (!driver) return makeError("no CUDA backend: {}", driver.error().message);
+  std::unique_ptr<CudaExecutor> ex(new CudaExecutor());
+  ex->state_ = std::make_unique<State>();
+  State& st = *ex->state_;
+  const CudaDriver* d = *driver;
+  KILN_ASSIGN(extras, loadExtras(*d));
+  int count = 0;
+  KILN_RETURN_IF_ERROR(d->check(d->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  if (count <= options.device)
+    return makeError("no CUDA backend: the driver at {} sees {} GPU(s), device {} was asked for",
+                     d->library.path(), count, options.device);
+  st.x = extras;
+  KILN_RETURN_IF_ERROR(d->check(d->cuDeviceGet(&st.device, options.device), "cuDeviceGet"));
+  KILN_RETURN_IF_ERROR(d->check(d->cuDevicePrimaryCtxRetain(&st.context, st.device),
+                                "cuDevicePrimaryCtxRetain"));
+  st.d = d;
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(st.context), "cuCtxSetCurrent"));
+  KILN_RETURN_IF_ERROR(d->check(extras.streamCreate(&st.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+  int major = 0, minor = 0;
+  d->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, st.device);
+  d->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, st.device);
+  char name[256] = {0};
+  d->cuDeviceGetName(name, sizeof name, st.device);
+  const std::string arch = fmt::format("sm_{}{}", major, minor);
+  ex->device_name_ = fmt::format("{} ({})", name, arch);
+  auto lt = loadCublasLt();
+  if (!lt) return makeError("no CUDA backend: {}", lt.error().message);
+  st.lt = *lt;
+  if (st.lt->cublasLtCreate(&st.lt_handle) != CUBLAS_STATUS_SUCCESS)
+    return makeError("cublasLtCreate failed on {}", ex->device_name_);
+  if (options.verbose)
+    fmt::print(stderr, "cuda: {} driver {} ({}), cuBLASLt {} ({})\n", ex->device_name_,
+               d->version, d->library.path(), st.lt->version, st.lt->library.path());
+
+  auto pool = BlockPool::create(kv);
+  if (!pool.ok()) return pool.error();
+  ex->pool_ = std::make_unique<BlockPool>(pool.take());
+  ex->max_tokens_ = max_tokens;
+
+  // 1. Which weights in which form: GEMM matrices and biases bf16, norm
+  //    weights in the instance's weight type (f32 unless it says), tables as
+  //    the embedding instance names them.
+  std::map<std::pair<int64_t, Form>, int64_t> weight_offset;  // -> byte offset
+  int64_t weight_total = 0;
+  auto want = [&](const Step& step, size_t arg, Form form) -> Status {
+    const StepArg& a = step.args[arg];
+    const BoundWeight* w = weights.find(a.id);
+    if (!w || !w->kernel_ready)
+      return makeError("{} ({}): args[{}]: weight {} is not bound by the weight store", step.path,
+                       stepKindName(step.kind), arg, a.id);
+    auto key = std::make_pair(a.id, form);
+    if (!weight_offset.count(key)) {
+      weight_offset[key] = weight_total;
+      weight_total = alignUp(weight_total + formBytes(*w, form));
+    }
+    return {};
+  };
+  for (const Step& step : entry->steps) {
+    for (size_t i = 0; i < step.args.size(); ++i) {
+      if (step.args[i].kind != StepArg::Kind::kWeight) continue;
+      Form form = Form::kBf16;
+      if (step.kind == StepKind::kEmbedding) {
+        KILN_ASSIGN(t, step.params.getString("table_type"));
+        auto f = formOf(t);
+        if (!f) return makeError("{} (embedding): table_type: {}", step.path, f.error().message);
+        form = *f;
+      } else if (step.kind == StepKind::kRmsNorm || step.kind == StepKind::kResidualRmsNorm) {
+        std::string t = "f32";
+        if (step.params.has("weight_type")) {
+          KILN_ASSIGN(wt, step.params.getString("weight_type"));
+          t = wt;
+        }
+        auto f = formOf(t);
+        if (!f || *f == Form::kRaw)
+          return makeError("{}: norm weight_type {} has no CUDA kernel", step.path, t);
+        form = *f;
+      } else if (step.kind != StepKind::kGemm) {
+        return makeError("{} ({}): args[{}] is a weight, which this kind does not take", step.path,
+                         stepKindName(step.kind), i);
+      }
+      KILN_RETURN_IF_ERROR(want(step, i, form));
+    }
+  }
+  KILN_ASSIGN(weight_base, st.alloc(weight_total, "the weights"));
+  ex->weight_bytes_ = weight_total;
+  {
+    std::vector<uint8_t> bytes;
+    for (const auto& [key, offset] : weight_offset) {
+      const BoundWeight& w = *weights.find(key.first);
+      const bool same = (key.second == Form::kF32 && w.type == cpu::WeightType::F32) ||
+                        (key.second == Form::kBf16 && w.type == cpu::WeightType::BF16) ||
+                        (key.second == Form::kF16 && w.type == cpu::WeightType::F16);
+      if (key.second == Form::kRaw || same) {
+        KILN_RETURN_IF_ERROR(d->check(d->cuMemcpyHtoD_v2(weight_base + offset, w.data, w.size_bytes),
+                                      "cuMemcpyHtoD (weights)"));
+        continue;
+      }
+      Status s = convertWeight(w, key.second, bytes);
+      if (!s.ok()) return s.error();
+      KILN_RETURN_IF_ERROR(d->check(d->cuMemcpyHtoD_v2(weight_base + offset, bytes.data(), bytes.size()),
+                                    "cuMemcpyHtoD (weights)"));
+    }
+  }
+  auto weightPtr = [&](int64_t id, Form form) -> CUdeviceptr {
+    auto it = weight_offset.find({id, form});
+    return it == weight_offset.end() ? 0 : weight_base + it->second;
+  };
+
+  // 2. Arena, KV pools, inputs, cuBLASLt workspace, pinned staging.
+  const int64_t arena_bytes = alignUp(entry->bytes_per_token * max_tokens);
+  KILN_ASSIGN(arena, st.alloc(arena_bytes, "the activation arena"));
+  KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(arena, 0, size_t(arena_bytes)), "cuMemsetD8"));
+  const int kv_elem = mk.type == "bf16" ? 2 : 4;
+  const int64_t pool_bytes = alignUp(kv.poolElems() * kv_elem);
+  KILN_ASSIGN(pools, st.alloc(pool_bytes * 2 * kv.layers, "the KV cache pools"));
+  KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(pools, 0, size_t(pool_bytes * 2 * kv.layers)), "cuMemsetD8"));
+  int64_t at = 0;
+  for (int id : {kTokens, kPositions, kSlotMapping, kQueryStart, kKvLens}) {
+    st.input_offset[id] = at;
+    at += max_tokens + 1;
+  }
+  st.input_offset[kBlockTables] = at;
+  st.block_table_capacity = std::max<int64_t>(kv.num_blocks, 1) * std::min<int64_t>(max_tokens, 256);
+  const int64_t input_elems = at + st.block_table_capacity;
+  KILN_ASSIGN(inputs, st.alloc(input_elems * 4, "the batch inputs"));
+  st.inputs = inputs;
+  KILN_ASSIGN(workspace, st.alloc(int64_t(kCublasWorkspace), "the cuBLASLt workspace"));
+  st.workspace = workspace;
+  KILN_ASSIGN(staging, st.allocHost(input_elems * 4, "the batch inputs"));
+  st.staging = static_cast<int32_t*>(staging);
+  ex->device_bytes_ = weight_total + arena_bytes + pool_bytes * 2 * kv.layers + input_elems * 4 +
+                      int64_t(kCublasWorkspace);
+
+  // 3. Values.
+  auto value = [&](const Step& step, int64_t id, const std::string& where) -> Result<DeviceValue> {
+    const EntryValue* v = entry->findValue(id);
+    const EntryValue* storage = v;
+    while (storage && storage->view_of) storage = entry->findValue(*storage->view_of);
+    if (!v || !storage) return makeError("{}: {}: unknown value id {}", step.path, where, id);
+    if (v->type != "bf16" && v->type != "f32")
+      return makeError("{}: {}: value {} has type {}; the CUDA executor keeps bf16 activations",
+                       step.path, where, id, v->type);
+    if (v->rows == ValueRows::kFixed)
+      return makeError("{}: {}: value {} has fixed rows; the CUDA executor plans batch rows only",
+                       step.path, where, id);
+    DeviceValue dv;
+    dv.elem = v->type == "bf16" ? 2 : 4;
+    dv.ptr = arena + CUdeviceptr(storage->offset * max_tokens);
+    dv.width = v->row_bytes / dv.elem;
+    dv.per_sequence = v->rows == ValueRows::kSequences;
+    dv.valid = true;
+    if (storage->offset * max_tokens + storage->row_bytes * max_tokens > arena_bytes)
+      return makeError("{}: {}: value {} lies past the arena", step.path, where, id);
+    return dv;
+  };
+
+  // 4. Kernel instances: the manifest's, with GEMMs as bf16-weight gemv.
+  std::vector<KernelSource> sources;
+  std::map<std::string, size_t> source_index;
+  std::vector<std::string> step_instance(entry->steps.size());
+  std::map<std::string, int> rows_per_block;
+  std::map<std::string, unsigned> block_threads;
+  for (size_t i = 0; i < entry->steps.size(); ++i) {
+    const Step& step = entry->steps[i];
+    if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
+    nlohmann::json params = paramsJson(step.params);
+    std::string inst_name = step.instance;
+    if (step.kind == StepKind::kGemm && params.value("weight_type", "") != "bf16") {
+      params["weight_type"] = "bf16";
+      inst_name = cuda_codegen::instanceName("gemm", params);
+    }
+    inst_name = entryName(inst_name);
+    step_instance[i] = inst_name;
+    if (source_index.count(inst_name)) continue;
+    auto inst = cuda_codegen::instanceSource(stepKindName(step.kind), params, inst_name);
+    if (!inst)
+      return makeError("{} ({}): instance {}: {}", step.path, stepKindName(step.kind), inst_name,
+                       inst.error().message);
+    rows_per_block[inst_name] = parseRowsPerBlock(inst->source);
+    block_threads[inst_name] = unsigned(inst->launch.block_threads);
+    source_index[inst_name] = sources.size();
+    sources.push_back({inst_name, inst->source});
+  }
+  KernelCacheOptions cache;
+  cache.compile.arch = arch;
+  cache.progress = options.progress;
+  auto compiled = compileKernels(sources, cache);
+  if (!compiled) return makeError("JIT of {}'s kernels for {} failed: {}", mpath, arch, compiled.error().message);
+  std::vector<CUfunction> functions(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const CompiledKernel& k = compiled->kernels[i];
+    CUmodule module = nullptr;
+    Status s = d->check(d->cuModuleLoadData(&module, k.cubin.data()), "cuModuleLoadData");
+    if (!s.ok()) return makeError("instance {}: {}\n{}", k.name, s.error().message, k.log);
+    st.modules.push_back(module);
+    KILN_RETURN_IF_ERROR(d->check(d->cuModuleGetFunction(&functions[i], module, k.name.c_str()),
+                                  "cuModuleGetFunction"));
+  }
+  if (options.verbose)
+    fmt::print(stderr, "cuda: {} kernel instances ({} compiled, {} from the cache), {:.1f} MiB of "
+               "weights, {:.1f} MiB on the device in all\n",
+               sources.size(), compiled->compiled, compiled->cached,
+               double(weight_total) / (1 << 20), double(ex->device_bytes_) / (1 << 20));
+
+  // 5. Bind every step.
+  for (size_t i = 0; i < entry->steps.size(); ++i) {
+    const Step& step = entry->steps[i];
+    BoundStep s;
+    s.kind = step.kind;
+    s.path = step.path;
+    if (step.kind != StepKind::kSplit) {
+      const std::string& inst = step_instance[i];
+      s.fn = functions[source_index[inst]];
+      s.block = block_threads[inst];
+      s.rows_per_block = rows_per_block[inst];
+    }
+    const size_t na = step.args.size();
+    s.args.resize(na);
+    s.weights.assign(na, 0);
+    s.inputs.assign(na, -1);
+    s.pools.assign(na, 0);
+    for (size_t a = 0; a < na; ++a) {
+      const StepArg& arg = step.args[a];
+      switch (arg.kind) {
+        case StepArg::Kind::kValue: {
+          KILN_ASSIGN(v, value(step, arg.id, fmt::format("args[{}]", a)));
+          s.args[a] = v;
+          break;
+        }
+        case StepArg::Kind::kWeight: {
+          Form form = Form::kBf16;
+          if (step.kind == StepKind::kEmbedding) form = *formOf(*step.params.getString("table_type"));
+          else if (step.kind != StepKind::kGemm)
+            form = *formOf(step.params.has("weight_type") ? *step.params.getString("weight_type")
+                                                          : std::string("f32"));
+          s.weights[a] = weightPtr(arg.id, form);
+          break;
+        }
+        case StepArg::Kind::kInput: {
+          auto id = parseInput(arg.input);
+          if (!id)
+            return makeError("{}: args[{}]: input '{}' is not one the CUDA executor provides",
+                             step.path, a, arg.input);
+          s.inputs[a] = *id;
+          break;
+        }
+        case StepArg::Kind::kPool: {
+          if (arg.layer < 0 || arg.layer >= kv.layers)
+            return makeError("{}: args[{}]: pool layer {} is outside the pool's {} layers",
+                             step.path, a, arg.layer, kv.layers);
+          s.pools[a] = pools + CUdeviceptr(pool_bytes * (2 * arg.layer + (arg.role == PoolRole::kKey ? 0 : 1)));
+          break;
+        }
+      }
+    }
+    for (size_t r = 0; r < step.results.size(); ++r) {
+      KILN_ASSIGN(v, value(step, step.results[r], fmt::format("results[{}]", r)));
+      if (v.elem != 2 && !(step.kind == StepKind::kSplit))
+        return makeError("{}: results[{}]: the CUDA kernels write bf16 activations", step.path, r);
+      s.results.push_back(v);
+    }
+    if (s.results.empty()) return makeError("{}: no results", step.path);
+    const StepParams& p = step.params;
+    auto needValue = [&](size_t a) -> Status {
+      if (a >= na || !s.args[a].valid)
+        return makeError("{} ({}): args[{}] must be a value", step.path, stepKindName(step.kind), a);
+      return {};
+    };
+    switch (step.kind) {
+      case StepKind::kEmbedding: {
+        const BoundWeight* table = weights.find(step.args[1].id);
+        s.vocab = table->shape.empty() ? 0 : table->shape[0];
+        break;
+      }
+      case StepKind::kRmsNorm:
+      case StepKind::kResidualRmsNorm: {
+        KILN_RETURN_IF_ERROR(needValue(0));
+        if (step.kind == StepKind::kResidualRmsNorm) {
+          KILN_RETURN_IF_ERROR(needValue(1));
+          KILN_ASSIGN(ws, p.getBool("writes_sum"));
+          s.writes_sum = ws;
+          if (s.results.size() != (ws ? 2u : 1u))
+            return makeError("{}: writes_sum is {} but the step has {} results", step.path, ws,
+                             s.results.size());
+        }
+        break;
+      }
+      case StepKind::kGemm: {
+        KILN_RETURN_IF_ERROR(needValue(0));
+        KILN_ASSIGN(n, p.getInt("n"));
+        KILN_ASSIGN(k, p.getInt("k"));
+        s.width = n;
+        s.k = k;
+        if (s.args[0].width != k || s.results[0].width != n)
+          return makeError("{}: x has rows of {}, y of {}; expected k {} and n {}", step.path,
+                           s.args[0].width, s.results[0].width, k, n);
+        const BoundWeight* w = weights.find(step.args[1].id);
+        if (w->shape != std::vector<int64_t>{n, k})
+          return makeError("{}: weight {} '{}' has shape {}, expected [{}, {}]", step.path, w->id,
+                           w->name, formats::shapeToString(w->shape), n, k);
+        break;
+      }
+      case StepKind::kRopeKvAppend: {
+        KILN_ASSIGN(heads, p.getInt("heads"));
+        KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
+        KILN_ASSIGN(head_dim, p.getInt("head_dim"));
+        KILN_ASSIGN(merged, p.getBool("merged_qkv"));
+        KILN_ASSIGN(kv_type, p.getString("kv_type"));
+        if (kv_heads != kv.kv_heads || head_dim != kv.head_dim || kv_type != mk.type)
+          return makeError("{}: kv_heads {} head_dim {} kv_type {} do not match the pools' {} {} {}",
+                           step.path, kv_heads, head_dim, kv_type, kv.kv_heads, kv.head_dim, mk.type);
+        s.heads = int(heads);
+        s.kv_heads = int(kv_heads);
+        s.head_dim = int(head_dim);
+        s.merged = merged;
+        if (merged != (na == 5))
+          return makeError("{}: merged_qkv is {} but the step has {} args", step.path, merged, na);
+        KILN_RETURN_IF_ERROR(needValue(0));
+        break;
+      }
+      case StepKind::kPagedAttention: {
+        KILN_ASSIGN(heads, p.getInt("heads"));
+        KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
+        KILN_ASSIGN(kv_type, p.getString("kv_type"));
+        if (p.has("tree_mask") && *p.getBool("tree_mask"))
+          return makeError("{}: tree masks are not supported by the CUDA executor yet", step.path);
+        if (kv_heads != kv.kv_heads || kv_type != mk.type)
+          return makeError("{}: kv_heads {} kv_type {} do not match the pools' {} {}", step.path,
+                           kv_heads, kv_type, kv.kv_heads, mk.type);
+        s.heads = int(heads);
+        s.kv_heads = int(kv_heads);
+        KILN_RETURN_IF_ERROR(needValue(0));
+        break;
+      }
+      case StepKind::kSiluMul: {
+        KILN_ASSIGN(ffn, p.getInt("ffn"));
+        KILN_ASSIGN(merged, p.getBool("merged_gate_up"));
+        s.width = ffn;
+        s.merged = merged;
+        KILN_RETURN_IF_ERROR(needValue(0));
+        break;
+      }
+      case StepKind::kAdd:
+      case StepKind::kMul:
+      case StepKind::kSilu: {
+        KILN_ASSIGN(width, p.getInt("width"));
+        s.width = width;
+        KILN_RETURN_IF_ERROR(needValue(0));
+        break;
+      }
+      case StepKind::kSplit: {
+        KILN_ASSIGN(sizes, p.getInts("sizes"));
+        KILN_RETURN_IF_ERROR(needValue(0));
+        if (sizes.size() != s.results.size())
+          return makeError("{}: {} sizes for {} results", step.path, sizes.size(), s.results.size());
+        int64_t total = 0;
+        for (size_t r = 0; r < sizes.size(); ++r) {
+          if (s.results[r].width != sizes[r] || s.results[r].elem != s.args[0].elem)
+            return makeError("{}: results[{}] has rows of {}, expected {}", step.path, r,
+                             s.results[r].width, sizes[r]);
+          total += sizes[r];
+        }
+        if (total != s.args[0].width)
+          return makeError("{}: sizes add up to {}, x has rows of {} (the CUDA executor splits "
+                           "the last axis only)",
+                           step.path, total, s.args[0].width);
+        s.sizes = sizes;
+        break;
+      }
+      case StepKind::kGatherLastTokens: {
+        KILN_ASSIGN(hidden, p.getInt("hidden"));
+        s.width = hidden;
+        KILN_RETURN_IF_ERROR(needValue(0));
+        break;
+      }
+    }
+    st.steps.push_back(std::move(s));
+  }
+  Step output_step;
+  output_step.path = mpath + ": entries.forward.outputs[0]";
+  KILN_ASSIGN(logits, value(output_step, entry->outputs[0].value, "value"));
+  st.logits = logits;
+  ex->vocab_ = logits.width;
+  ex->logits_per_sequence_ = logits.per_sequence;
+  KILN_ASSIGN(logits_host, st.allocHost(max_tokens * logits.width * logits.elem, "the logits"));
+  st.logits_host = logits_host;
+  return ex;
+}
+
+Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, std::span<float> logits_out) const {
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  if (n <= 0 || n > max_tokens_)
+    return makeError("forward: {} tokens; expected 1 to the token budget {}", n, max_tokens_);
+  if (int64_t(in.positions.size()) != n || int64_t(in.slot_mapping.size()) != n)
+    return makeError("forward: positions has {} and slot_mapping {} entries; expected one per "
+                     "token ({})",
+                     in.positions.size(), in.slot_mapping.size(), n);
+  if (b <= 0 || b > n)
+    return makeError("forward: {} sequences for {} tokens; expected 1 to {}", b, n, n);
+  if (int64_t(in.query_start.size()) != b + 1)
+    return makeError("forward: query_start has {} entries; expected {} (sequences + 1)",
+                     in.query_start.size(), b + 1);
+  if (in.max_blocks <= 0 || int64_t(in.block_tables.size()) != b * in.max_blocks)
+    return makeError("forward: block_tables has {} entries; expected {} sequences x max_blocks "
+                     "{}",
+                     in.block_tables.size(), b, in.max_blocks);
+  if (int64_t(in.block_tables.size()) > state_->block_table_capacity)
+    return makeError("forward: block_tables has {} entries; the CUDA executor's buffer holds {}",
+                     in.block_tables.size(), state_->block_table_capacity);
+  const int64_t out_rows = logits_per_sequence_ ? b : n;
+  if (int64_t(logits_out.size()) < out_rows * vocab_)
+    return makeError("forward: logits_out holds {} floats; expected {} rows x vocab {}",
+                     logits_out.size(), out_rows, vocab_);
+  if (in.query_start[0] != 0 || in.query_start[size_t(b)] != n)
+    return makeError("forward: query_start must run from 0 to the token count {}, got {} .. {}",
+                     n, in.query_start[0], in.query_start[size_t(b)]);
+  const KvPoolConfig& pc = pool_->config();
+  for (int64_t s = 0; s < b; ++s) {
+    const int32_t q0 = in.query_start[size_t(s)], q1 = in.query_start[size_t(s + 1)];
+    if (q1 <= q0)
+      return makeError("forward: sequence {} has no tokens (query_start {} .. {})", s, q0, q1);
+    const int32_t kv_len = in.kv_lens[size_t(s)];
+    if (kv_len < q1 - q0 || int64_t(kv_len) > int64_t(in.max_blocks) * pc.page_size)
+      return makeError("forward: sequence {} has kv_len {}; expected {} (its tokens) to {} "
+                       "(max_blocks x page_size)",
+                       s, kv_len, q1 - q0, int64_t(in.max_blocks) * pc.page_size);
+    const int64_t used = (kv_len + pc.page_size - 1) / pc.page_size;
+    for (int64_t j = 0; j < used; ++j) {
+      const int32_t block = in.block_tables[size_t(s * in.max_blocks + j)];
+      if (block < 0 || block >= pc.num_blocks)
+        return makeError("forward: block_tables[{}][{}] = {} is outside the pool's {} blocks", s,
+                         j, block, pc.num_blocks);
+    }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    if (in.tokens[size_t(t)] < 0 || in.tokens[size_t(t)] >= vocab_)
+      return makeError("forward: token {} at index {} is outside the vocabulary [0, {})",
+                       in.tokens[size_t(t)], t, vocab_);
+    if (in.positions[size_t(t)] < 0)
+      return makeError("forward: position {} at index {} is negative", in.positions[size_t(t)], t);
+    if (in.slot_mapping[size_t(t)] < 0 ||
+        in.slot_mapping[size_t(t)] >= pc.num_blocks * pc.page_size)
+      return makeError("forward: slot {} at index {} is outside the pool's {} slots",
+                       in.slot_mapping[size_t(t)], t, pc.num_blocks * pc.page_size);
+  }
+  return {};
+}
+
+Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits_out) {
+  KILN_RETURN_IF_ERROR(checkBatch(in, logits_out));
+  State& st = *state_;
+  const CudaDriver* d = st.d;
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(st.context), "cuCtxSetCurrent"));
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+
+  // Inputs: pack into pinned staging at the fixed offsets, one copy.
+  auto put = [&](InputId id, std::span<const int32_t> v) {
+    std::memcpy(st.staging + st.input_offset[id], v.data(), v.size() * 4);
+  };
+  put(kTokens, in.tokens);
+  put(kPositions, in.positions);
+  put(kSlotMapping, in.slot_mapping);
+  put(kQueryStart, in.query_start);
+  put(kKvLens, in.kv_lens);
+  put(kBlockTables, in.block_tables);
+  const size_t input_bytes = size_t(st.input_offset[kBlockTables] + int64_t(in.block_tables.size())) * 4;
+  KILN_RETURN_IF_ERROR(d->check(st.x.memcpyHtoDAsync(st.inputs, st.staging, input_bytes, st.stream),
+                                "cuMemcpyHtoDAsync (batch inputs)"));
+  auto input = [&](const BoundStep& s, size_t a) -> const int* {
+    return reinterpret_cast<const int*>(st.inputs + CUdeviceptr(st.input_offset[s.inputs[a]] * 4));
+  };
+  auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
+  const int64_t num_slots = pool_->config().num_blocks * pool_->config().page_size;
+
+  for (const BoundStep& s : st.steps) {
+    auto rows = [&](const DeviceValue& v) { return v.per_sequence ? b : n; };
+    Status status;
+    switch (s.kind) {
+      case StepKind::kEmbedding: {
+        kk::EmbeddingParams p{input(s, 0), ptr(s.weights[1]), ptr(s.results[0].ptr), int(n), int(s.vocab)};
+        status = st.launch(s, unsigned(n), 1, 1, &p);
+        break;
+      }
+      case StepKind::kRmsNorm: {
+        const int64_t r = rows(s.args[0]);
+        kk::RmsNormParams p{ptr(s.args[0].ptr), nullptr, ptr(s.weights[1]), nullptr,
+                            ptr(s.results[0].ptr), int(r)};
+        status = st.launch(s, unsigned(r), 1, 1, &p);
+        break;
+      }
+      case StepKind::kResidualRmsNorm: {
+        const int64_t r = rows(s.args[0]);
+        kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
+                            s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
+                            ptr(s.results.back().ptr), int(r)};
+        status = st.launch(s, unsigned(r), 1, 1, &p);
+        break;
+      }
+      case StepKind::kGemm: status = st.gemm(s, rows(s.args[0])); break;
+      case StepKind::kRopeKvAppend: {
+        const size_t pos = s.merged ? 1 : 3;
+        kk::RopeKvAppendParams p{};
+        if (s.merged) p.qkv = ptr(s.args[0].ptr);
+        else {
+          p.q = ptr(s.args[0].ptr);
+          p.k = ptr(s.args[1].ptr);
+          p.v = ptr(s.args[2].ptr);
+        }
+        p.positions = input(s, pos);
+        p.slot_mapping = input(s, pos + 1);
+        p.k_pool = ptr(s.pools[pos + 2]);
+        p.v_pool = ptr(s.pools[pos + 3]);
+        p.q_out = ptr(s.results[0].ptr);
+        p.num_tokens = int(n);
+        p.num_slots = num_slots;
+        status = st.launch(s, unsigned(n), 1, 1, &p);
+        break;
+      }
+      case StepKind::kPagedAttention: {
+        kk::PagedAttentionParams p{};
+        p.q = ptr(s.args[0].ptr);
+        p.k_pool = ptr(s.pools[1]);
+        p.v_pool = ptr(s.pools[2]);
+        p.block_tables = input(s, 3);
+        p.query_start = input(s, 4);
+        p.kv_lens = input(s, 5);
+        p.out = ptr(s.results[0].ptr);
+        p.num_tokens = int(n);
+        p.num_seqs = int(b);
+        p.max_blocks_per_seq = in.max_blocks;
+        p.num_splits = 1;
+        status = st.launch(s, unsigned(n), unsigned(s.kv_heads), 1, &p);
+        break;
+      }
+      case StepKind::kSiluMul:
+      case StepKind::kAdd:
+      case StepKind::kMul:
+      case StepKind::kSilu: {
+        const int64_t r = rows(s.args[0]);
+        const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
+        kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
+        const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
+        status = st.launch(s, unsigned(std::max<int64_t>(blocks, 1)), 1, 1, &p);
+        break;
+      }
+      case StepKind::kSplit: {
+        const int64_t r = rows(s.args[0]);
+        const int elem = s.args[0].elem;
+        int64_t column = 0;
+        for (size_t i = 0; i < s.results.size() && status.ok(); ++i) {
+          CUDA_MEMCPY2D c{};
+          c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+          c.srcDevice = s.args[0].ptr + CUdeviceptr(column * elem);
+          c.srcPitch = size_t(s.args[0].width * elem);
+          c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+          c.dstDevice = s.results[i].ptr;
+          c.dstPitch = size_t(s.sizes[i] * elem);
+          c.WidthInBytes = size_t(s.sizes[i] * elem);
+          c.Height = size_t(r);
+          status = d->check(st.x.memcpy2DAsync(&c, st.stream), "cuMemcpy2DAsync (split)");
+          column += s.sizes[i];
+        }
+        break;
+      }
+      case StepKind::kGatherLastTokens: {
+        kk::GatherLastTokensParams p{ptr(s.args[0].ptr), input(s, 1), ptr(s.results[0].ptr), int(b)};
+        status = st.launch(s, unsigned(b), 1, 1, &p);
+        break;
+      }
+    }
+    if (!status.ok())
+      return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
+  }
+
+  const int64_t out_rows = logits_per_sequence_ ? b : n;
+  const size_t bytes = size_t(out_rows * vocab_ * st.logits.elem);
+  KILN_RETURN_IF_ERROR(d->check(st.x.memcpyDtoHAsync(st.logits_host, st.logits.ptr, bytes, st.stream),
+                                "cuMemcpyDtoHAsync (logits)"));
+  KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
+  if (st.logits.elem == 4) {
+    std::memcpy(logits_out.data(), st.logits_host, bytes);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(st.logits_host);
+    for (int64_t i = 0; i < out_rows * vocab_; ++i) logits_out[size_t(i)] = fromBf16(h[i]);
+  }
+  return {};
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,75 @@
+// The CUDA backend's executor: runs an artifact's `forward` entry on one GPU
+// with the same contract as cpu::CpuExecutor (same manifest, step kinds and
+// BatchInputs). At creation it uploads the weights into one device
+// allocation (GEMM weights as bf16, norm weights as f32, embedding tables as
+// bound), allocates one arena (bytes_per_token x T_max) and the paged KV
+// pools, JIT-compiles every step's kernel instance (NVRTC, on-disk cache) and
+// resolves every step's launch arguments. forward() copies the batch inputs
+// through pinned staging, launches the steps on one stream (GEMMs: the
+// skinny `gemm` kernel for <= 8 rows, cuBLASLt bf16 with f32 accumulation
+// above), and copies the logits back as f32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/cpu/executor/executor.h"  // BatchInputs, kvPoolConfigFor
+#include "runtime/kv/block_pool.h"
+#include "runtime/support/error.h"
+#include "runtime/weights/weight_store.h"
+
+namespace kiln::cuda {
+
+struct CudaExecutorOptions {
+  int device = 0;
+  bool progress = true;  // JIT progress bar on stderr
+  bool verbose = false;  // print the loaded libraries, device and memory use
+};
+
+class CudaExecutor {
+ public:
+  // `weights` is read only during create (everything is copied to the GPU).
+  // `kv` must match the manifest's kv_cache; the executor keeps a host
+  // BlockPool for block bookkeeping and the K/V pools themselves on the
+  // device. No driver, no GPU, out of memory or a kernel that does not
+  // compile: an error naming what is missing (memory: asked and free).
+  static Result<std::unique_ptr<CudaExecutor>> create(const Manifest& manifest,
+                                                      const WeightStore& weights,
+                                                      const KvPoolConfig& kv, int64_t max_tokens,
+                                                      const CudaExecutorOptions& options = {});
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // Runs `forward`. logits_out: [B, vocab] f32, each sequence's last-token
+  // logits. A bad batch is an error before anything is launched.
+  Status forward(const cpu::BatchInputs& in, std::span<float> logits_out);
+
+  BlockPool& blockPool() { return *pool_; }
+  int64_t vocabSize() const { return vocab_; }
+  int64_t maxTokens() const { return max_tokens_; }
+  // "NVIDIA H200 (sm_90)".
+  const std::string& deviceName() const { return device_name_; }
+  int64_t deviceBytes() const { return device_bytes_; }  // weights + arena + pools + staging
+  int64_t weightBytes() const { return weight_bytes_; }
+
+  struct State;  // driver objects, bound steps (executor.cc)
+
+ private:
+  CudaExecutor() = default;
+  Status checkBatch(const cpu::BatchInputs& in, std::span<float> logits_out) const;
+
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<State> state_;
+  int64_t max_tokens_ = 0;
+  int64_t vocab_ = 0;
+  bool logits_per_sequence_ = true;
+  std::string device_name_;
+  int64_t device_bytes_ = 0;
+  int64_t weight_bytes_ = 0;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Random-weight Llama checkpoint + fp32 transformers reference (GPU machine).
+
+Writes DIR/{config.json, model.safetensors} with transformers
+(LlamaForCausalLM(config), seeded, saved in bf16) and a reference JSON for
+test/gpu/hf_logits_gpu_test: for PROMPTS random prompts (token ids, no
+tokenizer), the greedy continuation of NEW tokens with the model in fp32
+(weights exactly the saved bf16 values), and for the first LOGIT_CASES
+prompts the last-token logits of the prompt and of one decode step after it.
+
+  make_random_llama.py --config test/models/tiny-llama/config.json \
+      --header test/models/tiny-llama/model.safetensors --out /tmp/hf/tiny \
+      --reference /tmp/hf/tiny.json [--bench OUT.json]
+
+--header: the header-only checkpoint the artifact was compiled from; the
+tensor names and shapes written here must match it (exit 3 if not).
+--bench: also time batch-1 greedy decode with transformers (bf16, eager
+attention) and an HBM read probe (torch sum over 4 GiB), same process.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def safetensors_tables(path):
+    """{name: (dtype, shape)} of a .safetensors file or a directory's files."""
+    files = []
+    if os.path.isdir(path):
+        files = [os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
+    else:
+        files = [path]
+    out = {}
+    for f in files:
+        with open(f, "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(n))
+        for k, v in header.items():
+            if k != "__metadata__":
+                out[k] = (v["dtype"], tuple(v["shape"]))
+    return out
+
+
+def rounded(t):
+    return [float("%.7g" % v) for v in t.float().cpu().tolist()]
+
+
+def greedy(model, prompt, new_tokens, device):
+    """Greedy continuation with the KV cache; also the first two steps' logits."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+        past = out.past_key_values
+        logits = [out.logits[0, -1].float()]
+        tok = int(torch.argmax(logits[0]))
+        gen = [tok]
+        for _ in range(new_tokens - 1):
+            out = model(input_ids=torch.tensor([[tok]], device=device), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            if len(logits) < 2:
+                logits.append(out.logits[0, -1].float())
+            tok = int(torch.argmax(out.logits[0, -1]))
+            gen.append(tok)
+    return gen, logits
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--header", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reference", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts", type=int, default=10)
+    ap.add_argument("--logit-cases", type=int, default=4)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--bench")
+    args = ap.parse_args()
+    device = "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    t0 = time.time()
+    config = LlamaConfig.from_json_file(args.config)
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    model = model.to(torch.bfloat16).eval()
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        model.save_pretrained(args.out, safe_serialization=True)
+    except TypeError:  # newer transformers always write safetensors
+        model.save_pretrained(args.out)
+    written = safetensors_tables(args.out)
+    expected = safetensors_tables(args.header)
+    if written != expected:
+        only_w = sorted(set(written) - set(expected))[:5]
+        only_e = sorted(set(expected) - set(written))[:5]
+        diff = [k for k in written if k in expected and written[k] != expected[k]][:5]
+        print(f"tensor tables differ: only written {only_w}, only expected {only_e}, differing {diff}")
+        sys.exit(3)
+    print(f"{args.out}: {len(written)} tensors, names/dtypes/shapes match {args.header} "
+          f"({time.time() - t0:.1f} s)", flush=True)
+
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    vocab = config.vocab_size
+    prompts = []
+    for i in range(args.prompts):
+        length = 4 + (i * 7) % 37
+        prompts.append(torch.randint(0, vocab, (length,), generator=gen).tolist())
+
+    bench = {}
+    if args.bench:
+        # transformers bf16 eager, batch-1 decode, 16-token prompt then 128 steps.
+        try:
+            model.set_attn_implementation("eager")
+        except Exception:
+            model.config._attn_implementation = "eager"
+        steps = 128
+        with torch.no_grad():
+            ids = torch.tensor([prompts[0][:16] * 1], device=device)
+            for attempt in range(2):  # the first pass warms up
+                out = model(input_ids=ids, use_cache=True)
+                past = out.past_key_values
+                tok = torch.argmax(out.logits[0, -1]).view(1, 1)
+                torch.cuda.synchronize()
+                t = time.time()
+                for _ in range(steps if attempt else 8):
+                    out = model(input_ids=tok, past_key_values=past, use_cache=True)
+                    past = out.past_key_values
+                    tok = torch.argmax(out.logits[0, -1]).view(1, 1)
+                torch.cuda.synchronize()
+                dt = time.time() - t
+        bench["hf_eager_bf16_decode_b1_tok_s"] = steps / dt
+        bench["hf_eager_bf16_decode_b1_ms"] = 1e3 * dt / steps
+        # HBM read probe: sum over 4 GiB of bf16.
+        x = torch.ones(2 << 30, dtype=torch.bfloat16, device=device)
+        x.sum()
+        torch.cuda.synchronize()
+        reps = 20
+        t = time.time()
+        for _ in range(reps):
+            x.sum()
+        torch.cuda.synchronize()
+        bench["hbm_read_probe_GBps"] = reps * x.numel() * 2 / (time.time() - t) / 1e9
+        del x
+        bench["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+        bench["torch"] = torch.__version__
+        import transformers
+        bench["transformers"] = transformers.__version__
+        bench["card"] = torch.cuda.get_device_name(0)
+        print("bench:", json.dumps(bench), flush=True)
+        with open(args.bench, "w") as f:
+            json.dump(bench, f, indent=2)
+
+    model = model.float()  # exact: the fp32 reference has the saved bf16 values
+    cases = []
+    t0 = time.time()
+    for i, prompt in enumerate(prompts):
+        toks, logits = greedy(model, prompt, args.new, device)
+        case = {"prompt": prompt, "greedy": toks}
+        if i < args.logit_cases:
+            case["logits"] = rounded(logits[0])
+            case["next"] = toks[0]
+            case["decode_logits"] = rounded(logits[1])
+        cases.append(case)
+    with open(args.reference, "w") as f:
+        json.dump({"model": os.path.basename(os.path.normpath(args.out)),
+                   "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
+                   "cases": cases}, f)
+    print(f"{args.reference}: {len(cases)} prompts, fp32 greedy {args.new} tokens "
+          f"({time.time() - t0:.1f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
