@@ -11,6 +11,10 @@
 #include "runtime/artifact/manifest.h"
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/cpu/kernels/thread_pool.h"
+#ifdef KILN_HAVE_CUDA_EXECUTOR
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/executor/executor.h"
+#endif
 #include "runtime/engine/load_progress.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/sampling/sampler.h"
@@ -92,13 +96,85 @@ std::optional<std::string> chatTemplateSource(const WeightStore& weights,
   return std::nullopt;
 }
 
+// What the engine needs of a backend: both executors plug in.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Status forward(const cpu::BatchInputs& in, std::span<float> logits) = 0;
+  virtual BlockPool& blockPool() = 0;
+  virtual int64_t vocabSize() const = 0;
+  virtual int64_t maxTokens() const = 0;
+  virtual std::string name() const = 0;
+};
+
+template <class Executor>
+class ExecutorBackend final : public Backend {
+ public:
+  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name)
+      : ex_(std::move(ex)), name_(std::move(name)) {}
+  Status forward(const cpu::BatchInputs& in, std::span<float> logits) override {
+    return ex_->forward(in, logits);
+  }
+  BlockPool& blockPool() override { return ex_->blockPool(); }
+  int64_t vocabSize() const override { return ex_->vocabSize(); }
+  int64_t maxTokens() const override { return ex_->maxTokens(); }
+  std::string name() const override { return name_; }
+
+ private:
+  std::unique_ptr<Executor> ex_;
+  std::string name_;
+};
+
+Result<std::unique_ptr<Backend>> createCpuBackend(const Manifest& m, const WeightStore& weights,
+                                                  int64_t blocks, const EngineOptions& options) {
+  auto ex = cpu::CpuExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
+                                     options.max_batch_tokens);
+  if (!ex.ok()) return ex.error();
+  return std::unique_ptr<Backend>(new ExecutorBackend<cpu::CpuExecutor>(ex.take(), "cpu"));
+}
+
+Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const WeightStore& weights,
+                                                   int64_t blocks, const EngineOptions& options) {
+#ifdef KILN_HAVE_CUDA_EXECUTOR
+  cuda::CudaExecutorOptions copt;
+  copt.progress = options.progress;
+  auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
+                                       options.max_batch_tokens, copt);
+  if (!ex.ok()) return ex.error();
+  std::string name = "cuda " + (*ex)->deviceName();
+  return std::unique_ptr<Backend>(new ExecutorBackend<cuda::CudaExecutor>(ex.take(), name));
+#else
+  (void)m, (void)weights, (void)blocks, (void)options;
+  return makeError("no CUDA backend: this kiln was built without the CUDA toolkit headers");
+#endif
+}
+
 }  // namespace
+
+bool cudaAvailable(std::string* why) {
+#ifdef KILN_HAVE_CUDA_EXECUTOR
+  auto driver = cuda::loadCudaDriver();
+  if (!driver) {
+    if (why) *why = driver.error().message;
+    return false;
+  }
+  int count = 0;
+  if ((*driver)->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+    if (why) *why = fmt::format("the CUDA driver at {} sees no GPU", (*driver)->library.path());
+    return false;
+  }
+  return true;
+#else
+  if (why) *why = "this kiln was built without the CUDA toolkit headers";
+  return false;
+#endif
+}
 
 struct Engine::Impl {
   EngineOptions options;
   Manifest manifest;
   std::optional<WeightStore> weights;
-  std::unique_ptr<cpu::CpuExecutor> executor;
+  std::unique_ptr<Backend> executor;
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;
@@ -303,20 +379,27 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
 
   progress.stage("weights");
   if (options.threads > 0) cpu::setKernelThreads(options.threads);
+  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda")
+    return makeError("device '{}': expected cpu, cuda or auto", options.device);
   WeightStoreOptions weight_options;
+  if (!options.model_source.empty()) {
+    weight_options.source_path = options.model_source;
+    weight_options.check_source_stamp = false;
+  }
+  const std::string source = options.model_source.empty() ? m.model.source : options.model_source;
   auto weights = WeightStore::open(m, weight_options);
   if (!weights.ok()) return weights.error();
   impl->weights.emplace(weights.take());
 
   progress.stage("tokenizer");
-  auto tokenizer = loadTokenizer(*impl->weights, m.model.source);
+  auto tokenizer = loadTokenizer(*impl->weights, source);
   if (!tokenizer.ok()) return tokenizer.error();
   impl->tokenizer.emplace(tokenizer.take());
   if (impl->tokenizer->eos() >= 0) impl->eos_ids.push_back(impl->tokenizer->eos());
-  if (auto source = chatTemplateSource(*impl->weights, m.model.source)) {
+  if (auto chat_source = chatTemplateSource(*impl->weights, source)) {
     const Tokenizer& tok = *impl->tokenizer;
     auto chat = ChatTemplate::fromTemplateString(
-        *source, tok.bos() >= 0 ? tok.tokenText(tok.bos()) : "",
+        *chat_source, tok.bos() >= 0 ? tok.tokenText(tok.bos()) : "",
         tok.eos() >= 0 ? tok.tokenText(tok.eos()) : "");
     if (chat.ok())
       impl->chat_template.emplace(chat.take());
@@ -330,9 +413,18 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   int64_t kv_tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens : 8192;
   impl->page_size = m.kv_cache.page_size;
   int64_t blocks = (kv_tokens + m.kv_cache.page_size - 1) / m.kv_cache.page_size;
-  auto executor = cpu::CpuExecutor::create(m, *impl->weights,
-                                           cpu::kvPoolConfigFor(m, blocks),
-                                           options.max_batch_tokens);
+  Result<std::unique_ptr<Backend>> executor = makeError("no backend");
+  if (options.device == "cpu") {
+    executor = createCpuBackend(m, *impl->weights, blocks, options);
+  } else {
+    executor = createCudaBackend(m, *impl->weights, blocks, options);
+    if (!executor.ok() && options.device == "auto") {
+      if (options.progress)
+        fmt::print(stderr, "\nkiln: CUDA backend unavailable ({}); running on the CPU\n",
+                   executor.error().message.substr(0, executor.error().message.find('\n')));
+      executor = createCpuBackend(m, *impl->weights, blocks, options);
+    }
+  }
   if (!executor.ok()) return executor.error();
   impl->executor = executor.take();
   impl->vocab = impl->executor->vocabSize();
@@ -423,6 +515,6 @@ const RequestStats* Engine::stats(int64_t request_id) const {
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 const Manifest& Engine::manifest() const { return impl_->manifest; }
 int64_t Engine::contextLength() const { return impl_->context_length; }
-std::string Engine::backendName() const { return "cpu"; }
+std::string Engine::backendName() const { return impl_->executor->name(); }
 
 }  // namespace kiln

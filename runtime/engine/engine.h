@@ -27,7 +27,19 @@ struct EngineOptions {
   int max_sequences = 16;         // sequences decoding at once
   int64_t kv_cache_tokens = 0;    // KV pool capacity in tokens; 0 = 16384
   bool progress = true;           // progress bar on stderr while loading
+  // "cpu", "cuda" or "auto": auto tries the CUDA backend and falls back to
+  // the CPU with a one-line notice on stderr (unless !progress).
+  std::string device = "auto";
+  // Weights (and tokenizer) from another copy of the same checkpoint than
+  // the one the artifact names, e.g. one written on another machine; the
+  // size/mtime stamp check is off, tensor names, types and shapes are still
+  // checked. Empty: the manifest's model.source.
+  std::string model_source;
 };
+
+// Whether this process can run the CUDA backend (driver loads, a GPU is
+// visible); on false, `why` says what is missing.
+bool cudaAvailable(std::string* why = nullptr);
 
 enum class FinishReason { kRunning, kLength, kStop, kEos, kCancelled, kError };
 std::string_view finishReasonName(FinishReason reason);

@@ -27,7 +27,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/cpu/executor/executor.h"
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/cpu/kernels/rope.h"
 #include "runtime/cuda/executor/executor.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/weights/weight_store.h"
@@ -299,6 +299,38 @@ int main(int argc, char** argv) {
 
   Json summary;
   summary["model"] = ref.value("model", "");
+  if (ref.contains("rope") && ref["rope"].contains("inv_freq")) {
+    auto m = Manifest::load(artifact);
+    const Entry* e = m ? m->findEntry("forward") : nullptr;
+    for (const Step& step : e ? e->steps : std::vector<Step>{}) {
+      if (step.kind != StepKind::kRopeKvAppend) continue;
+      const StepParams& p = step.params;
+      cpu::RopeParams rp;
+      rp.theta = float(p.getDouble("rope_theta").value());
+      const std::string scaling = p.getString("rope_scaling").value();
+      rp.scaling = scaling == "llama3"   ? cpu::RopeScaling::kLlama3
+                   : scaling == "linear" ? cpu::RopeScaling::kLinear
+                                         : cpu::RopeScaling::kNone;
+      rp.factor = float(p.getDouble("rope_factor").value());
+      rp.low_freq_factor = float(p.getDouble("rope_low_freq_factor").value());
+      rp.high_freq_factor = float(p.getDouble("rope_high_freq_factor").value());
+      rp.original_max_position = int(p.getInt("rope_original_max_position").value());
+      auto mine = cpu::ropeInvFreq(rp, int(p.getInt("head_dim").value()));
+      const auto theirs = ref["rope"]["inv_freq"].get<std::vector<double>>();
+      double worst = 0;
+      if (mine && mine->size() == theirs.size())
+        for (size_t i = 0; i < theirs.size(); ++i)
+          worst = std::max(worst, std::fabs((*mine)[i] - theirs[i]) / std::max(1e-30, std::fabs(theirs[i])));
+      else
+        worst = INFINITY;
+      fmt::print("rope inv_freq: kiln vs transformers max rel diff {:.3e} ({} frequencies; "
+                 "transformers attention_scaling {}, config {})\n",
+                 worst, theirs.size(), ref["rope"].value("attention_scaling", 1.0),
+                 ref["rope"].value("config", "?"));
+      summary["rope_inv_freq_max_rel_diff"] = worst;
+      break;
+    }
+  }
   WeightStoreOptions wopt{.source_path = source, .check_source_stamp = false};
 
   auto manifest = Manifest::load(artifact);

@@ -168,8 +168,16 @@ def main():
             case["next"] = toks[0]
             case["decode_logits"] = rounded(logits[1])
         cases.append(case)
+    # transformers' RoPE inverse frequencies and scaling, to tell a RoPE
+    # difference from activation rounding when logits drift with position.
+    rope = {}
+    rotary = getattr(model.model, "rotary_emb", None)
+    if rotary is not None and hasattr(rotary, "inv_freq"):
+        rope["inv_freq"] = [float(v) for v in rotary.inv_freq.float().cpu().tolist()]
+        rope["attention_scaling"] = float(getattr(rotary, "attention_scaling", 1.0))
+    rope["config"] = str(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None))
     with open(args.reference, "w") as f:
-        json.dump({"model": os.path.basename(os.path.normpath(args.out)),
+        json.dump({"model": os.path.basename(os.path.normpath(args.out)), "rope": rope,
                    "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
                    "cases": cases}, f)
     print(f"{args.reference}: {len(cases)} prompts, fp32 greedy {args.new} tokens "

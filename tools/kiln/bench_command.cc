@@ -1,5 +1,6 @@
 // kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] [--batch B]
-//   [--threads N] [--device cpu] [--peer llama.cpp|none] [--json FILE]
+//   [--threads N] [--device cpu|cuda|auto] [--model-source PATH] [--peer llama.cpp|none]
+//   [--json FILE]
 // Measures prefill and decode on kiln and, in the same run, on the peer
 // (llama.cpp through llama-cpp-python, on the same GGUF, prompt and threads),
 // and prints one table with the ratio last.
@@ -111,13 +112,16 @@ Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t
 
 }  // namespace
 
+// run_command.cc: compiles MODEL for the backend --device picks and opens it.
+Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options);
+
 int benchCommand(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]) != "decode")
     return fail("usage: kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--peer llama.cpp|none] [--json FILE]");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
-                              "peer", "json"},
+                              "peer", "json", "model-source"},
                              {"quiet"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().size() != 1) return fail("kiln bench decode needs one MODEL");
@@ -138,9 +142,7 @@ int benchCommand(int argc, char** argv) {
   options->max_sequences = int(*batch);
   options->kv_cache_tokens = (*prompt_tokens + *gen_tokens + 16) * *batch + 64;
 
-  auto artifact = artifactFor({args->positionals()[0], {}, true});
-  if (!artifact.ok()) return fail(artifact.error().message);
-  auto engine = Engine::open(*artifact, *options);
+  auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
   std::vector<int32_t> prompt = benchPrompt((*engine)->tokenizer(), *prompt_tokens);
 

@@ -1,6 +1,8 @@
 // kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T]
 //   [--top-p P] [--top-k K] [--seed S] [--device cpu|cuda|auto] [--threads N]
-//   [--truncate] [--ignore-eos] [--stop TEXT] [--system TEXT]
+//   [--truncate] [--ignore-eos] [--stop TEXT] [--system TEXT] [--model-source PATH]
+// --model-source: weights (and tokenizer) from another copy of the same
+// checkpoint than the one the artifact was compiled from (no stamp check).
 // Streams the answer to stdout; loading progress and the closing tokens/s
 // summary go to stderr. Ctrl-C stops generation cleanly, with the summary.
 #include <atomic>
@@ -27,9 +29,8 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   auto device = args.get("device").value_or("auto");
   if (device != "auto" && device != "cpu" && device != "cuda")
     return makeError("--device '{}': expected cpu, cuda or auto", device);
-  if (device == "cuda")
-    return makeError("--device cuda: this kiln build has no CUDA backend yet (the CPU "
-                     "backend runs with --device cpu or auto)");
+  options.device = device;
+  options.model_source = args.get("model-source").value_or("");
   auto threads = args.getInt("threads", 0);
   if (!threads.ok()) return threads.error();
   if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);
@@ -37,15 +38,44 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   return options;
 }
 
+Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options) {
+  // The CUDA kernels take bf16 activations, the CPU executor f32: a model
+  // (not an artifact) is compiled for the backend that will run it.
+  std::string why;
+  const bool cuda = options.device != "cpu" && cudaAvailable(&why);
+  if (options.device == "cuda" && !cuda) return makeError("--device cuda: no CUDA backend: {}", why);
+  if (cuda) {
+    auto artifact = artifactFor({model, {"--activation-type=bf16"}, options.progress});
+    if (!artifact.ok()) return artifact.error();
+    EngineOptions gpu = options;
+    gpu.device = "cuda";
+    auto engine = Engine::open(*artifact, gpu);
+    if (engine.ok() || options.device == "cuda") return engine;
+    why = engine.error().message;
+  }
+  if (options.device == "auto" && options.progress) {
+    // One line: the reason's first line, without a trailing "tried:" list.
+    std::string reason = why.substr(0, why.find('\n'));
+    if (reason.size() > 7 && reason.compare(reason.size() - 7, 7, "; tried") == 0) reason.resize(reason.size() - 7);
+    if (reason.size() > 8 && reason.compare(reason.size() - 8, 8, "; tried:") == 0) reason.resize(reason.size() - 8);
+    std::fprintf(stderr, "kiln: CUDA backend unavailable (%s); running on the CPU\n", reason.c_str());
+  }
+  auto artifact = artifactFor({model, {}, options.progress});
+  if (!artifact.ok()) return artifact.error();
+  options.device = "cpu";
+  return Engine::open(*artifact, options);
+}
+
 int runCommand(int argc, char** argv) {
   auto args = CliArgs::parse(argc, argv, 2,
                              {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
-                              "device", "threads", "system", "repetition-penalty", "stop"},
+                              "device", "threads", "system", "repetition-penalty", "stop",
+                              "model-source"},
                              {"chat", "truncate", "quiet", "ignore-eos"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().empty() || args->positionals().size() > 2)
     return fail("usage: kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T] "
-                "[--top-p P] [--seed S] [--device cpu|cuda|auto]");
+                "[--top-p P] [--seed S] [--device cpu|cuda|auto] [--model-source PATH]");
   auto options = engineOptionsFrom(*args);
   if (!options.ok()) return fail(options.error().message);
   options->progress = !args->has("quiet");
@@ -87,9 +117,7 @@ int runCommand(int argc, char** argv) {
   s.ignore_eos = args->has("ignore-eos");
   if (Status valid = s.validate(); !valid.ok()) return fail(valid.error().message);
 
-  auto artifact = artifactFor({args->positionals()[0], {}, options->progress});
-  if (!artifact.ok()) return fail(artifact.error().message);
-  auto engine = Engine::open(*artifact, *options);
+  auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
 
   auto id = (*engine)->submit(std::move(request), [](int64_t, int32_t, std::string_view text) {

@@ -1,0 +1,81 @@
+// What the CUDA executor does on any machine: its errors before any GPU work
+// (an f32 artifact, a missing driver) are clear; with a GPU, the tiny-llama
+// fixture as a bf16 plan runs and agrees with the CPU executor. The full
+// check against transformers is test/gpu/hf_logits_gpu_test (GPU machine).
+#include "runtime/cuda/executor/executor.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace kiln::cuda {
+namespace {
+
+const std::string kFixture = KILN_TINY_LLAMA_DIR;
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The fixture's f32 plan with every activation and the KV cache in bf16
+// (rows half as wide in bytes, the planned offsets kept); weights stay f32.
+Result<Manifest> bf16Plan() {
+  auto j = nlohmann::json::parse(readFile(kFixture + "/artifact/manifest.json"), nullptr, false);
+  if (j.is_discarded()) return makeError("fixture manifest is not JSON");
+  j["activation_type"] = "bf16";
+  j["kv_cache"]["type"] = "bf16";
+  for (auto& [name, entry] : j["entries"].items()) {
+    for (auto& v : entry["values"]) {
+      v["type"] = "bf16";
+      v["row_bytes"] = v["row_bytes"].get<int64_t>() / 2;
+    }
+    for (auto& step : entry["steps"])
+      if (step["params"].contains("kv_type")) step["params"]["kv_type"] = "bf16";
+  }
+  return Manifest::parse(j.dump(), kFixture + "/artifact/manifest.json");
+}
+
+TEST(CudaExecutor, F32ArtifactAsksForBf16) {
+  auto manifest = Manifest::load(kFixture + "/artifact");
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  auto ex = CudaExecutor::create(*manifest, *weights, cpu::kvPoolConfigFor(*manifest, 8), 16);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.error().message.find("--activation-type=bf16"), std::string::npos) << ex.error().message;
+}
+
+TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
+  auto manifest = bf16Plan();
+  if (!manifest.ok()) GTEST_SKIP() << "the fixture does not convert to a bf16 plan: " << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  if (!weights.ok()) GTEST_SKIP() << "fixture weights do not bind as bf16 plan weights: " << weights.error().message;
+  auto ex = CudaExecutor::create(*manifest, *weights, cpu::kvPoolConfigFor(*manifest, 8), 16,
+                                 {.progress = false});
+  if (!ex.ok()) {
+    // No GPU here: the error names what is missing, and nothing crashed.
+    EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+    GTEST_SKIP() << ex.error().message.substr(0, ex.error().message.find('\n'));
+  }
+  // A GPU: one 5-token prefill, finite logits.
+  std::vector<int32_t> tokens{1, 2, 3, 4, 5}, positions{0, 1, 2, 3, 4}, slots{0, 1, 2, 3, 4};
+  std::vector<int32_t> tables{0}, query_start{0, 5}, kv_lens{5};
+  cpu::BatchInputs in{tokens, positions, slots, tables, 1, query_start, kv_lens};
+  std::vector<float> logits(size_t((*ex)->vocabSize()));
+  Status s = (*ex)->forward(in, logits);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  // A bad batch fails before anything runs.
+  std::vector<int32_t> bad_slots{0, 1, 2, 3, 1 << 20};
+  cpu::BatchInputs bad{tokens, positions, bad_slots, tables, 1, query_start, kv_lens};
+  EXPECT_FALSE((*ex)->forward(bad, logits).ok());
+}
+
+}  // namespace
+}  // namespace kiln::cuda
