@@ -157,7 +157,16 @@ def main():
         with open(args.bench, "w") as f:
             json.dump(bench, f, indent=2)
 
-    model = model.float()  # exact: the fp32 reference has the saved bf16 values
+    # The fp32 reference is loaded back from the saved checkpoint: its weights
+    # are the saved bf16 values exactly, and its buffers (RoPE inv_freq) are
+    # computed afresh in fp32. `model.float()` would keep the inv_freq that
+    # `.to(torch.bfloat16)` rounded to bf16, a position-dependent error.
+    del model
+    try:
+        model = LlamaForCausalLM.from_pretrained(args.out, dtype=torch.float32)
+    except TypeError:
+        model = LlamaForCausalLM.from_pretrained(args.out, torch_dtype=torch.float32)
+    model = model.to(device).eval()
     cases = []
     t0 = time.time()
     for i, prompt in enumerate(prompts):
