@@ -21,14 +21,6 @@ namespace {
 // aligned for vector loads whatever the token budget.
 constexpr int64_t kRowAlignment = 64;
 
-std::string typeName(Type type) {
-  if (auto quant = dyn_cast<xfmr::QuantType>(type)) return quant.getKind().str();
-  std::string name;
-  llvm::raw_string_ostream os(name);
-  type.print(os);
-  return name;
-}
-
 std::optional<int64_t> elementBytes(Type type) {
   if (type.isIntOrFloat()) return (type.getIntOrFloatBitWidth() + 7) / 8;
   return std::nullopt;
@@ -59,7 +51,7 @@ json::Value attrJson(Attribute attr) {
     for (NamedAttribute entry : d) object[entry.getName().str()] = attrJson(entry.getValue());
     return object;
   }
-  if (auto t = dyn_cast<TypeAttr>(attr)) return typeName(t.getValue());
+  if (auto t = dyn_cast<TypeAttr>(attr)) return xfmr::elementTypeName(t.getValue());
   std::string text;
   llvm::raw_string_ostream os(text);
   attr.print(os);
@@ -165,7 +157,7 @@ std::optional<int> ManifestBuilder::weightId(Value value) {
   }
   int id = static_cast<int>(weights_.size());
   weight["id"] = id;
-  weight["type"] = typeName(type.getElementType());
+  weight["type"] = xfmr::elementTypeName(type.getElementType());
   weight["shape"] = shapeJson(type);
   if (auto ref = dyn_cast<xfmr::WeightOp>(op)) weightIdsByName_[ref.getName()] = id;
   weights_.push_back(std::move(weight));
@@ -196,12 +188,12 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
       kvCache_ = json::Object{{"page_size", int64_t(pool.getPageSize())},
                               {"kv_heads", int64_t(pool.getKvHeads())},
                               {"head_dim", int64_t(pool.getHeadDim())},
-                              {"type", typeName(pool.getElementType())}};
+                              {"type", xfmr::elementTypeName(pool.getElementType())}};
       continue;
     }
     auto type = cast<RankedTensorType>(arg.getType());
     inputs.push_back(json::Object{{"name", name},
-                                  {"type", typeName(type.getElementType())},
+                                  {"type", xfmr::elementTypeName(type.getElementType())},
                                   {"shape", shapeJson(type)}});
     blockArgs.try_emplace(arg, json::Object{{"input", name}});
   }
@@ -280,7 +272,7 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
       for (NamedAttribute p : kernel.getParams()) params[p.getName().str()] = attrJson(p.getValue());
     } else if (auto gemm = dyn_cast<xfmr::GemmOp>(op)) {
       auto weight = cast<RankedTensorType>(gemm.getWeight().getType());
-      std::string weightType = typeName(weight.getElementType());
+      std::string weightType = xfmr::elementTypeName(weight.getElementType());
       Builder b(op.getContext());
       auto paramDict = b.getDictionaryAttr({
           b.getNamedAttr("n", b.getI64IntegerAttr(weight.getDimSize(0))),
@@ -366,7 +358,7 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
   json::Array valuesJson;
   for (const PlannedValue& v : values) {
     json::Object object{{"id", v.id},
-                        {"type", typeName(v.type.getElementType())},
+                        {"type", xfmr::elementTypeName(v.type.getElementType())},
                         {"shape", shapeJson(v.type)},
                         {"rows", v.type.getRank() > 0 && v.type.isDynamicDim(0)
                                      ? (v.perSequence ? "sequences" : "tokens")

@@ -49,16 +49,8 @@ int64_t lastDim(Value value) {
   return type.getDimSize(type.getRank() - 1);
 }
 
-std::string elementName(Type type) {
-  if (auto quant = dyn_cast<xfmr::QuantType>(type)) return quant.getKind().str();
-  std::string name;
-  llvm::raw_string_ostream os(name);
-  type.print(os);
-  return name;
-}
-
 std::string elementOf(Value value) {
-  return elementName(cast<RankedTensorType>(value.getType()).getElementType());
+  return xfmr::elementTypeName(cast<RankedTensorType>(value.getType()).getElementType());
 }
 
 class Lowering {
@@ -170,7 +162,7 @@ LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
       param("head_dim", static_cast<int64_t>(pool.getHeadDim())),
       param("page_size", static_cast<int64_t>(pool.getPageSize())),
       param("merged_qkv", static_cast<bool>(split)),
-      param("kv_type", elementName(pool.getElementType())),
+      param("kv_type", xfmr::elementTypeName(pool.getElementType())),
   };
   appendRopeParams(params, ropeQ.getRope());
   replaceWithKernel(region, "rope_kv_append", args, params);
@@ -264,7 +256,7 @@ LogicalResult Lowering::lower(func::FuncOp func) {
                    param("head_dim", static_cast<int64_t>(pool.getHeadDim())),
                    param("page_size", static_cast<int64_t>(pool.getPageSize())),
                    param("scale", attention.getScale().convertToDouble()),
-                   param("kv_type", elementName(pool.getElementType())),
+                   param("kv_type", xfmr::elementTypeName(pool.getElementType())),
                    param("tree_mask", static_cast<bool>(attention.getTreeMask()))});
               return success();
             })

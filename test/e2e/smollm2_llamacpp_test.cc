@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <map>
 #include <optional>
@@ -138,6 +139,51 @@ class SmolLM2 : public ::testing::Test {
     return logits;
   }
 
+  // One checked position: kiln's logits there and both references' rows.
+  struct CheckedPosition {
+    std::string where;  // "prompt @label"
+    const std::vector<float>& kiln;
+    std::vector<float> llama;
+    std::vector<float> exact;
+  };
+
+  // Feeds every logits-fixture prompt (prompt, then llama.cpp's generated
+  // tokens) and calls `check` at each recorded position.
+  void forEachCheckedPosition(const std::function<void(const CheckedPosition&)>& check) {
+    nlohmann::json fixture = loadFixture("logits.json");
+    std::ifstream exact_in(std::string(KILN_SOURCE_DIR) +
+                           "/test/fixtures/numpy/smollm2_logits.json");
+    nlohmann::json exact = nlohmann::json::parse(exact_in);
+    size_t vocab = size_t(executor_->vocabSize());
+    for (size_t p = 0; p < fixture["prompts"].size(); ++p) {
+      const auto& prompt = fixture["prompts"][p];
+      ASSERT_EQ(exact["prompts"][p]["name"], prompt["name"]);
+      std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
+      for (int32_t t : prompt["generated_ids"].get<std::vector<int32_t>>()) tokens.push_back(t);
+      BlockTable table(manifest_->kv_cache.page_size);
+      int64_t fed = 0;
+      std::vector<float> mine;
+      for (size_t a = 0; a < prompt["positions"].size(); ++a) {
+        const auto& at = prompt["positions"][a];
+        int64_t position = at["position"].is_string()
+                               ? std::stoll(at["position"].get<std::string>())
+                               : at["position"].get<int64_t>();
+        // Several labels can name one position (the last prompt position is
+        // also the one whose logits chose generated token 0).
+        if (position + 1 > fed) {
+          mine = feed(table, tokens, fed, position + 1);
+          fed = position + 1;
+        }
+        check({prompt["name"].get<std::string>() + " @" + at["label"].get<std::string>(), mine,
+               referenceLogits(at["logits_f16_zlib_b64"].get<std::string>(), vocab),
+               referenceLogits(
+                   exact["prompts"][p]["positions"][a]["logits_f16_zlib_b64"].get<std::string>(),
+                   vocab)});
+      }
+      table.release(executor_->blockPool());
+    }
+  }
+
   static inline Manifest* manifest_ = nullptr;
   static inline WeightStore* weights_ = nullptr;
   static inline cpu::CpuExecutor* executor_ = nullptr;
@@ -175,68 +221,42 @@ std::vector<int> sortedTop5(std::span<const float> row) {
 // where llama.cpp's own rounding moves it further, kiln must be at least as
 // close to exact arithmetic as llama.cpp is.
 TEST_F(SmolLM2, LogitsMatchLlamaCppAndExactReference) {
-  nlohmann::json fixture = loadFixture("logits.json");
-  std::ifstream exact_in(std::string(KILN_SOURCE_DIR) + "/test/fixtures/numpy/smollm2_logits.json");
-  nlohmann::json exact = nlohmann::json::parse(exact_in);
-  size_t vocab = size_t(executor_->vocabSize());
   int checked = 0, strict = 0, exact_top5 = 0;
-  for (size_t p = 0; p < fixture["prompts"].size(); ++p) {
-    const auto& prompt = fixture["prompts"][p];
-    ASSERT_EQ(exact["prompts"][p]["name"], prompt["name"]);
-    std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
-    for (int32_t t : prompt["generated_ids"].get<std::vector<int32_t>>()) tokens.push_back(t);
-    BlockTable table(manifest_->kv_cache.page_size);
-    int64_t fed = 0;
-    std::vector<float> mine;
-    for (size_t a = 0; a < prompt["positions"].size(); ++a) {
-      const auto& at = prompt["positions"][a];
-      int64_t position = at["position"].is_string() ? std::stoll(at["position"].get<std::string>())
-                                                     : at["position"].get<int64_t>();
-      // Several labels can name one position (the last prompt position is
-      // also the one whose logits chose generated token 0).
-      if (position + 1 > fed) {
-        mine = feed(table, tokens, fed, position + 1);
-        fed = position + 1;
-      }
-      std::vector<float> llama = referenceLogits(at["logits_f16_zlib_b64"].get<std::string>(), vocab);
-      std::vector<float> f64 = referenceLogits(
-          exact["prompts"][p]["positions"][a]["logits_f16_zlib_b64"].get<std::string>(), vocab);
-      double kiln_llama = cosine(mine, llama), kiln_exact = cosine(mine, f64);
-      double llama_exact = cosine(llama, f64);
-      std::string where = prompt["name"].get<std::string>() + " @" + at["label"].get<std::string>();
-      std::printf("%-28s cos(kiln, llama.cpp) %.6f  cos(kiln, exact) %.6f  cos(llama.cpp, exact) "
-                  "%.6f  mean|kiln - llama.cpp| %.3f logits\n",
-                  where.c_str(), kiln_llama, kiln_exact, llama_exact, meanAbsDiff(mine, llama));
-      EXPECT_GE(kiln_exact, 0.999) << where;
-      if (llama_exact >= 0.999) {
-        EXPECT_GE(kiln_llama, 0.999) << where;
-        ++strict;
-      } else {
-        // llama.cpp's own rounding moved it this far from exact: kiln must
-        // be at least as close to exact arithmetic as the peer is.
-        EXPECT_GE(kiln_exact, llama_exact) << where;
-      }
-      // Top-5: equal sets, or a swap at the cut between two tokens whose
-      // llama.cpp logits are within 0.5 of each other (a near-tie).
-      std::vector<int> top_mine = sortedTop5(mine), top_llama = sortedTop5(llama);
-      float fifth = llama[topK(llama, 5).back()];
-      int shared = 0;
-      for (int id : top_mine) {
-        if (std::binary_search(top_llama.begin(), top_llama.end(), id)) {
-          ++shared;
-        } else {
-          EXPECT_LT(std::fabs(llama[id] - fifth), 0.5f)
-              << where << ": kiln's top-5 token " << id << " is not a near-tie in llama.cpp";
-          std::printf("    top-5 swap at the cut: kiln has %d (llama.cpp logit %.3f vs 5th %.3f)\n",
-                      id, llama[id], fifth);
-        }
-      }
-      EXPECT_GE(shared, 4) << where;
-      exact_top5 += top_mine == top_llama;
-      ++checked;
+  forEachCheckedPosition([&](const CheckedPosition& at) {
+    const std::string& where = at.where;
+    double kiln_llama = cosine(at.kiln, at.llama), kiln_exact = cosine(at.kiln, at.exact);
+    double llama_exact = cosine(at.llama, at.exact);
+    std::printf("%-28s cos(kiln, llama.cpp) %.6f  cos(kiln, exact) %.6f  cos(llama.cpp, exact) "
+                "%.6f  mean|kiln - llama.cpp| %.3f logits\n",
+                where.c_str(), kiln_llama, kiln_exact, llama_exact, meanAbsDiff(at.kiln, at.llama));
+    EXPECT_GE(kiln_exact, 0.999) << where;
+    if (llama_exact >= 0.999) {
+      EXPECT_GE(kiln_llama, 0.999) << where;
+      ++strict;
+    } else {
+      // llama.cpp's own rounding moved it this far from exact: kiln must
+      // be at least as close to exact arithmetic as the peer is.
+      EXPECT_GE(kiln_exact, llama_exact) << where;
     }
-    table.release(executor_->blockPool());
-  }
+    // Top-5: equal sets, or a swap at the cut between two tokens whose
+    // llama.cpp logits are within 0.5 of each other (a near-tie).
+    std::vector<int> top_mine = sortedTop5(at.kiln), top_llama = sortedTop5(at.llama);
+    float fifth = at.llama[topK(at.llama, 5).back()];
+    int shared = 0;
+    for (int id : top_mine) {
+      if (std::binary_search(top_llama.begin(), top_llama.end(), id)) {
+        ++shared;
+      } else {
+        EXPECT_LT(std::fabs(at.llama[id] - fifth), 0.5f)
+            << where << ": kiln's top-5 token " << id << " is not a near-tie in llama.cpp";
+        std::printf("    top-5 swap at the cut: kiln has %d (llama.cpp logit %.3f vs 5th %.3f)\n",
+                    id, at.llama[id], fifth);
+      }
+    }
+    EXPECT_GE(shared, 4) << where;
+    exact_top5 += top_mine == top_llama;
+    ++checked;
+  });
   EXPECT_EQ(checked, 12);
   std::printf("%d of %d positions held to cosine >= 0.999 against llama.cpp; %d of %d with "
               "identical top-5 sets\n",
@@ -248,36 +268,16 @@ TEST_F(SmolLM2, LogitsMatchLlamaCppAndExactReference) {
 // float64 NumPy reference at every checked position.
 TEST_F(SmolLM2, F32ActivationsMatchExactReference) {
   cpu::setQuantizedWeightPath(cpu::LinearPath::kDequantSgemm);
-  nlohmann::json fixture = loadFixture("logits.json");
-  std::ifstream exact_in(std::string(KILN_SOURCE_DIR) + "/test/fixtures/numpy/smollm2_logits.json");
-  nlohmann::json exact = nlohmann::json::parse(exact_in);
-  size_t vocab = size_t(executor_->vocabSize());
-  for (size_t p = 0; p < fixture["prompts"].size(); ++p) {
-    const auto& prompt = fixture["prompts"][p];
-    std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
-    for (int32_t t : prompt["generated_ids"].get<std::vector<int32_t>>()) tokens.push_back(t);
-    BlockTable table(manifest_->kv_cache.page_size);
-    int64_t fed = 0;
-    std::vector<float> mine;
-    for (size_t a = 0; a < prompt["positions"].size(); ++a) {
-      const auto& at = prompt["positions"][a];
-      int64_t position = at["position"].is_string() ? std::stoll(at["position"].get<std::string>())
-                                                     : at["position"].get<int64_t>();
-      if (position + 1 > fed) {
-        mine = feed(table, tokens, fed, position + 1);
-        fed = position + 1;
-      }
-      std::vector<float> f64 = referenceLogits(
-          exact["prompts"][p]["positions"][a]["logits_f16_zlib_b64"].get<std::string>(), vocab);
-      std::string where = prompt["name"].get<std::string>() + " @" + at["label"].get<std::string>();
-      EXPECT_GE(cosine(mine, f64), 0.99999) << where;
-      // The fixture stores f16 logits: 0.02 is a few f16 ulps at |logit| ~ 20.
-      EXPECT_LT(meanAbsDiff(mine, f64), 0.02) << where;
-      EXPECT_EQ(topK(mine, 1), topK(f64, 1)) << where;
-    }
-    table.release(executor_->blockPool());
-  }
+  int checked = 0;
+  forEachCheckedPosition([&](const CheckedPosition& at) {
+    EXPECT_GE(cosine(at.kiln, at.exact), 0.99999) << at.where;
+    // The fixture stores f16 logits: 0.02 is a few f16 ulps at |logit| ~ 20.
+    EXPECT_LT(meanAbsDiff(at.kiln, at.exact), 0.02) << at.where;
+    EXPECT_EQ(topK(at.kiln, 1), topK(at.exact, 1)) << at.where;
+    ++checked;
+  });
   cpu::setQuantizedWeightPath(cpu::LinearPath::kQuantDot);
+  EXPECT_EQ(checked, 12);
 }
 
 TEST_F(SmolLM2, GreedyContinuationsMatchLlamaCpp) {

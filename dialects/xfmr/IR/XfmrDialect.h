@@ -34,3 +34,9 @@ struct FieldParser<llvm::APFloat> {
 
 #define GET_OP_CLASSES
 #include "dialects/xfmr/IR/XfmrOps.h.inc"
+
+namespace kiln::xfmr {
+/// The element-type spelling kernels and the manifest use: a quantization
+/// kind ("q4_1", "int8") or the builtin type ("f32", "bf16", "i32").
+std::string elementTypeName(mlir::Type type);
+}  // namespace kiln::xfmr

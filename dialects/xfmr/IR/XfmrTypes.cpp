@@ -80,6 +80,14 @@ double QuantType::bitsPerElement() const {
   return findScheme(getKind())->bitsPerElement;
 }
 
+std::string kiln::xfmr::elementTypeName(Type type) {
+  if (auto quant = dyn_cast<QuantType>(type)) return quant.getKind().str();
+  std::string name;
+  llvm::raw_string_ostream os(name);
+  type.print(os);
+  return name;
+}
+
 //===----------------------------------------------------------------------===//
 // KvPoolType
 //===----------------------------------------------------------------------===//
