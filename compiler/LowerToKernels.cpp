@@ -55,7 +55,8 @@ std::string elementOf(Value value) {
 
 class Lowering {
  public:
-  explicit Lowering(MLIRContext* context) : builder_(context) {}
+  Lowering(MLIRContext* context, llvm::StringRef activationType)
+      : builder_(context), activationType_(activationType) {}
 
   LogicalResult lower(func::FuncOp func);
 
@@ -82,12 +83,20 @@ class Lowering {
     op->replaceAllUsesWith(kernel.getResults());
     op->erase();
   }
+  // Appends `name = "<type>"` when `value`'s element type is not the
+  // activation type (mixed-precision kernels: f32 residual, bf16 branches).
+  void appendType(llvm::SmallVector<NamedAttribute>& params, llvm::StringRef name,
+                  Value value) {
+    std::string type = elementOf(value);
+    if (type != activationType_) params.push_back(param(name, llvm::StringRef(type)));
+  }
   LogicalResult lowerRegion(xfmr::FusionRegionOp region);
   LogicalResult lowerRopeKvWrite(xfmr::FusionRegionOp region);
   void appendRopeParams(llvm::SmallVector<NamedAttribute>& params,
                         xfmr::RopeAttr rope);
 
   OpBuilder builder_;
+  std::string activationType_;
   WeightOnlyAnalysis weights_;
 };
 
@@ -175,13 +184,23 @@ LogicalResult Lowering::lowerRegion(xfmr::FusionRegionOp region) {
   Block& body = region.getBody().front();
   if (kind == "residual_rms_norm") {
     xfmr::RmsNormOp norm;
-    for (Operation& op : body)
+    xfmr::AddOp add;
+    for (Operation& op : body) {
       if (auto n = dyn_cast<xfmr::RmsNormOp>(op)) norm = n;
+      if (auto a = dyn_cast<xfmr::AddOp>(op)) add = a;
+    }
     // results: (sum, normed) when the sum is used later, else (normed).
-    replaceWithKernel(region, "residual_rms_norm", region.getInputs(),
-                      {param("hidden", lastDim(norm.getInput())),
-                       param("epsilon", norm.getEpsilon().convertToDouble()),
-                       param("writes_sum", region.getNumResults() == 2)});
+    llvm::SmallVector<NamedAttribute> params = {
+        param("hidden", lastDim(norm.getInput())),
+        param("epsilon", norm.getEpsilon().convertToDouble()),
+        param("writes_sum", region.getNumResults() == 2)};
+    // x and residual are the kernel's args 0 and 1 (the add's operands, in
+    // the region's input order); the sum is kept, and normed, in sum_type.
+    appendType(params, "x_type", region.getInputs()[0]);
+    appendType(params, "residual_type", region.getInputs()[1]);
+    appendType(params, "sum_type", add.getResult());
+    appendType(params, "out_type", norm.getResult());
+    replaceWithKernel(region, "residual_rms_norm", region.getInputs(), params);
     return success();
   }
   if (kind == "silu_mul") {
@@ -208,15 +227,20 @@ LogicalResult Lowering::lower(func::FuncOp func) {
         llvm::TypeSwitch<Operation*, LogicalResult>(op)
             .Case([&](xfmr::FusionRegionOp region) { return lowerRegion(region); })
             .Case([&](xfmr::EmbedOp embed) {
-              replaceWithKernel(embed, "embedding", embed->getOperands(),
-                                {param("hidden", lastDim(embed.getResult())),
-                                 param("table_type", elementOf(embed.getTable()))});
+              llvm::SmallVector<NamedAttribute> params = {
+                  param("hidden", lastDim(embed.getResult())),
+                  param("table_type", elementOf(embed.getTable()))};
+              appendType(params, "out_type", embed.getResult());
+              replaceWithKernel(embed, "embedding", embed->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::RmsNormOp norm) {
-              replaceWithKernel(norm, "rms_norm", norm->getOperands(),
-                                {param("hidden", lastDim(norm.getInput())),
-                                 param("epsilon", norm.getEpsilon().convertToDouble())});
+              llvm::SmallVector<NamedAttribute> params = {
+                  param("hidden", lastDim(norm.getInput())),
+                  param("epsilon", norm.getEpsilon().convertToDouble())};
+              appendType(params, "x_type", norm.getInput());
+              appendType(params, "out_type", norm.getResult());
+              replaceWithKernel(norm, "rms_norm", norm->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::LinearOp linear) {
@@ -261,13 +285,20 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               return success();
             })
             .Case([&](xfmr::GatherLastTokensOp gather) {
+              llvm::SmallVector<NamedAttribute> params = {
+                  param("hidden", lastDim(gather.getHidden()))};
+              appendType(params, "type", gather.getResult());
               replaceWithKernel(gather, "gather_last_tokens", gather->getOperands(),
-                                {param("hidden", lastDim(gather.getHidden()))});
+                                params);
               return success();
             })
             .Case([&](xfmr::AddOp add) {
-              replaceWithKernel(add, "add", add->getOperands(),
-                                {param("width", lastDim(add.getResult()))});
+              llvm::SmallVector<NamedAttribute> params = {
+                  param("width", lastDim(add.getResult()))};
+              appendType(params, "a_type", add.getLhs());
+              appendType(params, "b_type", add.getRhs());
+              appendType(params, "out_type", add.getResult());
+              replaceWithKernel(add, "add", add->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::MulOp mul) {
@@ -310,7 +341,7 @@ struct LowerToKernelsPass : impl::LowerToKernelsBase<LowerToKernelsPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    Lowering lowering(&getContext());
+    Lowering lowering(&getContext(), activationType);
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (failed(lowering.lower(func))) return signalPassFailure();
   }

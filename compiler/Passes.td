@@ -151,7 +151,19 @@ def LowerToKernels : Pass<"xfmr-lower-to-kernels", "::mlir::ModuleOp"> {
     // after
     %h = xfmr.kernel "rms_norm" (%x, %w) {params = {epsilon = 1.0e-05 : f64, hidden = 576 : i64}}
     ```
+
+    Kernels that may mix element types (embedding, rms_norm,
+    residual_rms_norm, add, gather_last_tokens) name the element type of
+    each activation operand or result that differs from `activation-type`:
+    with bf16 activations and an f32 residual stream, the rms_norm above is
+    `{epsilon = ..., hidden = 576, x_type = "f32"}` (x f32, output bf16).
+    Values of the activation type are not named, so an all-f32 model's
+    params are the same as without the option.
   }];
+  let options = [
+    Option<"activationType", "activation-type", "std::string", "\"f32\"",
+           "Element type of activations; params name the types that differ">,
+  ];
   let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
 }
 

@@ -56,7 +56,9 @@ void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options
     spec.mode = options.specMode;
     pm.addPass(createExpandSpecVerify(spec));
   }
-  pm.addPass(createLowerToKernels());
+  LowerToKernelsOptions lowering;
+  lowering.activationType = options.activationType;
+  pm.addPass(createLowerToKernels(lowering));
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
 }
@@ -81,6 +83,9 @@ struct DefaultPipelineOptions
   Option<std::string> specMode{*this, "spec-mode",
                                llvm::cl::desc("greedy, rejection"),
                                llvm::cl::init("greedy")};
+  Option<std::string> activationType{*this, "activation-type",
+                                     llvm::cl::desc("f32, bf16, f16"),
+                                     llvm::cl::init("f32")};
 };
 }  // namespace
 
@@ -96,6 +101,7 @@ void registerPipelines() {
         options.pageSize = o.pageSize;
         options.specTree = o.specTree;
         options.specMode = o.specMode;
+        options.activationType = o.activationType;
         buildDefaultPipeline(pm, options);
       });
 }

@@ -17,6 +17,9 @@ struct CompileOptions {
   unsigned pageSize = 16;
   std::string specTree = "none";      // none | chain:K | widths:W1,W2,...
   std::string specMode = "greedy";    // greedy | rejection
+  /// The import's activation type: kernel params name the element type of
+  /// every activation operand or result that differs from it.
+  std::string activationType = "f32";
 };
 
 /// Checks option values; the message lists the accepted values.

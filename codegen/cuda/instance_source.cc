@@ -108,6 +108,15 @@ Result<std::string> elementType(const Params& p, const char* name, const std::st
                                        : "one of f32, bf16, f16");
 }
 
+// C++ type of an activation operand or result named by a `*_type` param;
+// absent, it is bf16 (the activation type of CUDA artifacts).
+Result<std::string> activationType(const Params& p, const char* name) {
+  auto type = p.textOr(name, "bf16");
+  if (!type) return type.error();
+  if (*type != "bf16" && *type != "f32") return p.bad(name, *type, "bf16 or f32");
+  return elementType(p, name, *type, false);
+}
+
 int roundUp32(int64_t n) { return int((n + 31) / 32 * 32); }
 
 struct Body {
@@ -121,11 +130,13 @@ Result<Body> embedding(const Params& p) {
   KILN_TRY(hidden, p.positive("hidden"));
   KILN_TRY(table, p.text("table_type"));
   KILN_TRY(type, elementType(p, "table_type", table, true));
+  KILN_TRY(out, activationType(p, "out_type"));
   if (table[0] == 'q' && hidden % 32 != 0)
     return makeError("embedding: param 'hidden' is {}, expected a multiple of 32 for {} tables", hidden, table);
   Body b{"embedding.cuh", "", "embedding", {128, "[N]", "EmbeddingParams"}};
-  b.config = fmt::format("  using Table = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = 128;\n",
-                         type, hidden);
+  b.config = fmt::format("  using Table = {};\n  using Out = {};\n  static constexpr int kHidden = {};\n"
+                         "  static constexpr int kThreads = 128;\n",
+                         type, out, hidden);
   return b;
 }
 
@@ -136,17 +147,26 @@ Result<Body> rmsNorm(const Params& p, bool residual) {
   KILN_TRY(weight_name, p.textOr("weight_type", "f32"));
   KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
   bool writes_sum = false;
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  std::string residual_type = x, sum = x;
   if (residual) {
     KILN_TRY(ws, p.boolean("writes_sum"));
     writes_sum = ws;
+    KILN_TRY(r, activationType(p, "residual_type"));
+    KILN_TRY(s, activationType(p, "sum_type"));
+    residual_type = r;
+    sum = s;
   }
   const int threads = std::min(1024, roundUp32(hidden / 8));
   Body b{"rms_norm.cuh", "", "rms_norm", {threads, "[rows]", "RmsNormParams"}};
   b.config = fmt::format(
+      "  using X = {};\n  using Residual = {};\n  using Sum = {};\n  using Out = {};\n"
       "  using Weight = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = {};\n"
       "  static constexpr float kEpsilon = {};\n  static constexpr bool kResidual = {};\n"
       "  static constexpr bool kWritesSum = {};\n",
-      weight, hidden, threads, floatLiteral(epsilon), boolLiteral(residual), boolLiteral(writes_sum));
+      x, residual_type, sum, out, weight, hidden, threads, floatLiteral(epsilon), boolLiteral(residual),
+      boolLiteral(writes_sum));
   return b;
 }
 
@@ -269,17 +289,23 @@ Result<Body> siluMul(const Params& p) {
 
 Result<Body> elementwise(const Params& p, const char* op) {
   KILN_TRY(width, p.positive("width", 8));
+  KILN_TRY(a, activationType(p, "a_type"));
+  KILN_TRY(b_type, activationType(p, "b_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
   Body b{"elementwise.cuh", "", "elementwise",
          {256, "[min(ceil(rows * width / 8 / 256), 65535)]", "ElementwiseParams"}};
-  b.config = fmt::format("  using Op = kiln::kernels::{};\n  static constexpr int kWidth = {};\n"
-                         "  static constexpr int kThreads = 256;\n", op, width);
+  b.config = fmt::format("  using Op = kiln::kernels::{};\n  using A = {};\n  using B = {};\n  using Out = {};\n"
+                         "  static constexpr int kWidth = {};\n  static constexpr int kThreads = 256;\n",
+                         op, a, b_type, out, width);
   return b;
 }
 
 Result<Body> gatherLastTokens(const Params& p) {
   KILN_TRY(hidden, p.positive("hidden", 8));
+  KILN_TRY(type, activationType(p, "type"));
   Body b{"elementwise.cuh", "", "gather_last_tokens", {128, "[B]", "GatherLastTokensParams"}};
-  b.config = fmt::format("  static constexpr int kHidden = {};\n  static constexpr int kThreads = 128;\n", hidden);
+  b.config = fmt::format("  using T = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = 128;\n",
+                         type, hidden);
   return b;
 }
 

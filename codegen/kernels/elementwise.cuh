@@ -1,11 +1,14 @@
-// Row-wise elementwise kernels on bf16 activations, 16 bytes per thread and
-// step: silu_mul (SwiGLU), add, mul, silu, and gather_last_tokens.
+// Row-wise elementwise kernels, 8 elements per thread and step: silu_mul
+// (SwiGLU) on bf16; add, mul, silu with per-operand element types (an f32
+// residual stream plus a bf16 branch output -> f32); gather_last_tokens
+// copying rows of Config::T.
 //
 //   silu_mul: gate_up [rows, 2F] (merged) or gate, up [rows, F]  ->  [rows, F] = silu(gate) · up
-//   add/mul:  a, b [rows, W] -> [rows, W];  silu: a [rows, W] -> [rows, W]
+//   add/mul:  a [rows, W] Config::A, b [rows, W] Config::B -> [rows, W] Config::Out
+//   silu:     a [rows, W] -> [rows, W]
 //   gather_last_tokens: h [N, hidden], query_start [B + 1] -> [B, hidden]
 //
-// All math in f32, one rounding to bf16 at the store.
+// All math in f32, one rounding to the output type at the store.
 // Grid-stride over rows · width / 8 vectors; block [Config::kThreads].
 #pragma once
 
@@ -48,7 +51,7 @@ struct OpAdd { static constexpr bool kBinary = true; __device__ static float app
 struct OpMul { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a * b; } };
 struct OpSilu { static constexpr bool kBinary = false; __device__ static float apply(float a, float) { return silu(a); } };
 
-// Config: using Op; static constexpr int kWidth, kThreads.
+// Config: using Op, A, B, Out; static constexpr int kWidth, kThreads.
 template <class Config>
 __device__ __forceinline__ void elementwise(const ElementwiseParams& p) {
   static_assert(Config::kWidth % 8 == 0, "16-byte vectors");
@@ -57,24 +60,26 @@ __device__ __forceinline__ void elementwise(const ElementwiseParams& p) {
   for (long long i = blockIdx.x * (long long)Config::kThreads + threadIdx.x; i < total;
        i += (long long)gridDim.x * Config::kThreads) {
     float a[8], b[8], y[8];
-    load8(static_cast<const bf16*>(p.a) + i * 8, a);
-    if (Op::kBinary) load8(static_cast<const bf16*>(p.b) + i * 8, b);
+    load8(static_cast<const typename Config::A*>(p.a) + i * 8, a);
+    if (Op::kBinary) load8(static_cast<const typename Config::B*>(p.b) + i * 8, b);
 #pragma unroll
     for (int e = 0; e < 8; ++e) y[e] = Op::apply(a[e], Op::kBinary ? b[e] : 0.0f);
-    store8(static_cast<bf16*>(p.out) + i * 8, y);
+    store8(static_cast<typename Config::Out*>(p.out) + i * 8, y);
   }
 }
 
-// Config: static constexpr int kHidden, kThreads. Grid [B].
+// Config: using T; static constexpr int kHidden, kThreads. Grid [B].
 template <class Config>
 __device__ __forceinline__ void gather_last_tokens(const GatherLastTokensParams& p) {
   static_assert(Config::kHidden % 8 == 0, "16-byte vectors");
   const int b = blockIdx.x;
   if (b >= p.num_seqs) return;
+  using T = typename Config::T;
+  constexpr int kVecs = Config::kHidden * (int)sizeof(T) / 16;
   const long long src = (long long)(p.query_start[b + 1] - 1) * Config::kHidden;
-  const uint4* in = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.h) + src);
-  uint4* out = reinterpret_cast<uint4*>(static_cast<bf16*>(p.out) + (long long)b * Config::kHidden);
-  for (int i = threadIdx.x; i < Config::kHidden / 8; i += Config::kThreads) out[i] = in[i];
+  const uint4* in = reinterpret_cast<const uint4*>(static_cast<const T*>(p.h) + src);
+  uint4* out = reinterpret_cast<uint4*>(static_cast<T*>(p.out) + (long long)b * Config::kHidden);
+  for (int i = threadIdx.x; i < kVecs; i += Config::kThreads) out[i] = in[i];
 }
 
 }  // namespace kernels

@@ -1,6 +1,7 @@
-// Token embedding gather: one table row per token, dequantized to bf16.
+// Token embedding gather: one table row per token, dequantized to Config::Out
+// (bf16, or f32 when it starts an f32 residual stream).
 //
-//   tokens [N] i32, table [vocab, hidden] (Config::Table), out [N, hidden] bf16
+//   tokens [N] i32, table [vocab, hidden] (Config::Table), out [N, hidden] Config::Out
 //
 // Table formats: plain rows (float, bf16, f16) or ggml's 32-element blocks
 // (q8_0: {f16 d; i8 qs[32]} = d·q; q4_0: {f16 d; u8 qs[16]} = d·(q - 8);
@@ -53,22 +54,23 @@ template <> struct TableRow<TableQ4_1> {
   }
 };
 
-// Config: using Table; static constexpr int kHidden, kThreads.
+// Config: using Table, Out; static constexpr int kHidden, kThreads.
 template <class Config>
 __device__ __forceinline__ void embedding(const EmbeddingParams& p) {
   using Row = TableRow<typename Config::Table>;
   const int t = blockIdx.x;
   if (t >= p.num_tokens) return;
   const int id = p.tokens[t];
-  bf16* out = static_cast<bf16*>(p.out) + (long long)t * Config::kHidden;
+  using Out = typename Config::Out;
+  Out* out = static_cast<Out*>(p.out) + (long long)t * Config::kHidden;
   if (id < 0 || id >= p.vocab) {
-    for (int i = threadIdx.x; i < Config::kHidden; i += Config::kThreads) out[i] = from_float<bf16>(0.0f);
+    for (int i = threadIdx.x; i < Config::kHidden; i += Config::kThreads) out[i] = from_float<Out>(0.0f);
     return;
   }
   const unsigned char* row =
       static_cast<const unsigned char*>(p.table) + (long long)id * Row::bytes(Config::kHidden);
   for (int i = threadIdx.x; i < Config::kHidden; i += Config::kThreads)
-    out[i] = from_float<bf16>(Row::at(row, i));
+    out[i] = from_float<Out>(Row::at(row, i));
 }
 
 }  // namespace kernels

@@ -3,7 +3,8 @@
 // drift apart. Plain C types only (pointers, int, float, long long): no host
 // or CUDA headers, no templates. Each kernel takes its struct by value as the
 // only argument; activation pointers are `void*` because the element type is
-// a template parameter of the instance (bf16 on the GPU).
+// a template parameter of the instance (bf16 on the GPU, f32 for the
+// residual stream where the instance's params say so: the `*_type` params).
 #pragma once
 
 namespace kiln {
@@ -14,18 +15,19 @@ namespace kernels {
 struct EmbeddingParams {
   const int* tokens;      // [num_tokens] i32
   const void* table;      // [vocab, hidden] in the instance's table type
-  void* out;              // [num_tokens, hidden] bf16
+  void* out;              // [num_tokens, hidden] out_type (bf16 unless named)
   int num_tokens;
   int vocab;
 };
 
 // rms_norm / residual_rms_norm (one row per block).
 struct RmsNormParams {
-  const void* x;          // [rows, hidden] bf16
-  const void* residual;   // [rows, hidden] bf16 (residual_rms_norm only)
+  const void* x;          // [rows, hidden] x_type
+  const void* residual;   // [rows, hidden] residual_type (residual_rms_norm only)
   const void* weight;     // [hidden] in the instance's weight type
-  void* sum_out;          // [rows, hidden] bf16, x + residual (writes_sum only; may alias x or residual)
-  void* out;              // [rows, hidden] bf16 (may alias x)
+  void* sum_out;          // [rows, hidden] sum_type, x + residual (writes_sum only; may alias
+                          // x or residual when of the same type)
+  void* out;              // [rows, hidden] out_type (may alias x when of the same type)
   int rows;
 };
 
@@ -74,17 +76,17 @@ struct AttentionCombineParams {
 
 // silu_mul, add, mul, silu: row-wise elementwise over `rows` rows.
 struct ElementwiseParams {
-  const void* a;   // silu_mul: gate_up [rows, 2F] or gate [rows, F]; add/mul/silu: [rows, width]
-  const void* b;   // silu_mul: up [rows, F] (unmerged); add/mul: [rows, width]
-  void* out;       // [rows, F or width] bf16
+  const void* a;   // silu_mul: gate_up [rows, 2F] or gate [rows, F]; add/mul/silu: [rows, width] a_type
+  const void* b;   // silu_mul: up [rows, F] (unmerged); add/mul: [rows, width] b_type
+  void* out;       // [rows, F or width] bf16 (add: out_type)
   int rows;
 };
 
 // gather_last_tokens: out[b] = h[query_start[b + 1] - 1].
 struct GatherLastTokensParams {
-  const void* h;            // [N, hidden] bf16
+  const void* h;            // [N, hidden] type
   const int* query_start;   // [B + 1] i32
-  void* out;                // [B, hidden] bf16
+  void* out;                // [B, hidden] type
   int num_seqs;
 };
 

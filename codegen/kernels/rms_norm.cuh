@@ -1,9 +1,13 @@
 // RMSNorm over rows, optionally with the residual add fused in front
-// (pre-norm transformer blocks).
+// (pre-norm transformer blocks). Element types are the instance's: the
+// residual stream (x, sum) may be f32 while the branch output (residual)
+// and the normalized output are bf16.
 //
-//   x [rows, hidden] bf16, residual [rows, hidden] bf16, weight [hidden] (Config::Weight)
-//   sum_out [rows, hidden] bf16 = round_bf16(x + residual)        (kWritesSum)
-//   out     [rows, hidden] bf16 = s / sqrt(mean(s^2) + eps) · weight, s = x or the rounded sum
+//   x [rows, hidden] Config::X, residual [rows, hidden] Config::Residual,
+//   weight [hidden] Config::Weight
+//   sum_out [rows, hidden] Config::Sum = round_Sum(x + residual)   (kWritesSum)
+//   out     [rows, hidden] Config::Out = s / sqrt(mean(s^2) + eps) · weight,
+//           s = x or the sum rounded to Config::Sum
 //
 // One row per block; each thread keeps its 16-byte slices of the row in
 // registers, so the row is read once. The sum of squares is accumulated in
@@ -16,7 +20,7 @@
 namespace kiln {
 namespace kernels {
 
-// Config: using Weight; static constexpr int kHidden, kThreads;
+// Config: using X, Residual, Sum, Out, Weight; static constexpr int kHidden, kThreads;
 //         static constexpr float kEpsilon; static constexpr bool kResidual, kWritesSum.
 template <class Config>
 __device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
@@ -27,7 +31,7 @@ __device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
   const int row = blockIdx.x;
   if (row >= p.rows) return;
   const long long base = (long long)row * Config::kHidden;
-  const bf16* x = static_cast<const bf16*>(p.x) + base;
+  const typename Config::X* x = static_cast<const typename Config::X*>(p.x) + base;
 
   float v[kPerThread][8];
   float sum_sq = 0.0f;
@@ -38,9 +42,9 @@ __device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
       load8(x + vec * 8, v[i]);
       if (Config::kResidual) {
         float r[8];
-        load8(static_cast<const bf16*>(p.residual) + base + vec * 8, r);
+        load8(static_cast<const typename Config::Residual*>(p.residual) + base + vec * 8, r);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[i][e] = round_to<bf16>(v[i][e] + r[e]);
+        for (int e = 0; e < 8; ++e) v[i][e] = round_to<typename Config::Sum>(v[i][e] + r[e]);
       }
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum_sq += v[i][e] * v[i][e];
@@ -52,12 +56,12 @@ __device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
   for (int i = 0; i < kPerThread; ++i) {
     const int vec = threadIdx.x + i * Config::kThreads;
     if (vec < kVecs) {
-      if (Config::kWritesSum) store8(static_cast<bf16*>(p.sum_out) + base + vec * 8, v[i]);
+      if (Config::kWritesSum) store8(static_cast<typename Config::Sum*>(p.sum_out) + base + vec * 8, v[i]);
       float w[8], y[8];
       load8_nc(static_cast<const W*>(p.weight) + vec * 8, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = v[i][e] * inv_rms * w[e];
-      store8(static_cast<bf16*>(p.out) + base + vec * 8, y);
+      store8(static_cast<typename Config::Out*>(p.out) + base + vec * 8, y);
     }
   }
 }

@@ -11,6 +11,10 @@
 //   x     = x + o
 //   x     = x + linear(silu(linear(h2, Wg)) · linear(h2, Wu), Wd),  h2 = rms_norm(x)
 //
+// x (the residual stream) has the residual type, everything else the
+// activation type; with an f32 residual and bf16 activations the adds are
+// (f32, bf16) -> f32 and the norms f32 -> bf16.
+//
 //===----------------------------------------------------------------------===//
 
 #include "models/importer/LlamaImporter.h"
@@ -61,9 +65,10 @@ std::optional<Type> elementTypeFor(MLIRContext& context, ElementType type) {
 // emitted a diagnostic.
 class LlamaBuilder {
  public:
-  LlamaBuilder(MLIRContext& context, const ModelSource& source, Type act)
+  LlamaBuilder(MLIRContext& context, const ModelSource& source, Type act,
+               Type residual)
       : context_(context), source_(source), config_(source.config()),
-        builder_(&context), act_(act) {}
+        builder_(&context), act_(act), residual_(residual) {}
 
   OwningOpRef<ModuleOp> build();
 
@@ -90,6 +95,7 @@ class LlamaBuilder {
   const ModelConfig& config_;
   OpBuilder builder_;
   Type act_;
+  Type residual_;
   bool failed_ = false;
 };
 
@@ -299,8 +305,8 @@ OwningOpRef<ModuleOp> LlamaBuilder::build() {
   const double eps = config_.rms_norm_eps;
   Value table = weight(WeightRole::kTokenEmbedding, 0);
   if (!table) return nullptr;
-  Value x = builder_.create<xfmr::EmbedOp>(loc("embed"), act({kDynamic, hidden}),
-                                           tokens, table);
+  Value x = builder_.create<xfmr::EmbedOp>(
+      loc("embed"), tensor({kDynamic, hidden}, residual_), tokens, table);
   llvm::SmallVector<Value> returned = {Value()};
   for (int64_t l = 0; l < layers; ++l) {
     const std::string prefix = "layer" + std::to_string(l) + ".";
@@ -343,20 +349,29 @@ OwningOpRef<ModuleOp> importModel(MLIRContext& context,
                                   const formats::ModelSource& source,
                                   const ImportOptions& options) {
   context.loadDialect<xfmr::XfmrDialect, func::FuncDialect>();
-  Type act;
-  if (options.activationType == "f32")
-    act = Float32Type::get(&context);
-  else if (options.activationType == "bf16")
-    act = BFloat16Type::get(&context);
-  else if (options.activationType == "f16")
-    act = Float16Type::get(&context);
-  else {
+  auto floatType = [&](llvm::StringRef name) -> Type {
+    if (name == "f32") return Float32Type::get(&context);
+    if (name == "bf16") return BFloat16Type::get(&context);
+    if (name == "f16") return Float16Type::get(&context);
+    return {};
+  };
+  Type act = floatType(options.activationType);
+  if (!act) {
     emitError(UnknownLoc::get(&context))
         << "activation type '" << options.activationType
         << "', expected f32, bf16 or f16";
     return nullptr;
   }
-  return LlamaBuilder(context, source, act).build();
+  Type residual = options.residualType.empty() ? act : floatType(options.residualType);
+  if (!residual || (residual != act && residual.getIntOrFloatBitWidth() <=
+                                           act.getIntOrFloatBitWidth())) {
+    emitError(UnknownLoc::get(&context))
+        << "residual type '" << options.residualType
+        << "', expected the activation type (" << options.activationType
+        << ") or a wider float type";
+    return nullptr;
+  }
+  return LlamaBuilder(context, source, act, residual).build();
 }
 
 }  // namespace kiln

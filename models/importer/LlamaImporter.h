@@ -20,6 +20,12 @@ struct ImportOptions {
   /// Element type of activations and of the contiguous KV state ("f32" for
   /// the CPU reference, "bf16" for the GPU).
   std::string activationType = "f32";
+  /// Element type of the residual stream: the embedding output and every
+  /// residual sum (what the norms read); "" means the activation type. Norm
+  /// outputs, GEMM outputs and the KV state stay in the activation type, so
+  /// a bf16 model with an f32 residual adds bf16 branch outputs to f32 sums
+  /// (xfmr.add promotes) instead of rounding the stream every layer.
+  std::string residualType = "";
 };
 
 /// Imports `source` as a module holding one `@forward` function:

@@ -41,10 +41,17 @@ inline std::vector<KernelCase> representativeKernelCases() {
   for (const char* table : {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"})
     cases.push_back({"embedding", {{"hidden", 576}, {"table_type", table}}});
   cases.push_back({"embedding", {{"hidden", 4096}, {"table_type", "bf16"}}});
+  // An f32 residual stream (kiln-compile's default with bf16 activations).
+  cases.push_back({"embedding", {{"hidden", 2048}, {"table_type", "bf16"}, {"out_type", "f32"}}});
   for (int hidden : {576, 4096}) {
     cases.push_back({"rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}}});
     cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"writes_sum", true}}});
     cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-6}, {"writes_sum", false}, {"weight_type", "bf16"}}});
+  }
+  for (int hidden : {2048, 4096}) {
+    cases.push_back({"rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"x_type", "f32"}}});
+    cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"writes_sum", true},
+                                           {"x_type", "f32"}, {"sum_type", "f32"}}});
   }
   cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, true, "interleaved", "none", 100000.0)});
   cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, false, "half", "linear", 10000.0)});
@@ -60,10 +67,12 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}}});
   cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}}});
   cases.push_back({"add", {{"width", 576}}});
+  cases.push_back({"add", {{"width", 2048}, {"a_type", "f32"}, {"out_type", "f32"}}});
   cases.push_back({"mul", {{"width", 4096}}});
   cases.push_back({"silu", {{"width", 1536}}});
   cases.push_back({"gather_last_tokens", {{"hidden", 576}}});
   cases.push_back({"gather_last_tokens", {{"hidden", 4096}}});
+  cases.push_back({"gather_last_tokens", {{"hidden", 2048}, {"type", "f32"}}});
   cases.push_back({"gemm", {{"n", 960}, {"k", 576}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 14336}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});

@@ -142,6 +142,79 @@ TEST_F(KernelsGpu, RmsNormAndResidual) {
   }
 }
 
+// An f32 residual stream with bf16 branch outputs (kiln-compile's default
+// with bf16 activations): the embedding writes f32, residual_rms_norm and add
+// keep the sum in f32 (no bf16 rounding), the norms write the bf16 GEMM input.
+TEST_F(KernelsGpu, F32ResidualStream) {
+  const int rows = 5, hidden = 2048, vocab = 7;
+  const double eps = 1e-5;
+  std::vector<float> x(size_t(rows) * hidden), r, w(hidden), table;
+  std::uniform_real_distribution<float> xd(-3.0f, 3.0f), wd(0.5f, 1.5f);
+  for (auto& v : x) v = xd(rng);  // not bf16-representable: f32 must survive
+  for (auto& v : w) v = wd(rng);
+  auto rb = randomBf16(rng, x.size(), 3.0f, &r);
+  auto d_x = DeviceBuffer::from(x), d_r = DeviceBuffer::from(rb), d_w = DeviceBuffer::from(w);
+  std::vector<double> sum(x.size()), normed(x.size());
+  for (int i = 0; i < rows; ++i) {
+    double ss = 0;
+    for (int j = 0; j < hidden; ++j) {
+      const size_t e = size_t(i) * hidden + j;
+      sum[e] = double(float(x[e] + r[e]));
+      ss += sum[e] * sum[e];
+    }
+    const double inv = 1.0 / std::sqrt(ss / hidden + eps);
+    for (int j = 0; j < hidden; ++j) normed[size_t(i) * hidden + j] = sum[size_t(i) * hidden + j] * inv * w[j];
+  }
+  {
+    COMPILE(k, "residual_rms_norm", (json{{"hidden", hidden}, {"epsilon", eps}, {"writes_sum", true},
+                                          {"x_type", "f32"}, {"sum_type", "f32"}}));
+    DeviceBuffer d_sum(x.size() * 4), d_out(x.size() * 2);
+    kk::RmsNormParams p{d_x.get(), d_r.get(), d_w.get(), d_sum.get(), d_out.get(), rows};
+    KILN_GPU_OK(launch(k, rows, 1, 1, p));
+    expectClose(bf16ToFloat(d_out.download<uint16_t>()), normed, 1e-3, 1.0 / 64, "residual_rms_norm f32 sum");
+    expectClose(d_sum.download<float>(), sum, 0, 0, "residual_rms_norm f32 sum (sum)");
+  }
+  {
+    COMPILE(k, "add", (json{{"width", hidden}, {"a_type", "f32"}, {"out_type", "f32"}}));
+    DeviceBuffer d_out(x.size() * 4);
+    KILN_GPU_OK(launch(k, 8, 1, 1, kk::ElementwiseParams{d_x.get(), d_r.get(), d_out.get(), rows}));
+    expectClose(d_out.download<float>(), sum, 0, 0, "add f32 + bf16 -> f32");
+  }
+  {
+    auto d_sum = DeviceBuffer::from(std::vector<float>(sum.begin(), sum.end()));
+    COMPILE(k, "rms_norm", (json{{"hidden", hidden}, {"epsilon", eps}, {"x_type", "f32"}}));
+    DeviceBuffer d_out(x.size() * 2);
+    kk::RmsNormParams p{d_sum.get(), nullptr, d_w.get(), nullptr, d_out.get(), rows};
+    KILN_GPU_OK(launch(k, rows, 1, 1, p));
+    expectClose(bf16ToFloat(d_out.download<uint16_t>()), normed, 1e-3, 1.0 / 64, "rms_norm f32 -> bf16");
+  }
+  {
+    const std::vector<int> qs = {0, 2, 5};
+    COMPILE(k, "gather_last_tokens", (json{{"hidden", hidden}, {"type", "f32"}}));
+    auto d_qs = DeviceBuffer::from(qs);
+    DeviceBuffer d_out(size_t(2) * hidden * 4);
+    KILN_GPU_OK(launch(k, 2, 1, 1, kk::GatherLastTokensParams{d_x.get(), d_qs.as<int>(), d_out.get(), 2}));
+    std::vector<double> ref;
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < hidden; ++i) ref.push_back(x[size_t(qs[b + 1] - 1) * hidden + i]);
+    expectClose(d_out.download<float>(), ref, 0, 0, "gather_last_tokens f32");
+  }
+  {
+    const std::vector<int> tokens = {3, 0, 6, 9};
+    auto tb = randomBf16(rng, size_t(vocab) * hidden, 1.0f, &table);
+    COMPILE(k, "embedding", (json{{"hidden", hidden}, {"table_type", "bf16"}, {"out_type", "f32"}}));
+    auto d_tokens = DeviceBuffer::from(tokens), d_table = DeviceBuffer::from(tb);
+    DeviceBuffer d_out(tokens.size() * hidden * 4);
+    kk::EmbeddingParams p{d_tokens.as<int>(), d_table.get(), d_out.get(), int(tokens.size()), vocab};
+    KILN_GPU_OK(launch(k, unsigned(tokens.size()), 1, 1, p));
+    std::vector<double> ref(tokens.size() * hidden, 0.0);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < vocab)
+        for (int j = 0; j < hidden; ++j) ref[i * hidden + j] = table[size_t(tokens[i]) * hidden + j];
+    expectClose(d_out.download<float>(), ref, 0, 0, "embedding bf16 -> f32");
+  }
+}
+
 // ---------------------------------------------------------------- rope + kv append
 
 struct RopeCase {

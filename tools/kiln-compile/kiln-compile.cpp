@@ -54,6 +54,12 @@ cl::opt<EmitStage> emit(
 cl::opt<std::string> activationType("activation-type",
                                     cl::desc("Activation element type: f32, bf16 or f16"),
                                     cl::init("f32"));
+cl::opt<std::string> residualType(
+    "residual-type",
+    cl::desc("Residual-stream element type (embedding output and residual sums): "
+             "f32, bf16 or f16; default f32 for bf16/f16 activations, else the "
+             "activation type"),
+    cl::init(""));
 cl::opt<std::string> quantWeights("quant-weights",
                                   cl::desc("Weight quantization: none, int8, int4, fp8"),
                                   cl::init("none"));
@@ -107,6 +113,7 @@ int main(int argc, char** argv) {
   options.pageSize = pageSize;
   options.specTree = specTree;
   options.specMode = specMode;
+  options.activationType = activationType;
   if (llvm::Error error = kiln::validateCompileOptions(options))
     return fail(llvm::toString(std::move(error)));
   if (emit == EmitStage::Artifact && outputDir.empty())
@@ -122,6 +129,10 @@ int main(int argc, char** argv) {
   mlir::MLIRContext context;
   kiln::ImportOptions importOptions;
   importOptions.activationType = activationType;
+  // The residual stream defaults to f32 whatever the activation type: with
+  // bf16 activations it keeps 16 layers of sums from being rounded to bf16.
+  importOptions.residualType = residualType.empty() ? std::string("f32")
+                                                    : residualType.getValue();
   mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importModel(context, *source, importOptions);
   if (!module) return 1;  // the diagnostic handler has printed why
   if (mlir::failed(mlir::verify(*module))) return 1;

@@ -95,11 +95,81 @@ bool isFloatTensor(RankedTensorType type) {
   return isa<FloatType>(type.getElementType());
 }
 
+// The element type of `a + b`: the common type, or the wider of two float
+// types of different widths; null where neither applies.
+Type promotedElementType(Type a, Type b) {
+  if (a == b) return a;
+  auto fa = dyn_cast<FloatType>(a), fb = dyn_cast<FloatType>(b);
+  if (!fa || !fb || fa.getWidth() == fb.getWidth()) return {};
+  return fa.getWidth() > fb.getWidth() ? a : b;
+}
+
 }  // namespace
+
+// `: T` when lhs, rhs and result share T, else `: (L, R) -> T`.
+static ParseResult parsePromotedTypes(OpAsmParser& parser, Type& lhs, Type& rhs,
+                                      Type& result) {
+  Type type;
+  if (parser.parseType(type)) return failure();
+  if (auto function = dyn_cast<FunctionType>(type)) {
+    if (function.getNumInputs() != 2 || function.getNumResults() != 1)
+      return parser.emitError(parser.getCurrentLocation())
+             << "expected (lhs type, rhs type) -> result type, got " << type;
+    lhs = function.getInput(0);
+    rhs = function.getInput(1);
+    result = function.getResult(0);
+    return success();
+  }
+  lhs = rhs = result = type;
+  return success();
+}
+
+static void printPromotedTypes(OpAsmPrinter& printer, Operation*, Type lhs,
+                               Type rhs, Type result) {
+  if (lhs == rhs && rhs == result)
+    printer << lhs;
+  else
+    printer << FunctionType::get(lhs.getContext(), {lhs, rhs}, {result});
+}
 
 //===----------------------------------------------------------------------===//
 // Unfused form
 //===----------------------------------------------------------------------===//
+
+LogicalResult AddOp::inferReturnTypes(
+    MLIRContext*, std::optional<Location> location, ValueRange operands,
+    DictionaryAttr, OpaqueProperties, RegionRange,
+    llvm::SmallVectorImpl<Type>& inferred) {
+  auto lhs = dyn_cast<RankedTensorType>(operands[0].getType());
+  auto rhs = dyn_cast<RankedTensorType>(operands[1].getType());
+  if (!lhs || !rhs) return emitOptionalError(location, "expected ranked tensors");
+  Type element = promotedElementType(lhs.getElementType(), rhs.getElementType());
+  if (!element)
+    return emitOptionalError(location, "operand element types ",
+                             lhs.getElementType(), " and ", rhs.getElementType(),
+                             " have no promoted type");
+  inferred.push_back(lhs.clone(element));
+  return success();
+}
+
+LogicalResult AddOp::verify() {
+  RankedTensorType lhs = tensorOf(getLhs()), rhs = tensorOf(getRhs());
+  RankedTensorType result = tensorOf(getResult());
+  if (lhs.getShape() != rhs.getShape() || result.getShape() != lhs.getShape())
+    return emitOpError() << "operand and result shapes differ: " << lhs << ", "
+                         << rhs << " -> " << result << ", expected one shape";
+  Type element = promotedElementType(lhs.getElementType(), rhs.getElementType());
+  if (!element)
+    return emitOpError() << "operand element types " << lhs.getElementType()
+                         << " and " << rhs.getElementType()
+                         << " differ, expected equal types or floats of "
+                            "different widths";
+  if (result.getElementType() != element)
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected " << element
+                         << " (the wider operand element type)";
+  return success();
+}
 
 LogicalResult WeightOp::verify() {
   if (getName().empty())

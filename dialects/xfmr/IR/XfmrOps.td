@@ -111,7 +111,26 @@ class Xfmr_ElementwiseBinaryOp<string mnemonic, string formula>
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Xfmr_AddOp : Xfmr_ElementwiseBinaryOp<"add", "a + b">;
+def Xfmr_AddOp : Xfmr_PureOp<"add",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "Elementwise a + b, promoting to the wider float type";
+  let description = [{
+    Elementwise on two tensors of one shape. The element types are equal, or
+    two float types of different widths, and the result has the wider one:
+    a residual stream kept in f32 adds a bf16 branch output without rounding
+    the sum to bf16. The type list is written once when all three agree.
+
+    ```mlir
+    %r = xfmr.add %a, %b : tensor<?x576xf32>
+    %s = xfmr.add %x, %o : (tensor<?x576xf32>, tensor<?x576xbf16>) -> tensor<?x576xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$lhs, Xfmr_Tensor:$rhs);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` custom<PromotedTypes>(type($lhs), type($rhs), type($result))";
+  let hasVerifier = 1;
+}
 def Xfmr_MulOp : Xfmr_ElementwiseBinaryOp<"mul", "a · b">;
 
 def Xfmr_SiluOp : Xfmr_PureOp<"silu", [SameOperandsAndResultType]> {

@@ -141,6 +141,62 @@ struct BoundStep {
   int64_t vocab = 0;            // embedding table rows
 };
 
+#define KILN_ASSIGN(var, expr)                         \
+  auto var##_result = (expr);                          \
+  if (!var##_result.ok()) return var##_result.error(); \
+  auto var = var##_result.take()
+
+// The instance's element type for each value operand and result, against
+// the manifest's value types: the `*_type` params name the f32 ones of the
+// mixed-precision kinds (an f32 residual stream), everything else is bf16.
+Status checkValueTypes(const Step& step, const std::vector<DeviceValue>& args,
+                       const std::vector<DeviceValue>& results) {
+  if (step.kind == StepKind::kSplit) return {};  // a copy: results take x's type
+  auto named = [&](const char* param) -> Result<int> {
+    if (!step.params.has(param)) return 2;
+    KILN_ASSIGN(type, step.params.getString(param));
+    if (type != "bf16" && type != "f32")
+      return makeError("{}: param '{}' is '{}', expected bf16 or f32", step.path, param, type);
+    return type == "f32" ? 4 : 2;
+  };
+  std::vector<const char*> arg_types, result_types;
+  switch (step.kind) {
+    case StepKind::kEmbedding: result_types = {"out_type"}; break;
+    case StepKind::kRmsNorm: arg_types = {"x_type"}; result_types = {"out_type"}; break;
+    case StepKind::kResidualRmsNorm:
+      arg_types = {"x_type", "residual_type"};
+      result_types = results.size() == 2 ? std::vector<const char*>{"sum_type", "out_type"}
+                                         : std::vector<const char*>{"out_type"};
+      break;
+    case StepKind::kAdd:
+    case StepKind::kMul:
+    case StepKind::kSilu:
+      arg_types = {"a_type", "b_type"};
+      result_types = {"out_type"};
+      break;
+    case StepKind::kGatherLastTokens: arg_types = {"type"}; result_types = {"type"}; break;
+    default: break;
+  }
+  for (size_t a = 0; a < args.size() && a < arg_types.size(); ++a) {
+    if (!args[a].valid) continue;
+    KILN_ASSIGN(elem, named(arg_types[a]));
+    if (args[a].elem != elem)
+      return makeError("{}: args[{}] is {} but the instance reads {} ({})", step.path, a,
+                       args[a].elem == 4 ? "f32" : "bf16", elem == 4 ? "f32" : "bf16", arg_types[a]);
+  }
+  for (size_t r = 0; r < results.size(); ++r) {
+    int elem = 2;
+    if (r < result_types.size()) {
+      KILN_ASSIGN(e, named(result_types[r]));
+      elem = e;
+    }
+    if (results[r].elem != elem)
+      return makeError("{}: results[{}] is {} but the instance writes {}", step.path, r,
+                       results[r].elem == 4 ? "f32" : "bf16", elem == 4 ? "f32" : "bf16");
+  }
+  return {};
+}
+
 struct GemmPlanKey {
   int64_t n, k, rows;
   bool bias;
@@ -227,11 +283,6 @@ struct CudaExecutor::State {
   Result<GemmPlan*> gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias);
   Status gemm(const BoundStep& s, int64_t rows);
 };
-
-#define KILN_ASSIGN(var, expr)                         \
-  auto var##_result = (expr);                          \
-  if (!var##_result.ok()) return var##_result.error(); \
-  auto var = var##_result.take()
 
 Result<GemmPlan*> CudaExecutor::State::gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias) {
   GemmPlanKey key{n, k, rows, bias};
@@ -687,12 +738,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     for (size_t r = 0; r < step.results.size(); ++r) {
       KILN_ASSIGN(v, value(step, step.results[r], fmt::format("results[{}]", r)));
-      if (v.elem != 2 && !(step.kind == StepKind::kSplit))
-        return makeError("{}: results[{}]: the CUDA kernels write bf16 activations", step.path, r);
       s.results.push_back(v);
     }
     if (s.results.empty()) return makeError("{}: no results", step.path);
     const StepParams& p = step.params;
+    KILN_RETURN_IF_ERROR(checkValueTypes(step, s.args, s.results));
     auto needValue = [&](size_t a) -> Status {
       if (a >= na || !s.args[a].valid)
         return makeError("{} ({}): args[{}] must be a value", step.path, stepKindName(step.kind), a);

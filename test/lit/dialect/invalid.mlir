@@ -561,9 +561,25 @@ func.func @split_result(%x: tensor<?x768xf32>) {
 
 // -----
 
-func.func @add_types(%a: tensor<?x64xf32>, %b: tensor<?x64xbf16>) {
-  // expected-error @+1 {{'xfmr.add' op requires the same type for all operands and results}}
-  %r = "xfmr.add"(%a, %b) : (tensor<?x64xf32>, tensor<?x64xbf16>) -> tensor<?x64xf32>
+func.func @add_narrowing(%a: tensor<?x64xf32>, %b: tensor<?x64xbf16>) {
+  // expected-error @+1 {{'xfmr.add' op result element type 'bf16', expected 'f32' (the wider operand element type)}}
+  %r = "xfmr.add"(%a, %b) : (tensor<?x64xf32>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @add_same_width(%a: tensor<?x64xf16>, %b: tensor<?x64xbf16>) {
+  // expected-error @+1 {{'xfmr.add' op operand element types 'f16' and 'bf16' differ, expected equal types or floats of different widths}}
+  %r = "xfmr.add"(%a, %b) : (tensor<?x64xf16>, tensor<?x64xbf16>) -> tensor<?x64xf16>
+  return
+}
+
+// -----
+
+func.func @add_shapes(%a: tensor<?x64xf32>, %b: tensor<?x32xbf16>) {
+  // expected-error @+1 {{'xfmr.add' op operand and result shapes differ: 'tensor<?x64xf32>', 'tensor<?x32xbf16>' -> 'tensor<?x64xf32>', expected one shape}}
+  %r = "xfmr.add"(%a, %b) : (tensor<?x64xf32>, tensor<?x32xbf16>) -> tensor<?x64xf32>
   return
 }
 

@@ -143,3 +143,16 @@ func.func @spec_and_kernels(%parents: tensor<?xi32>, %base: tensor<?xi32>, %qsta
   %y = xfmr.kernel "rms_norm" (%x, %w) {params = {epsilon = 1.0e-05 : f64, hidden = 576 : i64}} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
   return %pos, %m, %path, %n, %y : tensor<?xi32>, tensor<?x5xi8>, tensor<?x5xi32>, tensor<?xi32>, tensor<?x576xf32>
 }
+
+// An f32 residual stream with bf16 activations: add promotes to the wider
+// type (printed with its operand types), rms_norm narrows to bf16.
+// CHECK-LABEL: func.func @mixed_residual
+func.func @mixed_residual(%x: tensor<?x576xf32>, %o: tensor<?x576xbf16>, %w: tensor<576xbf16>) -> tensor<?x576xbf16> {
+  // CHECK: xfmr.add %{{.*}}, %{{.*}} : (tensor<?x576xf32>, tensor<?x576xbf16>) -> tensor<?x576xf32>
+  %s = xfmr.add %x, %o : (tensor<?x576xf32>, tensor<?x576xbf16>) -> tensor<?x576xf32>
+  // CHECK: xfmr.add %{{.*}}, %{{.*}} : (tensor<?x576xbf16>, tensor<?x576xf32>) -> tensor<?x576xf32>
+  %t = xfmr.add %o, %s : (tensor<?x576xbf16>, tensor<?x576xf32>) -> tensor<?x576xf32>
+  // CHECK: xfmr.rms_norm {{.*}} : (tensor<?x576xf32>, tensor<576xbf16>) -> tensor<?x576xbf16>
+  %h = xfmr.rms_norm %t, %w {epsilon = 1.0e-05 : f64} : (tensor<?x576xf32>, tensor<576xbf16>) -> tensor<?x576xbf16>
+  return %h : tensor<?x576xbf16>
+}

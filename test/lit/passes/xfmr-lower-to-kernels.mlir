@@ -1,5 +1,17 @@
 // RUN: kiln-compile %models/tiny-qwen2 --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-page-kv-cache --xfmr-lower-to-kernels | kiln-opt | FileCheck %s
 // RUN: kiln-opt %s -split-input-file --xfmr-lower-to-kernels -verify-diagnostics
+// RUN: kiln-compile %models/tiny-llama --emit=xfmr --activation-type=bf16 | kiln-opt --xfmr-fuse-attention --xfmr-page-kv-cache --xfmr-lower-to-kernels=activation-type=bf16 | kiln-opt | FileCheck %s --check-prefix=MIXED
+
+// bf16 activations with an f32 residual stream: params name the element
+// type of each operand or result that is not bf16.
+// MIXED-LABEL: func.func @forward
+// MIXED: %[[X0:.*]] = xfmr.kernel "embedding"({{.*}}) {params = {hidden = 64 : i64, out_type = "f32", table_type = "bf16"}} : {{.*}} -> tensor<?x64xf32>
+// MIXED: xfmr.kernel "rms_norm"(%[[X0]], {{.*}}) {params = {epsilon = 1.000000e-05 : f64, hidden = 64 : i64, x_type = "f32"}} : (tensor<?x64xf32>, tensor<64xbf16>) -> tensor<?x64xbf16>
+// MIXED: xfmr.kernel "residual_rms_norm"(%[[X0]], {{.*}}) {params = {epsilon = 1.000000e-05 : f64, hidden = 64 : i64, sum_type = "f32", writes_sum = true, x_type = "f32"}} : (tensor<?x64xf32>, tensor<?x64xbf16>, tensor<64xbf16>) -> (tensor<?x64xf32>, tensor<?x64xbf16>)
+// MIXED: %[[XL:.*]] = xfmr.kernel "add"({{.*}}) {params = {a_type = "f32", out_type = "f32", width = 64 : i64}} : (tensor<?x64xf32>, tensor<?x64xbf16>) -> tensor<?x64xf32>
+// MIXED: %[[G:.*]] = xfmr.kernel "gather_last_tokens"(%[[XL]], {{.*}}) {params = {hidden = 64 : i64, type = "f32"}}
+// MIXED: %[[N:.*]] = xfmr.kernel "rms_norm"(%[[G]], {{.*}}) {params = {epsilon = 1.000000e-05 : f64, hidden = 64 : i64, x_type = "f32"}} : (tensor<?x64xf32>, tensor<64xbf16>) -> tensor<?x64xbf16>
+// MIXED: xfmr.gemm %[[N]], {{.*}} {role = "logits"} : (tensor<?x64xbf16>, tensor<128x64xbf16>) -> tensor<?x128xbf16>
 
 // Every op becomes a kernel instance or a GEMM; weight-only ops (the Q/K/V
 // row concat) stay for load-time preparation, reshapes stay as views.
