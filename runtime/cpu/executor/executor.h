@@ -34,6 +34,21 @@ struct BatchInputs {
   std::span<const int32_t> kv_lens;       // [B]
 };
 
+// What a batch is checked against, by every backend, before anything runs.
+struct BatchLimits {
+  int64_t max_tokens = 0;  // token budget T_max
+  int64_t vocab = 0;
+  int64_t num_blocks = 0;  // KV pool blocks
+  int64_t page_size = 0;
+  bool logits_per_sequence = true;  // logits rows are sequences (else tokens)
+};
+
+// Sizes, ranges and consistency of a ragged batch (token ids, positions,
+// slots, block ids, query_start, kv_lens, the logits buffer); the error
+// names the field, the index and the expected range.
+Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits,
+                        std::span<const float> logits_out);
+
 // The pool shape an artifact's kv_cache asks for, with `num_blocks` blocks.
 KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks);
 

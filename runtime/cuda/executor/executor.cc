@@ -870,62 +870,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
 }
 
 Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, std::span<float> logits_out) const {
-  const int64_t n = int64_t(in.tokens.size());
-  const int64_t b = int64_t(in.kv_lens.size());
-  if (n <= 0 || n > max_tokens_)
-    return makeError("forward: {} tokens; expected 1 to the token budget {}", n, max_tokens_);
-  if (int64_t(in.positions.size()) != n || int64_t(in.slot_mapping.size()) != n)
-    return makeError("forward: positions has {} and slot_mapping {} entries; expected one per "
-                     "token ({})",
-                     in.positions.size(), in.slot_mapping.size(), n);
-  if (b <= 0 || b > n)
-    return makeError("forward: {} sequences for {} tokens; expected 1 to {}", b, n, n);
-  if (int64_t(in.query_start.size()) != b + 1)
-    return makeError("forward: query_start has {} entries; expected {} (sequences + 1)",
-                     in.query_start.size(), b + 1);
-  if (in.max_blocks <= 0 || int64_t(in.block_tables.size()) != b * in.max_blocks)
-    return makeError("forward: block_tables has {} entries; expected {} sequences x max_blocks "
-                     "{}",
-                     in.block_tables.size(), b, in.max_blocks);
+  const KvPoolConfig& pool = pool_->config();
+  KILN_RETURN_IF_ERROR(cpu::checkBatchInputs(
+      in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size, logits_per_sequence_},
+      logits_out));
   if (int64_t(in.block_tables.size()) > state_->block_table_capacity)
     return makeError("forward: block_tables has {} entries; the CUDA executor's buffer holds {}",
                      in.block_tables.size(), state_->block_table_capacity);
-  const int64_t out_rows = logits_per_sequence_ ? b : n;
-  if (int64_t(logits_out.size()) < out_rows * vocab_)
-    return makeError("forward: logits_out holds {} floats; expected {} rows x vocab {}",
-                     logits_out.size(), out_rows, vocab_);
-  if (in.query_start[0] != 0 || in.query_start[size_t(b)] != n)
-    return makeError("forward: query_start must run from 0 to the token count {}, got {} .. {}",
-                     n, in.query_start[0], in.query_start[size_t(b)]);
-  const KvPoolConfig& pc = pool_->config();
-  for (int64_t s = 0; s < b; ++s) {
-    const int32_t q0 = in.query_start[size_t(s)], q1 = in.query_start[size_t(s + 1)];
-    if (q1 <= q0)
-      return makeError("forward: sequence {} has no tokens (query_start {} .. {})", s, q0, q1);
-    const int32_t kv_len = in.kv_lens[size_t(s)];
-    if (kv_len < q1 - q0 || int64_t(kv_len) > int64_t(in.max_blocks) * pc.page_size)
-      return makeError("forward: sequence {} has kv_len {}; expected {} (its tokens) to {} "
-                       "(max_blocks x page_size)",
-                       s, kv_len, q1 - q0, int64_t(in.max_blocks) * pc.page_size);
-    const int64_t used = (kv_len + pc.page_size - 1) / pc.page_size;
-    for (int64_t j = 0; j < used; ++j) {
-      const int32_t block = in.block_tables[size_t(s * in.max_blocks + j)];
-      if (block < 0 || block >= pc.num_blocks)
-        return makeError("forward: block_tables[{}][{}] = {} is outside the pool's {} blocks", s,
-                         j, block, pc.num_blocks);
-    }
-  }
-  for (int64_t t = 0; t < n; ++t) {
-    if (in.tokens[size_t(t)] < 0 || in.tokens[size_t(t)] >= vocab_)
-      return makeError("forward: token {} at index {} is outside the vocabulary [0, {})",
-                       in.tokens[size_t(t)], t, vocab_);
-    if (in.positions[size_t(t)] < 0)
-      return makeError("forward: position {} at index {} is negative", in.positions[size_t(t)], t);
-    if (in.slot_mapping[size_t(t)] < 0 ||
-        in.slot_mapping[size_t(t)] >= pc.num_blocks * pc.page_size)
-      return makeError("forward: slot {} at index {} is outside the pool's {} slots",
-                       in.slot_mapping[size_t(t)], t, pc.num_blocks * pc.page_size);
-  }
   return {};
 }
 
