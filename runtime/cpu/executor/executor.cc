@@ -491,12 +491,7 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   const KvCacheConfig& mk = manifest.kv_cache;
   if (mk.type != "f32")
     return makeError("{}: kv_cache.type: the CPU pools hold f32, got {}", mpath, mk.type);
-  if (kv.layers != mk.layers || kv.page_size != mk.page_size || kv.kv_heads != mk.kv_heads ||
-      kv.head_dim != mk.head_dim)
-    return makeError("kv pool config (layers {}, page_size {}, kv_heads {}, head_dim {}) does not "
-                     "match {}: kv_cache (layers {}, page_size {}, kv_heads {}, head_dim {})",
-                     kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, mpath, mk.layers,
-                     mk.page_size, mk.kv_heads, mk.head_dim);
+  KILN_RETURN_IF_ERROR(checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 24))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 24);
   if (entry->outputs.size() != 1 || entry->outputs[0].name != "logits")
@@ -545,6 +540,17 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   ex->vocab_ = logits->width;
   ex->logits_per_sequence_ = logits->per_sequence;
   return ex;
+}
+
+Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest) {
+  const KvCacheConfig& mk = manifest.kv_cache;
+  if (kv.layers != mk.layers || kv.page_size != mk.page_size || kv.kv_heads != mk.kv_heads ||
+      kv.head_dim != mk.head_dim)
+    return makeError("kv pool config (layers {}, page_size {}, kv_heads {}, head_dim {}) does not "
+                     "match {}: kv_cache (layers {}, page_size {}, kv_heads {}, head_dim {})",
+                     kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, manifest.path, mk.layers,
+                     mk.page_size, mk.kv_heads, mk.head_dim);
+  return Status::success();
 }
 
 Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits,

@@ -49,6 +49,9 @@ struct BatchLimits {
 Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits,
                         std::span<const float> logits_out);
 
+// A pool must have the artifact's kv_cache shape (layers, page, heads, dim).
+Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest);
+
 // The pool shape an artifact's kv_cache asks for, with `num_blocks` blocks.
 KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks);
 

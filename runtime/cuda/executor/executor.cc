@@ -468,12 +468,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const KvCacheConfig& mk = manifest.kv_cache;
   if (mk.type != "bf16" && mk.type != "f32")
     return makeError("{}: kv_cache.type: the CUDA pools hold bf16 or f32, got {}", mpath, mk.type);
-  if (kv.layers != mk.layers || kv.page_size != mk.page_size || kv.kv_heads != mk.kv_heads ||
-      kv.head_dim != mk.head_dim)
-    return makeError("kv pool config (layers {}, page_size {}, kv_heads {}, head_dim {}) does not "
-                     "match {}: kv_cache (layers {}, page_size {}, kv_heads {}, head_dim {})",
-                     kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, mpath, mk.layers,
-                     mk.page_size, mk.kv_heads, mk.head_dim);
+  KILN_RETURN_IF_ERROR(cpu::checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 20))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 20);
   if (entry->outputs.size() != 1 || entry->outputs[0].name != "logits")
