@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codegen/cuda/artifact_kernels.h"
 #include "runtime/support/error.h"
 
 namespace kiln::cuda_codegen {
@@ -48,15 +49,5 @@ std::string instanceName(std::string_view kind, const nlohmann::json& params);
 Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& params,
                                 std::string_view name);
 Result<std::string> instanceSource(std::string_view kind, const nlohmann::json& params);
-
-struct WrittenSources {
-  std::vector<std::string> written;      // instance names whose file changed
-  std::vector<std::string> unchanged;    // already up to date (not rewritten)
-  std::vector<std::string> unsupported;  // "instance (kind): reason" for steps with no CUDA kernel yet
-};
-
-// Writes DIR/kernels/<instance>.cu for every distinct step instance of every
-// entry of DIR/manifest.json, rewriting a file only when its content changed.
-Result<WrittenSources> writeInstanceSources(const std::filesystem::path& artifact_dir);
 
 }  // namespace kiln::cuda_codegen

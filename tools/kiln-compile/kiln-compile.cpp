@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/ArtifactWriter.h"
+#include "codegen/cuda/artifact_kernels.h"
 #include "compiler/Passes.h"
 #include "compiler/Pipelines.h"
 #include "dialects/xfmr/IR/XfmrDialect.h"
@@ -181,5 +182,16 @@ int main(int argc, char** argv) {
   out.close();
   if (out.has_error()) return fail("cannot write " + manifestPath.str().str());
   llvm::errs() << "kiln-compile: wrote " << manifestPath << "\n";
+
+  // A bf16 plan is the CUDA backend's: write its kernel instances beside the
+  // manifest (readable sources; the runtime JIT-compiles them at load).
+  if (activationType == "bf16") {
+    auto kernels = kiln::cuda_codegen::writeInstanceSources(outputDir.getValue());
+    if (!kernels.ok()) return fail(kernels.error().message);
+    llvm::errs() << "kiln-compile: kernels/: " << kernels->written.size() << " written, "
+                 << kernels->unchanged.size() << " unchanged\n";
+    for (const std::string& missing : kernels->unsupported)
+      llvm::errs() << "kiln-compile: note: no CUDA kernel yet for " << missing << "\n";
+  }
   return 0;
 }
