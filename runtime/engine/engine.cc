@@ -376,6 +376,12 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   impl->context_length = config.is_object() && config.contains("max_position_embeddings")
                              ? config["max_position_embeddings"].get<int64_t>()
                              : 2048;
+  if (options.max_context < 0)
+    return makeError("max_context {} is invalid: expected 0 (the model's limit) or a positive "
+                     "token count",
+                     options.max_context);
+  if (options.max_context > 0)
+    impl->context_length = std::min(impl->context_length, options.max_context);
 
   progress.stage("weights");
   if (options.threads > 0) cpu::setKernelThreads(options.threads);

@@ -25,7 +25,7 @@ struct EngineOptions {
   int threads = 0;                // CPU kernel threads; 0 = all cores
   int64_t max_batch_tokens = 512;  // token budget of one forward call (T_max)
   int max_sequences = 16;         // sequences decoding at once
-  int64_t kv_cache_tokens = 0;    // KV pool capacity in tokens; 0 = 16384
+  int64_t kv_cache_tokens = 0;    // KV pool capacity in tokens; 0 = 8192
   bool progress = true;           // progress bar on stderr while loading
   // "cpu", "cuda" or "auto": auto tries the CUDA backend and falls back to
   // the CPU with a one-line notice on stderr (unless !progress).
@@ -35,6 +35,9 @@ struct EngineOptions {
   // size/mtime stamp check is off, tensor names, types and shapes are still
   // checked. Empty: the manifest's model.source.
   std::string model_source;
+  // Serve at most this many tokens of context per sequence (prompt and
+  // generated), below the model's own limit; 0 = the model's limit.
+  int64_t max_context = 0;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is

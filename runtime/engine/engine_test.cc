@@ -165,6 +165,36 @@ TEST_F(EngineTest, BadRequestsAreRefusedAtSubmit) {
   EXPECT_EQ(good[ids[0]].size(), 3u);
 }
 
+TEST_F(EngineTest, LongPromptIsAnErrorUnlessTruncationIsAsked) {
+  EngineOptions short_context;
+  short_context.max_context = 16;
+  OPEN_OR_SKIP(engine, short_context);
+  GenerationRequest r = greedy("", 4);
+  for (int i = 0; i < 20; ++i) r.prompt_tokens.push_back(int32_t(100 + i));
+  auto refused = engine->submit(r, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message,
+            "the prompt has 20 tokens but the context holds 15 (model limit 16): shorten it, or "
+            "ask for truncation (--truncate)");
+
+  // Truncation keeps the prompt's last 15 tokens: the same tokens as
+  // submitting those 15 directly.
+  r.truncate_prompt = true;
+  std::vector<int64_t> ids;
+  auto truncated = runAll(*engine, {r}, &ids);
+  EXPECT_EQ(engine->stats(ids[0])->prompt_tokens, 15);
+  GenerationRequest tail = greedy("", 4);
+  tail.prompt_tokens.assign(r.prompt_tokens.end() - 15, r.prompt_tokens.end());
+  tail.sampling.max_tokens = 1;  // the context is full after one more token
+  std::vector<int64_t> tail_ids;
+  auto direct = runAll(*engine, {tail}, &tail_ids);
+  ASSERT_FALSE(truncated[ids[0]].empty());
+  EXPECT_EQ(truncated[ids[0]].front(), direct[tail_ids[0]].front());
+  // The context limit ends generation: 15 prompt tokens + 1 generated = 16.
+  EXPECT_EQ(engine->stats(ids[0])->finish, FinishReason::kLength);
+  EXPECT_EQ(engine->stats(ids[0])->generated_tokens, 1);
+}
+
 TEST_F(EngineTest, StatsCountTokensAndStopStringsEndRequests) {
   OPEN_OR_SKIP(engine);
   GenerationRequest r = greedy("Once upon a time, in a small village,", 40);

@@ -1,6 +1,6 @@
 // kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T]
 //   [--top-p P] [--top-k K] [--seed S] [--device cpu|cuda|auto] [--threads N]
-//   [--truncate] [--ignore-eos] [--stop TEXT] [--system TEXT] [--model-source PATH]
+//   [--truncate] [--ignore-eos] [--stop TEXT] [--system TEXT] [--max-context N] [--model-source PATH]
 // --model-source: weights (and tokenizer) from another copy of the same
 // checkpoint than the one the artifact was compiled from (no stamp check).
 // Streams the answer to stdout; loading progress and the closing tokens/s
@@ -35,6 +35,11 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   if (!threads.ok()) return threads.error();
   if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);
   options.threads = int(*threads);
+  auto max_context = args.getInt("max-context", 0);
+  if (!max_context.ok()) return max_context.error();
+  if (*max_context < 0)
+    return makeError("--max-context {} is invalid: expected a positive token count", *max_context);
+  options.max_context = *max_context;
   return options;
 }
 
@@ -70,7 +75,7 @@ int runCommand(int argc, char** argv) {
   auto args = CliArgs::parse(argc, argv, 2,
                              {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
                               "device", "threads", "system", "repetition-penalty", "stop",
-                              "model-source"},
+                              "model-source", "max-context"},
                              {"chat", "truncate", "quiet", "ignore-eos"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().empty() || args->positionals().size() > 2)
