@@ -233,6 +233,9 @@ class Reader {
 
 // Lower-case manifest spelling ("q4_1") -> the formats enum.
 bool isKnownElementType(const std::string& name) {
+  // kiln's own quantization schemes (xfmr-insert-quantization), beside the
+  // GGUF/safetensors element types.
+  if (name == "int8" || name == "int4" || name == "fp8e4m3") return true;
   std::string upper = name;
   for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
   return formats::parseElementTypeName(upper).has_value();

@@ -7,9 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "runtime/cpu/kernels/quant.h"
+#include "runtime/weights/weight_quantization.h"
 
 namespace kiln {
 
@@ -122,8 +125,69 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     return size_t(w - manifest.weights.data());
   };
 
+  std::function<Status(size_t)> bind;
+
+  // `quantize` preparations (kiln's int8/int4/fp8 schemes): the float input is
+  // quantized once per (input, scheme, group) into the CPU kernels' block
+  // layout (weight_quantization.h); result 0 binds the packed weight (its
+  // scales folded into the blocks), result 1 the scales themselves.
+  struct Quantized {
+    QuantizedWeight weight;
+    const uint8_t* packed = nullptr;  // weight.packed, once moved into the store
+  };
+  std::map<std::tuple<int64_t, std::string, int64_t>, Quantized> quantized;
+  auto bindQuantized = [&](const ManifestWeight& mw, BoundWeight& bw,
+                           const std::string& where) -> Status {
+    const WeightPrepare& prep = *mw.prepare;
+    if (prep.inputs.size() != 1)
+      return makeError("{}: quantize takes one input, got {}", where, prep.inputs.size());
+    const int64_t input = prep.inputs[0];
+    auto key = std::make_tuple(input, prep.scheme, prep.group);
+    auto it = quantized.find(key);
+    if (it == quantized.end()) {
+      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+      const BoundWeight& ib = store.weights_[indexOf(input)];
+      auto ktype = kernelType(ib.format_type);
+      if (ib.shape.size() != 2 || !ktype || cpu::isBlockQuantized(*ktype))
+        return makeError("{}: quantize input {} '{}' must be a float matrix, got {} {}", where,
+                         input, ib.name, lower(formats::elementTypeName(ib.format_type)),
+                         formats::shapeToString(ib.shape));
+      const int64_t rows = ib.shape[0], cols = ib.shape[1];
+      std::vector<float> values(size_t(rows * cols));
+      KILN_RETURN_IF_ERROR(cpu::dequantizeRow(*ktype, ib.data, values.data(), rows * cols));
+      auto q = quantizeWeight(prep.scheme, prep.group, values.data(), rows, cols);
+      if (!q.ok()) return makeError("{}: {}", where, q.error().message);
+      Quantized entry{q.take()};
+      entry.packed = entry.weight.packed.get();
+      store.owned_.push_back(std::move(entry.weight.packed));
+      it = quantized.emplace(key, std::move(entry)).first;
+    }
+    const QuantizedWeight& q = it->second.weight;
+    bw.id = mw.id;
+    bw.name = mw.name;
+    bw.shape = mw.shape;
+    if (prep.result == 0) {
+      bw.data = it->second.packed;
+      bw.size_bytes = q.packed_bytes;
+      bw.format_type = q.packed_type;
+      return {};
+    }
+    auto count = elementCount(mw.shape);
+    if (!count.ok() || uint64_t(*count) != q.scales.size())
+      return makeError("{}: the scales have {} values, the manifest shape {} holds {}", where,
+                       q.scales.size(), formats::shapeToString(mw.shape),
+                       count.ok() ? *count : -1);
+    auto buffer = std::make_unique<uint8_t[]>(q.scales.size() * sizeof(float));
+    std::memcpy(buffer.get(), q.scales.data(), q.scales.size() * sizeof(float));
+    bw.data = buffer.get();
+    bw.size_bytes = q.scales.size() * sizeof(float);
+    bw.format_type = ElementType::F32;
+    store.owned_.push_back(std::move(buffer));
+    return {};
+  };
+
   // Binds weight `i` (and, first, the weights it is prepared from).
-  std::function<Status(size_t)> bind = [&](size_t i) -> Status {
+  bind = [&](size_t i) -> Status {
     const ManifestWeight& mw = manifest.weights[i];
     BoundWeight& bw = store.weights_[i];
     if (state[i] == 2) return {};
@@ -133,6 +197,11 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     bw.id = mw.id;
     bw.name = mw.name;
     bw.shape = mw.shape;
+    if (mw.prepare && mw.prepare->op == "quantize") {
+      KILN_RETURN_IF_ERROR(bindQuantized(mw, bw, where));
+      state[i] = 2;
+      return {};
+    }
     auto type = parseManifestType(mw.type);
     if (!type) return makeError("{}: unknown type '{}'", where, mw.type);
     bw.format_type = *type;
@@ -202,7 +271,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       store.owned_.push_back(std::move(buffer));
     } else {
       return makeError("{}: prepare op '{}' (scheme {}) is not supported by the CPU backend "
-                       "(supported: concat_rows); compile with --quant-weights=none",
+                       "(supported: concat_rows, quantize)",
                        where, mw.prepare->op, mw.prepare->scheme);
     }
 

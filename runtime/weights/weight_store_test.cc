@@ -212,11 +212,17 @@ TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
   EXPECT_EQ(open(m).error().message,
             "manifest.json: weight 7 'k.weight': type q4_k is not supported by the CPU backend "
             "(supported: f32, f16, bf16, q4_0, q4_1, q8_0)");
+  // A quantize preparation whose rows are not whole 32-element blocks.
   m = manifest();
   m["weights"][5]["prepare"] = json::parse(R"({"op": "quantize", "inputs": [3], "scheme": "int8"})");
   EXPECT_EQ(open(m).error().message,
-            "manifest.json: weight 5 'c+d': prepare op 'quantize' (scheme int8) is not supported "
-            "by the CPU backend (supported: concat_rows); compile with --quant-weights=none");
+            "manifest.json: weight 5 'c+d': quantize: int8 rows of 4 elements: expected a "
+            "multiple of 32");
+  m = manifest();
+  m["weights"][5]["prepare"] = json::parse(R"({"op": "transpose", "inputs": [3]})");
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weights[5].prepare.op: unknown prepare op 'transpose' (expected "
+            "concat_rows or quantize)");
 }
 
 TEST_F(WeightStoreTest, SourceOverrideAndMissingModel) {

@@ -3,7 +3,8 @@
 # the executor's end-to-end test always runs the plan the compiler makes.
 # Fields that depend on the checkout (model.source: an absolute path;
 # model.source_mtime) are left out of the comparison.
-#   cmake -DKILN_COMPILE=... -DMODEL=test/fixtures/tiny-llama -DEXPECTED=... -DOUT=... -P this
+#   cmake -DKILN_COMPILE=... -DMODEL=test/fixtures/tiny-llama -DEXPECTED=... -DOUT=...
+#         [-DFLAGS="--quant-weights=int8"] -P this
 foreach(var KILN_COMPILE MODEL EXPECTED OUT)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "check_manifest_fixture: -D${var}=... is required")
@@ -11,7 +12,8 @@ foreach(var KILN_COMPILE MODEL EXPECTED OUT)
 endforeach()
 
 file(REMOVE_RECURSE "${OUT}")
-execute_process(COMMAND "${KILN_COMPILE}" "${MODEL}" -o "${OUT}"
+separate_arguments(flags UNIX_COMMAND "${FLAGS}")
+execute_process(COMMAND "${KILN_COMPILE}" "${MODEL}" -o "${OUT}" ${flags}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "kiln-compile ${MODEL} -o ${OUT} failed (${rc}):\n${out}${err}")

@@ -290,11 +290,10 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_ASSIGN(n, p.getInt("n"));
       KILN_ASSIGN(k, p.getInt("k"));
       KILN_ASSIGN(bias, p.getBool("bias"));
+      bool scales = false;
       if (p.has("scales")) {
-        KILN_ASSIGN(scales, p.getBool("scales"));
-        if (scales)
-          return fail(step, "GEMMs with separate weight scales are not supported by the CPU "
-                            "executor (compile with --quant-weights=none or a GGUF block type)");
+        KILN_ASSIGN(has_scales, p.getBool("scales"));
+        scales = has_scales;
       }
       s.width = n;
       s.k = k;
@@ -303,17 +302,35 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_RETURN_IF_ERROR(checkWeight(step, s.args[1], {n, k}, "W", /*want_f32=*/false));
       if (p.has("weight_type")) {
         KILN_ASSIGN(wt, p.getString("weight_type"));
-        if (wt != weightTypeName(s.args[1].weight->type) &&
-            !(s.args[1].weight->format_type == formats::ElementType::F32 && wt == "f32"))
+        // kiln's own schemes are bound in the kernels' layouts, scales folded
+        // in (runtime/weights/weight_quantization.h): int8 as q8_0 blocks,
+        // int4 as q4_0 blocks, fp8 as f32.
+        std::string bound_as = wt == "int8" ? "q8_0" : wt == "int4" ? "q4_0"
+                               : wt == "fp8e4m3" ? "f32" : wt;
+        if (scales != (wt == "int8" || wt == "int4" || wt == "fp8e4m3"))
+          return fail(step, "weight_type {} {} a scales operand", wt,
+                      scales ? "does not take" : "needs");
+        if (bound_as != weightTypeName(s.args[1].weight->type) &&
+            !(s.args[1].weight->format_type == formats::ElementType::F32 && bound_as == "f32"))
           return fail(step, "weight_type is {} but weight {} is bound as {}", wt,
                       s.args[1].weight->id, weightTypeName(s.args[1].weight->type));
       }
       if (isBlockQuantized(s.args[1].weight->type) && k % kQuantBlock != 0)
         return fail(step, "k = {} is not a multiple of {} for a {} weight", k, kQuantBlock,
                     weightTypeName(s.args[1].weight->type));
-      if (bias != (s.args.size() == 3))
-        return fail(step, "bias is {} but the step has {} weight args", bias, s.args.size() - 1);
-      if (bias) KILN_RETURN_IF_ERROR(checkWeight(step, s.args[2], {n}, "bias", true));
+      // args: x, W, [scales], [bias]. The scales are already folded into W's
+      // blocks, so the GEMM reads only x, W and the bias.
+      if (s.args.size() != size_t(2 + int(scales) + int(bias)))
+        return fail(step, "scales {} and bias {} but the step has {} weight args", scales, bias,
+                    s.args.size() - 1);
+      if (scales && s.args[2].kind != StepArg::Kind::kWeight)
+        return fail(step, "the scales operand must be a weight");
+      if (bias) {
+        if (scales) s.args.erase(s.args.begin() + 2);
+        KILN_RETURN_IF_ERROR(checkWeight(step, s.args[2], {n}, "bias", true));
+      } else if (scales) {
+        s.args.pop_back();
+      }
       if (s.results[0].per_sequence != s.args[0].per_sequence)
         return fail(step, "x and y have different row counts (tokens vs sequences)");
       KILN_RETURN_IF_ERROR(noAlias());

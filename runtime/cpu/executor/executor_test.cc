@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -244,6 +245,47 @@ TEST_F(TinyLlama3Test, ChunkedPrefillAndDecodeAcrossPages) {
   EXPECT_EQ(a.done, 40);
   EXPECT_EQ(b.done, 24);
 }
+
+// Weights quantized at load time (kiln's int8 / int4 / fp8 schemes, from
+// xfmr-insert-quantization) run through the same GEMMs; the logits stay
+// within each scheme's quantization error of the float reference.
+struct QuantizedCase {
+  const char* artifact;
+  double tolerance;  // max |diff| relative to the logit scale
+};
+
+class QuantizedTinyLlamaTest : public ::testing::TestWithParam<QuantizedCase> {};
+
+TEST_P(QuantizedTinyLlamaTest, PrefillLogitsStayNearTheFloatReference) {
+  const QuantizedCase& c = GetParam();
+  auto manifest = Manifest::load(kFixture + "/" + c.artifact);
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  auto executor = CpuExecutor::create(*manifest, *weights, kvPoolConfigFor(*manifest, 8), 16);
+  ASSERT_TRUE(executor.ok()) << executor.error().message;
+  const std::map<std::string, Reference> references = loadReference(kFixture);
+  const Reference& ref = references.at("a");
+  const int n = 10;
+  std::vector<int32_t> tokens(ref.tokens.begin(), ref.tokens.begin() + n), positions(n), slots(n);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::iota(slots.begin(), slots.end(), 0);  // block 0 of the pool
+  std::vector<int32_t> tables{0}, query_start{0, n}, kv_lens{n};
+  BatchInputs in{tokens, positions, slots, tables, 1, query_start, kv_lens};
+  std::vector<float> logits(size_t((*executor)->vocabSize()));
+  Status status = (*executor)->forward(in, logits);
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  const double diff = relativeDiff(logits, ref.logits[size_t(n - 1)]);
+  std::printf("%s: relative logits difference to the float reference %.3g\n", c.artifact, diff);
+  EXPECT_LE(diff, c.tolerance);
+  EXPECT_GT(diff, 1e-6) << "the weights were not quantized";
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedTinyLlamaTest,
+                         ::testing::Values(QuantizedCase{"artifact-int8", 0.03},
+                                           QuantizedCase{"artifact-int4", 0.25},
+                                           QuantizedCase{"artifact-fp8", 0.1}),
+                         [](const auto& info) { return std::string(info.param.artifact + 9); });
 
 TEST(CpuExecutorLoadTest, MismatchedGemmIsRejectedAtCreation) {
   std::ifstream file(kFixture + "/artifact/manifest.json");
