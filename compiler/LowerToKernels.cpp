@@ -12,7 +12,6 @@
 #include "compiler/Passes.h"
 
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
