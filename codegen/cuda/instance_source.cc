@@ -60,6 +60,7 @@ class Params {
   Result<std::string> textOr(const char* name, const char* fallback) const {
     return find(name) ? text(name) : Result<std::string>(std::string(fallback));
   }
+  bool has(const char* name) const { return find(name) != nullptr; }
   Error bad(const char* name, const std::string& value, const char* expected) const {
     return makeError("{}: param '{}' is '{}', expected {}", kind_, name, value, expected);
   }
@@ -170,6 +171,20 @@ Result<Body> rmsNorm(const Params& p, bool residual) {
   return b;
 }
 
+// How the skinny GEMM tiles a weight of n rows of k: measured on an H200 by
+// KernelsGpu.SkinnyGemmSweep (test/gpu/kernels_gpu_test.cc), which times
+// every candidate on the decode shapes kiln ships for. Long rows split K
+// over warps so a block's warps finish together; short rows stream several
+// rows per warp so each lane keeps enough loads in flight.
+struct GemvTiling {
+  int split = 1, rows_per_warp = 1, unroll = 4;
+};
+GemvTiling gemvTiling(int64_t n, int64_t k) {
+  const int split = int(std::clamp<int64_t>(k / 2048, 1, 8));
+  const int split_pow2 = split >= 8 ? 8 : split >= 4 ? 4 : split >= 2 ? 2 : 1;
+  return {split_pow2, 1, 4};
+}
+
 Result<Body> gemm(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 8));
@@ -180,18 +195,30 @@ Result<Body> gemm(const Params& p) {
   KILN_TRY(bias, p.boolean("bias"));
   if (auto scales = p.boolean("scales"); scales.ok() && *scales)
     return makeError("gemm: weights with scales (quantized by xfmr-insert-quantization) have no CUDA kernel yet");
-  // Split K over more warps when rows are long, keeping 8 warps per block.
-  const int split = int(std::clamp<int64_t>(k / 2048, 1, 8));
-  const int split_pow2 = split >= 8 ? 8 : split >= 4 ? 4 : split >= 2 ? 2 : 1;
-  const int rows_per_block = 8 / split_pow2;
+  // The tiling (split of K over warps, rows per warp, loads in flight): the
+  // measured choice for this shape (gemvTiling), unless the params pin one
+  // (the bandwidth sweep in test/gpu compiles every candidate that way).
+  GemvTiling t = gemvTiling(n, k);
+  if (p.has("gemv_split")) {
+    KILN_TRY(split, p.positive("gemv_split"));
+    KILN_TRY(rows_per_warp, p.positive("gemv_rows_per_warp"));
+    KILN_TRY(unroll, p.positive("gemv_unroll"));
+    if (8 % split != 0 || rows_per_warp > 8 || unroll > 16)
+      return makeError("gemm: gemv tiling split {} rows_per_warp {} unroll {}: expected split in "
+                       "{{1, 2, 4, 8}}, rows_per_warp <= 8, unroll <= 16",
+                       split, rows_per_warp, unroll);
+    t = {int(split), int(rows_per_warp), int(unroll)};
+  }
+  const int rows_per_block = 8 / t.split * t.rows_per_warp;
   Body b{"gemv.cuh", "", "gemv",
          {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block), "GemvParams"}};
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
-      "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerBlock = {};\n"
-      "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = 4;\n"
+      "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
+      "  static constexpr int kRowsPerBlock = {};\n"
+      "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
       "  static constexpr bool kBias = {};\n",
-      weight, n, k, rows_per_block, split_pow2, boolLiteral(bias));
+      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias));
   return b;
 }
 

@@ -7,7 +7,7 @@
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
 //
-// Block: kRowsPerBlock weight rows x kSplitK warps; it handles up to kMaxRows
+// Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
 // Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
 #pragma once
@@ -17,57 +17,67 @@
 namespace kiln {
 namespace kernels {
 
-// Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerBlock, kSplitK, kUnroll;
-//         static constexpr bool kBias.
+// Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
+//         kSplitK, kUnroll; static constexpr bool kBias.
+// A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
+// 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
+// groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
 template <class Config>
 __device__ __forceinline__ void gemv(const GemvParams& p) {
   using W = typename Config::Weight;
   constexpr int kK = Config::kK, kM = Config::kMaxRows, kSplit = Config::kSplitK;
-  constexpr int kUnroll = Config::kUnroll;
+  constexpr int kUnroll = Config::kUnroll, kR = Config::kRowsPerWarp;
   constexpr int kVecs = kK / 8;                    // 8-element vectors per row
   constexpr int kStride = 32 * kSplit;             // vectors between a lane's steps
   static_assert(kK % 8 == 0, "K is a multiple of 8");
+  static_assert(Config::kRowsPerBlock == 8 / kSplit * kR, "8 warps per block");
   __shared__ float partial[Config::kRowsPerBlock * kSplit][kM];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n_local = warp / kSplit, split = warp % kSplit;
-  const int n = blockIdx.x * Config::kRowsPerBlock + n_local;
+  const int group = warp / kSplit, split = warp % kSplit;
+  const int n0 = blockIdx.x * Config::kRowsPerBlock + group * kR;  // this warp's first row
   const int m0 = blockIdx.z * kM;
   const int m_count = min(kM, p.rows - m0);
   const bf16* x = static_cast<const bf16*>(p.x) + (long long)m0 * kK;
 
-  float acc[kM];
+  float acc[kR][kM];
 #pragma unroll
-  for (int m = 0; m < kM; ++m) acc[m] = 0.0f;
-  if (n < Config::kN) {
-    const W* w = static_cast<const W*>(p.w) + (long long)n * kK;
-    for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
-      float wv[kUnroll][8];
+  for (int r = 0; r < kR; ++r)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {  // all loads first: kUnroll in flight
-        const int v = v0 + u * kStride;
-        if (v < kVecs) load8_nc(w + v * 8, wv[u]);
-      }
+    for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
+  const W* w = static_cast<const W*>(p.w) + (long long)n0 * kK;
+  for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
+    float wv[kUnroll][kR][8];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = v0 + u * kStride;
-        if (v >= kVecs) break;
+    for (int u = 0; u < kUnroll; ++u) {  // all loads first: kUnroll * kR in flight
+      const int v = v0 + u * kStride;
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          if (m >= m_count) break;
-          float xv[8];
-          load8(x + (long long)m * kK + v * 8, xv);
+      for (int r = 0; r < kR; ++r)
+        if (v < kVecs && n0 + r < Config::kN) load8_nc(w + (long long)r * kK + v * 8, wv[u][r]);
+    }
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[m] += wv[u][e] * xv[e];
-        }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + u * kStride;
+      if (v >= kVecs) break;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (m >= m_count) break;
+        float xv[8];
+        load8(x + (long long)m * kK + v * 8, xv);
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r][m] += wv[u][r][e] * xv[e];
       }
     }
   }
 #pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) partial[warp][m] = s;
-  }
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const float s = warp_sum(acc[r][m]);
+      if (lane == 0) partial[(group * kR + r) * kSplit + split][m] = s;
+    }
   __syncthreads();
   for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += blockDim.x) {
     const int r = i / kM, m = i % kM;

@@ -110,6 +110,59 @@ Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t
   return f;
 }
 
+// The Hugging Face peers and the card's ceilings (scripts/hf_bench.py) on
+// the same checkpoint, prompt ids, batch and lengths, as parsed JSON.
+Result<nlohmann::json> benchHf(const std::string& checkpoint, const std::vector<int32_t>& prompt,
+                               int64_t gen, int64_t batch) {
+  std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/hf_bench.py";
+  std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
+  std::ofstream(ids_path) << nlohmann::json(prompt).dump();
+  std::string command = fmt::format("python3 {} --model '{}' --prompt-ids {} --gen {} --batch {}",
+                                    script, checkpoint, ids_path, gen, batch);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return makeError("cannot run {}", command);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  int status = pclose(pipe);
+  std::remove(ids_path.c_str());
+  if (status != 0)
+    return makeError("the Hugging Face peer failed (exit {}): it needs python3 with torch, "
+                     "transformers and a GPU",
+                     status);
+  auto json = nlohmann::json::parse(output, nullptr, false);
+  if (!json.is_object() || !json.contains("roofline"))
+    return makeError("the Hugging Face peer printed no figures: {}", output);
+  return json;
+}
+
+// kiln beside HF eager, HF compiled and the roofline, one row per metric.
+void printHfTable(const Figures& mine, const nlohmann::json& hf) {
+  auto figure = [&](const char* mode, const char* key) -> double {
+    if (!hf.contains(mode) || !hf[mode].contains(key)) return 0;
+    return hf[mode][key].get<double>();
+  };
+  auto cell = [](double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); };
+  auto ratio = [](double a, double b) { return b > 0 ? fmt::format("{:.2f}", a / b) : std::string("-"); };
+  std::printf("| metric | kiln | HF eager | HF compiled | kiln / HF compiled | roofline | kiln / roofline |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (auto [name, key, kiln_value] : {std::tuple{"prefill tok/s", "prefill_tps", mine.prefill_tps},
+                                       std::tuple{"decode tok/s", "decode_tps", mine.decode_tps}}) {
+    const double compiled = figure("compiled", key), roof = hf["roofline"][key].get<double>();
+    std::printf("| %s | %.1f | %s | %s | %s | %.1f | %s |\n", name, kiln_value,
+                cell(figure("eager", key)).c_str(), cell(compiled).c_str(),
+                ratio(kiln_value, compiled).c_str(), roof, ratio(kiln_value, roof).c_str());
+  }
+  for (const char* mode : {"eager", "compiled"})
+    if (hf.contains(mode) && hf[mode].contains("error"))
+      std::printf("HF %s failed: %s\n", mode, hf[mode]["error"].get<std::string>().c_str());
+  const auto& c = hf["ceilings"];
+  std::printf("ceilings measured in this run: HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s (%s, torch %s)\n",
+              c["hbm_gbps"].get<double>(), c["gemm_tflops"].get<double>(),
+              hf.value("card", "?").c_str(), hf.value("torch", "?").c_str());
+}
+
 }  // namespace
 
 // run_command.cc: compiles MODEL for the backend --device picks and opens it.
@@ -118,7 +171,8 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
 int benchCommand(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]) != "decode")
     return fail("usage: kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] "
-                "[--batch B] [--threads N] [--peer llama.cpp|none] [--json FILE]");
+                "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|none] "
+                "[--json FILE]");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
                               "peer", "json", "model-source"},
@@ -151,11 +205,20 @@ int benchCommand(int argc, char** argv) {
   auto mine = benchKiln(**engine, prompt, *gen_tokens, *batch);
   if (!mine.ok()) return fail(mine.error().message);
 
-  std::string peer = args->get("peer").value_or("llama.cpp");
   const Manifest& manifest = (*engine)->manifest();
+  // The peer a user of this model would otherwise run: llama.cpp for a
+  // GGUF, Hugging Face transformers for a checkpoint directory.
+  std::string peer = args->get("peer").value_or(manifest.model.source_format == "gguf" ? "llama.cpp" : "hf");
   std::optional<Figures> theirs;
+  std::optional<nlohmann::json> hf;
   std::string peer_note;
-  if (peer == "llama.cpp") {
+  if (peer == "hf") {
+    const std::string checkpoint = options->model_source.empty() ? manifest.model.source : options->model_source;
+    std::fprintf(stderr, "kiln bench: Hugging Face transformers peers on %s...\n", checkpoint.c_str());
+    auto figures = benchHf(checkpoint, prompt, *gen_tokens, *batch);
+    if (!figures.ok()) return fail(figures.error().message);
+    hf = *figures;
+  } else if (peer == "llama.cpp") {
     if (manifest.model.source_format != "gguf" || *batch != 1) {
       peer_note = "llama.cpp peer needs a GGUF model and --batch 1";
     } else {
@@ -165,7 +228,7 @@ int benchCommand(int argc, char** argv) {
       theirs = *figures;
     }
   } else if (peer != "none") {
-    return fail("--peer '" + peer + "': expected llama.cpp or none");
+    return fail("--peer '" + peer + "': expected llama.cpp, hf or none");
   }
 
   std::printf("\nkiln bench decode: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
@@ -173,15 +236,20 @@ int benchCommand(int argc, char** argv) {
               manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",
               (long long)*prompt_tokens, (long long)*gen_tokens, (long long)*batch, threads,
               (*engine)->backendName().c_str());
-  std::printf("| metric | kiln | llama.cpp | kiln / llama.cpp |\n|---|---|---|---|\n");
+  std::printf("kiln: time to first token %.1f ms, decode %.3f ms/step\n", mine->ttft_ms,
+              mine->decode_tps > 0 ? 1e3 * double(*batch) / mine->decode_tps : 0.0);
+  if (hf) printHfTable(*mine, *hf);
+  else std::printf("| metric | kiln | llama.cpp | kiln / llama.cpp |\n|---|---|---|---|\n");
   auto row = [&](const char* name, double a, std::optional<double> b) {
     if (b && *b > 0)
       std::printf("| %s | %.1f | %.1f | %.2f |\n", name, a, *b, a / *b);
     else
       std::printf("| %s | %.1f | %s | - |\n", name, a, peer_note.empty() ? "-" : peer_note.c_str());
   };
-  row("prefill tok/s", mine->prefill_tps, theirs ? std::optional(theirs->prefill_tps) : std::nullopt);
-  row("decode tok/s", mine->decode_tps, theirs ? std::optional(theirs->decode_tps) : std::nullopt);
+  if (!hf) {
+    row("prefill tok/s", mine->prefill_tps, theirs ? std::optional(theirs->prefill_tps) : std::nullopt);
+    row("decode tok/s", mine->decode_tps, theirs ? std::optional(theirs->decode_tps) : std::nullopt);
+  }
 
   if (auto path = args->get("json")) {
     nlohmann::json out = {{"model", manifest.model.source}, {"prompt_tokens", *prompt_tokens},
@@ -192,6 +260,8 @@ int benchCommand(int argc, char** argv) {
     if (theirs)
       out["llama_cpp"] = {{"prefill_tps", theirs->prefill_tps},
                           {"decode_tps", theirs->decode_tps}, {"ttft_ms", theirs->ttft_ms}};
+    if (hf) out["hf"] = *hf;
+    out["device"] = (*engine)->backendName();
     std::ofstream(*path) << out.dump(2) << "\n";
   }
   return 0;

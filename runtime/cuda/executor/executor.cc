@@ -33,6 +33,12 @@ struct DriverExtras {
   decltype(&::cuMemAllocHost_v2) memAllocHost = nullptr;
   decltype(&::cuMemFreeHost) memFreeHost = nullptr;
   decltype(&::cuMemGetInfo_v2) memGetInfo = nullptr;
+  decltype(&::cuStreamBeginCapture_v2) streamBeginCapture = nullptr;
+  decltype(&::cuStreamEndCapture) streamEndCapture = nullptr;
+  decltype(&::cuGraphInstantiateWithFlags) graphInstantiate = nullptr;
+  decltype(&::cuGraphLaunch) graphLaunch = nullptr;
+  decltype(&::cuGraphExecDestroy) graphExecDestroy = nullptr;
+  decltype(&::cuGraphDestroy) graphDestroy = nullptr;
 };
 
 Result<DriverExtras> loadExtras(const CudaDriver& d) {
@@ -51,6 +57,12 @@ Result<DriverExtras> loadExtras(const CudaDriver& d) {
   KILN_RETURN_IF_ERROR(get(x.memAllocHost, "cuMemAllocHost_v2"));
   KILN_RETURN_IF_ERROR(get(x.memFreeHost, "cuMemFreeHost"));
   KILN_RETURN_IF_ERROR(get(x.memGetInfo, "cuMemGetInfo_v2"));
+  KILN_RETURN_IF_ERROR(get(x.streamBeginCapture, "cuStreamBeginCapture_v2"));
+  KILN_RETURN_IF_ERROR(get(x.streamEndCapture, "cuStreamEndCapture"));
+  KILN_RETURN_IF_ERROR(get(x.graphInstantiate, "cuGraphInstantiateWithFlags"));
+  KILN_RETURN_IF_ERROR(get(x.graphLaunch, "cuGraphLaunch"));
+  KILN_RETURN_IF_ERROR(get(x.graphExecDestroy, "cuGraphExecDestroy"));
+  KILN_RETURN_IF_ERROR(get(x.graphDestroy, "cuGraphDestroy"));
   return x;
 }
 
@@ -111,6 +123,14 @@ std::string entryName(const std::string& name) {
 constexpr int64_t kAlign = 256;
 int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 constexpr int kGemvMaxRows = 8;
+// Split-KV decode: at most this many key partitions per (token, kv head),
+// for batches of at most kMaxSplitTokens decode tokens (the partials'
+// scratch is sized for that).
+constexpr int kMaxSplits = 32;
+constexpr int64_t kMaxSplitTokens = 64;
+// Decode batches of up to this many sequences replay a captured CUDA graph.
+constexpr int64_t kMaxGraphBatch = 256;
+constexpr size_t kMaxGraphs = 128;
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 
 // A value in the arena: rows of `width` elements of `elem` bytes.
@@ -137,6 +157,9 @@ struct BoundStep {
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false, writes_sum = false;
   int rows_per_block = 1;       // gemv
+  // paged_attention: the split-KV instance and its combine, for decode batches.
+  CUfunction split_fn = nullptr, combine_fn = nullptr;
+  unsigned split_block = 0, combine_block = 0;
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
 };
@@ -210,6 +233,39 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// What one forward launch depends on besides the device-side inputs: a CUDA
+// graph captured for one shape replays for every batch of that shape.
+struct LaunchShape {
+  int64_t n = 0, b = 0;  // tokens, sequences
+  int max_blocks = 0;    // row stride of block_tables on the device
+  int splits = 1;        // split-KV partitions of paged attention (decode only)
+  bool operator<(const LaunchShape& o) const {
+    return std::tie(n, b, max_blocks, splits) < std::tie(o.n, o.b, o.max_blocks, o.splits);
+  }
+};
+
+// Split-KV partitions for a decode batch: enough (token, kv head, split)
+// blocks to give every SM about two, but no partition shorter than 256 keys
+// (the split kernel walks keys in chunks of 128). A power of two, so the
+// number of distinct graphs over a growing context stays logarithmic.
+int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
+  const int64_t blocks = std::max<int64_t>(b * kv_heads, 1);
+  int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
+  want = std::min<int64_t>({want, max_kv_len / 256, kMaxSplits});
+  int splits = 1;
+  while (splits * 2 <= want) splits *= 2;
+  return splits;
+}
+
+// The block-table row stride a decode graph is captured for: the next power
+// of two of the batch's own (at least 16), so a growing context re-captures
+// only when it doubles.
+int graphStride(int max_blocks, int64_t num_blocks) {
+  int stride = 16;
+  while (stride < max_blocks) stride *= 2;
+  return int(std::min<int64_t>(stride, std::max<int64_t>(num_blocks, max_blocks)));
+}
+
 }  // namespace
 
 struct CudaExecutor::State {
@@ -233,11 +289,19 @@ struct CudaExecutor::State {
   DeviceValue logits;
   std::vector<BoundStep> steps;
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
+  int64_t num_slots = 0;  // KV pool slots (rope_kv_append's bound)
+  int sms = 1;            // streaming multiprocessors
+  // Split-KV partials: [kMaxSplitTokens, heads, kMaxSplits, head_dim] f32 and the lse.
+  CUdeviceptr partial_out = 0, partial_lse = 0;
+  bool use_graphs = true;
+  std::map<LaunchShape, CUgraphExec> graphs;
+  int64_t graph_captures = 0;
 
   ~State() {
     if (!d) return;
     d->cuCtxSetCurrent(context);
     if (stream) x.streamSynchronize(stream);
+    for (auto& [shape, exec] : graphs) x.graphExecDestroy(exec);
     for (auto& [key, plan] : gemm_plans) {
       lt->cublasLtMatrixLayoutDestroy(plan.a);
       lt->cublasLtMatrixLayoutDestroy(plan.b);
@@ -275,13 +339,25 @@ struct CudaExecutor::State {
     host_allocations.push_back(p);
     return p;
   }
-  Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
+  Status launch(CUfunction fn, unsigned block, unsigned gx, unsigned gy, unsigned gz, void* params) {
     void* args[] = {params};
-    return d->check(d->cuLaunchKernel(s.fn, gx, gy, gz, s.block, 1, 1, 0, stream, args, nullptr),
+    return d->check(d->cuLaunchKernel(fn, gx, gy, gz, block, 1, 1, 0, stream, args, nullptr),
                     "cuLaunchKernel");
+  }
+  Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
+    return launch(s.fn, s.block, gx, gy, gz, params);
   }
   Result<GemmPlan*> gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias);
   Status gemm(const BoundStep& s, int64_t rows);
+  // Every step of `forward` on `stream`, for a batch of this shape whose
+  // inputs are already in `inputs`.
+  Status enqueueSteps(const LaunchShape& shape);
+  Status attention(const BoundStep& s, const LaunchShape& shape);
+  // The graph of `shape`, captured from enqueueSteps on first use.
+  Result<CUgraphExec> decodeGraph(const LaunchShape& shape);
+  const int* input(const BoundStep& s, size_t a) const {
+    return reinterpret_cast<const int*>(inputs + CUdeviceptr(input_offset[s.inputs[a]] * 4));
+  }
 };
 
 Result<GemmPlan*> CudaExecutor::State::gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias) {
@@ -450,6 +526,8 @@ int parseRowsPerBlock(const std::string& source) {
 
 CudaExecutor::~CudaExecutor() = default;
 
+int64_t CudaExecutor::graphCaptures() const { return state_->graph_captures; }
+
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manifest,
                                                            const WeightStore& weights,
                                                            const KvPoolConfig& kv,
@@ -500,6 +578,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   char name[256] = {0};
   d->cuDeviceGetName(name, sizeof name, st.device);
   const std::string arch = fmt::format("sm_{}{}", major, minor);
+  d->cuDeviceGetAttribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, st.device);
+  st.use_graphs = options.cuda_graphs;
   ex->device_name_ = fmt::format("{} ({})", name, arch);
   auto lt = loadCublasLt();
   if (!lt) return makeError("no CUDA backend: {}", lt.error().message);
@@ -591,6 +671,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const int kv_elem = mk.type == "bf16" ? 2 : 4;
   const int64_t pool_bytes = alignUp(kv.poolElems() * kv_elem);
   KILN_ASSIGN(pools, st.alloc(pool_bytes * 2 * kv.layers, "the KV cache pools"));
+  st.num_slots = kv.num_blocks * kv.page_size;
   KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(pools, 0, size_t(pool_bytes * 2 * kv.layers)), "cuMemsetD8"));
   int64_t at = 0;
   for (int id : {kTokens, kPositions, kSlotMapping, kQueryStart, kKvLens}) {
@@ -638,6 +719,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::vector<std::string> step_instance(entry->steps.size());
   std::map<std::string, int> rows_per_block;
   std::map<std::string, unsigned> block_threads;
+  std::map<size_t, std::vector<std::string>> split_instances;  // step -> {split, combine}
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
@@ -658,6 +740,22 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     block_threads[inst_name] = unsigned(inst->launch.block_threads);
     source_index[inst_name] = sources.size();
     sources.push_back({inst_name, inst->source});
+    // Decode batches run paged attention split over the keys (long
+    // contexts would otherwise leave most SMs idle) and merge the partials.
+    if (step.kind == StepKind::kPagedAttention && !params.value("tree_mask", false)) {
+      const nlohmann::json combine{{"heads", params["heads"]}, {"head_dim", params["head_dim"]}};
+      for (auto [kind, kind_params] : {std::pair{"paged_attention_split", params},
+                                       std::pair{"attention_combine", combine}}) {
+        const std::string name = entryName(cuda_codegen::instanceName(kind, kind_params));
+        split_instances[i].push_back(name);
+        if (source_index.count(name)) continue;
+        auto extra = cuda_codegen::instanceSource(kind, kind_params, name);
+        if (!extra) return makeError("{} ({}): instance {}: {}", step.path, kind, name, extra.error().message);
+        block_threads[name] = unsigned(extra->launch.block_threads);
+        source_index[name] = sources.size();
+        sources.push_back({name, extra->source});
+      }
+    }
   }
   KernelCacheOptions cache;
   cache.compile.arch = arch;
@@ -681,6 +779,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                double(weight_total) / (1 << 20), double(ex->device_bytes_) / (1 << 20));
 
   // 5. Bind every step.
+  int64_t max_heads_dim = 0, max_heads = 0;  // largest of the attention steps
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     BoundStep s;
@@ -691,6 +790,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       s.fn = functions[source_index[inst]];
       s.block = block_threads[inst];
       s.rows_per_block = rows_per_block[inst];
+      if (auto it = split_instances.find(i); it != split_instances.end()) {
+        s.split_fn = functions[source_index[it->second[0]]];
+        s.split_block = block_threads[it->second[0]];
+        s.combine_fn = functions[source_index[it->second[1]]];
+        s.combine_block = block_threads[it->second[1]];
+      }
     }
     const size_t na = step.args.size();
     s.args.resize(na);
@@ -804,8 +909,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         if (kv_heads != kv.kv_heads || kv_type != mk.type)
           return makeError("{}: kv_heads {} kv_type {} do not match the pools' {} {}", step.path,
                            kv_heads, kv_type, kv.kv_heads, mk.type);
+        KILN_ASSIGN(head_dim, p.getInt("head_dim"));
         s.heads = int(heads);
         s.kv_heads = int(kv_heads);
+        s.head_dim = int(head_dim);
+        max_heads_dim = std::max<int64_t>(max_heads_dim, heads * head_dim);
+        max_heads = std::max<int64_t>(max_heads, heads);
         KILN_RETURN_IF_ERROR(needValue(0));
         break;
       }
@@ -853,6 +962,14 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
+  if (max_heads_dim > 0) {
+    const int64_t rows = std::min(max_tokens, kMaxSplitTokens) * kMaxSplits;
+    KILN_ASSIGN(partial_out, st.alloc(rows * max_heads_dim * 4, "the split-KV attention partials"));
+    KILN_ASSIGN(partial_lse, st.alloc(rows * max_heads * 4, "the split-KV attention lse"));
+    st.partial_out = partial_out;
+    st.partial_lse = partial_lse;
+    ex->device_bytes_ += rows * (max_heads_dim + max_heads) * 4;
+  }
   Step output_step;
   output_step.path = mpath + ": entries.forward.outputs[0]";
   KILN_ASSIGN(logits, value(output_step, entry->outputs[0].value, "value"));
@@ -875,47 +992,47 @@ Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, std::span<float> log
   return {};
 }
 
-Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits_out) {
-  KILN_RETURN_IF_ERROR(checkBatch(in, logits_out));
-  State& st = *state_;
-  const CudaDriver* d = st.d;
-  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(st.context), "cuCtxSetCurrent"));
-  const int64_t n = int64_t(in.tokens.size());
-  const int64_t b = int64_t(in.kv_lens.size());
+Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& shape) {
+  kk::PagedAttentionParams p{};
+  p.q = reinterpret_cast<const void*>(s.args[0].ptr);
+  p.k_pool = reinterpret_cast<const void*>(s.pools[1]);
+  p.v_pool = reinterpret_cast<const void*>(s.pools[2]);
+  p.block_tables = input(s, 3);
+  p.query_start = input(s, 4);
+  p.kv_lens = input(s, 5);
+  p.out = reinterpret_cast<void*>(s.results[0].ptr);
+  p.num_tokens = int(shape.n);
+  p.num_seqs = int(shape.b);
+  p.max_blocks_per_seq = shape.max_blocks;
+  p.num_splits = 1;
+  if (shape.splits <= 1 || !s.split_fn)
+    return launch(s, unsigned(shape.n), unsigned(s.kv_heads), 1, &p);
+  p.num_splits = shape.splits;
+  p.partial_out = reinterpret_cast<float*>(partial_out);
+  p.partial_lse = reinterpret_cast<float*>(partial_lse);
+  KILN_RETURN_IF_ERROR(launch(s.split_fn, s.split_block, unsigned(shape.n), unsigned(s.kv_heads),
+                              unsigned(shape.splits), &p));
+  kk::AttentionCombineParams c{p.partial_out, p.partial_lse, p.out, int(shape.n), shape.splits};
+  return launch(s.combine_fn, s.combine_block, unsigned(shape.n), unsigned(s.heads), 1, &c);
+}
 
-  // Inputs: pack into pinned staging at the fixed offsets, one copy.
-  auto put = [&](InputId id, std::span<const int32_t> v) {
-    std::memcpy(st.staging + st.input_offset[id], v.data(), v.size() * 4);
-  };
-  put(kTokens, in.tokens);
-  put(kPositions, in.positions);
-  put(kSlotMapping, in.slot_mapping);
-  put(kQueryStart, in.query_start);
-  put(kKvLens, in.kv_lens);
-  put(kBlockTables, in.block_tables);
-  const size_t input_bytes = size_t(st.input_offset[kBlockTables] + int64_t(in.block_tables.size())) * 4;
-  KILN_RETURN_IF_ERROR(d->check(st.x.memcpyHtoDAsync(st.inputs, st.staging, input_bytes, st.stream),
-                                "cuMemcpyHtoDAsync (batch inputs)"));
-  auto input = [&](const BoundStep& s, size_t a) -> const int* {
-    return reinterpret_cast<const int*>(st.inputs + CUdeviceptr(st.input_offset[s.inputs[a]] * 4));
-  };
+Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
+  const int64_t n = shape.n, b = shape.b;
   auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
-  const int64_t num_slots = pool_->config().num_blocks * pool_->config().page_size;
-
-  for (const BoundStep& s : st.steps) {
+  for (const BoundStep& s : steps) {
     auto rows = [&](const DeviceValue& v) { return v.per_sequence ? b : n; };
     Status status;
     switch (s.kind) {
       case StepKind::kEmbedding: {
         kk::EmbeddingParams p{input(s, 0), ptr(s.weights[1]), ptr(s.results[0].ptr), int(n), int(s.vocab)};
-        status = st.launch(s, unsigned(n), 1, 1, &p);
+        status = launch(s, unsigned(n), 1, 1, &p);
         break;
       }
       case StepKind::kRmsNorm: {
         const int64_t r = rows(s.args[0]);
         kk::RmsNormParams p{ptr(s.args[0].ptr), nullptr, ptr(s.weights[1]), nullptr,
                             ptr(s.results[0].ptr), int(r)};
-        status = st.launch(s, unsigned(r), 1, 1, &p);
+        status = launch(s, unsigned(r), 1, 1, &p);
         break;
       }
       case StepKind::kResidualRmsNorm: {
@@ -923,10 +1040,10 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};
-        status = st.launch(s, unsigned(r), 1, 1, &p);
+        status = launch(s, unsigned(r), 1, 1, &p);
         break;
       }
-      case StepKind::kGemm: status = st.gemm(s, rows(s.args[0])); break;
+      case StepKind::kGemm: status = gemm(s, rows(s.args[0])); break;
       case StepKind::kRopeKvAppend: {
         const size_t pos = s.merged ? 1 : 3;
         kk::RopeKvAppendParams p{};
@@ -943,25 +1060,10 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
         p.q_out = ptr(s.results[0].ptr);
         p.num_tokens = int(n);
         p.num_slots = num_slots;
-        status = st.launch(s, unsigned(n), 1, 1, &p);
+        status = launch(s, unsigned(n), 1, 1, &p);
         break;
       }
-      case StepKind::kPagedAttention: {
-        kk::PagedAttentionParams p{};
-        p.q = ptr(s.args[0].ptr);
-        p.k_pool = ptr(s.pools[1]);
-        p.v_pool = ptr(s.pools[2]);
-        p.block_tables = input(s, 3);
-        p.query_start = input(s, 4);
-        p.kv_lens = input(s, 5);
-        p.out = ptr(s.results[0].ptr);
-        p.num_tokens = int(n);
-        p.num_seqs = int(b);
-        p.max_blocks_per_seq = in.max_blocks;
-        p.num_splits = 1;
-        status = st.launch(s, unsigned(n), unsigned(s.kv_heads), 1, &p);
-        break;
-      }
+      case StepKind::kPagedAttention: status = attention(s, shape); break;
       case StepKind::kSiluMul:
       case StepKind::kAdd:
       case StepKind::kMul:
@@ -970,7 +1072,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
-        status = st.launch(s, unsigned(std::max<int64_t>(blocks, 1)), 1, 1, &p);
+        status = launch(s, unsigned(std::max<int64_t>(blocks, 1)), 1, 1, &p);
         break;
       }
       case StepKind::kSplit: {
@@ -987,19 +1089,104 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
           c.dstPitch = size_t(s.sizes[i] * elem);
           c.WidthInBytes = size_t(s.sizes[i] * elem);
           c.Height = size_t(r);
-          status = d->check(st.x.memcpy2DAsync(&c, st.stream), "cuMemcpy2DAsync (split)");
+          status = d->check(x.memcpy2DAsync(&c, stream), "cuMemcpy2DAsync (split)");
           column += s.sizes[i];
         }
         break;
       }
       case StepKind::kGatherLastTokens: {
         kk::GatherLastTokensParams p{ptr(s.args[0].ptr), input(s, 1), ptr(s.results[0].ptr), int(b)};
-        status = st.launch(s, unsigned(b), 1, 1, &p);
+        status = launch(s, unsigned(b), 1, 1, &p);
         break;
       }
     }
     if (!status.ok())
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
+  }
+
+  return {};
+}
+
+Result<CUgraphExec> CudaExecutor::State::decodeGraph(const LaunchShape& shape) {
+  if (auto it = graphs.find(shape); it != graphs.end()) return it->second;
+  if (graphs.size() >= kMaxGraphs) {  // a long-running server: start over rather than grow
+    for (auto& [key, exec] : graphs) x.graphExecDestroy(exec);
+    graphs.clear();
+  }
+  KILN_RETURN_IF_ERROR(d->check(x.streamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                                "cuStreamBeginCapture"));
+  Status enqueued = enqueueSteps(shape);
+  CUgraph graph = nullptr;
+  CUresult ended = x.streamEndCapture(stream, &graph);
+  if (!enqueued.ok()) {
+    if (graph) x.graphDestroy(graph);
+    return enqueued.error();
+  }
+  KILN_RETURN_IF_ERROR(d->check(ended, "cuStreamEndCapture"));
+  CUgraphExec exec = nullptr;
+  CUresult made = x.graphInstantiate(&exec, graph, 0);
+  x.graphDestroy(graph);
+  KILN_RETURN_IF_ERROR(d->check(made, "cuGraphInstantiate"));
+  ++graph_captures;
+  graphs.emplace(shape, exec);
+  return exec;
+}
+
+Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits_out) {
+  KILN_RETURN_IF_ERROR(checkBatch(in, logits_out));
+  State& st = *state_;
+  const CudaDriver* d = st.d;
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(st.context), "cuCtxSetCurrent"));
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+
+  // A decode batch (one token per sequence) splits attention over the keys
+  // and replays a graph captured for its shape; anything else is launched
+  // step by step.
+  LaunchShape shape{n, b, in.max_blocks, 1};
+  const bool decode = n == b;  // checkBatch: every sequence has >= 1 token
+  const int64_t num_blocks = pool_->config().num_blocks;
+  if (decode && b <= kMaxSplitTokens) {
+    const int max_kv = *std::max_element(in.kv_lens.begin(), in.kv_lens.end());
+    shape.splits = decodeSplits(b, int(pool_->config().kv_heads), max_kv, st.sms);
+  }
+  bool graph = st.use_graphs && decode && b <= kMaxGraphBatch;
+  if (graph) {
+    shape.max_blocks = graphStride(in.max_blocks, num_blocks);
+    if (b * shape.max_blocks > st.block_table_capacity) {
+      graph = false;
+      shape.max_blocks = in.max_blocks;
+    }
+  }
+
+  // Inputs: pack into pinned staging at the fixed offsets, one copy. Block
+  // tables go in rows of shape.max_blocks (a graph's fixed stride).
+  auto put = [&](InputId id, std::span<const int32_t> v) {
+    std::memcpy(st.staging + st.input_offset[id], v.data(), v.size() * 4);
+  };
+  put(kTokens, in.tokens);
+  put(kPositions, in.positions);
+  put(kSlotMapping, in.slot_mapping);
+  put(kQueryStart, in.query_start);
+  put(kKvLens, in.kv_lens);
+  int32_t* tables = st.staging + st.input_offset[kBlockTables];
+  if (shape.max_blocks == in.max_blocks) {
+    put(kBlockTables, in.block_tables);
+  } else {
+    for (int64_t r = 0; r < b; ++r) {
+      std::memcpy(tables + r * shape.max_blocks, in.block_tables.data() + r * in.max_blocks,
+                  size_t(in.max_blocks) * 4);
+      std::fill(tables + r * shape.max_blocks + in.max_blocks, tables + (r + 1) * shape.max_blocks, 0);
+    }
+  }
+  const size_t input_bytes = size_t(st.input_offset[kBlockTables] + b * shape.max_blocks) * 4;
+  KILN_RETURN_IF_ERROR(d->check(st.x.memcpyHtoDAsync(st.inputs, st.staging, input_bytes, st.stream),
+                                "cuMemcpyHtoDAsync (batch inputs)"));
+  if (graph) {
+    KILN_ASSIGN(exec, st.decodeGraph(shape));
+    KILN_RETURN_IF_ERROR(d->check(st.x.graphLaunch(exec, st.stream), "cuGraphLaunch"));
+  } else {
+    KILN_RETURN_IF_ERROR(st.enqueueSteps(shape));
   }
 
   const int64_t out_rows = logits_per_sequence_ ? b : n;

@@ -7,7 +7,8 @@
 // resolves every step's launch arguments. forward() copies the batch inputs
 // through pinned staging, launches the steps on one stream (GEMMs: the
 // skinny `gemm` kernel for <= 8 rows, cuBLASLt bf16 with f32 accumulation
-// above), and copies the logits back as f32.
+// above), and copies the logits back as f32. Decode batches split attention
+// over the keys (split-KV) and replay a CUDA graph captured for their shape.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ struct CudaExecutorOptions {
   int device = 0;
   bool progress = true;  // JIT progress bar on stderr
   bool verbose = false;  // print the loaded libraries, device and memory use
+  // Replay decode batches (one token per sequence) from a CUDA graph
+  // captured per shape (batch size, block-table stride, split-KV count).
+  bool cuda_graphs = true;
 };
 
 class CudaExecutor {
@@ -55,6 +59,7 @@ class CudaExecutor {
   const std::string& deviceName() const { return device_name_; }
   int64_t deviceBytes() const { return device_bytes_; }  // weights + arena + pools + staging
   int64_t weightBytes() const { return weight_bytes_; }
+  int64_t graphCaptures() const;  // decode graphs captured so far
 
   struct State;  // driver objects, bound steps (executor.cc)
 

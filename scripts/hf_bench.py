@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""The Hugging Face peers and the card's ceilings for `kiln bench` on a GPU.
+
+Same checkpoint directory, same prompt token ids, same batch and lengths as
+kiln's own run. Prints one JSON object on stdout (progress on stderr):
+
+  ceilings  hbm_gbps    HBM read bandwidth: torch sum over 4 GiB of bf16
+            gemm_tflops bf16 GEMM 8192^3 through cuBLAS (torch.matmul)
+  roofline  decode_tps  batch / (bytes one decode step must read / hbm_gbps):
+                        every weight but the embedding table (its B rows are
+                        negligible; a tied table is read whole as the LM head)
+                        plus the KV cache at the mean context of the run
+            prefill_tps prompt tokens / (prefill FLOPs / gemm_tflops): every
+                        linear layer on every prompt token, causal attention,
+                        the LM head on the last token only (as kiln computes)
+  eager     transformers, bf16, default attention, DynamicCache, Python loop
+  compiled  transformers, bf16, static cache + torch.compile(mode=
+            "reduce-overhead") through generate() (the setup transformers
+            documents for fast decode)
+  each:     prefill_ms, prefill_tps, decode_tps (greedy, EOS ignored)
+
+  hf_bench.py --model DIR --prompt-ids FILE --gen G --batch B [--modes eager,compiled]
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+
+def log(*a):
+    print("hf_bench:", *a, file=sys.stderr, flush=True)
+
+
+def timed(fn, reps):
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def ceilings():
+    x = torch.ones((2 << 30) // 2 * 2, dtype=torch.bfloat16, device="cuda")  # 4 GiB
+    x.sum()
+    t = timed(lambda: x.sum(), 20)
+    hbm = x.numel() * 2 / t / 1e9
+    del x
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    a @ b
+    t = timed(lambda: a @ b, 20)
+    gemm = 2 * 8192 ** 3 / t / 1e12
+    return hbm, gemm
+
+
+class Tensor:
+    """A checkpoint tensor's size, from the safetensors header only."""
+    SIZES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "I8": 1}
+
+    def __init__(self, dtype, shape):
+        self.shape, self.size = shape, self.SIZES[dtype]
+
+    def numel(self):
+        return math.prod(self.shape)
+
+    def element_size(self):
+        return self.size
+
+    def dim(self):
+        return len(self.shape)
+
+
+def tensor_table(directory):
+    import glob
+    import os
+    import struct
+    out = {}
+    for f in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        with open(f, "rb") as fh:
+            header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+        out.update({k: Tensor(v["dtype"], v["shape"]) for k, v in header.items() if k != "__metadata__"})
+    return out
+
+
+def roofline(config, weights, prompt, gen, batch, hbm_gbps, gemm_tflops):
+    h, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    d = getattr(config, "head_dim", None) or h // heads
+    vocab = config.vocab_size
+    total = sum(p.numel() * p.element_size() for p in weights.values())
+    embed = weights["model.embed_tokens.weight"]
+    tied = "lm_head.weight" not in weights
+    per_step = total - (0 if tied else embed.numel() * embed.element_size())
+    mean_context = prompt + gen / 2
+    kv_bytes = batch * mean_context * layers * 2 * kv_heads * d * 2
+    decode_tps = batch / ((per_step + kv_bytes) / (hbm_gbps * 1e9))
+    linear = sum(p.numel() for n, p in weights.items()
+                 if p.dim() == 2 and "embed_tokens" not in n and "lm_head" not in n)
+    flops = 2 * linear * prompt * batch
+    flops += batch * layers * heads * 4 * d * prompt * prompt / 2  # QK^T and PV, causal half
+    flops += batch * 2 * h * vocab  # LM head on the last token
+    prefill_tps = prompt * batch / (flops / (gemm_tflops * 1e12))
+    return {"decode_tps": decode_tps, "prefill_tps": prefill_tps, "decode_bytes_per_step": per_step + kv_bytes,
+            "prefill_flops": flops}
+
+
+def bench_eager(model, ids, gen):
+    from transformers import DynamicCache
+    batch, prompt = ids.shape
+
+    def prefill():
+        return model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+
+    with torch.no_grad():
+        prefill()
+        t_prefill = timed(prefill, 3)
+
+        def decode():
+            out = model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+            past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(gen - 1):
+                out = model(input_ids=tok, past_key_values=past, use_cache=True)
+                past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
+
+        decode()
+        t = decode()
+    return {"prefill_ms": t_prefill * 1e3, "prefill_tps": batch * prompt / t_prefill,
+            "decode_tps": batch * (gen - 1) / t}
+
+
+def bench_compiled(model, ids, gen):
+    batch, prompt = ids.shape
+    model.generation_config.cache_implementation = "static"
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    mask = torch.ones_like(ids)
+
+    def generate(n):
+        return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, pad_token_id=0)
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        for _ in range(3):  # compile the prefill and decode graphs, then replay them
+            generate(gen)
+        log(f"compiled: warm-up {time.perf_counter() - t0:.1f} s")
+        t_one = timed(lambda: generate(1), 3)
+        t_all = timed(lambda: generate(gen), 3)
+    return {"prefill_ms": t_one * 1e3, "prefill_tps": batch * prompt / t_one,
+            "decode_tps": batch * (gen - 1) / max(t_all - t_one, 1e-9)}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt-ids", required=True, help="JSON file with the prompt token ids")
+    p.add_argument("--gen", type=int, required=True)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--modes", default="eager,compiled")
+    args = p.parse_args()
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    prompt = json.load(open(args.prompt_ids))
+    config = AutoConfig.from_pretrained(args.model)
+    weights = tensor_table(args.model)
+    out = {"card": torch.cuda.get_device_name(), "torch": torch.__version__}
+    import transformers
+    out["transformers"] = transformers.__version__
+    log("ceilings (HBM read, bf16 GEMM)...")
+    hbm, gemm = ceilings()
+    out["ceilings"] = {"hbm_gbps": hbm, "gemm_tflops": gemm}
+    out["roofline"] = roofline(config, weights, len(prompt), args.gen, args.batch, hbm, gemm)
+    del weights
+    model = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda().eval()
+    ids = torch.tensor([prompt] * args.batch, device="cuda")
+    for mode in args.modes.split(","):
+        log(f"{mode} (batch {args.batch}, prompt {len(prompt)}, generate {args.gen})...")
+        try:
+            out[mode] = bench_eager(model, ids, args.gen) if mode == "eager" else bench_compiled(model, ids, args.gen)
+        except Exception as e:  # a peer that fails is reported, not fatal to kiln's figures
+            out[mode] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        log(mode, json.dumps(out[mode]))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

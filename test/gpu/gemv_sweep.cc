@@ -1,0 +1,154 @@
+// Times every candidate tiling of the skinny GEMM (gemv.cuh) on the decode
+// shapes kiln ships for (Llama-3-8B, Llama-3.2-1B) at 1 and 8 rows, checks
+// each candidate's output against a float64 reference, and prints the
+// fastest per shape as the table codegen/cuda/instance_source.cc's
+// gemvTiling() is written from. GPU machine only:
+//
+//   kiln_gemv_sweep [--reps N]
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <optional>
+
+#include <fmt/format.h>
+#include <tuple>
+
+#include "codegen/kernels/kernel_params.cuh"
+#include "test/gpu/gpu_harness.h"
+
+namespace kiln::gpu_test {
+namespace {
+
+struct Candidate {
+  int split = 0, rows_per_warp = 0, unroll = 0;
+};
+
+struct Timing {
+  Candidate c;
+  double tbps = 0;
+  bool correct = false;
+};
+
+int run(int reps) {
+  auto gpu = Gpu::get();
+  if (!gpu) {
+    std::fprintf(stderr, "kiln_gemv_sweep: %s\n", gpu.error().message.c_str());
+    return 1;
+  }
+  const cuda::CudaDriver* d = (*gpu)->d;
+  std::vector<Candidate> candidates;
+  for (int split : {1, 2, 4, 8})
+    for (int rpw : {1, 2, 4})
+      for (int unroll : {2, 4, 8})
+        if (rpw * unroll <= 16) candidates.push_back({split, rpw, unroll});
+  const std::vector<std::pair<int, int>> shapes = {
+      {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096},   // llama3-8b
+      {3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}, {128256, 2048}};  // llama3.2-1b
+  std::mt19937 rng(7);
+  std::printf("GPU: %s, %d reps per timing\n", (*gpu)->name.c_str(), reps);
+  std::printf("| n | k | rows | default TB/s | best TB/s | best split/rows_per_warp/unroll | wrong |\n"
+              "|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> table;
+  int failures = 0;
+  for (auto [n, k] : shapes) {
+    // Compile every candidate in parallel (NVRTC is thread-safe).
+    std::vector<std::future<Result<Kernel>>> pending;
+    for (const Candidate& c : candidates)
+      pending.push_back(std::async(std::launch::async, [=] {
+        return compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false},
+                                {"gemv_split", c.split}, {"gemv_rows_per_warp", c.rows_per_warp},
+                                {"gemv_unroll", c.unroll}});
+      }));
+    std::vector<std::optional<Kernel>> kernels;
+    for (auto& f : pending) {
+      auto kern = f.get();
+      if (kern) kernels.emplace_back(kern.take());
+      else kernels.emplace_back(std::nullopt);
+    }
+    auto fallback = compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}});
+    if (!fallback) {
+      std::fprintf(stderr, "default gemv n %d k %d: %s\n", n, k, fallback.error().message.c_str());
+      return 1;
+    }
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<uint16_t> w(size_t(n) * k), x(size_t(8) * k);
+    for (auto& v : w) v = toBf16(dist(rng) * 0.05f);
+    for (auto& v : x) v = toBf16(dist(rng));
+    auto d_w = DeviceBuffer::from(w);
+    auto d_x = DeviceBuffer::from(x);
+    for (int rows : {1, 8}) {
+      // Checked: 64 output rows spread over n, every x row, against float64.
+      auto time = [&](const Kernel& kern) -> Timing {
+        Timing t;
+        const int rpb = std::stoi(kern.instance.source.substr(kern.instance.source.find("kRowsPerBlock = ") + 16));
+        DeviceBuffer d_y(size_t(rows) * n * 2);
+        kernels::GemvParams p{d_x.get(), d_w.get(), nullptr, d_y.get(), rows};
+        const unsigned grid = unsigned((n + rpb - 1) / rpb);
+        if (!launch(kern, grid, 1, 1, p).ok()) return t;
+        auto y = d_y.download<uint16_t>();
+        t.correct = true;
+        for (int m = 0; m < rows && t.correct; ++m)
+          for (int i = 0; i < 64; ++i) {
+            const int row = int((long long)i * 7919 % n);
+            double ref = 0;
+            for (int e = 0; e < k; ++e)
+              ref += double(fromBf16(w[size_t(row) * k + e])) * fromBf16(x[size_t(m) * k + e]);
+            const double got = fromBf16(y[size_t(m) * n + row]);
+            if (!(std::fabs(got - ref) <= 1e-2 + 1e-2 * std::fabs(ref))) {
+              t.correct = false;
+              break;
+            }
+          }
+        CUevent start, stop;
+        d->cuEventCreate(&start, 0);
+        d->cuEventCreate(&stop, 0);
+        void* args[] = {&p};
+        d->cuEventRecord(start, nullptr);
+        for (int i = 0; i < reps; ++i)
+          d->cuLaunchKernel(kern.function, grid, 1, 1, kern.instance.launch.block_threads, 1, 1, 0, nullptr,
+                            args, nullptr);
+        d->cuEventRecord(stop, nullptr);
+        d->cuEventSynchronize(stop);
+        float ms = 0;
+        d->cuEventElapsedTime_v2(&ms, start, stop);
+        d->cuEventDestroy_v2(start);
+        d->cuEventDestroy_v2(stop);
+        t.tbps = double(n) * k * 2 / (ms / 1e3 / reps) / 1e12;
+        return t;
+      };
+      const Timing base = time(*fallback);
+      Timing best;
+      int wrong = 0;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        if (!kernels[i]) continue;
+        Timing t = time(*kernels[i]);
+        t.c = candidates[i];
+        if (!t.correct) {
+          ++wrong;
+          continue;
+        }
+        if (t.tbps > best.tbps) best = t;
+      }
+      std::printf("| %d | %d | %d | %.2f%s | %.2f | %d/%d/%d | %d |\n", n, k, rows, base.tbps,
+                  base.correct ? "" : " (WRONG)", best.tbps, best.c.split, best.c.rows_per_warp, best.c.unroll,
+                  wrong);
+      if (rows == 1)
+        table.push_back(fmt::format("{{{}, {}, {}, {}, {}}},  // {:.2f} TB/s at 1 row", n, k, best.c.split,
+                                    best.c.rows_per_warp, best.c.unroll, best.tbps));
+      failures += wrong + (base.correct ? 0 : 1);
+    }
+  }
+  std::printf("\nmeasured table (n, k, split, rows_per_warp, unroll):\n");
+  for (const auto& line : table) std::printf("  %s\n", line.c_str());
+  return failures == 0 ? 0 : 2;
+}
+
+}  // namespace
+}  // namespace kiln::gpu_test
+
+int main(int argc, char** argv) {
+  int reps = 50;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
+  return kiln::gpu_test::run(reps);
+}
