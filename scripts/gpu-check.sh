@@ -17,6 +17,16 @@
 #                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-f32; done
 #            KILN_HF_BENCH_MODEL (default llama3.2-1b) also gets the batch-1 decode timing,
 #            transformers' eager decode and an HBM read probe in the same run.
+#   sweep    kiln_gemv_sweep: every skinny-GEMM tiling on the shipped decode shapes
+#   bench    `kiln bench decode` on KILN_BENCH_MODEL (default llama3-8b; a random
+#            checkpoint written here, artifact BUILD_DIR/artifacts/<model>-bf16):
+#            accuracy against transformers fp32, cold and warm start, then each
+#            workload of KILN_BENCH_RUNS (default "b1") beside the HF peers and the
+#            roofline of the same run:  b1 (batch 1, 128 in / 256 out, peers eager +
+#            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
+#            prefill (batch 1, 2048 in, eager)
+#   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
+#   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-cuda}}"
@@ -95,6 +105,84 @@ if [[ " $PARTS " == *" hf "* ]]; then
       --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
     rc=${PIPESTATUS[0]}
     result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+    [[ $rc == 0 ]] || status=1
+  done
+fi
+
+if [[ " $PARTS " == *" sweep "* ]]; then
+  tests+=("gemv_sweep")
+  echo "== kiln_gemv_sweep"
+  "$BUILD/bin/kiln_gemv_sweep" 2>&1 | tee "$OUT/gemv_sweep.txt"
+  rc=${PIPESTATUS[0]}
+  result[gemv_sweep]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  [[ $rc == 0 ]] || status=1
+fi
+
+if [[ " $PARTS " == *" bench "* ]]; then
+  model="${KILN_BENCH_MODEL:-llama3-8b}"
+  ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
+  art="$BUILD/artifacts/$model-bf16"
+  header="$ROOT/test/models/$model"
+  [[ -f "$header/model.safetensors" ]] && header="$header/model.safetensors"
+  if [[ ! -f "$ckpt/tokenizer.json" ]]; then
+    echo "== checkpoint $ckpt"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$header" --out "$ckpt" --reference "$ckpt.ref.json" --prompts 4 --new 32 --logit-cases 2 \
+      2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+    tests+=("accuracy_$model")
+    timeout 300 "$BUILD/bin/hf_logits_gpu_test" --artifact "$art" --model-source "$ckpt" \
+      --reference "$ckpt.ref.json" --summary "$OUT/accuracy_$model.json" 2>&1 | tee "$OUT/accuracy_$model.log"
+    rc=${PIPESTATUS[0]}
+    result[accuracy_$model]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  fi
+  # Cold start: an empty JIT cache (the artifact is compiled on the dev
+  # machine: kiln-compile needs MLIR, absent here; its time is measured there).
+  for start in cold warm; do
+    [[ $start == cold ]] && rm -rf "$KILN_HOME/jit"
+    t0=$(date +%s.%N)
+    "$BUILD/bin/kiln" run "$art" --model-source "$ckpt" "Hello" --max-tokens 8 --device cuda --ignore-eos \
+      >"$OUT/${start}_start.out" 2>"$OUT/${start}_start.err"
+    rc=$?
+    t1=$(date +%s.%N)
+    echo "$start start ($model, kiln run to exit, rc $rc): $(python3 -c "print(round($t1 - $t0, 2))") s" | tee -a "$OUT/start_times.txt"
+    tail -2 "$OUT/${start}_start.err"
+  done
+  for run in ${KILN_BENCH_RUNS:-b1}; do
+    case $run in
+      b1) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 256 --peer hf) ;;
+      b32) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer hf) ;;
+      prefill) flags=(--batch 1 --prompt-tokens 2048 --gen-tokens 2 --peer hf-eager) ;;
+      *) echo "unknown bench run $run"; continue ;;
+    esac
+    echo "== kiln bench decode $model ${flags[*]}"
+    tests+=("bench_$run")
+    timeout 580 "$BUILD/bin/kiln" bench decode "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
+      --json "$OUT/bench_${model}_$run.json" 2>"$OUT/bench_${model}_$run.err" | tee "$OUT/bench_${model}_$run.txt"
+    rc=${PIPESTATUS[0]}
+    result[bench_$run]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+    [[ $rc == 0 ]] || { status=1; tail -5 "$OUT/bench_${model}_$run.err"; }
+  done
+fi
+
+if [[ " $PARTS " == *" attention "* ]]; then
+  tests+=("attention_bench")
+  echo "== attention kernels alone beside torch SDPA"
+  "$BUILD/bin/kiln_attention_bench" 2>&1 | tee "$OUT/attention_bench.txt"
+  rc=${PIPESTATUS[0]}
+  python3 "$ROOT/test/gpu/sdpa_bench.py" 2>&1 | tee -a "$OUT/attention_bench.txt"
+  result[attention_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+fi
+
+if [[ " $PARTS " == *" sanitizer "* ]]; then
+  for tool in memcheck racecheck; do
+    tests+=("sanitizer_$tool")
+    echo "== compute-sanitizer --tool $tool kernels_gpu_test"
+    sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+    "$sanitizer" --tool "$tool" --error-exitcode 9 "$BUILD/bin/kernels_gpu_test" \
+      --gtest_filter="${KILN_SANITIZER_FILTER:--*Bandwidth*}" >"$OUT/sanitizer_$tool.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/sanitizer_$tool.log"
+    result[sanitizer_$tool]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
     [[ $rc == 0 ]] || status=1
   done
 fi

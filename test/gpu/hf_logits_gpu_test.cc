@@ -254,6 +254,7 @@ int main(int argc, char** argv) {
   std::string artifact, source, reference, cpu_artifact, summary_path;
   int64_t bench = 0, kv_tokens = 16384, max_tokens = 1024;
   double tolerance = 2e-2;
+  bool graphs = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -270,6 +271,7 @@ int main(int argc, char** argv) {
     else if (a == "--bench") bench = std::stoll(next());
     else if (a == "--summary") summary_path = next();
     else if (a == "--tolerance") tolerance = std::stod(next());
+    else if (a == "--no-graphs") graphs = false;
     else {
       fmt::print(stderr, "unknown argument {}\n", a);
       return 2;
@@ -277,7 +279,7 @@ int main(int argc, char** argv) {
   }
   if (artifact.empty() || source.empty() || reference.empty()) {
     fmt::print(stderr, "usage: {} --artifact DIR --model-source DIR --reference FILE "
-               "[--cpu-artifact DIR] [--bench N] [--summary FILE] [--tolerance T]\n", argv[0]);
+               "[--cpu-artifact DIR] [--bench N] [--summary FILE] [--tolerance T] [--no-graphs]\n", argv[0]);
     return 2;
   }
   std::ifstream ref_file(reference);
@@ -346,6 +348,7 @@ int main(int argc, char** argv) {
   const int64_t blocks = kv_tokens / manifest->kv_cache.page_size;
   cuda::CudaExecutorOptions copt;
   copt.verbose = true;
+  copt.cuda_graphs = graphs;
   auto t0 = std::chrono::steady_clock::now();
   auto cuda_ex = cuda::CudaExecutor::create(*manifest, *weights,
                                             cpu::kvPoolConfigFor(*manifest, blocks), max_tokens, copt);
@@ -363,6 +366,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "cuda: {}\n", cuda_run.error().message);
     return 1;
   }
+  summary["cuda_graphs"] = graphs;
+  summary["graph_captures"] = (*cuda_ex)->graphCaptures();
+  fmt::print("cuda graphs {}: {} captured\n", graphs ? "on" : "off", (*cuda_ex)->graphCaptures());
   summary["cuda"] = summarize("cuda", *cuda_run, cases);
   bool ok = true;
   for (const Diff& d : cuda_run->prefill) ok &= d.rel_l2 <= tolerance;

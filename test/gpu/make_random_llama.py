@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import struct
+import subprocess
 import sys
 import time
 
@@ -105,6 +106,9 @@ def main():
         sys.exit(3)
     print(f"{args.out}: {len(written)} tensors, names/dtypes/shapes match {args.header} "
           f"({time.time() - t0:.1f} s)", flush=True)
+    # A byte-level tokenizer, so `kiln run` / `kiln bench` can open the checkpoint.
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "write_byte_tokenizer.py"), args.out], check=True)
 
     gen = torch.Generator().manual_seed(args.seed + 1)
     vocab = config.vocab_size
@@ -112,6 +116,15 @@ def main():
     for i in range(args.prompts):
         length = 4 + (i * 7) % 37
         prompts.append(torch.randint(0, vocab, (length,), generator=gen).tolist())
+
+    # transformers' own bf16 logits of the checked prompts' last tokens: how far
+    # a bf16 forward lands from the fp32 one is the scale kiln's bf16 error is
+    # read against.
+    bf16_logits = []
+    with torch.no_grad():
+        for prompt in prompts[:args.logit_cases]:
+            out = model(input_ids=torch.tensor([prompt], device=device))
+            bf16_logits.append(out.logits[0, -1].float().cpu())
 
     bench = {}
     if args.bench:
@@ -174,6 +187,8 @@ def main():
         case = {"prompt": prompt, "greedy": toks}
         if i < args.logit_cases:
             case["logits"] = rounded(logits[0])
+            ref = logits[0].cpu()
+            case["hf_bf16_rel_l2"] = float((bf16_logits[i] - ref).norm() / ref.norm())
             case["next"] = toks[0]
             case["decode_logits"] = rounded(logits[1])
         cases.append(case)
@@ -191,6 +206,8 @@ def main():
                    "cases": cases}, f)
     print(f"{args.reference}: {len(cases)} prompts, fp32 greedy {args.new} tokens "
           f"({time.time() - t0:.1f} s)", flush=True)
+    print("transformers bf16 vs fp32, last prompt token logits, relative L2: " +
+          " ".join(f"{c['hf_bf16_rel_l2']:.2e}" for c in cases if "hf_bf16_rel_l2" in c), flush=True)
 
 
 if __name__ == "__main__":

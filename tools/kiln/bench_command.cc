@@ -1,5 +1,9 @@
 // kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] [--batch B]
-//   [--threads N] [--device cpu|cuda|auto] [--model-source PATH] [--peer llama.cpp|none]
+//   [--threads N] [--device cpu|cuda|auto] [--model-source PATH]
+//   [--peer llama.cpp|hf|hf-eager|none]
+// The peer defaults to llama.cpp for a GGUF model and to Hugging Face
+// transformers (eager and static cache + torch.compile, with the card's HBM
+// and GEMM ceilings; scripts/hf_bench.py) for a checkpoint directory.
 //   [--json FILE]
 // Measures prefill and decode on kiln and, in the same run, on the peer
 // (llama.cpp through llama-cpp-python, on the same GGUF, prompt and threads),
@@ -113,12 +117,12 @@ Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t
 // The Hugging Face peers and the card's ceilings (scripts/hf_bench.py) on
 // the same checkpoint, prompt ids, batch and lengths, as parsed JSON.
 Result<nlohmann::json> benchHf(const std::string& checkpoint, const std::vector<int32_t>& prompt,
-                               int64_t gen, int64_t batch) {
+                               int64_t gen, int64_t batch, const char* modes) {
   std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/hf_bench.py";
   std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
   std::ofstream(ids_path) << nlohmann::json(prompt).dump();
-  std::string command = fmt::format("python3 {} --model '{}' --prompt-ids {} --gen {} --batch {}",
-                                    script, checkpoint, ids_path, gen, batch);
+  std::string command = fmt::format("python3 {} --model '{}' --prompt-ids {} --gen {} --batch {} --modes {}",
+                                    script, checkpoint, ids_path, gen, batch, modes);
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return makeError("cannot run {}", command);
   std::string output;
@@ -171,7 +175,7 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
 int benchCommand(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]) != "decode")
     return fail("usage: kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] "
-                "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|none] "
+                "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|hf-eager|none] "
                 "[--json FILE]");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
@@ -212,10 +216,11 @@ int benchCommand(int argc, char** argv) {
   std::optional<Figures> theirs;
   std::optional<nlohmann::json> hf;
   std::string peer_note;
-  if (peer == "hf") {
+  if (peer == "hf" || peer == "hf-eager") {
     const std::string checkpoint = options->model_source.empty() ? manifest.model.source : options->model_source;
     std::fprintf(stderr, "kiln bench: Hugging Face transformers peers on %s...\n", checkpoint.c_str());
-    auto figures = benchHf(checkpoint, prompt, *gen_tokens, *batch);
+    auto figures = benchHf(checkpoint, prompt, *gen_tokens, *batch,
+                           peer == "hf" ? "eager,compiled" : "eager");
     if (!figures.ok()) return fail(figures.error().message);
     hf = *figures;
   } else if (peer == "llama.cpp") {
@@ -228,7 +233,7 @@ int benchCommand(int argc, char** argv) {
       theirs = *figures;
     }
   } else if (peer != "none") {
-    return fail("--peer '" + peer + "': expected llama.cpp, hf or none");
+    return fail("--peer '" + peer + "': expected llama.cpp, hf, hf-eager or none");
   }
 
   std::printf("\nkiln bench decode: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
