@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes (host-visible part)
+
 namespace kiln::cuda_codegen {
 namespace {
 
@@ -59,6 +61,9 @@ class Params {
   }
   Result<std::string> textOr(const char* name, const char* fallback) const {
     return find(name) ? text(name) : Result<std::string>(std::string(fallback));
+  }
+  Result<int64_t> integerOr(const char* name, int64_t fallback) const {
+    return find(name) ? integer(name) : Result<int64_t>(fallback);
   }
   bool has(const char* name) const { return find(name) != nullptr; }
   Error bad(const char* name, const std::string& value, const char* expected) const {
@@ -294,6 +299,46 @@ Result<Body> pagedAttention(const Params& p, bool split) {
   return b;
 }
 
+// Tensor-core causal prefill over the paged pool (flash_attention.cuh). An
+// optional 'block_m' (query rows per block, 64 or 128) is for tuning; 128
+// keeps two m16 tiles per warp and is offered where it does not spill.
+Result<Body> flashAttention(const Params& p) {
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(kv_heads, p.positive("kv_heads"));
+  KILN_TRY(head_dim, p.positive("head_dim"));
+  KILN_TRY(page_size, p.positive("page_size"));
+  KILN_TRY(scale, p.number("scale"));
+  KILN_TRY(kv_name, p.text("kv_type"));
+  KILN_TRY(tree, p.boolean("tree_mask"));
+  KILN_TRY(block_m, p.integerOr("block_m", 64));
+  if (heads % kv_heads != 0)
+    return makeError("flash_attention: heads {} is not a multiple of kv_heads {}", heads, kv_heads);
+  if (heads / kv_heads > 16)
+    return makeError("flash_attention: GQA group {} (heads {} / kv_heads {}) is above 16", heads / kv_heads, heads,
+                     kv_heads);
+  if (head_dim != 64 && head_dim != 128)
+    return makeError("flash_attention: param 'head_dim' is {}, expected 64 or 128", head_dim);
+  if (kv_name != "bf16")
+    return makeError("flash_attention: kv_type '{}' has no tensor-core kernel (bf16 pools only)", kv_name);
+  if (tree)
+    return makeError("flash_attention: tree_mask is true; the tensor-core kernel is causal only (use paged_attention)");
+  if (!(scale > 0)) return makeError("flash_attention: param 'scale' is {}, expected > 0", scale);
+  if (block_m != 64 && !(block_m == 128 && head_dim == 64))
+    return makeError("flash_attention: param 'block_m' is {}, expected 64 (or 128 with head_dim 64)", block_m);
+  const int smem = kernels::flash::smem_bytes(int(head_dim), int(block_m));
+  Body b{"flash_attention.cuh", "", "flash_attention",
+         {kernels::flash::kThreads,
+          fmt::format("[heads={}, ceil(max_q_len / {}), B], dynamic smem {} bytes", heads, block_m, smem),
+          "PagedAttentionParams"}};
+  b.config = fmt::format(
+      "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+      "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
+      "  static constexpr float kScale = {};\n  static constexpr int kBlockM = {};\n"
+      "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
+      heads, kv_heads, head_dim, page_size, floatLiteral(scale), block_m, smem);
+  return b;
+}
+
 Result<Body> attentionCombine(const Params& p) {
   KILN_TRY(heads, p.positive("heads"));
   KILN_TRY(head_dim, p.positive("head_dim"));
@@ -355,6 +400,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "paged_attention") return pagedAttention(p, false);
   if (kind == "paged_attention_split") return pagedAttention(p, true);
   if (kind == "attention_combine") return attentionCombine(p);
+  if (kind == "flash_attention") return flashAttention(p);
   if (kind == "silu_mul") return siluMul(p);
   if (kind == "add") return elementwise(p, "OpAdd");
   if (kind == "mul") return elementwise(p, "OpMul");
@@ -378,7 +424,7 @@ bool validIdentifier(std::string_view name) {
 const std::vector<std::string_view>& cudaKernelKinds() {
   static const std::vector<std::string_view> kinds = {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
-      "paged_attention_split", "attention_combine", "silu_mul", "add", "mul", "silu",
+      "paged_attention_split", "attention_combine", "flash_attention", "silu_mul", "add", "mul", "silu",
       "gather_last_tokens", "sample"};
   return kinds;
 }

@@ -62,6 +62,14 @@ inline std::vector<KernelCase> representativeKernelCases() {
   }
   cases.push_back({"paged_attention_split", attentionParams(9, 3, 64, false)});
   cases.push_back({"paged_attention_split", attentionParams(32, 8, 128, false)});
+  // Tensor-core prefill: the default 64-row tiles, and 128-row tiles where offered (head_dim 64).
+  cases.push_back({"flash_attention", attentionParams(9, 3, 64, false)});
+  cases.push_back({"flash_attention", attentionParams(32, 8, 128, false)});
+  {
+    nlohmann::json wide = attentionParams(9, 3, 64, false);
+    wide["block_m"] = 128;
+    cases.push_back({"flash_attention", wide});
+  }
   cases.push_back({"attention_combine", {{"heads", 9}, {"head_dim", 64}}});
   cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}}});

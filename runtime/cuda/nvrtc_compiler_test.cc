@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
+#include <set>
+#include <vector>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/kernels/flash_attention.cuh"  // the host-visible layout helpers only
 #include "runtime/cuda/kernel_test_cases.h"
 
 namespace kiln::cuda {
@@ -91,6 +95,224 @@ TEST_P(KernelCompile, CompilesToSm90CubinWithoutSpills) {
   EXPECT_EQ(u.spill_stores, 0) << name << "\n" << compiled->log;
   EXPECT_EQ(u.spill_loads, 0) << name << "\n" << compiled->log;
   EXPECT_LE(u.shared_bytes, 48 * 1024) << "static shared memory above 48 KiB";
+}
+
+// flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)
+// and leave room for two blocks per SM (228 KiB per SM).
+TEST(FlashAttentionInstance, DynamicSharedMemoryFits) {
+  for (const testing::KernelCase& c : testing::representativeKernelCases()) {
+    if (c.kind != "flash_attention") continue;
+    auto inst = cuda_codegen::instanceSource(c.kind, c.params, cuda_codegen::instanceName(c.kind, c.params));
+    ASSERT_TRUE(inst.ok()) << inst.error().message;
+    const size_t at = inst->source.find("kSmemBytes = ");
+    ASSERT_NE(at, std::string::npos) << inst->source;
+    const int smem = std::stoi(inst->source.substr(at + 13));
+    EXPECT_EQ(smem, kernels::flash::smem_bytes(c.params["head_dim"].get<int>(), c.params.value("block_m", 64)));
+    EXPECT_LE(2 * smem, 228 * 1024) << c.params.dump();
+  }
+  auto tree = cuda_codegen::instanceSource("flash_attention", testing::attentionParams(32, 8, 128, true));
+  ASSERT_FALSE(tree.ok());
+  EXPECT_NE(tree.error().message.find("tree_mask"), std::string::npos);
+  auto hd96 = cuda_codegen::instanceSource("flash_attention", testing::attentionParams(32, 8, 96, false));
+  ASSERT_FALSE(hd96.ok());
+  EXPECT_NE(hd96.error().message.find("head_dim"), std::string::npos);
+}
+
+// ------------------------------------------------------------------------
+// flash_attention's fragment layouts, checked on the host: ldmatrix and
+// mma.m16n8k16 are emulated from the PTX ISA's tables ("Matrix Fragments for
+// mma.m16n8k16 with floating point type", "Warp-level matrix load
+// instruction: ldmatrix"), and one warp's share of S = Q Kᵀ, O = P V and the
+// output staging is computed with the kernel's own address helpers.
+
+namespace flash = kernels::flash;
+using Reg = std::array<float, 2>;  // a .b32 register of two 16-bit elements, low half first
+using Warp4 = std::array<std::array<Reg, 4>, 32>;
+
+// A shared-memory image of bf16 values (kept as float), indexed by byte offset / 2.
+struct Smem {
+  std::vector<float> v;
+  explicit Smem(int bytes) : v(bytes / 2, NAN) {}
+  float at(int byte) const { return v.at(byte / 2); }
+  float& at(int byte) { return v.at(byte / 2); }
+};
+
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.b16: lanes 8m..8m+7 give the row
+// addresses of matrix m; lane l receives in register m the elements (row l/4,
+// columns 2(l%4), 2(l%4)+1), or with .trans (rows 2(l%4), 2(l%4)+1, column l/4).
+Warp4 ldmatrixX4(const Smem& smem, const std::array<int, 32>& addr, bool trans) {
+  Warp4 out;
+  for (int l = 0; l < 32; ++l)
+    for (int m = 0; m < 4; ++m)
+      for (int e = 0; e < 2; ++e) {
+        const int row = trans ? 2 * (l % 4) + e : l / 4, col = trans ? l / 4 : 2 * (l % 4) + e;
+        out[l][m][e] = smem.at(addr[8 * m + row] + 2 * col);
+      }
+  return out;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d = a · b + d, with
+// a_i (i < 8) at row g + 8 [i in {2,3,6,7}], column 2t + (i & 1) + 8 [i >= 4];
+// b_i (i < 4) at row 2t + (i & 1) + 8 [i >= 2], column g; c_i at row g + 8 [i >= 2],
+// column 2t + (i & 1); g = lane / 4, t = lane % 4; register r holds elements 2r, 2r+1.
+void mma(std::array<std::array<float, 4>, 32>& d, const std::array<std::array<Reg, 4>, 32>& a,
+         const std::array<std::array<Reg, 2>, 32>& b) {
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 8; ++i) {
+      const int row = g + ((i == 2 || i == 3 || i == 6 || i == 7) ? 8 : 0), col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+      A[row][col] = a[l][i / 2][i % 2];
+    }
+    for (int i = 0; i < 4; ++i) B[2 * t + (i & 1) + (i >= 2 ? 8 : 0)][g] = b[l][i / 2][i % 2];
+  }
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int row = l / 4 + (i >= 2 ? 8 : 0), col = 2 * (l % 4) + (i & 1);
+      float sum = d[l][i];
+      for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+      d[l][i] = sum;
+    }
+}
+
+// Small integers: every product and sum below is exact in f32.
+float value(int a, int b, int salt) { return float((a * 7 + b * 3 + salt) % 5 - 2); }
+
+void checkWarpTile(int D, int block_m, int warp) {
+  const int BN = flash::kBlockN, kMTiles = block_m / 64, warp_row0 = warp * 16 * kMTiles;
+  Smem q(block_m * D * 2), k(BN * D * 2), v(BN * D * 2), staged(block_m * D * 2);
+  std::set<int> seen;
+  for (int r = 0; r < block_m; ++r)
+    for (int c = 0; c < D / 8; ++c) {
+      const int off = flash::tile_offset(r, c, D);
+      ASSERT_TRUE(seen.insert(off).second) << "tile_offset is not one-to-one at row " << r << " chunk " << c;
+      ASSERT_TRUE(off >= 0 && off + 16 <= block_m * D * 2 && off % 16 == 0);
+      for (int e = 0; e < 8; ++e) {
+        q.at(off + 2 * e) = value(r, c * 8 + e, 1);
+        if (r < BN) k.at(off + 2 * e) = value(r, c * 8 + e, 2), v.at(off + 2 * e) = value(r, c * 8 + e, 3);
+      }
+    }
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    // S = Q Kᵀ for rows warp_row0 + 16 mt .. +15 and the tile's 64 keys.
+    std::vector<std::array<std::array<float, 4>, 32>> s(BN / 8);
+    for (auto& blk : s)
+      for (auto& lane : blk) lane.fill(0.0f);
+    for (int ks = 0; ks < D / 16; ++ks) {
+      std::array<int, 32> qa, ka;
+      for (int l = 0; l < 32; ++l)
+        qa[l] = flash::chunk_step(flash::tile_offset(warp_row0 + flash::ldsm_a_row(l), flash::ldsm_a_chunk(l), D), ks) +
+                mt * 16 * D * 2;
+      const Warp4 a = ldmatrixX4(q, qa, false);
+      for (int nb = 0; nb < BN / 8; nb += 2) {
+        for (int l = 0; l < 32; ++l)
+          ka[l] = flash::chunk_step(flash::tile_offset(flash::ldsm_k_row(l), flash::ldsm_k_chunk(l), D), ks) +
+                  nb * 8 * D * 2;
+        const Warp4 kf = ldmatrixX4(k, ka, false);
+        std::array<std::array<Reg, 2>, 32> b0, b1;
+        for (int l = 0; l < 32; ++l) b0[l] = {kf[l][0], kf[l][1]}, b1[l] = {kf[l][2], kf[l][3]};
+        mma(s[nb], a, b0);
+        mma(s[nb + 1], a, b1);
+      }
+    }
+    for (int nb = 0; nb < BN / 8; ++nb)
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < 4; ++i) {
+          const int row = warp_row0 + mt * 16 + flash::acc_row(l, i), key = nb * 8 + flash::acc_col(l, i);
+          float want = 0;
+          for (int d = 0; d < D; ++d) want += value(row, d, 1) * value(key, d, 2);
+          ASSERT_EQ(s[nb][l][i], want) << "S row " << row << " key " << key << " (D " << D << ", warp " << warp << ")";
+        }
+
+    // O = P V with P(row, key) laid in the S accumulators and re-packed as the kernel does.
+    auto P = [](int row, int key) { return float((row * 5 + key) % 4); };
+    for (int nb = 0; nb < BN / 8; ++nb)
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < 4; ++i)
+          s[nb][l][i] = P(warp_row0 + mt * 16 + flash::acc_row(l, i), nb * 8 + flash::acc_col(l, i));
+    std::vector<std::array<std::array<float, 4>, 32>> o(D / 8);
+    for (auto& blk : o)
+      for (auto& lane : blk) lane.fill(0.0f);
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      std::array<std::array<Reg, 4>, 32> pa;
+      for (int l = 0; l < 32; ++l)
+        pa[l] = {Reg{s[2 * kk][l][0], s[2 * kk][l][1]}, Reg{s[2 * kk][l][2], s[2 * kk][l][3]},
+                 Reg{s[2 * kk + 1][l][0], s[2 * kk + 1][l][1]}, Reg{s[2 * kk + 1][l][2], s[2 * kk + 1][l][3]}};
+      for (int db = 0; db < D / 8; db += 2) {
+        std::array<int, 32> va;
+        for (int l = 0; l < 32; ++l)
+          va[l] = flash::chunk_step(flash::tile_offset(flash::ldsm_a_row(l), flash::ldsm_a_chunk(l), D), db / 2) +
+                  kk * 16 * D * 2;
+        const Warp4 vf = ldmatrixX4(v, va, true);
+        std::array<std::array<Reg, 2>, 32> b0, b1;
+        for (int l = 0; l < 32; ++l) b0[l] = {vf[l][0], vf[l][1]}, b1[l] = {vf[l][2], vf[l][3]};
+        mma(o[db], pa, b0);
+        mma(o[db + 1], pa, b1);
+      }
+    }
+    for (int db = 0; db < D / 8; ++db)
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < 4; ++i) {
+          const int row = warp_row0 + mt * 16 + flash::acc_row(l, i), col = db * 8 + flash::acc_col(l, i);
+          float want = 0;
+          for (int key = 0; key < BN; ++key) want += P(row, key) * value(key, col, 3);
+          ASSERT_EQ(o[db][l][i], want) << "O row " << row << " dim " << col << " (D " << D << ", warp " << warp << ")";
+          // The kernel stages (row, col pair) at tile_offset(row, db) + acc_col(lane, 0) * 2.
+          staged.at(flash::tile_offset(row, db, D) + flash::acc_col(l, 0) * 2 + 2 * (i & 1)) = o[db][l][i];
+        }
+  }
+  // Read back as the kernel's stores do: chunk c of row r at tile_offset(r, c).
+  for (int r = warp_row0; r < warp_row0 + 16 * kMTiles; ++r)
+    for (int c = 0; c < D / 8; ++c)
+      for (int e = 0; e < 8; ++e) {
+        float want = 0;
+        for (int key = 0; key < BN; ++key) want += float((r * 5 + key) % 4) * value(key, c * 8 + e, 3);
+        ASSERT_EQ(staged.at(flash::tile_offset(r, c, D) + 2 * e), want) << "staged row " << r << " dim " << c * 8 + e;
+      }
+}
+
+TEST(FlashAttentionLayout, WarpTilesMatchPtxFragmentTables) {
+  for (int D : {64, 128})
+    for (int block_m : {64, 128})
+      for (int warp = 0; warp < flash::kWarps; ++warp) checkWarpTile(D, block_m, warp);
+}
+
+// Shared memory serves a 128-byte wavefront without conflicts when its eight
+// 16-byte pieces fall in eight distinct 16-byte bank groups (address / 16 mod 8).
+void expectConflictFree(const std::vector<int>& byte_addresses, const std::string& what) {
+  std::set<int> groups;
+  for (int a : byte_addresses) groups.insert((a / 16) % 8);
+  EXPECT_EQ(groups.size(), byte_addresses.size()) << what;
+}
+
+TEST(FlashAttentionLayout, SharedMemoryAccessesAreConflictFree) {
+  for (int D : {64, 128}) {
+    // ldmatrix: each 8x8 matrix (8 lanes' rows) is one wavefront.
+    for (int step = 0; step < D / 16; ++step)
+      for (int m = 0; m < 4; ++m) {
+        std::vector<int> a, k;
+        for (int l = 8 * m; l < 8 * m + 8; ++l) {
+          a.push_back(flash::chunk_step(flash::tile_offset(16 + flash::ldsm_a_row(l), flash::ldsm_a_chunk(l), D), step));
+          k.push_back(flash::chunk_step(flash::tile_offset(flash::ldsm_k_row(l), flash::ldsm_k_chunk(l), D), step));
+        }
+        expectConflictFree(a, "ldmatrix Q/V, D " + std::to_string(D));
+        expectConflictFree(k, "ldmatrix K, D " + std::to_string(D));
+      }
+    // cp.async and the output loads: thread i of the block moves chunk i % (D/8) of row i / (D/8);
+    // eight consecutive threads make one wavefront.
+    const int chunks = D / 8;
+    for (int first = 0; first < flash::kThreads; first += 8) {
+      std::vector<int> a;
+      for (int i = first; i < first + 8; ++i) a.push_back(flash::tile_offset(i / chunks, i % chunks, D));
+      expectConflictFree(a, "16-byte copies, D " + std::to_string(D));
+    }
+    // Output staging: 32 lanes store 4 bytes each into 32 distinct banks.
+    for (int db = 0; db < D / 8; ++db) {
+      std::set<int> banks;
+      for (int l = 0; l < 32; ++l)
+        banks.insert((flash::tile_offset(flash::acc_row(l, 0), db, D) + flash::acc_col(l, 0) * 2) / 4 % 32);
+      EXPECT_EQ(banks.size(), 32u) << "output staging, D " << D << " d-block " << db;
+    }
+  }
 }
 
 std::string caseName(const ::testing::TestParamInfo<testing::KernelCase>& info) {

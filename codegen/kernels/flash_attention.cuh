@@ -1,0 +1,408 @@
+// Causal prefill attention over the paged KV pool on tensor cores, in the
+// FlashAttention-2 manner: a block owns a tile of one sequence's queries for
+// one head, streams the keys and values in tiles through shared memory, and
+// keeps the softmax running max and sum and the output in registers.
+// Semantics are those of the causal (non-tree) paged_attention:
+//
+//   q            [N, H, D] bf16 (already roped)
+//   k_pool/v_pool [num_blocks, page_size, Hkv, D] bf16; key j of sequence b lives at
+//                slot block_tables[b][j / page_size] * page_size + j % page_size
+//   block_tables [B, max_blocks_per_seq] i32
+//   query_start  [B + 1] i32: sequence b owns tokens [query_start[b], query_start[b+1])
+//   kv_lens      [B] i32: context length including this step's (already appended) tokens
+//   out          [N, H, D] bf16
+//
+// Query i of sequence b (q_len tokens) sits at position kv_len - q_len + i and
+// sees keys 0..that position.
+//
+// Launch: grid [H, ceil(max_q_len / kBlockM), B], block [128] (4 warps),
+// dynamic shared memory flash::smem_bytes(D, kBlockM) (above 48 KiB it needs
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). blockIdx.y counts query
+// tiles from the last, so the longest (diagonal-heaviest) tiles start first;
+// heads are the fastest grid axis, so the H / Hkv blocks that read the same
+// K/V tiles run side by side and share them through L2. Blocks past a
+// sequence's q_len return at once (ragged batches).
+//
+// Work split (kBlockM = 64 * kMTiles query rows, kBlockN = 64 keys per tile):
+// warp w owns rows [w * 16 kMTiles, (w + 1) * 16 kMTiles) of the query tile,
+// as kMTiles m16 tiles. Per key tile, S = Q Kᵀ (mma.m16n8k16 bf16, f32
+// accumulate, K fragments by ldmatrix), a causal mask only on the tiles that
+// cross the diagonal, the online-softmax update in exp2 with the scale folded
+// into log2(e), then O += P V with P re-packed from the S accumulators as the
+// A operand and V fragments by ldmatrix.trans. Key tiles after the diagonal
+// are never loaded; a warp whose rows all precede a diagonal tile skips it.
+//
+// Shared memory: K and V tiles [64, D] bf16 in two stages (cp.async of tile
+// t+1, gathered row by row through the block table, overlaps the math on
+// tile t). Q [kBlockM, D] passes through stage 1 once, before the loop: its
+// fragments then stay in registers (kBlockM = 128 is offered only at D = 64;
+// at D = 128 the second m-tile's output and scores do not fit 255 registers).
+// Every tile is row-major with 16-byte chunk c of row r stored at chunk
+// c ^ (r % 8): the 8 rows an ldmatrix phase reads, and the 8 chunks a
+// cp.async phase writes, fall in 8 distinct bank groups. The output goes
+// through the same layout so its global stores are 16-byte and coalesced.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KILN_FLASH_HD __host__ __device__
+#else
+#define KILN_FLASH_HD
+#endif
+
+// Layout helpers, shared by the kernel and the host-side layout test
+// (runtime/cuda/nvrtc_compiler_test.cc), which emulates ldmatrix and mma from
+// the PTX ISA's fragment tables with them.
+namespace kiln {
+namespace kernels {
+namespace flash {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockN = 64;  // keys per tile
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a row-major [rows, head_dim]
+// bf16 tile (head_dim a multiple of 64, so a row has at least 8 chunks).
+KILN_FLASH_HD constexpr int tile_offset(int row, int chunk, int head_dim) {
+  return row * head_dim * 2 + ((chunk ^ (row & 7)) << 4);
+}
+
+// ldmatrix.x4 lane addresses. For an A operand (16 rows x 16 columns at
+// chunks c, c + 1) and for V under .trans (16 keys x 16 dims): lane l points
+// at row l % 16, chunk c + l / 16, giving matrices (rows 0-7, c), (rows 8-15,
+// c), (rows 0-7, c+1), (rows 8-15, c+1) = registers a0..a3, or V's b0, b1 of
+// dims c and then of dims c + 1.
+KILN_FLASH_HD constexpr int ldsm_a_row(int lane) { return lane & 15; }
+KILN_FLASH_HD constexpr int ldsm_a_chunk(int lane) { return lane >> 4; }
+// For K as the B operand of S = Q Kᵀ (16 keys x 16 dims, no .trans): lane l
+// points at key (l % 8) + 8 (l / 16), chunk c + (l / 8) % 2, giving matrices
+// (keys 0-7, c), (keys 0-7, c+1), (keys 8-15, c), (keys 8-15, c+1) = b0, b1
+// of keys 0-7 and then of keys 8-15.
+KILN_FLASH_HD constexpr int ldsm_k_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+KILN_FLASH_HD constexpr int ldsm_k_chunk(int lane) { return (lane >> 3) & 1; }
+
+// Offset of chunk c0 + 2 step from `lane_offset`, the offset of chunk c0 (0 or
+// 1) of the same row: rows are a multiple of 128 bytes apart, so within the
+// first 8 chunks the step XORs bits 5-6, and the next 8 chunks add 128 bytes.
+KILN_FLASH_HD constexpr int chunk_step(int lane_offset, int step) {
+  return (lane_offset ^ ((step & 3) << 5)) + (step >> 2) * 128;
+}
+
+// Row (0..15) and column (0..7) of accumulator element i (0..3) of lane `lane`
+// in an m16n8 C/D fragment.
+KILN_FLASH_HD constexpr int acc_row(int lane, int i) { return (lane >> 2) + ((i >> 1) << 3); }
+KILN_FLASH_HD constexpr int acc_col(int lane, int i) { return ((lane & 3) << 1) + (i & 1); }
+
+// Dynamic shared memory of an instance: two stages of K and V tiles (Q and the
+// output tile pass through them). The same for every block_m the kernel takes.
+KILN_FLASH_HD constexpr int smem_bytes(int head_dim, int /*block_m*/) { return 2 * 2 * kBlockN * head_dim * 2; }
+
+}  // namespace flash
+}  // namespace kernels
+}  // namespace kiln
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+#include "common.cuh"
+
+namespace kiln {
+namespace kernels {
+namespace flash {
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; `bytes` 0 writes zeros instead.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned addr, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a · b for one m16n8k16 tile: a = A fragment (4 x bf16x2), b0/b1 = B fragment.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// bf16x2 with `lo` in the low half (the lower column index, as mma expects).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// 2^x; 2^-inf = 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace flash
+
+// Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
+//         static constexpr float kScale (> 0).
+template <class Config>
+__device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
+  using namespace flash;
+  constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
+  constexpr int kGroup = H / Hkv;
+  constexpr int BM = Config::kBlockM, BN = kBlockN;
+  constexpr int kMTiles = BM / (16 * kWarps);  // m16 tiles per warp
+  constexpr int kWarpRows = 16 * kMTiles;
+  constexpr int kChunks = D / 8;               // 16-byte chunks per row
+  constexpr int kKSteps = D / 16;              // k16 steps of Q Kᵀ
+  constexpr int kNBlocks = BN / 8;             // n8 blocks of S
+  constexpr int kDBlocks = D / 8;              // n8 blocks of O
+  constexpr int kTileBytes = BN * D * 2;
+  constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
+  constexpr int kRowsPerPass = kThreads / kChunks;  // rows one pass of the block copies
+  constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
+  static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(BM == 64 || (BM == 128 && D == 64), "64 query rows per block, or 128 at head_dim 64");
+  static_assert(Config::kSmemBytes == smem_bytes(D, BM), "dynamic shared memory size");
+  static_assert(BM * D * 2 <= kStageBytes, "Q and the output tile fit in one stage");
+  static_assert(Config::kScale > 0.0f, "the running max is taken over unscaled scores");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned smem_base = smem_address(smem);
+  const unsigned q_base = smem_base + kStageBytes;  // stage 1, free until tile 1 is loaded
+
+  const int h = blockIdx.x, b = blockIdx.z;
+  const int kvh = h / kGroup;
+  const int m0 = (gridDim.y - 1 - blockIdx.y) * BM;  // first query row of the tile, in the sequence
+  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
+  if (m0 >= q_len) return;
+  const int rows = min(BM, q_len - m0);
+  const int first_pos = p.kv_lens[b] - q_len + m0;  // position of the tile's first query
+  const int key_end = first_pos + rows;             // keys [0, key_end) are seen by some row
+  const int num_tiles = (key_end + BN - 1) / BN;
+  const int full_tiles = (first_pos + 1) / BN;      // tiles every row sees whole: no mask
+  const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
+  const bf16* k_pool = static_cast<const bf16*>(p.k_pool);
+  const bf16* v_pool = static_cast<const bf16*>(p.v_pool);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
+
+  // Keys [kt * BN, kt * BN + BN) -> stage; keys at or past key_end become zeros.
+  auto load_kv = [&](int kt, int stage) {
+    const unsigned k_dst = smem_base + stage * kStageBytes, v_dst = k_dst + kTileBytes;
+#pragma unroll
+    for (int i = 0; i < BN / kRowsPerPass; ++i) {
+      const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
+      long long at = 0;
+      int bytes = 0;
+      if (j < key_end) {
+        const long long slot = (long long)table[j / Config::kPageSize] * Config::kPageSize + j % Config::kPageSize;
+        at = (slot * Hkv + kvh) * D + copy_chunk * 8;
+        bytes = 16;
+      }
+      const int off = tile_offset(r, copy_chunk, D);
+      cp_async_16(k_dst + off, k_pool + at, bytes);
+      cp_async_16(v_dst + off, v_pool + at, bytes);
+    }
+  };
+
+  // Q rows past q_len become zeros (their results are never stored).
+  {
+    const bf16* q = static_cast<const bf16*>(p.q) + ((long long)(q_begin + m0) * H + h) * D + copy_chunk * 8;
+#pragma unroll
+    for (int i = 0; i < BM / kRowsPerPass; ++i) {
+      const int r = copy_row + i * kRowsPerPass;
+      cp_async_16(q_base + tile_offset(r, copy_chunk, D), q + (r < rows ? (long long)r * H * D : 0),
+                  r < rows ? 16 : 0);
+    }
+    cp_async_commit();
+  }
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const int warp_row0 = warp * kWarpRows;  // first row of this warp in the tile
+  // ldmatrix lane offsets within a tile at k-step / d-block 0 (chunk_step
+  // moves along the row): Q (A operand), K (B operand of Q Kᵀ), V (.trans B
+  // operand of P V).
+  const int q_lane = tile_offset(warp_row0 + ldsm_a_row(lane), ldsm_a_chunk(lane), D);
+  const int k_lane = tile_offset(ldsm_k_row(lane), ldsm_k_chunk(lane), D);
+  const int v_lane = tile_offset(ldsm_a_row(lane), ldsm_a_chunk(lane), D);
+
+  unsigned q_frag[kMTiles][kKSteps][4];
+  cp_async_wait<1>();  // Q has landed (tile 0 may still be in flight)
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) ldsm_x4(q_base + chunk_step(q_lane, ks) + mt * 16 * D * 2, q_frag[mt][ks]);
+  __syncthreads();  // tile 1 overwrites stage 1 next
+
+  float o[kMTiles][kDBlocks][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int db = 0; db < kDBlocks; ++db)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[mt][db][i] = 0.0f;
+  float row_max[kMTiles][2], row_sum[kMTiles][2];  // [m-tile][rows g, g + 8]; sums are this lane's share
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      row_max[mt][hr] = neg_inf();
+      row_sum[mt][hr] = 0.0f;
+    }
+
+  // Position of this warp's last query row (-1: it has none, every row is past q_len).
+  const int warp_last_pos = warp_row0 < rows ? first_pos + min(warp_row0 + kWarpRows, rows) - 1 : -1;
+  for (int kt = 0; kt < num_tiles; ++kt) {
+    if (kt + 1 < num_tiles) load_kv(kt + 1, (kt + 1) & 1);
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const int key0 = kt * BN;
+    if (key0 <= warp_last_pos) {  // else every key of the tile is after this warp's rows
+      // Per-tile (loop-variant) lane offsets keep the compiler from holding one
+      // address register per (k-step, n-block) pair.
+      const int k_tile = (kt & 1) * kStageBytes + k_lane, v_tile = (kt & 1) * kStageBytes + kTileBytes + v_lane;
+
+      // S = Q Kᵀ for the warp's rows and the tile's 64 keys.
+      float s[kMTiles][kNBlocks][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[mt][nb][i] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+        for (int nb = 0; nb < kNBlocks; nb += 2) {
+          unsigned kf[4];
+          ldsm_x4(smem_base + chunk_step(k_tile, ks) + nb * 8 * D * 2, kf);
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_bf16(s[mt][nb], q_frag[mt][ks], kf[0], kf[1]);
+            mma_bf16(s[mt][nb + 1], q_frag[mt][ks], kf[2], kf[3]);
+          }
+        }
+      }
+
+      // Causal mask on the tiles that cross the diagonal: key > position -> -inf.
+      if (kt >= full_tiles) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int pos = first_pos + warp_row0 + mt * 16 + acc_row(lane, i);
+              if (key0 + nb * 8 + acc_col(lane, i) > pos) s[mt][nb][i] = neg_inf();
+            }
+      }
+
+      // Online softmax: new running max, rescale the old sum and output, P = exp(S - max).
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float mx = row_max[mt][hr];
+#pragma unroll
+          for (int nb = 0; nb < kNBlocks; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * hr], s[mt][nb][2 * hr + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float base = mx == neg_inf() ? 0.0f : mx * kScaleLog2;
+          const float alpha = exp2_approx(row_max[mt][hr] * kScaleLog2 - base);
+          row_max[mt][hr] = mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pe = exp2_approx(fmaf(s[mt][nb][2 * hr + e], kScaleLog2, -base));
+              s[mt][nb][2 * hr + e] = pe;
+              sum += pe;
+            }
+          row_sum[mt][hr] = row_sum[mt][hr] * alpha + sum;
+#pragma unroll
+          for (int db = 0; db < kDBlocks; ++db) {
+            o[mt][db][2 * hr] *= alpha;
+            o[mt][db][2 * hr + 1] *= alpha;
+          }
+        }
+
+      // O += P V: P's accumulators of keys 16kk..16kk+15 are the A fragment as they lie.
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        unsigned pa[kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          pa[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int db = 0; db < kDBlocks; db += 2) {
+          unsigned vf[4];
+          ldsm_x4_trans(smem_base + chunk_step(v_tile, db / 2) + kk * 16 * D * 2, vf);
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_bf16(o[mt][db], pa[mt], vf[0], vf[1]);
+            mma_bf16(o[mt][db + 1], pa[mt], vf[2], vf[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the stage just read is the one the next iteration refills
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // (only a malformed kv_len < q_len leaves the loop without a final barrier)
+
+  // Normalize, stage the warp's rows as bf16 in (free) stage 0, store 16-byte chunks.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = row_sum[mt][hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int r = warp_row0 + mt * 16 + acc_row(lane, 2 * hr);
+#pragma unroll
+      for (int db = 0; db < kDBlocks; ++db) {
+        const unsigned v = pack_bf16x2(o[mt][db][2 * hr] * inv, o[mt][db][2 * hr + 1] * inv);
+        *reinterpret_cast<unsigned*>(smem + tile_offset(r, db, D) + acc_col(lane, 0) * 2) = v;
+      }
+    }
+  __syncwarp();
+  bf16* out = static_cast<bf16*>(p.out) + ((long long)(q_begin + m0) * H + h) * D;
+#pragma unroll
+  for (int i = lane; i < kWarpRows * kChunks; i += 32) {
+    const int r = warp_row0 + i / kChunks, c = i % kChunks;
+    if (r < rows)
+      *reinterpret_cast<uint4*>(out + (long long)r * H * D + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + tile_offset(r, c, D));
+  }
+}
+
+}  // namespace kernels
+}  // namespace kiln
+
+#endif  // __CUDACC__ || __CUDACC_RTC__
