@@ -10,6 +10,7 @@
 
 #include "codegen/kernels/kernel_params.cuh"
 #include "codegen/kernels/philox.cuh"
+#include "test/gpu/attention_reference.h"
 #include "test/gpu/gpu_harness.h"
 
 namespace kiln::gpu_test {
@@ -315,85 +316,6 @@ TEST_F(KernelsGpu, RopeKvAppend) {
 
 // ---------------------------------------------------------------- paged attention
 
-struct Batch {
-  std::vector<int> q_len, kv_len;  // per sequence
-};
-
-struct AttentionData {
-  int H, Hkv, D, page = 16, blocks, max_blocks;
-  std::vector<int> query_start, kv_lens, block_tables;
-  std::vector<float> q, kpool, vpool;
-  std::vector<uint16_t> qb, kb, vb;
-  std::vector<uint8_t> tree;  // [N, tree_stride]
-  int tree_stride = 0;
-  int N = 0;
-};
-
-AttentionData makeAttention(std::mt19937& rng, int H, int Hkv, int D, const Batch& batch, bool tree) {
-  AttentionData a{H, Hkv, D};
-  const int B = int(batch.q_len.size());
-  a.query_start = {0};
-  a.max_blocks = 0;
-  for (int b = 0; b < B; ++b) {
-    a.query_start.push_back(a.query_start.back() + batch.q_len[b]);
-    a.max_blocks = std::max(a.max_blocks, (batch.kv_len[b] + a.page - 1) / a.page);
-  }
-  a.N = a.query_start.back();
-  a.kv_lens = batch.kv_len;
-  a.blocks = B * a.max_blocks + 3;
-  std::vector<int> perm(a.blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  a.block_tables.assign(size_t(B) * a.max_blocks, 0);
-  for (int i = 0; i < B * a.max_blocks; ++i) a.block_tables[i] = perm[i];
-  a.qb = randomBf16(rng, size_t(a.N) * H * D, 1.0f, &a.q);
-  a.kb = randomBf16(rng, size_t(a.blocks) * a.page * Hkv * D, 1.0f, &a.kpool);
-  a.vb = randomBf16(rng, size_t(a.blocks) * a.page * Hkv * D, 1.0f, &a.vpool);
-  if (tree) {
-    a.tree_stride = *std::max_element(batch.q_len.begin(), batch.q_len.end());
-    a.tree.assign(size_t(a.N) * a.tree_stride, 0);
-    std::bernoulli_distribution coin(0.5);
-    for (int b = 0; b < B; ++b)
-      for (int i = 0; i < batch.q_len[b]; ++i)
-        for (int j = 0; j <= i; ++j)  // ancestors come first; itself always
-          a.tree[size_t(a.query_start[b] + i) * a.tree_stride + j] = (j == i || coin(rng)) ? 1 : 0;
-  }
-  return a;
-}
-
-std::vector<double> attentionReference(const AttentionData& a, double scale, bool tree) {
-  const int B = int(a.kv_lens.size()), G = a.H / a.Hkv;
-  std::vector<double> out(size_t(a.N) * a.H * a.D, 0.0);
-  for (int b = 0; b < B; ++b) {
-    const int q_len = a.query_start[b + 1] - a.query_start[b], prefix = a.kv_lens[b] - q_len;
-    for (int i = 0; i < q_len; ++i) {
-      const int t = a.query_start[b] + i;
-      for (int h = 0; h < a.H; ++h) {
-        const int kvh = h / G;
-        std::vector<double> s;
-        std::vector<size_t> rows;
-        for (int j = 0; j < a.kv_lens[b]; ++j) {
-          bool visible = tree ? (j < prefix || a.tree[size_t(t) * a.tree_stride + (j - prefix)] != 0) : j <= prefix + i;
-          if (!visible) continue;
-          const size_t slot = size_t(a.block_tables[size_t(b) * a.max_blocks + j / a.page]) * a.page + j % a.page;
-          const size_t row = (slot * a.Hkv + kvh) * a.D;
-          double dot = 0;
-          for (int d = 0; d < a.D; ++d) dot += double(a.q[(size_t(t) * a.H + h) * a.D + d]) * a.kpool[row + d];
-          s.push_back(dot * scale);
-          rows.push_back(row);
-        }
-        if (s.empty()) continue;
-        const double m = *std::max_element(s.begin(), s.end());
-        double l = 0;
-        for (double& v : s) l += (v = std::exp(v - m));
-        for (size_t j = 0; j < s.size(); ++j)
-          for (int d = 0; d < a.D; ++d) out[(size_t(t) * a.H + h) * a.D + d] += s[j] / l * a.vpool[rows[j] + d];
-      }
-    }
-  }
-  return out;
-}
-
 TEST_F(KernelsGpu, PagedAttention) {
   // A prefill chunk after a cached prefix, a long decode, a fresh prompt, a one-token sequence.
   const Batch batch{{5, 1, 3, 1}, {40, 300, 3, 1}};
@@ -425,6 +347,74 @@ TEST_F(KernelsGpu, PagedAttention) {
       expectClose(bf16ToFloat(d_out.download<uint16_t>()), attentionReference(a, scale, tree), 4e-3, 1.0 / 64, what);
       std::printf("    (regs %d, smem %d, spills %d/%d)\n", k.resources.registers, k.resources.shared_bytes,
                   k.resources.spill_stores, k.resources.spill_loads);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- flash attention
+
+// An int constant of a generated instance's Config ("kBlockM = 64;").
+int configConstant(const Kernel& k, const std::string& name) {
+  const size_t at = k.instance.source.find(name + " = ");
+  return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
+}
+
+// flash_attention's launch: grid [H, ceil(max_q_len / kBlockM), B], block [128],
+// kSmemBytes of dynamic shared memory (opted into past 48 KiB).
+Status launchFlash(const Kernel& k, int H, int max_q_len, int B, kk::PagedAttentionParams p) {
+  const cuda::CudaDriver* d = (*Gpu::get())->d;
+  const int block_m = configConstant(k, "kBlockM"), smem = configConstant(k, "kSmemBytes");
+  if (block_m <= 0 || smem <= 0) return makeError("{}: no kBlockM / kSmemBytes in its Config", k.instance.name);
+  KILN_RETURN_IF_ERROR(d->check(
+      d->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute"));
+  void* args[] = {&p};
+  const unsigned tiles = unsigned((max_q_len + block_m - 1) / block_m);
+  KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(k.function, unsigned(H), tiles, unsigned(B),
+                                                  k.instance.launch.block_threads, 1, 1, unsigned(smem), nullptr,
+                                                  args, nullptr),
+                                "cuLaunchKernel"));
+  return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
+}
+
+// Ragged prefill batches against the float64 reference: fresh prompts and
+// chunks after cached prefixes (prefix and q_len off the 16-key pages and the
+// 64-row tiles), a one-token sequence, prefixes over many pages of a shuffled
+// block table, and random lengths; once more with queries scaled x8 so the
+// softmax is peaked and the running max moves between key tiles.
+TEST_F(KernelsGpu, FlashAttention) {
+  Batch fixed{{200, 77, 64, 1, 130, 64}, {200, 77 + 333, 128, 501, 147, 64 + 1000}};
+  std::uniform_int_distribution<int> q_len(1, 300), prefix(0, 700);
+  for (int i = 0; i < 3; ++i) {
+    fixed.q_len.push_back(q_len(rng));
+    fixed.kv_len.push_back(fixed.q_len.back() + prefix(rng));
+  }
+  struct Shape { int H, Hkv, D, block_m; };
+  for (const Shape& sh : {Shape{32, 8, 128, 64}, Shape{9, 3, 64, 64}, Shape{9, 3, 64, 128}}) {
+    for (float q_scale : {1.0f, 8.0f}) {
+      const double scale = 1.0 / std::sqrt(double(sh.D));
+      AttentionData a = makeAttention(rng, sh.H, sh.Hkv, sh.D, fixed, false);
+      for (size_t i = 0; i < a.q.size(); ++i) {  // x8 is exact in bf16
+        a.q[i] *= q_scale;
+        a.qb[i] = toBf16(a.q[i]);
+      }
+      json params = {{"heads", sh.H}, {"kv_heads", sh.Hkv}, {"head_dim", sh.D}, {"page_size", a.page},
+                     {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+      if (sh.block_m != 64) params["block_m"] = sh.block_m;
+      COMPILE(k, "flash_attention", params);
+      auto d_q = DeviceBuffer::from(a.qb), d_k = DeviceBuffer::from(a.kb), d_v = DeviceBuffer::from(a.vb),
+           d_bt = DeviceBuffer::from(a.block_tables), d_qs = DeviceBuffer::from(a.query_start),
+           d_kl = DeviceBuffer::from(a.kv_lens);
+      DeviceBuffer d_out(size_t(a.N) * sh.H * sh.D * 2);  // NaN-poisoned
+      kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(), d_kl.as<int>(),
+                                 nullptr, d_out.get(), nullptr, nullptr, a.N, int(a.kv_lens.size()), a.max_blocks,
+                                 0, 1};
+      const int max_q_len = *std::max_element(fixed.q_len.begin(), fixed.q_len.end());
+      KILN_GPU_OK(launchFlash(k, sh.H, max_q_len, int(a.kv_lens.size()), p));
+      const std::string what = fmt::format("flash_attention {}/{}/{} block_m {} q x{}", sh.H, sh.Hkv, sh.D,
+                                           sh.block_m, q_scale);
+      expectClose(bf16ToFloat(d_out.download<uint16_t>()), attentionReference(a, scale, false), 4e-3, 1.0 / 64, what);
+      std::printf("    (regs %d, dynamic smem %d, spills %d/%d)\n", k.resources.registers,
+                  configConstant(k, "kSmemBytes"), k.resources.spill_stores, k.resources.spill_loads);
     }
   }
 }

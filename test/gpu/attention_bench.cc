@@ -1,0 +1,223 @@
+// kiln_attention_bench: the attention kernels alone, on one GPU, in the line
+// format test/gpu/sdpa_bench.py prints for torch's SDPA on the same shapes.
+//
+//   kiln_attention_bench [--reps N] [--json PATH]
+//
+// (1) flash_attention prefill, B=1, S=4096, H=32, Hkv=8, D=128, causal:
+//     TFLOP/s with FLOPs = 4 S² H D / 2 (QKᵀ and PV, half the square).
+//     Also head_dim 64 (same heads) at block_m 64 and 128, the two tilings
+//     the instance offers there.
+// (2) the decode path, paged_attention_split + attention_combine, one token
+//     at context 8192, H=32, Hkv=8, D=128, for 8/16/32/64 splits: GB/s of
+//     K+V read (2 · 8192 · 8 · 128 · 2 bytes). Each rep reads the next of
+//     several copies of the pools, together larger than the H200's 50 MB L2.
+// Times are CUDA events around each rep through the dlopen'd driver; the
+// figure is the median of --reps (default 30) after 3 warm-up runs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/kernel_params.cuh"
+#include "test/gpu/gpu_harness.h"
+
+namespace kiln::gpu_test {
+namespace {
+
+namespace kk = kiln::kernels;
+using nlohmann::json;
+
+struct Launch {
+  CUfunction fn;
+  unsigned grid[3];
+  unsigned block;
+  unsigned smem;
+  void* params;  // points at the params struct, which outlives the timing
+};
+
+int configConstant(const Kernel& k, const std::string& name) {
+  const size_t at = k.instance.source.find(name + " = ");
+  return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
+}
+
+// Median milliseconds of one rep; rep(i) returns the launches of rep i.
+template <class Rep>
+Result<double> timeMedian(int reps, Rep rep) {
+  const cuda::CudaDriver* d = (*Gpu::get())->d;
+  auto run = [&](int i) -> Status {
+    for (const Launch& l : rep(i)) {
+      void* args[] = {l.params};
+      KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem,
+                                                      nullptr, args, nullptr),
+                                    "cuLaunchKernel"));
+    }
+    return Status::success();
+  };
+  for (int i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(run(i));
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (warm-up)"));
+  CUevent start, stop;
+  KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, 0), "cuEventCreate"));
+  KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&stop, 0), "cuEventCreate"));
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    d->cuEventRecord(start, nullptr);
+    KILN_RETURN_IF_ERROR(run(i));
+    d->cuEventRecord(stop, nullptr);
+    KILN_RETURN_IF_ERROR(d->check(d->cuEventSynchronize(stop), "cuEventSynchronize"));
+    float t = 0;
+    d->cuEventElapsedTime_v2(&t, start, stop);
+    ms.push_back(t);
+  }
+  d->cuEventDestroy_v2(start);
+  d->cuEventDestroy_v2(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Record {
+  std::string line;
+  json fields;
+};
+
+// A pool of `pages` pages [page, Hkv, D] of random bf16 and an identity-free
+// (shuffled) block table for one sequence of `len` keys.
+struct Pools {
+  DeviceBuffer k, v, table;
+};
+Pools makePools(std::mt19937& rng, int len, int Hkv, int D) {
+  const int page = 16, pages = (len + page - 1) / page;
+  std::vector<int> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  const size_t n = size_t(pages) * page * Hkv * D;
+  return {DeviceBuffer::from(randomBf16(rng, n, 1.0f)), DeviceBuffer::from(randomBf16(rng, n, 1.0f)),
+          DeviceBuffer::from(table)};
+}
+
+Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D, int block_m) {
+  const double scale = 1.0 / std::sqrt(double(D));
+  json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
+                 {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  if (block_m != 64) params["block_m"] = block_m;
+  auto k = compile("flash_attention", params);
+  if (!k) return k.error();
+  const int smem = configConstant(*k, "kSmemBytes");
+  const cuda::CudaDriver* d = (*Gpu::get())->d;
+  KILN_RETURN_IF_ERROR(d->check(
+      d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute"));
+  Pools pools = makePools(rng, S, Hkv, D);
+  auto q = DeviceBuffer::from(randomBf16(rng, size_t(S) * H * D, 1.0f));
+  auto qs = DeviceBuffer::from(std::vector<int>{0, S});
+  auto kl = DeviceBuffer::from(std::vector<int>{S});
+  DeviceBuffer out(size_t(S) * H * D * 2);
+  kk::PagedAttentionParams p{q.get(), pools.k.get(), pools.v.get(), pools.table.as<int>(), qs.as<int>(), kl.as<int>(),
+                             nullptr, out.get(), nullptr, nullptr, S, 1, (S + 15) / 16, 0, 1};
+  const Launch launch{k->function, {unsigned(H), unsigned((S + block_m - 1) / block_m), 1}, 128, unsigned(smem), &p};
+  auto ms = timeMedian(reps, [&](int) { return std::vector<Launch>{launch}; });
+  if (!ms) return ms.error();
+  const double flops = 4.0 * S * double(S) * H * D / 2, tflops = flops / (*ms * 1e-3) / 1e12;
+  Record r;
+  r.line = fmt::format("flash_attention prefill B=1 S={} H={} Hkv={} D={} causal block_m={}: {:.3f} ms, {:.1f} TFLOP/s "
+                       "(regs {}, dynamic smem {} B)",
+                       S, H, Hkv, D, block_m, *ms, tflops, k->resources.registers, smem);
+  r.fields = {{"name", "flash_attention_prefill"}, {"B", 1}, {"S", S}, {"H", H}, {"Hkv", Hkv}, {"D", D},
+              {"block_m", block_m}, {"ms", *ms}, {"tflops", tflops}, {"registers", k->resources.registers}};
+  return r;
+}
+
+Result<std::vector<Record>> decode(std::mt19937& rng, int reps, int ctx, int H, int Hkv, int D) {
+  const double scale = 1.0 / std::sqrt(double(D));
+  json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
+                 {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  auto split = compile("paged_attention_split", params);
+  if (!split) return split.error();
+  auto combine = compile("attention_combine", json{{"heads", H}, {"head_dim", D}});
+  if (!combine) return combine.error();
+  const double kv_bytes = 2.0 * ctx * Hkv * D * 2;
+  const int copies = int(std::ceil(150e6 / kv_bytes));  // 3x the L2
+  std::vector<Pools> pools;
+  for (int c = 0; c < copies; ++c) pools.push_back(makePools(rng, ctx, Hkv, D));
+  auto q = DeviceBuffer::from(randomBf16(rng, size_t(H) * D, 1.0f));
+  auto qs = DeviceBuffer::from(std::vector<int>{0, 1});
+  auto kl = DeviceBuffer::from(std::vector<int>{ctx});
+  DeviceBuffer out(size_t(H) * D * 2);
+  std::vector<Record> records;
+  for (int splits : {8, 16, 32, 64}) {
+    DeviceBuffer po(size_t(H) * splits * D * 4), plse(size_t(H) * splits * 4);
+    std::vector<kk::PagedAttentionParams> p;
+    for (const Pools& pl : pools)
+      p.push_back({q.get(), pl.k.get(), pl.v.get(), pl.table.as<int>(), qs.as<int>(), kl.as<int>(), nullptr, out.get(),
+                   po.as<float>(), plse.as<float>(), 1, 1, (ctx + 15) / 16, 0, splits});
+    kk::AttentionCombineParams c{po.as<float>(), plse.as<float>(), out.get(), 1, splits};
+    auto ms = timeMedian(reps, [&](int i) {
+      return std::vector<Launch>{
+          {split->function, {1, unsigned(Hkv), unsigned(splits)}, unsigned(split->instance.launch.block_threads), 0,
+           &p[size_t(i) % p.size()]},
+          {combine->function, {1, unsigned(H), 1}, unsigned(combine->instance.launch.block_threads), 0, &c}};
+    });
+    if (!ms) return ms.error();
+    const double gbps = kv_bytes / (*ms * 1e-3) / 1e9;
+    Record r;
+    r.line = fmt::format("paged_attention_split+combine decode B=1 ctx={} H={} Hkv={} D={} splits={}: {:.1f} us, "
+                         "{:.1f} GB/s of K+V",
+                         ctx, H, Hkv, D, splits, *ms * 1e3, gbps);
+    r.fields = {{"name", "paged_attention_decode"}, {"B", 1}, {"ctx", ctx}, {"H", H}, {"Hkv", Hkv}, {"D", D},
+                {"splits", splits}, {"us", *ms * 1e3}, {"gbps", gbps}};
+    records.push_back(r);
+  }
+  return records;
+}
+
+int run(int argc, char** argv) {
+  int reps = 30;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: kiln_attention_bench [--reps N] [--json PATH]\n");
+      return 2;
+    }
+  }
+  auto gpu = Gpu::get();
+  if (!gpu) {
+    std::fprintf(stderr, "kiln_attention_bench: needs an NVIDIA GPU: %s\n", gpu.error().message.c_str());
+    return 1;
+  }
+  std::printf("GPU: %s, median of %d reps\n", (*gpu)->name.c_str(), reps);
+  std::mt19937 rng(7);
+  std::vector<Record> records;
+  int status = 0;
+  auto report = [&](const Record& r) {
+    std::printf("%s\n", r.line.c_str());
+    std::fflush(stdout);
+    records.push_back(r);
+  };
+  struct P { int S, H, Hkv, D, block_m; };
+  for (const P& c : {P{4096, 32, 8, 128, 64}, P{4096, 32, 8, 64, 64}, P{4096, 32, 8, 64, 128}}) {
+    auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.block_m);
+    if (r) report(*r);
+    else std::fprintf(stderr, "flash_attention prefill D=%d block_m=%d: %s\n", c.D, c.block_m, r.error().message.c_str()), status = 1;
+  }
+  auto dec = decode(rng, reps, 8192, 32, 8, 128);
+  if (dec) for (const Record& r : *dec) report(r);
+  else std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str()), status = 1;
+  if (!json_path.empty()) {
+    json all = json::array();
+    for (const Record& r : records) all.push_back(r.fields);
+    std::ofstream(json_path) << all.dump(2) << "\n";
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace kiln::gpu_test
+
+int main(int argc, char** argv) { return kiln::gpu_test::run(argc, argv); }
