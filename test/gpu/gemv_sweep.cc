@@ -55,6 +55,7 @@ int run(int reps) {
     std::vector<std::future<Result<Kernel>>> pending;
     for (const Candidate& c : candidates)
       pending.push_back(std::async(std::launch::async, [=] {
+        (*gpu)->d->cuCtxSetCurrent((*gpu)->context);  // the module loads into this thread's context
         return compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false},
                                 {"gemv_split", c.split}, {"gemv_rows_per_warp", c.rows_per_warp},
                                 {"gemv_unroll", c.unroll}});
@@ -62,8 +63,13 @@ int run(int reps) {
     std::vector<std::optional<Kernel>> kernels;
     for (auto& f : pending) {
       auto kern = f.get();
-      if (kern) kernels.emplace_back(kern.take());
-      else kernels.emplace_back(std::nullopt);
+      if (kern) {
+        kernels.emplace_back(kern.take());
+      } else {
+        std::fprintf(stderr, "n %d k %d: %s\n", n, k, kern.error().message.c_str());
+        kernels.emplace_back(std::nullopt);
+        ++failures;
+      }
     }
     auto fallback = compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}});
     if (!fallback) {

@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
   std::string artifact, source, reference, cpu_artifact, summary_path;
   int64_t bench = 0, kv_tokens = 16384, max_tokens = 1024;
   double tolerance = 2e-2;
-  bool graphs = true;
+  bool graphs = true, flash = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
     else if (a == "--summary") summary_path = next();
     else if (a == "--tolerance") tolerance = std::stod(next());
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--no-flash") flash = false;
     else {
       fmt::print(stderr, "unknown argument {}\n", a);
       return 2;
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
   }
   if (artifact.empty() || source.empty() || reference.empty()) {
     fmt::print(stderr, "usage: {} --artifact DIR --model-source DIR --reference FILE "
-               "[--cpu-artifact DIR] [--bench N] [--summary FILE] [--tolerance T] [--no-graphs]\n", argv[0]);
+               "[--cpu-artifact DIR] [--bench N] [--summary FILE] [--tolerance T] [--no-graphs] [--no-flash]\n", argv[0]);
     return 2;
   }
   std::ifstream ref_file(reference);
@@ -349,6 +350,7 @@ int main(int argc, char** argv) {
   cuda::CudaExecutorOptions copt;
   copt.verbose = true;
   copt.cuda_graphs = graphs;
+  copt.flash_attention = flash;
   auto t0 = std::chrono::steady_clock::now();
   auto cuda_ex = cuda::CudaExecutor::create(*manifest, *weights,
                                             cpu::kvPoolConfigFor(*manifest, blocks), max_tokens, copt);

@@ -4,7 +4,8 @@
 A random checkpoint made on the GPU machine has no tokenizer, yet `kiln run`
 and `kiln bench` open models through the engine, which needs one. This one
 maps every byte to its own token (GPT-2's byte-to-unicode alphabet), so any
-ASCII prompt encodes; the last vocabulary id is the end-of-text token.
+ASCII prompt encodes; the last vocabulary id is the end-of-text token and
+the ids between are unused placeholders.
 Benchmarks only need valid ids, not a trained vocabulary.
 
   write_byte_tokenizer.py DIR     (reads DIR/config.json for vocab_size)
@@ -36,6 +37,10 @@ def main():
     count = min(256, vocab_size - 1)  # the last id is the end-of-text token
     vocab = {alphabet[b]: b for b in range(count)}
     eos_id = vocab_size - 1
+    # Ids must be dense: fill the gap between the bytes and end-of-text with
+    # placeholder tokens no merge ever produces.
+    for i in range(count, eos_id):
+        vocab[f"<unused{i}>"] = i
     tokenizer = {
         "version": "1.0",
         "added_tokens": [{"id": eos_id, "content": "<|end_of_text|>", "single_word": False,

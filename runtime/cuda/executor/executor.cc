@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -160,6 +161,9 @@ struct BoundStep {
   // paged_attention: the split-KV instance and its combine, for decode batches.
   CUfunction split_fn = nullptr, combine_fn = nullptr;
   unsigned split_block = 0, combine_block = 0;
+  // ... and the tensor-core flash_attention instance for prefill batches.
+  CUfunction flash_fn = nullptr;
+  unsigned flash_block = 0, flash_smem = 0;
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
 };
@@ -239,10 +243,18 @@ struct LaunchShape {
   int64_t n = 0, b = 0;  // tokens, sequences
   int max_blocks = 0;    // row stride of block_tables on the device
   int splits = 1;        // split-KV partitions of paged attention (decode only)
+  int max_q_len = 1;     // longest sequence's tokens in this batch
   bool operator<(const LaunchShape& o) const {
-    return std::tie(n, b, max_blocks, splits) < std::tie(o.n, o.b, o.max_blocks, o.splits);
+    return std::tie(n, b, max_blocks, splits, max_q_len) <
+           std::tie(o.n, o.b, o.max_blocks, o.splits, o.max_q_len);
   }
 };
+
+// Query rows per flash_attention block; batches whose longest sequence has
+// at least kFlashMinQuery tokens (prefill chunks) run it, shorter ones the
+// CUDA-core paged_attention, which wastes no rows on a one-token query.
+constexpr int kFlashBlockM = 64;
+constexpr int kFlashMinQuery = 16;
 
 // Split-KV partitions for a decode batch: enough (token, kv head, split)
 // blocks to give every SM about two, but no partition shorter than 256 keys
@@ -339,9 +351,10 @@ struct CudaExecutor::State {
     host_allocations.push_back(p);
     return p;
   }
-  Status launch(CUfunction fn, unsigned block, unsigned gx, unsigned gy, unsigned gz, void* params) {
+  Status launch(CUfunction fn, unsigned block, unsigned gx, unsigned gy, unsigned gz, void* params,
+                unsigned smem = 0) {
     void* args[] = {params};
-    return d->check(d->cuLaunchKernel(fn, gx, gy, gz, block, 1, 1, 0, stream, args, nullptr),
+    return d->check(d->cuLaunchKernel(fn, gx, gy, gz, block, 1, 1, smem, stream, args, nullptr),
                     "cuLaunchKernel");
   }
   Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
@@ -744,13 +757,19 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     // contexts would otherwise leave most SMs idle) and merge the partials.
     if (step.kind == StepKind::kPagedAttention && !params.value("tree_mask", false)) {
       const nlohmann::json combine{{"heads", params["heads"]}, {"head_dim", params["head_dim"]}};
-      for (auto [kind, kind_params] : {std::pair{"paged_attention_split", params},
-                                       std::pair{"attention_combine", combine}}) {
+      std::vector<std::pair<const char*, nlohmann::json>> extras = {{"paged_attention_split", params},
+                                                                    {"attention_combine", combine}};
+      // Prefill on tensor cores where the template serves the shape.
+      const int64_t head_dim = params.value("head_dim", 0);
+      if (options.flash_attention && params.value("kv_type", "") == "bf16" && (head_dim == 64 || head_dim == 128))
+        extras.push_back({"flash_attention", params});
+      for (const auto& [kind, kind_params] : extras) {
         const std::string name = entryName(cuda_codegen::instanceName(kind, kind_params));
         split_instances[i].push_back(name);
         if (source_index.count(name)) continue;
         auto extra = cuda_codegen::instanceSource(kind, kind_params, name);
-        if (!extra) return makeError("{} ({}): instance {}: {}", step.path, kind, name, extra.error().message);
+        if (!extra)
+          return makeError("{} ({}): instance {}: {}", step.path, kind, name, extra.error().message);
         block_threads[name] = unsigned(extra->launch.block_threads);
         source_index[name] = sources.size();
         sources.push_back({name, extra->source});
@@ -795,6 +814,14 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         s.split_block = block_threads[it->second[0]];
         s.combine_fn = functions[source_index[it->second[1]]];
         s.combine_block = block_threads[it->second[1]];
+        if (it->second.size() > 2) {
+          s.flash_fn = functions[source_index[it->second[2]]];
+          s.flash_block = block_threads[it->second[2]];
+          s.flash_smem = unsigned(kk::flash::smem_bytes(int(*step.params.getInt("head_dim")), kFlashBlockM));
+          KILN_RETURN_IF_ERROR(d->check(d->cuFuncSetAttribute(s.flash_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                              int(s.flash_smem)),
+                                        "cuFuncSetAttribute (flash_attention shared memory)"));
+        }
       }
     }
     const size_t na = step.args.size();
@@ -1005,6 +1032,10 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
   p.num_seqs = int(shape.b);
   p.max_blocks_per_seq = shape.max_blocks;
   p.num_splits = 1;
+  if (s.flash_fn && shape.max_q_len >= kFlashMinQuery) {
+    const unsigned tiles = unsigned((shape.max_q_len + kFlashBlockM - 1) / kFlashBlockM);
+    return launch(s.flash_fn, s.flash_block, unsigned(s.heads), tiles, unsigned(shape.b), &p, s.flash_smem);
+  }
   if (shape.splits <= 1 || !s.split_fn)
     return launch(s, unsigned(shape.n), unsigned(s.kv_heads), 1, &p);
   p.num_splits = shape.splits;
@@ -1143,7 +1174,9 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   // A decode batch (one token per sequence) splits attention over the keys
   // and replays a graph captured for its shape; anything else is launched
   // step by step.
-  LaunchShape shape{n, b, in.max_blocks, 1};
+  LaunchShape shape{n, b, in.max_blocks, 1, 1};
+  for (int64_t i = 0; i < b; ++i)
+    shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
   const bool decode = n == b;  // checkBatch: every sequence has >= 1 token
   const int64_t num_blocks = pool_->config().num_blocks;
   if (decode && b <= kMaxSplitTokens) {

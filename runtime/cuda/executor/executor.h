@@ -31,6 +31,9 @@ struct CudaExecutorOptions {
   // Replay decode batches (one token per sequence) from a CUDA graph
   // captured per shape (batch size, block-table stride, split-KV count).
   bool cuda_graphs = true;
+  // Prefill chunks of bf16 pools with head_dim 64 or 128 run the
+  // tensor-core flash_attention; otherwise the CUDA-core paged_attention.
+  bool flash_attention = true;
 };
 
 class CudaExecutor {
