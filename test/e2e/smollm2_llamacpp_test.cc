@@ -1,9 +1,12 @@
 // SmolLM2-135M-Instruct (Q4_1 GGUF) on kiln's CPU backend against llama.cpp,
 // the outside reference: fixtures in test/fixtures/llamacpp/ were written by
 // test/reference/make_llamacpp_fixtures.py from llama-cpp-python on the same
-// file. Checks full-vocabulary logits (cosine >= 0.999, equal top-5 sets) and
-// 32-token greedy continuations (identical on at least 9 of 10 prompts; any
-// divergence must sit on a near-tie of kiln's own logits).
+// file. kiln's CPU backend reproduces llama.cpp's CPU arithmetic (8-bit
+// activation blocks, ggml's rms_norm, rope, softmax and SiLU rounding; see
+// docs/design/cpu-numerics.md), so the checks are tight: full-vocabulary
+// logits at cosine >= 0.999 with equal top-5 sets (bit-identical top-50 on the
+// fixtures' CPU variant), and 32-token greedy continuations identical on at
+// least 9 of 10 prompts, any divergence sitting on a near-tie.
 #include <zlib.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/cpu/executor/executor.h"
+#include "runtime/cpu/kernels/ggml_vec.h"
 #include "runtime/cpu/kernels/linear.h"
 #include "runtime/cpu/kernels/quant.h"
 #include "runtime/kv/block_pool.h"
@@ -143,12 +147,14 @@ class SmolLM2 : public ::testing::Test {
   struct CheckedPosition {
     std::string where;  // "prompt @label"
     const std::vector<float>& kiln;
-    std::vector<float> llama;
+    std::vector<float> llama;  // f16-rounded, the whole vocabulary
     std::vector<float> exact;
+    std::vector<std::pair<int, float>> llama_top;  // top 50, exact f32
   };
 
-  // Feeds every logits-fixture prompt (prompt, then llama.cpp's generated
-  // tokens) and calls `check` at each recorded position.
+  // Feeds every logits-fixture prompt as llama.cpp evaluated it
+  // (make_llamacpp_fixtures.py: the prompt in one batch, then each generated
+  // token alone) and calls `check` at each recorded position.
   void forEachCheckedPosition(const std::function<void(const CheckedPosition&)>& check) {
     nlohmann::json fixture = loadFixture("logits.json");
     std::ifstream exact_in(std::string(KILN_SOURCE_DIR) +
@@ -159,26 +165,28 @@ class SmolLM2 : public ::testing::Test {
       const auto& prompt = fixture["prompts"][p];
       ASSERT_EQ(exact["prompts"][p]["name"], prompt["name"]);
       std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
+      const int64_t prompt_len = int64_t(tokens.size());
       for (int32_t t : prompt["generated_ids"].get<std::vector<int32_t>>()) tokens.push_back(t);
       BlockTable table(manifest_->kv_cache.page_size);
-      int64_t fed = 0;
-      std::vector<float> mine;
+      std::vector<float> mine = feed(table, tokens, 0, prompt_len);
+      int64_t fed = prompt_len;
       for (size_t a = 0; a < prompt["positions"].size(); ++a) {
         const auto& at = prompt["positions"][a];
-        int64_t position = at["position"].is_string()
-                               ? std::stoll(at["position"].get<std::string>())
-                               : at["position"].get<int64_t>();
+        const int64_t position = at["position"].get<int64_t>();
         // Several labels can name one position (the last prompt position is
         // also the one whose logits chose generated token 0).
-        if (position + 1 > fed) {
-          mine = feed(table, tokens, fed, position + 1);
-          fed = position + 1;
-        }
-        check({prompt["name"].get<std::string>() + " @" + at["label"].get<std::string>(), mine,
-               referenceLogits(at["logits_f16_zlib_b64"].get<std::string>(), vocab),
-               referenceLogits(
-                   exact["prompts"][p]["positions"][a]["logits_f16_zlib_b64"].get<std::string>(),
-                   vocab)});
+        for (; fed < position + 1; ++fed) mine = feed(table, tokens, fed, fed + 1);
+        CheckedPosition checked{prompt["name"].get<std::string>() + " @" +
+                                    at["label"].get<std::string>(),
+                                mine,
+                                referenceLogits(at["logits_f16_zlib_b64"].get<std::string>(), vocab),
+                                referenceLogits(exact["prompts"][p]["positions"][a]
+                                                     ["logits_f16_zlib_b64"].get<std::string>(),
+                                                vocab)};
+        for (size_t k = 0; k < at["top_ids"].size(); ++k)
+          checked.llama_top.emplace_back(at["top_ids"][k].get<int>(),
+                                         at["top_values"][k].get<float>());
+        check(checked);
       }
       table.release(executor_->blockPool());
     }
@@ -212,55 +220,48 @@ std::vector<int> sortedTop5(std::span<const float> row) {
   return top;
 }
 
-// Two outside references: llama.cpp (which quantizes activations to 8 bits,
-// as kiln's CPU GEMMs do) and an exact float64 NumPy forward pass over the
-// same dequantized weights (test/reference/make_smollm2_numpy_reference.py).
-// kiln must be within cosine 0.999 of exact arithmetic everywhere, and as
-// close to llama.cpp as the issue asks (cosine >= 0.999, equal top-5) at
-// every position where llama.cpp itself is that close to exact arithmetic;
-// where llama.cpp's own rounding moves it further, kiln must be at least as
-// close to exact arithmetic as llama.cpp is.
-TEST_F(SmolLM2, LogitsMatchLlamaCppAndExactReference) {
-  int checked = 0, strict = 0, exact_top5 = 0;
+// Whether kiln runs the ggml code variant the fixtures were made with:
+// llama.cpp compiled natively on an AVX-512 machine (its system_info). Then
+// kiln reproduces its arithmetic bit for bit; on other CPUs kiln follows the
+// ggml variant for that CPU, which rounds a little differently from the
+// fixtures' machine.
+bool sameArithmeticAsFixtures() {
+  const std::string info =
+      loadFixture("logits.json")["provenance"]["system_info"].get<std::string>();
+  return std::string(cpu::ggmlVec().isa) == "avx512" &&
+         info.find("AVX512 = 1") != std::string::npos;
+}
+
+// llama.cpp's logits at every recorded position: cosine >= 0.999 and equal
+// top-5 sets everywhere, and where kiln runs the fixtures' ggml variant,
+// llama.cpp's top-50 logits (stored as exact f32) to the bit. The float64
+// NumPy reference (test/reference/make_smollm2_numpy_reference.py) is
+// printed alongside: both engines round activations to 8 bits, which moves
+// them up to ~0.002 in cosine from exact arithmetic.
+TEST_F(SmolLM2, LogitsMatchLlamaCpp) {
+  const bool bitwise = sameArithmeticAsFixtures();
+  int checked = 0;
   forEachCheckedPosition([&](const CheckedPosition& at) {
     const std::string& where = at.where;
-    double kiln_llama = cosine(at.kiln, at.llama), kiln_exact = cosine(at.kiln, at.exact);
-    double llama_exact = cosine(at.llama, at.exact);
-    std::printf("%-28s cos(kiln, llama.cpp) %.6f  cos(kiln, exact) %.6f  cos(llama.cpp, exact) "
-                "%.6f  mean|kiln - llama.cpp| %.3f logits\n",
-                where.c_str(), kiln_llama, kiln_exact, llama_exact, meanAbsDiff(at.kiln, at.llama));
-    EXPECT_GE(kiln_exact, 0.999) << where;
-    if (llama_exact >= 0.999) {
-      EXPECT_GE(kiln_llama, 0.999) << where;
-      ++strict;
-    } else {
-      // llama.cpp's own rounding moved it this far from exact: kiln must
-      // be at least as close to exact arithmetic as the peer is.
-      EXPECT_GE(kiln_exact, llama_exact) << where;
-    }
-    // Top-5: equal sets, or a swap at the cut between two tokens whose
-    // llama.cpp logits are within 0.5 of each other (a near-tie).
-    std::vector<int> top_mine = sortedTop5(at.kiln), top_llama = sortedTop5(at.llama);
-    float fifth = at.llama[topK(at.llama, 5).back()];
-    int shared = 0;
-    for (int id : top_mine) {
-      if (std::binary_search(top_llama.begin(), top_llama.end(), id)) {
-        ++shared;
-      } else {
-        EXPECT_LT(std::fabs(at.llama[id] - fifth), 0.5f)
-            << where << ": kiln's top-5 token " << id << " is not a near-tie in llama.cpp";
-        std::printf("    top-5 swap at the cut: kiln has %d (llama.cpp logit %.3f vs 5th %.3f)\n",
-                    id, at.llama[id], fifth);
-      }
-    }
-    EXPECT_GE(shared, 4) << where;
-    exact_top5 += top_mine == top_llama;
+    const double kiln_llama = cosine(at.kiln, at.llama), kiln_exact = cosine(at.kiln, at.exact);
+    float top50_diff = 0.0f;
+    for (const auto& [id, value] : at.llama_top)
+      top50_diff = std::max(top50_diff, std::fabs(at.kiln[size_t(id)] - value));
+    std::printf("%-24s cos(kiln, llama.cpp) %.6f  max|diff| over llama.cpp's top 50 %.2g  "
+                "cos(kiln, exact) %.6f  cos(llama.cpp, exact) %.6f\n",
+                where.c_str(), kiln_llama, top50_diff, kiln_exact, cosine(at.llama, at.exact));
+    EXPECT_GE(kiln_llama, 0.999) << where;
+    // llama.cpp's top 5 from its exact f32 values (the f16 row can tie).
+    std::vector<int> llama_top5;
+    for (size_t k = 0; k < 5; ++k) llama_top5.push_back(at.llama_top[k].first);
+    std::sort(llama_top5.begin(), llama_top5.end());
+    EXPECT_EQ(sortedTop5(at.kiln), llama_top5) << where;
+    if (bitwise) EXPECT_EQ(top50_diff, 0.0f) << where << ": not bit-identical to llama.cpp";
+    // Still the model: 8-bit activations stay within a few 1e-3 of exact.
+    EXPECT_GE(kiln_exact, 0.995) << where;
     ++checked;
   });
   EXPECT_EQ(checked, 12);
-  std::printf("%d of %d positions held to cosine >= 0.999 against llama.cpp; %d of %d with "
-              "identical top-5 sets\n",
-              strict, checked, exact_top5, checked);
 }
 
 // With f32 activations (weights dequantized, no 8-bit activation rounding)
@@ -325,6 +326,8 @@ TEST_F(SmolLM2, GreedyContinuationsMatchLlamaCpp) {
       double exact_gap = exact_logit.count(expected[*divergence])
                              ? exact_logit[expected[*divergence]] - exact_logit[kiln_token]
                              : 0.0;
+      EXPECT_LT(margin, 0.5) << prompt["name"] << " diverges at token " << *divergence
+                             << ": kiln prefers its token by " << margin << " logits";
       EXPECT_LT(exact_gap, 0.5) << prompt["name"] << " diverges at token " << *divergence
                                 << ": exact arithmetic prefers llama.cpp's token by " << exact_gap;
       std::printf("%s: diverges at token %zu; kiln's margin %.3f logits, exact reference "
@@ -333,11 +336,11 @@ TEST_F(SmolLM2, GreedyContinuationsMatchLlamaCpp) {
     }
   }
   EXPECT_EQ(total, 10);
-  // The issue's target is 9 of 10 identical; this Q4_1 135M model's logits
-  // are nearly flat (most divergences above are within 0.2 logits), and
-  // llama.cpp's own activation rounding moves its logits 0.1-0.9 from exact.
   std::printf("%d of %d greedy continuations identical to llama.cpp for 32 tokens\n", identical,
               total);
+  // With llama.cpp's arithmetic reproduced, all 10 match on the fixtures'
+  // machine; another CPU's ggml variant may flip a near-tie (asserted above).
+  EXPECT_GE(identical, 9);
 }
 
 }  // namespace

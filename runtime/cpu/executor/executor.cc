@@ -639,10 +639,17 @@ Status CpuExecutor::forward(const BatchInputs& in, std::span<float> logits_out) 
   const int64_t n = int64_t(in.tokens.size());
   const int64_t b = int64_t(in.kv_lens.size());
   for (int64_t t = 0; t < n; ++t) scratch_slots_[t] = in.slot_mapping[size_t(t)];
-  for (const BoundStep& step : steps_) {
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const BoundStep& step = steps_[i];
     Status status = runStep(step, in, n, b);
     if (!status.ok())
       return makeError("{} ({}): {}", step.path, stepKindName(step.kind), status.error().message);
+    if (observer_)
+      for (size_t r = 0; r < step.results.size(); ++r) {
+        const Operand& v = step.results[r];
+        const int64_t rows = v.per_sequence ? b : n;
+        observer_(i, step.kind, r, {v.data, size_t(rows * v.width)}, v.width);
+      }
   }
   const int64_t rows = logits_per_sequence_ ? b : n;
   std::memcpy(logits_out.data(), logits_, size_t(rows * vocab_) * 4);
@@ -737,11 +744,7 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
     case StepKind::kSiluMul: {
       const int64_t rows = rowsOf(s.args[0]);
       if (s.merged) return siluMul(s.args[0].data, rows, s.width, out.data);
-      const float* gate = s.args[0].data;
-      const float* up = s.args[1].data;
-      for (int64_t i = 0; i < rows * s.width; ++i)
-        out.data[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-      return {};
+      return siluMulSplit(s.args[0].data, s.args[1].data, s.width, rows, s.width, out.data);
     }
     case StepKind::kAdd: {
       add(s.args[0].data, s.args[1].data, out.data, rowsOf(s.args[0]) * s.width);
@@ -753,11 +756,7 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       return {};
     }
     case StepKind::kSilu: {
-      const int64_t count = rowsOf(s.args[0]) * s.width;
-      for (int64_t i = 0; i < count; ++i) {
-        const float g = s.args[0].data[i];
-        out.data[i] = g / (1.0f + std::exp(-g));
-      }
+      silu(s.args[0].data, out.data, rowsOf(s.args[0]) * s.width);
       return {};
     }
     case StepKind::kSplit: {

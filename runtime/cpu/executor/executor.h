@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -75,6 +76,14 @@ class CpuExecutor {
   // written, so the pool is never partly updated.
   Status forward(const BatchInputs& in, std::span<float> logits_out);
 
+  // Test-only: called after every step, once per result, with the result's
+  // rows ([rows, width] f32; rows are tokens, or sequences for per-sequence
+  // values). For comparing intermediate values with another engine
+  // (test/e2e/dump_cpu_steps.cc). An empty function turns it off.
+  using StepObserver = std::function<void(size_t step, StepKind kind, size_t result,
+                                          std::span<const float> rows, int64_t width)>;
+  void setStepObserverForTesting(StepObserver observer) { observer_ = std::move(observer); }
+
   BlockPool& blockPool() { return *pool_; }
   int64_t vocabSize() const { return vocab_; }
   int64_t maxTokens() const { return max_tokens_; }
@@ -95,6 +104,7 @@ class CpuExecutor {
   int64_t vocab_ = 0;
   float* logits_ = nullptr;  // the output value in the arena
   bool logits_per_sequence_ = true;
+  StepObserver observer_;
   // Scratch after the planned arena: roped keys and values [T_max, Hkv, D]
   // each, a residual sum [T_max, hidden], slots widened to i64 [T_max].
   float* scratch_k_ = nullptr;

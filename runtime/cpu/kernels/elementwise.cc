@@ -2,23 +2,28 @@
 
 #include <cmath>
 
+#include "runtime/cpu/kernels/ggml_vec.h"
 #include "runtime/cpu/kernels/thread_pool.h"
 
 namespace kiln::cpu {
 
 Status siluMul(const float* gate_up, int64_t tokens, int64_t ffn, float* out) {
+  return siluMulSplit(gate_up, gate_up + ffn, 2 * ffn, tokens, ffn, out);
+}
+
+Status siluMulSplit(const float* gate, const float* up, int64_t stride, int64_t tokens,
+                    int64_t ffn, float* out) {
   if (tokens < 0 || ffn <= 0)
     return makeError("silu_mul: shape tokens={} ffn={} is invalid", tokens, ffn);
   parallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const float* gate = gate_up + t * 2 * ffn;
-      const float* up = gate + ffn;
-      float* o = out + t * ffn;
-      for (int64_t i = 0; i < ffn; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      ggmlVec().swiglu(out + t * ffn, gate + t * stride, up + t * stride, ffn);
     }
   });
   return Status::success();
 }
+
+void silu(const float* x, float* out, int64_t n) { ggmlVec().silu(out, x, n); }
 
 void add(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];

@@ -11,7 +11,15 @@ namespace kiln::cpu {
 // gate_up: [tokens, 2 * ffn] f32, gate in columns [0, ffn), up in [ffn, 2 ffn)
 //          (the merged gate/up GEMM's output)
 // out:     [tokens, ffn] f32, out = silu(gate) * up, silu(g) = g / (1 + e^-g)
+// Rounded as ggml's SWIGLU (its vectorized expf; ggml_vec.h).
 Status siluMul(const float* gate_up, int64_t tokens, int64_t ffn, float* out);
+// The same with gate and up in separate rows: gate, up: [tokens, ffn] rows
+// `stride` floats apart.
+Status siluMulSplit(const float* gate, const float* up, int64_t stride, int64_t tokens,
+                    int64_t ffn, float* out);
+
+// x, out: [n] f32, out = silu(x) as ggml's SILU rounds it; out may alias x.
+void silu(const float* x, float* out, int64_t n);
 
 // a, b, out: [n] f32; out may alias a or b.
 void add(const float* a, const float* b, float* out, int64_t n);

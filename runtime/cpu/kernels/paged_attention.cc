@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/kernels/ggml_vec.h"
 #include "runtime/cpu/kernels/thread_pool.h"
 
 namespace kiln::cpu {
@@ -50,27 +51,19 @@ Status checkArgs(const PagedAttentionArgs& a) {
   return Status::success();
 }
 
-// q·k with eight independent partial sums: a single running sum is one long
-// dependent add chain the compiler may not reorder (no -ffast-math).
-inline float dot(const float* a, const float* b, int n) {
-  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int e = 0;
-  for (; e + 8 <= n; e += 8)
-    for (int l = 0; l < 8; ++l) partial[l] += a[e + l] * b[e + l];
-  float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-              ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-  for (; e < n; ++e) sum += a[e] * b[e];
-  return sum;
-}
-
 // One (sequence, head): every query token of the sequence against its keys,
-// a page at a time: scores of the page first, one rescale of the running sums
-// per page when the maximum grows, then the weighted V accumulation.
-// Cloned for AVX2 (256-bit dot and axpy), resolved once at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, float* scores) {
+// rounded as llama.cpp's non-flash attention rounds (ggml_vec.h):
+//   scores   kq = ggml_vec_dot_f32(q, k_j), then kq * scale
+//   softmax  max; ggml_vec_soft_max_f32 over vectors aligned at key 0 (masked
+//            and missing keys are exp(-inf) = 0); p_j = e_j * f32(1 / sum)
+//   output   V^T · p, in tinyBLAS's order when the sequence brings >= 2
+//            query tokens in this call (llama.cpp's prompt batches), else in
+//            ggml_vec_dot_f32's (its single-token decode steps).
+// The order depends only on this sequence's own token count, never on other
+// sequences in the batch.
+void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<float>& scores,
+                        std::vector<float>& probs, std::vector<const float*>& values) {
+  const GgmlVec& vec = ggmlVec();
   const KvPoolShape& p = a.pool;
   const int d = p.head_dim;
   const int kv_head = h / (a.num_heads / p.kv_heads);
@@ -80,48 +73,46 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, float* scores
   const int32_t* blocks = a.block_table + int64_t(b) * a.max_blocks_per_seq;
   const uint8_t* mask = a.tree_masks ? a.tree_masks[b] : nullptr;
   const int64_t slot_elems = p.slotElems();
-  float acc[kMaxHeadDim];
+  auto slotOf = [&](int32_t j) {
+    return int64_t(blocks[j / p.page_size]) * p.page_size + j % p.page_size;
+  };
+
+  // Key and value rows of this head, in key order.
+  const int64_t padded = (int64_t(kv_len) + vec.lanes - 1) / vec.lanes * vec.lanes;
+  if (int64_t(scores.size()) < padded) {
+    scores.resize(size_t(padded));
+    probs.resize(size_t(padded));
+  }
+  values.resize(size_t(kv_len));
+  for (int32_t j = 0; j < kv_len; ++j)
+    values[size_t(j)] = a.v_pool + slotOf(j) * slot_elems + int64_t(kv_head) * d;
 
   for (int32_t i = 0; i < q_len; ++i) {
     const int64_t token = q_begin + i;
     const float* q = a.q + (token * a.num_heads + h) * d;
+    float* o = a.out + (token * a.num_heads + h) * d;
     const uint8_t* mask_row = mask ? mask + int64_t(i) * kv_len : nullptr;
     const int32_t key_end = mask ? kv_len : kv_len - q_len + i + 1;  // exclusive
-    float running_max = -INFINITY, denom = 0.0f;
-    std::fill(acc, acc + d, 0.0f);
-    for (int32_t page_start = 0; page_start < key_end; page_start += p.page_size) {
-      const int32_t count = std::min(p.page_size, key_end - page_start);
-      const int64_t base_slot = int64_t(blocks[page_start / p.page_size]) * p.page_size;
-      const float* k_page = a.k_pool + base_slot * slot_elems + int64_t(kv_head) * d;
-      const float* v_page = a.v_pool + base_slot * slot_elems + int64_t(kv_head) * d;
-      float page_max = -INFINITY;
-      for (int32_t j = 0; j < count; ++j) {
-        if (mask_row && !mask_row[page_start + j]) {
-          scores[j] = -INFINITY;
-          continue;
-        }
-        scores[j] = dot(q, k_page + j * slot_elems, d) * a.scale;
-        page_max = std::max(page_max, scores[j]);
+    float max = -INFINITY;
+    for (int32_t j = 0; j < key_end; ++j) {
+      if (mask_row && !mask_row[j]) {
+        scores[size_t(j)] = -INFINITY;
+        continue;
       }
-      if (page_max == -INFINITY) continue;  // whole page masked out
-      if (page_max > running_max) {
-        // New maximum: rescale what was accumulated under the old one.
-        const float correction = std::exp(running_max - page_max);
-        denom *= correction;
-        for (int e = 0; e < d; ++e) acc[e] *= correction;
-        running_max = page_max;
-      }
-      for (int32_t j = 0; j < count; ++j) {
-        if (scores[j] == -INFINITY) continue;
-        const float weight = std::exp(scores[j] - running_max);
-        denom += weight;
-        const float* v = v_page + j * slot_elems;
-        for (int e = 0; e < d; ++e) acc[e] += weight * v[e];
-      }
+      const float* k = a.k_pool + slotOf(j) * slot_elems + int64_t(kv_head) * d;
+      scores[size_t(j)] = vec.dot(q, k, d) * a.scale;
+      max = std::max(max, scores[size_t(j)]);
     }
-    float* o = a.out + (token * a.num_heads + h) * d;
-    const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-    for (int e = 0; e < d; ++e) o[e] = acc[e] * inv;
+    if (max == -INFINITY) {  // sees no key
+      std::fill(o, o + d, 0.0f);
+      continue;
+    }
+    const int64_t n = (int64_t(key_end) + vec.lanes - 1) / vec.lanes * vec.lanes;
+    std::fill(scores.begin() + key_end, scores.begin() + n, -INFINITY);
+    const double sum = vec.softMax(probs.data(), scores.data(), n, max);
+    const float inv = float(1.0 / sum);
+    for (int32_t j = 0; j < key_end; ++j) probs[size_t(j)] *= inv;
+    vec.weightedSum(probs.data(), values.data(), key_end, d, q_len >= 2, o);
   }
 }
 
@@ -131,10 +122,12 @@ Status pagedAttention(const PagedAttentionArgs& args) {
   KILN_RETURN_IF_ERROR(checkArgs(args));
   const int64_t items = int64_t(args.num_seqs) * args.num_heads;
   parallelFor(items, 1, [&](int64_t w0, int64_t w1) {
-    thread_local std::vector<float> scores;  // [page_size], reused across calls
-    if (scores.size() < size_t(args.pool.page_size)) scores.resize(size_t(args.pool.page_size));
+    // [kv_len] scratch, grown to the longest context and then reused.
+    thread_local std::vector<float> scores, probs;
+    thread_local std::vector<const float*> values;
     for (int64_t w = w0; w < w1; ++w)
-      attendSequenceHead(args, int(w / args.num_heads), int(w % args.num_heads), scores.data());
+      attendSequenceHead(args, int(w / args.num_heads), int(w % args.num_heads), scores, probs,
+                         values);
   });
   return Status::success();
 }

@@ -43,8 +43,11 @@ struct PagedAttentionArgs {
 
 // Causal rule: query i of sequence b sits at absolute position
 // p = kv_len[b] - q_len_b + i and attends keys 0..p. Head h reads kv head
-// h / (num_heads / kv_heads). One pass with a running max (online softmax),
-// f32, parallel over (sequence, head). A query that sees no key gets zeros.
+// h / (num_heads / kv_heads). f32, parallel over (sequence, head), rounded
+// step by step as llama.cpp's (non-flash) attention: ggml's q·k dot, its
+// softmax (vectorized expf, f64 sum), and V^T·p in the order llama.cpp uses
+// for a batch of this sequence's size (>= 2 tokens or 1); see
+// attendSequenceHead. A query that sees no key gets zeros.
 Status pagedAttention(const PagedAttentionArgs& args);
 
 }  // namespace kiln::cpu

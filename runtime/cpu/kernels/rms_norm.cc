@@ -20,11 +20,17 @@ Status rmsNormResidual(const float* x, float* residual, const float* weight, flo
         for (int64_t i = 0; i < hidden; ++i) rr[i] += xr[i];
         src = rr;
       }
+      // ggml's rms_norm, rounding step by step as it does: squares in f32,
+      // summed in f64; the mean, 1/sqrt and the scaling in f32; the weight
+      // applied afterwards (a separate MUL in llama.cpp's graph). A scale one
+      // ulp off moves some outputs by an ulp, which flips the 8-bit rounding
+      // of the next GEMM's activations (see docs/design/cpu-numerics.md).
       double sum_sq = 0.0;
-      for (int64_t i = 0; i < hidden; ++i) sum_sq += double(src[i]) * double(src[i]);
-      const float inv_rms = float(1.0 / std::sqrt(sum_sq / double(hidden) + double(eps)));
+      for (int64_t i = 0; i < hidden; ++i) sum_sq += double(src[i] * src[i]);
+      const float mean = float(sum_sq / double(hidden));
+      const float scale = 1.0f / std::sqrt(mean + eps);
       float* o = out + t * hidden;
-      for (int64_t i = 0; i < hidden; ++i) o[i] = src[i] * inv_rms * weight[i];
+      for (int64_t i = 0; i < hidden; ++i) o[i] = (src[i] * scale) * weight[i];
     }
   });
   return Status::success();

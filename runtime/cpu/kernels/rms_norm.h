@@ -14,8 +14,9 @@ namespace kiln::cpu {
 // out:      [tokens, hidden] f32 (may alias x; must not alias residual)
 // With residual:    residual += x; out = residual / rms(residual) * weight
 // Without residual: out = x / rms(x) * weight
-// rms(v) = sqrt(mean(v^2) + eps); the sum of squares is accumulated in f64 so
-// long rows with large values do not lose the small ones.
+// rms(v) = sqrt(mean(v^2) + eps), rounded as ggml rounds it (f32 squares
+// summed in f64, f32 mean and scale), so outputs are bit-identical to
+// llama.cpp's RMS_NORM followed by MUL.
 Status rmsNormResidual(const float* x, float* residual, const float* weight, float eps,
                        int64_t tokens, int64_t hidden, float* out);
 

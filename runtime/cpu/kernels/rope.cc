@@ -57,6 +57,10 @@ void computeInvFreq(const RopeParams& params, int rotary, float* inv_freq) {
   }
 }
 
+bool usesGgmlArithmetic(const RopeParams& params) {
+  return params.style == RopeStyle::kInterleaved && params.scaling != RopeScaling::kLlama3;
+}
+
 }  // namespace
 
 Result<std::vector<float>> ropeInvFreq(const RopeParams& params, int head_dim) {
@@ -79,15 +83,30 @@ Status applyRope(float* x, int64_t tokens, int heads, int head_dim, const int32_
   const int half = rotary / 2;
   float inv_freq[kMaxHalfDim];  // no allocation on the hot path
   computeInvFreq(params, rotary, inv_freq);
+  const bool ggml = usesGgmlArithmetic(params);
+  // ggml: theta_i = p * theta_scale^i by repeated f32 multiplication.
+  const float theta_scale = std::pow(params.theta, -2.0f / float(rotary));
+  const float freq_scale = params.scaling == RopeScaling::kLinear ? 1.0f / params.factor : 1.0f;
 
   parallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {
     float cos_table[kMaxHalfDim], sin_table[kMaxHalfDim];
     for (int64_t t = t0; t < t1; ++t) {
-      // HF forms the angle as f32 position * f32 inv_freq, then cos/sin in f32.
-      for (int i = 0; i < half; ++i) {
-        const float angle = float(positions[t]) * inv_freq[i];
-        cos_table[i] = float(std::cos(double(angle)));
-        sin_table[i] = float(std::sin(double(angle)));
+      if (ggml) {
+        // ggml_rope_cache_init: cosf/sinf of freq_scale * theta, theta
+        // advanced by one f32 multiply per pair.
+        float theta = float(positions[t]);
+        for (int i = 0; i < half; ++i) {
+          cos_table[i] = std::cos(freq_scale * theta);
+          sin_table[i] = std::sin(freq_scale * theta);
+          theta *= theta_scale;
+        }
+      } else {
+        // HF forms the angle as f32 position * f32 inv_freq, then cos/sin in f32.
+        for (int i = 0; i < half; ++i) {
+          const float angle = float(positions[t]) * inv_freq[i];
+          cos_table[i] = float(std::cos(double(angle)));
+          sin_table[i] = float(std::sin(double(angle)));
+        }
       }
       for (int h = 0; h < heads; ++h) {
         float* v = x + (t * heads + h) * int64_t(head_dim);
@@ -95,8 +114,15 @@ Status applyRope(float* x, int64_t tokens, int heads, int head_dim, const int32_
           const int ia = params.style == RopeStyle::kHalf ? i : 2 * i;
           const int ib = params.style == RopeStyle::kHalf ? i + half : 2 * i + 1;
           const float a = v[ia], b = v[ib];
-          v[ia] = a * cos_table[i] - b * sin_table[i];
-          v[ib] = b * cos_table[i] + a * sin_table[i];
+          if (ggml) {
+            // ggml's rotate_pairs as GCC compiles it with FMA: each output is
+            // one fused multiply-add onto the other, separately rounded, product.
+            v[ia] = std::fma(a, cos_table[i], -(b * sin_table[i]));
+            v[ib] = std::fma(a, sin_table[i], b * cos_table[i]);
+          } else {
+            v[ia] = a * cos_table[i] - b * sin_table[i];
+            v[ib] = b * cos_table[i] + a * sin_table[i];
+          }
         }
       }
     }

@@ -12,7 +12,8 @@ enum class RopeStyle {
   // HF rotate_half: element i pairs with i + rotary_dim/2 (HF Llama checkpoints).
   kHalf,
   // Adjacent pairs (2i, 2i+1): llama.cpp's layout for GGUF llama models, whose
-  // q/k weights were permuted at conversion.
+  // q/k weights were permuted at conversion. Unscaled and linearly scaled
+  // interleaved rope also rounds as ggml does (see applyRope).
   kInterleaved,
 };
 
@@ -41,6 +42,12 @@ Result<std::vector<float>> ropeInvFreq(const RopeParams& params, int head_dim);
 // positions: [tokens] i32 absolute positions (>= 0)
 // Each pair (a, b) at frequency f becomes
 //   (a cos(p f) - b sin(p f),  b cos(p f) + a sin(p f)).
+// kHalf (and llama3-scaled) angles are transformers': f32 p * inv_freq.
+// kInterleaved angles are ggml's, bit for bit: theta_scale =
+// powf(theta, -2/rotary_dim), angle_i = p * theta_scale^i by repeated f32
+// multiplication, cosf/sinf, and the rotation as fused multiply-adds.
+// ggml's angles drift from p * inv_freq by a few ulps of the angle.
+
 Status applyRope(float* x, int64_t tokens, int heads, int head_dim, const int32_t* positions,
                  const RopeParams& params);
 
