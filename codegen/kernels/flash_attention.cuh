@@ -156,6 +156,19 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 }  // namespace flash
 
+}  // namespace kernels
+}  // namespace kiln
+
+#endif  // __CUDACC__ || __CUDACC_RTC__
+
+// The kernel body. It also compiles on the host under
+// KILN_FLASH_ATTENTION_EMULATION, where test/gpu/flash_attention_emulation_test.cc
+// supplies the intrinsics above and runs each CUDA thread as a fiber.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_FLASH_ATTENTION_EMULATION)
+
+namespace kiln {
+namespace kernels {
+
 // Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
 //         static constexpr float kScale (> 0).
 template <class Config>
@@ -405,4 +418,4 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
 }  // namespace kernels
 }  // namespace kiln
 
-#endif  // __CUDACC__ || __CUDACC_RTC__
+#endif  // __CUDACC__ || __CUDACC_RTC__ || KILN_FLASH_ATTENTION_EMULATION

@@ -378,11 +378,12 @@ Status launchFlash(const Kernel& k, int H, int max_q_len, int B, kk::PagedAttent
 
 // Ragged prefill batches against the float64 reference: fresh prompts and
 // chunks after cached prefixes (prefix and q_len off the 16-key pages and the
-// 64-row tiles), a one-token sequence, prefixes over many pages of a shuffled
-// block table, and random lengths; once more with queries scaled x8 so the
+// 64-row tiles), one-token sequences, query tiles whose last key opens a new
+// key tile, prefixes over many pages of a shuffled block table, and random
+// lengths; once more with queries scaled x8 so the
 // softmax is peaked and the running max moves between key tiles.
 TEST_F(KernelsGpu, FlashAttention) {
-  Batch fixed{{200, 77, 64, 1, 130, 64}, {200, 77 + 333, 128, 501, 147, 64 + 1000}};
+  Batch fixed{{200, 77, 64, 1, 130, 64, 65, 1}, {200, 77 + 333, 128, 501, 147, 64 + 1000, 65, 129}};
   std::uniform_int_distribution<int> q_len(1, 300), prefix(0, 700);
   for (int i = 0; i < 3; ++i) {
     fixed.q_len.push_back(q_len(rng));
