@@ -299,9 +299,10 @@ Result<Body> pagedAttention(const Params& p, bool split) {
   return b;
 }
 
-// Tensor-core causal prefill over the paged pool (flash_attention.cuh). An
-// optional 'block_m' (query rows per block, 64 or 128) is for tuning; 128
-// keeps two m16 tiles per warp and is offered where it does not spill.
+// Tensor-core causal prefill over the paged pool (flash_attention.cuh).
+// Optional 'warps' (4 or 8) and 'block_m' (query rows per block) are for
+// tuning: 4 warps take 64 rows (or 128, two m16 tiles a warp, at head_dim 64
+// only: at 128 they spill), 8 warps take 128.
 Result<Body> flashAttention(const Params& p) {
   KILN_TRY(heads, p.positive("heads"));
   KILN_TRY(kv_heads, p.positive("kv_heads"));
@@ -310,7 +311,8 @@ Result<Body> flashAttention(const Params& p) {
   KILN_TRY(scale, p.number("scale"));
   KILN_TRY(kv_name, p.text("kv_type"));
   KILN_TRY(tree, p.boolean("tree_mask"));
-  KILN_TRY(block_m, p.integerOr("block_m", 64));
+  KILN_TRY(warps, p.integerOr("warps", 4));
+  KILN_TRY(block_m, p.integerOr("block_m", 16 * warps));
   if (heads % kv_heads != 0)
     return makeError("flash_attention: heads {} is not a multiple of kv_heads {}", heads, kv_heads);
   if (heads / kv_heads > 16)
@@ -323,19 +325,22 @@ Result<Body> flashAttention(const Params& p) {
   if (tree)
     return makeError("flash_attention: tree_mask is true; the tensor-core kernel is causal only (use paged_attention)");
   if (!(scale > 0)) return makeError("flash_attention: param 'scale' is {}, expected > 0", scale);
-  if (block_m != 64 && !(block_m == 128 && head_dim == 64))
-    return makeError("flash_attention: param 'block_m' is {}, expected 64 (or 128 with head_dim 64)", block_m);
+  if (warps != 4 && warps != 8) return makeError("flash_attention: param 'warps' is {}, expected 4 or 8", warps);
+  if (block_m != 16 * warps && !(block_m == 32 * warps && head_dim == 64))
+    return makeError("flash_attention: param 'block_m' is {} with {} warps, expected {} (or {} with head_dim 64)",
+                     block_m, warps, 16 * warps, 32 * warps);
   const int smem = kernels::flash::smem_bytes(int(head_dim), int(block_m));
   Body b{"flash_attention.cuh", "", "flash_attention",
-         {kernels::flash::kThreads,
+         {int(32 * warps),
           fmt::format("[heads={}, ceil(max_q_len / {}), B], dynamic smem {} bytes", heads, block_m, smem),
           "PagedAttentionParams"}};
   b.config = fmt::format(
       "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
-      "  static constexpr float kScale = {};\n  static constexpr int kBlockM = {};\n"
+      "  static constexpr float kScale = {};\n  static constexpr int kWarps = {};\n"
+      "  static constexpr int kBlockM = {};\n"
       "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
-      heads, kv_heads, head_dim, page_size, floatLiteral(scale), block_m, smem);
+      heads, kv_heads, head_dim, page_size, floatLiteral(scale), warps, block_m, smem);
   return b;
 }
 

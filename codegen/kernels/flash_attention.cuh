@@ -15,17 +15,18 @@
 // Query i of sequence b (q_len tokens) sits at position kv_len - q_len + i and
 // sees keys 0..that position.
 //
-// Launch: grid [H, ceil(max_q_len / kBlockM), B], block [128] (4 warps),
-// dynamic shared memory flash::smem_bytes(D, kBlockM) (above 48 KiB it needs
+// Launch: grid [H, ceil(max_q_len / kBlockM), B], block [32 kWarps] (4 or 8
+// warps), dynamic shared memory flash::smem_bytes(D) (above 48 KiB it needs
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). blockIdx.y counts query
 // tiles from the last, so the longest (diagonal-heaviest) tiles start first;
 // heads are the fastest grid axis, so the H / Hkv blocks that read the same
 // K/V tiles run side by side and share them through L2. Blocks past a
 // sequence's q_len return at once (ragged batches).
 //
-// Work split (kBlockM = 64 * kMTiles query rows, kBlockN = 64 keys per tile):
-// warp w owns rows [w * 16 kMTiles, (w + 1) * 16 kMTiles) of the query tile,
-// as kMTiles m16 tiles. Per key tile, S = Q Kᵀ (mma.m16n8k16 bf16, f32
+// Work split (kBlockM = 16 kWarps kMTiles query rows, kBlockN = 64 keys per
+// tile): warp w owns rows [w * 16 kMTiles, (w + 1) * 16 kMTiles) of the query
+// tile, as kMTiles m16 tiles. More rows per block (8 warps, or two m-tiles
+// per warp) means fewer K/V tile reads from L2 per FLOP. Per key tile, S = Q Kᵀ (mma.m16n8k16 bf16, f32
 // accumulate, K fragments by ldmatrix), a causal mask only on the tiles that
 // cross the diagonal, the online-softmax update in exp2 with the scale folded
 // into log2(e), then O += P V with P re-packed from the S accumulators as the
@@ -35,8 +36,8 @@
 // Shared memory: K and V tiles [64, D] bf16 in two stages (cp.async of tile
 // t+1, gathered row by row through the block table, overlaps the math on
 // tile t). Q [kBlockM, D] passes through stage 1 once, before the loop: its
-// fragments then stay in registers (kBlockM = 128 is offered only at D = 64;
-// at D = 128 the second m-tile's output and scores do not fit 255 registers).
+// fragments then stay in registers (two m-tiles per warp only at D = 64: at
+// D = 128 their output and scores do not fit 255 registers).
 // Every tile is row-major with 16-byte chunk c of row r stored at chunk
 // c ^ (r % 8): the 8 rows an ldmatrix phase reads, and the 8 chunks a
 // cp.async phase writes, fall in 8 distinct bank groups. The output goes
@@ -56,8 +57,6 @@ namespace kiln {
 namespace kernels {
 namespace flash {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockN = 64;  // keys per tile
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a row-major [rows, head_dim]
@@ -93,8 +92,8 @@ KILN_FLASH_HD constexpr int acc_row(int lane, int i) { return (lane >> 2) + ((i 
 KILN_FLASH_HD constexpr int acc_col(int lane, int i) { return ((lane & 3) << 1) + (i & 1); }
 
 // Dynamic shared memory of an instance: two stages of K and V tiles (Q and the
-// output tile pass through them). The same for every block_m the kernel takes.
-KILN_FLASH_HD constexpr int smem_bytes(int head_dim, int /*block_m*/) { return 2 * 2 * kBlockN * head_dim * 2; }
+// output tile pass through them); the same for every block_m and warp count.
+KILN_FLASH_HD constexpr int smem_bytes(int head_dim, int /*block_m*/ = 64) { return 2 * 2 * kBlockN * head_dim * 2; }
 
 }  // namespace flash
 }  // namespace kernels
@@ -169,7 +168,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 namespace kiln {
 namespace kernels {
 
-// Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
+// Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kWarps, kBlockM, kSmemBytes;
 //         static constexpr float kScale (> 0).
 template <class Config>
 __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
@@ -177,6 +176,7 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
   constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
   constexpr int kGroup = H / Hkv;
   constexpr int BM = Config::kBlockM, BN = kBlockN;
+  constexpr int kWarps = Config::kWarps, kThreads = 32 * kWarps;
   constexpr int kMTiles = BM / (16 * kWarps);  // m16 tiles per warp
   constexpr int kWarpRows = 16 * kMTiles;
   constexpr int kChunks = D / 8;               // 16-byte chunks per row
@@ -189,7 +189,9 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
   static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(BM == 64 || (BM == 128 && D == 64), "64 query rows per block, or 128 at head_dim 64");
+  static_assert(kWarps == 4 || kWarps == 8, "4 or 8 warps");
+  static_assert(BM == 16 * kWarps * kMTiles && (kMTiles == 1 || (kMTiles == 2 && D == 64)),
+                "one m16 tile per warp, or two at head_dim 64");
   static_assert(Config::kSmemBytes == smem_bytes(D, BM), "dynamic shared memory size");
   static_assert(BM * D * 2 <= kStageBytes, "Q and the output tile fit in one stage");
   static_assert(Config::kScale > 0.0f, "the running max is taken over unscaled scores");

@@ -11,6 +11,7 @@
 #include <ostream>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace kiln::cuda::testing {
@@ -62,13 +63,15 @@ inline std::vector<KernelCase> representativeKernelCases() {
   }
   cases.push_back({"paged_attention_split", attentionParams(9, 3, 64, false)});
   cases.push_back({"paged_attention_split", attentionParams(32, 8, 128, false)});
-  // Tensor-core prefill: the default 64-row tiles, and 128-row tiles where offered (head_dim 64).
+  // Tensor-core prefill: the default 4 warps x 64 rows, 8 warps x 128 rows,
+  // and 4 warps x 128 rows (two m-tiles a warp, head_dim 64 only).
   cases.push_back({"flash_attention", attentionParams(9, 3, 64, false)});
   cases.push_back({"flash_attention", attentionParams(32, 8, 128, false)});
-  {
-    nlohmann::json wide = attentionParams(9, 3, 64, false);
-    wide["block_m"] = 128;
-    cases.push_back({"flash_attention", wide});
+  for (auto [hd, warps, block_m] : {std::tuple{128, 8, 128}, std::tuple{64, 8, 128}, std::tuple{64, 4, 128}}) {
+    nlohmann::json tuned = hd == 64 ? attentionParams(9, 3, 64, false) : attentionParams(32, 8, 128, false);
+    tuned["warps"] = warps;
+    tuned["block_m"] = block_m;
+    cases.push_back({"flash_attention", tuned});
   }
   cases.push_back({"attention_combine", {{"heads", 9}, {"head_dim", 64}}});
   cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});

@@ -4,9 +4,10 @@
 //   kiln_attention_bench [--reps N] [--json PATH]
 //
 // (1) flash_attention prefill, B=1, S=4096, H=32, Hkv=8, D=128, causal:
-//     TFLOP/s with FLOPs = 4 S² H D / 2 (QKᵀ and PV, half the square).
-//     Also head_dim 64 (same heads) at block_m 64 and 128, the two tilings
-//     the instance offers there.
+//     TFLOP/s with FLOPs = 4 S² H D / 2 (QKᵀ and PV, half the square), for
+//     each tiling the instance offers (4 warps x 64 rows, the default; 8
+//     warps x 128 rows), then head_dim 64 (same heads) likewise plus 4 warps
+//     x 128 rows.
 // (2) the decode path, paged_attention_split + attention_combine, one token
 //     at context 8192, H=32, Hkv=8, D=128, for 8/16/32/64 splits: GB/s of
 //     K+V read (2 · 8192 · 8 · 128 · 2 bytes). Each rep reads the next of
@@ -100,11 +101,14 @@ Pools makePools(std::mt19937& rng, int len, int Hkv, int D) {
           DeviceBuffer::from(table)};
 }
 
-Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D, int block_m) {
+Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D, int warps, int block_m) {
   const double scale = 1.0 / std::sqrt(double(D));
   json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
                  {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
-  if (block_m != 64) params["block_m"] = block_m;
+  if (warps != 4 || block_m != 64) {
+    params["warps"] = warps;
+    params["block_m"] = block_m;
+  }
   auto k = compile("flash_attention", params);
   if (!k) return k.error();
   const int smem = configConstant(*k, "kSmemBytes");
@@ -118,16 +122,18 @@ Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D
   DeviceBuffer out(size_t(S) * H * D * 2);
   kk::PagedAttentionParams p{q.get(), pools.k.get(), pools.v.get(), pools.table.as<int>(), qs.as<int>(), kl.as<int>(),
                              nullptr, out.get(), nullptr, nullptr, S, 1, (S + 15) / 16, 0, 1};
-  const Launch launch{k->function, {unsigned(H), unsigned((S + block_m - 1) / block_m), 1}, 128, unsigned(smem), &p};
+  const Launch launch{k->function, {unsigned(H), unsigned((S + block_m - 1) / block_m), 1},
+                      unsigned(k->instance.launch.block_threads), unsigned(smem), &p};
   auto ms = timeMedian(reps, [&](int) { return std::vector<Launch>{launch}; });
   if (!ms) return ms.error();
   const double flops = 4.0 * S * double(S) * H * D / 2, tflops = flops / (*ms * 1e-3) / 1e12;
   Record r;
-  r.line = fmt::format("flash_attention prefill B=1 S={} H={} Hkv={} D={} causal block_m={}: {:.3f} ms, {:.1f} TFLOP/s "
-                       "(regs {}, dynamic smem {} B)",
-                       S, H, Hkv, D, block_m, *ms, tflops, k->resources.registers, smem);
+  r.line = fmt::format("flash_attention prefill B=1 S={} H={} Hkv={} D={} causal warps={} block_m={}: {:.3f} ms, "
+                       "{:.1f} TFLOP/s (regs {}, dynamic smem {} B)",
+                       S, H, Hkv, D, warps, block_m, *ms, tflops, k->resources.registers, smem);
   r.fields = {{"name", "flash_attention_prefill"}, {"B", 1}, {"S", S}, {"H", H}, {"Hkv", Hkv}, {"D", D},
-              {"block_m", block_m}, {"ms", *ms}, {"tflops", tflops}, {"registers", k->resources.registers}};
+              {"warps", warps}, {"block_m", block_m}, {"ms", *ms}, {"tflops", tflops},
+              {"registers", k->resources.registers}};
   return r;
 }
 
@@ -200,15 +206,25 @@ int run(int argc, char** argv) {
     std::fflush(stdout);
     records.push_back(r);
   };
-  struct P { int S, H, Hkv, D, block_m; };
-  for (const P& c : {P{4096, 32, 8, 128, 64}, P{4096, 32, 8, 64, 64}, P{4096, 32, 8, 64, 128}}) {
-    auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.block_m);
-    if (r) report(*r);
-    else std::fprintf(stderr, "flash_attention prefill D=%d block_m=%d: %s\n", c.D, c.block_m, r.error().message.c_str()), status = 1;
+  struct P { int S, H, Hkv, D, warps, block_m; };
+  for (const P& c : {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128}, P{4096, 32, 8, 64, 4, 64},
+                     P{4096, 32, 8, 64, 4, 128}, P{4096, 32, 8, 64, 8, 128}}) {
+    auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
+    if (r) {
+      report(*r);
+    } else {
+      std::fprintf(stderr, "flash_attention prefill D=%d warps=%d block_m=%d: %s\n", c.D, c.warps, c.block_m,
+                   r.error().message.c_str());
+      status = 1;
+    }
   }
   auto dec = decode(rng, reps, 8192, 32, 8, 128);
-  if (dec) for (const Record& r : *dec) report(r);
-  else std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str()), status = 1;
+  if (dec) {
+    for (const Record& r : *dec) report(r);
+  } else {
+    std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
+    status = 1;
+  }
   if (!json_path.empty()) {
     json all = json::array();
     for (const Record& r : records) all.push_back(r.fields);

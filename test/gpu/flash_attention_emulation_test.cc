@@ -1,4 +1,4 @@
-// flash_attention's kernel body run on the host, no GPU: each of a block's 128
+// flash_attention's kernel body run on the host, no GPU: each of a block's
 // CUDA threads is a fiber (ucontext) on one OS thread, and the warp- and
 // block-wide operations are rendezvous where the last arriving lane does the
 // work for all: ldmatrix and mma.m16n8k16 from the PTX ISA's fragment tables,
@@ -42,7 +42,7 @@ Dim3 blockIdx, gridDim;
 
 namespace emu {
 
-constexpr int kThreads = 128, kStackBytes = 128 * 1024;
+constexpr int kMaxThreads = 256, kStackBytes = 128 * 1024;
 
 struct Copy {
   unsigned dst;
@@ -73,13 +73,13 @@ struct Collective {
   int arrived = 0;
   const char* kind = nullptr;
   uint64_t generation = 0;
-  Slot slots[kThreads];
+  Slot slots[kMaxThreads];
 };
 
 ucontext_t scheduler;
-Fiber fibers[kThreads];
-Collective warp_collective[kThreads / 32], block_collective;
-int current = 0;
+Fiber fibers[kMaxThreads];
+Collective warp_collective[kMaxThreads / 32], block_collective;
+int current = 0, threads = 128;  // the running thread, the block's size
 bool eager_copies = false;
 std::function<void()> body;
 std::string failure;  // the first emulation error (the fiber keeps going on defaults)
@@ -199,7 +199,7 @@ void ldmatrix(unsigned addr, unsigned (&r)[4], bool trans) {
 namespace kiln::kernels {
 
 inline void __syncthreads() {
-  emu::rendezvous(emu::block_collective, emu::kThreads, "__syncthreads", emu::current, emu::Slot{},
+  emu::rendezvous(emu::block_collective, emu::threads, "__syncthreads", emu::current, emu::Slot{},
                   [](emu::Collective&) {});
 }
 inline void __syncwarp() { emu::rendezvous(emu::warp(), 32, "__syncwarp", emu::lane(), emu::Slot{}, [](emu::Collective&) {}); }
@@ -293,7 +293,7 @@ void entry() {
 
 // Runs one block: every fiber until all are done; a round where none can move is a deadlock.
 void runBlock() {
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < threads; ++t) {
     Fiber& f = fibers[t];
     f.done = false;
     f.wait_generation = nullptr;
@@ -307,7 +307,7 @@ void runBlock() {
   }
   for (;;) {
     bool alive = false, moved = false;
-    for (int t = 0; t < kThreads; ++t) {
+    for (int t = 0; t < threads; ++t) {
       Fiber& f = fibers[t];
       if (f.done) continue;
       alive = true;
@@ -334,11 +334,11 @@ namespace {
 
 namespace kk = kiln::kernels;
 
-template <int H_, int Hkv_, int D_, int BlockM_>
+template <int H_, int Hkv_, int D_, int Warps_, int BlockM_>
 struct Config {
   static constexpr int kHeads = H_, kKvHeads = Hkv_, kHeadDim = D_, kPageSize = 16;
   static constexpr float kScale = D_ == 64 ? 0.125f : 0.0883883476f;
-  static constexpr int kBlockM = BlockM_;
+  static constexpr int kWarps = Warps_, kBlockM = BlockM_;
   static constexpr int kSmemBytes = kk::flash::smem_bytes(D_, BlockM_);
 };
 
@@ -362,6 +362,7 @@ void runCase(const Batch& batch, bool eager, float q_scale, const std::string& w
   emu::failure.clear();
   emu::bank_conflicts = 0;
   emu::smem_limit = C::kSmemBytes;
+  emu::threads = 32 * C::kWarps;
   emu::body = [&p] { kk::flash_attention<C>(p); };
   const int max_q_len = *std::max_element(batch.q_len.begin(), batch.q_len.end());
   gridDim = {unsigned(H), unsigned((max_q_len + C::kBlockM - 1) / C::kBlockM), unsigned(B)};
@@ -388,16 +389,20 @@ void runCase(const Batch& batch, bool eager, float q_scale, const std::string& w
 // last key opens a new key tile (65 keys, 129 keys).
 const Batch kBatch{{70, 33, 1, 64, 100, 65, 1}, {70, 33 + 150, 40, 128, 100 + 17, 65, 129}};
 
-TEST(FlashAttentionEmulation, Hd64Gqa2) { runCase<Config<2, 1, 64, 64>>(kBatch, false, 1.0f, "hd64 2/1 block_m 64"); }
+TEST(FlashAttentionEmulation, Hd64Gqa2) { runCase<Config<2, 1, 64, 4, 64>>(kBatch, false, 1.0f, "hd64 2/1 4x64"); }
 TEST(FlashAttentionEmulation, Hd64Gqa2EagerCopies) {
-  runCase<Config<2, 1, 64, 64>>(kBatch, true, 1.0f, "hd64 2/1 block_m 64, eager cp.async");
+  runCase<Config<2, 1, 64, 4, 64>>(kBatch, true, 1.0f, "hd64 2/1 4x64, eager cp.async");
 }
-TEST(FlashAttentionEmulation, Hd64BlockM128PeakedSoftmax) {
-  runCase<Config<4, 2, 64, 128>>(kBatch, false, 8.0f, "hd64 4/2 block_m 128, q x8");
+TEST(FlashAttentionEmulation, Hd64TwoMTilesPeakedSoftmax) {
+  runCase<Config<4, 2, 64, 4, 128>>(kBatch, false, 8.0f, "hd64 4/2 4x128, q x8");
 }
-TEST(FlashAttentionEmulation, Hd128Gqa3) { runCase<Config<3, 1, 128, 64>>(kBatch, false, 1.0f, "hd128 3/1 block_m 64"); }
+TEST(FlashAttentionEmulation, Hd64EightWarps) { runCase<Config<2, 1, 64, 8, 128>>(kBatch, true, 1.0f, "hd64 2/1 8x128, eager"); }
+TEST(FlashAttentionEmulation, Hd128Gqa3) { runCase<Config<3, 1, 128, 4, 64>>(kBatch, false, 1.0f, "hd128 3/1 4x64"); }
 TEST(FlashAttentionEmulation, Hd128PeakedSoftmax) {
-  runCase<Config<2, 1, 128, 64>>(kBatch, false, 8.0f, "hd128 2/1 block_m 64, q x8");
+  runCase<Config<2, 1, 128, 4, 64>>(kBatch, false, 8.0f, "hd128 2/1 4x64, q x8");
+}
+TEST(FlashAttentionEmulation, Hd128EightWarps) {
+  runCase<Config<2, 1, 128, 8, 128>>(kBatch, false, 8.0f, "hd128 2/1 8x128, q x8");
 }
 
 }  // namespace

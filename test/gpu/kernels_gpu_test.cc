@@ -359,8 +359,8 @@ int configConstant(const Kernel& k, const std::string& name) {
   return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
 }
 
-// flash_attention's launch: grid [H, ceil(max_q_len / kBlockM), B], block [128],
-// kSmemBytes of dynamic shared memory (opted into past 48 KiB).
+// flash_attention's launch: grid [H, ceil(max_q_len / kBlockM), B], block
+// [32 kWarps], kSmemBytes of dynamic shared memory (opted into past 48 KiB).
 Status launchFlash(const Kernel& k, int H, int max_q_len, int B, kk::PagedAttentionParams p) {
   const cuda::CudaDriver* d = (*Gpu::get())->d;
   const int block_m = configConstant(k, "kBlockM"), smem = configConstant(k, "kSmemBytes");
@@ -389,8 +389,9 @@ TEST_F(KernelsGpu, FlashAttention) {
     fixed.q_len.push_back(q_len(rng));
     fixed.kv_len.push_back(fixed.q_len.back() + prefix(rng));
   }
-  struct Shape { int H, Hkv, D, block_m; };
-  for (const Shape& sh : {Shape{32, 8, 128, 64}, Shape{9, 3, 64, 64}, Shape{9, 3, 64, 128}}) {
+  struct Shape { int H, Hkv, D, warps, block_m; };
+  for (const Shape& sh : {Shape{32, 8, 128, 4, 64}, Shape{32, 8, 128, 8, 128}, Shape{9, 3, 64, 4, 64},
+                          Shape{9, 3, 64, 4, 128}, Shape{9, 3, 64, 8, 128}}) {
     for (float q_scale : {1.0f, 8.0f}) {
       const double scale = 1.0 / std::sqrt(double(sh.D));
       AttentionData a = makeAttention(rng, sh.H, sh.Hkv, sh.D, fixed, false);
@@ -400,7 +401,10 @@ TEST_F(KernelsGpu, FlashAttention) {
       }
       json params = {{"heads", sh.H}, {"kv_heads", sh.Hkv}, {"head_dim", sh.D}, {"page_size", a.page},
                      {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
-      if (sh.block_m != 64) params["block_m"] = sh.block_m;
+      if (sh.warps != 4 || sh.block_m != 64) {
+        params["warps"] = sh.warps;
+        params["block_m"] = sh.block_m;
+      }
       COMPILE(k, "flash_attention", params);
       auto d_q = DeviceBuffer::from(a.qb), d_k = DeviceBuffer::from(a.kb), d_v = DeviceBuffer::from(a.vb),
            d_bt = DeviceBuffer::from(a.block_tables), d_qs = DeviceBuffer::from(a.query_start),
@@ -411,8 +415,8 @@ TEST_F(KernelsGpu, FlashAttention) {
                                  0, 1};
       const int max_q_len = *std::max_element(fixed.q_len.begin(), fixed.q_len.end());
       KILN_GPU_OK(launchFlash(k, sh.H, max_q_len, int(a.kv_lens.size()), p));
-      const std::string what = fmt::format("flash_attention {}/{}/{} block_m {} q x{}", sh.H, sh.Hkv, sh.D,
-                                           sh.block_m, q_scale);
+      const std::string what = fmt::format("flash_attention {}/{}/{} {} warps x {} rows, q x{}", sh.H, sh.Hkv,
+                                           sh.D, sh.warps, sh.block_m, q_scale);
       expectClose(bf16ToFloat(d_out.download<uint16_t>()), attentionReference(a, scale, false), 4e-3, 1.0 / 64, what);
       std::printf("    (regs %d, dynamic smem %d, spills %d/%d)\n", k.resources.registers,
                   configConstant(k, "kSmemBytes"), k.resources.spill_stores, k.resources.spill_loads);
