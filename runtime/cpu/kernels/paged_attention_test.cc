@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "runtime/cpu/kernels/ggml_vec.h"
 #include "runtime/cpu/kernels/kernel_test_util.h"
 
 namespace kiln::cpu {
@@ -162,6 +163,76 @@ TEST(PagedAttentionTest, TreeMaskReplacesCausalRule) {
   PagedAttentionArgs args = argsFor(batch, out, masks);
   ASSERT_TRUE(pagedAttention(args).ok());
   expectMatchesReference(batch, out, args.scale);
+}
+
+// llama.cpp's rounding, restated with ggml's primitives (ggml_vec.h): q·k by
+// ggml_vec_dot_f32, scaled; softmax over the keys zero-padded to whole
+// vectors; p scaled by f32(1/sum); V^T·p in tinyBLAS's order for sequences
+// with >= 2 query tokens, ggml_vec_dot_f32's for one.
+TEST(PagedAttentionTest, RoundsAsLlamaCppBitForBit) {
+  std::mt19937 rng(73);
+  Batch batch = makeBatch(rng, {{5, 40}, {1, 70}, {2, 2}}, 6, 2, 64, 16);
+  std::vector<float> out = testing::poisoned(size_t(batch.tokens() * batch.heads * 64));
+  std::vector<const uint8_t*> masks;
+  PagedAttentionArgs args = argsFor(batch, out, masks);
+  ASSERT_TRUE(pagedAttention(args).ok());
+  const GgmlVec& vec = ggmlVec();
+  const int d = 64, kvh = batch.pool.kv_heads;
+  for (size_t b = 0; b < batch.kv_len.size(); ++b) {
+    const int q_len = batch.qLen(int(b)), kv_len = batch.kv_len[b];
+    for (int i = 0; i < q_len; ++i) {
+      const int64_t token = batch.query_start[b] + i;
+      const int visible = kv_len - q_len + i + 1;
+      const int padded = (visible + vec.lanes - 1) / vec.lanes * vec.lanes;
+      for (int h = 0; h < batch.heads; ++h) {
+        const int g = h / (batch.heads / kvh);
+        const float* q = batch.q.data() + (token * batch.heads + h) * d;
+        std::vector<float> scores(static_cast<size_t>(padded), -INFINITY);
+        std::vector<float> p(static_cast<size_t>(padded));
+        std::vector<const float*> rows;
+        float max = -INFINITY;
+        for (int j = 0; j < visible; ++j) {
+          scores[size_t(j)] = vec.dot(q, &batch.keys[b][size_t((j * kvh + g) * d)], d) * args.scale;
+          max = std::max(max, scores[size_t(j)]);
+          rows.push_back(&batch.values[b][size_t((j * kvh + g) * d)]);
+        }
+        const float inv = float(1.0 / vec.softMax(p.data(), scores.data(), padded, max));
+        for (float& v : p) v *= inv;
+        std::vector<float> expected(static_cast<size_t>(d));
+        vec.weightedSum(p.data(), rows.data(), visible, d, q_len >= 2, expected.data());
+        for (int e = 0; e < d; ++e)
+          ASSERT_EQ(out[size_t((token * batch.heads + h) * d + e)], expected[size_t(e)])
+              << "seq " << b << " query " << i << " head " << h << " dim " << e;
+      }
+    }
+  }
+}
+
+// A sequence's output depends on its own tokens only, not on its batch.
+TEST(PagedAttentionTest, SequencesAreBatchInvariant) {
+  std::mt19937 rng(74);
+  Batch both = makeBatch(rng, {{4, 30}, {1, 50}}, 4, 2, 64, 16);
+  std::vector<float> out_both = testing::poisoned(size_t(both.tokens() * 4 * 64));
+  std::vector<const uint8_t*> masks;
+  PagedAttentionArgs args = argsFor(both, out_both, masks);
+  ASSERT_TRUE(pagedAttention(args).ok());
+  for (int b = 0; b < 2; ++b) {
+    // The same sequence alone: its block-table row, its query rows.
+    PagedAttentionArgs solo = args;
+    std::vector<int32_t> query_start = {0, both.qLen(b)};
+    std::vector<float> out = testing::poisoned(size_t(both.qLen(b) * 4 * 64));
+    solo.q = both.q.data() + int64_t(both.query_start[size_t(b)]) * 4 * 64;
+    solo.out = out.data();
+    solo.num_tokens = both.qLen(b);
+    solo.num_seqs = 1;
+    solo.query_start = query_start.data();
+    solo.kv_len = both.kv_len.data() + b;
+    solo.block_table = both.block_table.data() + size_t(b) * both.max_blocks;
+    ASSERT_TRUE(pagedAttention(solo).ok());
+    EXPECT_TRUE(std::equal(out.begin(), out.end(),
+                           out_both.begin() + int64_t(both.query_start[size_t(b)]) * 4 * 64))
+        << "sequence " << b;
+  }
 }
 
 TEST(PagedAttentionTest, ReportsBadBlockAndShapes) {

@@ -1,5 +1,7 @@
 #include "runtime/cpu/kernels/rms_norm.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "runtime/cpu/kernels/kernel_test_util.h"
@@ -41,6 +43,28 @@ TEST(RmsNormTest, WithAndWithoutResidualAgainstFloat64) {
         const double expected = h[size_t(i)] * inv_rms * double(weight[size_t(i)]);
         ASSERT_NEAR(out[at], expected, 2e-6 * (1.0 + std::fabs(expected))) << t << "," << i;
       }
+    }
+  }
+}
+
+// ggml's RMS_NORM then MUL, restated step by step: f32 squares summed in
+// f64, f32 mean, 1/sqrtf, x * scale, then * weight.
+TEST(RmsNormTest, RoundsAsGgmlBitForBit) {
+  std::mt19937 rng(31);
+  const int64_t tokens = 5, hidden = 576;
+  std::vector<float> x = testing::randomFloats(rng, size_t(tokens * hidden), -3.0f, 3.0f);
+  std::vector<float> w = testing::randomFloats(rng, size_t(hidden), -0.5f, 0.5f);
+  std::vector<float> out = testing::poisoned(x.size());
+  ASSERT_TRUE(rmsNormResidual(x.data(), nullptr, w.data(), 1e-5f, tokens, hidden, out.data()).ok());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = x.data() + t * hidden;
+    double sum = 0.0;
+    for (int64_t i = 0; i < hidden; ++i) sum += double(row[i] * row[i]);
+    const float mean = float(sum / double(hidden));
+    const float scale = 1.0f / sqrtf(mean + 1e-5f);
+    for (int64_t i = 0; i < hidden; ++i) {
+      const float normed = row[i] * scale;
+      ASSERT_EQ(out[size_t(t * hidden + i)], normed * w[size_t(i)]) << t << "," << i;
     }
   }
 }

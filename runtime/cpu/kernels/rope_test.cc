@@ -1,5 +1,7 @@
 #include "runtime/cpu/kernels/rope.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "runtime/cpu/kernels/kernel_test_util.h"
@@ -114,6 +116,34 @@ TEST(RopeTest, AllStylesAndScalingsAgainstFloat64) {
             const double tol = 4e-6 + 4.0 * pos[size_t(t)] * 6e-8;
             ASSERT_NEAR(x[at], expected[at], tol) << "pos " << pos[size_t(t)] << " elem " << e;
           }
+      }
+    }
+  }
+}
+
+// Interleaved (GGUF) rope rounds as ggml's: theta_scale = powf(base,
+// -2/n_dims), angles by repeated f32 multiplication from the position,
+// cosf/sinf, each output one FMA onto the other product.
+TEST(RopeTest, InterleavedRoundsAsGgmlBitForBit) {
+  std::mt19937 rng(51);
+  RopeParams p;
+  p.style = RopeStyle::kInterleaved;
+  p.theta = 100000.0f;
+  const int heads = 3, head_dim = 64;
+  const std::vector<int32_t> pos = {0, 1, 37, 500, 4095};
+  std::vector<float> x = testing::randomFloats(rng, pos.size() * heads * head_dim, -3.0f, 3.0f);
+  const std::vector<float> before = x;
+  ASSERT_TRUE(applyRope(x.data(), int64_t(pos.size()), heads, head_dim, pos.data(), p).ok());
+  const float theta_scale = powf(100000.0f, -2.0f / 64);
+  for (size_t t = 0; t < pos.size(); ++t) {
+    float theta = float(pos[t]);
+    for (int i = 0; i < head_dim / 2; ++i, theta *= theta_scale) {
+      const float c = cosf(theta), s = sinf(theta);
+      for (int h = 0; h < heads; ++h) {
+        const size_t at = (t * heads + size_t(h)) * head_dim + 2 * size_t(i);
+        const float a = before[at], b = before[at + 1];
+        ASSERT_EQ(x[at], std::fma(a, c, -(b * s))) << "pos " << pos[t] << " pair " << i;
+        ASSERT_EQ(x[at + 1], std::fma(a, s, b * c)) << "pos " << pos[t] << " pair " << i;
       }
     }
   }
