@@ -26,12 +26,13 @@
 // Work split (kBlockM = 16 kWarps kMTiles query rows, kBlockN = 64 keys per
 // tile): warp w owns rows [w * 16 kMTiles, (w + 1) * 16 kMTiles) of the query
 // tile, as kMTiles m16 tiles. More rows per block (8 warps, or two m-tiles
-// per warp) means fewer K/V tile reads from L2 per FLOP. Per key tile, S = Q Kᵀ (mma.m16n8k16 bf16, f32
-// accumulate, K fragments by ldmatrix), a causal mask only on the tiles that
-// cross the diagonal, the online-softmax update in exp2 with the scale folded
-// into log2(e), then O += P V with P re-packed from the S accumulators as the
-// A operand and V fragments by ldmatrix.trans. Key tiles after the diagonal
-// are never loaded; a warp whose rows all precede a diagonal tile skips it.
+// per warp) means fewer K/V tile reads from L2 per FLOP. Per key tile:
+// S = Q Kᵀ (mma.m16n8k16 bf16, f32 accumulate, K fragments by ldmatrix), a
+// causal mask only on the tiles that cross the diagonal, the online-softmax
+// update in exp2 with the scale folded into log2(e), then O += P V with P
+// re-packed from the S accumulators as the A operand and V fragments by
+// ldmatrix.trans. Key tiles after the diagonal are never loaded; a warp whose
+// rows all precede a diagonal tile (or lie past q_len) skips it.
 //
 // Shared memory: K and V tiles [64, D] bf16 in two stages (cp.async of tile
 // t+1, gathered row by row through the block table, overlaps the math on
@@ -50,9 +51,10 @@
 #define KILN_FLASH_HD
 #endif
 
-// Layout helpers, shared by the kernel and the host-side layout test
-// (runtime/cuda/nvrtc_compiler_test.cc), which emulates ldmatrix and mma from
-// the PTX ISA's fragment tables with them.
+// Layout helpers, host-visible: the instance generator sizes shared memory
+// with smem_bytes, and runtime/cuda/nvrtc_compiler_test.cc checks the
+// fragment addressing against ldmatrix and mma emulated from the PTX ISA's
+// tables (test/gpu/flash_attention_emulation_test.cc runs the whole body).
 namespace kiln {
 namespace kernels {
 namespace flash {
