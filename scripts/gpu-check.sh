@@ -24,7 +24,7 @@
 #            workload of KILN_BENCH_RUNS (default "b1") beside the HF peers and the
 #            roofline of the same run:  b1 (batch 1, 128 in / 256 out, peers eager +
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
-#            prefill (batch 1, 2048 in, eager)
+#            prefill (batch 1, 2048 in, eager); KILN_BENCH_PEER overrides the peer
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
@@ -154,6 +154,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
       prefill) flags=(--batch 1 --prompt-tokens 2048 --gen-tokens 2 --peer hf-eager) ;;
       *) echo "unknown bench run $run"; continue ;;
     esac
+    [[ -n "${KILN_BENCH_PEER:-}" ]] && flags+=(--peer "$KILN_BENCH_PEER")
     echo "== kiln bench decode $model ${flags[*]}"
     tests+=("bench_$run")
     timeout 580 "$BUILD/bin/kiln" bench decode "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
