@@ -29,8 +29,10 @@ struct AttentionData {
   int N = 0;
 };
 
-inline AttentionData makeAttention(std::mt19937& rng, int H, int Hkv, int D, const Batch& batch, bool tree) {
+inline AttentionData makeAttention(std::mt19937& rng, int H, int Hkv, int D, const Batch& batch, bool tree,
+                                   int page = 16) {
   AttentionData a;
+  a.page = page;
   a.H = H;
   a.Hkv = Hkv;
   a.D = D;

@@ -334,9 +334,9 @@ namespace {
 
 namespace kk = kiln::kernels;
 
-template <int H_, int Hkv_, int D_, int Warps_, int BlockM_>
+template <int H_, int Hkv_, int D_, int Warps_, int BlockM_, int Page_ = 16>
 struct Config {
-  static constexpr int kHeads = H_, kKvHeads = Hkv_, kHeadDim = D_, kPageSize = 16;
+  static constexpr int kHeads = H_, kKvHeads = Hkv_, kHeadDim = D_, kPageSize = Page_;
   static constexpr float kScale = D_ == 64 ? 0.125f : 0.0883883476f;
   static constexpr int kWarps = Warps_, kBlockM = BlockM_;
   static constexpr int kSmemBytes = kk::flash::smem_bytes(D_, BlockM_);
@@ -345,7 +345,7 @@ struct Config {
 template <class C>
 void runCase(const Batch& batch, bool eager, float q_scale, const std::string& what) {
   std::mt19937 rng(99);
-  AttentionData a = makeAttention(rng, C::kHeads, C::kKvHeads, C::kHeadDim, batch, false);
+  AttentionData a = makeAttention(rng, C::kHeads, C::kKvHeads, C::kHeadDim, batch, false, C::kPageSize);
   for (size_t i = 0; i < a.q.size(); ++i) {
     a.q[i] *= q_scale;
     a.qb[i] = toBf16(a.q[i]);
@@ -400,6 +400,11 @@ TEST(FlashAttentionEmulation, Hd64EightWarps) { runCase<Config<2, 1, 64, 8, 128>
 TEST(FlashAttentionEmulation, Hd128Gqa3) { runCase<Config<3, 1, 128, 4, 64>>(kBatch, false, 1.0f, "hd128 3/1 4x64"); }
 TEST(FlashAttentionEmulation, Hd128PeakedSoftmax) {
   runCase<Config<2, 1, 128, 4, 64>>(kBatch, false, 8.0f, "hd128 2/1 4x64, q x8");
+}
+TEST(FlashAttentionEmulation, OtherPageSizes) {
+  runCase<Config<2, 1, 64, 4, 64, 64>>(kBatch, false, 1.0f, "hd64 2/1 4x64, page 64");
+  runCase<Config<2, 1, 64, 4, 64, 32>>(kBatch, false, 1.0f, "hd64 2/1 4x64, page 32");
+  runCase<Config<2, 1, 64, 4, 64, 8>>(kBatch, false, 1.0f, "hd64 2/1 4x64, page 8");
 }
 TEST(FlashAttentionEmulation, Hd128EightWarps) {
   runCase<Config<2, 1, 128, 8, 128>>(kBatch, false, 8.0f, "hd128 2/1 8x128, q x8");
