@@ -48,8 +48,8 @@ def load_kiln(folder):
 def pairs(kiln, hidden=576, q_dim=576, kv_dim=192, ffn=1536):
     """(label, kiln rows, llama (name, op)) in graph order."""
     layer = 0
-    it = iter(kiln)
-    for step, kind, result, x in it:
+    seen_attn_out = seen_ffn = False
+    for step, kind, result, x in kiln:
         if kind == "embedding":
             yield "embd", x, ("embd", "GET_ROWS")
         elif kind == "rms_norm" and step == 1:
