@@ -388,6 +388,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda")
     return makeError("device '{}': expected cpu, cuda or auto", options.device);
   WeightStoreOptions weight_options;
+  // A GPU backend uploads concat_rows parts to their offsets; the CPU joins
+  // them in host memory (materializeConcats below) only if it runs.
+  weight_options.defer_concat = options.device != "cpu";
   if (!options.model_source.empty()) {
     weight_options.source_path = options.model_source;
     weight_options.check_source_stamp = false;
@@ -421,6 +424,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   int64_t blocks = (kv_tokens + m.kv_cache.page_size - 1) / m.kv_cache.page_size;
   Result<std::unique_ptr<Backend>> executor = makeError("no backend");
   if (options.device == "cpu") {
+    impl->weights->materializeConcats();
     executor = createCpuBackend(m, *impl->weights, blocks, options);
   } else {
     executor = createCudaBackend(m, *impl->weights, blocks, options);
@@ -428,6 +432,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
       if (options.progress)
         fmt::print(stderr, "\nkiln: CUDA backend unavailable ({}); running on the CPU\n",
                    executor.error().message.substr(0, executor.error().message.find('\n')));
+      impl->weights->materializeConcats();
       executor = createCpuBackend(m, *impl->weights, blocks, options);
     }
   }

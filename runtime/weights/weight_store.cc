@@ -146,6 +146,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     auto it = quantized.find(key);
     if (it == quantized.end()) {
       KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+      store.join(store.weights_[indexOf(input)]);  // quantization reads it whole
       const BoundWeight& ib = store.weights_[indexOf(input)];
       auto ktype = kernelType(ib.format_type);
       if (ib.shape.size() != 2 || !ktype || cpu::isBlockQuantized(*ktype))
@@ -257,18 +258,17 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       if (rows != mw.shape[0])
         return makeError("{}: concat_rows inputs have {} rows in all, the result has {}", where,
                          rows, mw.shape[0]);
-      auto buffer = std::make_unique<uint8_t[]>(*bytes);
       uint64_t at = 0;
+      bw.parts.clear();
       for (int64_t input : mw.prepare->inputs) {
         const BoundWeight& ib = store.weights_[indexOf(input)];
-        std::memcpy(buffer.get() + at, ib.data, ib.size_bytes);
+        bw.parts.emplace_back(ib.data, ib.size_bytes);
         at += ib.size_bytes;
       }
       if (at != *bytes)
         return makeError("{}: concat_rows produced {} bytes, expected {}", where, at, *bytes);
-      bw.data = buffer.get();
+      bw.data = nullptr;
       bw.size_bytes = *bytes;
-      store.owned_.push_back(std::move(buffer));
     } else {
       return makeError("{}: prepare op '{}' (scheme {}) is not supported by the CPU backend "
                        "(supported: concat_rows, quantize)",
@@ -279,6 +279,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     return {};
   };
   for (size_t i = 0; i < manifest.weights.size(); ++i) KILN_RETURN_IF_ERROR(bind(i));
+  if (!options.defer_concat) store.materializeConcats();
 
   // Second pass, once every preparation has read its inputs' raw bytes: the
   // weights steps read, in the kernels' types.
@@ -309,6 +310,23 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     bw.kernel_ready = true;
   }
   return store;
+}
+
+void WeightStore::materializeConcats() {
+  for (BoundWeight& bw : weights_) join(bw);
+}
+
+void WeightStore::join(BoundWeight& bw) {
+  if (bw.data || bw.parts.empty()) return;
+  auto buffer = std::make_unique<uint8_t[]>(bw.size_bytes);
+  uint64_t at = 0;
+  for (std::span<const uint8_t> part : bw.parts) {
+    std::memcpy(buffer.get() + at, part.data(), part.size());
+    at += part.size();
+  }
+  bw.data = buffer.get();
+  bw.parts.clear();
+  owned_.push_back(std::move(buffer));
 }
 
 }  // namespace kiln

@@ -112,11 +112,11 @@ class WeightStoreTest : public ::testing::Test {
     return m;
   }
 
-  Result<WeightStore> open(const json& m) {
+  Result<WeightStore> open(const json& m, const WeightStoreOptions& options = {}) {
     auto parsed = Manifest::parse(m.dump(), "manifest.json");
     if (!parsed.ok()) return parsed.error();
     manifest_ = std::make_unique<Manifest>(parsed.take());
-    return WeightStore::open(*manifest_);
+    return WeightStore::open(*manifest_, options);
   }
 
   formats::testing::TempDir dir_;
@@ -151,6 +151,34 @@ TEST_F(WeightStoreTest, ConcatRowsJoinsQuantizedAndPlainRows) {
   // are not converted.
   EXPECT_FALSE(store->find(0)->kernel_ready);
   EXPECT_EQ(store->find(99), nullptr);
+}
+
+TEST_F(WeightStoreTest, DeferredConcatKeepsThePartsUntilMaterialized) {
+  WeightStoreOptions options;
+  options.defer_concat = true;
+  auto store = open(manifest(), options);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const BoundWeight* ab = store->find(2);
+  ASSERT_NE(ab, nullptr);
+  EXPECT_TRUE(ab->kernel_ready);
+  EXPECT_EQ(ab->data, nullptr);
+  ASSERT_EQ(ab->parts.size(), 2u);
+  EXPECT_EQ(ab->size_bytes, a_.size() + b_.size());
+  // The parts are the mapped inputs themselves, in order: nothing copied.
+  ASSERT_EQ(ab->parts[0].size(), a_.size());
+  EXPECT_EQ(std::memcmp(ab->parts[0].data(), a_.data(), a_.size()), 0);
+  EXPECT_EQ(ab->parts[0].data(), store->find(0)->data);
+  EXPECT_EQ(std::memcmp(ab->parts[1].data(), b_.data(), b_.size()), 0);
+
+  store->materializeConcats();
+  ab = store->find(2);
+  ASSERT_NE(ab->data, nullptr);
+  EXPECT_TRUE(ab->parts.empty());
+  EXPECT_EQ(std::memcmp(ab->data, a_.data(), a_.size()), 0);
+  EXPECT_EQ(std::memcmp(ab->data + a_.size(), b_.data(), b_.size()), 0);
+  std::vector<float> got(12);
+  std::memcpy(got.data(), store->find(5)->data, 48);
+  EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
 }
 
 TEST_F(WeightStoreTest, OneDimensionalBf16BecomesF32) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/executor/driver_extras.h"
+#include "runtime/cuda/executor/weight_upload.h"
 #include "runtime/cuda/kernel_cache.h"
 
 namespace kiln::cuda {
@@ -21,51 +24,6 @@ namespace kiln::cuda {
 namespace kk = kiln::kernels;
 
 namespace {
-
-// Driver entry points beyond the shared table (streams, async copies, pinned
-// memory, memory info), resolved from the same libcuda handle.
-struct DriverExtras {
-  decltype(&::cuStreamCreate) streamCreate = nullptr;
-  decltype(&::cuStreamDestroy_v2) streamDestroy = nullptr;
-  decltype(&::cuStreamSynchronize) streamSynchronize = nullptr;
-  decltype(&::cuMemcpyHtoDAsync_v2) memcpyHtoDAsync = nullptr;
-  decltype(&::cuMemcpyDtoHAsync_v2) memcpyDtoHAsync = nullptr;
-  decltype(&::cuMemcpy2DAsync_v2) memcpy2DAsync = nullptr;
-  decltype(&::cuMemAllocHost_v2) memAllocHost = nullptr;
-  decltype(&::cuMemFreeHost) memFreeHost = nullptr;
-  decltype(&::cuMemGetInfo_v2) memGetInfo = nullptr;
-  decltype(&::cuStreamBeginCapture_v2) streamBeginCapture = nullptr;
-  decltype(&::cuStreamEndCapture) streamEndCapture = nullptr;
-  decltype(&::cuGraphInstantiateWithFlags) graphInstantiate = nullptr;
-  decltype(&::cuGraphLaunch) graphLaunch = nullptr;
-  decltype(&::cuGraphExecDestroy) graphExecDestroy = nullptr;
-  decltype(&::cuGraphDestroy) graphDestroy = nullptr;
-};
-
-Result<DriverExtras> loadExtras(const CudaDriver& d) {
-  DriverExtras x;
-  auto get = [&](auto& fn, const char* name) -> Status {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(d.library.symbol(name));
-    if (!fn) return makeError("the CUDA driver at {} lacks {}", d.library.path(), name);
-    return {};
-  };
-  KILN_RETURN_IF_ERROR(get(x.streamCreate, "cuStreamCreate"));
-  KILN_RETURN_IF_ERROR(get(x.streamDestroy, "cuStreamDestroy_v2"));
-  KILN_RETURN_IF_ERROR(get(x.streamSynchronize, "cuStreamSynchronize"));
-  KILN_RETURN_IF_ERROR(get(x.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"));
-  KILN_RETURN_IF_ERROR(get(x.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"));
-  KILN_RETURN_IF_ERROR(get(x.memcpy2DAsync, "cuMemcpy2DAsync_v2"));
-  KILN_RETURN_IF_ERROR(get(x.memAllocHost, "cuMemAllocHost_v2"));
-  KILN_RETURN_IF_ERROR(get(x.memFreeHost, "cuMemFreeHost"));
-  KILN_RETURN_IF_ERROR(get(x.memGetInfo, "cuMemGetInfo_v2"));
-  KILN_RETURN_IF_ERROR(get(x.streamBeginCapture, "cuStreamBeginCapture_v2"));
-  KILN_RETURN_IF_ERROR(get(x.streamEndCapture, "cuStreamEndCapture"));
-  KILN_RETURN_IF_ERROR(get(x.graphInstantiate, "cuGraphInstantiateWithFlags"));
-  KILN_RETURN_IF_ERROR(get(x.graphLaunch, "cuGraphLaunch"));
-  KILN_RETURN_IF_ERROR(get(x.graphExecDestroy, "cuGraphExecDestroy"));
-  KILN_RETURN_IF_ERROR(get(x.graphDestroy, "cuGraphDestroy"));
-  return x;
-}
 
 enum InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kNumInputs };
 
@@ -257,16 +215,12 @@ constexpr int kFlashBlockM = 64;
 constexpr int kFlashMinQuery = 16;
 
 // Split-KV partitions for a decode batch: enough (token, kv head, split)
-// blocks to give every SM about two, but no partition shorter than 256 keys
-// (the split kernel walks keys in chunks of 128). A power of two, so the
-// number of distinct graphs over a growing context stays logarithmic.
+// blocks to give every SM about two, but no partition shorter than one
+// 128-key chunk of the split kernel.
 int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
   const int64_t blocks = std::max<int64_t>(b * kv_heads, 1);
-  int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
-  want = std::min<int64_t>({want, max_kv_len / 256, kMaxSplits});
-  int splits = 1;
-  while (splits * 2 <= want) splits *= 2;
-  return splits;
+  const int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, (max_kv_len + 127) / 128, kMaxSplits})));
 }
 
 // The block-table row stride a decode graph is captured for: the next power
@@ -655,22 +609,46 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_ASSIGN(weight_base, st.alloc(weight_total, "the weights"));
   ex->weight_bytes_ = weight_total;
   {
-    std::vector<uint8_t> bytes;
+    // Weights already in the wanted form go from the mapped checkpoint (or
+    // their deferred concat_rows parts) straight to their offsets; the rest
+    // are converted here first.
+    std::vector<HostToDeviceCopy> copies;
+    std::vector<std::vector<uint8_t>> converted;
     for (const auto& [key, offset] : weight_offset) {
       const BoundWeight& w = *weights.find(key.first);
       const bool same = (key.second == Form::kF32 && w.type == cpu::WeightType::F32) ||
                         (key.second == Form::kBf16 && w.type == cpu::WeightType::BF16) ||
                         (key.second == Form::kF16 && w.type == cpu::WeightType::F16);
-      if (key.second == Form::kRaw || same) {
-        KILN_RETURN_IF_ERROR(d->check(d->cuMemcpyHtoD_v2(weight_base + offset, w.data, w.size_bytes),
-                                      "cuMemcpyHtoD (weights)"));
+      const CUdeviceptr dst = weight_base + CUdeviceptr(offset);
+      if ((key.second == Form::kRaw || same) && !w.data) {
+        uint64_t at = 0;
+        for (std::span<const uint8_t> part : w.parts) {
+          copies.push_back({part.data(), part.size(), dst + CUdeviceptr(at)});
+          at += part.size();
+        }
         continue;
       }
-      Status s = convertWeight(w, key.second, bytes);
+      if (key.second == Form::kRaw || same) {
+        copies.push_back({w.data, w.size_bytes, dst});
+        continue;
+      }
+      BoundWeight whole = w;
+      std::vector<uint8_t> joined;
+      if (!w.data) {  // conversion reads one buffer
+        for (std::span<const uint8_t> part : w.parts) joined.insert(joined.end(), part.begin(), part.end());
+        whole.data = joined.data();
+        whole.parts.clear();
+      }
+      converted.emplace_back();
+      Status s = convertWeight(whole, key.second, converted.back());
       if (!s.ok()) return s.error();
-      KILN_RETURN_IF_ERROR(d->check(d->cuMemcpyHtoD_v2(weight_base + offset, bytes.data(), bytes.size()),
-                                    "cuMemcpyHtoD (weights)"));
+      copies.push_back({converted.back().data(), converted.back().size(), dst});
     }
+    UploadOptions upload;
+    upload.progress = options.progress;
+    upload.threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+    KILN_RETURN_IF_ERROR(uploadToDevice(*d, st.x, st.context, copies, upload));
+    KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(st.context), "cuCtxSetCurrent"));
   }
   auto weightPtr = [&](int64_t id, Form form) -> CUdeviceptr {
     auto it = weight_offset.find({id, form});

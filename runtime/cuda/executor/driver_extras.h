@@ -1,0 +1,54 @@
+// Driver entry points beyond the shared table in runtime/cuda/cuda_driver.h
+// that only the executor uses (streams, async copies, pinned memory, memory
+// info, graphs), resolved from the same libcuda handle.
+#pragma once
+
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/support/error.h"
+
+namespace kiln::cuda {
+
+struct DriverExtras {
+  decltype(&::cuStreamCreate) streamCreate = nullptr;
+  decltype(&::cuStreamDestroy_v2) streamDestroy = nullptr;
+  decltype(&::cuStreamSynchronize) streamSynchronize = nullptr;
+  decltype(&::cuMemcpyHtoDAsync_v2) memcpyHtoDAsync = nullptr;
+  decltype(&::cuMemcpyDtoHAsync_v2) memcpyDtoHAsync = nullptr;
+  decltype(&::cuMemcpy2DAsync_v2) memcpy2DAsync = nullptr;
+  decltype(&::cuMemAllocHost_v2) memAllocHost = nullptr;
+  decltype(&::cuMemFreeHost) memFreeHost = nullptr;
+  decltype(&::cuMemGetInfo_v2) memGetInfo = nullptr;
+  decltype(&::cuStreamBeginCapture_v2) streamBeginCapture = nullptr;
+  decltype(&::cuStreamEndCapture) streamEndCapture = nullptr;
+  decltype(&::cuGraphInstantiateWithFlags) graphInstantiate = nullptr;
+  decltype(&::cuGraphLaunch) graphLaunch = nullptr;
+  decltype(&::cuGraphExecDestroy) graphExecDestroy = nullptr;
+  decltype(&::cuGraphDestroy) graphDestroy = nullptr;
+};
+
+inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
+  DriverExtras x;
+  auto get = [&](auto& fn, const char* name) -> Status {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(d.library.symbol(name));
+    if (!fn) return makeError("the CUDA driver at {} lacks {}", d.library.path(), name);
+    return {};
+  };
+  KILN_RETURN_IF_ERROR(get(x.streamCreate, "cuStreamCreate"));
+  KILN_RETURN_IF_ERROR(get(x.streamDestroy, "cuStreamDestroy_v2"));
+  KILN_RETURN_IF_ERROR(get(x.streamSynchronize, "cuStreamSynchronize"));
+  KILN_RETURN_IF_ERROR(get(x.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memcpy2DAsync, "cuMemcpy2DAsync_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memAllocHost, "cuMemAllocHost_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memFreeHost, "cuMemFreeHost"));
+  KILN_RETURN_IF_ERROR(get(x.memGetInfo, "cuMemGetInfo_v2"));
+  KILN_RETURN_IF_ERROR(get(x.streamBeginCapture, "cuStreamBeginCapture_v2"));
+  KILN_RETURN_IF_ERROR(get(x.streamEndCapture, "cuStreamEndCapture"));
+  KILN_RETURN_IF_ERROR(get(x.graphInstantiate, "cuGraphInstantiateWithFlags"));
+  KILN_RETURN_IF_ERROR(get(x.graphLaunch, "cuGraphLaunch"));
+  KILN_RETURN_IF_ERROR(get(x.graphExecDestroy, "cuGraphExecDestroy"));
+  KILN_RETURN_IF_ERROR(get(x.graphDestroy, "cuGraphDestroy"));
+  return x;
+}
+
+}  // namespace kiln::cuda
