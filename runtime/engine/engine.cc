@@ -138,6 +138,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
 #ifdef KILN_HAVE_CUDA_EXECUTOR
   cuda::CudaExecutorOptions copt;
   copt.progress = options.progress;
+  copt.gpu_memory_fraction = options.gpu_memory_fraction;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();

@@ -38,6 +38,10 @@ struct EngineOptions {
   // Serve at most this many tokens of context per sequence (prompt and
   // generated), below the model's own limit; 0 = the model's limit.
   int64_t max_context = 0;
+  // CUDA only: size the KV pool from the GPU's memory, this fraction of it
+  // in all (weights, activations and pool, as vLLM's gpu_memory_utilization),
+  // instead of kv_cache_tokens; 0 = kv_cache_tokens.
+  double gpu_memory_fraction = 0;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is

@@ -183,7 +183,7 @@ int benchCommand(int argc, char** argv) {
                 "[--json FILE]");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
-                              "peer", "json", "model-source"},
+                              "peer", "json", "model-source", "gpu-memory-fraction"},
                              {"quiet"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().size() != 1) return fail("kiln bench decode needs one MODEL");

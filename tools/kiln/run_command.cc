@@ -40,6 +40,13 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   if (*max_context < 0)
     return makeError("--max-context {} is invalid: expected a positive token count", *max_context);
   options.max_context = *max_context;
+  if (auto fraction = args.get("gpu-memory-fraction")) {
+    char* end = nullptr;
+    const double f = std::strtod(fraction->c_str(), &end);
+    if (end == fraction->c_str() || *end != '\0' || !(f > 0.0 && f <= 1.0))
+      return makeError("--gpu-memory-fraction '{}' is invalid: expected a number in (0, 1]", *fraction);
+    options.gpu_memory_fraction = f;
+  }
   return options;
 }
 
@@ -75,12 +82,12 @@ int runCommand(int argc, char** argv) {
   auto args = CliArgs::parse(argc, argv, 2,
                              {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
                               "device", "threads", "system", "repetition-penalty", "stop",
-                              "model-source", "max-context"},
+                              "model-source", "max-context", "gpu-memory-fraction"},
                              {"chat", "truncate", "quiet", "ignore-eos"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().empty() || args->positionals().size() > 2)
     return fail("usage: kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T] "
-                "[--top-p P] [--seed S] [--device cpu|cuda|auto] [--model-source PATH]");
+                "[--top-p P] [--seed S] [--device cpu|cuda|auto] [--gpu-memory-fraction F] [--model-source PATH]");
   auto options = engineOptionsFrom(*args);
   if (!options.ok()) return fail(options.error().message);
   options->progress = !args->has("quiet");

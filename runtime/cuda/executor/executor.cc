@@ -497,9 +497,10 @@ int64_t CudaExecutor::graphCaptures() const { return state_->graph_captures; }
 
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manifest,
                                                            const WeightStore& weights,
-                                                           const KvPoolConfig& kv,
+                                                           const KvPoolConfig& kv_requested,
                                                            int64_t max_tokens,
                                                            const CudaExecutorOptions& options) {
+  KvPoolConfig kv = kv_requested;  // num_blocks may come from gpu_memory_fraction
   const std::string& mpath = manifest.path;
   const Entry* entry = manifest.findEntry("forward");
   if (!entry) return makeError("{}: entries: missing entry 'forward'", mpath);
@@ -513,7 +514,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const KvCacheConfig& mk = manifest.kv_cache;
   if (mk.type != "bf16" && mk.type != "f32")
     return makeError("{}: kv_cache.type: the CUDA pools hold bf16 or f32, got {}", mpath, mk.type);
-  KILN_RETURN_IF_ERROR(cpu::checkPoolMatchesManifest(kv, manifest));
+  KILN_RETURN_IF_ERROR(cpu::checkPoolMatchesManifest(kv_requested, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 20))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 20);
   if (entry->outputs.size() != 1 || entry->outputs[0].name != "logits")
@@ -557,9 +558,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     fmt::print(stderr, "cuda: {} driver {} ({}), cuBLASLt {} ({})\n", ex->device_name_,
                d->version, d->library.path(), st.lt->version, st.lt->library.path());
 
-  auto pool = BlockPool::create(kv);
-  if (!pool.ok()) return pool.error();
-  ex->pool_ = std::make_unique<BlockPool>(pool.take());
   ex->max_tokens_ = max_tokens;
 
   // 1. Which weights in which form: GEMM matrices and biases bf16, norm
@@ -660,6 +658,33 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_ASSIGN(arena, st.alloc(arena_bytes, "the activation arena"));
   KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(arena, 0, size_t(arena_bytes)), "cuMemsetD8"));
   const int kv_elem = mk.type == "bf16" ? 2 : 4;
+  if (options.gpu_memory_fraction > 0) {
+    // What the fraction leaves once weights and arena are in, less a reserve
+    // for the scratch allocated below, cuBLASLt and graphs; each block also
+    // costs its share of the block-table buffer.
+    size_t free_bytes = 0, total_bytes = 0;
+    KILN_RETURN_IF_ERROR(d->check(st.x.memGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo"));
+    const int64_t reserve = int64_t(kCublasWorkspace) + (int64_t(512) << 20);
+    const int64_t budget = int64_t(options.gpu_memory_fraction * double(total_bytes)) -
+                           int64_t(total_bytes - free_bytes) - reserve;
+    const int64_t per_block = 2 * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim * kv_elem +
+                              std::min<int64_t>(max_tokens, 256) * 4;
+    if (budget < 16 * per_block)
+      return makeError("--gpu-memory-fraction {}: {:.1f} GiB of {:.1f} GiB would leave {:.1f} MiB for "
+                       "the KV cache after weights and activations ({:.1f} GiB in use); at least "
+                       "{:.1f} MiB (16 blocks) is needed",
+                       options.gpu_memory_fraction, options.gpu_memory_fraction * double(total_bytes) / (1 << 30),
+                       double(total_bytes) / (1 << 30), double(std::max<int64_t>(budget, 0)) / (1 << 20),
+                       double(total_bytes - free_bytes) / (1 << 30), double(16 * per_block) / (1 << 20));
+    kv.num_blocks = budget / per_block;
+    if (options.verbose || options.progress)
+      fmt::print(stderr, "cuda: KV cache of {} blocks ({} tokens, {:.1f} GiB) from --gpu-memory-fraction {}\n",
+                 kv.num_blocks, kv.num_blocks * kv.page_size,
+                 double(kv.num_blocks * per_block) / (1 << 30), options.gpu_memory_fraction);
+  }
+  auto pool = BlockPool::create(kv);
+  if (!pool.ok()) return pool.error();
+  ex->pool_ = std::make_unique<BlockPool>(pool.take());
   const int64_t pool_bytes = alignUp(kv.poolElems() * kv_elem);
   KILN_ASSIGN(pools, st.alloc(pool_bytes * 2 * kv.layers, "the KV cache pools"));
   st.num_slots = kv.num_blocks * kv.page_size;

@@ -34,6 +34,10 @@ struct CudaExecutorOptions {
   // Prefill chunks of bf16 pools with head_dim 64 or 128 run the
   // tensor-core flash_attention; otherwise the CUDA-core paged_attention.
   bool flash_attention = true;
+  // > 0: the KV pool takes what is left of this fraction of the GPU's memory
+  // once weights, arena and scratch are allocated (kv.num_blocks is then
+  // ignored); too little left is an error saying how much.
+  double gpu_memory_fraction = 0;
 };
 
 class CudaExecutor {
