@@ -151,13 +151,14 @@ if [[ " $PARTS " == *" bench "* ]]; then
     case $run in
       b1) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 256 --peer hf) ;;
       b32) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer hf) ;;
-      prefill) flags=(--batch 1 --prompt-tokens 2048 --gen-tokens 2 --peer hf-eager) ;;
+      prefill) flags=(--prompt-tokens 2048 --peer hf-eager) ;;
       *) echo "unknown bench run $run"; continue ;;
     esac
     [[ -n "${KILN_BENCH_PEER:-}" ]] && flags+=(--peer "$KILN_BENCH_PEER")
-    echo "== kiln bench decode $model ${flags[*]}"
+    workload=decode; [[ $run == prefill ]] && workload=prefill
+    echo "== kiln bench $workload $model ${flags[*]}"
     tests+=("bench_$run")
-    timeout 580 "$BUILD/bin/kiln" bench decode "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
+    timeout 580 "$BUILD/bin/kiln" bench $workload "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
       --json "$OUT/bench_${model}_$run.json" 2>"$OUT/bench_${model}_$run.err" | tee "$OUT/bench_${model}_$run.txt"
     rc=${PIPESTATUS[0]}
     result[bench_$run]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")

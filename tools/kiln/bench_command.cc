@@ -146,7 +146,7 @@ Result<nlohmann::json> benchHf(const std::string& checkpoint, const std::vector<
 }
 
 // kiln beside HF eager, HF compiled and the roofline, one row per metric.
-void printHfTable(const Figures& mine, const nlohmann::json& hf) {
+void printHfTable(const Figures& mine, const nlohmann::json& hf, bool prefill_only) {
   auto figure = [&](const char* mode, const char* key) -> double {
     if (!hf.contains(mode) || !hf[mode].contains(key)) return 0;
     return hf[mode][key].get<double>();
@@ -157,6 +157,7 @@ void printHfTable(const Figures& mine, const nlohmann::json& hf) {
               "|---|---|---|---|---|---|---|\n");
   for (auto [name, key, kiln_value] : {std::tuple{"prefill tok/s", "prefill_tps", mine.prefill_tps},
                                        std::tuple{"decode tok/s", "decode_tps", mine.decode_tps}}) {
+    if (prefill_only && std::string_view(key) == "decode_tps") continue;
     const double compiled = figure("compiled", key), roof = hf["roofline"][key].get<double>();
     std::printf("| %s | %.1f | %s | %s | %s | %.1f | %s |\n", name, kiln_value,
                 cell(figure("eager", key)).c_str(), cell(compiled).c_str(),
@@ -165,10 +166,38 @@ void printHfTable(const Figures& mine, const nlohmann::json& hf) {
   for (const char* mode : {"eager", "compiled"})
     if (hf.contains(mode) && hf[mode].contains("error"))
       std::printf("HF %s failed: %s\n", mode, hf[mode]["error"].get<std::string>().c_str());
+  if (prefill_only && mine.prefill_tps > 0)
+    std::printf("kiln prefill time / FLOP-roofline time: %.2f\n",
+                hf["roofline"]["prefill_tps"].get<double>() / mine.prefill_tps);
   const auto& c = hf["ceilings"];
   std::printf("ceilings measured in this run: HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s (%s, torch %s)\n",
               c["hbm_gbps"].get<double>(), c["gemm_tflops"].get<double>(),
               hf.value("card", "?").c_str(), hf.value("torch", "?").c_str());
+}
+
+// The FLOPs of one prefill of `batch` prompts of `tokens` tokens, counted
+// from the plan itself: every GEMM step on the rows it runs on (per token,
+// or per sequence after gather_last_tokens), and causal attention
+// (QKᵀ and PV, half of the square).
+double planPrefillFlops(const Manifest& manifest, int64_t tokens, int64_t batch) {
+  auto param = [](const Step& step, const char* name) {
+    auto v = step.params.getInt(name);
+    return v.ok() ? double(*v) : 0.0;
+  };
+  const Entry* entry = manifest.findEntry("forward");
+  if (!entry) return 0;
+  double flops = 0;
+  for (const Step& step : entry->steps) {
+    if (step.kind == StepKind::kGemm) {
+      const EntryValue* x = step.args.empty() ? nullptr : entry->findValue(step.args[0].id);
+      const double rows = x && x->rows == ValueRows::kSequences ? double(batch) : double(tokens * batch);
+      flops += 2.0 * rows * param(step, "n") * param(step, "k");
+    } else if (step.kind == StepKind::kPagedAttention) {
+      const double heads = param(step, "heads"), dim = param(step, "head_dim");
+      flops += double(batch) * 4.0 * heads * dim * double(tokens) * double(tokens + 1) / 2.0;
+    }
+  }
+  return flops;
 }
 
 }  // namespace
@@ -177,20 +206,23 @@ void printHfTable(const Figures& mine, const nlohmann::json& hf) {
 Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options);
 
 int benchCommand(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]) != "decode")
-    return fail("usage: kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] "
+  const std::string workload = argc >= 3 ? argv[2] : "";
+  if (workload != "decode" && workload != "prefill")
+    return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|hf-eager|none] "
-                "[--json FILE]");
+                "[--json FILE]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
+                "TFLOP/s, beside the peer and the FLOP roofline");
+  const bool prefill_only = workload == "prefill";
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
                               "peer", "json", "model-source", "gpu-memory-fraction"},
                              {"quiet"});
   if (!args.ok()) return fail(args.error().message);
-  if (args->positionals().size() != 1) return fail("kiln bench decode needs one MODEL");
+  if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(*args);
   if (!options.ok()) return fail(options.error().message);
-  auto prompt_tokens = args->getInt("prompt-tokens", 128);
-  auto gen_tokens = args->getInt("gen-tokens", 64);
+  auto prompt_tokens = args->getInt("prompt-tokens", prefill_only ? 2048 : 128);
+  auto gen_tokens = args->getInt("gen-tokens", prefill_only ? 2 : 64);
   auto batch = args->getInt("batch", 1);
   if (!prompt_tokens.ok()) return fail(prompt_tokens.error().message);
   if (!gen_tokens.ok()) return fail(gen_tokens.error().message);
@@ -216,7 +248,8 @@ int benchCommand(int argc, char** argv) {
   const Manifest& manifest = (*engine)->manifest();
   // The peer a user of this model would otherwise run: llama.cpp for a
   // GGUF, Hugging Face transformers for a checkpoint directory.
-  std::string peer = args->get("peer").value_or(manifest.model.source_format == "gguf" ? "llama.cpp" : "hf");
+  std::string peer = args->get("peer").value_or(
+      manifest.model.source_format == "gguf" ? "llama.cpp" : prefill_only ? "hf-eager" : "hf");
   std::optional<Figures> theirs;
   std::optional<nlohmann::json> hf;
   std::string peer_note;
@@ -240,14 +273,16 @@ int benchCommand(int argc, char** argv) {
     return fail("--peer '" + peer + "': expected llama.cpp, hf, hf-eager or none");
   }
 
-  std::printf("\nkiln bench decode: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
+  std::printf("\nkiln bench %s: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
               "%d threads, device %s\n",
-              manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",
+              workload.c_str(), manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",
               (long long)*prompt_tokens, (long long)*gen_tokens, (long long)*batch, threads,
               (*engine)->backendName().c_str());
-  std::printf("kiln: time to first token %.1f ms, decode %.3f ms/step\n", mine->ttft_ms,
+  const double flops = planPrefillFlops(manifest, *prompt_tokens, *batch);
+  std::printf("kiln: time to first token %.1f ms (%.3g TFLOP/s by the plan's %.3g FLOPs), decode %.3f ms/step\n",
+              mine->ttft_ms, mine->ttft_ms > 0 ? flops / (mine->ttft_ms * 1e-3) / 1e12 : 0.0, flops,
               mine->decode_tps > 0 ? 1e3 * double(*batch) / mine->decode_tps : 0.0);
-  if (hf) printHfTable(*mine, *hf);
+  if (hf) printHfTable(*mine, *hf, prefill_only);
   else std::printf("| metric | kiln | llama.cpp | kiln / llama.cpp |\n|---|---|---|---|\n");
   auto row = [&](const char* name, double a, std::optional<double> b) {
     if (b && *b > 0)
@@ -257,7 +292,8 @@ int benchCommand(int argc, char** argv) {
   };
   if (!hf) {
     row("prefill tok/s", mine->prefill_tps, theirs ? std::optional(theirs->prefill_tps) : std::nullopt);
-    row("decode tok/s", mine->decode_tps, theirs ? std::optional(theirs->decode_tps) : std::nullopt);
+    if (!prefill_only)
+      row("decode tok/s", mine->decode_tps, theirs ? std::optional(theirs->decode_tps) : std::nullopt);
   }
 
   if (auto path = args->get("json")) {
@@ -265,7 +301,8 @@ int benchCommand(int argc, char** argv) {
                           {"gen_tokens", *gen_tokens}, {"batch", *batch}, {"threads", threads},
                           {"kiln", {{"prefill_tps", mine->prefill_tps},
                                     {"decode_tps", mine->decode_tps},
-                                    {"ttft_ms", mine->ttft_ms}}}};
+                                    {"ttft_ms", mine->ttft_ms}}},
+                          {"workload", workload}, {"plan_prefill_flops", flops}};
     if (theirs)
       out["llama_cpp"] = {{"prefill_tps", theirs->prefill_tps},
                           {"decode_tps", theirs->decode_tps}, {"ttft_ms", theirs->ttft_ms}};
