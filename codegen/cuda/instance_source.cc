@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/kernels/decode_attention.cuh"  // decode::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes (host-visible part)
 
 namespace kiln::cuda_codegen {
@@ -363,6 +364,64 @@ Result<Body> flashAttention(const Params& p) {
   return b;
 }
 
+// Bandwidth-bound split-KV decode attention (decode_attention.cuh): same
+// params as paged_attention (causal only), partials for attention_combine.
+// Optional 'chunks' (16-byte chunks per lane and K/V row), 'keys' (keys per
+// stream and tile) and 'stages' (cp.async ring depth) are for tuning; each
+// thread has (stages - 1) * keys * chunks * 32 bytes in flight.
+Result<Body> decodeAttention(const Params& p) {
+  namespace dk = kernels::decode;
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(kv_heads, p.positive("kv_heads"));
+  KILN_TRY(head_dim, p.positive("head_dim"));
+  KILN_TRY(page_size, p.positive("page_size"));
+  KILN_TRY(scale, p.number("scale"));
+  KILN_TRY(kv_name, p.text("kv_type"));
+  KILN_TRY(tree, p.boolean("tree_mask"));
+  if (heads % kv_heads != 0)
+    return makeError("decode_attention: heads {} is not a multiple of kv_heads {}", heads, kv_heads);
+  const int group = int(heads / kv_heads);
+  if (group > 16)
+    return makeError("decode_attention: GQA group {} (heads {} / kv_heads {}) is above 16", group, heads, kv_heads);
+  if (head_dim != 64 && head_dim != 128)
+    return makeError("decode_attention: param 'head_dim' is {}, expected 64 or 128", head_dim);
+  if (kv_name != "bf16" && kv_name != "f32")
+    return makeError("decode_attention: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
+  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  if (tree)
+    return makeError("decode_attention: tree_mask is true; the decode kernel is causal only (use paged_attention)");
+  KILN_TRY(chunks, p.integerOr("chunks", dk::default_chunks(group)));
+  KILN_TRY(keys, p.integerOr("keys", 4 / chunks));
+  KILN_TRY(stages, p.integerOr("stages", dk::kDefaultStages));
+  if (chunks != 1 && chunks != 2)
+    return makeError("decode_attention: param 'chunks' is {}, expected 1 or 2", chunks);
+  if ((keys != 1 && keys != 2 && keys != 4) || page_size % keys != 0)
+    return makeError("decode_attention: param 'keys' is {} with page_size {}, expected 1, 2 or 4 dividing the "
+                     "page size", keys, page_size);
+  if (stages < 2 || stages > 8) return makeError("decode_attention: param 'stages' is {}, expected 2..8", stages);
+  const int kv_bytes = kv_name == "f32" ? 4 : 2;
+  if (dk::row_lanes(int(head_dim), kv_bytes, int(chunks)) > 32)
+    return makeError("decode_attention: head_dim {} of {} needs chunks 2", head_dim, kv_name);
+  const int smem = dk::smem_bytes(group, int(head_dim), int(stages), int(keys), int(chunks));
+  if (smem > 48 * 1024)
+    return makeError("decode_attention: stages {} x keys {} x chunks {} need {} bytes of shared memory, above "
+                     "48 KiB", stages, keys, chunks, smem);
+  const int tile = dk::tile_keys(group, int(head_dim), kv_bytes, int(chunks), int(keys));
+  Body b{"decode_attention.cuh", "", "decode_attention",
+         {dk::kThreads,
+          fmt::format("[N, kv_heads={}, splits=num_splits], static smem {} bytes, {} keys per tile", kv_heads,
+                      smem, tile),
+          "PagedAttentionParams"}};
+  b.config = fmt::format(
+      "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+      "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
+      "  static constexpr float kScale = {};\n  static constexpr int kChunks = {};\n"
+      "  static constexpr int kKeys = {};\n  static constexpr int kStages = {};\n"
+      "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n",
+      kv, heads, kv_heads, head_dim, page_size, floatLiteral(scale), chunks, keys, stages, tile);
+  return b;
+}
+
 Result<Body> attentionCombine(const Params& p) {
   KILN_TRY(heads, p.positive("heads"));
   KILN_TRY(head_dim, p.positive("head_dim"));
@@ -425,6 +484,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "paged_attention_split") return pagedAttention(p, true);
   if (kind == "attention_combine") return attentionCombine(p);
   if (kind == "flash_attention") return flashAttention(p);
+  if (kind == "decode_attention") return decodeAttention(p);
   if (kind == "silu_mul") return siluMul(p);
   if (kind == "add") return elementwise(p, "OpAdd");
   if (kind == "mul") return elementwise(p, "OpMul");
@@ -448,8 +508,8 @@ bool validIdentifier(std::string_view name) {
 const std::vector<std::string_view>& cudaKernelKinds() {
   static const std::vector<std::string_view> kinds = {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
-      "paged_attention_split", "attention_combine", "flash_attention", "silu_mul", "add", "mul", "silu",
-      "gather_last_tokens", "sample"};
+      "paged_attention_split", "attention_combine", "flash_attention", "decode_attention", "silu_mul", "add",
+      "mul", "silu", "gather_last_tokens", "sample"};
   return kinds;
 }
 

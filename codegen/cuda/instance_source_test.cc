@@ -77,6 +77,33 @@ TEST(InstanceSource, FloatLiteralsRoundTrip) {
   EXPECT_NE(inst->source.find("kInterleaved = true;"), std::string::npos);
 }
 
+TEST(InstanceSource, DecodeAttentionLaunchAndLimits) {
+  json params{{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
+              {"scale", 0.08838834764831845}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  auto inst = instanceSource("decode_attention", params, "dec");
+  ASSERT_TRUE(inst.ok()) << inst.error().message;
+  EXPECT_EQ(inst->launch.block_threads, 128);
+  EXPECT_EQ(inst->launch.params_struct, "PagedAttentionParams");
+  EXPECT_EQ(inst->launch.grid, "[N, kv_heads=8, splits=num_splits], static smem 49152 bytes, 32 keys per tile");
+  EXPECT_NE(inst->source.find("#include \"decode_attention.cuh\""), std::string::npos) << inst->source;
+  EXPECT_NE(inst->source.find("kChunks = 2;"), std::string::npos) << inst->source;
+  EXPECT_NE(inst->source.find("kTileKeys = 32;"), std::string::npos) << inst->source;
+  auto expectError = [&](const json& changes, const char* needle) {
+    json p = params;
+    p.update(changes);
+    auto r = instanceSource("decode_attention", p);
+    ASSERT_FALSE(r.ok()) << p.dump();
+    EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+  };
+  expectError(json{{"tree_mask", true}}, "tree_mask");
+  expectError(json{{"head_dim", 96}}, "head_dim");
+  expectError(json{{"kv_heads", 1}}, "above 16");
+  expectError(json{{"kv_type", "f16"}}, "f16");
+  expectError(json{{"chunks", 2}, {"keys", 4}, {"stages", 3}}, "48 KiB");
+  expectError(json{{"keys", 3}}, "'keys'");
+  expectError(json{{"page_size", 2}, {"chunks", 1}, {"keys", 4}}, "page size");
+}
+
 TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("kiln_codegen_test_" + std::to_string(::getpid()));

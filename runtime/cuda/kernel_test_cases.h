@@ -73,6 +73,23 @@ inline std::vector<KernelCase> representativeKernelCases() {
     tuned["block_m"] = block_m;
     cases.push_back({"flash_attention", tuned});
   }
+  // Bandwidth-bound split-KV decode (partials for attention_combine).
+  cases.push_back({"decode_attention", attentionParams(9, 3, 64, false)});
+  cases.push_back({"decode_attention", attentionParams(32, 8, 128, false)});
+  // The tilings the bench sweeps, the largest group (two head halves), an f32 pool.
+  for (auto [chunks, keys, stages] : {std::tuple{1, 4, 3}, std::tuple{2, 1, 6}, std::tuple{1, 2, 4}}) {
+    nlohmann::json tuned = attentionParams(32, 8, 128, false);
+    tuned["chunks"] = chunks;
+    tuned["keys"] = keys;
+    tuned["stages"] = stages;
+    cases.push_back({"decode_attention", tuned});
+  }
+  cases.push_back({"decode_attention", attentionParams(32, 2, 128, false)});
+  {
+    nlohmann::json f32 = attentionParams(32, 8, 128, false);
+    f32["kv_type"] = "f32";
+    cases.push_back({"decode_attention", f32});
+  }
   cases.push_back({"attention_combine", {{"heads", 9}, {"head_dim", 64}}});
   cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}}});

@@ -1,7 +1,7 @@
 // kiln_attention_bench: the attention kernels alone, on one GPU, in the line
 // format test/gpu/sdpa_bench.py prints for torch's SDPA on the same shapes.
 //
-//   kiln_attention_bench [--reps N] [--json PATH]
+//   kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS]
 //
 // (1) flash_attention prefill, B=1, S=4096, H=32, Hkv=8, D=128, causal:
 //     TFLOP/s with FLOPs = 4 S² H D / 2 (QKᵀ and PV, half the square), for
@@ -12,6 +12,12 @@
 //     at context 8192, H=32, Hkv=8, D=128, for 8/16/32/64 splits: GB/s of
 //     K+V read (2 · 8192 · 8 · 128 · 2 bytes). Each rep reads the next of
 //     several copies of the pools, together larger than the H200's 50 MB L2.
+// (3) decode_attention + attention_combine, the bandwidth-bound decode
+//     kernel, at context 8192, H=32, Hkv=8, D=128, for B=1 and B=32 (one
+//     token per sequence), over split counts and the tilings the instance
+//     offers: GB/s of K+V and the fraction of --hbm (default 4800 GB/s, the
+//     H200's nominal HBM3e bandwidth), then the fastest split count and
+//     tiling per batch.
 // Times are CUDA events around each rep through the dlopen'd driver; the
 // figure is the median of --reps (default 30) after 3 warm-up runs.
 #include <fmt/format.h>
@@ -180,15 +186,118 @@ Result<std::vector<Record>> decode(std::mt19937& rng, int reps, int ctx, int H, 
   return records;
 }
 
+// decode_attention's tilings: chunks per lane, keys per stream, ring stages
+// (chunks 0: the instance's default).
+struct DecodeTiling {
+  int chunks, keys, stages;
+  std::string name() const {
+    return chunks ? fmt::format("chunks{}/keys{}/stages{}", chunks, keys, stages) : std::string("default");
+  }
+};
+
+// B sequences of `len` keys each in one pool of B * pages pages, pages
+// shuffled across the sequences. Random-valued (bf16 in [-1, 1]) from a
+// repeated 1 Mi-element block: the values do not change the timing.
+struct BatchPools {
+  DeviceBuffer k, v, table;
+};
+BatchPools makeBatchPools(std::mt19937& rng, int B, int len, int Hkv, int D) {
+  const int page = 16, pages = (len + page - 1) / page;
+  std::vector<int> table(size_t(B) * pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  const size_t n = table.size() * page * Hkv * D;
+  const std::vector<uint16_t> block = randomBf16(rng, size_t(1) << 20, 1.0f);
+  std::vector<uint16_t> pool(n);
+  for (size_t i = 0; i < n; i += block.size())
+    std::copy_n(block.begin(), std::min(block.size(), n - i), pool.begin() + i);
+  auto k = DeviceBuffer::from(pool);
+  std::rotate(pool.begin(), pool.begin() + std::min<size_t>(n, 12345), pool.end());
+  return {std::move(k), DeviceBuffer::from(pool), DeviceBuffer::from(table)};
+}
+
+Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, int ctx, int H, int Hkv, int D,
+                                            double hbm_gbps) {
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto combine = compile("attention_combine", json{{"heads", H}, {"head_dim", D}});
+  if (!combine) return combine.error();
+  const double kv_bytes = 2.0 * B * ctx * Hkv * D * 2;
+  const int copies = int(std::ceil(150e6 / kv_bytes));  // together 3x the L2
+  std::vector<BatchPools> pools;
+  for (int c = 0; c < copies; ++c) pools.push_back(makeBatchPools(rng, B, ctx, Hkv, D));
+  const int pages = (ctx + 15) / 16;
+  std::vector<int> starts(B + 1);
+  std::iota(starts.begin(), starts.end(), 0);
+  auto q = DeviceBuffer::from(randomBf16(rng, size_t(B) * H * D, 1.0f));
+  auto qs = DeviceBuffer::from(starts);
+  auto kl = DeviceBuffer::from(std::vector<int>(B, ctx));
+  DeviceBuffer out(size_t(B) * H * D * 2);
+  const std::vector<int> split_counts =
+      B == 1 ? std::vector<int>{8, 16, 32, 48, 64, 96, 128} : std::vector<int>{1, 2, 3, 4, 8, 16};
+  std::vector<Record> records;
+  double best_us = 0;
+  std::string best;
+  for (const DecodeTiling& tl : {DecodeTiling{0, 0, 0}, DecodeTiling{1, 4, 3}, DecodeTiling{2, 1, 6},
+                                 DecodeTiling{1, 2, 4}}) {
+    json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
+                   {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+    if (tl.chunks) {
+      params["chunks"] = tl.chunks;
+      params["keys"] = tl.keys;
+      params["stages"] = tl.stages;
+    }
+    auto k = compile("decode_attention", params);
+    if (!k) return k.error();
+    for (int splits : split_counts) {
+      DeviceBuffer po(size_t(B) * H * splits * D * 4), plse(size_t(B) * H * splits * 4);
+      std::vector<kk::PagedAttentionParams> p;
+      for (const BatchPools& pl : pools)
+        p.push_back({q.get(), pl.k.get(), pl.v.get(), pl.table.as<int>(), qs.as<int>(), kl.as<int>(), nullptr,
+                     nullptr, po.as<float>(), plse.as<float>(), B, B, pages, 0, splits});
+      kk::AttentionCombineParams c{po.as<float>(), plse.as<float>(), out.get(), B, splits};
+      auto ms = timeMedian(reps, [&](int i) {
+        return std::vector<Launch>{
+            {k->function, {unsigned(B), unsigned(Hkv), unsigned(splits)}, unsigned(k->instance.launch.block_threads),
+             0, &p[size_t(i) % p.size()]},
+            {combine->function, {unsigned(B), unsigned(H), 1}, unsigned(combine->instance.launch.block_threads), 0,
+             &c}};
+      });
+      if (!ms) return ms.error();
+      const double us = *ms * 1e3, gbps = kv_bytes / (*ms * 1e-3) / 1e9;
+      Record r;
+      r.line = fmt::format("decode_attention+combine decode B={} ctx={} H={} Hkv={} D={} splits={} {}: {:.1f} us, "
+                           "{:.1f} GB/s of K+V, {:.2f} of HBM (regs {}, smem {} B)",
+                           B, ctx, H, Hkv, D, splits, tl.name(), us, gbps, gbps / hbm_gbps,
+                           k->resources.registers, k->resources.shared_bytes);
+      r.fields = {{"name", "decode_attention_decode"}, {"B", B}, {"ctx", ctx}, {"H", H}, {"Hkv", Hkv}, {"D", D},
+                  {"splits", splits}, {"tiling", tl.name()}, {"us", us}, {"gbps", gbps},
+                  {"hbm_fraction", gbps / hbm_gbps}, {"registers", k->resources.registers}};
+      records.push_back(r);
+      if (best.empty() || us < best_us) {
+        best_us = us;
+        best = fmt::format("splits={} {}: {:.1f} us, {:.1f} GB/s, {:.2f} of HBM", splits, tl.name(), us, gbps,
+                           gbps / hbm_gbps);
+      }
+    }
+  }
+  Record r;
+  r.line = fmt::format("decode_attention best for B={} ctx={} H={} Hkv={} D={}: {}", B, ctx, H, Hkv, D, best);
+  r.fields = {{"name", "decode_attention_best"}, {"B", B}, {"ctx", ctx}, {"best", best}};
+  records.push_back(r);
+  return records;
+}
+
 int run(int argc, char** argv) {
   int reps = 30;
   std::string json_path;
+  double hbm_gbps = 4800;  // the H200's nominal HBM3e bandwidth
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--hbm" && i + 1 < argc) hbm_gbps = std::max(1.0, std::atof(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: kiln_attention_bench [--reps N] [--json PATH]\n");
+      std::fprintf(stderr, "usage: kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS]\n");
       return 2;
     }
   }
@@ -224,6 +333,15 @@ int run(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
     status = 1;
+  }
+  for (int B : {1, 32}) {
+    auto da = decodeAttention(rng, reps, B, 8192, 32, 8, 128, hbm_gbps);
+    if (da) {
+      for (const Record& r : *da) report(r);
+    } else {
+      std::fprintf(stderr, "decode_attention B=%d: %s\n", B, da.error().message.c_str());
+      status = 1;
+    }
   }
   if (!json_path.empty()) {
     json all = json::array();

@@ -351,6 +351,79 @@ TEST_F(KernelsGpu, PagedAttention) {
   }
 }
 
+// ---------------------------------------------------------------- decode attention
+
+// decode_attention + attention_combine against the float64 reference: decode
+// batches (one token per sequence) of 1, 5 and 32 sequences with contexts on
+// and off the page and tile boundaries (1, 15, 16, 17, ~1000, 8192) behind
+// shuffled block tables, split 1, 7, 32 and 64 ways (empty splits
+// included), and a batch with causal q_len > 1; partials and output
+// poisoned with NaN. The default tiling runs every case, the tunings the
+// bench sweeps run 7 and 64 splits.
+TEST_F(KernelsGpu, DecodeAttention) {
+  std::vector<std::pair<std::string, Batch>> batches = {
+      {"B=1 ctx 8192", Batch{{1}, {8192}}},
+      {"B=1 ctx 1", Batch{{1}, {1}}},
+      {"B=5", Batch{{1, 1, 1, 1, 1}, {1, 15, 16, 17, 1000}}},
+      {"causal q_len>1", Batch{{5, 1, 3, 1}, {40, 300, 3, 1}}}};
+  {
+    Batch b32;
+    std::uniform_int_distribution<int> len(1, 1100);
+    for (int i = 0; i < 32; ++i) {
+      b32.q_len.push_back(1);
+      b32.kv_len.push_back(i < 4 ? std::vector<int>{1, 15, 16, 17}[i] : len(rng));
+    }
+    batches.push_back({"B=32", b32});
+  }
+  struct Tiling { int chunks, keys, stages; };  // chunks 0: the instance's default
+  const std::vector<Tiling> tilings = {{0, 0, 0}, {1, 4, 3}, {2, 1, 6}, {1, 2, 4}};
+  for (auto [H, Hkv, D] : {std::tuple{32, 8, 128}, std::tuple{9, 3, 64}}) {
+    const double scale = 1.0 / std::sqrt(double(D));
+    COMPILE(combine, "attention_combine", (json{{"heads", H}, {"head_dim", D}}));
+    std::vector<Kernel> kernels;
+    for (const Tiling& tl : tilings) {
+      json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
+                     {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+      if (tl.chunks) {
+        params["chunks"] = tl.chunks;
+        params["keys"] = tl.keys;
+        params["stages"] = tl.stages;
+      }
+      COMPILE(k, "decode_attention", params);
+      std::printf("  decode_attention %d/%d/%d %s: regs %d, smem %d, spills %d/%d\n", H, Hkv, D,
+                  k.instance.name.c_str(), k.resources.registers, k.resources.shared_bytes,
+                  k.resources.spill_stores, k.resources.spill_loads);
+      kernels.push_back(std::move(k));
+    }
+    for (const auto& [batch_name, batch] : batches) {
+      AttentionData a = makeAttention(rng, H, Hkv, D, batch, false);
+      const std::vector<double> ref = attentionReference(a, scale, false);
+      auto d_q = DeviceBuffer::from(a.qb), d_k = DeviceBuffer::from(a.kb), d_v = DeviceBuffer::from(a.vb),
+           d_bt = DeviceBuffer::from(a.block_tables), d_qs = DeviceBuffer::from(a.query_start),
+           d_kl = DeviceBuffer::from(a.kv_lens);
+      for (size_t ti = 0; ti < kernels.size(); ++ti) {
+        for (int splits : {1, 7, 32, 64}) {
+          if (ti > 0 && splits != 7 && splits != 64) continue;
+          DeviceBuffer d_out(size_t(a.N) * H * D * 2);  // NaN-poisoned, as are the partials
+          DeviceBuffer d_po(size_t(a.N) * H * splits * D * 4), d_plse(size_t(a.N) * H * splits * 4);
+          kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(),
+                                     d_kl.as<int>(), nullptr, nullptr, d_po.as<float>(), d_plse.as<float>(),
+                                     a.N, int(a.kv_lens.size()), a.max_blocks, 0, splits};
+          KILN_GPU_OK(launch(kernels[ti], a.N, Hkv, splits, p));
+          kk::AttentionCombineParams c{d_po.as<float>(), d_plse.as<float>(), d_out.get(), a.N, splits};
+          KILN_GPU_OK(launch(combine, a.N, H, 1, c));
+          const Tiling& tl = tilings[ti];
+          const std::string what =
+              fmt::format("decode_attention {}/{}/{} {} splits {}{}", H, Hkv, D, batch_name, splits,
+                          tl.chunks ? fmt::format(" (chunks {} keys {} stages {})", tl.chunks, tl.keys, tl.stages)
+                                    : std::string());
+          expectClose(bf16ToFloat(d_out.download<uint16_t>()), ref, 4e-3, 1.0 / 64, what);
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- flash attention
 
 // An int constant of a generated instance's Config ("kBlockM = 64;").

@@ -1,0 +1,454 @@
+// Split-KV decode attention over the paged pool, built to stream K and V at
+// HBM bandwidth: the decode-time counterpart of paged_attention's split mode,
+// with the same params and the same partials, merged by attention_combine.
+//
+//   q            [N, H, D] bf16 (already roped)
+//   k_pool/v_pool [num_blocks, page_size, Hkv, D] (Config::Kv: bf16 or f32)
+//   block_tables [B, max_blocks_per_seq] i32; key j of sequence b lives at
+//                slot block_tables[b][j / page_size] * page_size + j % page_size
+//   query_start  [B + 1] i32, kv_lens [B] i32: as paged_attention (causal:
+//                query i of a sequence of q_len tokens sees keys
+//                0..kv_len - q_len + i; decode batches have q_len 1)
+//   partial_out  [N, H, splits, D] f32: split z's attention over its key
+//                range, normalized by its own sum (zeros for an empty range)
+//   partial_lse  [N, H, splits] f32: m + log(l) of the range in natural-log
+//                units of q·k·scale (-inf for an empty range)
+//
+// Launch: grid [N, Hkv, splits] with params.num_splits == splits, block
+// [decode::kThreads] = 128, static shared memory only (decode::smem_bytes,
+// at most 48 KiB). Split z owns keys [z·per, (z+1)·per) of the token's
+// visible keys, per = ceil(visible / splits) rounded up to a whole tile
+// (decode::tile_keys: 32 keys at bf16 head_dim 128 and 64 at head_dim 64
+// with the default tiling).
+//
+// Work split. Each block serves one (token, kv head, key range) and the
+// whole GQA group, so every K/V row is read from HBM once per group. A K or
+// V row is read by a "stream" of lanes, each lane taking kChunks 16-byte
+// chunks of it (lane i of the stream: chunks i, i + lanes, ...; so each
+// 16-byte copy instruction of a stream covers contiguous bytes): at bf16
+// head_dim 128 and kChunks 2, 8 lanes per row and 4 streams per warp. Each
+// stream takes kKeys consecutive keys of a tile (one page, one block-table
+// load). Each thread copies only the chunks it will itself read with
+// cp.async into its own slots of a kStages-deep ring, so the pipeline needs
+// no barrier: cp.async.wait_group alone orders a thread's copies before its
+// reads, and (kStages - 1) · kKeys · kChunks · 32 bytes per thread are in
+// flight without holding registers. Per tile, each stream:
+//   (a) scores its keys against the group's heads: chunk · q slice in f32
+//       (q pre-scaled by scale·log2 e, held in registers), then a butterfly
+//       sum over the stream's lanes;
+//   (b) folds them into its own running max m and sum l per head (base-2
+//       online softmax); the output slice acc[head][d-slice] and l are
+//       rescaled only when a score passes m by more than kRescaleSlack (the
+//       probabilities stay below 2^kRescaleSlack, and the final o / l is the
+//       same), which after the first tile is rare;
+//   (c) acc += p · V with the same chunk layout.
+// At the end the streams of a warp merge through shuffles and the warps
+// through shared memory (max-rescaled sums), and the block writes the
+// partials. Groups above 8 heads split the heads over two halves of the
+// block (each half reads the keys; the second read hits L2), so no thread
+// holds more than 8 heads of q and acc.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KILN_DECODE_HD __host__ __device__
+#else
+#define KILN_DECODE_HD
+#endif
+
+// Shape helpers, host-visible: the instance generator checks the shared
+// memory of a configuration with smem_bytes.
+namespace kiln {
+namespace kernels {
+namespace decode {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+
+// Halves of the block that split a GQA group (1 up to 8 heads, 2 up to 16),
+// and the heads each thread serves.
+KILN_DECODE_HD constexpr int head_splits(int group) { return group > 8 ? 2 : 1; }
+KILN_DECODE_HD constexpr int heads_per_thread(int group) {
+  return (group + head_splits(group) - 1) / head_splits(group);
+}
+// The default tiling: 2 chunks per lane (half the lanes per row, so the
+// score reduction and the softmax cost half as many instructions per key)
+// while q and acc fit, i.e. up to 4 heads per thread; 128 bytes per thread
+// and stage either way.
+KILN_DECODE_HD constexpr int default_chunks(int group) { return heads_per_thread(group) <= 4 ? 2 : 1; }
+KILN_DECODE_HD constexpr int default_keys(int group) { return 4 / default_chunks(group); }
+constexpr int kDefaultStages = 3;
+// Lanes of one stream (a K/V row of head_dim elements of kv_bytes each).
+KILN_DECODE_HD constexpr int row_lanes(int head_dim, int kv_bytes, int chunks) {
+  return head_dim * kv_bytes / 16 / chunks;
+}
+// Keys of one tile: every stream of a head split takes `keys` of them.
+KILN_DECODE_HD constexpr int tile_keys(int group, int head_dim, int kv_bytes, int chunks, int keys) {
+  return kWarps / head_splits(group) * (32 / row_lanes(head_dim, kv_bytes, chunks)) * keys;
+}
+// The cp.async ring: per thread and stage, keys x chunks K and as many V 16-byte chunks.
+KILN_DECODE_HD constexpr int pipeline_bytes(int stages, int keys, int chunks) {
+  return stages * keys * chunks * 2 * 16 * kThreads;
+}
+// The cross-warp merge (reusing the ring): acc [kWarps][heads][D] and (m, l) [kWarps][heads][2], f32.
+KILN_DECODE_HD constexpr int merge_bytes(int group, int head_dim) {
+  return kWarps * heads_per_thread(group) * (head_dim + 2) * 4;
+}
+KILN_DECODE_HD constexpr int smem_bytes(int group, int head_dim, int stages, int keys, int chunks) {
+  return pipeline_bytes(stages, keys, chunks) > merge_bytes(group, head_dim) ? pipeline_bytes(stages, keys, chunks)
+                                                                              : merge_bytes(group, head_dim);
+}
+
+}  // namespace decode
+}  // namespace kernels
+}  // namespace kiln
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+#include "common.cuh"
+
+namespace kiln {
+namespace kernels {
+namespace decode {
+
+// 16 bytes global -> shared, bypassing L1; `bytes` 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int bytes) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// 2^x (2^-inf = 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace decode
+}  // namespace kernels
+}  // namespace kiln
+
+#endif  // __CUDACC__ || __CUDACC_RTC__
+
+// The kernel body. It also compiles on the host under
+// KILN_DECODE_ATTENTION_EMULATION, where test/gpu/decode_attention_emulation_test.cc
+// supplies the intrinsics above and runs each CUDA thread as a fiber.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_DECODE_ATTENTION_EMULATION)
+
+namespace kiln {
+namespace kernels {
+namespace decode {
+
+// Index of the sequence owning token t: the b with query_start[b] <= t < query_start[b+1].
+// Decode batches (one token per sequence) settle it with two independent loads.
+__device__ __forceinline__ int sequence_of(const int* query_start, int num_seqs, int t) {
+  if (t < num_seqs && query_start[t] == t && query_start[t + 1] == t + 1) return t;
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// The kVec elements of one 16-byte chunk of Kv (bf16 or f32) as f32.
+template <class Kv>
+__device__ __forceinline__ void unpack(const uint4& raw, float* out) {
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (sizeof(Kv) == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(w[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+}
+
+// kVec consecutive bf16 (16 or 8 bytes, aligned) as f32 times `scale`.
+template <int kVec>
+__device__ __forceinline__ void load_q(const unsigned short* q, float scale, float* out) {
+  unsigned w[kVec / 2];
+  if constexpr (kVec == 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(q);
+    w[0] = raw.x, w[1] = raw.y, w[2] = raw.z, w[3] = raw.w;
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(q);
+    w[0] = raw.x, w[1] = raw.y;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16) * scale;
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * scale;
+  }
+}
+
+}  // namespace decode
+
+// Config: using Kv; static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize,
+//         kStages (cp.async ring depth, >= 2), kKeys (keys per stream per tile),
+//         kChunks (16-byte chunks per lane and row); static constexpr float kScale.
+template <class Config>
+__device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) {
+  using namespace decode;
+  using Kv = typename Config::Kv;
+  constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads, kPage = Config::kPageSize;
+  constexpr int G = H / Hkv;
+  constexpr int kVec = 16 / int(sizeof(Kv));                          // elements per 16-byte chunk
+  constexpr int kChunks = Config::kChunks, kElems = kChunks * kVec;   // chunks, elements per lane and row
+  constexpr int kRowLanes = row_lanes(D, int(sizeof(Kv)), kChunks);   // lanes of one stream
+  constexpr int kRowsPerWarp = 32 / kRowLanes;                        // streams per warp
+  constexpr int kHeadSplits = head_splits(G), kHeadsPer = heads_per_thread(G);
+  constexpr int kWarpsPerSplit = kWarps / kHeadSplits;
+  constexpr int kStreams = kWarpsPerSplit * kRowsPerWarp;             // streams of one head split
+  constexpr int kKeys = Config::kKeys, kStages = Config::kStages;
+  constexpr int kTileKeys = kStreams * kKeys;
+  constexpr int kStageChunks = kKeys * kChunks * 2 * kThreads;        // 16-byte chunks per ring stage
+  constexpr int kSmemBytes = smem_bytes(G, D, kStages, kKeys, kChunks);
+  constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kNoScore = -3.402823466e38f;  // finite: (kNoScore - kNoScore) is 0, never NaN
+  constexpr float kRescaleSlack = 8.0f;         // log2 units: probabilities stay below 256
+  static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads");
+  static_assert(sizeof(Kv) == 2 || sizeof(Kv) == 4, "bf16 or f32 pools");
+  static_assert((kChunks == 1 || kChunks == 2) && kRowLanes * kElems == D, "a row is whole chunks per lane");
+  static_assert(kRowLanes >= 1 && kRowLanes <= 32 && (kRowLanes & (kRowLanes - 1)) == 0,
+                "a power-of-two number of lanes per row, at most 32");
+  static_assert(kStages >= 2 && kKeys >= 1 && kPage % kKeys == 0, "pipeline: a stream's keys share a page");
+  static_assert(kTileKeys == tile_keys(G, D, int(sizeof(Kv)), kChunks, kKeys), "tile");
+  static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
+
+#if defined(KILN_DECODE_ATTENTION_EMULATION)
+  unsigned char* const smem = emulated_shared_memory(kSmemBytes);
+#else
+  __shared__ __align__(16) unsigned char smem[kSmemBytes];
+#endif
+  // The ring: [kStages][kKeys][K, V][kChunks][kThreads] 16-byte chunks, each
+  // thread using only its own column, so a warp's 32 chunks of one slot are
+  // 512 contiguous bytes (no bank conflicts).
+  uint4* const ring = reinterpret_cast<uint4*>(smem);
+
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  if (t >= p.num_tokens) return;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int half = warp / kWarpsPerSplit;                                      // head split
+  const int stream = warp % kWarpsPerSplit * kRowsPerWarp + lane / kRowLanes;  // 0..kStreams-1
+  const int d0 = lane % kRowLanes * kVec;  // chunk c of this lane's slice is at d0 + c·kRowLanes·kVec
+  const int r0 = half * kHeadsPer;         // first head of the group this thread serves
+
+  // q slices of this thread's heads, issued first: nothing depends on them until tile 0.
+  float q[kHeadsPer][kElems];
+  {
+    const unsigned short* qh = static_cast<const unsigned short*>(p.q) + ((long long)t * H + kvh * G + r0) * D + d0;
+#pragma unroll
+    for (int r = 0; r < kHeadsPer; ++r)
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        float* qc = &q[r][c * kVec];
+        if (r0 + r < G) {
+          load_q<kVec>(qh + r * D + c * kRowLanes * kVec, kScaleLog2, qc);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) qc[e] = 0.0f;
+        }
+      }
+  }
+
+  const int b = sequence_of(p.query_start, p.num_seqs, t);
+  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
+  const int visible = max(0, p.kv_lens[b] - q_len + (t - q_begin) + 1);
+  const int per_split = ((visible + p.num_splits - 1) / p.num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
+  const int num_tiles = (end - begin + kTileKeys - 1) / kTileKeys;
+  const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
+  const Kv* k_pool = static_cast<const Kv*>(p.k_pool);
+  const Kv* v_pool = static_cast<const Kv*>(p.v_pool);
+
+  // This stream's keys of tile `tile` are first_key(tile) + u, u < kKeys: one
+  // page (kKeys divides the page size and every tile starts on a multiple of
+  // kKeys), consecutive rows Hkv·D elements apart.
+  auto first_key = [&](int tile) { return begin + tile * kTileKeys + stream * kKeys; };
+  auto page_of = [&](int tile) {
+    const int j = first_key(tile);
+    return j < end ? table[unsigned(j) / kPage] : -1;
+  };
+  // Copies this thread's chunks of tile `tile` (its keys on page `page`) into ring stage `stage`.
+  auto issue = [&](int tile, int page, int stage) {
+    uint4* dst = ring + stage * kStageChunks + tid;
+    const int j = first_key(tile);
+    const long long at = page < 0 ? 0 : (((long long)page * kPage + unsigned(j) % kPage) * Hkv + kvh) * D + d0;
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const bool valid = page >= 0 && j + u < end;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const long long e = valid ? at + (long long)u * Hkv * D + c * kRowLanes * kVec : 0;
+        cp_async_16(dst + ((2 * u) * kChunks + c) * kThreads, k_pool + e, valid ? 16 : 0);
+        cp_async_16(dst + ((2 * u + 1) * kChunks + c) * kThreads, v_pool + e, valid ? 16 : 0);
+      }
+    }
+  };
+
+  // Prologue: tiles 0..kStages-2 in flight (one commit group each, empty past
+  // the range), and the page of tile kStages-1.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) issue(s, page_of(s), s);
+    cp_async_commit();
+  }
+  int page = page_of(kStages - 1);
+
+  float m[kHeadsPer], l[kHeadsPer], acc[kHeadsPer][kElems];
+#pragma unroll
+  for (int r = 0; r < kHeadsPer; ++r) {
+    m[r] = kNoScore;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) acc[r][e] = 0.0f;
+  }
+
+  int read_stage = 0, write_stage = kStages - 1;
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of `tile` have landed
+    const uint4* slot = ring + read_stage * kStageChunks + tid;
+    uint4 kraw[kKeys][kChunks];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) kraw[u][c] = slot[((2 * u) * kChunks + c) * kThreads];
+    // Refill the stage this thread finished reading in the previous tile, and
+    // fetch the table entry of the refill after it.
+    const int ahead = tile + kStages - 1;
+    if (ahead < num_tiles) issue(ahead, page, write_stage);
+    cp_async_commit();
+    page = page_of(ahead + 1);
+    write_stage = read_stage;
+    read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
+
+    // (a) base-2 scores of this stream's keys: slice dot products, then the sum over the stream's lanes.
+    float s[kKeys][kHeadsPer];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      float kf[kElems];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) unpack<Kv>(kraw[u][c], &kf[c * kVec]);
+#pragma unroll
+      for (int r = 0; r < kHeadsPer; ++r) {
+        float x = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) x += q[r][e] * kf[e];
+        s[u][r] = x;
+      }
+    }
+#pragma unroll
+    for (int o = kRowLanes / 2; o > 0; o /= 2)
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u)
+#pragma unroll
+        for (int r = 0; r < kHeadsPer; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], o);
+    if (tile == num_tiles - 1) {  // only the last tile has keys past the range
+      const int j = first_key(tile);
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u)
+#pragma unroll
+        for (int r = 0; r < kHeadsPer; ++r)
+          if (j + u >= end) s[u][r] = neg_inf();
+    }
+
+    // (b) online softmax per head, rescaling only past the slack; s becomes the probabilities.
+#pragma unroll
+    for (int r = 0; r < kHeadsPer; ++r) {
+      float mx = s[0][r];
+#pragma unroll
+      for (int u = 1; u < kKeys; ++u) mx = fmaxf(mx, s[u][r]);
+      if (mx > m[r] + kRescaleSlack) {  // always on a stream's first scores (m is kNoScore)
+        const float alpha = exp2_approx(m[r] - mx);
+        m[r] = mx;
+        l[r] *= alpha;
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) acc[r][e] *= alpha;
+      }
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        s[u][r] = exp2_approx(s[u][r] - m[r]);
+        l[r] += s[u][r];
+      }
+    }
+
+    // (c) acc += p · V (keys past the range were copied as zeros and have p = 0).
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      float vf[kElems];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        unpack<Kv>(slot[((2 * u + 1) * kChunks + c) * kThreads], &vf[c * kVec]);
+#pragma unroll
+      for (int r = 0; r < kHeadsPer; ++r)
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) acc[r][e] += s[u][r] * vf[e];
+    }
+  }
+  cp_async_wait<0>();  // only empty groups remain; the ring is free after the barrier below
+
+  // Merge the streams of each warp: (m, l, acc) of lane ^ o into lane's.
+#pragma unroll
+  for (int o = kRowLanes; o < 32; o *= 2) {
+#pragma unroll
+    for (int r = 0; r < kHeadsPer; ++r) {
+      const float m_o = __shfl_xor_sync(0xffffffffu, m[r], o), l_o = __shfl_xor_sync(0xffffffffu, l[r], o);
+      const float mx = fmaxf(m[r], m_o);
+      const float a = exp2_approx(m[r] - mx), c = exp2_approx(m_o - mx);
+      m[r] = mx;
+      l[r] = l[r] * a + l_o * c;
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) acc[r][e] = acc[r][e] * a + __shfl_xor_sync(0xffffffffu, acc[r][e], o) * c;
+    }
+  }
+
+  // Merge the warps of each head split through shared memory, then write the partials.
+  float* const merge_acc = reinterpret_cast<float*>(smem);     // [kWarps][kHeadsPer][D]
+  float* const merge_ml = merge_acc + kWarps * kHeadsPer * D;  // [kWarps][kHeadsPer][2]
+  __syncthreads();  // every thread is done reading its ring slots
+  if (lane < kRowLanes) {
+#pragma unroll
+    for (int r = 0; r < kHeadsPer; ++r) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          merge_acc[(warp * kHeadsPer + r) * D + d0 + c * kRowLanes * kVec + e] = acc[r][c * kVec + e];
+      if (lane == 0) {
+        merge_ml[(warp * kHeadsPer + r) * 2] = m[r];
+        merge_ml[(warp * kHeadsPer + r) * 2 + 1] = l[r];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int r = i / D, d = i % D;  // head of the group, dimension
+    const int w0 = r / kHeadsPer * kWarpsPerSplit, rr = r % kHeadsPer;
+    float mx = kNoScore;
+#pragma unroll
+    for (int w = w0; w < w0 + kWarpsPerSplit; ++w) mx = fmaxf(mx, merge_ml[(w * kHeadsPer + rr) * 2]);
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = w0; w < w0 + kWarpsPerSplit; ++w) {
+      const float c = exp2_approx(merge_ml[(w * kHeadsPer + rr) * 2] - mx);
+      sum += merge_ml[(w * kHeadsPer + rr) * 2 + 1] * c;
+      o += merge_acc[(w * kHeadsPer + rr) * D + d] * c;
+    }
+    const long long row = ((long long)t * H + kvh * G + r) * p.num_splits + split;
+    p.partial_out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+    if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
+  }
+}
+
+}  // namespace kernels
+}  // namespace kiln
+
+#endif  // __CUDACC__ || __CUDACC_RTC__ || KILN_DECODE_ATTENTION_EMULATION
