@@ -119,7 +119,9 @@ Result<CompileSummary> compileKernels(const std::vector<KernelSource>& kernels,
   auto work = [&] {
     for (size_t i = next++; i < kernels.size(); i = next++) {
       const KernelSource& k = kernels[i];
-      const std::string stem = k.name + "-" + kernelCacheKey(k, options, version);
+      // The key already names the source; the instance name is only for a
+      // reader of the folder, cut so the file name stays under NAME_MAX.
+      const std::string stem = k.name.substr(0, 128) + "-" + kernelCacheKey(k, options, version);
       const fs::path base = options.dir / stem;
       bool have_cubin = false, have_log = false, have_ptx = !options.compile.ptx;
       CompiledKernel hit;

@@ -50,6 +50,25 @@ TEST(KernelCache, SecondLoadHitsTheCache) {
   fs::remove_all(options.dir);
 }
 
+TEST(KernelCache, InstanceNamesLongerThanAFileNameAreCached) {
+  if (!loadNvrtc().ok()) {
+    if (fs::exists("/usr/local/cuda")) FAIL() << loadNvrtc().error().message;
+    GTEST_SKIP() << "no NVRTC";
+  }
+  // 300 characters: the kernel symbol may be that long, a file name may not (255).
+  const std::string name = "k_" + std::string(298, 'x');
+  KernelSource kernel{name, "extern \"C\" __global__ void " + name + "() {}"};
+  KernelCacheOptions options;
+  options.dir = freshDir("long");
+  options.progress = false;
+  auto first = compileKernels({kernel}, options);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  auto second = compileKernels({kernel}, options);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_EQ(second->cached, 1);
+  fs::remove_all(options.dir);
+}
+
 TEST(KernelCache, KeyDependsOnSourceAndOptions) {
   KernelCacheOptions options;
   options.compile.include_dirs = {};
