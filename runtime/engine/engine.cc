@@ -193,6 +193,7 @@ struct Engine::Impl {
   std::vector<int32_t> batch_tokens, batch_positions, batch_slots, batch_tables,
       batch_query_start, batch_kv_lens;
   std::vector<float> logits;
+  std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
 
   Sequence* findLive(int64_t id) {
     for (auto& s : running) if (s->id == id) return s.get();
@@ -346,14 +347,22 @@ Status Engine::Impl::step() {
     return Status::success();
   }
 
-  for (size_t b = 0; b < batch.size(); ++b) {
-    Sequence& seq = *batch[b].seq;
-    seq.computed += batch[b].count;
-    if (seq.computed < int64_t(seq.tokens.size())) continue;  // prompt not done yet
-    std::span<float> row(logits.data() + b * vocab, size_t(vocab));
-    int32_t token = seq.sampler->sample(row, seq.tokens);
-    emitToken(seq, token);
-  }
+  // Sample every finished row in parallel (each sequence has its own
+  // sampler and generator, so the result is the same as one by one: a
+  // batch of 32 over a 128k vocabulary is milliseconds of host work on one
+  // core), then emit in batch order.
+  sampled.assign(batch.size(), -1);
+  for (const Slice& s : batch) s.seq->computed += s.count;
+  cpu::parallelFor(int64_t(batch.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      Sequence& seq = *batch[size_t(b)].seq;
+      if (seq.computed < int64_t(seq.tokens.size())) continue;  // prompt not done yet
+      std::span<float> row(logits.data() + b * vocab, size_t(vocab));
+      sampled[size_t(b)] = seq.sampler->sample(row, seq.tokens);
+    }
+  });
+  for (size_t b = 0; b < batch.size(); ++b)
+    if (sampled[b] >= 0) emitToken(*batch[b].seq, sampled[b]);
   return Status::success();
 }
 

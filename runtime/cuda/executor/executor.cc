@@ -13,6 +13,7 @@
 #include "codegen/cuda/instance_source.h"
 #include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes
 #include "codegen/kernels/kernel_params.cuh"
+#include "runtime/cpu/kernels/thread_pool.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/executor/driver_extras.h"
@@ -1234,7 +1235,9 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
     std::memcpy(logits_out.data(), st.logits_host, bytes);
   } else {
     const uint16_t* h = static_cast<const uint16_t*>(st.logits_host);
-    for (int64_t i = 0; i < out_rows * vocab_; ++i) logits_out[size_t(i)] = fromBf16(h[i]);
+    cpu::parallelFor(out_rows * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = fromBf16(h[i]);
+    });
   }
   return {};
 }
