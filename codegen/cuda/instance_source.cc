@@ -366,9 +366,12 @@ Result<Body> flashAttention(const Params& p) {
 
 // Bandwidth-bound split-KV decode attention (decode_attention.cuh): same
 // params as paged_attention (causal only), partials for attention_combine.
-// Optional 'chunks' (16-byte chunks per lane and K/V row), 'keys' (keys per
-// stream and tile) and 'stages' (cp.async ring depth) are for tuning; each
-// thread has (stages - 1) * keys * chunks * 32 bytes in flight.
+// Optional 'mma' picks the form: tensor cores (decode_attention_mma, the
+// default where it serves: bf16 pools, pages a multiple of 16 keys) or CUDA
+// cores (decode_attention). For tuning, 'stages' (cp.async ring depth) for
+// both, and 'chunks' (16-byte chunks per lane and K/V row) and 'keys' (keys
+// per stream and tile) for the CUDA-core form, whose threads have
+// (stages - 1) * keys * chunks * 32 bytes in flight.
 Result<Body> decodeAttention(const Params& p) {
   namespace dk = kernels::decode;
   KILN_TRY(heads, p.positive("heads"));
@@ -390,6 +393,37 @@ Result<Body> decodeAttention(const Params& p) {
   KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
   if (tree)
     return makeError("decode_attention: tree_mask is true; the decode kernel is causal only (use paged_attention)");
+  const bool mma_serves = kv_name == "bf16" && page_size % dk::kMmaKeys == 0;
+  bool mma = mma_serves;
+  if (p.has("mma")) {
+    KILN_TRY(m, p.boolean("mma"));
+    mma = m;
+  }
+  if (mma && !mma_serves)
+    return makeError("decode_attention: mma needs bf16 pools and a page size that is a multiple of {}, not {} "
+                     "and {}", dk::kMmaKeys, kv_name, page_size);
+  if (mma) {
+    if (p.has("chunks") || p.has("keys"))
+      return makeError("decode_attention: params 'chunks' and 'keys' tune the CUDA-core form (mma false)");
+    KILN_TRY(stages, p.integerOr("stages", dk::kMmaDefaultStages));
+    if (stages < 2 || stages > 8) return makeError("decode_attention: param 'stages' is {}, expected 2..8", stages);
+    const int smem = dk::mma_smem_bytes(int(head_dim), int(stages));
+    if (smem > 227 * 1024)
+      return makeError("decode_attention: stages {} need {} bytes of shared memory, above 227 KiB", stages, smem);
+    Body b{"decode_attention.cuh", "", "decode_attention_mma",
+           {dk::kThreads,
+            fmt::format("[N, kv_heads={}, splits=num_splits], dynamic smem {} bytes (kSmemBytes), {} keys per tile",
+                        kv_heads, smem, dk::kMmaTileKeys),
+            "PagedAttentionParams"}};
+    b.config = fmt::format(
+        "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+        "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
+        "  static constexpr float kScale = {};\n  static constexpr int kStages = {};\n"
+        "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n"
+        "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n",
+        heads, kv_heads, head_dim, page_size, floatLiteral(scale), stages, smem, dk::kMmaTileKeys);
+    return b;
+  }
   KILN_TRY(chunks, p.integerOr("chunks", dk::default_chunks(group)));
   KILN_TRY(keys, p.integerOr("keys", 4 / chunks));
   KILN_TRY(stages, p.integerOr("stages", dk::kDefaultStages));

@@ -1,4 +1,5 @@
 #include "codegen/cuda/instance_source.h"
+#include "codegen/kernels/decode_attention.cuh"  // decode:: shape helpers (host-visible part)
 
 #include <gtest/gtest.h>
 
@@ -84,10 +85,27 @@ TEST(InstanceSource, DecodeAttentionLaunchAndLimits) {
   ASSERT_TRUE(inst.ok()) << inst.error().message;
   EXPECT_EQ(inst->launch.block_threads, 128);
   EXPECT_EQ(inst->launch.params_struct, "PagedAttentionParams");
-  EXPECT_EQ(inst->launch.grid, "[N, kv_heads=8, splits=num_splits], static smem 49152 bytes, 32 keys per tile");
+  EXPECT_EQ(inst->launch.grid,
+            "[N, kv_heads=8, splits=num_splits], dynamic smem 98304 bytes (kSmemBytes), 64 keys per tile");
   EXPECT_NE(inst->source.find("#include \"decode_attention.cuh\""), std::string::npos) << inst->source;
-  EXPECT_NE(inst->source.find("kChunks = 2;"), std::string::npos) << inst->source;
-  EXPECT_NE(inst->source.find("kTileKeys = 32;"), std::string::npos) << inst->source;
+  EXPECT_NE(inst->source.find("kiln::kernels::decode_attention_mma<Config>(p);"), std::string::npos) << inst->source;
+  EXPECT_NE(inst->source.find("kSmemBytes = 98304;"), std::string::npos) << inst->source;
+  // Two blocks of the tensor-core form fit an SM (228 KiB) at either head_dim.
+  EXPECT_LE(2 * kiln::kernels::decode::mma_smem_bytes(128, kiln::kernels::decode::kMmaDefaultStages), 228 * 1024);
+  json core = params;
+  core["mma"] = false;
+  auto cuda_cores = instanceSource("decode_attention", core, "dec_core");
+  ASSERT_TRUE(cuda_cores.ok()) << cuda_cores.error().message;
+  EXPECT_EQ(cuda_cores->launch.grid,
+            "[N, kv_heads=8, splits=num_splits], static smem 49152 bytes, 32 keys per tile");
+  EXPECT_NE(cuda_cores->source.find("kiln::kernels::decode_attention<Config>(p);"), std::string::npos);
+  EXPECT_NE(cuda_cores->source.find("kChunks = 2;"), std::string::npos) << cuda_cores->source;
+  EXPECT_NE(cuda_cores->source.find("kTileKeys = 32;"), std::string::npos) << cuda_cores->source;
+  json f32 = params;
+  f32["kv_type"] = "f32";
+  auto f32_inst = instanceSource("decode_attention", f32, "dec_f32");  // f32 pools: CUDA cores
+  ASSERT_TRUE(f32_inst.ok()) << f32_inst.error().message;
+  EXPECT_NE(f32_inst->source.find("kiln::kernels::decode_attention<Config>(p);"), std::string::npos);
   auto expectError = [&](const json& changes, const char* needle) {
     json p = params;
     p.update(changes);
@@ -99,9 +117,12 @@ TEST(InstanceSource, DecodeAttentionLaunchAndLimits) {
   expectError(json{{"head_dim", 96}}, "head_dim");
   expectError(json{{"kv_heads", 1}}, "above 16");
   expectError(json{{"kv_type", "f16"}}, "f16");
-  expectError(json{{"chunks", 2}, {"keys", 4}, {"stages", 3}}, "48 KiB");
-  expectError(json{{"keys", 3}}, "'keys'");
-  expectError(json{{"page_size", 2}, {"chunks", 1}, {"keys", 4}}, "page size");
+  expectError(json{{"mma", false}, {"chunks", 2}, {"keys", 4}, {"stages", 3}}, "48 KiB");
+  expectError(json{{"mma", false}, {"keys", 3}}, "'keys'");
+  expectError(json{{"mma", false}, {"page_size", 2}, {"chunks", 1}, {"keys", 4}}, "page size");
+  expectError(json{{"chunks", 1}}, "mma false");
+  expectError(json{{"mma", true}, {"page_size", 8}}, "multiple of 16");
+  expectError(json{{"stages", 9}}, "'stages'");
 }
 
 TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {

@@ -14,14 +14,22 @@
 //   partial_lse  [N, H, splits] f32: m + log(l) of the range in natural-log
 //                units of q·k·scale (-inf for an empty range)
 //
-// Launch: grid [N, Hkv, splits] with params.num_splits == splits, block
-// [decode::kThreads] = 128, static shared memory only (decode::smem_bytes,
-// at most 48 KiB). Split z owns keys [z·per, (z+1)·per) of the token's
-// visible keys, per = ceil(visible / splits) rounded up to a whole tile
-// (decode::tile_keys: 32 keys at bf16 head_dim 128 and 64 at head_dim 64
-// with the default tiling).
+// Two forms with the same contract: decode_attention_mma (below) on tensor
+// cores, for bf16 pools with pages a multiple of 16 keys, and
+// decode_attention on CUDA cores for any pool.
 //
-// Work split. Each block serves one (token, kv head, key range) and the
+// Launch: grid [N, Hkv, splits] with params.num_splits == splits, block
+// [decode::kThreads] = 128. decode_attention uses static shared memory only
+// (decode::smem_bytes, at most 48 KiB); decode_attention_mma uses
+// Config::kSmemBytes (decode::mma_smem_bytes: 96 KiB at head_dim 128 with 3
+// stages) of dynamic shared memory, which past 48 KiB the launcher opts into
+// (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES). Split z owns keys
+// [z·per, (z+1)·per) of the token's visible keys, per = ceil(visible /
+// splits) rounded up to a whole tile (Config::kTileKeys of the instance:
+// 64 keys for the tensor-core form, decode::tile_keys for the CUDA-core one).
+//
+// Work split (CUDA-core form; the tensor-core form is described at its
+// template). Each block serves one (token, kv head, key range) and the
 // whole GQA group, so every K/V row is read from HBM once per group. A K or
 // V row is read by a "stream" of lanes, each lane taking kChunks 16-byte
 // chunks of it (lane i of the stream: chunks i, i + lanes, ...; so each
@@ -97,6 +105,17 @@ KILN_DECODE_HD constexpr int smem_bytes(int group, int head_dim, int stages, int
                                                                               : merge_bytes(group, head_dim);
 }
 
+// decode_attention_mma (bf16 pools, page sizes a multiple of 16): each warp
+// takes 16-key sub-tiles, a tile is kWarps of them; its ring holds `stages`
+// sub-tiles of K and V per warp in dynamic shared memory, later reused for
+// the merge of [kWarps][16 heads][D + 2] f32.
+constexpr int kMmaKeys = 16, kMmaTileKeys = kWarps * kMmaKeys, kMmaDefaultStages = 3;
+KILN_DECODE_HD constexpr int mma_smem_bytes(int head_dim, int stages) {
+  return kWarps * stages * 2 * kMmaKeys * head_dim * 2 > kWarps * 16 * (head_dim + 2) * 4
+             ? kWarps * stages * 2 * kMmaKeys * head_dim * 2
+             : kWarps * 16 * (head_dim + 2) * 4;
+}
+
 }  // namespace decode
 }  // namespace kernels
 }  // namespace kiln
@@ -118,6 +137,34 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// ldmatrix.x4 (and .trans) from the row addresses of lanes 8m..8m+7 for matrix m.
+__device__ __forceinline__ void ldsm_x4(const void* p, unsigned (&r)[4]) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(const void* p, unsigned (&r)[4]) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a · b for one m16n8k16 tile: a = A fragment (4 x bf16x2), b0/b1 = B fragment.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// bf16x2 with `lo` in the low half (the lower column index, as mma expects).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
 }
 
 // 2^x (2^-inf = 0).
@@ -444,6 +491,246 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
     }
     const long long row = ((long long)t * H + kvh * G + r) * p.num_splits + split;
     p.partial_out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+    if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
+  }
+}
+
+// The tensor-core form, for bf16 pools with pages a multiple of 16 keys:
+// the group's heads are the 16 rows of m16n8k16 tiles (rows past the group
+// are zero), so S^T = Q·Kᵀ and O += P·V are mma.sync with K and V read by
+// ldmatrix, and the C fragments of S^T are the A fragments of P (as in
+// flash_attention); per key that is a few instructions where the CUDA-core
+// form needs ~60. Warp w takes the 16-key sub-tiles w, w + kWarps, ... of
+// the block's range (kMmaTileKeys keys per tile), copying each with
+// cp.async into its own kStages-deep ring in dynamic shared memory (row r's
+// 16-byte chunk c at chunk c ^ (r % 8), so ldmatrix phases are free of bank
+// conflicts), and keeps its own online softmax; the warps merge at the end
+// as in decode_attention.
+// Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kStages,
+//         kSmemBytes (dynamic shared memory, mma_smem_bytes); static constexpr float kScale.
+template <class Config>
+__device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams& p) {
+  using namespace decode;
+  constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads, kPage = Config::kPageSize;
+  constexpr int G = H / Hkv;
+  constexpr int kStages = Config::kStages;
+  constexpr int kChunks = D / 8;                      // 16-byte chunks per row
+  constexpr int kKSteps = D / 16;                     // k16 steps of Q·Kᵀ
+  constexpr int kDBlocks = D / 8;                     // n8 blocks of O
+  constexpr int kSubBytes = kMmaKeys * D * 2;         // one 16-key K (or V) sub-tile
+  constexpr int kWarpRing = kStages * 2 * kSubBytes;  // one warp's ring
+  constexpr int kRowsPerCopy = 32 / kChunks;          // rows one copy instruction of a warp covers
+  constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kNoScore = -3.402823466e38f;
+  constexpr float kRescaleSlack = 8.0f;
+  static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads (the rows of one m16 tile)");
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(kStages >= 2 && kPage % kMmaKeys == 0, "pipeline: a sub-tile is one page");
+  static_assert(Config::kSmemBytes == mma_smem_bytes(D, kStages), "dynamic shared memory size");
+
+#if defined(KILN_DECODE_ATTENTION_EMULATION)
+  unsigned char* const smem = emulated_shared_memory(Config::kSmemBytes);
+#else
+  extern __shared__ __align__(128) unsigned char smem[];
+#endif
+
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  if (t >= p.num_tokens) return;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, quad = lane % 4;  // fragment row group and column pair
+
+  // Q's A fragments for every k-step (heads as rows, rows past the group zero), unscaled bf16.
+  unsigned qa[kKSteps][4];
+  {
+    const unsigned short* qg = static_cast<const unsigned short*>(p.q) + ((long long)t * H + kvh * G) * D;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + (i & 1) * 8, col = ks * 16 + quad * 2 + (i & 2) * 4;
+        qa[ks][i] = row < G ? *reinterpret_cast<const unsigned*>(qg + row * D + col) : 0u;
+      }
+  }
+
+  const int b = sequence_of(p.query_start, p.num_seqs, t);
+  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
+  const int visible = max(0, p.kv_lens[b] - q_len + (t - q_begin) + 1);
+  const int per_split =
+      ((visible + p.num_splits - 1) / p.num_splits + kMmaTileKeys - 1) / kMmaTileKeys * kMmaTileKeys;
+  const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
+  const int num_sub = (end - begin + kMmaKeys - 1) / kMmaKeys;
+  const int my_subs = warp < num_sub ? (num_sub - warp + kWarps - 1) / kWarps : 0;
+  const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
+  const unsigned short* k_pool = static_cast<const unsigned short*>(p.k_pool);
+  const unsigned short* v_pool = static_cast<const unsigned short*>(p.v_pool);
+  unsigned char* const ring = smem + warp * kWarpRing;
+
+  // This warp's sub-tile `it`: keys first_key(it) .. + 15, on one page.
+  auto first_key = [&](int it) { return begin + (it * kWarps + warp) * kMmaKeys; };
+  auto page_of = [&](int it) { return it < my_subs ? table[unsigned(first_key(it)) / kPage] : -1; };
+  auto tile_offset = [](int row, int chunk) { return row * D * 2 + ((chunk ^ (row & 7)) << 4); };
+  // Offset of chunk c0 + 2 step given the offset of chunk c0 (0 or 1) of the
+  // same row: within the first 8 chunks the step XORs bits 5-6, the next 8
+  // chunks add 128 bytes.
+  auto chunk_step = [](int offset, int step) { return (offset ^ ((step & 3) << 5)) + (step >> 2) * 128; };
+  const int copy_chunk = lane % kChunks, copy_row = lane / kChunks;
+  auto issue = [&](int it, int page, int stage) {
+    unsigned char* const k_dst = ring + stage * 2 * kSubBytes;
+    unsigned char* const v_dst = k_dst + kSubBytes;
+    const int j0 = first_key(it);
+    const long long base =
+        (((long long)page * kPage + unsigned(j0) % kPage + copy_row) * Hkv + kvh) * D + copy_chunk * 8;
+    const unsigned short* k_src = k_pool + base;
+    const unsigned short* v_src = v_pool + base;
+    if (j0 + kMmaKeys <= end) {  // a whole sub-tile: constant offsets from one address
+#pragma unroll
+      for (int i = 0; i < kMmaKeys / kRowsPerCopy; ++i) {
+        const int r = copy_row + i * kRowsPerCopy;
+        cp_async_16(k_dst + tile_offset(r, copy_chunk), k_src + i * kRowsPerCopy * Hkv * D, 16);
+        cp_async_16(v_dst + tile_offset(r, copy_chunk), v_src + i * kRowsPerCopy * Hkv * D, 16);
+      }
+    } else {  // the range's last keys: rows at or past `end` become zeros
+#pragma unroll
+      for (int i = 0; i < kMmaKeys / kRowsPerCopy; ++i) {
+        const int r = copy_row + i * kRowsPerCopy;
+        const bool valid = j0 + r < end;
+        cp_async_16(k_dst + tile_offset(r, copy_chunk), valid ? k_src + i * kRowsPerCopy * Hkv * D : k_pool,
+                    valid ? 16 : 0);
+        cp_async_16(v_dst + tile_offset(r, copy_chunk), valid ? v_src + i * kRowsPerCopy * Hkv * D : v_pool,
+                    valid ? 16 : 0);
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_subs) issue(s, page_of(s), s);
+    cp_async_commit();
+  }
+  int page = page_of(kStages - 1);
+
+  // ldmatrix lane offsets at k-step / d-block pair 0: K as the B operand of
+  // S^T (keys (l % 8) + 8 (l / 16), chunk (l / 8) % 2), V under .trans as the
+  // B operand of O (key l % 16, chunk l / 16).
+  const int k_lane = tile_offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const int v_lane = tile_offset(lane & 15, lane >> 4);
+
+  float o[kDBlocks][4];
+#pragma unroll
+  for (int nd = 0; nd < kDBlocks; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+  float m[2] = {kNoScore, kNoScore}, l[2] = {0.0f, 0.0f};  // rows g and g + 8; l summed over the quad at the end
+
+  int read_stage = 0, write_stage = kStages - 1;
+  for (int it = 0; it < my_subs; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncwarp();  // every lane's copies of sub-tile `it` have landed; the refilled stage is read
+    const unsigned char* const kt = ring + read_stage * 2 * kSubBytes;
+    const unsigned char* const vt = kt + kSubBytes;
+    const int j0 = first_key(it);
+    const int ahead = it + kStages - 1;
+    if (ahead < my_subs) issue(ahead, page, write_stage);
+    cp_async_commit();
+    page = page_of(ahead + 1);
+    write_stage = read_stage;
+    read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
+
+    // S^T = Q·Kᵀ for the 16 keys (two n8 blocks), then base-2 scores.
+    float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      unsigned kb[4];
+      ldsm_x4(kt + chunk_step(k_lane, ks), kb);
+      mma_bf16(sc[0], qa[ks], kb[0], kb[1]);
+      mma_bf16(sc[1], qa[ks], kb[2], kb[3]);
+    }
+    const bool partial = j0 + kMmaKeys > end;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sc[nb][i] *= kScaleLog2;
+        if (partial && j0 + nb * 8 + quad * 2 + (i & 1) >= end) sc[nb][i] = neg_inf();
+      }
+
+    // Online softmax of rows g (elements 0, 1) and g + 8 (elements 2, 3), rescaling past the slack.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      if (mx > m[h] + kRescaleSlack) {
+        const float alpha = exp2_approx(m[h] - mx);
+        m[h] = mx;
+        l[h] *= alpha;
+#pragma unroll
+        for (int nd = 0; nd < kDBlocks; ++nd) {
+          o[nd][2 * h] *= alpha;
+          o[nd][2 * h + 1] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sc[nb][2 * h + e] = exp2_approx(sc[nb][2 * h + e] - m[h]);
+          l[h] += sc[nb][2 * h + e];
+        }
+    }
+
+    // O += P·V: P's A fragment is S^T's C fragments of the two key blocks.
+    const unsigned pa[4] = {pack_bf16x2(sc[0][0], sc[0][1]), pack_bf16x2(sc[0][2], sc[0][3]),
+                            pack_bf16x2(sc[1][0], sc[1][1]), pack_bf16x2(sc[1][2], sc[1][3])};
+#pragma unroll
+    for (int j = 0; j < kDBlocks / 2; ++j) {
+      unsigned vb[4];
+      ldsm_x4_trans(vt + chunk_step(v_lane, j), vb);
+      mma_bf16(o[2 * j], pa, vb[0], vb[1]);
+      mma_bf16(o[2 * j + 1], pa, vb[2], vb[3]);
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+
+  // Merge the warps through shared memory (the rings are free after the barrier), then write the partials.
+  float* const merge_acc = reinterpret_cast<float*>(smem);  // [kWarps][16][D]
+  float* const merge_ml = merge_acc + kWarps * 16 * D;      // [kWarps][16][2]
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + 8 * h;
+    if (row < G) {
+#pragma unroll
+      for (int nd = 0; nd < kDBlocks; ++nd) {
+        merge_acc[(warp * 16 + row) * D + nd * 8 + quad * 2] = o[nd][2 * h];
+        merge_acc[(warp * 16 + row) * D + nd * 8 + quad * 2 + 1] = o[nd][2 * h + 1];
+      }
+      if (quad == 0) {
+        merge_ml[(warp * 16 + row) * 2] = m[h];
+        merge_ml[(warp * 16 + row) * 2 + 1] = l[h];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int r = i / D, d = i % D;  // head of the group, dimension
+    float mx = kNoScore;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_ml[(w * 16 + r) * 2]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = exp2_approx(merge_ml[(w * 16 + r) * 2] - mx);
+      sum += merge_ml[(w * 16 + r) * 2 + 1] * c;
+      acc += merge_acc[(w * 16 + r) * D + d] * c;
+    }
+    const long long row = ((long long)t * H + kvh * G + r) * p.num_splits + split;
+    p.partial_out[row * D + d] = sum > 0.0f ? acc / sum : 0.0f;
     if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
   }
 }

@@ -73,18 +73,35 @@ inline std::vector<KernelCase> representativeKernelCases() {
     tuned["block_m"] = block_m;
     cases.push_back({"flash_attention", tuned});
   }
-  // Bandwidth-bound split-KV decode (partials for attention_combine).
+  // Bandwidth-bound split-KV decode (partials for attention_combine): the
+  // tensor-core form (the default) and the CUDA-core form.
   cases.push_back({"decode_attention", attentionParams(9, 3, 64, false)});
   cases.push_back({"decode_attention", attentionParams(32, 8, 128, false)});
-  // The tilings the bench sweeps, the largest group (two head halves), an f32 pool.
+  for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 128}}) {
+    nlohmann::json core = attentionParams(H, Hkv, D, false);
+    core["mma"] = false;
+    cases.push_back({"decode_attention", core});
+  }
+  // The tilings the bench sweeps, the largest group, an f32 pool (CUDA cores).
+  for (int stages : {2, 4}) {
+    nlohmann::json tuned = attentionParams(32, 8, 128, false);
+    tuned["stages"] = stages;
+    cases.push_back({"decode_attention", tuned});
+  }
   for (auto [chunks, keys, stages] : {std::tuple{1, 4, 3}, std::tuple{2, 1, 6}, std::tuple{1, 2, 4}}) {
     nlohmann::json tuned = attentionParams(32, 8, 128, false);
+    tuned["mma"] = false;
     tuned["chunks"] = chunks;
     tuned["keys"] = keys;
     tuned["stages"] = stages;
     cases.push_back({"decode_attention", tuned});
   }
   cases.push_back({"decode_attention", attentionParams(32, 2, 128, false)});
+  {
+    nlohmann::json core16 = attentionParams(32, 2, 128, false);
+    core16["mma"] = false;
+    cases.push_back({"decode_attention", core16});
+  }
   {
     nlohmann::json f32 = attentionParams(32, 8, 128, false);
     f32["kv_type"] = "f32";

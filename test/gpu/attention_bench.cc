@@ -14,10 +14,11 @@
 //     several copies of the pools, together larger than the H200's 50 MB L2.
 // (3) decode_attention + attention_combine, the bandwidth-bound decode
 //     kernel, at context 8192, H=32, Hkv=8, D=128, for B=1 and B=32 (one
-//     token per sequence), over split counts and the tilings the instance
-//     offers: GB/s of K+V and the fraction of --hbm (default 4800 GB/s, the
-//     H200's nominal HBM3e bandwidth), then the fastest split count and
-//     tiling per batch.
+//     token per sequence), over split counts and the forms and tilings the
+//     instance offers (tensor cores by default, ring depths 2-4; CUDA cores
+//     and their tilings): GB/s of K+V and the fraction of --hbm (default
+//     4800 GB/s, the H200's nominal HBM3e bandwidth), then the fastest split
+//     count and tiling per batch.
 // Times are CUDA events around each rep through the dlopen'd driver; the
 // figure is the median of --reps (default 30) after 3 warm-up runs.
 #include <fmt/format.h>
@@ -186,15 +187,6 @@ Result<std::vector<Record>> decode(std::mt19937& rng, int reps, int ctx, int H, 
   return records;
 }
 
-// decode_attention's tilings: chunks per lane, keys per stream, ring stages
-// (chunks 0: the instance's default).
-struct DecodeTiling {
-  int chunks, keys, stages;
-  std::string name() const {
-    return chunks ? fmt::format("chunks{}/keys{}/stages{}", chunks, keys, stages) : std::string("default");
-  }
-};
-
 // B sequences of `len` keys each in one pool of B * pages pages, pages
 // shuffled across the sequences. Random-valued (bf16 in [-1, 1]) from a
 // repeated 1 Mi-element block: the values do not change the timing.
@@ -237,17 +229,26 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
   std::vector<Record> records;
   double best_us = 0;
   std::string best;
-  for (const DecodeTiling& tl : {DecodeTiling{0, 0, 0}, DecodeTiling{1, 4, 3}, DecodeTiling{2, 1, 6},
-                                 DecodeTiling{1, 2, 4}}) {
+  // Params over the defaults (the tensor-core form, 3 stages).
+  const std::vector<json> tilings = {json::object(),
+                                     {{"stages", 2}},
+                                     {{"stages", 4}},
+                                     {{"mma", false}},
+                                     {{"mma", false}, {"chunks", 1}, {"keys", 4}, {"stages", 3}},
+                                     {{"mma", false}, {"chunks", 2}, {"keys", 1}, {"stages", 6}},
+                                     {{"mma", false}, {"chunks", 1}, {"keys", 2}, {"stages", 4}}};
+  for (const json& tl : tilings) {
+    const std::string tiling = tl.empty() ? std::string("default") : tl.dump();
     json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
                    {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
-    if (tl.chunks) {
-      params["chunks"] = tl.chunks;
-      params["keys"] = tl.keys;
-      params["stages"] = tl.stages;
-    }
+    params.update(tl);
     auto k = compile("decode_attention", params);
     if (!k) return k.error();
+    const int smem = std::max(0, configConstant(*k, "kSmemBytes"));  // dynamic (tensor-core form)
+    if (smem > 0)
+      KILN_RETURN_IF_ERROR((*Gpu::get())->d->check(
+          (*Gpu::get())->d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+          "cuFuncSetAttribute"));
     for (int splits : split_counts) {
       DeviceBuffer po(size_t(B) * H * splits * D * 4), plse(size_t(B) * H * splits * 4);
       std::vector<kk::PagedAttentionParams> p;
@@ -258,7 +259,7 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
       auto ms = timeMedian(reps, [&](int i) {
         return std::vector<Launch>{
             {k->function, {unsigned(B), unsigned(Hkv), unsigned(splits)}, unsigned(k->instance.launch.block_threads),
-             0, &p[size_t(i) % p.size()]},
+             unsigned(smem), &p[size_t(i) % p.size()]},
             {combine->function, {unsigned(B), unsigned(H), 1}, unsigned(combine->instance.launch.block_threads), 0,
              &c}};
       });
@@ -267,15 +268,15 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
       Record r;
       r.line = fmt::format("decode_attention+combine decode B={} ctx={} H={} Hkv={} D={} splits={} {}: {:.1f} us, "
                            "{:.1f} GB/s of K+V, {:.2f} of HBM (regs {}, smem {} B)",
-                           B, ctx, H, Hkv, D, splits, tl.name(), us, gbps, gbps / hbm_gbps,
-                           k->resources.registers, k->resources.shared_bytes);
+                           B, ctx, H, Hkv, D, splits, tiling, us, gbps, gbps / hbm_gbps, k->resources.registers,
+                           smem > 0 ? smem : k->resources.shared_bytes);
       r.fields = {{"name", "decode_attention_decode"}, {"B", B}, {"ctx", ctx}, {"H", H}, {"Hkv", Hkv}, {"D", D},
-                  {"splits", splits}, {"tiling", tl.name()}, {"us", us}, {"gbps", gbps},
+                  {"splits", splits}, {"tiling", tiling}, {"us", us}, {"gbps", gbps},
                   {"hbm_fraction", gbps / hbm_gbps}, {"registers", k->resources.registers}};
       records.push_back(r);
       if (best.empty() || us < best_us) {
         best_us = us;
-        best = fmt::format("splits={} {}: {:.1f} us, {:.1f} GB/s, {:.2f} of HBM", splits, tl.name(), us, gbps,
+        best = fmt::format("splits={} {}: {:.1f} us, {:.1f} GB/s, {:.2f} of HBM", splits, tiling, us, gbps,
                            gbps / hbm_gbps);
       }
     }

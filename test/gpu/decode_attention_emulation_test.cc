@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "codegen/kernels/kernel_params.cuh"
@@ -65,6 +66,10 @@ struct Slot {
   float value = 0;
   int lane_mask = 0;
   float* result = nullptr;
+  const unsigned char* addr = nullptr;  // ldmatrix row address
+  unsigned* out = nullptr;              // ldmatrix registers
+  unsigned a[4] = {}, b0 = 0, b1 = 0;   // mma operands
+  float* acc = nullptr;
 };
 struct Collective {
   int arrived = 0;
@@ -80,13 +85,14 @@ int current = 0;
 bool eager_copies = false;
 std::function<void()> body;
 std::string failure;  // the first emulation error (the fiber keeps going on defaults)
-alignas(128) unsigned char smem[64 * 1024];
+alignas(128) unsigned char smem[228 * 1024];
 int smem_bytes = 0;  // what the instance asked for
 struct Range {
   const unsigned char* begin;
   size_t bytes;
 };
 std::vector<Range> readable;  // global memory cp.async may read
+long long bank_conflicts = 0;  // ldmatrix phases whose 8 rows share a bank group
 
 void fail(const std::string& what) {
   if (failure.empty()) failure = what;
@@ -131,6 +137,53 @@ void rendezvous(Collective& c, int participants, const char* kind, int slot, con
   yieldUntilChanged(c.generation, c.generation);
 }
 
+// The PTX ISA's m16n8k16 fragment tables (g = lane / 4, t = lane % 4; element i of 8 halves).
+int aRow(int lane, int i) { return lane / 4 + ((i == 2 || i == 3 || i == 6 || i == 7) ? 8 : 0); }
+int aCol(int lane, int i) { return 2 * (lane % 4) + (i & 1) + (i >= 4 ? 8 : 0); }
+int bRow(int lane, int i) { return 2 * (lane % 4) + (i & 1) + (i >= 2 ? 8 : 0); }
+int cRow(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
+int cCol(int lane, int i) { return 2 * (lane % 4) + (i & 1); }
+float half(unsigned reg, int i) { return kiln::gpu_test::fromBf16(uint16_t(i ? reg >> 16 : reg & 0xffff)); }
+
+const unsigned char* sharedRow(const unsigned char* p) {
+  if (p < smem || p + 16 > smem + smem_bytes || (p - smem) % 16) {
+    fail("ldmatrix row address outside the instance's shared memory or misaligned");
+    return smem;
+  }
+  return p;
+}
+
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.b16: lanes 8m..8m+7 give the row
+// addresses of matrix m; lane l receives in register m the elements (row l/4,
+// columns 2(l%4), 2(l%4)+1), or with .trans (rows 2(l%4), 2(l%4)+1, column l/4).
+void ldmatrix(const void* addr, unsigned (&r)[4], bool trans) {
+  Slot s;
+  s.addr = static_cast<const unsigned char*>(addr);
+  s.out = r;
+  rendezvous(warp_collective[current / 32], 32, trans ? "ldmatrix.trans" : "ldmatrix", current % 32, s,
+             [trans](Collective& c) {
+               for (int m = 0; m < 4; ++m) {
+                 bool groups[8] = {};
+                 int distinct = 0;
+                 for (int row = 0; row < 8; ++row) {
+                   const int group = int(sharedRow(c.slots[8 * m + row].addr) - smem) / 16 % 8;
+                   distinct += !groups[group];
+                   groups[group] = true;
+                 }
+                 if (distinct != 8) ++bank_conflicts;
+               }
+               for (int l = 0; l < 32; ++l)
+                 for (int m = 0; m < 4; ++m) {
+                   uint16_t e[2];
+                   for (int i = 0; i < 2; ++i) {
+                     const int row = trans ? 2 * (l % 4) + i : l / 4, col = trans ? l / 4 : 2 * (l % 4) + i;
+                     std::memcpy(&e[i], sharedRow(c.slots[8 * m + row].addr) + 2 * col, 2);
+                   }
+                   c.slots[l].out[m] = unsigned(e[0]) | unsigned(e[1]) << 16;
+                 }
+             });
+}
+
 }  // namespace emu
 
 namespace kiln::kernels {
@@ -149,6 +202,10 @@ inline float __uint_as_float(unsigned u) {
 
 inline void __syncthreads() {
   emu::rendezvous(emu::block_collective, emu::kThreads, "__syncthreads", emu::current, emu::Slot{},
+                  [](emu::Collective&) {});
+}
+inline void __syncwarp() {
+  emu::rendezvous(emu::warp_collective[emu::current / 32], 32, "__syncwarp", emu::current % 32, emu::Slot{},
                   [](emu::Collective&) {});
 }
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
@@ -195,6 +252,35 @@ inline void cp_async_wait() {
   }
 }
 inline float exp2_approx(float x) { return std::exp2(x); }
+inline void ldsm_x4(const void* p, unsigned (&r)[4]) { emu::ldmatrix(p, r, false); }
+inline void ldsm_x4_trans(const void* p, unsigned (&r)[4]) { emu::ldmatrix(p, r, true); }
+inline void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  emu::Slot s;
+  std::memcpy(s.a, a, sizeof s.a);
+  s.b0 = b0;
+  s.b1 = b1;
+  s.acc = c;
+  emu::rendezvous(emu::warp_collective[emu::current / 32], 32, "mma", emu::current % 32, s, [](emu::Collective& col) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; ++l) {
+      for (int i = 0; i < 8; ++i) A[emu::aRow(l, i)][emu::aCol(l, i)] = emu::half(col.slots[l].a[i / 2], i % 2);
+      for (int i = 0; i < 4; ++i)
+        B[emu::bRow(l, i)][l / 4] = emu::half(i < 2 ? col.slots[l].b0 : col.slots[l].b1, i % 2);
+    }
+    float Dm[32][4];
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) {
+        float sum = col.slots[l].acc[i];
+        for (int k = 0; k < 16; ++k) sum += A[emu::cRow(l, i)][k] * B[k][emu::cCol(l, i)];
+        Dm[l][i] = sum;
+      }
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) col.slots[l].acc[i] = Dm[l][i];
+  });
+}
+inline unsigned pack_bf16x2(float lo, float hi) {
+  return unsigned(kiln::gpu_test::toBf16(lo)) | unsigned(kiln::gpu_test::toBf16(hi)) << 16;
+}
 
 }  // namespace decode
 }  // namespace kiln::kernels
@@ -265,6 +351,18 @@ struct Config {
   static constexpr int kChunks = Chunks_, kKeys = Keys_, kStages = Stages_;
 };
 
+template <int H_, int Hkv_, int D_, int Stages_ = kk::decode::kMmaDefaultStages, int Page_ = 16>
+struct MmaConfig {
+  static constexpr bool kMma = true;
+  static constexpr int kHeads = H_, kKvHeads = Hkv_, kHeadDim = D_, kPageSize = Page_, kStages = Stages_;
+  static constexpr float kScale = D_ == 64 ? 0.125f : 0.0883883476f;
+  static constexpr int kSmemBytes = kk::decode::mma_smem_bytes(D_, Stages_);
+};
+template <class C, class = void>
+struct IsMma : std::false_type {};
+template <class C>
+struct IsMma<C, std::void_t<decltype(C::kMma)>> : std::true_type {};
+
 // attention_combine's merge (paged_attention.cuh) on the host, in float.
 std::vector<float> combine(const std::vector<float>& po, const std::vector<float>& plse, int rows, int splits, int D) {
   std::vector<float> out(size_t(rows) * D);
@@ -296,7 +394,11 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
     a.qb[i] = toBf16(a.q[i]);
   }
   const int B = int(batch.q_len.size()), H = C::kHeads, D = C::kHeadDim;
-  constexpr bool kF32 = sizeof(typename C::Kv) == 4;
+  constexpr bool kMma = IsMma<C>::value;
+  constexpr bool kF32 = [] {
+    if constexpr (kMma) return false;
+    else return sizeof(typename C::Kv) == 4;
+  }();
   const void* k_pool = kF32 ? static_cast<const void*>(a.kpool.data()) : a.kb.data();
   const void* v_pool = kF32 ? static_cast<const void*>(a.vpool.data()) : a.vb.data();
   const size_t pool_bytes = a.kb.size() * (kF32 ? 4 : 2);
@@ -309,7 +411,11 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
                    {static_cast<const unsigned char*>(v_pool), pool_bytes}};
   emu::eager_copies = eager;
   emu::failure.clear();
-  emu::body = [&p] { kk::decode_attention<C>(p); };
+  emu::bank_conflicts = 0;
+  emu::body = [&p] {
+    if constexpr (kMma) kk::decode_attention_mma<C>(p);
+    else kk::decode_attention<C>(p);
+  };
   for (unsigned z = 0; z < unsigned(splits) && emu::failure.empty(); ++z)
     for (unsigned y = 0; y < unsigned(C::kKvHeads) && emu::failure.empty(); ++y)
       for (unsigned x = 0; x < unsigned(a.N) && emu::failure.empty(); ++x) {
@@ -319,6 +425,7 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
       }
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ", "
                                     << blockIdx.y << ", " << blockIdx.z << ")";
+  EXPECT_EQ(emu::bank_conflicts, 0) << what << ": ldmatrix phases with bank conflicts";
   for (int i = 0; i < 64; ++i) {
     EXPECT_TRUE(std::isnan(po[i]) && std::isnan(po[po.size() - 1 - i])) << what << ": write outside partial_out";
     EXPECT_TRUE(std::isnan(plse[i]) && std::isnan(plse[plse.size() - 1 - i])) << what << ": write outside partial_lse";
@@ -363,6 +470,21 @@ TEST(DecodeAttentionEmulation, F32PoolsAndPageSizes) {
   runCase<Config<4, 2, 64, float>>(kMixed, 2, false, 1.0f, "hd64 f32 pool");
   runCase<Config<4, 1, 128, kk::bf16, 2, 2, 3, 8>>(kDecode, 7, false, 1.0f, "hd128 page 8");
   runCase<Config<4, 1, 64, kk::bf16, 1, 4, 3, 32>>(kDecode, 7, false, 1.0f, "hd64 page 32 chunks 1 keys 4");
+}
+
+TEST(DecodeAttentionEmulation, TensorCoresLlama3Group) {
+  using C = MmaConfig<4, 1, 128>;
+  for (int splits : {1, 7, 32})
+    runCase<C>(kDecode, splits, false, 1.0f, "mma hd128 4/1 splits " + std::to_string(splits));
+  runCase<C>(kMixed, 4, false, 1.0f, "mma hd128 4/1 causal q_len > 1, splits 4");
+  runCase<C>(kDecode, 7, true, 8.0f, "mma hd128 4/1 splits 7, eager cp.async, q x8");
+}
+TEST(DecodeAttentionEmulation, TensorCoresOtherShapes) {
+  runCase<MmaConfig<6, 2, 64>>(kDecode, 7, false, 1.0f, "mma hd64 6/2 splits 7");
+  runCase<MmaConfig<6, 2, 64>>(kMixed, 3, false, 8.0f, "mma hd64 6/2 causal q_len > 1, q x8");
+  runCase<MmaConfig<16, 1, 128>>(kMixed, 2, false, 1.0f, "mma hd128 16/1 (all 16 rows)");
+  runCase<MmaConfig<9, 1, 64, 2>>(kDecode, 5, false, 8.0f, "mma hd64 9/1 stages 2, q x8");
+  runCase<MmaConfig<1, 1, 128, 4, 32>>(kDecode, 3, false, 1.0f, "mma hd128 1/1 stages 4 page 32");
 }
 
 }  // namespace

@@ -358,8 +358,27 @@ TEST_F(KernelsGpu, PagedAttention) {
 // and off the page and tile boundaries (1, 15, 16, 17, ~1000, 8192) behind
 // shuffled block tables, split 1, 7, 32 and 64 ways (empty splits
 // included), and a batch with causal q_len > 1; partials and output
-// poisoned with NaN. The default tiling runs every case, the tunings the
-// bench sweeps run 7 and 64 splits.
+// poisoned with NaN. The default (tensor-core) instance runs every case,
+// the other forms and tunings the bench sweeps run 7 and 64 splits.
+//
+// decode_attention's launch: grid [N, Hkv, splits], block [128], the
+// Config's kSmemBytes of dynamic shared memory where it has one (the
+// tensor-core form; opted into past 48 KiB).
+Status launchDecode(const Kernel& k, int N, int Hkv, int splits, kk::PagedAttentionParams p) {
+  const cuda::CudaDriver* d = (*Gpu::get())->d;
+  const size_t at = k.instance.source.find("kSmemBytes = ");
+  const int smem = at == std::string::npos ? 0 : std::stoi(k.instance.source.substr(at + 13));
+  if (smem > 0)
+    KILN_RETURN_IF_ERROR(d->check(
+        d->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute"));
+  void* args[] = {&p};
+  KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(k.function, unsigned(N), unsigned(Hkv), unsigned(splits),
+                                                  k.instance.launch.block_threads, 1, 1, unsigned(smem), nullptr, args,
+                                                  nullptr),
+                                "cuLaunchKernel"));
+  return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
+}
+
 TEST_F(KernelsGpu, DecodeAttention) {
   std::vector<std::pair<std::string, Batch>> batches = {
       {"B=1 ctx 8192", Batch{{1}, {8192}}},
@@ -375,20 +394,22 @@ TEST_F(KernelsGpu, DecodeAttention) {
     }
     batches.push_back({"B=32", b32});
   }
-  struct Tiling { int chunks, keys, stages; };  // chunks 0: the instance's default
-  const std::vector<Tiling> tilings = {{0, 0, 0}, {1, 4, 3}, {2, 1, 6}, {1, 2, 4}};
+  // Params over the defaults: the tensor-core form's ring depths, the CUDA-core form and its tilings.
+  const std::vector<json> tilings = {json::object(),
+                                     {{"stages", 2}},
+                                     {{"stages", 4}},
+                                     {{"mma", false}},
+                                     {{"mma", false}, {"chunks", 1}, {"keys", 4}, {"stages", 3}},
+                                     {{"mma", false}, {"chunks", 2}, {"keys", 1}, {"stages", 6}},
+                                     {{"mma", false}, {"chunks", 1}, {"keys", 2}, {"stages", 4}}};
   for (auto [H, Hkv, D] : {std::tuple{32, 8, 128}, std::tuple{9, 3, 64}}) {
     const double scale = 1.0 / std::sqrt(double(D));
     COMPILE(combine, "attention_combine", (json{{"heads", H}, {"head_dim", D}}));
     std::vector<Kernel> kernels;
-    for (const Tiling& tl : tilings) {
+    for (const json& tl : tilings) {
       json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
                      {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
-      if (tl.chunks) {
-        params["chunks"] = tl.chunks;
-        params["keys"] = tl.keys;
-        params["stages"] = tl.stages;
-      }
+      params.update(tl);
       COMPILE(k, "decode_attention", params);
       std::printf("  decode_attention %d/%d/%d %s: regs %d, smem %d, spills %d/%d\n", H, Hkv, D,
                   k.instance.name.c_str(), k.resources.registers, k.resources.shared_bytes,
@@ -409,14 +430,11 @@ TEST_F(KernelsGpu, DecodeAttention) {
           kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(),
                                      d_kl.as<int>(), nullptr, nullptr, d_po.as<float>(), d_plse.as<float>(),
                                      a.N, int(a.kv_lens.size()), a.max_blocks, 0, splits};
-          KILN_GPU_OK(launch(kernels[ti], a.N, Hkv, splits, p));
+          KILN_GPU_OK(launchDecode(kernels[ti], a.N, Hkv, splits, p));
           kk::AttentionCombineParams c{d_po.as<float>(), d_plse.as<float>(), d_out.get(), a.N, splits};
           KILN_GPU_OK(launch(combine, a.N, H, 1, c));
-          const Tiling& tl = tilings[ti];
-          const std::string what =
-              fmt::format("decode_attention {}/{}/{} {} splits {}{}", H, Hkv, D, batch_name, splits,
-                          tl.chunks ? fmt::format(" (chunks {} keys {} stages {})", tl.chunks, tl.keys, tl.stages)
-                                    : std::string());
+          const std::string what = fmt::format("decode_attention {}/{}/{} {} splits {} {}", H, Hkv, D, batch_name,
+                                               splits, tilings[ti].dump());
           expectClose(bf16ToFloat(d_out.download<uint16_t>()), ref, 4e-3, 1.0 / 64, what);
         }
       }
