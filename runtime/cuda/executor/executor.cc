@@ -83,11 +83,12 @@ std::string entryName(const std::string& name) {
 constexpr int64_t kAlign = 256;
 int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 constexpr int kGemvMaxRows = 8;
-// Split-KV decode: at most this many key partitions per (token, kv head),
-// for batches of at most kMaxSplitTokens decode tokens (the partials'
-// scratch is sized for that).
-constexpr int kMaxSplits = 32;
-constexpr int64_t kMaxSplitTokens = 64;
+// Decode batches run decode_attention over key partitions (split-KV) and
+// merge them with attention_combine: at most kMaxSplits partitions, and at
+// most kSplitRows (token, partition) rows of partials in all, the scratch
+// the executor allocates (capped by the token budget).
+constexpr int kMaxSplits = 64;
+constexpr int64_t kSplitRows = 4096;
 // Decode batches of up to this many sequences replay a captured CUDA graph.
 constexpr int64_t kMaxGraphBatch = 256;
 constexpr size_t kMaxGraphs = 128;
@@ -120,6 +121,7 @@ struct BoundStep {
   // paged_attention: the split-KV instance and its combine, for decode batches.
   CUfunction split_fn = nullptr, combine_fn = nullptr;
   unsigned split_block = 0, combine_block = 0;
+  unsigned split_smem = 0;
   // ... and the tensor-core flash_attention instance for prefill batches.
   CUfunction flash_fn = nullptr;
   unsigned flash_block = 0, flash_smem = 0;
@@ -201,7 +203,7 @@ struct GemmPlan {
 struct LaunchShape {
   int64_t n = 0, b = 0;  // tokens, sequences
   int max_blocks = 0;    // row stride of block_tables on the device
-  int splits = 1;        // split-KV partitions of paged attention (decode only)
+  int splits = 0;        // split-KV partitions of a decode batch; 0: not split (prefill)
   int max_q_len = 1;     // longest sequence's tokens in this batch
   bool operator<(const LaunchShape& o) const {
     return std::tie(n, b, max_blocks, splits, max_q_len) <
@@ -215,13 +217,16 @@ struct LaunchShape {
 constexpr int kFlashBlockM = 64;
 constexpr int kFlashMinQuery = 16;
 
-// Split-KV partitions for a decode batch: enough (token, kv head, split)
-// blocks to give every SM about two, but no partition shorter than one
-// 128-key chunk of the split kernel.
+// Split-KV partitions for a decode batch: about two decode_attention blocks
+// per SM (its resident count at head_dim 128), but no partition shorter than
+// 256 keys (four of a warp's 16-key tiles). A power of two, so a growing
+// context re-captures its graph only when the count doubles.
 int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
   const int64_t blocks = std::max<int64_t>(b * kv_heads, 1);
-  const int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, (max_kv_len + 127) / 128, kMaxSplits})));
+  const int64_t want = std::min<int64_t>({2 * int64_t(sms) / blocks, max_kv_len / 256, kMaxSplits});
+  int splits = 1;
+  while (splits * 2 <= want) splits *= 2;
+  return splits;
 }
 
 // The block-table row stride a decode graph is captured for: the next power
@@ -258,8 +263,9 @@ struct CudaExecutor::State {
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
   int64_t num_slots = 0;  // KV pool slots (rope_kv_append's bound)
   int sms = 1;            // streaming multiprocessors
-  // Split-KV partials: [kMaxSplitTokens, heads, kMaxSplits, head_dim] f32 and the lse.
+  // Split-KV partials: [kSplitRows (token, split) rows, heads, head_dim] f32 and the lse.
   CUdeviceptr partial_out = 0, partial_lse = 0;
+  int64_t split_rows = 0;  // (token, split) rows the partials hold
   bool use_graphs = true;
   std::map<LaunchShape, CUgraphExec> graphs;
   int64_t graph_captures = 0;
@@ -483,11 +489,14 @@ int64_t formBytes(const BoundWeight& w, Form form) {
   return 0;
 }
 
-// "kRowsPerBlock = 4" in a gemv instance's source.
-int parseRowsPerBlock(const std::string& source) {
-  const std::string key = "kRowsPerBlock = ";
+// "static constexpr int kSmemBytes = 98304;" in an instance's Config, or `fallback`.
+int parseConfigInt(const std::string& source, const char* name, int fallback) {
+  const std::string key = std::string(name) + " = ";
   size_t at = source.find(key);
-  return at == std::string::npos ? 1 : std::max(1, std::atoi(source.c_str() + at + key.size()));
+  return at == std::string::npos ? fallback : std::atoi(source.c_str() + at + key.size());
+}
+int parseRowsPerBlock(const std::string& source) {
+  return std::max(1, parseConfigInt(source, "kRowsPerBlock", 1));
 }
 
 }  // namespace
@@ -736,7 +745,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::vector<std::string> step_instance(entry->steps.size());
   std::map<std::string, int> rows_per_block;
   std::map<std::string, unsigned> block_threads;
-  std::map<size_t, std::vector<std::string>> split_instances;  // step -> {split, combine}
+  std::map<size_t, std::vector<std::string>> split_instances;  // step -> {split, combine, flash}
+  std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
@@ -761,7 +771,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     // contexts would otherwise leave most SMs idle) and merge the partials.
     if (step.kind == StepKind::kPagedAttention && !params.value("tree_mask", false)) {
       const nlohmann::json combine{{"heads", params["heads"]}, {"head_dim", params["head_dim"]}};
-      std::vector<std::pair<const char*, nlohmann::json>> extras = {{"paged_attention_split", params},
+      // decode_attention streams K/V at HBM speed (tensor cores for bf16
+      // pools); paged_attention_split is the fallback for what it rejects.
+      const char* split_kind =
+          cuda_codegen::instanceSource("decode_attention", params, "probe").ok() ? "decode_attention"
+                                                                                 : "paged_attention_split";
+      std::vector<std::pair<const char*, nlohmann::json>> extras = {{split_kind, params},
                                                                     {"attention_combine", combine}};
       // Prefill on tensor cores where the template serves the shape.
       const int64_t head_dim = params.value("head_dim", 0);
@@ -775,6 +790,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         if (!extra)
           return makeError("{} ({}): instance {}: {}", step.path, kind, name, extra.error().message);
         block_threads[name] = unsigned(extra->launch.block_threads);
+        dynamic_smem[name] = unsigned(parseConfigInt(extra->source, "kSmemBytes", 0));
         source_index[name] = sources.size();
         sources.push_back({name, extra->source});
       }
@@ -816,6 +832,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       if (auto it = split_instances.find(i); it != split_instances.end()) {
         s.split_fn = functions[source_index[it->second[0]]];
         s.split_block = block_threads[it->second[0]];
+        s.split_smem = dynamic_smem[it->second[0]];
+        if (s.split_smem > 0)
+          KILN_RETURN_IF_ERROR(d->check(d->cuFuncSetAttribute(s.split_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                              int(s.split_smem)),
+                                        "cuFuncSetAttribute (decode_attention shared memory)"));
         s.combine_fn = functions[source_index[it->second[1]]];
         s.combine_block = block_threads[it->second[1]];
         if (it->second.size() > 2) {
@@ -994,10 +1015,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     st.steps.push_back(std::move(s));
   }
   if (max_heads_dim > 0) {
-    const int64_t rows = std::min(max_tokens, kMaxSplitTokens) * kMaxSplits;
+    const int64_t rows = std::min(max_tokens * kMaxSplits, kSplitRows);
     KILN_ASSIGN(partial_out, st.alloc(rows * max_heads_dim * 4, "the split-KV attention partials"));
     KILN_ASSIGN(partial_lse, st.alloc(rows * max_heads * 4, "the split-KV attention lse"));
     st.partial_out = partial_out;
+    st.split_rows = rows;
     st.partial_lse = partial_lse;
     ex->device_bytes_ += rows * (max_heads_dim + max_heads) * 4;
   }
@@ -1040,13 +1062,13 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
     const unsigned tiles = unsigned((shape.max_q_len + kFlashBlockM - 1) / kFlashBlockM);
     return launch(s.flash_fn, s.flash_block, unsigned(s.heads), tiles, unsigned(shape.b), &p, s.flash_smem);
   }
-  if (shape.splits <= 1 || !s.split_fn)
+  if (shape.splits < 1 || !s.split_fn)
     return launch(s, unsigned(shape.n), unsigned(s.kv_heads), 1, &p);
   p.num_splits = shape.splits;
   p.partial_out = reinterpret_cast<float*>(partial_out);
   p.partial_lse = reinterpret_cast<float*>(partial_lse);
   KILN_RETURN_IF_ERROR(launch(s.split_fn, s.split_block, unsigned(shape.n), unsigned(s.kv_heads),
-                              unsigned(shape.splits), &p));
+                              unsigned(shape.splits), &p, s.split_smem));
   kk::AttentionCombineParams c{p.partial_out, p.partial_lse, p.out, int(shape.n), shape.splits};
   return launch(s.combine_fn, s.combine_block, unsigned(shape.n), unsigned(s.heads), 1, &c);
 }
@@ -1178,14 +1200,16 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   // A decode batch (one token per sequence) splits attention over the keys
   // and replays a graph captured for its shape; anything else is launched
   // step by step.
-  LaunchShape shape{n, b, in.max_blocks, 1, 1};
+  LaunchShape shape{n, b, in.max_blocks, 0, 1};
   for (int64_t i = 0; i < b; ++i)
     shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
   const bool decode = n == b;  // checkBatch: every sequence has >= 1 token
   const int64_t num_blocks = pool_->config().num_blocks;
-  if (decode && b <= kMaxSplitTokens) {
+  if (decode && b <= kSplitRows) {
     const int max_kv = *std::max_element(in.kv_lens.begin(), in.kv_lens.end());
     shape.splits = decodeSplits(b, int(pool_->config().kv_heads), max_kv, st.sms);
+    while (shape.splits > 1 && b * shape.splits > st.split_rows) shape.splits /= 2;
+    if (b * shape.splits > st.split_rows) shape.splits = 0;  // no room: the unsplit kernel
   }
   bool graph = st.use_graphs && decode && b <= kMaxGraphBatch;
   if (graph) {
