@@ -244,6 +244,9 @@ int benchCommand(int argc, char** argv) {
                threads);
   auto mine = benchKiln(**engine, prompt, *gen_tokens, *batch);
   if (!mine.ok()) return fail(mine.error().message);
+  // kiln's own figures first, so a peer that fails or hangs cannot lose them.
+  std::fprintf(stderr, "kiln bench: kiln prefill %.1f tok/s (time to first token %.1f ms), decode %.1f tok/s\n",
+               mine->prefill_tps, mine->ttft_ms, mine->decode_tps);
 
   const Manifest& manifest = (*engine)->manifest();
   // The peer a user of this model would otherwise run: llama.cpp for a
