@@ -217,13 +217,19 @@ struct LaunchShape {
 constexpr int kFlashBlockM = 64;
 constexpr int kFlashMinQuery = 16;
 
-// Split-KV partitions for a decode batch: about two decode_attention blocks
-// per SM (its resident count at head_dim 128), but no partition shorter than
-// 256 keys (four of a warp's 16-key tiles). A power of two, so a growing
+// Split-KV partitions for a decode batch, or 0 for the unsplit kernel. The
+// unsplit paged_attention walks a block's keys in 128-key chunks with one
+// (token, kv head) per block: fine for a few dozen keys, but at Llama-3-8B
+// batch 1 it left decode 1.3 ms per token behind the forward-only timing at
+// 128-384 keys (2026-11-29). decode_attention (tensor cores, pipelined
+// copies) reads 8k keys at 1.5 TB/s with 16 partitions. So: past 64 keys,
+// decode_attention with about two blocks per SM (its residency at head_dim
+// 128) and at least 64 keys per partition, a power of two so a growing
 // context re-captures its graph only when the count doubles.
 int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
+  if (max_kv_len <= 64) return 0;
   const int64_t blocks = std::max<int64_t>(b * kv_heads, 1);
-  const int64_t want = std::min<int64_t>({2 * int64_t(sms) / blocks, max_kv_len / 256, kMaxSplits});
+  const int64_t want = std::min<int64_t>({2 * int64_t(sms) / blocks, max_kv_len / 64, kMaxSplits});
   int splits = 1;
   while (splits * 2 <= want) splits *= 2;
   return splits;
@@ -1209,9 +1215,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
     const int max_kv = *std::max_element(in.kv_lens.begin(), in.kv_lens.end());
     shape.splits = decodeSplits(b, int(pool_->config().kv_heads), max_kv, st.sms);
     while (shape.splits > 1 && b * shape.splits > st.split_rows) shape.splits /= 2;
-    // One partition: the unsplit kernel writes the output directly, one
-    // launch instead of two (measured faster at short contexts, 1B shapes).
-    if (shape.splits <= 1) shape.splits = 0;
+    if (b * shape.splits > st.split_rows) shape.splits = 0;
   }
   bool graph = st.use_graphs && decode && b <= kMaxGraphBatch;
   if (graph) {
