@@ -10,9 +10,10 @@ kiln's own run. Prints one JSON object on stdout (progress on stderr):
                         every weight but the embedding table (its B rows are
                         negligible; a tied table is read whole as the LM head)
                         plus the KV cache at the mean context of the run
-            prefill_tps prompt tokens / (prefill FLOPs / gemm_tflops): every
-                        linear layer on every prompt token, causal attention,
-                        the LM head on the last token only (as kiln computes)
+            prefill_tps prompt tokens / max(prefill FLOPs / gemm_tflops, weight
+                        bytes / hbm_gbps): FLOPs of every linear layer on every
+                        prompt token, causal attention, the LM head on the last
+                        token only (as kiln computes)
   eager     transformers, bf16, default attention, DynamicCache, Python loop
   compiled  transformers, bf16, static cache + torch.compile(mode=
             "reduce-overhead") through generate() (the setup transformers
@@ -106,7 +107,9 @@ def roofline(config, weights, prompt, gen, batch, hbm_gbps, gemm_tflops):
     flops = 2 * linear * prompt * batch
     flops += batch * layers * heads * 4 * d * prompt * prompt / 2  # QK^T and PV, causal half
     flops += batch * 2 * h * vocab  # LM head on the last token
-    prefill_tps = prompt * batch / (flops / (gemm_tflops * 1e12))
+    # A short prompt is bound by reading the weights once, not by FLOPs.
+    prefill_seconds = max(flops / (gemm_tflops * 1e12), per_step / (hbm_gbps * 1e9))
+    prefill_tps = prompt * batch / prefill_seconds
     return {"decode_tps": decode_tps, "prefill_tps": prefill_tps, "decode_bytes_per_step": per_step + kv_bytes,
             "prefill_flops": flops}
 

@@ -167,7 +167,7 @@ void printHfTable(const Figures& mine, const nlohmann::json& hf, bool prefill_on
     if (hf.contains(mode) && hf[mode].contains("error"))
       std::printf("HF %s failed: %s\n", mode, hf[mode]["error"].get<std::string>().c_str());
   if (prefill_only && mine.prefill_tps > 0)
-    std::printf("kiln prefill time / FLOP-roofline time: %.2f\n",
+    std::printf("kiln prefill time / roofline time: %.2f\n",
                 hf["roofline"]["prefill_tps"].get<double>() / mine.prefill_tps);
   const auto& c = hf["ceilings"];
   std::printf("ceilings measured in this run: HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s (%s, torch %s)\n",
