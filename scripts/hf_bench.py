@@ -15,9 +15,9 @@ kiln's own run. Prints one JSON object on stdout (progress on stderr):
                         prompt token, causal attention, the LM head on the last
                         token only (as kiln computes)
   eager     transformers, bf16, default attention, DynamicCache, Python loop
-  compiled  transformers, bf16, static cache + torch.compile(mode=
-            "reduce-overhead") through generate() (the setup transformers
-            documents for fast decode)
+  compiled  transformers, bf16, generate() with a static cache, which
+            compiles the forward (torch.compile, reduce-overhead) itself: the
+            setup transformers documents for fast decode
   each:     prefill_ms, prefill_tps, decode_tps (greedy, EOS ignored)
 
   hf_bench.py --model DIR --prompt-ids FILE --gen G --batch B [--modes eager,compiled]
@@ -146,8 +146,13 @@ def bench_eager(model, ids, gen):
 
 def bench_compiled(model, ids, gen):
     batch, prompt = ids.shape
+    # generate() compiles the forward itself when the cache is static
+    # (generation_config.compile_config, reduce-overhead CUDA graphs) and
+    # initializes the cache buffers before capture. Wrapping model.forward in
+    # torch.compile by hand failed on transformers 5.17 ("accessing tensor
+    # output of CUDAGraphs that has been overwritten", the cache's
+    # cumulative_length updated inside the captured graph).
     model.generation_config.cache_implementation = "static"
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     mask = torch.ones_like(ids)
 
     def generate(n):
