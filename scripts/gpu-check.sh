@@ -5,6 +5,12 @@
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build-cuda)
 #
+# Everything docs/performance.md reports, in two device calls (each under the
+# 10-minute limit; the second needs nothing from the first):
+#   KILN_GPU_PARTS="kernels hf attention sanitizer" scripts/gpu-check.sh build-gpu
+#   KILN_GPU_PARTS=bench KILN_BENCH_RUNS="b1 prefill b32" scripts/gpu-check.sh build-gpu
+# $OUT/0-report.txt collects every figure (written even when a limit stops the run).
+#
 # Parts (KILN_GPU_PARTS, default "kernels hf"):
 #   kernels  the `gpu` test binaries (kernels_gpu_test, kiln_cuda_test) and kiln-kernels
 #   hf       kiln's executors against Hugging Face transformers: for each model in
@@ -22,7 +28,7 @@
 #            checkpoint written here, artifact BUILD_DIR/artifacts/<model>-bf16):
 #            accuracy against transformers fp32, cold and warm start, then each
 #            workload of KILN_BENCH_RUNS (default "b1") beside the HF peers and the
-#            roofline of the same run:  b1 (batch 1, 128 in / 256 out, peers eager +
+#            roofline of the same run:  b1 (batch 1, 128 in / 128 out, peers eager +
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
 #            prefill (batch 1, 2048 in, eager); KILN_BENCH_PEER overrides the peer
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
@@ -44,6 +50,26 @@ export CUDA_CACHE_DISABLE=1
   echo "== card";  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
   echo "== nvrtc"; ls /usr/local/cuda/lib64/libnvrtc.so* 2>&1 | head -3
 } | tee "$OUT/machine.txt"
+
+# One file with every figure, named to sort first (the device tool brings
+# back a limited number of files), written on any exit, a time limit's
+# SIGTERM included.
+write_report() {
+{
+  cat "$OUT/machine.txt"
+  echo "== results"; cat "$OUT/summary.txt"
+  [[ -f "$OUT/start_times.txt" ]] && { echo "== start times"; cat "$OUT/start_times.txt"; }
+  for f in "$OUT"/bench_*.txt; do [[ -f "$f" ]] && { echo "== $(basename "$f")"; cat "$f"; }; done
+  for f in "$OUT"/hf_*.log "$OUT"/accuracy_*.log "$OUT"/bench_*_checkpoint.log; do
+    [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded" "$f"; }
+  done
+  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|torch_sdpa|flash_attention prefill" "$OUT/attention_bench.txt"; }
+  for f in "$OUT"/sanitizer_*.log; do [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "SUMMARY|Hazard|hazard|Race|ERROR" "$f" | head -20; }; done
+  [[ -f "$OUT/gemv_sweep.txt" ]] && { echo "== gemv sweep"; cat "$OUT/gemv_sweep.txt"; }
+} > "$OUT/0-report.txt" 2>&1
+}
+trap write_report EXIT
+trap 'exit 143' TERM INT
 
 PARTS="${KILN_GPU_PARTS:-kernels hf}"
 status=0
@@ -149,17 +175,20 @@ if [[ " $PARTS " == *" bench "* ]]; then
   done
   for run in ${KILN_BENCH_RUNS:-b1}; do
     case $run in
-      b1) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 256 --peer hf) ;;
-      b32) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer hf) ;;
-      prefill) flags=(--prompt-tokens 2048 --peer hf-eager) ;;
+      # Each run has its own time limit, so one slow peer cannot take the
+      # whole device call (kiln prints its own figures first).
+      b1) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer hf); limit=200 ;;
+      b32) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer hf); limit=240 ;;
+      prefill) flags=(--prompt-tokens 2048 --peer hf-eager); limit=90 ;;
       *) echo "unknown bench run $run"; continue ;;
     esac
     [[ -n "${KILN_BENCH_PEER:-}" ]] && flags+=(--peer "$KILN_BENCH_PEER")
     workload=decode; [[ $run == prefill ]] && workload=prefill
     echo "== kiln bench $workload $model ${flags[*]}"
     tests+=("bench_$run")
-    timeout 580 "$BUILD/bin/kiln" bench $workload "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
+    timeout "$limit" "$BUILD/bin/kiln" bench $workload "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
       --json "$OUT/bench_${model}_$run.json" 2>"$OUT/bench_${model}_$run.err" | tee "$OUT/bench_${model}_$run.txt"
+    grep "kiln bench: kiln prefill" "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
     rc=${PIPESTATUS[0]}
     result[bench_$run]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
     [[ $rc == 0 ]] || { status=1; tail -5 "$OUT/bench_${model}_$run.err"; }
@@ -196,4 +225,6 @@ fi
 echo
 printf '%-24s %s\n' "test" "result" | tee "$OUT/summary.txt"
 for t in "${tests[@]}"; do n="$(basename "$t")"; printf '%-24s %s\n' "$n" "${result[$n]}"; done | tee -a "$OUT/summary.txt"
+
 exit $status
+
