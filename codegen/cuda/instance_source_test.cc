@@ -1,4 +1,5 @@
 #include "codegen/cuda/instance_source.h"
+#include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/decode_attention.cuh"  // decode:: shape helpers (host-visible part)
 
 #include <gtest/gtest.h>
@@ -154,6 +155,50 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   auto missing = writeInstanceSources(dir);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("manifest.json"), std::string::npos);
+}
+
+TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
+  const json attention = {{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
+                          {"scale", 0.08838834764831845}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  auto list = stepInstances("paged_attention", attention, "attn_l0");
+  ASSERT_TRUE(list.ok()) << list.error().message;
+  ASSERT_EQ(list->size(), 4u);
+  EXPECT_EQ((*list)[0].role, InstanceRole::kStep);
+  EXPECT_EQ((*list)[0].name, "attn_l0");
+  EXPECT_EQ((*list)[1].kind, "decode_attention");
+  EXPECT_EQ((*list)[2].kind, "attention_combine");
+  EXPECT_EQ((*list)[2].params, (json{{"heads", 32}, {"head_dim", 128}}));
+  EXPECT_EQ((*list)[3].kind, "flash_attention");
+  EXPECT_STREQ(instanceRoleName((*list)[3].role), "prefill");
+  for (const StepInstance& inst : *list)  // each one generates
+    EXPECT_TRUE(instanceSource(inst.kind, inst.params, inst.name).ok()) << inst.kind;
+
+  // No tensor-core prefill for f32 pools or when it is turned off; tree
+  // masks keep the step's own kernel only.
+  json f32 = attention;
+  f32["kv_type"] = "f32";
+  auto f32_list = stepInstances("paged_attention", f32, "attn_f32");
+  ASSERT_TRUE(f32_list.ok());
+  EXPECT_EQ(f32_list->size(), 3u);
+  auto no_flash = stepInstances("paged_attention", attention, "attn_l0", {.flash_attention = false});
+  EXPECT_EQ(no_flash->size(), 3u);
+  json tree = attention;
+  tree["tree_mask"] = true;
+  EXPECT_EQ(stepInstances("paged_attention", tree, "attn_tree")->size(), 1u);
+}
+
+TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
+  auto list = stepInstances("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "f32"}, {"bias", false}}, "gemm_f32");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].params["weight_type"], "bf16");
+  EXPECT_EQ((*list)[0].name, instanceName("gemm", (*list)[0].params));
+
+  const std::string long_name(300, 'x');
+  const std::string bounded = boundedInstanceName(long_name);
+  EXPECT_LE(bounded.size(), 160u);
+  EXPECT_NE(bounded, boundedInstanceName(std::string(299, 'x') + "y"));  // the hash tells them apart
+  EXPECT_EQ(boundedInstanceName("short"), "short");
 }
 
 }  // namespace

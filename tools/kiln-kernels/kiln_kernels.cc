@@ -4,8 +4,11 @@
 //   kiln-kernels ARTIFACT list
 //   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90]
 //
-// The source is ARTIFACT/kernels/INSTANCE.cu when present, else generated from
-// the manifest step (codegen/cuda). PTX, SASS and resources come from NVRTC.
+// `list` shows every instance the CUDA runtime compiles for the artifact: each
+// step's own (role "step") and those the runtime runs beside it, chosen per
+// batch (codegen/cuda/step_instances.h: "decode", "combine", "prefill" for
+// attention). The source is ARTIFACT/kernels/INSTANCE.cu when present, else
+// generated (codegen/cuda). PTX, SASS and resources come from NVRTC.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/cuda/step_instances.h"
 #include "runtime/cuda/nvrtc_compiler.h"
 
 namespace fs = std::filesystem;
@@ -31,6 +35,7 @@ namespace {
 struct Step {
   std::string kind;
   json params;
+  std::string role = "step";
   int uses = 0;
 };
 
@@ -61,10 +66,23 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
       if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
           !s["kind"].is_string())
         return kiln::makeError("{}: entries.{} has a step without string 'kind' and 'instance'", path.string(), entry);
-      Step& step = steps[s["instance"].get<std::string>()];
-      step.kind = s["kind"];
-      step.params = s.contains("params") ? s["params"] : json::object();
-      ++step.uses;
+      const std::string kind = s["kind"], instance = s["instance"];
+      const json params = s.contains("params") ? s["params"] : json::object();
+      auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance);
+      if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
+        Step& step = steps[instance];
+        step.kind = kind;
+        step.params = params;
+        ++step.uses;
+        continue;
+      }
+      for (const kiln::cuda_codegen::StepInstance& inst : *runtime) {
+        Step& step = steps[inst.name];
+        step.kind = inst.kind;
+        step.params = inst.params;
+        step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
+        ++step.uses;
+      }
     }
   }
   return steps;
@@ -96,10 +114,10 @@ int main(int argc, char** argv) {
     if (argc != 3) return usage();
     size_t width = 8;
     for (auto& [name, step] : *steps) width = std::max(width, name.size());
-    std::printf("%-*s  %-20s  %5s  %s\n", int(width), "instance", "kind", "steps", "params");
+    std::printf("%-*s  %-20s  %-7s  %5s  %s\n", int(width), "instance", "kind", "role", "steps", "params");
     for (auto& [name, step] : *steps)
-      std::printf("%-*s  %-20s  %5d  %s\n", int(width), name.c_str(), step.kind.c_str(), step.uses,
-                  step.params.dump().c_str());
+      std::printf("%-*s  %-20s  %-7s  %5d  %s\n", int(width), name.c_str(), step.kind.c_str(), step.role.c_str(),
+                  step.uses, step.params.dump().c_str());
     return 0;
   }
   if (command != "show" || argc < 4) return usage();

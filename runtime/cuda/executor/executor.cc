@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "codegen/cuda/instance_source.h"
-#include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes
+#include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/cpu/kernels/thread_pool.h"
 #include "runtime/cuda/cublaslt.h"
@@ -68,16 +68,6 @@ nlohmann::json paramsJson(const StepParams& params) {
   for (const auto& [key, value] : params.values())
     std::visit([&](const auto& v) { j[key] = v; }, value);
   return j;
-}
-
-// An instance name short enough for the JIT cache's file names (NAME_MAX is
-// 255 bytes and the cache adds a 33-byte key and a suffix): long names keep
-// their first 96 characters and gain a hash of the whole name.
-std::string entryName(const std::string& name) {
-  if (name.size() <= 160) return name;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{}_{:016x}", name.substr(0, 96), h);
 }
 
 constexpr int64_t kAlign = 256;
@@ -745,61 +735,36 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     return dv;
   };
 
-  // 4. Kernel instances: the manifest's, with GEMMs as bf16-weight gemv.
+  // 4. Kernel instances: for each step the list codegen/cuda/step_instances.h
+  //    gives (kiln-kernels shows the same list), each compiled once.
   std::vector<KernelSource> sources;
   std::map<std::string, size_t> source_index;
   std::vector<std::string> step_instance(entry->steps.size());
   std::map<std::string, int> rows_per_block;
   std::map<std::string, unsigned> block_threads;
-  std::map<size_t, std::vector<std::string>> split_instances;  // step -> {split, combine, flash}
+  using Role = cuda_codegen::InstanceRole;
+  std::map<size_t, std::map<Role, std::string>> attention_instances;  // attention step -> by role
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
+  cuda_codegen::StepInstanceOptions instance_options;
+  instance_options.flash_attention = options.flash_attention;
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
-    nlohmann::json params = paramsJson(step.params);
-    std::string inst_name = step.instance;
-    if (step.kind == StepKind::kGemm && params.value("weight_type", "") != "bf16") {
-      params["weight_type"] = "bf16";
-      inst_name = cuda_codegen::instanceName("gemm", params);
-    }
-    inst_name = entryName(inst_name);
-    step_instance[i] = inst_name;
-    if (source_index.count(inst_name)) continue;
-    auto inst = cuda_codegen::instanceSource(stepKindName(step.kind), params, inst_name);
-    if (!inst)
-      return makeError("{} ({}): instance {}: {}", step.path, stepKindName(step.kind), inst_name,
-                       inst.error().message);
-    rows_per_block[inst_name] = parseRowsPerBlock(inst->source);
-    block_threads[inst_name] = unsigned(inst->launch.block_threads);
-    source_index[inst_name] = sources.size();
-    sources.push_back({inst_name, inst->source});
-    // Decode batches run paged attention split over the keys (long
-    // contexts would otherwise leave most SMs idle) and merge the partials.
-    if (step.kind == StepKind::kPagedAttention && !params.value("tree_mask", false)) {
-      const nlohmann::json combine{{"heads", params["heads"]}, {"head_dim", params["head_dim"]}};
-      // decode_attention streams K/V at HBM speed (tensor cores for bf16
-      // pools); paged_attention_split is the fallback for what it rejects.
-      const char* split_kind =
-          cuda_codegen::instanceSource("decode_attention", params, "probe").ok() ? "decode_attention"
-                                                                                 : "paged_attention_split";
-      std::vector<std::pair<const char*, nlohmann::json>> extras = {{split_kind, params},
-                                                                    {"attention_combine", combine}};
-      // Prefill on tensor cores where the template serves the shape.
-      const int64_t head_dim = params.value("head_dim", 0);
-      if (options.flash_attention && params.value("kv_type", "") == "bf16" && (head_dim == 64 || head_dim == 128))
-        extras.push_back({"flash_attention", params});
-      for (const auto& [kind, kind_params] : extras) {
-        const std::string name = entryName(cuda_codegen::instanceName(kind, kind_params));
-        split_instances[i].push_back(name);
-        if (source_index.count(name)) continue;
-        auto extra = cuda_codegen::instanceSource(kind, kind_params, name);
-        if (!extra)
-          return makeError("{} ({}): instance {}: {}", step.path, kind, name, extra.error().message);
-        block_threads[name] = unsigned(extra->launch.block_threads);
-        dynamic_smem[name] = unsigned(parseConfigInt(extra->source, "kSmemBytes", 0));
-        source_index[name] = sources.size();
-        sources.push_back({name, extra->source});
-      }
+    auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
+                                                 step.instance, instance_options);
+    if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
+    for (const cuda_codegen::StepInstance& inst : *instances) {
+      if (inst.role == Role::kStep) step_instance[i] = inst.name;
+      else attention_instances[i][inst.role] = inst.name;
+      if (source_index.count(inst.name)) continue;
+      auto generated = cuda_codegen::instanceSource(inst.kind, inst.params, inst.name);
+      if (!generated)
+        return makeError("{} ({}): instance {}: {}", step.path, inst.kind, inst.name, generated.error().message);
+      rows_per_block[inst.name] = parseRowsPerBlock(generated->source);
+      block_threads[inst.name] = unsigned(generated->launch.block_threads);
+      dynamic_smem[inst.name] = unsigned(parseConfigInt(generated->source, "kSmemBytes", 0));
+      source_index[inst.name] = sources.size();
+      sources.push_back({inst.name, generated->source});
     }
   }
   KernelCacheOptions cache;
@@ -835,24 +800,23 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       s.fn = functions[source_index[inst]];
       s.block = block_threads[inst];
       s.rows_per_block = rows_per_block[inst];
-      if (auto it = split_instances.find(i); it != split_instances.end()) {
-        s.split_fn = functions[source_index[it->second[0]]];
-        s.split_block = block_threads[it->second[0]];
-        s.split_smem = dynamic_smem[it->second[0]];
-        if (s.split_smem > 0)
-          KILN_RETURN_IF_ERROR(d->check(d->cuFuncSetAttribute(s.split_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                              int(s.split_smem)),
-                                        "cuFuncSetAttribute (decode_attention shared memory)"));
-        s.combine_fn = functions[source_index[it->second[1]]];
-        s.combine_block = block_threads[it->second[1]];
-        if (it->second.size() > 2) {
-          s.flash_fn = functions[source_index[it->second[2]]];
-          s.flash_block = block_threads[it->second[2]];
-          s.flash_smem = unsigned(kk::flash::smem_bytes(int(*step.params.getInt("head_dim")), kFlashBlockM));
-          KILN_RETURN_IF_ERROR(d->check(d->cuFuncSetAttribute(s.flash_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                              int(s.flash_smem)),
-                                        "cuFuncSetAttribute (flash_attention shared memory)"));
-        }
+      // The attention kernels with dynamic shared memory above the 48 KiB
+      // default must say so before their first launch.
+      auto bindExtra = [&](const std::string& name, CUfunction& fn, unsigned& block, unsigned& smem) -> Status {
+        fn = functions[source_index[name]];
+        block = block_threads[name];
+        smem = dynamic_smem[name];
+        if (smem == 0) return {};
+        return d->check(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
+                        "cuFuncSetAttribute (dynamic shared memory)");
+      };
+      if (auto it = attention_instances.find(i); it != attention_instances.end()) {
+        std::map<Role, std::string>& by_role = it->second;
+        unsigned combine_smem = 0;
+        KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
+        KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kCombine], s.combine_fn, s.combine_block, combine_smem));
+        if (by_role.count(Role::kPrefill))
+          KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kPrefill], s.flash_fn, s.flash_block, s.flash_smem));
       }
     }
     const size_t na = step.args.size();

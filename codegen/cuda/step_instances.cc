@@ -1,0 +1,55 @@
+#include "codegen/cuda/step_instances.h"
+
+#include <fmt/format.h>
+
+#include "codegen/cuda/instance_source.h"
+
+namespace kiln::cuda_codegen {
+
+const char* instanceRoleName(InstanceRole role) {
+  switch (role) {
+    case InstanceRole::kStep: return "step";
+    case InstanceRole::kDecode: return "decode";
+    case InstanceRole::kCombine: return "combine";
+    case InstanceRole::kPrefill: return "prefill";
+  }
+  return "?";
+}
+
+std::string boundedInstanceName(const std::string& name) {
+  if (name.size() <= 160) return name;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{}_{:016x}", name.substr(0, 96), h);
+}
+
+Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
+                                                const std::string& manifest_instance,
+                                                const StepInstanceOptions& options) {
+  std::vector<StepInstance> out;
+  auto add = [&](InstanceRole role, std::string_view k, const nlohmann::json& p, std::string name) {
+    out.push_back({role, std::string(k), p, boundedInstanceName(name)});
+  };
+  if (kind == "gemm" && params.value("weight_type", "") != "bf16") {
+    nlohmann::json bf16 = params;
+    bf16["weight_type"] = "bf16";
+    add(InstanceRole::kStep, kind, bf16, instanceName(kind, bf16));
+  } else {
+    add(InstanceRole::kStep, kind, params, manifest_instance);
+  }
+  if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
+
+  // Decode: the bandwidth-bound split-KV kernel where its template serves
+  // the pool, else the CUDA-core kernel's split mode.
+  const char* decode = instanceSource("decode_attention", params, "probe").ok() ? "decode_attention"
+                                                                               : "paged_attention_split";
+  add(InstanceRole::kDecode, decode, params, instanceName(decode, params));
+  const nlohmann::json combine{{"heads", params.value("heads", 0)}, {"head_dim", params.value("head_dim", 0)}};
+  add(InstanceRole::kCombine, "attention_combine", combine, instanceName("attention_combine", combine));
+  const int64_t head_dim = params.value("head_dim", 0);
+  if (options.flash_attention && params.value("kv_type", "") == "bf16" && (head_dim == 64 || head_dim == 128))
+    add(InstanceRole::kPrefill, "flash_attention", params, instanceName("flash_attention", params));
+  return out;
+}
+
+}  // namespace kiln::cuda_codegen

@@ -1,0 +1,47 @@
+// The kernel instances the CUDA runtime compiles for one manifest step. The
+// manifest names one instance per step; the runtime may run others in its
+// place or beside it, chosen by the batch at run time:
+//   - gemm: the skinny GEMM with bf16 weights (the runtime converts float
+//     weights to bf16 at load), whatever weight type the manifest names;
+//   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
+//     decode_attention (split-KV decode) with attention_combine, and for
+//     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
+//     (prefill).
+// The executor compiles exactly this list and kiln-kernels shows it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/support/error.h"
+
+namespace kiln::cuda_codegen {
+
+enum class InstanceRole { kStep, kDecode, kCombine, kPrefill };
+const char* instanceRoleName(InstanceRole role);  // "step", "decode", "combine", "prefill"
+
+struct StepInstance {
+  InstanceRole role = InstanceRole::kStep;
+  std::string kind;
+  nlohmann::json params;
+  std::string name;  // a valid kernel symbol, short enough for the JIT cache's files
+};
+
+struct StepInstanceOptions {
+  bool flash_attention = true;  // offer the tensor-core prefill kernel
+};
+
+// `manifest_instance` is the step's instance name in the manifest, kept for
+// the step's own kernel when the runtime does not change its params.
+Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
+                                                const std::string& manifest_instance,
+                                                const StepInstanceOptions& options = {});
+
+// Names above 160 characters keep their first 96 and gain a hash of the
+// whole: kernel symbols may be long, the JIT cache's file names may not.
+std::string boundedInstanceName(const std::string& name);
+
+}  // namespace kiln::cuda_codegen
