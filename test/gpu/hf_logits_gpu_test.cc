@@ -341,7 +341,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}\n", manifest.error().message);
     return 1;
   }
-  auto weights = WeightStore::open(*manifest, wopt);
+  // As the engine opens it for a GPU: concat_rows weights stay as their parts
+  // and are uploaded part by part, so this check covers that path.
+  WeightStoreOptions gpu_wopt = wopt;
+  gpu_wopt.defer_concat = true;
+  auto weights = WeightStore::open(*manifest, gpu_wopt);
   if (!weights) {
     fmt::print(stderr, "{}\n", weights.error().message);
     return 1;
