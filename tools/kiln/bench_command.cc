@@ -86,35 +86,43 @@ Result<Figures> benchKiln(Engine& engine, const std::vector<int32_t>& prompt, in
   return f;
 }
 
-Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t>& prompt,
-                              int64_t gen, int threads) {
-  std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
-  std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
-  {
-    std::ofstream out(ids_path);
-    out << nlohmann::json(prompt).dump();
-  }
-  std::string command = fmt::format("python3 {} --model '{}' --prompt-ids {} --gen {} --threads {}",
-                                    script, gguf, ids_path, gen, threads);
+// Runs a peer script (under scripts/) with the prompt ids in a temporary
+// file after `--prompt-ids`; returns the JSON object it prints on stdout,
+// which must hold `required`. `needs` says what the peer needs when it fails.
+Result<nlohmann::json> runPeerScript(const char* name, const std::vector<int32_t>& prompt,
+                                     const std::string& args, const char* required, const char* needs) {
+  const std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/" + name;
+  const std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
+  std::ofstream(ids_path) << nlohmann::json(prompt).dump();
+  const std::string command = fmt::format("python3 {} --prompt-ids {} {}", script, ids_path, args);
   FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return makeError("cannot run {}", command);
+  if (!pipe) {
+    std::remove(ids_path.c_str());
+    return makeError("cannot run {}", command);
+  }
   std::string output;
   char buffer[4096];
   size_t n;
   while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  int status = pclose(pipe);
+  const int status = pclose(pipe);
   std::remove(ids_path.c_str());
-  if (status != 0)
-    return makeError("the llama.cpp peer failed (exit {}): is llama-cpp-python installed? "
-                     "(pip install llama-cpp-python)",
-                     status);
+  if (status != 0) return makeError("the peer {} failed (exit {}): {}", name, status, needs);
   auto json = nlohmann::json::parse(output, nullptr, false);
-  if (!json.is_object() || !json.contains("decode_tps"))
-    return makeError("the llama.cpp peer printed no figures: {}", output);
+  if (!json.is_object() || !json.contains(required))
+    return makeError("the peer {} printed no figures: {}", name, output);
+  return json;
+}
+
+Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t>& prompt,
+                              int64_t gen, int threads) {
+  auto json = runPeerScript("llamacpp_bench.py", prompt,
+                            fmt::format("--model '{}' --gen {} --threads {}", gguf, gen, threads), "decode_tps",
+                            "is llama-cpp-python installed? (pip install llama-cpp-python)");
+  if (!json.ok()) return json.error();
   Figures f;
-  f.prefill_tps = json["prefill_tps"].get<double>();
-  f.decode_tps = json["decode_tps"].get<double>();
-  f.ttft_ms = json["prefill_ms"].get<double>();
+  f.prefill_tps = (*json)["prefill_tps"].get<double>();
+  f.decode_tps = (*json)["decode_tps"].get<double>();
+  f.ttft_ms = (*json)["prefill_ms"].get<double>();
   return f;
 }
 
@@ -122,27 +130,9 @@ Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t
 // the same checkpoint, prompt ids, batch and lengths, as parsed JSON.
 Result<nlohmann::json> benchHf(const std::string& checkpoint, const std::vector<int32_t>& prompt,
                                int64_t gen, int64_t batch, const char* modes) {
-  std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/hf_bench.py";
-  std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
-  std::ofstream(ids_path) << nlohmann::json(prompt).dump();
-  std::string command = fmt::format("python3 {} --model '{}' --prompt-ids {} --gen {} --batch {} --modes {}",
-                                    script, checkpoint, ids_path, gen, batch, modes);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return makeError("cannot run {}", command);
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  int status = pclose(pipe);
-  std::remove(ids_path.c_str());
-  if (status != 0)
-    return makeError("the Hugging Face peer failed (exit {}): it needs python3 with torch, "
-                     "transformers and a GPU",
-                     status);
-  auto json = nlohmann::json::parse(output, nullptr, false);
-  if (!json.is_object() || !json.contains("roofline"))
-    return makeError("the Hugging Face peer printed no figures: {}", output);
-  return json;
+  return runPeerScript("hf_bench.py", prompt,
+                       fmt::format("--model '{}' --gen {} --batch {} --modes {}", checkpoint, gen, batch, modes),
+                       "roofline", "it needs python3 with torch, transformers and a GPU");
 }
 
 // kiln beside HF eager, HF compiled and the roofline, one row per metric.
