@@ -57,11 +57,7 @@
 // holds more than 8 heads of q and acc.
 #pragma once
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define KILN_DECODE_HD __host__ __device__
-#else
-#define KILN_DECODE_HD
-#endif
+#include "tensor_core.cuh"  // and, on the device, common.cuh
 
 // Shape helpers, host-visible: the instance generator checks the shared
 // memory of a configuration with smem_bytes.
@@ -73,34 +69,34 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 
 // Halves of the block that split a GQA group (1 up to 8 heads, 2 up to 16),
 // and the heads each thread serves.
-KILN_DECODE_HD constexpr int head_splits(int group) { return group > 8 ? 2 : 1; }
-KILN_DECODE_HD constexpr int heads_per_thread(int group) {
+KILN_HOST_DEVICE constexpr int head_splits(int group) { return group > 8 ? 2 : 1; }
+KILN_HOST_DEVICE constexpr int heads_per_thread(int group) {
   return (group + head_splits(group) - 1) / head_splits(group);
 }
 // The default tiling: 2 chunks per lane (half the lanes per row, so the
 // score reduction and the softmax cost half as many instructions per key)
 // while q and acc fit, i.e. up to 4 heads per thread; 128 bytes per thread
 // and stage either way.
-KILN_DECODE_HD constexpr int default_chunks(int group) { return heads_per_thread(group) <= 4 ? 2 : 1; }
-KILN_DECODE_HD constexpr int default_keys(int group) { return 4 / default_chunks(group); }
+KILN_HOST_DEVICE constexpr int default_chunks(int group) { return heads_per_thread(group) <= 4 ? 2 : 1; }
+KILN_HOST_DEVICE constexpr int default_keys(int group) { return 4 / default_chunks(group); }
 constexpr int kDefaultStages = 3;
 // Lanes of one stream (a K/V row of head_dim elements of kv_bytes each).
-KILN_DECODE_HD constexpr int row_lanes(int head_dim, int kv_bytes, int chunks) {
+KILN_HOST_DEVICE constexpr int row_lanes(int head_dim, int kv_bytes, int chunks) {
   return head_dim * kv_bytes / 16 / chunks;
 }
 // Keys of one tile: every stream of a head split takes `keys` of them.
-KILN_DECODE_HD constexpr int tile_keys(int group, int head_dim, int kv_bytes, int chunks, int keys) {
+KILN_HOST_DEVICE constexpr int tile_keys(int group, int head_dim, int kv_bytes, int chunks, int keys) {
   return kWarps / head_splits(group) * (32 / row_lanes(head_dim, kv_bytes, chunks)) * keys;
 }
 // The cp.async ring: per thread and stage, keys x chunks K and as many V 16-byte chunks.
-KILN_DECODE_HD constexpr int pipeline_bytes(int stages, int keys, int chunks) {
+KILN_HOST_DEVICE constexpr int pipeline_bytes(int stages, int keys, int chunks) {
   return stages * keys * chunks * 2 * 16 * kThreads;
 }
 // The cross-warp merge (reusing the ring): acc [kWarps][heads][D] and (m, l) [kWarps][heads][2], f32.
-KILN_DECODE_HD constexpr int merge_bytes(int group, int head_dim) {
+KILN_HOST_DEVICE constexpr int merge_bytes(int group, int head_dim) {
   return kWarps * heads_per_thread(group) * (head_dim + 2) * 4;
 }
-KILN_DECODE_HD constexpr int smem_bytes(int group, int head_dim, int stages, int keys, int chunks) {
+KILN_HOST_DEVICE constexpr int smem_bytes(int group, int head_dim, int stages, int keys, int chunks) {
   return pipeline_bytes(stages, keys, chunks) > merge_bytes(group, head_dim) ? pipeline_bytes(stages, keys, chunks)
                                                                               : merge_bytes(group, head_dim);
 }
@@ -110,7 +106,7 @@ KILN_DECODE_HD constexpr int smem_bytes(int group, int head_dim, int stages, int
 // sub-tiles of K and V per warp in dynamic shared memory, later reused for
 // the merge of [kWarps][16 heads][D + 2] f32.
 constexpr int kMmaKeys = 16, kMmaTileKeys = kWarps * kMmaKeys, kMmaDefaultStages = 3;
-KILN_DECODE_HD constexpr int mma_smem_bytes(int head_dim, int stages) {
+KILN_HOST_DEVICE constexpr int mma_smem_bytes(int head_dim, int stages) {
   return kWarps * stages * 2 * kMmaKeys * head_dim * 2 > kWarps * 16 * (head_dim + 2) * 4
              ? kWarps * stages * 2 * kMmaKeys * head_dim * 2
              : kWarps * 16 * (head_dim + 2) * 4;
@@ -120,70 +116,10 @@ KILN_DECODE_HD constexpr int mma_smem_bytes(int head_dim, int stages) {
 }  // namespace kernels
 }  // namespace kiln
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-
-#include "common.cuh"
-
-namespace kiln {
-namespace kernels {
-namespace decode {
-
-// 16 bytes global -> shared, bypassing L1; `bytes` 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int bytes) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// ldmatrix.x4 (and .trans) from the row addresses of lanes 8m..8m+7 for matrix m.
-__device__ __forceinline__ void ldsm_x4(const void* p, unsigned (&r)[4]) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(const void* p, unsigned (&r)[4]) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += a · b for one m16n8k16 tile: a = A fragment (4 x bf16x2), b0/b1 = B fragment.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// bf16x2 with `lo` in the low half (the lower column index, as mma expects).
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&v);
-}
-
-// 2^x (2^-inf = 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-}  // namespace decode
-}  // namespace kernels
-}  // namespace kiln
-
-#endif  // __CUDACC__ || __CUDACC_RTC__
-
-// The kernel body. It also compiles on the host under
-// KILN_DECODE_ATTENTION_EMULATION, where test/gpu/decode_attention_emulation_test.cc
-// supplies the intrinsics above and runs each CUDA thread as a fiber.
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_DECODE_ATTENTION_EMULATION)
+// The kernel body. It also compiles on the host under KILN_CUDA_EMULATION,
+// where test/gpu/cuda_emulation.h supplies the intrinsics and runs each CUDA
+// thread as a fiber (test/gpu/decode_attention_emulation_test.cc).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_CUDA_EMULATION)
 
 namespace kiln {
 namespace kernels {
@@ -270,7 +206,7 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   static_assert(kTileKeys == tile_keys(G, D, int(sizeof(Kv)), kChunks, kKeys), "tile");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
 
-#if defined(KILN_DECODE_ATTENTION_EMULATION)
+#if defined(KILN_CUDA_EMULATION)
   unsigned char* const smem = emulated_shared_memory(kSmemBytes);
 #else
   __shared__ __align__(16) unsigned char smem[kSmemBytes];
@@ -529,7 +465,7 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   static_assert(kStages >= 2 && kPage % kMmaKeys == 0, "pipeline: a sub-tile is one page");
   static_assert(Config::kSmemBytes == mma_smem_bytes(D, kStages), "dynamic shared memory size");
 
-#if defined(KILN_DECODE_ATTENTION_EMULATION)
+#if defined(KILN_CUDA_EMULATION)
   unsigned char* const smem = emulated_shared_memory(Config::kSmemBytes);
 #else
   extern __shared__ __align__(128) unsigned char smem[];
@@ -569,11 +505,6 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   // This warp's sub-tile `it`: keys first_key(it) .. + 15, on one page.
   auto first_key = [&](int it) { return begin + (it * kWarps + warp) * kMmaKeys; };
   auto page_of = [&](int it) { return it < my_subs ? table[unsigned(first_key(it)) / kPage] : -1; };
-  auto tile_offset = [](int row, int chunk) { return row * D * 2 + ((chunk ^ (row & 7)) << 4); };
-  // Offset of chunk c0 + 2 step given the offset of chunk c0 (0 or 1) of the
-  // same row: within the first 8 chunks the step XORs bits 5-6, the next 8
-  // chunks add 128 bytes.
-  auto chunk_step = [](int offset, int step) { return (offset ^ ((step & 3) << 5)) + (step >> 2) * 128; };
   const int copy_chunk = lane % kChunks, copy_row = lane / kChunks;
   auto issue = [&](int it, int page, int stage) {
     unsigned char* const k_dst = ring + stage * 2 * kSubBytes;
@@ -587,17 +518,17 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
 #pragma unroll
       for (int i = 0; i < kMmaKeys / kRowsPerCopy; ++i) {
         const int r = copy_row + i * kRowsPerCopy;
-        cp_async_16(k_dst + tile_offset(r, copy_chunk), k_src + i * kRowsPerCopy * Hkv * D, 16);
-        cp_async_16(v_dst + tile_offset(r, copy_chunk), v_src + i * kRowsPerCopy * Hkv * D, 16);
+        cp_async_16(k_dst + tile_offset(r, copy_chunk, D), k_src + i * kRowsPerCopy * Hkv * D, 16);
+        cp_async_16(v_dst + tile_offset(r, copy_chunk, D), v_src + i * kRowsPerCopy * Hkv * D, 16);
       }
     } else {  // the range's last keys: rows at or past `end` become zeros
 #pragma unroll
       for (int i = 0; i < kMmaKeys / kRowsPerCopy; ++i) {
         const int r = copy_row + i * kRowsPerCopy;
         const bool valid = j0 + r < end;
-        cp_async_16(k_dst + tile_offset(r, copy_chunk), valid ? k_src + i * kRowsPerCopy * Hkv * D : k_pool,
+        cp_async_16(k_dst + tile_offset(r, copy_chunk, D), valid ? k_src + i * kRowsPerCopy * Hkv * D : k_pool,
                     valid ? 16 : 0);
-        cp_async_16(v_dst + tile_offset(r, copy_chunk), valid ? v_src + i * kRowsPerCopy * Hkv * D : v_pool,
+        cp_async_16(v_dst + tile_offset(r, copy_chunk, D), valid ? v_src + i * kRowsPerCopy * Hkv * D : v_pool,
                     valid ? 16 : 0);
       }
     }
@@ -611,10 +542,9 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   int page = page_of(kStages - 1);
 
   // ldmatrix lane offsets at k-step / d-block pair 0: K as the B operand of
-  // S^T (keys (l % 8) + 8 (l / 16), chunk (l / 8) % 2), V under .trans as the
-  // B operand of O (key l % 16, chunk l / 16).
-  const int k_lane = tile_offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-  const int v_lane = tile_offset(lane & 15, lane >> 4);
+  // S^T, V under .trans as the B operand of O.
+  const int k_lane = tile_offset(ldsm_k_row(lane), ldsm_k_chunk(lane), D);
+  const int v_lane = tile_offset(ldsm_a_row(lane), ldsm_a_chunk(lane), D);
 
   float o[kDBlocks][4];
 #pragma unroll
@@ -738,4 +668,4 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
 }  // namespace kernels
 }  // namespace kiln
 
-#endif  // __CUDACC__ || __CUDACC_RTC__ || KILN_DECODE_ATTENTION_EMULATION
+#endif  // __CUDACC__ || __CUDACC_RTC__ || KILN_CUDA_EMULATION

@@ -1,0 +1,372 @@
+// An emulated CUDA device on the host, no GPU, for running a kernel body
+// (flash_attention, decode_attention) under KILN_CUDA_EMULATION: each of a
+// block's CUDA threads is a fiber (ucontext) on one OS thread, and the warp-
+// and block-wide operations are rendezvous where the last arriving lane does
+// the work for all: ldmatrix and mma.m16n8k16 from the PTX ISA's fragment
+// tables, __shfl_xor_sync, __syncwarp, __syncthreads. cp.async copies land
+// only at the issuing thread's cp.async.wait_group (or, in the eager mode, at
+// once) and zero-byte copies write zeros; shared memory starts as NaN for
+// every block, every shared access is checked against the instance's size
+// and every cp.async source against the kernel's buffers, so a missing wait
+// or barrier, a slot read by the wrong thread, a wrong gather or a wrong
+// fragment shows up as a wrong or NaN output, or as emu::failure. Each 8-row
+// phase of every ldmatrix is checked for shared-memory bank conflicts.
+//
+// Include it before the kernel header; a test sets emu::readable,
+// emu::eager_copies and (for dynamic shared memory) emu::smem_limit, then
+// emu::launch(grid, threads, kernel body).
+#pragma once
+
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codegen/kernels/kernel_params.cuh"
+#include "test/gpu/gpu_harness.h"
+
+#define KILN_CUDA_EMULATION 1
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__
+#define __align__(n)  // the emulated shared memory is aligned where it is defined
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct uint4 {
+  unsigned x, y, z, w;
+};
+struct uint2 {
+  unsigned x, y;
+};
+inline Dim3 blockIdx, gridDim;
+
+namespace kiln::kernels {
+
+struct bf16 {
+  uint16_t bits;
+};
+// The SM's shared memory: a kernel's extern __shared__ array, and the
+// emulated static one (emulated_shared_memory); addresses are offsets into it.
+alignas(128) inline unsigned char smem[228 * 1024];
+
+}  // namespace kiln::kernels
+
+namespace emu {
+
+constexpr int kMaxThreads = 256, kStackBytes = 128 * 1024;
+
+struct Copy {
+  unsigned dst;  // shared address
+  const unsigned char* src;
+  int bytes;
+};
+
+struct Fiber {
+  ucontext_t context;
+  std::vector<char> stack = std::vector<char>(kStackBytes);
+  bool done = false;
+  const uint64_t* wait_generation = nullptr;  // blocked while *wait_generation == wait_value
+  uint64_t wait_value = 0;
+  std::vector<Copy> open;                 // issued, not yet committed
+  std::vector<std::vector<Copy>> groups;  // committed, oldest first
+};
+
+// One collective in progress: lanes fill their slot and the last one runs it.
+struct Slot {
+  float value = 0;  // __shfl_xor_sync
+  int lane_mask = 0;
+  float* result = nullptr;
+  unsigned addr = 0;                   // ldmatrix row address
+  unsigned* out = nullptr;             // ldmatrix registers
+  unsigned a[4] = {}, b0 = 0, b1 = 0;  // mma operands
+  float* acc = nullptr;
+};
+struct Collective {
+  int arrived = 0;
+  const char* kind = nullptr;
+  uint64_t generation = 0;
+  Slot slots[kMaxThreads];
+};
+
+inline ucontext_t scheduler;
+inline Fiber fibers[kMaxThreads];
+inline Collective warp_collective[kMaxThreads / 32], block_collective;
+inline int current = 0, threads = 128;  // the running thread, the block's size
+inline bool eager_copies = false;
+inline std::function<void()> body;
+inline std::string failure;  // the first emulation error (the fiber keeps going on defaults)
+inline int smem_limit = 0;   // bytes of shared memory the instance has
+struct Range {
+  const unsigned char* begin;
+  size_t bytes;
+};
+inline std::vector<Range> readable;   // global memory cp.async may read
+inline long long bank_conflicts = 0;  // ldmatrix phases whose 8 rows share a bank group
+
+inline void fail(const std::string& what) {
+  if (failure.empty()) failure = what;
+}
+
+// `bytes` of shared memory at `addr`, or (out of range: a failure) its start.
+inline unsigned char* shared(unsigned addr, int bytes, const char* what) {
+  if (size_t(addr) + bytes > size_t(smem_limit)) {
+    fail(std::string(what) + " at " + std::to_string(int(addr)) + " past the instance's " +
+         std::to_string(smem_limit) + " bytes of shared memory");
+    return kiln::kernels::smem;
+  }
+  return kiln::kernels::smem + addr;
+}
+
+inline void land(const Copy& c) {
+  if (c.dst % 16) fail("cp.async destination not 16-byte aligned");
+  unsigned char* dst = shared(c.dst, 16, "cp.async destination");
+  if (c.bytes == 0) {
+    std::memset(dst, 0, 16);
+    return;
+  }
+  bool ok = false;
+  for (const Range& r : readable) ok |= c.src >= r.begin && c.src + 16 <= r.begin + r.bytes;
+  if (!ok || reinterpret_cast<uintptr_t>(c.src) % 16) {
+    fail("cp.async source outside the kernel's buffers or misaligned");
+    return;
+  }
+  std::memcpy(dst, c.src, 16);
+}
+
+inline void yieldUntilChanged(const uint64_t& generation, uint64_t seen) {
+  Fiber& f = fibers[current];
+  f.wait_generation = &generation;
+  f.wait_value = seen;
+  swapcontext(&f.context, &scheduler);
+}
+
+// Each participant calls with its slot filled; the last one runs `exec` over all.
+template <class Exec>
+void rendezvous(Collective& c, int participants, const char* kind, int slot, const Slot& mine, Exec exec) {
+  if (c.arrived == 0) c.kind = kind;
+  else if (std::strcmp(c.kind, kind) != 0) fail(std::string("divergent collectives: ") + c.kind + " and " + kind);
+  c.slots[slot] = mine;
+  if (++c.arrived == participants) {
+    exec(c);
+    c.arrived = 0;
+    ++c.generation;
+    return;
+  }
+  yieldUntilChanged(c.generation, c.generation);
+}
+
+inline int lane() { return current % 32; }
+inline Collective& warp() { return warp_collective[current / 32]; }
+
+// The PTX ISA's m16n8k16 fragment tables (g = lane / 4, t = lane % 4; element i of 8 halves).
+inline int aRow(int lane, int i) { return lane / 4 + ((i == 2 || i == 3 || i == 6 || i == 7) ? 8 : 0); }
+inline int aCol(int lane, int i) { return 2 * (lane % 4) + (i & 1) + (i >= 4 ? 8 : 0); }
+inline int bRow(int lane, int i) { return 2 * (lane % 4) + (i & 1) + (i >= 2 ? 8 : 0); }
+inline int cRow(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
+inline int cCol(int lane, int i) { return 2 * (lane % 4) + (i & 1); }
+inline float half(unsigned reg, int i) { return kiln::gpu_test::fromBf16(uint16_t(i ? reg >> 16 : reg & 0xffff)); }
+
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.b16: lanes 8m..8m+7 give the row
+// addresses of matrix m; lane l receives in register m the elements (row l/4,
+// columns 2(l%4), 2(l%4)+1), or with .trans (rows 2(l%4), 2(l%4)+1, column l/4).
+inline void ldmatrix(unsigned addr, unsigned (&r)[4], bool trans) {
+  Slot s;
+  s.addr = addr;
+  s.out = r;
+  rendezvous(warp(), 32, trans ? "ldmatrix.trans" : "ldmatrix", lane(), s, [trans](Collective& c) {
+    const unsigned char* rows[32];
+    for (int l = 0; l < 32; ++l) {
+      if (c.slots[l].addr % 16) fail("ldmatrix row address not 16-byte aligned");
+      rows[l] = shared(c.slots[l].addr, 16, "ldmatrix row");
+    }
+    for (int m = 0; m < 4; ++m) {
+      bool groups[8] = {};
+      int distinct = 0;
+      for (int row = 0; row < 8; ++row) {
+        const int group = c.slots[8 * m + row].addr / 16 % 8;
+        distinct += !groups[group];
+        groups[group] = true;
+      }
+      if (distinct != 8) ++bank_conflicts;
+    }
+    for (int l = 0; l < 32; ++l)
+      for (int m = 0; m < 4; ++m) {
+        uint16_t e[2];
+        for (int i = 0; i < 2; ++i) {
+          const int row = trans ? 2 * (l % 4) + i : l / 4, col = trans ? l / 4 : 2 * (l % 4) + i;
+          std::memcpy(&e[i], rows[8 * m + row] + 2 * col, 2);
+        }
+        c.slots[l].out[m] = unsigned(e[0]) | unsigned(e[1]) << 16;
+      }
+  });
+}
+
+}  // namespace emu
+
+// The CUDA builtins the kernels use, and tensor_core.cuh's PTX wrappers that
+// take a shared address (it adds the pointer forms on top).
+namespace kiln::kernels {
+
+inline float neg_inf() { return -INFINITY; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline void __syncthreads() {
+  emu::rendezvous(emu::block_collective, emu::threads, "__syncthreads", emu::current, emu::Slot{},
+                  [](emu::Collective&) {});
+}
+inline void __syncwarp() { emu::rendezvous(emu::warp(), 32, "__syncwarp", emu::lane(), emu::Slot{}, [](emu::Collective&) {}); }
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  if (mask != 0xffffffffu) emu::fail("partial shuffle mask");
+  float out = 0;
+  emu::Slot s;
+  s.value = v;
+  s.lane_mask = lane_mask;
+  s.result = &out;
+  emu::rendezvous(emu::warp(), 32, "__shfl_xor_sync", emu::lane(), s, [](emu::Collective& c) {
+    for (int l = 0; l < 32; ++l) {
+      if (c.slots[l].lane_mask != c.slots[0].lane_mask) emu::fail("shuffle lane masks differ across the warp");
+      *c.slots[l].result = c.slots[l ^ c.slots[l].lane_mask].value;
+    }
+  });
+  return out;
+}
+
+// A kernel's static __shared__ array of `bytes` (the emulation has no
+// per-kernel static shared memory: it is the start of smem).
+inline unsigned char* emulated_shared_memory(int bytes) {
+  if (bytes > int(sizeof smem)) emu::fail("shared memory larger than the emulated SM's");
+  emu::smem_limit = bytes;
+  return smem;
+}
+
+inline unsigned smem_address(const void* p) { return unsigned(static_cast<const unsigned char*>(p) - smem); }
+inline void cp_async_16(unsigned dst, const void* src, int bytes) {
+  if (bytes != 0 && bytes != 16) emu::fail("cp.async with a partial source size");
+  const emu::Copy c{dst, static_cast<const unsigned char*>(src), bytes};
+  if (emu::eager_copies) emu::land(c);
+  else emu::fibers[emu::current].open.push_back(c);
+}
+inline void cp_async_commit() {
+  emu::Fiber& f = emu::fibers[emu::current];
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+template <int kPending>
+inline void cp_async_wait() {
+  emu::Fiber& f = emu::fibers[emu::current];
+  while (int(f.groups.size()) > kPending) {
+    for (const emu::Copy& c : f.groups.front()) emu::land(c);
+    f.groups.erase(f.groups.begin());
+  }
+}
+inline void ldsm_x4(unsigned addr, unsigned (&r)[4]) { emu::ldmatrix(addr, r, false); }
+inline void ldsm_x4_trans(unsigned addr, unsigned (&r)[4]) { emu::ldmatrix(addr, r, true); }
+inline void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  emu::Slot s;
+  std::memcpy(s.a, a, sizeof s.a);
+  s.b0 = b0;
+  s.b1 = b1;
+  s.acc = c;
+  emu::rendezvous(emu::warp(), 32, "mma", emu::lane(), s, [](emu::Collective& col) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; ++l) {
+      for (int i = 0; i < 8; ++i) A[emu::aRow(l, i)][emu::aCol(l, i)] = emu::half(col.slots[l].a[i / 2], i % 2);
+      for (int i = 0; i < 4; ++i)
+        B[emu::bRow(l, i)][l / 4] = emu::half(i < 2 ? col.slots[l].b0 : col.slots[l].b1, i % 2);
+    }
+    float D[32][4];
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) {
+        float sum = col.slots[l].acc[i];
+        for (int k = 0; k < 16; ++k) sum += A[emu::cRow(l, i)][k] * B[k][emu::cCol(l, i)];
+        D[l][i] = sum;
+      }
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) col.slots[l].acc[i] = D[l][i];
+  });
+}
+inline unsigned pack_bf16x2(float lo, float hi) {
+  return unsigned(kiln::gpu_test::toBf16(lo)) | unsigned(kiln::gpu_test::toBf16(hi)) << 16;
+}
+inline float exp2_approx(float x) { return std::exp2(x); }
+
+}  // namespace kiln::kernels
+
+#define threadIdx (Dim3{unsigned(emu::current), 0, 0})
+
+namespace emu {
+
+inline void entry() {
+  body();
+  Fiber& f = fibers[current];
+  if (!f.open.empty() || !f.groups.empty()) fail("a thread ended with cp.async copies never waited for");
+  f.done = true;
+}
+
+// Runs one block: every fiber until all are done; a round where none can move is a deadlock.
+inline void runBlock() {
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = fibers[t];
+    f.done = false;
+    f.wait_generation = nullptr;
+    f.open.clear();
+    f.groups.clear();
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.data();
+    f.context.uc_stack.ss_size = f.stack.size();
+    f.context.uc_link = &scheduler;
+    makecontext(&f.context, entry, 0);
+  }
+  for (;;) {
+    bool alive = false, moved = false;
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = fibers[t];
+      if (f.done) continue;
+      alive = true;
+      if (f.wait_generation && *f.wait_generation == f.wait_value) continue;
+      f.wait_generation = nullptr;
+      current = t;
+      swapcontext(&scheduler, &f.context);
+      moved = true;
+    }
+    if (!alive) return;
+    if (!moved) {
+      fail("deadlock: every live thread waits on a collective the others never reach");
+      return;
+    }
+  }
+}
+
+// Runs `kernel` on every block of `grid` (x fastest) with `block_threads`
+// threads each, shared memory NaN at every block's start, until the first
+// failure; blockIdx is then the failing block.
+inline void launch(Dim3 grid, int block_threads, std::function<void()> kernel) {
+  failure.clear();
+  bank_conflicts = 0;
+  if (block_threads > kMaxThreads) return fail("more threads per block than the emulation has fibers");
+  threads = block_threads;
+  body = std::move(kernel);
+  gridDim = grid;
+  for (unsigned z = 0; z < grid.z && failure.empty(); ++z)
+    for (unsigned y = 0; y < grid.y && failure.empty(); ++y)
+      for (unsigned x = 0; x < grid.x && failure.empty(); ++x) {
+        std::memset(kiln::kernels::smem, 0xff, sizeof kiln::kernels::smem);  // NaN in bf16 and f32: unlanded data shows
+        blockIdx = {x, y, z};
+        runBlock();
+      }
+}
+
+}  // namespace emu
