@@ -291,17 +291,45 @@ Result<Body> ropeKvAppend(const Params& p) {
   return b;
 }
 
-Result<Body> pagedAttention(const Params& p, bool split) {
-  const char* kind = split ? "paged_attention_split" : "paged_attention";
+// The params of the paged-attention kinds: q [N, heads, head_dim] over K/V
+// pools [num_blocks, page_size, kv_heads, head_dim] of kv_type.
+struct AttentionStep {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, page_size = 0;
+  double scale = 0;
+  std::string kv_type;
+  bool tree_mask = false;
+};
+
+// Reads them, head_dim a multiple of `head_dim_multiple`, heads whole GQA groups.
+Result<AttentionStep> attentionStep(const Params& p, const char* kind, int64_t head_dim_multiple) {
   KILN_TRY(heads, p.positive("heads"));
   KILN_TRY(kv_heads, p.positive("kv_heads"));
-  KILN_TRY(head_dim, p.positive("head_dim", 8));
+  KILN_TRY(head_dim, p.positive("head_dim", head_dim_multiple));
   KILN_TRY(page_size, p.positive("page_size"));
   KILN_TRY(scale, p.number("scale"));
-  KILN_TRY(kv_name, p.text("kv_type"));
-  KILN_TRY(tree, p.boolean("tree_mask"));
+  KILN_TRY(kv_type, p.text("kv_type"));
+  KILN_TRY(tree_mask, p.boolean("tree_mask"));
   if (heads % kv_heads != 0)
     return makeError("{}: heads {} is not a multiple of kv_heads {}", kind, heads, kv_heads);
+  return AttentionStep{heads, kv_heads, head_dim, page_size, scale, kv_type, tree_mask};
+}
+
+// flash_attention's and decode_attention's, with the limits both kinds'
+// templates share: GQA groups of at most 16 heads, head_dim 64 or 128.
+Result<AttentionStep> tiledAttentionStep(const Params& p, const char* kind) {
+  KILN_TRY(step, attentionStep(p, kind, 1));
+  if (step.heads / step.kv_heads > 16)
+    return makeError("{}: GQA group {} (heads {} / kv_heads {}) is above 16", kind, step.heads / step.kv_heads,
+                     step.heads, step.kv_heads);
+  if (step.head_dim != 64 && step.head_dim != 128)
+    return makeError("{}: param 'head_dim' is {}, expected 64 or 128", kind, step.head_dim);
+  return step;
+}
+
+Result<Body> pagedAttention(const Params& p, bool split) {
+  const char* kind = split ? "paged_attention_split" : "paged_attention";
+  KILN_TRY(step, attentionStep(p, kind, 8));
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
   if (heads / kv_heads > 16)
     return makeError("{}: GQA group {} (heads {} / kv_heads {}) is above 16, the largest the template serves", kind, heads / kv_heads, heads, kv_heads);
   if (head_dim > 256) return makeError("{}: param 'head_dim' is {}, expected <= 256", kind, head_dim);
@@ -324,22 +352,10 @@ Result<Body> pagedAttention(const Params& p, bool split) {
 // tuning: 4 warps take 64 rows (or 128, two m16 tiles a warp, at head_dim 64
 // only: at 128 they spill), 8 warps take 128.
 Result<Body> flashAttention(const Params& p) {
-  KILN_TRY(heads, p.positive("heads"));
-  KILN_TRY(kv_heads, p.positive("kv_heads"));
-  KILN_TRY(head_dim, p.positive("head_dim"));
-  KILN_TRY(page_size, p.positive("page_size"));
-  KILN_TRY(scale, p.number("scale"));
-  KILN_TRY(kv_name, p.text("kv_type"));
-  KILN_TRY(tree, p.boolean("tree_mask"));
+  KILN_TRY(step, tiledAttentionStep(p, "flash_attention"));
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
   KILN_TRY(warps, p.integerOr("warps", 4));
   KILN_TRY(block_m, p.integerOr("block_m", 16 * warps));
-  if (heads % kv_heads != 0)
-    return makeError("flash_attention: heads {} is not a multiple of kv_heads {}", heads, kv_heads);
-  if (heads / kv_heads > 16)
-    return makeError("flash_attention: GQA group {} (heads {} / kv_heads {}) is above 16", heads / kv_heads, heads,
-                     kv_heads);
-  if (head_dim != 64 && head_dim != 128)
-    return makeError("flash_attention: param 'head_dim' is {}, expected 64 or 128", head_dim);
   if (kv_name != "bf16")
     return makeError("flash_attention: kv_type '{}' has no tensor-core kernel (bf16 pools only)", kv_name);
   if (tree)
@@ -374,20 +390,9 @@ Result<Body> flashAttention(const Params& p) {
 // (stages - 1) * keys * chunks * 32 bytes in flight.
 Result<Body> decodeAttention(const Params& p) {
   namespace dk = kernels::decode;
-  KILN_TRY(heads, p.positive("heads"));
-  KILN_TRY(kv_heads, p.positive("kv_heads"));
-  KILN_TRY(head_dim, p.positive("head_dim"));
-  KILN_TRY(page_size, p.positive("page_size"));
-  KILN_TRY(scale, p.number("scale"));
-  KILN_TRY(kv_name, p.text("kv_type"));
-  KILN_TRY(tree, p.boolean("tree_mask"));
-  if (heads % kv_heads != 0)
-    return makeError("decode_attention: heads {} is not a multiple of kv_heads {}", heads, kv_heads);
+  KILN_TRY(step, tiledAttentionStep(p, "decode_attention"));
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
   const int group = int(heads / kv_heads);
-  if (group > 16)
-    return makeError("decode_attention: GQA group {} (heads {} / kv_heads {}) is above 16", group, heads, kv_heads);
-  if (head_dim != 64 && head_dim != 128)
-    return makeError("decode_attention: param 'head_dim' is {}, expected 64 or 128", head_dim);
   if (kv_name != "bf16" && kv_name != "f32")
     return makeError("decode_attention: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
   KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
