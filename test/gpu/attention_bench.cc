@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "codegen/kernels/kernel_params.cuh"
+#include "runtime/cuda/kernel_test_cases.h"
+#include "test/gpu/attention_reference.h"
 #include "test/gpu/gpu_harness.h"
 
 namespace kiln::gpu_test {
@@ -48,11 +50,6 @@ struct Launch {
   unsigned smem;
   void* params;  // points at the params struct, which outlives the timing
 };
-
-int configConstant(const Kernel& k, const std::string& name) {
-  const size_t at = k.instance.source.find(name + " = ");
-  return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
-}
 
 // Median milliseconds of one rep; rep(i) returns the launches of rep i.
 template <class Rep>
@@ -109,9 +106,7 @@ Pools makePools(std::mt19937& rng, int len, int Hkv, int D) {
 }
 
 Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D, int warps, int block_m) {
-  const double scale = 1.0 / std::sqrt(double(D));
-  json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
-                 {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  json params = cuda::testing::attentionParams(H, Hkv, D, false);
   if (warps != 4 || block_m != 64) {
     params["warps"] = warps;
     params["block_m"] = block_m;
@@ -145,9 +140,7 @@ Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D
 }
 
 Result<std::vector<Record>> decode(std::mt19937& rng, int reps, int ctx, int H, int Hkv, int D) {
-  const double scale = 1.0 / std::sqrt(double(D));
-  json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
-                 {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  json params = cuda::testing::attentionParams(H, Hkv, D, false);
   auto split = compile("paged_attention_split", params);
   if (!split) return split.error();
   auto combine = compile("attention_combine", json{{"heads", H}, {"head_dim", D}});
@@ -210,7 +203,6 @@ BatchPools makeBatchPools(std::mt19937& rng, int B, int len, int Hkv, int D) {
 
 Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, int ctx, int H, int Hkv, int D,
                                             double hbm_gbps) {
-  const double scale = 1.0 / std::sqrt(double(D));
   auto combine = compile("attention_combine", json{{"heads", H}, {"head_dim", D}});
   if (!combine) return combine.error();
   const double kv_bytes = 2.0 * B * ctx * Hkv * D * 2;
@@ -229,18 +221,9 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
   std::vector<Record> records;
   double best_us = 0;
   std::string best;
-  // Params over the defaults (the tensor-core form, 3 stages).
-  const std::vector<json> tilings = {json::object(),
-                                     {{"stages", 2}},
-                                     {{"stages", 4}},
-                                     {{"mma", false}},
-                                     {{"mma", false}, {"chunks", 1}, {"keys", 4}, {"stages", 3}},
-                                     {{"mma", false}, {"chunks", 2}, {"keys", 1}, {"stages", 6}},
-                                     {{"mma", false}, {"chunks", 1}, {"keys", 2}, {"stages", 4}}};
-  for (const json& tl : tilings) {
+  for (const json& tl : decodeAttentionTilings()) {  // params over the defaults (the tensor-core form, 3 stages)
     const std::string tiling = tl.empty() ? std::string("default") : tl.dump();
-    json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
-                   {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+    json params = cuda::testing::attentionParams(H, Hkv, D, false);
     params.update(tl);
     auto k = compile("decode_attention", params);
     if (!k) return k.error();

@@ -1,7 +1,9 @@
 // Paged-attention test data and its float64 reference, shared by the GPU
-// correctness test and the host emulation of flash_attention: a ragged batch
-// of sequences whose keys and values sit in a bf16 pool behind a shuffled
-// block table, and attention computed from the same bf16 values in double.
+// correctness test and the host emulations of flash_attention and
+// decode_attention: a ragged batch of sequences whose keys and values sit in
+// a bf16 pool behind a shuffled block table, and attention computed from the
+// same bf16 values in double. Also the decode_attention tilings that the GPU
+// test checks and kiln_attention_bench times.
 #pragma once
 
 #include <algorithm>
@@ -97,6 +99,21 @@ inline std::vector<double> attentionReference(const AttentionData& a, double sca
     }
   }
   return out;
+}
+
+// decode_attention's params over the defaults (attentionParams of
+// runtime/cuda/kernel_test_cases.h): the tensor-core form's ring depths, the
+// CUDA-core form and its tilings.
+inline const std::vector<nlohmann::json>& decodeAttentionTilings() {
+  using nlohmann::json;
+  static const std::vector<json> tilings = {json::object(),
+                                            {{"stages", 2}},
+                                            {{"stages", 4}},
+                                            {{"mma", false}},
+                                            {{"mma", false}, {"chunks", 1}, {"keys", 4}, {"stages", 3}},
+                                            {{"mma", false}, {"chunks", 2}, {"keys", 1}, {"stages", 6}},
+                                            {{"mma", false}, {"chunks", 1}, {"keys", 2}, {"stages", 4}}};
+  return tilings;
 }
 
 }  // namespace kiln::gpu_test

@@ -147,6 +147,12 @@ inline Result<Kernel> compile(const std::string& kind, const nlohmann::json& par
   return k;
 }
 
+// An int constant of a generated instance's Config ("kBlockM = 64;"), or -1.
+inline int configConstant(const Kernel& k, const std::string& name) {
+  const size_t at = k.instance.source.find(name + " = ");
+  return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
+}
+
 // Launches with the instance's block size and waits.
 template <class Params>
 Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params params) {

@@ -10,6 +10,7 @@
 
 #include "codegen/kernels/kernel_params.cuh"
 #include "codegen/kernels/philox.cuh"
+#include "runtime/cuda/kernel_test_cases.h"
 #include "test/gpu/attention_reference.h"
 #include "test/gpu/gpu_harness.h"
 
@@ -394,21 +395,13 @@ TEST_F(KernelsGpu, DecodeAttention) {
     }
     batches.push_back({"B=32", b32});
   }
-  // Params over the defaults: the tensor-core form's ring depths, the CUDA-core form and its tilings.
-  const std::vector<json> tilings = {json::object(),
-                                     {{"stages", 2}},
-                                     {{"stages", 4}},
-                                     {{"mma", false}},
-                                     {{"mma", false}, {"chunks", 1}, {"keys", 4}, {"stages", 3}},
-                                     {{"mma", false}, {"chunks", 2}, {"keys", 1}, {"stages", 6}},
-                                     {{"mma", false}, {"chunks", 1}, {"keys", 2}, {"stages", 4}}};
+  const std::vector<json>& tilings = decodeAttentionTilings();
   for (auto [H, Hkv, D] : {std::tuple{32, 8, 128}, std::tuple{9, 3, 64}}) {
     const double scale = 1.0 / std::sqrt(double(D));
     COMPILE(combine, "attention_combine", (json{{"heads", H}, {"head_dim", D}}));
     std::vector<Kernel> kernels;
     for (const json& tl : tilings) {
-      json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", 16},
-                     {"scale", scale}, {"kv_type", "bf16"}, {"tree_mask", false}};
+      json params = cuda::testing::attentionParams(H, Hkv, D, false);
       params.update(tl);
       COMPILE(k, "decode_attention", params);
       std::printf("  decode_attention %d/%d/%d %s: regs %d, smem %d, spills %d/%d\n", H, Hkv, D,
@@ -443,12 +436,6 @@ TEST_F(KernelsGpu, DecodeAttention) {
 }
 
 // ---------------------------------------------------------------- flash attention
-
-// An int constant of a generated instance's Config ("kBlockM = 64;").
-int configConstant(const Kernel& k, const std::string& name) {
-  const size_t at = k.instance.source.find(name + " = ");
-  return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
-}
 
 // flash_attention's launch: grid [H, ceil(max_q_len / kBlockM), B], block
 // [32 kWarps], kSmemBytes of dynamic shared memory (opted into past 48 KiB).
