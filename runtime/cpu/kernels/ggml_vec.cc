@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/cpu/kernels/cpu_isa.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KILN_GGML_X86 1
 #include <immintrin.h>
@@ -64,14 +66,20 @@ void weightedSum(const float* p, const float* const* v, int64_t n, int64_t d, bo
   }
 }
 
-double softMax(float* y, const float* x, int64_t n, float max) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
+// ggml_vec_soft_max_f32's scalar loop from element i on, adding to the f64
+// running sum in order: all of it here, the last n % lanes elements in the
+// SIMD variants.
+double softMaxFrom(int64_t i, float* y, const float* x, int64_t n, float max, double sum) {
+  for (; i < n; ++i) {
     const float val = std::exp(x[i] - max);
     sum += double(val);
     y[i] = val;
   }
   return sum;
+}
+
+double softMax(float* y, const float* x, int64_t n, float max) {
+  return softMaxFrom(0, y, x, n, max, 0.0);
 }
 
 // ggml_silu_f32.
@@ -111,7 +119,11 @@ inline float reduceAdd(__m512 a) {
 }
 
 // ggml_v_expf (AVX-512): ARM's optimized-routines expf, max error 1.45 ulp.
-inline __m512 expf16(__m512 x) {
+// ggml's AVX2 one (below) has the same range reduction and coefficients but
+// other last steps: here the polynomial keeps the 1 (c1*b + 1) and vscalefps
+// scales it by 2^n; there it stops at c1*b and forms k + k*j from exponent
+// bits. They round differently, so each stays whole, as ggml writes it.
+inline __m512 expV(__m512 x) {
   const __m512 r = _mm512_set1_ps(0x1.8p23f);
   const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
   const __m512 n = _mm512_sub_ps(z, r);
@@ -134,28 +146,16 @@ inline __m512 expf16(__m512 x) {
   return _mm512_mask_blend_ps(d, res, alt);
 }
 
-// ggml_v_silu: x / (1 + exp(-x)).
-inline __m512 silu16(__m512 x) {
-  const __m512 neg_x = _mm512_sub_ps(_mm512_setzero_ps(), x);
-  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), expf16(neg_x)));
-}
-
-float dot(const float* x, const float* y, int64_t n) {
-  const int64_t np = n & ~int64_t(63);
-  __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                   _mm512_setzero_ps()};
-  for (int64_t i = 0; i < np; i += 64)
-    for (int j = 0; j < 4; ++j)
-      sum[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * j), _mm512_loadu_ps(y + i + 16 * j),
-                               sum[j]);
-  sum[0] = _mm512_add_ps(sum[0], sum[2]);
-  sum[1] = _mm512_add_ps(sum[1], sum[3]);
-  sum[0] = _mm512_add_ps(sum[0], sum[1]);
-  float sumf = reduceAdd(sum[0]);
-  // ggml's `sumf += x[i]*y[i]`, which GCC contracts into an FMA.
-  for (int64_t i = np; i < n; ++i) sumf = std::fma(x[i], y[i], sumf);
-  return sumf;
-}
+// ggml_vec_simd.inc at 16 lanes.
+using Vec = __m512;
+constexpr int kLanes = 16;
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec broadcast(float x) { return _mm512_set1_ps(x); }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float softMaxSum(Vec v) { return reduceAdd(v); }
+inline float dotSum(Vec v) { return reduceAdd(v); }
+#include "runtime/cpu/kernels/ggml_vec_simd.inc"
 
 // _mm512_reduce_add_ps's tree, lane-wise over d outputs: slot l holds lane l.
 void reduceLanes(float* acc, int64_t d, float* out) {
@@ -177,35 +177,6 @@ void weightedSum(const float* p, const float* const* v, int64_t n, int64_t d,
   reduceLanes(acc, d, out);
 }
 
-double softMax(float* y, const float* x, int64_t n, float max) {
-  int64_t i = 0;
-  double sum = 0.0;
-  for (; i + 15 < n; i += 16) {
-    const __m512 val = expf16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)));
-    _mm512_storeu_ps(y + i, val);
-    sum += double(reduceAdd(val));
-  }
-  for (; i < n; ++i) {
-    const float val = std::exp(x[i] - max);
-    sum += double(val);
-    y[i] = val;
-  }
-  return sum;
-}
-
-void swiglu(float* y, const float* x, const float* g, int64_t n) {
-  int64_t i = 0;
-  for (; i + 15 < n; i += 16)
-    _mm512_storeu_ps(y + i, _mm512_mul_ps(silu16(_mm512_loadu_ps(x + i)), _mm512_loadu_ps(g + i)));
-  for (; i < n; ++i) y[i] = scalar::siluOne(x[i]) * g[i];
-}
-
-void silu(float* y, const float* x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 15 < n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(x + i)));
-  for (; i < n; ++i) y[i] = scalar::siluOne(x[i]);
-}
-
 }  // namespace avx512
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
@@ -223,8 +194,8 @@ inline float hsum8(__m256 x) {
   return _mm_cvtss_f32(r);
 }
 
-// ggml_v_expf (AVX2).
-inline __m256 expf8(__m256 x) {
+// ggml_v_expf (AVX2); why it is not shared with the AVX-512 one: above.
+inline __m256 expV(__m256 x) {
   const __m256 r = _mm256_set1_ps(0x1.8p23f);
   const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
   const __m256 n = _mm256_sub_ps(z, r);
@@ -260,29 +231,23 @@ inline __m256 expf8(__m256 x) {
               _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
 }
 
-inline __m256 silu8(__m256 x) {
-  const __m256 neg_x = _mm256_sub_ps(_mm256_setzero_ps(), x);
-  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), expf8(neg_x)));
+// GGML_F32x8_REDUCE's tail: halves, then two horizontal adds.
+inline float haddSum8(__m256 x) {
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
 }
 
-float dot(const float* x, const float* y, int64_t n) {
-  const int64_t np = n & ~int64_t(31);
-  __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  for (int64_t i = 0; i < np; i += 32)
-    for (int j = 0; j < 4; ++j)
-      sum[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j),
-                               sum[j]);
-  sum[0] = _mm256_add_ps(sum[0], sum[2]);
-  sum[1] = _mm256_add_ps(sum[1], sum[3]);
-  sum[0] = _mm256_add_ps(sum[0], sum[1]);
-  // GGML_F32x8_REDUCE's tail: halves, then two horizontal adds.
-  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(sum[0]), _mm256_extractf128_ps(sum[0], 1));
-  const __m128 t1 = _mm_hadd_ps(t0, t0);
-  float sumf = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-  for (int64_t i = np; i < n; ++i) sumf = std::fma(x[i], y[i], sumf);
-  return sumf;
-}
+// ggml_vec_simd.inc at 8 lanes.
+using Vec = __m256;
+constexpr int kLanes = 8;
+inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
+inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec broadcast(float x) { return _mm256_set1_ps(x); }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float softMaxSum(Vec v) { return hsum8(v); }
+inline float dotSum(Vec v) { return haddSum8(v); }
+#include "runtime/cpu/kernels/ggml_vec_simd.inc"
 
 void weightedSum(const float* p, const float* const* v, int64_t n, int64_t d,
                  bool one_accumulator, float* out) {
@@ -305,73 +270,29 @@ void weightedSum(const float* p, const float* const* v, int64_t n, int64_t d,
   for (int64_t e = 0; e < d; ++e) out[e] = acc[e] + acc[d + e];
 }
 
-double softMax(float* y, const float* x, int64_t n, float max) {
-  int64_t i = 0;
-  double sum = 0.0;
-  for (; i + 7 < n; i += 8) {
-    const __m256 val = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
-    _mm256_storeu_ps(y + i, val);
-    sum += double(hsum8(val));
-  }
-  for (; i < n; ++i) {
-    const float val = std::exp(x[i] - max);
-    sum += double(val);
-    y[i] = val;
-  }
-  return sum;
-}
-
-void swiglu(float* y, const float* x, const float* g, int64_t n) {
-  int64_t i = 0;
-  for (; i + 7 < n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(x + i)), _mm256_loadu_ps(g + i)));
-  for (; i < n; ++i) y[i] = scalar::siluOne(x[i]) * g[i];
-}
-
-void silu(float* y, const float* x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 7 < n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) y[i] = scalar::siluOne(x[i]);
-}
-
 }  // namespace avx2
 #pragma GCC pop_options
-
-bool cpuHas(const char* isa) {
-  __builtin_cpu_init();
-  if (std::strcmp(isa, "scalar") == 0) return true;
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (std::strcmp(isa, "avx2") == 0) return avx2;
-  if (std::strcmp(isa, "avx512") == 0)
-    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl");
-  return false;
-}
 
 constexpr GgmlVec kAvx512{"avx512", 16, avx512::dot, avx512::weightedSum,
                           avx512::softMax, avx512::swiglu, avx512::silu};
 constexpr GgmlVec kAvx2{"avx2", 8, avx2::dot, avx2::weightedSum,
                         avx2::softMax, avx2::swiglu, avx2::silu};
-#else
-bool cpuHas(const char* isa) { return std::strcmp(isa, "scalar") == 0; }
 #endif
 
 constexpr GgmlVec kScalar{"scalar", 1, scalar::dot, scalar::weightedSum,
                           scalar::softMax, scalar::swiglu, scalar::silu};
 
-const GgmlVec& variant(const char* isa) {
+// Widest first; ggml's build takes the widest its machine has.
 #if KILN_GGML_X86
-  if (std::strcmp(isa, "avx512") == 0) return kAvx512;
-  if (std::strcmp(isa, "avx2") == 0) return kAvx2;
+constexpr const GgmlVec* kVariants[] = {&kAvx512, &kAvx2, &kScalar};
+#else
+constexpr const GgmlVec* kVariants[] = {&kScalar};
 #endif
-  (void)isa;
-  return kScalar;
-}
 
 GgmlVec& chosen() {
   static GgmlVec v = [] {
-    for (const char* isa : {"avx512", "avx2"})
-      if (cpuHas(isa)) return variant(isa);
+    for (const GgmlVec* variant : kVariants)
+      if (cpuHasIsa(variant->isa)) return *variant;
     return kScalar;
   }();
   return v;
@@ -382,9 +303,12 @@ GgmlVec& chosen() {
 const GgmlVec& ggmlVec() { return chosen(); }
 
 bool setGgmlVecIsaForTesting(const char* isa) {
-  if (!cpuHas(isa)) return false;
-  chosen() = variant(isa);
-  return true;
+  for (const GgmlVec* variant : kVariants)
+    if (std::strcmp(variant->isa, isa) == 0 && cpuHasIsa(isa)) {
+      chosen() = *variant;
+      return true;
+    }
+  return false;
 }
 
 }  // namespace kiln::cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu/kernels/cpu_isa.h"
 #include "runtime/cpu/kernels/quant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -95,20 +96,6 @@ void quantDotRowsScalar(WeightType type, const void* weights, int64_t rows, int6
 #undef KILN_DOT_U8S8
 #pragma GCC pop_options
 
-bool cpuHas(const char* isa) {
-  __builtin_cpu_init();
-  if (std::strcmp(isa, "scalar") == 0) return true;
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (std::strcmp(isa, "avx2") == 0) return avx2;
-  if (std::strcmp(isa, "avx512vnni") == 0)
-    return avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw");
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-  if (std::strcmp(isa, "avxvnni") == 0) return avx2 && __builtin_cpu_supports("avxvnni");
-#endif
-  return false;
-}
-
 DotFn implFor(const char* isa) {
   if (std::strcmp(isa, "avx512vnni") == 0) return avx512vnni::quantDotRowsImpl;
   if (std::strcmp(isa, "avxvnni") == 0) return avxvnni::quantDotRowsImpl;
@@ -117,7 +104,6 @@ DotFn implFor(const char* isa) {
 }
 
 #else
-bool cpuHas(const char* isa) { return std::strcmp(isa, "scalar") == 0; }
 DotFn implFor(const char*) { return quantDotRowsScalar; }
 #endif
 
@@ -129,7 +115,7 @@ struct Dispatch {
 Dispatch& dispatch() {
   static Dispatch d = [] {
     for (const char* isa : {"avx512vnni", "avxvnni", "avx2"})
-      if (cpuHas(isa)) return Dispatch{isa, implFor(isa)};
+      if (cpuHasIsa(isa)) return Dispatch{isa, implFor(isa)};
     return Dispatch{"scalar", quantDotRowsScalar};
   }();
   return d;
@@ -167,11 +153,12 @@ void quantDotRows(WeightType type, const void* weights, int64_t rows, int64_t k,
 const char* quantDotIsa() { return dispatch().isa; }
 
 bool setQuantDotIsaForTesting(const char* isa) {
-  if (!cpuHas(isa)) return false;
-  Dispatch& d = dispatch();
   for (const char* name : {"avx512vnni", "avxvnni", "avx2", "scalar"})
-    if (std::strcmp(name, isa) == 0) d = Dispatch{name, implFor(isa)};
-  return true;
+    if (std::strcmp(name, isa) == 0 && cpuHasIsa(name)) {
+      dispatch() = Dispatch{name, implFor(name)};
+      return true;
+    }
+  return false;
 }
 
 }  // namespace kiln::cpu
