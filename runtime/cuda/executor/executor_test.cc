@@ -3,6 +3,7 @@
 // fixture as a bf16 plan runs and agrees with the CPU executor. The full
 // check against transformers is test/gpu/hf_logits_gpu_test (GPU machine).
 #include "runtime/cuda/executor/executor.h"
+#include "runtime/cuda/executor/launch_shape.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -81,6 +82,43 @@ TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
   std::vector<int32_t> bad_slots{0, 1, 2, 3, 1 << 20};
   cpu::BatchInputs bad{tokens, positions, bad_slots, tables, 1, query_start, kv_lens};
   EXPECT_FALSE((*ex)->forward(bad, logits).ok());
+}
+
+TEST(LaunchShape, DecodeSplitsFillTheGpuWithoutShortPartitions) {
+  const int sms = 132, kv_heads = 8;
+  // Tiny contexts keep the unsplit kernel.
+  EXPECT_EQ(decodeSplits(1, kv_heads, 1, sms), 0);
+  EXPECT_EQ(decodeSplits(1, kv_heads, 64, sms), 0);
+  // Batch 1 at 8k keys: 8 (token, kv head) pairs want about 2 * 132 / 8 = 33
+  // partitions; the power of two below is 32.
+  EXPECT_EQ(decodeSplits(1, kv_heads, 8192, sms), 32);
+  // A partition holds at least 64 keys: 200 keys allow 3, rounded down to 2.
+  EXPECT_EQ(decodeSplits(1, kv_heads, 200, sms), 2);
+  // Batch 32 already gives 256 blocks: one partition each.
+  EXPECT_EQ(decodeSplits(32, kv_heads, 8192, sms), 1);
+  for (int64_t b : {1, 2, 3, 7, 16, 64, 300})
+    for (int keys : {65, 100, 128, 1000, 4096, 32768, 131072}) {
+      const int s = decodeSplits(b, kv_heads, keys, sms);
+      ASSERT_GE(s, 1) << b << " " << keys;
+      EXPECT_EQ(s & (s - 1), 0) << "a power of two: " << s;
+      EXPECT_LE(s, kMaxSplits);
+      if (s > 1) {
+        EXPECT_GE(keys / s, 64) << "partitions of at least 64 keys";
+        EXPECT_LE(b * kv_heads * s, 2 * sms) << "about two blocks per SM at most";
+      }
+    }
+}
+
+TEST(LaunchShape, GraphStrideChangesOnlyWhenTheTableDoubles) {
+  EXPECT_EQ(graphStride(1, 1000), 16);
+  EXPECT_EQ(graphStride(16, 1000), 16);
+  EXPECT_EQ(graphStride(17, 1000), 32);
+  EXPECT_EQ(graphStride(32, 1000), 32);
+  EXPECT_EQ(graphStride(33, 1000), 64);
+  // Never past what a sequence can hold (the pool), never below the batch's own.
+  EXPECT_EQ(graphStride(20, 24), 24);
+  EXPECT_EQ(graphStride(5, 3), 5);
+  for (int blocks = 1; blocks < 5000; blocks += 37) EXPECT_GE(graphStride(blocks, 4096), blocks);
 }
 
 }  // namespace
