@@ -13,6 +13,7 @@
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/kernel_params.cuh"
+#include "runtime/cpu/kernels/quant.h"
 #include "runtime/cpu/kernels/thread_pool.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -37,31 +38,6 @@ std::optional<InputId> parseInput(std::string_view name) {
   if (name == "query_start") return kQueryStart;
   if (name == "kv_lens") return kKvLens;
   return std::nullopt;
-}
-
-uint16_t toBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return uint16_t(u >> 16);
-}
-float fromBf16(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-float fromF16(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return float(h);
-}
-uint16_t toF16(float f) {
-  _Float16 h = static_cast<_Float16>(f);
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
 }
 
 nlohmann::json paramsJson(const StepParams& params) {
@@ -380,49 +356,28 @@ int64_t elements(const BoundWeight& w) {
   return n;
 }
 
-// The device bytes of `w` in `form`, written to `out` (resized).
+// True when the device form is the bound bytes themselves (no conversion).
+bool uploadsAsBound(const BoundWeight& w, Form form) {
+  return form == Form::kRaw || (form == Form::kF32 && w.type == cpu::WeightType::F32) ||
+         (form == Form::kBf16 && w.type == cpu::WeightType::BF16) ||
+         (form == Form::kF16 && w.type == cpu::WeightType::F16);
+}
+
+// The bytes of `w` in `form`, for a form that is not its bound bytes
+// (uploadsAsBound is false): float weights are converted through f32.
 Status convertWeight(const BoundWeight& w, Form form, std::vector<uint8_t>& out) {
   const int64_t n = elements(w);
-  const bool same = (form == Form::kF32 && w.type == cpu::WeightType::F32) ||
-                    (form == Form::kBf16 && w.type == cpu::WeightType::BF16) ||
-                    (form == Form::kF16 && w.type == cpu::WeightType::F16);
-  if (form == Form::kRaw || same) {
-    out.assign(w.data, w.data + w.size_bytes);
-    return {};
-  }
+  if (w.type != cpu::WeightType::F32 && w.type != cpu::WeightType::BF16 && w.type != cpu::WeightType::F16)
+    return makeError("weight {} '{}' is {}: GGUF block types are not supported by the CUDA "
+                     "executor yet for this use (compile from a f32/f16/bf16 checkpoint)",
+                     w.id, w.name, weightTypeName(w.type));
   std::vector<float> f(static_cast<size_t>(n));
-  switch (w.type) {
-    case cpu::WeightType::F32: std::memcpy(f.data(), w.data, size_t(n) * 4); break;
-    case cpu::WeightType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, w.data + 2 * i, 2);
-        f[size_t(i)] = fromBf16(h);
-      }
-      break;
-    case cpu::WeightType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, w.data + 2 * i, 2);
-        f[size_t(i)] = fromF16(h);
-      }
-      break;
-    default:
-      return makeError("weight {} '{}' is {}: GGUF block types are not supported by the CUDA "
-                       "executor yet for this use (compile from a f32/f16/bf16 checkpoint)",
-                       w.id, w.name, weightTypeName(w.type));
-  }
-  if (form == Form::kF32) {
-    out.resize(size_t(n) * 4);
-    std::memcpy(out.data(), f.data(), out.size());
-    return {};
-  }
-  out.resize(size_t(n) * 2);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = form == Form::kBf16 ? toBf16(f[size_t(i)]) : toF16(f[size_t(i)]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return {};
+  KILN_RETURN_IF_ERROR(cpu::dequantizeRow(w.type, w.data, f.data(), n));
+  const cpu::WeightType to = form == Form::kF32    ? cpu::WeightType::F32
+                            : form == Form::kBf16 ? cpu::WeightType::BF16
+                                                  : cpu::WeightType::F16;
+  out.resize(size_t(n) * (form == Form::kF32 ? 4 : 2));
+  return cpu::quantizeRow(to, f.data(), out.data(), n);
 }
 
 int64_t formBytes(const BoundWeight& w, Form form) {
@@ -570,20 +525,17 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     std::vector<std::vector<uint8_t>> converted;
     for (const auto& [key, offset] : weight_offset) {
       const BoundWeight& w = *weights.find(key.first);
-      const bool same = (key.second == Form::kF32 && w.type == cpu::WeightType::F32) ||
-                        (key.second == Form::kBf16 && w.type == cpu::WeightType::BF16) ||
-                        (key.second == Form::kF16 && w.type == cpu::WeightType::F16);
       const CUdeviceptr dst = weight_base + CUdeviceptr(offset);
-      if ((key.second == Form::kRaw || same) && !w.data) {
+      if (uploadsAsBound(w, key.second)) {
+        if (w.data) {
+          copies.push_back({w.data, w.size_bytes, dst});
+          continue;
+        }
         uint64_t at = 0;
         for (std::span<const uint8_t> part : w.parts) {
           copies.push_back({part.data(), part.size(), dst + CUdeviceptr(at)});
           at += part.size();
         }
-        continue;
-      }
-      if (key.second == Form::kRaw || same) {
-        copies.push_back({w.data, w.size_bytes, dst});
         continue;
       }
       BoundWeight whole = w;
@@ -1180,7 +1132,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   } else {
     const uint16_t* h = static_cast<const uint16_t*>(st.logits_host);
     cpu::parallelFor(out_rows * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = fromBf16(h[i]);
+      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = cpu::bf16ToF32(h[i]);
     });
   }
   return {};
