@@ -48,7 +48,7 @@ def timed(fn, reps):
 
 
 def ceilings():
-    x = torch.ones((2 << 30) // 2 * 2, dtype=torch.bfloat16, device="cuda")  # 4 GiB
+    x = torch.ones(2 << 30, dtype=torch.bfloat16, device="cuda")  # 2^31 elements: 4 GiB
     x.sum()
     t = timed(lambda: x.sum(), 20)
     hbm = x.numel() * 2 / t / 1e9
@@ -78,16 +78,23 @@ class Tensor:
         return len(self.shape)
 
 
-def tensor_table(directory):
-    import glob
+def safetensors_tables(path):
+    """{name: (dtype, shape)} of a .safetensors file or a directory's files, from the headers only."""
     import os
     import struct
+    files = [path]
+    if os.path.isdir(path):
+        files = [os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
     out = {}
-    for f in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+    for f in files:
         with open(f, "rb") as fh:
             header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
-        out.update({k: Tensor(v["dtype"], v["shape"]) for k, v in header.items() if k != "__metadata__"})
+        out.update({k: (v["dtype"], tuple(v["shape"])) for k, v in header.items() if k != "__metadata__"})
     return out
+
+
+def tensor_table(directory):
+    return {name: Tensor(dtype, shape) for name, (dtype, shape) in safetensors_tables(directory).items()}
 
 
 def roofline(config, weights, prompt, gen, batch, hbm_gbps, gemm_tflops):

@@ -15,12 +15,11 @@ prompts the last-token logits of the prompt and of one decode step after it.
 --header: the header-only checkpoint the artifact was compiled from; the
 tensor names and shapes written here must match it (exit 3 if not).
 --bench: also time batch-1 greedy decode with transformers (bf16, eager
-attention) and an HBM read probe (torch sum over 4 GiB), same process.
+attention) and the HBM read and bf16 GEMM probes of scripts/hf_bench.py, same process.
 """
 import argparse
 import json
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -28,23 +27,9 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-
-def safetensors_tables(path):
-    """{name: (dtype, shape)} of a .safetensors file or a directory's files."""
-    files = []
-    if os.path.isdir(path):
-        files = [os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
-    else:
-        files = [path]
-    out = {}
-    for f in files:
-        with open(f, "rb") as fh:
-            n = struct.unpack("<Q", fh.read(8))[0]
-            header = json.loads(fh.read(n))
-        for k, v in header.items():
-            if k != "__metadata__":
-                out[k] = (v["dtype"], tuple(v["shape"]))
-    return out
+# The peer script's checkpoint-header reader and card ceilings (scripts/hf_bench.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from hf_bench import ceilings, safetensors_tables  # noqa: E402
 
 
 def rounded(t):
@@ -150,17 +135,8 @@ def main():
                 dt = time.time() - t
         bench["hf_eager_bf16_decode_b1_tok_s"] = steps / dt
         bench["hf_eager_bf16_decode_b1_ms"] = 1e3 * dt / steps
-        # HBM read probe: sum over 4 GiB of bf16.
-        x = torch.ones(2 << 30, dtype=torch.bfloat16, device=device)
-        x.sum()
-        torch.cuda.synchronize()
-        reps = 20
-        t = time.time()
-        for _ in range(reps):
-            x.sum()
-        torch.cuda.synchronize()
-        bench["hbm_read_probe_GBps"] = reps * x.numel() * 2 / (time.time() - t) / 1e9
-        del x
+        # HBM read and bf16 GEMM probes, as kiln bench's peer measures them.
+        bench["hbm_read_probe_GBps"], bench["gemm_probe_TFLOPs"] = ceilings()
         bench["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
         bench["torch"] = torch.__version__
         import transformers
