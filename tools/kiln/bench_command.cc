@@ -201,7 +201,7 @@ int benchCommand(int argc, char** argv) {
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|hf-eager|none] "
                 "[--json FILE]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
-                "TFLOP/s, beside the peer and the FLOP roofline");
+                "TFLOP/s, beside the peer and the roofline");
   const bool prefill_only = workload == "prefill";
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
@@ -211,6 +211,10 @@ int benchCommand(int argc, char** argv) {
   if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(*args);
   if (!options.ok()) return fail(options.error().message);
+  // Checked before loading anything: a mistyped peer must not cost a whole kiln run.
+  if (auto peer = args->get("peer"); peer && *peer != "llama.cpp" && *peer != "hf" && *peer != "hf-eager" &&
+                                     *peer != "none")
+    return fail("--peer '" + *peer + "': expected llama.cpp, hf, hf-eager or none");
   auto prompt_tokens = args->getInt("prompt-tokens", prefill_only ? 2048 : 128);
   auto gen_tokens = args->getInt("gen-tokens", prefill_only ? 2 : 64);
   auto batch = args->getInt("batch", 1);
@@ -262,8 +266,6 @@ int benchCommand(int argc, char** argv) {
       if (!figures.ok()) return fail(figures.error().message);
       theirs = *figures;
     }
-  } else if (peer != "none") {
-    return fail("--peer '" + peer + "': expected llama.cpp, hf, hf-eager or none");
   }
 
   std::printf("\nkiln bench %s: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
