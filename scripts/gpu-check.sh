@@ -59,6 +59,7 @@ write_report() {
   cat "$OUT/machine.txt"
   echo "== results"; cat "$OUT/summary.txt"
   [[ -f "$OUT/start_times.txt" ]] && { echo "== start times"; cat "$OUT/start_times.txt"; }
+  [[ -f "$OUT/hf_profile.txt" ]] && { echo "== hf profile"; cat "$OUT/hf_profile.txt" "$OUT/hf_profile.json"; }
   for f in "$OUT"/bench_*.txt; do [[ -f "$f" ]] && { echo "== $(basename "$f")"; cat "$f"; }; done
   for f in "$OUT"/hf_*.log "$OUT"/accuracy_*.log "$OUT"/bench_*_checkpoint.log; do
     [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded" "$f"; }
@@ -160,6 +161,15 @@ if [[ " $PARTS " == *" bench "* ]]; then
       --reference "$ckpt.ref.json" --summary "$OUT/accuracy_$model.json" 2>&1 | tee "$OUT/accuracy_$model.log"
     rc=${PIPESTATUS[0]}
     result[accuracy_$model]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  fi
+  # KILN_HF_PROFILE=1: transformers' eager decode alone under torch's profiler,
+  # so a peer figure far from the card's ceiling can be explained.
+  if [[ -n "${KILN_HF_PROFILE:-}" ]]; then
+    python3 -c "import json; print(json.dumps(list(range(1000, 1128))))" >/tmp/kiln-profile-prompt.json
+    echo "== transformers eager decode under the torch profiler"
+    timeout 180 python3 "$ROOT/scripts/hf_bench.py" --model "$ckpt" --prompt-ids /tmp/kiln-profile-prompt.json \
+      --gen 32 --batch 1 --modes eager --profile >"$OUT/hf_profile.json" 2>"$OUT/hf_profile.txt"
+    tail -3 "$OUT/hf_profile.txt"; cat "$OUT/hf_profile.json"
   fi
   # Cold start: an empty JIT cache (the artifact is compiled on the dev
   # machine: kiln-compile needs MLIR, absent here; its time is measured there).

@@ -121,7 +121,7 @@ def roofline(config, weights, prompt, gen, batch, hbm_gbps, gemm_tflops):
             "prefill_flops": flops}
 
 
-def bench_eager(model, ids, gen):
+def bench_eager(model, ids, gen, profile=False):
     batch, prompt = ids.shape
 
     # The model makes its own cache, as test/gpu/make_random_llama.py's
@@ -147,6 +147,15 @@ def bench_eager(model, ids, gen):
 
         decode(4)
         t = decode(gen - 1)
+        if profile:
+            # Where one eager decode step's time goes, to stderr: a peer
+            # figure far from the card's ceiling must be explained before
+            # it is reported.
+            from torch.profiler import ProfilerActivity, profile as torch_profile
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                decode(3)
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12), file=sys.stderr)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8), file=sys.stderr)
     return {"prefill_ms": t_prefill * 1e3, "prefill_tps": batch * prompt / t_prefill,
             "decode_tps": batch * (gen - 1) / t}
 
@@ -184,6 +193,7 @@ def main():
     p.add_argument("--gen", type=int, required=True)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--modes", default="eager,compiled")
+    p.add_argument("--profile", action="store_true", help="torch profiler tables of eager decode steps on stderr")
     args = p.parse_args()
     from transformers import AutoConfig, LlamaForCausalLM
 
@@ -199,11 +209,15 @@ def main():
     out["roofline"] = roofline(config, weights, len(prompt), args.gen, args.batch, hbm, gemm)
     del weights
     model = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda().eval()
+    devices = sorted({f"{p.device}/{p.dtype}" for p in model.parameters()})
+    free, total = torch.cuda.mem_get_info()
+    log(f"model parameters on {devices}; GPU memory free {free / 2**30:.1f} of {total / 2**30:.1f} GiB; "
+        f"attention {model.config._attn_implementation}")
     ids = torch.tensor([prompt] * args.batch, device="cuda")
     for mode in args.modes.split(","):
         log(f"{mode} (batch {args.batch}, prompt {len(prompt)}, generate {args.gen})...")
         try:
-            out[mode] = bench_eager(model, ids, args.gen) if mode == "eager" else bench_compiled(model, ids, args.gen)
+            out[mode] = bench_eager(model, ids, args.gen, args.profile) if mode == "eager" else bench_compiled(model, ids, args.gen)
         except Exception as e:  # a peer that fails is reported, not fatal to kiln's figures
             out[mode] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         log(mode, json.dumps(out[mode]))

@@ -242,7 +242,11 @@ int benchCommand(int argc, char** argv) {
   std::fprintf(stderr, "kiln bench: kiln prefill %.1f tok/s (time to first token %.1f ms), decode %.1f tok/s\n",
                mine->prefill_tps, mine->ttft_ms, mine->decode_tps);
 
-  const Manifest& manifest = (*engine)->manifest();
+  // The engine is closed before the peer runs: its weights, KV pool and
+  // threads would otherwise sit on the same card and cores as the peer's.
+  const Manifest manifest = (*engine)->manifest();
+  const std::string backend = (*engine)->backendName();
+  engine->reset();
   // The peer a user of this model would otherwise run: llama.cpp for a
   // GGUF, Hugging Face transformers for a checkpoint directory.
   std::string peer = args->get("peer").value_or(
@@ -272,7 +276,7 @@ int benchCommand(int argc, char** argv) {
               "%d threads, device %s\n",
               workload.c_str(), manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",
               (long long)*prompt_tokens, (long long)*gen_tokens, (long long)*batch, threads,
-              (*engine)->backendName().c_str());
+              backend.c_str());
   const double flops = planPrefillFlops(manifest, *prompt_tokens, *batch);
   std::printf("kiln: time to first token %.1f ms (%.3g TFLOP/s by the plan's %.3g FLOPs), decode %.3f ms/step\n",
               mine->ttft_ms, mine->ttft_ms > 0 ? flops / (mine->ttft_ms * 1e-3) / 1e12 : 0.0, flops,
@@ -302,7 +306,7 @@ int benchCommand(int argc, char** argv) {
       out["llama_cpp"] = {{"prefill_tps", theirs->prefill_tps},
                           {"decode_tps", theirs->decode_tps}, {"ttft_ms", theirs->ttft_ms}};
     if (hf) out["hf"] = *hf;
-    out["device"] = (*engine)->backendName();
+    out["device"] = backend;
     std::ofstream(*path) << out.dump(2) << "\n";
   }
   return 0;
