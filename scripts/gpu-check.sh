@@ -30,7 +30,9 @@
 #            workload of KILN_BENCH_RUNS (default "b1") beside the HF peers and the
 #            roofline of the same run:  b1 (batch 1, 128 in / 128 out, peers eager +
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
-#            prefill (batch 1, 2048 in, eager); KILN_BENCH_PEER overrides the peer
+#            prefill (batch 1, 2048 in, eager); kiln alone: b1-no-pdl (programmatic
+#            launch off), b1-profile / b32-profile (--profile-steps: each step's
+#            GPU time); KILN_BENCH_PEER overrides the peer
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
@@ -190,16 +192,21 @@ if [[ " $PARTS " == *" bench "* ]]; then
       b1) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer hf); limit=200 ;;
       b32) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer hf); limit=240 ;;
       prefill) flags=(--prompt-tokens 2048 --peer hf-eager); limit=90 ;;
+      # A/B and where the time goes, kiln alone: programmatic launch off;
+      # every step timed between events (the table is in the .err file).
+      b1-no-pdl) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --no-programmatic-launch); limit=60 ;;
+      b1-profile) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
+      b32-profile) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       *) echo "unknown bench run $run"; continue ;;
     esac
     [[ -n "${KILN_BENCH_PEER:-}" ]] && flags+=(--peer "$KILN_BENCH_PEER")
-    workload=decode; [[ $run == prefill ]] && workload=prefill
+    workload=decode; [[ $run == prefill* ]] && workload=prefill
     echo "== kiln bench $workload $model ${flags[*]}"
     tests+=("bench_$run")
     timeout "$limit" "$BUILD/bin/kiln" bench $workload "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
       --json "$OUT/bench_${model}_$run.json" 2>"$OUT/bench_${model}_$run.err" | tee "$OUT/bench_${model}_$run.txt"
-    grep "kiln bench: kiln prefill" "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
     rc=${PIPESTATUS[0]}
+    grep -E "kiln bench: kiln prefill|^step profile|^  " "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
     result[bench_$run]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
     [[ $rc == 0 ]] || { status=1; tail -5 "$OUT/bench_${model}_$run.err"; }
   done

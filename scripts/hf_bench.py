@@ -123,6 +123,12 @@ def roofline(config, weights, prompt, gen, batch, hbm_gbps, gemm_tflops):
 
 def bench_eager(model, ids, gen, profile=False):
     batch, prompt = ids.shape
+    # torch 2.11 picks cuDNN's SDPA on the H200, which builds a new execution
+    # plan for every key length it has not seen: each decode step paid one
+    # (0.47 s per step at batch 1 and 32 on 2026-11-29; the torch profiler over
+    # steps of lengths already seen showed 9 ms of GPU time per step). Flash
+    # and memory-efficient SDPA have no such cost.
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
     # The model makes its own cache, as test/gpu/make_random_llama.py's
     # eager loop does (21 tok/s for Llama-3-8B there); passing a bare

@@ -131,6 +131,9 @@ struct Body {
   std::string config;      // members of struct Config
   std::string function;    // kiln::kernels::<template>
   LaunchShape launch;
+  // The template calls wait_for_previous_kernel itself (after reads that do
+  // not depend on earlier kernels); otherwise the entry waits first thing.
+  bool waits_itself = false;
 };
 
 Result<Body> embedding(const Params& p) {
@@ -237,6 +240,7 @@ Result<Body> gemm(const Params& p) {
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
   Body b{"gemv.cuh", "", "gemv",
          {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block), "GemvParams"}};
+  b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
       "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
@@ -597,10 +601,17 @@ Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& par
       "}}  // namespace\n"
       "\n"
       "extern \"C\" __global__ void __launch_bounds__({}) {}(const kiln::kernels::{} p) {{\n"
+      "{}"
       "  kiln::kernels::{}<Config>(p);\n"
       "}}\n",
       kind, params.dump(), b->launch.grid, b->launch.block_threads, b->launch.params_struct,
-      b->header, b->config, b->launch.block_threads, name, b->launch.params_struct, b->function);
+      b->header, b->config, b->launch.block_threads, name, b->launch.params_struct,
+      b->waits_itself ? ""
+                      : "  // Launched as a programmatic dependent (common.cuh): wait for the\n"
+                        "  // previous kernel's writes, then let the next kernel launch.\n"
+                        "  kiln::kernels::wait_for_previous_kernel();\n"
+                        "  kiln::kernels::allow_next_kernel();\n",
+      b->function);
   return inst;
 }
 

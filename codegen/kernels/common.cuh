@@ -68,6 +68,28 @@ __device__ __forceinline__ void store8(T* p, const float (&in)[8]) {
   }
 }
 
+// Programmatic dependent launch (sm_90+). The runtime launches every kernel
+// allowed to start while the previous one in its stream is still running, so
+// its launch and its reads of constant weights overlap that kernel's tail.
+// Before reading anything an earlier kernel writes, and before writing
+// anything an earlier kernel reads, a kernel waits: every block, before any
+// early return, so a kernel never completes before its predecessor has
+// (that makes the wait transitive down the stream). Both are no-ops when the
+// kernel was launched without the attribute.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream launch now; it still waits for this
+// one's completion before touching its results.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);

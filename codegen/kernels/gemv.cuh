@@ -3,7 +3,9 @@
 // 16-byte loads through the read-only path, kUnroll loads in flight per lane
 // before any math, each weight row split over kSplitK warps (split-K inside
 // the block, reduced through shared memory in a fixed order, so the result
-// does not depend on the batch size or timing: no atomics).
+// does not depend on the batch size or timing: no atomics). The first
+// weight loads are issued before waiting on the previous kernel (see
+// wait_for_previous_kernel in common.cuh).
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
 //
@@ -46,15 +48,23 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
   const W* w = static_cast<const W*>(p.w) + (long long)n0 * kK;
-  for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
-    float wv[kUnroll][kR][8];
+  float wv[kUnroll][kR][8];
+  // All kUnroll * kR loads of a step in flight before any math.
+  auto load_weights = [&](int v0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // all loads first: kUnroll * kR in flight
+    for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + u * kStride;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
         if (v < kVecs && n0 + r < Config::kN) load8_nc(w + (long long)r * kK + v * 8, wv[u][r]);
     }
+  };
+  // The first step's weights are requested before waiting for the kernel
+  // that writes x: weights never change, so their latency overlaps its tail.
+  load_weights(split * 32 + lane);
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + u * kStride;
@@ -70,6 +80,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
           for (int e = 0; e < 8; ++e) acc[r][m] += wv[u][r][e] * xv[e];
       }
     }
+    if (v0 + kStride * kUnroll < kVecs) load_weights(v0 + kStride * kUnroll);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r)

@@ -139,6 +139,9 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   cuda::CudaExecutorOptions copt;
   copt.progress = options.progress;
   copt.gpu_memory_fraction = options.gpu_memory_fraction;
+  copt.cuda_graphs = options.cuda_graphs;
+  copt.programmatic_launch = options.cuda_programmatic_launch;
+  copt.profile_steps = options.cuda_profile_steps;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();

@@ -42,6 +42,13 @@ struct EngineOptions {
   // in all (weights, activations and pool, as vLLM's gpu_memory_utilization),
   // instead of kv_cache_tokens; 0 = kv_cache_tokens.
   double gpu_memory_fraction = 0;
+  // CUDA only, for A/B measurements: replay decode steps from CUDA graphs;
+  // launch kernels as programmatic dependents (cuda::CudaExecutorOptions).
+  bool cuda_graphs = true;
+  bool cuda_programmatic_launch = true;
+  // CUDA only: time each step and print where a forward's time goes when
+  // the engine closes (cuda::CudaExecutorOptions::profile_steps).
+  bool cuda_profile_steps = false;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is

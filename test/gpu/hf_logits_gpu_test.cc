@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
   std::string artifact, source, reference, cpu_artifact, summary_path;
   int64_t bench = 0, kv_tokens = 16384, max_tokens = 1024;
   double tolerance = 2e-2;
-  bool graphs = true, flash = true;
+  bool graphs = true, flash = true, programmatic = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -273,6 +273,7 @@ int main(int argc, char** argv) {
     else if (a == "--tolerance") tolerance = std::stod(next());
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--no-flash") flash = false;
+    else if (a == "--no-programmatic-launch") programmatic = false;
     else {
       fmt::print(stderr, "unknown argument {}\n", a);
       return 2;
@@ -280,7 +281,7 @@ int main(int argc, char** argv) {
   }
   if (artifact.empty() || source.empty() || reference.empty()) {
     fmt::print(stderr, "usage: {} --artifact DIR --model-source DIR --reference FILE "
-               "[--cpu-artifact DIR] [--bench N] [--summary FILE] [--tolerance T] [--no-graphs] [--no-flash]\n", argv[0]);
+               "[--cpu-artifact DIR] [--bench N] [--summary FILE] [--tolerance T] [--no-graphs] [--no-flash] [--no-programmatic-launch]\n", argv[0]);
     return 2;
   }
   std::ifstream ref_file(reference);
@@ -355,6 +356,7 @@ int main(int argc, char** argv) {
   copt.verbose = true;
   copt.cuda_graphs = graphs;
   copt.flash_attention = flash;
+  copt.programmatic_launch = programmatic;
   auto t0 = std::chrono::steady_clock::now();
   auto cuda_ex = cuda::CudaExecutor::create(*manifest, *weights,
                                             cpu::kvPoolConfigFor(*manifest, blocks), max_tokens, copt);
@@ -373,6 +375,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   summary["cuda_graphs"] = graphs;
+  summary["programmatic_launch"] = programmatic;
   summary["graph_captures"] = (*cuda_ex)->graphCaptures();
   fmt::print("cuda graphs {}: {} captured\n", graphs ? "on" : "off", (*cuda_ex)->graphCaptures());
   summary["cuda"] = summarize("cuda", *cuda_run, cases);

@@ -47,6 +47,9 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
       return makeError("--gpu-memory-fraction '{}' is invalid: expected a number in (0, 1]", *fraction);
     options.gpu_memory_fraction = f;
   }
+  options.cuda_graphs = !args.has("no-cuda-graphs");
+  options.cuda_programmatic_launch = !args.has("no-programmatic-launch");
+  options.cuda_profile_steps = args.has("profile-steps");
   return options;
 }
 

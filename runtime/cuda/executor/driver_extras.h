@@ -24,6 +24,9 @@ struct DriverExtras {
   decltype(&::cuGraphLaunch) graphLaunch = nullptr;
   decltype(&::cuGraphExecDestroy) graphExecDestroy = nullptr;
   decltype(&::cuGraphDestroy) graphDestroy = nullptr;
+  // Optional (null when the driver lacks it): launches with attributes, for
+  // programmatic dependent launch.
+  decltype(&::cuLaunchKernelEx) launchKernelEx = nullptr;
 };
 
 inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
@@ -48,6 +51,7 @@ inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
   KILN_RETURN_IF_ERROR(get(x.graphLaunch, "cuGraphLaunch"));
   KILN_RETURN_IF_ERROR(get(x.graphExecDestroy, "cuGraphExecDestroy"));
   KILN_RETURN_IF_ERROR(get(x.graphDestroy, "cuGraphDestroy"));
+  x.launchKernelEx = reinterpret_cast<decltype(x.launchKernelEx)>(d.library.symbol("cuLaunchKernelEx"));
   return x;
 }
 

@@ -19,6 +19,7 @@
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/executor/driver_extras.h"
 #include "runtime/cuda/executor/launch_shape.h"
+#include "runtime/cuda/executor/step_profile.h"
 #include "runtime/cuda/executor/weight_upload.h"
 #include "runtime/cuda/kernel_cache.h"
 
@@ -69,6 +70,7 @@ struct DeviceValue {
 struct BoundStep {
   StepKind kind = StepKind::kGemm;
   std::string path;
+  std::string instance;  // the kernel instance's name (StepProfile's rows)
   CUfunction fn = nullptr;
   unsigned block = 0;
   std::vector<DeviceValue> args;  // value operands by arg index (invalid for non-values)
@@ -189,13 +191,20 @@ struct CudaExecutor::State {
   CUdeviceptr partial_out = 0, partial_lse = 0;
   int64_t split_rows = 0;  // (token, split) rows the partials hold
   bool use_graphs = true;
+  bool programmatic_launch = false;  // CudaExecutorOptions::programmatic_launch, where supported
   std::map<LaunchShape, CUgraphExec> graphs;
   int64_t graph_captures = 0;
+  // CudaExecutorOptions::profile_steps: an event before each step and one
+  // after the last.
+  bool profile = false;
+  std::vector<CUevent> step_events;
+  StepProfile step_profile;
 
   ~State() {
     if (!d) return;
     d->cuCtxSetCurrent(context);
     if (stream) x.streamSynchronize(stream);
+    for (CUevent e : step_events) d->cuEventDestroy_v2(e);
     for (auto& [shape, exec] : graphs) x.graphExecDestroy(exec);
     for (auto& [key, plan] : gemm_plans) {
       lt->cublasLtMatrixLayoutDestroy(plan.a);
@@ -237,6 +246,21 @@ struct CudaExecutor::State {
   Status launch(CUfunction fn, unsigned block, unsigned gx, unsigned gy, unsigned gz, void* params,
                 unsigned smem = 0) {
     void* args[] = {params};
+    if (programmatic_launch) {
+      // Every generated kernel waits for its predecessor's writes itself
+      // (wait_for_previous_kernel), so it may start before that one ends.
+      CUlaunchAttribute attr{};
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = gx, config.gridDimY = gy, config.gridDimZ = gz;
+      config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
+      config.sharedMemBytes = smem;
+      config.hStream = stream;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      return d->check(x.launchKernelEx(&config, fn, args, nullptr), "cuLaunchKernelEx");
+    }
     return d->check(d->cuLaunchKernel(fn, gx, gy, gz, block, 1, 1, smem, stream, args, nullptr),
                     "cuLaunchKernel");
   }
@@ -249,6 +273,10 @@ struct CudaExecutor::State {
   // inputs are already in `inputs`.
   Status enqueueSteps(const LaunchShape& shape);
   Status attention(const BoundStep& s, const LaunchShape& shape);
+  // Which attention kernels a batch of this shape runs.
+  const char* attentionPath(const BoundStep& s, const LaunchShape& shape) const;
+  // With `profile`: the step times of the forward just synchronized.
+  void addStepTimes(const LaunchShape& shape);
   // The graph of `shape`, captured from enqueueSteps on first use.
   Result<CUgraphExec> decodeGraph(const LaunchShape& shape);
   const int* input(const BoundStep& s, size_t a) const {
@@ -402,7 +430,10 @@ int parseRowsPerBlock(const std::string& source) {
 
 }  // namespace
 
-CudaExecutor::~CudaExecutor() = default;
+CudaExecutor::~CudaExecutor() {
+  if (state_ && !state_->step_profile.empty())
+    fmt::print(stderr, "{}", state_->step_profile.report());
+}
 
 int64_t CudaExecutor::graphCaptures() const { return state_->graph_captures; }
 
@@ -459,6 +490,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const std::string arch = fmt::format("sm_{}{}", major, minor);
   d->cuDeviceGetAttribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, st.device);
   st.use_graphs = options.cuda_graphs;
+  st.programmatic_launch = options.programmatic_launch && major >= 9 && extras.launchKernelEx;
+  st.profile = options.profile_steps;
   ex->device_name_ = fmt::format("{} ({})", name, arch);
   auto lt = loadCublasLt();
   if (!lt) return makeError("no CUDA backend: {}", lt.error().message);
@@ -699,6 +732,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     s.path = step.path;
     if (step.kind != StepKind::kSplit) {
       const std::string& inst = step_instance[i];
+      s.instance = inst;
       s.fn = functions[source_index[inst]];
       s.block = block_threads[inst];
       s.rows_per_block = rows_per_block[inst];
@@ -886,6 +920,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
+  if (st.profile) {
+    st.step_events.resize(st.steps.size() + 1);
+    for (CUevent& e : st.step_events)
+      KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate (step profile)"));
+  }
   if (max_heads_dim > 0) {
     const int64_t rows = std::min(max_tokens * kMaxSplits, kSplitRows);
     KILN_ASSIGN(partial_out, st.alloc(rows * max_heads_dim * 4, "the split-KV attention partials"));
@@ -917,6 +956,31 @@ Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, std::span<float> log
   return {};
 }
 
+constexpr const char* kFlashPath = "flash_attention";
+constexpr const char* kSplitPath = "decode_attention + attention_combine";
+constexpr const char* kPagedPath = "paged_attention";
+
+const char* CudaExecutor::State::attentionPath(const BoundStep& s, const LaunchShape& shape) const {
+  if (s.flash_fn && shape.max_q_len >= kFlashMinQuery) return kFlashPath;
+  if (shape.splits < 1 || !s.split_fn) return kPagedPath;
+  return kSplitPath;
+}
+
+void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
+  const std::string phase = shape.n == shape.b ? fmt::format("decode, batch {}", shape.b)
+                                               : fmt::format("prefill, {} tokens", shape.n);
+  step_profile.beginForward(phase);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const BoundStep& s = steps[i];
+    float ms = 0;
+    d->cuEventElapsedTime_v2(&ms, step_events[i], step_events[i + 1]);
+    std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
+    if (s.kind == StepKind::kPagedAttention)
+      name = fmt::format("{} (heads {}/{}, head_dim {})", attentionPath(s, shape), s.heads, s.kv_heads, s.head_dim);
+    step_profile.addStep(phase, name, ms);
+  }
+}
+
 Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& shape) {
   kk::PagedAttentionParams p{};
   p.q = reinterpret_cast<const void*>(s.args[0].ptr);
@@ -930,12 +994,12 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
   p.num_seqs = int(shape.b);
   p.max_blocks_per_seq = shape.max_blocks;
   p.num_splits = 1;
-  if (s.flash_fn && shape.max_q_len >= kFlashMinQuery) {
+  const char* path = attentionPath(s, shape);
+  if (path == kFlashPath) {
     const unsigned tiles = unsigned((shape.max_q_len + kFlashBlockM - 1) / kFlashBlockM);
     return launch(s.flash_fn, s.flash_block, unsigned(s.heads), tiles, unsigned(shape.b), &p, s.flash_smem);
   }
-  if (shape.splits < 1 || !s.split_fn)
-    return launch(s, unsigned(shape.n), unsigned(s.kv_heads), 1, &p);
+  if (path == kPagedPath) return launch(s, unsigned(shape.n), unsigned(s.kv_heads), 1, &p);
   p.num_splits = shape.splits;
   p.partial_out = reinterpret_cast<float*>(partial_out);
   p.partial_lse = reinterpret_cast<float*>(partial_lse);
@@ -948,9 +1012,11 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
 Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
   const int64_t n = shape.n, b = shape.b;
   auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
-  for (const BoundStep& s : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const BoundStep& s = steps[i];
     auto rows = [&](const DeviceValue& v) { return v.per_sequence ? b : n; };
     Status status;
+    if (profile) KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(step_events[i], stream), "cuEventRecord"));
     switch (s.kind) {
       case StepKind::kEmbedding: {
         kk::EmbeddingParams p{input(s, 0), ptr(s.weights[1]), ptr(s.results[0].ptr), int(n), int(s.vocab)};
@@ -1032,6 +1098,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
     if (!status.ok())
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
   }
+  if (profile) KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(step_events.back(), stream), "cuEventRecord"));
 
   return {};
 }
@@ -1083,7 +1150,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
     while (shape.splits > 1 && b * shape.splits > st.split_rows) shape.splits /= 2;
     if (b * shape.splits > st.split_rows) shape.splits = 0;
   }
-  bool graph = st.use_graphs && decode && b <= kMaxGraphBatch;
+  bool graph = st.use_graphs && !st.profile && decode && b <= kMaxGraphBatch;
   if (graph) {
     shape.max_blocks = graphStride(in.max_blocks, num_blocks);
     if (b * shape.max_blocks > st.block_table_capacity) {
@@ -1127,6 +1194,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   KILN_RETURN_IF_ERROR(d->check(st.x.memcpyDtoHAsync(st.logits_host, st.logits.ptr, bytes, st.stream),
                                 "cuMemcpyDtoHAsync (logits)"));
   KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
+  if (st.profile) st.addStepTimes(shape);
   if (st.logits.elem == 4) {
     std::memcpy(logits_out.data(), st.logits_host, bytes);
   } else {

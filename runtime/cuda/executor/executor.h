@@ -34,6 +34,14 @@ struct CudaExecutorOptions {
   // Prefill chunks of bf16 pools with head_dim 64 or 128 run the
   // tensor-core flash_attention; otherwise the CUDA-core paged_attention.
   bool flash_attention = true;
+  // sm_90+: launch each kernel as a programmatic dependent of the previous
+  // one (codegen/kernels/common.cuh), so launches and weight reads overlap
+  // the previous kernel's tail.
+  bool programmatic_launch = true;
+  // Time every step between CUDA events (no graphs, no overlap: for finding
+  // where the time goes, not for speed figures) and print the per-instance
+  // table (StepProfile) to stderr when the executor is destroyed.
+  bool profile_steps = false;
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
