@@ -280,11 +280,12 @@ Result<Body> ropeKvAppend(const Params& p) {
     return makeError("rope_kv_append: llama3 scaling low_freq_factor {} high_freq_factor {} "
                      "original_max_position {}: expected 0 < low < high and a positive position",
                      low, high, original);
-  Body b{"rope_kv_append.cuh", "", "rope_kv_append", {256, "[N]", "RopeKvAppendParams"}};
+  Body b{"rope_kv_append.cuh", "", "rope_kv_append",
+         {128, "[N, ropeKvAppendHeadGroups(heads, kv_heads)]", "RopeKvAppendParams"}};
   b.config = fmt::format(
       "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
-      "  static constexpr int kThreads = 256;\n  static constexpr bool kMergedQkv = {};\n"
+      "  static constexpr int kThreads = 128;\n  static constexpr bool kMergedQkv = {};\n"
       "  static constexpr bool kInterleaved = {};\n  static constexpr float kTheta = {};\n"
       "  static constexpr int kScaling = {};  // 0 none, 1 linear, 2 llama3\n"
       "  static constexpr float kFactor = {};\n  static constexpr float kLowFreqFactor = {};\n"

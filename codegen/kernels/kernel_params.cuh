@@ -31,7 +31,13 @@ struct RmsNormParams {
   int rows;
 };
 
-// rope_kv_append (one token per block).
+// rope_kv_append: grid [N, ropeKvAppendHeadGroups(H, Hkv)], a block per
+// token and group of kRopeHeadsPerBlock heads (q heads, then k, then v):
+// one token's 48 heads (Llama-3-8B) in one block took 9.2 us at batch 1.
+constexpr int kRopeHeadsPerBlock = 4;
+inline constexpr int ropeKvAppendHeadGroups(int heads, int kv_heads) {
+  return (heads + 2 * kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock;
+}
 struct RopeKvAppendParams {
   const void* qkv;        // [N, (H + 2 Hkv) D] bf16 when merged_qkv
   const void* q;          // [N, H D] bf16 otherwise

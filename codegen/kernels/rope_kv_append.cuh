@@ -11,7 +11,10 @@
 // inv_freq_i = 1 / theta^(2i/D) in f32 as HF computes it, then scaled: linear
 // divides by factor; llama3 divides long wavelengths by factor, keeps short
 // ones and interpolates between (transformers' _compute_llama3_parameters).
-// Grid [N], block [Config::kThreads].
+// Grid [N, ropeKvAppendHeadGroups(H, Hkv)], block [Config::kThreads]: block
+// (t, g) does heads g*kRopeHeadsPerBlock.. of token t, counting q heads, then
+// k heads (rotated into the pool), then v heads (copied into the pool). The
+// sin/cos of each pair are computed once per block, not once per head.
 #pragma once
 
 #include "common.cuh"
@@ -49,9 +52,11 @@ __device__ __forceinline__ float rope_inv_freq(int i) {
 template <class Config>
 __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
+  constexpr int kHalf = D / 2, kGroup = kRopeHeadsPerBlock;
   static_assert(D % 8 == 0, "head_dim is a multiple of 8");
   using Kv = typename Config::Kv;
-  const int t = blockIdx.x;
+  __shared__ float sin_of[kHalf], cos_of[kHalf];
+  const int t = blockIdx.x, head0 = blockIdx.y * kGroup;
   if (t >= p.num_tokens) return;
   const bf16 *q, *k, *v;
   if (Config::kMergedQkv) {
@@ -66,17 +71,19 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   const int slot = p.slot_mapping[t];
   const bool write_kv = slot >= 0 && (long long)slot < p.num_slots;
   const long long kv_base = (long long)slot * Hkv * D;
-  const float pos = (float)p.positions[t];
   bf16* q_out = static_cast<bf16*>(p.q_out) + (long long)t * H * D;
 
-  // Rotations: (H + Hkv) heads x D/2 pairs.
-  constexpr int kHalf = D / 2;
-  for (int w = threadIdx.x; w < (H + Hkv) * kHalf; w += Config::kThreads) {
-    const int head = w / kHalf, i = w % kHalf;
+  if (head0 < H + Hkv) {  // this group rotates q or k heads
+    const float pos = (float)p.positions[t];
+    for (int i = threadIdx.x; i < kHalf; i += Config::kThreads) sincosf(pos * rope_inv_freq<Config>(i), &sin_of[i], &cos_of[i]);
+    __syncthreads();
+  }
+  for (int w = threadIdx.x; w < kGroup * kHalf; w += Config::kThreads) {
+    const int head = head0 + w / kHalf, i = w % kHalf;
+    if (head >= H + Hkv) break;  // the v heads are copied below
     const int lo = Config::kInterleaved ? 2 * i : i;
     const int hi = Config::kInterleaved ? 2 * i + 1 : i + kHalf;
-    float s, c;
-    sincosf(pos * rope_inv_freq<Config>(i), &s, &c);
+    const float s = sin_of[i], c = cos_of[i];
     const bool is_q = head < H;
     const bf16* src = is_q ? q + head * D : k + (head - H) * D;
     const float a = to_float(src[lo]), b = to_float(src[hi]);
@@ -90,13 +97,15 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       dst[hi] = from_float<Kv>(rb);
     }
   }
-  // V: copied 8 elements at a time.
+  // V heads of this group: copied 8 elements at a time.
   if (write_kv) {
-    Kv* dst = static_cast<Kv*>(p.v_pool) + kv_base;
-    for (int w = threadIdx.x; w < Hkv * D / 8; w += Config::kThreads) {
+    for (int w = threadIdx.x; w < kGroup * D / 8; w += Config::kThreads) {
+      const int head = head0 + w / (D / 8), vec = w % (D / 8);
+      if (head < H + Hkv) continue;
+      if (head >= H + 2 * Hkv) break;
       float x[8];
-      load8(v + w * 8, x);
-      store8(dst + w * 8, x);
+      load8(v + (head - H - Hkv) * D + vec * 8, x);
+      store8(static_cast<Kv*>(p.v_pool) + kv_base + (head - H - Hkv) * D + vec * 8, x);
     }
   }
 }

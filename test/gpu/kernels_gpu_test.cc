@@ -276,7 +276,7 @@ TEST_F(KernelsGpu, RopeKvAppend) {
     DeviceBuffer d_kpool(pool_elems * 2), d_vpool(pool_elems * 2), d_qout(size_t(N) * H * D * 2);
     kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
                              d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
-    KILN_GPU_OK(launch(k, N, 1, 1, p));
+    KILN_GPU_OK(launch(k, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
 
     const std::vector<double> freq = invFreq(c);
     auto rotate = [&](const float* src, double* dst, double pos) {

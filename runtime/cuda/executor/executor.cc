@@ -56,6 +56,10 @@ constexpr int kGemvMaxRows = 8;
 constexpr int64_t kMaxGraphBatch = 256;
 constexpr size_t kMaxGraphs = 128;
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
+// cuBLASLt GEMMs of at most this many rows (decode batches: shapes that
+// recur) are autotuned over up to kGemmCandidates heuristic candidates.
+constexpr int64_t kAutotuneMaxRows = 512;
+constexpr int kGemmCandidates = 16;
 
 // A value in the arena: rows of `width` elements of `elem` bytes.
 struct DeviceValue {
@@ -192,6 +196,7 @@ struct CudaExecutor::State {
   int64_t split_rows = 0;  // (token, split) rows the partials hold
   bool use_graphs = true;
   bool programmatic_launch = false;  // CudaExecutorOptions::programmatic_launch, where supported
+  bool verbose = false;              // CudaExecutorOptions::verbose or profile_steps
   std::map<LaunchShape, CUgraphExec> graphs;
   int64_t graph_captures = 0;
   // CudaExecutorOptions::profile_steps: an event before each step and one
@@ -267,7 +272,18 @@ struct CudaExecutor::State {
   Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
     return launch(s.fn, s.block, gx, gy, gz, params);
   }
-  Result<GemmPlan*> gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias);
+  // The cuBLASLt plan of step `s`'s GEMM at `rows` rows. Decode-sized
+  // shapes (rows <= kAutotuneMaxRows) time cuBLASLt's candidate algorithms
+  // on the step's own buffers and keep the fastest: at 32 rows its first
+  // heuristic choice ran o_proj (4096 x 4096) at 1 TB/s of weights
+  // (2026-11-29). Never while capturing a graph (prepareGemms runs first).
+  Result<GemmPlan*> gemmPlan(const BoundStep& s, int64_t rows, bool bias);
+  Result<cublasLtMatmulAlgo_t> fastestAlgo(const BoundStep& s, GemmPlan& plan, int64_t rows,
+                                           const cublasLtMatmulHeuristicResult_t* candidates, int count);
+  Status runGemm(const BoundStep& s, GemmPlan& plan, const cublasLtMatmulAlgo_t& algo);
+  // The plans a forward of this shape needs, made before a graph capture.
+  Status prepareGemms(const LaunchShape& shape);
+  bool capturing = false;
   Status gemm(const BoundStep& s, int64_t rows);
   // Every step of `forward` on `stream`, for a batch of this shape whose
   // inputs are already in `inputs`.
@@ -284,7 +300,8 @@ struct CudaExecutor::State {
   }
 };
 
-Result<GemmPlan*> CudaExecutor::State::gemmPlan(int64_t n, int64_t k, int64_t rows, bool bias) {
+Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows, bool bias) {
+  const int64_t n = s.width, k = s.k;
   GemmPlanKey key{n, k, rows, bias};
   if (auto it = gemm_plans.find(key); it != gemm_plans.end()) return &it->second;
   // Row-major y[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major
@@ -314,16 +331,82 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(int64_t n, int64_t k, int64_t ro
   KILN_RETURN_IF_ERROR(check(lt->cublasLtMatmulPreferenceCreate(&pref), "preference"));
   size_t ws = kCublasWorkspace;
   lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
+  const bool autotune = rows <= kAutotuneMaxRows && !capturing;
   int found = 0;
-  cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(lt_handle, plan.desc, plan.a, plan.b, plan.c,
-                                                         plan.c, pref, 1, &result, &found);
+  cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                                         pref, autotune ? kGemmCandidates : 1, results, &found);
   lt->cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     return makeError("cuBLASLt found no algorithm for a bf16 GEMM n {} k {} rows {} (status {})", n,
                      k, rows, int(st));
-  plan.algo = result.algo;
+  plan.algo = results[0].algo;
+  if (autotune && found > 1) {
+    KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, results, found));
+    plan.algo = fastest;
+  }
   return &gemm_plans.emplace(key, plan).first->second;
+}
+
+Status CudaExecutor::State::runGemm(const BoundStep& s, GemmPlan& plan, const cublasLtMatmulAlgo_t& algo) {
+  if (s.weights.size() > 2 && s.weights[2] != 0) {
+    void* ptr = reinterpret_cast<void*>(s.weights[2]);
+    lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st = lt->cublasLtMatmul(
+      lt_handle, plan.desc, &alpha, reinterpret_cast<const void*>(s.weights[1]), plan.a,
+      reinterpret_cast<const void*>(s.args[0].ptr), plan.b, &beta,
+      reinterpret_cast<const void*>(s.results[0].ptr), plan.c,
+      reinterpret_cast<void*>(s.results[0].ptr), plan.c, &algo,
+      reinterpret_cast<void*>(workspace), kCublasWorkspace, stream);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return makeError("cublasLtMatmul failed (status {}) for n {} k {}", int(st), s.width, s.k);
+  return {};
+}
+
+Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
+    const BoundStep& s, GemmPlan& plan, int64_t rows, const cublasLtMatmulHeuristicResult_t* candidates,
+    int count) {
+  // On the step's own buffers: y is written again by the real launch after this.
+  CUevent start = nullptr, stop = nullptr;
+  KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate (gemm autotune)"));
+  Status status = d->check(d->cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate (gemm autotune)");
+  constexpr int kReps = 5;
+  float best_ms = 0, first_ms = 0;
+  int best = 0;
+  for (int i = 0; i < count && status.ok(); ++i) {
+    // Warm-up runs first (the first also loads the kernel).
+    for (int r = 0; r < 2 && status.ok(); ++r) status = runGemm(s, plan, candidates[i].algo);
+    if (status.ok()) status = d->check(d->cuEventRecord(start, stream), "cuEventRecord");
+    for (int r = 0; r < kReps && status.ok(); ++r) status = runGemm(s, plan, candidates[i].algo);
+    if (status.ok()) status = d->check(d->cuEventRecord(stop, stream), "cuEventRecord");
+    if (status.ok()) status = d->check(d->cuEventSynchronize(stop), "gemm autotune");
+    float ms = 0;
+    if (status.ok()) status = d->check(d->cuEventElapsedTime_v2(&ms, start, stop), "cuEventElapsedTime");
+    if (!status.ok()) break;
+    if (i == 0) first_ms = ms;
+    if (i == 0 || ms < best_ms) best_ms = ms, best = i;
+  }
+  d->cuEventDestroy_v2(start);
+  if (stop) d->cuEventDestroy_v2(stop);
+  KILN_RETURN_IF_ERROR(status);
+  if (verbose)
+    fmt::print(stderr, "cuda: gemm n {} k {} rows {}: fastest of {} cuBLASLt algorithms {:.1f} us "
+               "(heuristic's first {:.1f} us)\n", s.width, s.k, rows, count, 1e3 * best_ms / kReps,
+               1e3 * first_ms / kReps);
+  return candidates[best].algo;
+}
+
+Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
+  for (const BoundStep& s : steps) {
+    if (s.kind != StepKind::kGemm) continue;
+    const int64_t rows = s.args[0].per_sequence ? shape.b : shape.n;
+    if (rows <= kGemvMaxRows) continue;
+    KILN_ASSIGN(plan, gemmPlan(s, rows, s.weights.size() > 2 && s.weights[2] != 0));
+    (void)plan;
+  }
+  return {};
 }
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
@@ -336,22 +419,8 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     return launch(s, unsigned((s.width + s.rows_per_block - 1) / s.rows_per_block), 1,
                   unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
   }
-  KILN_ASSIGN(plan, gemmPlan(s.width, s.k, rows, bias));
-  if (bias) {
-    void* ptr = reinterpret_cast<void*>(s.weights[2]);
-    lt->cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  cublasStatus_t st = lt->cublasLtMatmul(
-      lt_handle, plan->desc, &alpha, reinterpret_cast<const void*>(s.weights[1]), plan->a,
-      reinterpret_cast<const void*>(s.args[0].ptr), plan->b, &beta,
-      reinterpret_cast<const void*>(s.results[0].ptr), plan->c,
-      reinterpret_cast<void*>(s.results[0].ptr), plan->c, &plan->algo,
-      reinterpret_cast<void*>(workspace), kCublasWorkspace, stream);
-  if (st != CUBLAS_STATUS_SUCCESS)
-    return makeError("cublasLtMatmul failed (status {}) for n {} k {} rows {}", int(st), s.width,
-                     s.k, rows);
-  return {};
+  KILN_ASSIGN(plan, gemmPlan(s, rows, bias));
+  return runGemm(s, *plan, plan->algo);
 }
 
 namespace {
@@ -492,6 +561,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   st.use_graphs = options.cuda_graphs;
   st.programmatic_launch = options.programmatic_launch && major >= 9 && extras.launchKernelEx;
   st.profile = options.profile_steps;
+  st.verbose = options.verbose || options.profile_steps;
   ex->device_name_ = fmt::format("{} ({})", name, arch);
   auto lt = loadCublasLt();
   if (!lt) return makeError("no CUDA backend: {}", lt.error().message);
@@ -1055,7 +1125,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
         p.q_out = ptr(s.results[0].ptr);
         p.num_tokens = int(n);
         p.num_slots = num_slots;
-        status = launch(s, unsigned(n), 1, 1, &p);
+        status = launch(s, unsigned(n), unsigned(kk::ropeKvAppendHeadGroups(s.heads, s.kv_heads)), 1, &p);
         break;
       }
       case StepKind::kPagedAttention: status = attention(s, shape); break;
@@ -1109,9 +1179,12 @@ Result<CUgraphExec> CudaExecutor::State::decodeGraph(const LaunchShape& shape) {
     for (auto& [key, exec] : graphs) x.graphExecDestroy(exec);
     graphs.clear();
   }
+  KILN_RETURN_IF_ERROR(prepareGemms(shape));
   KILN_RETURN_IF_ERROR(d->check(x.streamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                                 "cuStreamBeginCapture"));
+  capturing = true;
   Status enqueued = enqueueSteps(shape);
+  capturing = false;
   CUgraph graph = nullptr;
   CUresult ended = x.streamEndCapture(stream, &graph);
   if (!enqueued.ok()) {
