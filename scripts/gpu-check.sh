@@ -31,7 +31,7 @@
 #            roofline of the same run:  b1 (batch 1, 128 in / 128 out, peers eager +
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
 #            prefill (batch 1, 2048 in, eager); kiln alone: b1-no-pdl (programmatic
-#            launch off), b1-profile / b32-profile (--profile-steps: each step's
+#            launch off), b32-no-autotune (cuBLASLt's first choice), b1-profile / b32-profile (--profile-steps: each step's
 #            GPU time); KILN_BENCH_PEER overrides the peer
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
@@ -194,6 +194,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
       prefill) flags=(--prompt-tokens 2048 --peer hf-eager); limit=90 ;;
       # A/B and where the time goes, kiln alone: programmatic launch off;
       # every step timed between events (the table is in the .err file).
+      b32-no-autotune) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer none --no-gemm-autotune); limit=60 ;;
       b1-no-pdl) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --no-programmatic-launch); limit=60 ;;
       b1-profile) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       b32-profile) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;

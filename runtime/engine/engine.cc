@@ -141,6 +141,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.gpu_memory_fraction = options.gpu_memory_fraction;
   copt.cuda_graphs = options.cuda_graphs;
   copt.programmatic_launch = options.cuda_programmatic_launch;
+  copt.gemm_autotune = options.cuda_gemm_autotune;
   copt.profile_steps = options.cuda_profile_steps;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);

@@ -46,6 +46,7 @@ struct EngineOptions {
   // launch kernels as programmatic dependents (cuda::CudaExecutorOptions).
   bool cuda_graphs = true;
   bool cuda_programmatic_launch = true;
+  bool cuda_gemm_autotune = true;
   // CUDA only: time each step and print where a forward's time goes when
   // the engine closes (cuda::CudaExecutorOptions::profile_steps).
   bool cuda_profile_steps = false;

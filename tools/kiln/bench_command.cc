@@ -200,13 +200,13 @@ int benchCommand(int argc, char** argv) {
   if (workload != "decode" && workload != "prefill")
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|hf-eager|none] "
-                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
+                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline");
   const bool prefill_only = workload == "prefill";
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
                               "peer", "json", "model-source", "gpu-memory-fraction"},
-                             {"quiet", "no-cuda-graphs", "no-programmatic-launch", "profile-steps"});
+                             {"quiet", "no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune", "profile-steps"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(*args);
@@ -278,8 +278,9 @@ int benchCommand(int argc, char** argv) {
               (long long)*prompt_tokens, (long long)*gen_tokens, (long long)*batch, threads,
               backend.c_str(),
               backend.rfind("cuda", 0) != 0 ? ""
-              : fmt::format(" (cuda graphs {}, programmatic launch {}{})", options->cuda_graphs ? "on" : "off",
-                            options->cuda_programmatic_launch ? "on" : "off",
+              : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}{})",
+                            options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
+                            options->cuda_gemm_autotune ? "on" : "off",
                             options->cuda_profile_steps ? "; steps timed one by one: not speed figures" : "")
                     .c_str());
   const double flops = planPrefillFlops(manifest, *prompt_tokens, *batch);

@@ -50,6 +50,7 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   options.cuda_graphs = !args.has("no-cuda-graphs");
   options.cuda_programmatic_launch = !args.has("no-programmatic-launch");
   options.cuda_profile_steps = args.has("profile-steps");
+  options.cuda_gemm_autotune = !args.has("no-gemm-autotune");
   return options;
 }
 

@@ -18,6 +18,7 @@ struct DriverExtras {
   decltype(&::cuMemAllocHost_v2) memAllocHost = nullptr;
   decltype(&::cuMemFreeHost) memFreeHost = nullptr;
   decltype(&::cuMemGetInfo_v2) memGetInfo = nullptr;
+  decltype(&::cuMemsetD32Async) memsetD32Async = nullptr;
   decltype(&::cuStreamBeginCapture_v2) streamBeginCapture = nullptr;
   decltype(&::cuStreamEndCapture) streamEndCapture = nullptr;
   decltype(&::cuGraphInstantiateWithFlags) graphInstantiate = nullptr;
@@ -45,6 +46,7 @@ inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
   KILN_RETURN_IF_ERROR(get(x.memAllocHost, "cuMemAllocHost_v2"));
   KILN_RETURN_IF_ERROR(get(x.memFreeHost, "cuMemFreeHost"));
   KILN_RETURN_IF_ERROR(get(x.memGetInfo, "cuMemGetInfo_v2"));
+  KILN_RETURN_IF_ERROR(get(x.memsetD32Async, "cuMemsetD32Async"));
   KILN_RETURN_IF_ERROR(get(x.streamBeginCapture, "cuStreamBeginCapture_v2"));
   KILN_RETURN_IF_ERROR(get(x.streamEndCapture, "cuStreamEndCapture"));
   KILN_RETURN_IF_ERROR(get(x.graphInstantiate, "cuGraphInstantiateWithFlags"));

@@ -38,6 +38,10 @@ struct CudaExecutorOptions {
   // one (codegen/kernels/common.cuh), so launches and weight reads overlap
   // the previous kernel's tail.
   bool programmatic_launch = true;
+  // Time cuBLASLt's candidate algorithms for decode-sized GEMMs (more than
+  // the skinny GEMM's rows, at most 512) and keep the fastest; otherwise its
+  // first heuristic choice.
+  bool gemm_autotune = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
