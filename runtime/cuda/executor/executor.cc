@@ -1054,6 +1054,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
+  if (options.verbose) {
+    int64_t fused = 0;
+    for (const BoundStep& s : st.steps) fused += s.silu_gemv_fn != nullptr;
+    fmt::print(stderr, "cuda: {} gemm steps read gate_up with silu_mul fused in for batches of <= {} rows; "
+               "programmatic launch {}, gemm autotune {}\n", fused, kGemvMaxRows,
+               st.programmatic_launch ? "on" : "off", st.gemm_autotune ? "on" : "off");
+  }
   if (st.profile) {
     st.step_events.resize(st.steps.size() + 1);
     for (CUevent& e : st.step_events)

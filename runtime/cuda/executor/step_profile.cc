@@ -7,9 +7,15 @@
 
 namespace kiln::cuda {
 
-void StepProfile::beginForward(const std::string& phase) { ++forwards_[phase]; }
+bool StepProfile::beginForward(const std::string& phase) {
+  counting_ = warmed_[phase];
+  warmed_[phase] = true;
+  if (counting_) ++forwards_[phase];
+  return counting_;
+}
 
 void StepProfile::addStep(const std::string& phase, const std::string& instance, double ms) {
+  if (!counting_) return;
   Row& row = rows_[{phase, instance}];
   ++row.calls;
   row.ms += ms;
@@ -27,8 +33,8 @@ std::string StepProfile::report() const {
     }
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
     const double per = 1.0 / double(forwards);
-    out += fmt::format("step profile, {}: {} forward passes, {:.3f} ms of kernels per pass (steps timed "
-                       "one by one, no graph, no overlap)\n",
+    out += fmt::format("step profile, {}: {} forward passes after the first, {:.3f} ms of kernels per pass "
+                       "(steps timed one by one, no graph, no overlap)\n",
                        phase, forwards, total * per);
     out += fmt::format("  {:<72} {:>9} {:>10} {:>7} {:>9}\n", "instance", "launches", "ms/pass", "share",
                        "us/launch");
