@@ -138,6 +138,10 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
         sum += e;
       }
       sum = warp_sum(sum);
+      // Every lane has read m_s[r] above; order those reads before lane 0's
+      // writes explicitly (compute-sanitizer's racecheck does not count the
+      // shuffles as ordering shared memory).
+      __syncwarp();
       if (lane == 0) {
         const float alpha = m_old == neg_inf() ? 0.0f : expf(m_old - m_new);
         alpha_s[r] = alpha;

@@ -69,6 +69,9 @@ def main():
     device = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    # cuDNN's SDPA builds a new plan for every key length (0.47 s per decode
+    # step measured on the H200): the bf16 greedy runs below would crawl.
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
     t0 = time.time()
     config = LlamaConfig.from_json_file(args.config)
@@ -110,6 +113,10 @@ def main():
         for prompt in prompts[:args.logit_cases]:
             out = model(input_ids=torch.tensor([prompt], device=device))
             bf16_logits.append(out.logits[0, -1].float().cpu())
+    # transformers' own bf16 greedy continuations: how often a bf16 forward
+    # keeps the fp32 one's tokens is the scale kiln's greedy agreement (also
+    # bf16) is read against; random weights leave many near-ties.
+    bf16_greedy = [greedy(model, prompt, args.new, device)[0] for prompt in prompts]
 
     bench = {}
     if args.bench:
@@ -167,7 +174,9 @@ def main():
             case["hf_bf16_rel_l2"] = float((bf16_logits[i] - ref).norm() / ref.norm())
             case["next"] = toks[0]
             case["decode_logits"] = rounded(logits[1])
+        case["hf_bf16_greedy"] = bf16_greedy[i]
         cases.append(case)
+    same = sum(c["hf_bf16_greedy"] == c["greedy"] for c in cases)
     # transformers' RoPE inverse frequencies and scaling, to tell a RoPE
     # difference from activation rounding when logits drift with position.
     rope = {}
@@ -184,6 +193,7 @@ def main():
           f"({time.time() - t0:.1f} s)", flush=True)
     print("transformers bf16 vs fp32, last prompt token logits, relative L2: " +
           " ".join(f"{c['hf_bf16_rel_l2']:.2e}" for c in cases if "hf_bf16_rel_l2" in c), flush=True)
+    print(f"transformers bf16 vs fp32, greedy {args.new} tokens identical: {same}/{len(cases)}", flush=True)
 
 
 if __name__ == "__main__":
