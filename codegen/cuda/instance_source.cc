@@ -170,6 +170,7 @@ Result<Body> rmsNorm(const Params& p, bool residual) {
   }
   const int threads = std::min(1024, roundUp32(hidden / 8));
   Body b{"rms_norm.cuh", "", "rms_norm", {threads, "[rows]", "RmsNormParams"}};
+  b.waits_itself = true;
   b.config = fmt::format(
       "  using X = {};\n  using Residual = {};\n  using Sum = {};\n  using Out = {};\n"
       "  using Weight = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = {};\n"

@@ -11,7 +11,8 @@
 //
 // One row per block; each thread keeps its 16-byte slices of the row in
 // registers, so the row is read once. The sum of squares is accumulated in
-// f32 with a warp-shuffle + shared-memory block reduction.
+// f32 with a warp-shuffle + shared-memory block reduction. The weight is
+// loaded before waiting on the previous kernel.
 // Grid [rows], block [Config::kThreads].
 #pragma once
 
@@ -28,6 +29,16 @@ __device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
   constexpr int kVecs = Config::kHidden / 8;
   constexpr int kPerThread = (kVecs + Config::kThreads - 1) / Config::kThreads;
   using W = typename Config::Weight;
+  // The weight never depends on an earlier kernel: requested before waiting
+  // for the one that writes x (wait_for_previous_kernel, common.cuh).
+  float w[kPerThread][8];
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int vec = threadIdx.x + i * Config::kThreads;
+    if (vec < kVecs) load8_nc(static_cast<const W*>(p.weight) + vec * 8, w[i]);
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int row = blockIdx.x;
   if (row >= p.rows) return;
   const long long base = (long long)row * Config::kHidden;
@@ -57,10 +68,9 @@ __device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
     const int vec = threadIdx.x + i * Config::kThreads;
     if (vec < kVecs) {
       if (Config::kWritesSum) store8(static_cast<typename Config::Sum*>(p.sum_out) + base + vec * 8, v[i]);
-      float w[8], y[8];
-      load8_nc(static_cast<const W*>(p.weight) + vec * 8, w);
+      float y[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = v[i][e] * inv_rms * w[e];
+      for (int e = 0; e < 8; ++e) y[e] = v[i][e] * inv_rms * w[i][e];
       store8(static_cast<typename Config::Out*>(p.out) + base + vec * 8, y);
     }
   }
