@@ -222,8 +222,6 @@ Result<Body> gemm(const Params& p) {
     return makeError("gemm: weight_type '{}' has no CUDA kernel yet (only f32, bf16, f16 weights)", weight_name);
   KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
   KILN_TRY(bias, p.boolean("bias"));
-  KILN_TRY(input, p.textOr("input", "x"));
-  if (input != "x" && input != "silu_mul") return p.bad("input", input, "'x' or 'silu_mul'");
   if (auto scales = p.boolean("scales"); scales.ok() && *scales)
     return makeError("gemm: weights with scales (quantized by xfmr-insert-quantization) have no CUDA kernel yet");
   // The tiling (split of K over warps, rows per warp, loads in flight): the
@@ -249,9 +247,8 @@ Result<Body> gemm(const Params& p) {
       "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
       "  static constexpr int kRowsPerBlock = {};\n"
       "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
-      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMulInput = {};\n",
-      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias),
-      boolLiteral(input == "silu_mul"));
+      "  static constexpr bool kBias = {};\n",
+      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias));
   return b;
 }
 

@@ -23,11 +23,6 @@ std::string boundedInstanceName(const std::string& name) {
   return fmt::format("{}_{:016x}", name.substr(0, 96), h);
 }
 
-bool gemmTakesSiluMulInput(std::string_view producer_kind, const nlohmann::json& producer_params,
-                           int result_readers) {
-  return producer_kind == "silu_mul" && producer_params.value("merged_gate_up", false) && result_readers == 1;
-}
-
 Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
                                                 const std::string& manifest_instance,
                                                 const StepInstanceOptions& options) {
@@ -41,12 +36,6 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     add(InstanceRole::kStep, kind, bf16, instanceName(kind, bf16));
   } else {
     add(InstanceRole::kStep, kind, params, manifest_instance);
-  }
-  if (kind == "gemm" && options.gemm_silu_mul_input) {
-    nlohmann::json fused = params;
-    fused["weight_type"] = "bf16";
-    fused["input"] = "silu_mul";
-    add(InstanceRole::kDecode, kind, fused, instanceName(kind, fused));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 

@@ -6,10 +6,7 @@
 //   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
-//     (prefill);
-//   - gemm right after a merged silu_mul that only it reads: also the skinny
-//     GEMM reading x = silu(gate) · up from gate_up itself (decode role), so
-//     decode batches skip the silu_mul launch (gemmTakesSiluMulInput).
+//     (prefill).
 // The executor compiles exactly this list and kiln-kernels shows it.
 #pragma once
 
@@ -35,16 +32,7 @@ struct StepInstance {
 
 struct StepInstanceOptions {
   bool flash_attention = true;  // offer the tensor-core prefill kernel
-  // A gemm step: gemmTakesSiluMulInput holds for it.
-  bool gemm_silu_mul_input = false;
 };
-
-// Whether a gemm step's skinny GEMM may compute its x from the step before:
-// that step (`producer_kind`, `producer_params`) is a merged silu_mul, its
-// result is this gemm's x, and nothing else reads it (`result_readers`
-// counts the steps and entry outputs that do).
-bool gemmTakesSiluMulInput(std::string_view producer_kind, const nlohmann::json& producer_params,
-                           int result_readers);
 
 // `manifest_instance` is the step's instance name in the manifest, kept for
 // the step's own kernel when the runtime does not change its params.

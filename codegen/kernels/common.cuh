@@ -16,9 +16,6 @@ using f16 = __half;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// SiLU as silu_mul (elementwise.cuh) and the skinny GEMM's fused input compute it.
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(f16 x) { return __half2float(x); }

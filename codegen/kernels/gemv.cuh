@@ -8,10 +8,6 @@
 // wait_for_previous_kernel in common.cuh).
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
-//   Config::kSiluMulInput: x is instead the merged gate_up [rows, 2K] bf16 a
-//   silu_mul step would read, and the GEMM's input is silu(gate) · up rounded
-//   to bf16 as silu_mul would have stored it (the same result, one launch
-//   and one [rows, K] round trip fewer).
 //
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
@@ -24,7 +20,7 @@ namespace kiln {
 namespace kernels {
 
 // Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
-//         kSplitK, kUnroll; static constexpr bool kBias, kSiluMulInput.
+//         kSplitK, kUnroll; static constexpr bool kBias.
 // A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
 // 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
 // groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
@@ -44,8 +40,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   const int n0 = blockIdx.x * Config::kRowsPerBlock + group * kR;  // this warp's first row
   const int m0 = blockIdx.z * kM;
   const int m_count = min(kM, p.rows - m0);
-  constexpr int kXStride = Config::kSiluMulInput ? 2 * kK : kK;  // elements between rows of p.x
-  const bf16* x = static_cast<const bf16*>(p.x) + (long long)m0 * kXStride;
+  const bf16* x = static_cast<const bf16*>(p.x) + (long long)m0 * kK;
 
   float acc[kR][kM];
 #pragma unroll
@@ -78,13 +73,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
       for (int m = 0; m < kM; ++m) {
         if (m >= m_count) break;
         float xv[8];
-        load8(x + (long long)m * kXStride + v * 8, xv);
-        if (Config::kSiluMulInput) {
-          float up[8];
-          load8(x + (long long)m * kXStride + kK + v * 8, up);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) xv[e] = round_to<bf16>(silu(xv[e]) * up[e]);
-        }
+        load8(x + (long long)m * kK + v * 8, xv);
 #pragma unroll
         for (int r = 0; r < kR; ++r)
 #pragma unroll

@@ -62,36 +62,13 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
   std::map<std::string, Step> steps;
   for (auto& [entry, body] : manifest["entries"].items()) {
     if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
-    // Readers of each value (step args and entry outputs), for the fusions
-    // stepInstances offers.
-    std::map<int64_t, int> readers;
-    for (const json& s : body["steps"])
-      if (s.is_object() && s.contains("args") && s["args"].is_array())
-        for (const json& a : s["args"])
-          if (a.is_object() && a.contains("value") && a["value"].is_number_integer()) ++readers[a["value"].get<int64_t>()];
-    if (body.contains("outputs") && body["outputs"].is_array())
-      for (const json& o : body["outputs"])
-        if (o.is_object() && o.contains("value") && o["value"].is_number_integer()) ++readers[o["value"].get<int64_t>()];
-    const json* previous = nullptr;
     for (const json& s : body["steps"]) {
       if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
           !s["kind"].is_string())
         return kiln::makeError("{}: entries.{} has a step without string 'kind' and 'instance'", path.string(), entry);
       const std::string kind = s["kind"], instance = s["instance"];
       const json params = s.contains("params") ? s["params"] : json::object();
-      kiln::cuda_codegen::StepInstanceOptions options;
-      if (kind == "gemm" && previous && previous->value("kind", "") == "silu_mul") {
-        const json& results = (*previous)["results"];
-        const json& args = s["args"];
-        if (results.is_array() && !results.empty() && results[0].is_number_integer() && args.is_array() &&
-            !args.empty() && args[0].is_object() && args[0].value("value", int64_t(-1)) == results[0].get<int64_t>()) {
-          const json producer_params = previous->contains("params") ? (*previous)["params"] : json::object();
-          options.gemm_silu_mul_input = kiln::cuda_codegen::gemmTakesSiluMulInput(
-              "silu_mul", producer_params, readers[results[0].get<int64_t>()]);
-        }
-      }
-      previous = &s;
-      auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
+      auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
         Step& step = steps[instance];
         step.kind = kind;

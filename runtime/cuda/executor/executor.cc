@@ -90,12 +90,6 @@ struct BoundStep {
   CUfunction split_fn = nullptr, combine_fn = nullptr;
   unsigned split_block = 0, combine_block = 0;
   unsigned split_smem = 0;
-  // gemm: the skinny GEMM reading x = silu(gate) · up from the previous
-  // (silu_mul) step's gate_up, for decode batches; that step is then skipped.
-  CUfunction silu_gemv_fn = nullptr;
-  std::string silu_gemv_instance;
-  CUdeviceptr gate_up = 0;
-  bool fused_into_next = false;  // silu_mul: skipped where the next gemm reads gate_up
   // ... and the tensor-core flash_attention instance for prefill batches.
   CUfunction flash_fn = nullptr;
   unsigned flash_block = 0, flash_smem = 0;
@@ -437,13 +431,6 @@ Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   const bool bias = s.weights.size() > 2 && s.weights[2] != 0;
-  if (rows <= kGemvMaxRows && s.silu_gemv_fn) {
-    kk::GemvParams p{reinterpret_cast<const void*>(s.gate_up), reinterpret_cast<const void*>(s.weights[1]),
-                     bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
-                     reinterpret_cast<void*>(s.results[0].ptr), int(rows)};
-    return launch(s.silu_gemv_fn, s.block, unsigned((s.width + s.rows_per_block - 1) / s.rows_per_block), 1,
-                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
-  }
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
                      reinterpret_cast<const void*>(s.weights[1]),
@@ -782,32 +769,19 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::map<std::string, int> rows_per_block;
   std::map<std::string, unsigned> block_threads;
   using Role = cuda_codegen::InstanceRole;
-  std::map<size_t, std::map<Role, std::string>> role_instances;  // step -> its other instances by role
+  std::map<size_t, std::map<Role, std::string>> attention_instances;  // attention step -> by role
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
-  std::map<int64_t, int> readers;  // value id -> steps and outputs reading it
-  for (const Step& step : entry->steps)
-    for (const StepArg& arg : step.args)
-      if (arg.kind == StepArg::Kind::kValue) ++readers[arg.id];
-  for (const EntryOutput& out : entry->outputs) ++readers[out.value];
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
-    instance_options.gemm_silu_mul_input = false;
-    if (step.kind == StepKind::kGemm && i > 0) {
-      const Step& producer = entry->steps[i - 1];
-      if (producer.kind == StepKind::kSiluMul && producer.results.size() == 1 && !step.args.empty() &&
-          step.args[0].kind == StepArg::Kind::kValue && step.args[0].id == producer.results[0])
-        instance_options.gemm_silu_mul_input = cuda_codegen::gemmTakesSiluMulInput(
-            "silu_mul", paramsJson(producer.params), readers[producer.results[0]]);
-    }
     auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
                                                  step.instance, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
     for (const cuda_codegen::StepInstance& inst : *instances) {
       if (inst.role == Role::kStep) step_instance[i] = inst.name;
-      else role_instances[i][inst.role] = inst.name;
+      else attention_instances[i][inst.role] = inst.name;
       if (source_index.count(inst.name)) continue;
       auto generated = cuda_codegen::instanceSource(inst.kind, inst.params, inst.name);
       if (!generated)
@@ -863,7 +837,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         return d->check(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
-      if (auto it = role_instances.find(i); it != role_instances.end() && step.kind == StepKind::kPagedAttention) {
+      if (auto it = attention_instances.find(i); it != attention_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
@@ -1035,32 +1009,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
     }
-    // The fused skinny GEMM reads gate_up while it writes y: only where the
-    // two never share arena bytes.
-    if (auto it = role_instances.find(i); it != role_instances.end() && step.kind == StepKind::kGemm &&
-                                          !st.steps.empty() && st.steps.back().kind == StepKind::kSiluMul) {
-      BoundStep& producer = st.steps.back();
-      const DeviceValue& gate_up = producer.args[0];
-      const DeviceValue& y = s.results[0];
-      const CUdeviceptr gate_up_end = gate_up.ptr + CUdeviceptr(max_tokens * gate_up.width * gate_up.elem);
-      const CUdeviceptr y_end = y.ptr + CUdeviceptr(max_tokens * y.width * y.elem);
-      if (gate_up_end <= y.ptr || y_end <= gate_up.ptr) {
-        const std::string& name = it->second[Role::kDecode];
-        s.silu_gemv_fn = functions[source_index[name]];
-        s.silu_gemv_instance = name;
-        s.gate_up = gate_up.ptr;
-        producer.fused_into_next = true;
-      }
-    }
     st.steps.push_back(std::move(s));
   }
-  if (options.verbose) {
-    int64_t fused = 0;
-    for (const BoundStep& s : st.steps) fused += s.silu_gemv_fn != nullptr;
-    fmt::print(stderr, "cuda: {} gemm steps read gate_up with silu_mul fused in for batches of <= {} rows; "
-               "programmatic launch {}, gemm autotune {}\n", fused, kGemvMaxRows,
-               st.programmatic_launch ? "on" : "off", st.gemm_autotune ? "on" : "off");
-  }
+  if (options.verbose)
+    fmt::print(stderr, "cuda: programmatic launch {}, gemm autotune {}\n", st.programmatic_launch ? "on" : "off",
+               st.gemm_autotune ? "on" : "off");
   if (st.profile) {
     st.step_events.resize(st.steps.size() + 1);
     for (CUevent& e : st.step_events)
@@ -1116,9 +1069,6 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     float ms = 0;
     d->cuEventElapsedTime_v2(&ms, step_events[i], step_events[i + 1]);
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
-    const int64_t rows = s.args.empty() || !s.args[0].per_sequence ? shape.n : shape.b;
-    if (s.silu_gemv_fn && rows <= kGemvMaxRows) name = s.silu_gemv_instance;
-    if (s.fused_into_next && rows <= kGemvMaxRows) continue;  // ran inside the next gemm
     if (s.kind == StepKind::kPagedAttention)
       name = fmt::format("{} (heads {}/{}, head_dim {})", attentionPath(s, shape), s.heads, s.kv_heads, s.head_dim);
     step_profile.addStep(phase, name, ms);
@@ -1208,7 +1158,6 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kMul:
       case StepKind::kSilu: {
         const int64_t r = rows(s.args[0]);
-        if (s.fused_into_next && r <= kGemvMaxRows) break;  // the next gemm computes it
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
