@@ -211,6 +211,13 @@ int benchCommand(int argc, char** argv) {
   if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(*args);
   if (!options.ok()) return fail(options.error().message);
+  // The CUDA executor's switches mean nothing to the CPU backend: an error
+  // rather than figures that look like an A/B and are not.
+  std::string cuda_flag;
+  for (const char* flag : {"profile-steps", "no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune"})
+    if (args->has(flag)) cuda_flag = flag;
+  if (!cuda_flag.empty() && options->device == "cpu")
+    return fail("--" + cuda_flag + " is for the CUDA backend; --device cpu was asked for");
   // Checked before loading anything: a mistyped peer must not cost a whole kiln run.
   if (auto peer = args->get("peer"); peer && *peer != "llama.cpp" && *peer != "hf" && *peer != "hf-eager" &&
                                      *peer != "none")
@@ -232,6 +239,8 @@ int benchCommand(int argc, char** argv) {
 
   auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
+  if (!cuda_flag.empty() && (*engine)->backendName().rfind("cuda", 0) != 0)
+    return fail("--" + cuda_flag + " is for the CUDA backend; this run got " + (*engine)->backendName());
   std::vector<int32_t> prompt = benchPrompt((*engine)->tokenizer(), *prompt_tokens);
 
   std::fprintf(stderr, "kiln bench: kiln (%s, %d threads)...\n", (*engine)->backendName().c_str(),
