@@ -32,7 +32,8 @@
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
 #            prefill (batch 1, 2048 in, eager); kiln alone: b1-no-pdl (programmatic
 #            launch off), b32-no-autotune (cuBLASLt's first choice), b1-profile / b32-profile (--profile-steps: each step's
-#            GPU time); KILN_BENCH_PEER overrides the peer
+#            GPU time); KILN_BENCH_PEER overrides the peer; KILN_BENCH_ACCURACY=0
+#            skips the fp32 reference, the accuracy check and the start times
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
@@ -153,7 +154,14 @@ if [[ " $PARTS " == *" bench "* ]]; then
   art="$BUILD/artifacts/$model-bf16"
   header="$ROOT/test/models/$model"
   [[ -f "$header/model.safetensors" ]] && header="$header/model.safetensors"
-  if [[ ! -f "$ckpt/tokenizer.json" ]]; then
+  # KILN_BENCH_ACCURACY=0: the checkpoint alone, no fp32 reference, accuracy
+  # check or start times (about a minute less of device time per call).
+  accuracy="${KILN_BENCH_ACCURACY:-1}"
+  if [[ ! -f "$ckpt/tokenizer.json" && "$accuracy" == 0 ]]; then
+    echo "== checkpoint $ckpt (no reference)"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$header" --out "$ckpt" 2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+  elif [[ ! -f "$ckpt/tokenizer.json" ]]; then
     echo "== checkpoint $ckpt"
     PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
       --header "$header" --out "$ckpt" --reference "$ckpt.ref.json" --prompts 4 --new 32 --logit-cases 2 \
@@ -175,7 +183,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
   fi
   # Cold start: an empty JIT cache (the artifact is compiled on the dev
   # machine: kiln-compile needs MLIR, absent here; its time is measured there).
-  for start in cold warm; do
+  for start in $([[ "$accuracy" == 0 ]] || echo cold warm); do
     [[ $start == cold ]] && rm -rf "$KILN_HOME/jit"
     t0=$(date +%s.%N)
     "$BUILD/bin/kiln" run "$art" --model-source "$ckpt" "Hello" --max-tokens 8 --device cuda --ignore-eos \

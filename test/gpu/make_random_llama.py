@@ -59,7 +59,7 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--header", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reference", required=True)
+    ap.add_argument("--reference", help="the transformers fp32 reference to write (omit: checkpoint only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--logit-cases", type=int, default=4)
@@ -97,6 +97,8 @@ def main():
     # A byte-level tokenizer, so `kiln run` / `kiln bench` can open the checkpoint.
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                  "write_byte_tokenizer.py"), args.out], check=True)
+    if not args.reference:  # checkpoint only (kiln bench needs no reference)
+        return
 
     gen = torch.Generator().manual_seed(args.seed + 1)
     vocab = config.vocab_size
