@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -203,10 +204,15 @@ int benchCommand(int argc, char** argv) {
                 "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline");
   const bool prefill_only = workload == "prefill";
+  // The CUDA executor's switches (engineOptionsFrom reads them).
+  const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune",
+                                               "profile-steps"};
+  std::set<std::string> switches = cuda_switches;
+  switches.insert("quiet");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
                               "peer", "json", "model-source", "gpu-memory-fraction"},
-                             {"quiet", "no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune", "profile-steps"});
+                             switches);
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(*args);
@@ -214,7 +220,7 @@ int benchCommand(int argc, char** argv) {
   // The CUDA executor's switches mean nothing to the CPU backend: an error
   // rather than figures that look like an A/B and are not.
   std::string cuda_flag;
-  for (const char* flag : {"profile-steps", "no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune"})
+  for (const std::string& flag : cuda_switches)
     if (args->has(flag)) cuda_flag = flag;
   if (!cuda_flag.empty() && options->device == "cpu")
     return fail("--" + cuda_flag + " is for the CUDA backend; --device cpu was asked for");
@@ -239,11 +245,13 @@ int benchCommand(int argc, char** argv) {
 
   auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
-  if (!cuda_flag.empty() && (*engine)->backendName().rfind("cuda", 0) != 0)
-    return fail("--" + cuda_flag + " is for the CUDA backend; this run got " + (*engine)->backendName());
+  const std::string backend = (*engine)->backendName();
+  const bool on_cuda = backend.rfind("cuda", 0) == 0;
+  if (!cuda_flag.empty() && !on_cuda)
+    return fail("--" + cuda_flag + " is for the CUDA backend; this run got " + backend);
   std::vector<int32_t> prompt = benchPrompt((*engine)->tokenizer(), *prompt_tokens);
 
-  std::fprintf(stderr, "kiln bench: kiln (%s, %d threads)...\n", (*engine)->backendName().c_str(),
+  std::fprintf(stderr, "kiln bench: kiln (%s, %d threads)...\n", backend.c_str(),
                threads);
   auto mine = benchKiln(**engine, prompt, *gen_tokens, *batch);
   if (!mine.ok()) return fail(mine.error().message);
@@ -254,7 +262,6 @@ int benchCommand(int argc, char** argv) {
   // The engine is closed before the peer runs: its weights, KV pool and
   // threads would otherwise sit on the same card and cores as the peer's.
   const Manifest manifest = (*engine)->manifest();
-  const std::string backend = (*engine)->backendName();
   engine->reset();
   // The peer a user of this model would otherwise run: llama.cpp for a
   // GGUF, Hugging Face transformers for a checkpoint directory.
@@ -281,17 +288,17 @@ int benchCommand(int argc, char** argv) {
     }
   }
 
+  const std::string cuda_options =
+      !on_cuda ? ""
+               : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}{})",
+                             options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
+                             options->cuda_gemm_autotune ? "on" : "off",
+                             options->cuda_profile_steps ? "; steps timed one by one: not speed figures" : "");
   std::printf("\nkiln bench %s: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
               "%d threads, device %s%s\n",
               workload.c_str(), manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",
               (long long)*prompt_tokens, (long long)*gen_tokens, (long long)*batch, threads,
-              backend.c_str(),
-              backend.rfind("cuda", 0) != 0 ? ""
-              : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}{})",
-                            options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
-                            options->cuda_gemm_autotune ? "on" : "off",
-                            options->cuda_profile_steps ? "; steps timed one by one: not speed figures" : "")
-                    .c_str());
+              backend.c_str(), cuda_options.c_str());
   const double flops = planPrefillFlops(manifest, *prompt_tokens, *batch);
   std::printf("kiln: time to first token %.1f ms (%.3g TFLOP/s by the plan's %.3g FLOPs), decode %.3f ms/step\n",
               mine->ttft_ms, mine->ttft_ms > 0 ? flops / (mine->ttft_ms * 1e-3) / 1e12 : 0.0, flops,

@@ -97,6 +97,12 @@ struct BoundStep {
   int64_t vocab = 0;            // embedding table rows
 };
 
+// Rows of `v` in a batch of this shape: one per sequence or one per token.
+int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
+
+// A gemm step's optional bias (weight arg 2).
+bool hasBias(const BoundStep& s) { return s.weights.size() > 2 && s.weights[2] != 0; }
+
 #define KILN_ASSIGN(var, expr)                         \
   auto var##_result = (expr);                          \
   if (!var##_result.ok()) return var##_result.error(); \
@@ -278,7 +284,7 @@ struct CudaExecutor::State {
   // on the step's own buffers and keep the fastest: at 32 rows its first
   // heuristic choice ran o_proj (4096 x 4096) at 1 TB/s of weights
   // (2026-11-29). Never while capturing a graph (prepareGemms runs first).
-  Result<GemmPlan*> gemmPlan(const BoundStep& s, int64_t rows, bool bias);
+  Result<GemmPlan*> gemmPlan(const BoundStep& s, int64_t rows);
   Result<cublasLtMatmulAlgo_t> fastestAlgo(const BoundStep& s, GemmPlan& plan, int64_t rows,
                                            const cublasLtMatmulHeuristicResult_t* candidates, int count);
   Status runGemm(const BoundStep& s, GemmPlan& plan, const cublasLtMatmulAlgo_t& algo);
@@ -303,8 +309,9 @@ struct CudaExecutor::State {
   }
 };
 
-Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows, bool bias) {
+Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows) {
   const int64_t n = s.width, k = s.k;
+  const bool bias = hasBias(s);
   GemmPlanKey key{n, k, rows, bias};
   if (auto it = gemm_plans.find(key); it != gemm_plans.end()) return &it->second;
   // Row-major y[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major
@@ -352,7 +359,7 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
 }
 
 Status CudaExecutor::State::runGemm(const BoundStep& s, GemmPlan& plan, const cublasLtMatmulAlgo_t& algo) {
-  if (s.weights.size() > 2 && s.weights[2] != 0) {
+  if (hasBias(s)) {
     void* ptr = reinterpret_cast<void*>(s.weights[2]);
     lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
   }
@@ -421,16 +428,15 @@ Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
 Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
   for (const BoundStep& s : steps) {
     if (s.kind != StepKind::kGemm) continue;
-    const int64_t rows = s.args[0].per_sequence ? shape.b : shape.n;
+    const int64_t rows = rowsOf(s.args[0], shape);
     if (rows <= kGemvMaxRows) continue;
-    KILN_ASSIGN(plan, gemmPlan(s, rows, s.weights.size() > 2 && s.weights[2] != 0));
-    (void)plan;
+    if (auto plan = gemmPlan(s, rows); !plan.ok()) return plan.error();
   }
   return {};
 }
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
-  const bool bias = s.weights.size() > 2 && s.weights[2] != 0;
+  const bool bias = hasBias(s);
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
                      reinterpret_cast<const void*>(s.weights[1]),
@@ -439,7 +445,7 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     return launch(s, unsigned((s.width + s.rows_per_block - 1) / s.rows_per_block), 1,
                   unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
   }
-  KILN_ASSIGN(plan, gemmPlan(s, rows, bias));
+  KILN_ASSIGN(plan, gemmPlan(s, rows));
   return runGemm(s, *plan, plan->algo);
 }
 
@@ -1063,7 +1069,7 @@ const char* CudaExecutor::State::attentionPath(const BoundStep& s, const LaunchS
 void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
   const std::string phase = shape.n == shape.b ? fmt::format("decode, batch {}", shape.b)
                                                : fmt::format("prefill, {} tokens", shape.n);
-  step_profile.beginForward(phase);
+  if (!step_profile.beginForward(phase)) return;  // a shape's first pass is not counted
   for (size_t i = 0; i < steps.size(); ++i) {
     const BoundStep& s = steps[i];
     float ms = 0;
@@ -1108,7 +1114,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
   auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
   for (size_t i = 0; i < steps.size(); ++i) {
     const BoundStep& s = steps[i];
-    auto rows = [&](const DeviceValue& v) { return v.per_sequence ? b : n; };
+    auto rows = [&](const DeviceValue& v) { return rowsOf(v, shape); };
     Status status;
     if (profile) KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(step_events[i], stream), "cuEventRecord"));
     switch (s.kind) {
