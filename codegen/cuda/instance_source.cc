@@ -11,6 +11,7 @@
 
 #include "codegen/kernels/decode_attention.cuh"  // decode::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes (host-visible part)
+#include "codegen/kernels/kernel_params.cuh"  // argmaxChunks
 
 namespace kiln::cuda_codegen {
 namespace {
@@ -242,17 +243,28 @@ Result<Body> gemm(const Params& p) {
                        split, rows_per_warp, unroll);
     t = {int(split), int(rows_per_warp), int(unroll)};
   }
+  // silu_mul: the gate/up projection with SwiGLU in its epilogue (y has n /
+  // 2 columns); a block pairs gate and up rows, so it needs an even count.
+  bool silu_mul = false;
+  if (p.has("silu_mul")) {
+    KILN_TRY(fused, p.boolean("silu_mul"));
+    silu_mul = fused;
+  }
+  if (silu_mul && n % 2 != 0)
+    return makeError("gemm: param 'n' is {} with silu_mul, expected an even count (gate and up rows)", n);
+  if (silu_mul && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
-  Body b{"gemv.cuh", "", "gemv",
-         {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block), "GemvParams"}};
+  const std::string grid = silu_mul ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
+                                    : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
+  Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
       "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
       "  static constexpr int kRowsPerBlock = {};\n"
       "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
-      "  static constexpr bool kBias = {};\n",
-      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias));
+      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n",
+      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul));
   return b;
 }
 
@@ -287,6 +299,7 @@ Result<Body> ropeKvAppend(const Params& p) {
                      low, high, original);
   Body b{"rope_kv_append.cuh", "", "rope_kv_append",
          {128, "[N, ropeKvAppendHeadGroups(heads, kv_heads)]", "RopeKvAppendParams"}};
+  b.waits_itself = true;
   b.config = fmt::format(
       "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
@@ -523,6 +536,20 @@ Result<Body> sample(const Params& p) {
   return b;
 }
 
+// Greedy argmax: 256 threads, chunks of about 8192 logits per block (four
+// 16-byte loads per thread), so a 128K vocabulary spreads over 16 SMs.
+Result<Body> argmax(const Params& p) {
+  KILN_TRY(vocab, p.positive("vocab"));
+  KILN_TRY(logits_name, p.textOr("logits_type", "bf16"));
+  KILN_TRY(logits, elementType(p, "logits_type", logits_name, false));
+  const int64_t chunks = kiln::kernels::argmaxChunks(vocab);
+  Body b{"argmax.cuh", "", "argmax", {256, fmt::format("[rows, {}]", chunks), "ArgmaxParams"}};
+  b.config = fmt::format("  using Logit = {};\n  static constexpr int kVocab = {};\n"
+                         "  static constexpr int kThreads = 256;\n  static constexpr int kChunks = {};\n",
+                         logits, vocab, chunks);
+  return b;
+}
+
 Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "embedding") return embedding(p);
   if (kind == "rms_norm") return rmsNorm(p, false);
@@ -540,6 +567,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "silu") return elementwise(p, "OpSilu");
   if (kind == "gather_last_tokens") return gatherLastTokens(p);
   if (kind == "sample") return sample(p);
+  if (kind == "argmax") return argmax(p);
   std::string known;
   for (std::string_view k : cudaKernelKinds()) known += (known.empty() ? "" : ", ") + std::string(k);
   return makeError("kernel kind '{}' has no CUDA template; known kinds: {}", kind, known);
@@ -558,7 +586,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
   static const std::vector<std::string_view> kinds = {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "decode_attention", "silu_mul", "add",
-      "mul", "silu", "gather_last_tokens", "sample"};
+      "mul", "silu", "gather_last_tokens", "sample", "argmax"};
   return kinds;
 }
 

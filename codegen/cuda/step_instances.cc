@@ -12,6 +12,8 @@ const char* instanceRoleName(InstanceRole role) {
     case InstanceRole::kDecode: return "decode";
     case InstanceRole::kCombine: return "combine";
     case InstanceRole::kPrefill: return "prefill";
+    case InstanceRole::kGreedy: return "greedy";
+    case InstanceRole::kSwiglu: return "swiglu";
   }
   return "?";
 }
@@ -21,6 +23,11 @@ std::string boundedInstanceName(const std::string& name) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
   return fmt::format("{}_{:016x}", name.substr(0, 96), h);
+}
+
+StepInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
+  const nlohmann::json params{{"vocab", vocab}, {"logits_type", std::string(logits_type)}};
+  return {InstanceRole::kGreedy, "argmax", params, boundedInstanceName(instanceName("argmax", params))};
 }
 
 Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
@@ -36,6 +43,12 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     add(InstanceRole::kStep, kind, bf16, instanceName(kind, bf16));
   } else {
     add(InstanceRole::kStep, kind, params, manifest_instance);
+  }
+  if (kind == "gemm" && options.silu_mul_epilogue) {
+    nlohmann::json fused = params;
+    fused["weight_type"] = "bf16";
+    fused["silu_mul"] = true;
+    add(InstanceRole::kSwiglu, kind, fused, instanceName(kind, fused));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 

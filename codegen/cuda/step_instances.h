@@ -3,15 +3,20 @@
 // place or beside it, chosen by the batch at run time:
 //   - gemm: the skinny GEMM with bf16 weights (the runtime converts float
 //     weights to bf16 at load), whatever weight type the manifest names;
+//     and where its result goes only to a merged silu_mul, the same GEMM
+//     with SwiGLU in its epilogue, which skinny batches run in place of
+//     both steps;
 //   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
 //     (prefill).
+// Besides the steps, the entry's logits get the greedy argmax (greedyInstance).
 // The executor compiles exactly this list and kiln-kernels shows it.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,8 +25,9 @@
 
 namespace kiln::cuda_codegen {
 
-enum class InstanceRole { kStep, kDecode, kCombine, kPrefill };
-const char* instanceRoleName(InstanceRole role);  // "step", "decode", "combine", "prefill"
+enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kSwiglu };
+// "step", "decode", "combine", "prefill", "greedy", "swiglu"
+const char* instanceRoleName(InstanceRole role);
 
 struct StepInstance {
   InstanceRole role = InstanceRole::kStep;
@@ -32,6 +38,7 @@ struct StepInstance {
 
 struct StepInstanceOptions {
   bool flash_attention = true;  // offer the tensor-core prefill kernel
+  bool silu_mul_epilogue = false;  // a gemm whose result only a merged silu_mul reads
 };
 
 // `manifest_instance` is the step's instance name in the manifest, kept for
@@ -39,6 +46,11 @@ struct StepInstanceOptions {
 Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
                                                 const std::string& manifest_instance,
                                                 const StepInstanceOptions& options = {});
+
+// The argmax over the `forward` entry's logits ([rows, vocab] of
+// logits_type, bf16 or f32) that greedy batches run instead of copying the
+// logits back.
+StepInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 
 // Names above 160 characters keep their first 96 and gain a hash of the
 // whole: kernel symbols may be long, the JIT cache's file names may not.

@@ -17,8 +17,6 @@
 namespace kiln {
 namespace kernels {
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
 // Config: static constexpr int kFfn, kThreads; static constexpr bool kMerged.
 template <class Config>
 __device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {

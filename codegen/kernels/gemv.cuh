@@ -9,6 +9,12 @@
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
 //
+// With kSiluMul (SwiGLU's gate/up projection, W = [gate; up] with N = 2F),
+// y [rows, F] = silu(x · gateᵀ) · (x · upᵀ) straight from the f32 sums: a
+// block's first half of rows are gate rows j.., its second half the up rows
+// F + j.., so the silu_mul kernel and the gate/up round trip through memory
+// go away.
+//
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
 // Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
@@ -20,7 +26,7 @@ namespace kiln {
 namespace kernels {
 
 // Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
-//         kSplitK, kUnroll; static constexpr bool kBias.
+//         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul.
 // A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
 // 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
 // groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
@@ -33,11 +39,22 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   constexpr int kStride = 32 * kSplit;             // vectors between a lane's steps
   static_assert(kK % 8 == 0, "K is a multiple of 8");
   static_assert(Config::kRowsPerBlock == 8 / kSplit * kR, "8 warps per block");
+  static_assert(!Config::kSiluMul || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
+                "gate and up rows pair up within a block");
+  constexpr int kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2;
   __shared__ float partial[Config::kRowsPerBlock * kSplit][kM];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, split = warp % kSplit;
-  const int n0 = blockIdx.x * Config::kRowsPerBlock + group * kR;  // this warp's first row
+  // The weight row of the block's row slot `slot`, or -1 past the matrix.
+  auto weight_row = [&](int slot) {
+    if (!Config::kSiluMul) {
+      const int n = blockIdx.x * Config::kRowsPerBlock + slot;
+      return n < Config::kN ? n : -1;
+    }
+    const int j = blockIdx.x * kHalf + slot % kHalf;
+    return j >= kF ? -1 : slot < kHalf ? j : kF + j;
+  };
   const int m0 = blockIdx.z * kM;
   const int m_count = min(kM, p.rows - m0);
   const bf16* x = static_cast<const bf16*>(p.x) + (long long)m0 * kK;
@@ -47,7 +64,12 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
-  const W* w = static_cast<const W*>(p.w) + (long long)n0 * kK;
+  const W* w[kR];  // this warp's weight rows
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int row = weight_row(group * kR + r);
+    w[r] = row < 0 ? nullptr : static_cast<const W*>(p.w) + (long long)row * kK;
+  }
   float wv[kUnroll][kR][8];
   // All kUnroll * kR loads of a step in flight before any math.
   auto load_weights = [&](int v0) {
@@ -56,7 +78,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
       const int v = v0 + u * kStride;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        if (v < kVecs && n0 + r < Config::kN) load8_nc(w + (long long)r * kK + v * 8, wv[u][r]);
+        if (v < kVecs && w[r] != nullptr) load8_nc(w[r] + v * 8, wv[u][r]);
     }
   };
   // The first step's weights are requested before waiting for the kernel
@@ -90,14 +112,28 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
       if (lane == 0) partial[(group * kR + r) * kSplit + split][m] = s;
     }
   __syncthreads();
-  for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += blockDim.x) {
-    const int r = i / kM, m = i % kM;
-    const int row_n = blockIdx.x * Config::kRowsPerBlock + r;
-    if (row_n >= Config::kN || m >= m_count) continue;
+  // The sum of row slot `slot` for x row m (plus its bias).
+  auto row_sum = [&](int slot, int m) {
     float sum = 0.0f;
-    for (int s = 0; s < kSplit; ++s) sum += partial[r * kSplit + s][m];
-    if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[row_n]);
-    static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(sum);
+    for (int s = 0; s < kSplit; ++s) sum += partial[slot * kSplit + s][m];
+    if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(slot)]);
+    return sum;
+  };
+  if (Config::kSiluMul) {
+    for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
+      const int slot = i / kM, m = i % kM;
+      if (weight_row(slot) < 0 || m >= m_count) continue;
+      const float gate = row_sum(slot, m), up = row_sum(slot + kHalf, m);
+      const float y = silu(gate) * up;
+      static_cast<bf16*>(p.y)[(long long)(m0 + m) * kF + blockIdx.x * kHalf + slot] = from_float<bf16>(y);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += blockDim.x) {
+    const int slot = i / kM, m = i % kM;
+    const int row_n = weight_row(slot);
+    if (row_n < 0 || m >= m_count) continue;
+    static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
   }
 }
 

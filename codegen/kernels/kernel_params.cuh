@@ -50,6 +50,10 @@ struct RopeKvAppendParams {
   void* q_out;            // [N, H, D] bf16, roped q
   int num_tokens;
   long long num_slots;    // num_blocks * page_size; slots past it are skipped
+  // Optional (null: none): bytes the blocks prefetch into L2 before their
+  // work, the next GEMV's weights (prefetch_l2_share in common.cuh).
+  const void* l2_prefetch;
+  long long l2_prefetch_bytes;
 };
 
 // paged_attention and its split-KV form (grid [N, Hkv, splits]).
@@ -102,6 +106,23 @@ struct GemvParams {
   const void* w;      // [n, k] weight type
   const void* bias;   // [n] weight type, or null
   void* y;            // [rows, n] bf16
+  int rows;
+};
+
+// argmax (greedy decoding): grid [rows, chunks]; the partials hold
+// rows * chunks entries and `arrivals` rows counters, zero before the first
+// launch (each launch leaves them zero).
+inline constexpr int argmaxChunks(long long vocab) {
+  const long long chunks = (vocab + 8191) / 8192;
+  return chunks < 1 ? 1 : chunks > 64 ? 64 : int(chunks);
+}
+
+struct ArgmaxParams {
+  const void* logits;     // [rows, vocab] logits type
+  float* partial_value;   // [rows, chunks] scratch
+  int* partial_id;        // [rows, chunks] scratch
+  unsigned* arrivals;     // [rows]
+  int* out_tokens;        // [rows]
   int rows;
 };
 

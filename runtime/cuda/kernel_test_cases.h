@@ -121,8 +121,13 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"gemm", {{"n", 960}, {"k", 576}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 14336}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
+  cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true}}});
+  cases.push_back({"gemm", {{"n", 64}, {"k", 16384}, {"weight_type", "bf16"}, {"bias", true}, {"silu_mul", true}}});
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
+  cases.push_back({"argmax", {{"vocab", 128256}}});
+  cases.push_back({"argmax", {{"vocab", 49152}, {"logits_type", "f32"}}});
+  cases.push_back({"argmax", {{"vocab", 1001}}});  // not a multiple of 8: scalar loads, one chunk
   return cases;
 }
 

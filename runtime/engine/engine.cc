@@ -101,6 +101,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual Status forward(const cpu::BatchInputs& in, std::span<float> logits) = 0;
+  // Whether forwardGreedy runs: each logits row's greedy token computed
+  // where the logits are, so only ids come back.
+  virtual bool greedyOnDevice() const { return false; }
+  virtual Status forwardGreedy(const cpu::BatchInputs&, std::span<int32_t>) {
+    return makeError("this backend computes no greedy tokens itself");
+  }
   virtual BlockPool& blockPool() = 0;
   virtual int64_t vocabSize() const = 0;
   virtual int64_t maxTokens() const = 0;
@@ -110,10 +116,18 @@ class Backend {
 template <class Executor>
 class ExecutorBackend final : public Backend {
  public:
-  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name)
-      : ex_(std::move(ex)), name_(std::move(name)) {}
+  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name, bool greedy_on_device = false)
+      : ex_(std::move(ex)), name_(std::move(name)), greedy_on_device_(greedy_on_device) {}
   Status forward(const cpu::BatchInputs& in, std::span<float> logits) override {
     return ex_->forward(in, logits);
+  }
+  bool greedyOnDevice() const override {
+    if constexpr (kHasGreedy) return greedy_on_device_;
+    return false;
+  }
+  Status forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t> tokens) override {
+    if constexpr (kHasGreedy) return ex_->forwardGreedy(in, tokens);
+    return Backend::forwardGreedy(in, tokens);
   }
   BlockPool& blockPool() override { return ex_->blockPool(); }
   int64_t vocabSize() const override { return ex_->vocabSize(); }
@@ -121,8 +135,11 @@ class ExecutorBackend final : public Backend {
   std::string name() const override { return name_; }
 
  private:
+  static constexpr bool kHasGreedy =
+      requires(Executor& e, const cpu::BatchInputs& in, std::span<int32_t> t) { e.forwardGreedy(in, t); };
   std::unique_ptr<Executor> ex_;
   std::string name_;
+  bool greedy_on_device_ = false;
 };
 
 Result<std::unique_ptr<Backend>> createCpuBackend(const Manifest& m, const WeightStore& weights,
@@ -143,11 +160,13 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.programmatic_launch = options.cuda_programmatic_launch;
   copt.gemm_autotune = options.cuda_gemm_autotune;
   copt.profile_steps = options.cuda_profile_steps;
+  copt.l2_prefetch = options.cuda_l2_prefetch;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();
   std::string name = "cuda " + (*ex)->deviceName();
-  return std::unique_ptr<Backend>(new ExecutorBackend<cuda::CudaExecutor>(ex.take(), name));
+  return std::unique_ptr<Backend>(
+      new ExecutorBackend<cuda::CudaExecutor>(ex.take(), name, options.cuda_device_argmax));
 #else
   (void)m, (void)weights, (void)blocks, (void)options;
   return makeError("no CUDA backend: this kiln was built without the CUDA toolkit headers");
@@ -198,6 +217,7 @@ struct Engine::Impl {
       batch_query_start, batch_kv_lens;
   std::vector<float> logits;
   std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
+  std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
 
   Sequence* findLive(int64_t id) {
     for (auto& s : running) if (s->id == id) return s.get();
@@ -344,10 +364,26 @@ Status Engine::Impl::step() {
   in.max_blocks = int(max_blocks);
   in.query_start = batch_query_start;
   in.kv_lens = batch_kv_lens;
-  if (Status status = executor->forward(in, logits); !status.ok()) {
+  // Rows that sample a token this step (their prompt is done). When every
+  // one of them is plain greedy and the backend can, the greedy tokens are
+  // computed where the logits are and only ids come back.
+  auto samples = [](const Slice& s) { return s.seq->computed + s.count >= int64_t(s.seq->tokens.size()); };
+  const bool greedy = executor->greedyOnDevice() && std::all_of(batch.begin(), batch.end(), [&](const Slice& s) {
+    return !samples(s) || s.seq->sampler->params().isPlainGreedy();
+  });
+  greedy_tokens.resize(batch.size());
+  Status forwarded = greedy ? executor->forwardGreedy(in, greedy_tokens) : executor->forward(in, logits);
+  if (!forwarded.ok()) {
     // A failed forward leaves the pool untouched; fail the batch's requests
     // rather than the engine.
-    for (const Slice& s : batch) finish(*s.seq, FinishReason::kError, status.error().message);
+    for (const Slice& s : batch) finish(*s.seq, FinishReason::kError, forwarded.error().message);
+    return Status::success();
+  }
+  sampled.assign(batch.size(), -1);
+  for (const Slice& s : batch) s.seq->computed += s.count;
+  if (greedy) {
+    for (size_t b = 0; b < batch.size(); ++b)
+      if (batch[b].seq->computed >= int64_t(batch[b].seq->tokens.size())) emitToken(*batch[b].seq, greedy_tokens[b]);
     return Status::success();
   }
 
@@ -355,8 +391,6 @@ Status Engine::Impl::step() {
   // sampler and generator, so the result is the same as one by one: a
   // batch of 32 over a 128k vocabulary is milliseconds of host work on one
   // core), then emit in batch order.
-  sampled.assign(batch.size(), -1);
-  for (const Slice& s : batch) s.seq->computed += s.count;
   cpu::parallelFor(int64_t(batch.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       Sequence& seq = *batch[size_t(b)].seq;

@@ -42,17 +42,19 @@ void Sampler::applyPenalties(std::span<float> logits, std::span<const int32_t> p
   }
 }
 
+int32_t greedyToken(std::span<const float> logits) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < int64_t(logits.size()); ++i)
+    if (!std::isnan(logits[size_t(i)]) && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = i;
+  return int32_t(std::max<int64_t>(best, 0));
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> previous_tokens) {
   if (logits.empty()) return -1;
   applyPenalties(logits, previous_tokens);
   const int64_t vocab = int64_t(logits.size());
 
-  if (params_.temperature == 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[size_t(i)] > logits[size_t(best)]) best = i;
-    return int32_t(best);
-  }
+  if (params_.temperature == 0.0f) return greedyToken(logits);
 
   const float inv_temperature = 1.0f / params_.temperature;
   candidates_.clear();

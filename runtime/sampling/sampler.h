@@ -14,6 +14,11 @@
 
 namespace kiln::sampling {
 
+// The greedy token: the largest logit, NaN ignored, lowest id on ties; 0
+// when no logit is a number. The CUDA executor's on-device argmax
+// (forwardGreedy) follows the same rule.
+int32_t greedyToken(std::span<const float> logits);
+
 class Sampler {
  public:
   // Validates params; the error names the first bad field.

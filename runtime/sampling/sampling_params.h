@@ -27,6 +27,13 @@ struct SamplingParams {
   // The first invalid field, e.g. "temperature -0.5 is invalid: expected >= 0".
   Status validate() const;
 
+  // Whether the token is the argmax of the raw logits (greedyToken):
+  // temperature 0 and no penalty that changes logits first.
+  bool isPlainGreedy() const {
+    return temperature == 0.0f && repetition_penalty == 1.0f && frequency_penalty == 0.0f &&
+           presence_penalty == 0.0f;
+  }
+
   // Whether `token` ends the request: a stop_token_id, or one of the model's
   // eos_token_ids unless ignore_eos.
   bool isStopToken(int32_t token, std::span<const int32_t> eos_token_ids) const;

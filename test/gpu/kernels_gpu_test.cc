@@ -276,6 +276,11 @@ TEST_F(KernelsGpu, RopeKvAppend) {
     DeviceBuffer d_kpool(pool_elems * 2), d_vpool(pool_elems * 2), d_qout(size_t(N) * H * D * 2);
     kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
                              d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
+    // The decode-time L2 prefetch (a hint: any readable bytes), with a size
+    // that is not a multiple of 16 (rounded down) nor of the 64 KiB request.
+    DeviceBuffer d_prefetch((1 << 20) + 48);
+    p.l2_prefetch = d_prefetch.get();
+    p.l2_prefetch_bytes = (1 << 20) + 40;
     KILN_GPU_OK(launch(k, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
 
     const std::vector<double> freq = invFreq(c);
@@ -583,6 +588,46 @@ TEST_F(KernelsGpu, SkinnyGemm) {
   }
 }
 
+// The gate/up GEMM with SwiGLU in its epilogue: y = silu(x·gateᵀ)·(x·upᵀ)
+// over W = [gate; up], against float64. 28672 x 4096 is Llama-3-8B's; at
+// k 16384 the tiling splits K over all 8 warps (one row per block), which the
+// generator doubles to a gate/up pair; n 2 leaves most of a block's pairs
+// past the matrix.
+TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
+  struct Case { int n, k, rows; bool bias; };
+  for (const Case& c : {Case{960, 576, 3, false}, Case{28672, 4096, 1, false}, Case{64, 16384, 8, true},
+                        Case{2, 64, 5, false}}) {
+    const int F = c.n / 2;
+    std::vector<float> x, w, bias;
+    auto xb = randomBf16(rng, size_t(c.rows) * c.k, 1.0f, &x);
+    auto wb = randomBf16(rng, size_t(c.n) * c.k, 0.05f, &w);
+    auto bb = randomBf16(rng, size_t(c.n), 1.0f, &bias);
+    COMPILE(k, "gemm", (json{{"n", c.n}, {"k", c.k}, {"weight_type", "bf16"}, {"bias", c.bias}, {"silu_mul", true}}));
+    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    ASSERT_EQ(rows_per_block % 2, 0) << "gate and up rows pair up in a block";
+    auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_b = DeviceBuffer::from(bb);
+    DeviceBuffer d_y(size_t(c.rows) * F * 2 + 64);  // 64 poisoned bytes past the end stay NaN
+    kk::GemvParams p{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_y.get(), c.rows};
+    const int pairs = rows_per_block / 2;
+    KILN_GPU_OK(launch(k, unsigned((F + pairs - 1) / pairs), 1, unsigned((c.rows + 7) / 8), p));
+    std::vector<double> ref(size_t(c.rows) * F);
+    for (int m = 0; m < c.rows; ++m)
+      for (int j = 0; j < F; ++j) {
+        double g = c.bias ? bias[j] : 0.0, u = c.bias ? bias[F + j] : 0.0;
+        for (int i = 0; i < c.k; ++i) {
+          g += double(x[size_t(m) * c.k + i]) * w[size_t(j) * c.k + i];
+          u += double(x[size_t(m) * c.k + i]) * w[size_t(F + j) * c.k + i];
+        }
+        ref[size_t(m) * F + j] = g / (1.0 + std::exp(-g)) * u;
+      }
+    std::vector<float> got = bf16ToFloat(d_y.download<uint16_t>());
+    for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << "wrote past y at " << i;
+    got.resize(ref.size());
+    expectClose(got, ref, 5e-3, 1.0 / 64, fmt::format("gemm+silu_mul rows {} n {} k {}{}", c.rows, c.n, c.k,
+                                                      c.bias ? " +bias" : ""));
+  }
+}
+
 // Not a pass/fail check: the decode-shaped GEMM's achieved weight bandwidth
 // (BENCHMARKS.md: cuBLAS reaches 2.44 TB/s, 58% of HBM, on 1x4096 . 4096x14336).
 TEST_F(KernelsGpu, SkinnyGemmBandwidth) {
@@ -681,6 +726,58 @@ TEST_F(KernelsGpu, Sampling) {
     EXPECT_GE(before + w[t], target - slack) << "row " << r;
     std::printf("  sample row %d: T %.1f top_k %d top_p %.2f u %.4f -> token %d\n", r, temperature[r], top_k[r],
                 top_p[r], us[r], t);
+  }
+}
+
+// ---------------------------------------------------------------- greedy argmax
+
+TEST_F(KernelsGpu, Argmax) {
+  struct Case {
+    int vocab;
+    const char* type;
+  };
+  for (const Case& c : {Case{128256, "bf16"}, Case{49152, "f32"}, Case{1001, "bf16"}, Case{8, "f32"}}) {
+    const int V = c.vocab, rows = 7;
+    const bool f32 = std::string(c.type) == "f32";
+    // Rounded to bf16 either way, so the maxima tie often; row 1 ties its
+    // maximum at three ids, row 2 has NaNs (ignored) including at its
+    // maximum's place, row 3 is all -inf (id 0), row 4 all NaN (id 0), row 5
+    // has its maximum in the last id, row 6 in the first.
+    std::vector<float> x;
+    auto bits = randomBf16(rng, size_t(rows) * V, 4.0f, &x);
+    auto at = [&](int r, int i) -> float& { return x[size_t(r) * V + i]; };
+    at(1, V / 3) = at(1, V / 2) = at(1, V - 1) = 100.0f;
+    at(2, 0) = at(2, V / 2) = NAN;
+    at(2, V - 2) = 50.0f;
+    at(2, V / 4) = NAN;
+    for (int i = 0; i < V; ++i) at(3, i) = -INFINITY, at(4, i) = NAN;
+    at(5, V - 1) = 60.0f;
+    at(6, 0) = 60.0f;
+    for (size_t i = 0; i < x.size(); ++i) bits[i] = toBf16(x[i]), x[i] = fromBf16(bits[i]);
+    // The reference: largest non-NaN value, lowest id on ties, 0 if none.
+    std::vector<int> expected(rows, 0);
+    for (int r = 0; r < rows; ++r) {
+      int best = -1;
+      for (int i = 0; i < V; ++i)
+        if (!std::isnan(at(r, i)) && (best < 0 || at(r, i) > at(r, best))) best = i;
+      expected[r] = std::max(best, 0);
+    }
+    EXPECT_EQ(expected[1], V / 3);
+    EXPECT_EQ(expected[2], V - 2);
+    COMPILE(k, "argmax", (json{{"vocab", V}, {"logits_type", c.type}}));
+    const int chunks = kk::argmaxChunks(V);
+    auto d_logits = f32 ? DeviceBuffer::from(x) : DeviceBuffer::from(bits);
+    DeviceBuffer d_values(size_t(rows) * chunks * 4), d_ids(size_t(rows) * chunks * 4);
+    auto d_arrivals = DeviceBuffer::from(std::vector<unsigned>(rows, 0));
+    for (int launch_index = 0; launch_index < 3; ++launch_index) {  // the counters reset themselves
+      DeviceBuffer d_tokens(rows * 4);  // poisoned: -1
+      kk::ArgmaxParams p{d_logits.get(), d_values.as<float>(), d_ids.as<int>(), d_arrivals.as<unsigned>(),
+                         d_tokens.as<int>(), rows};
+      KILN_GPU_OK(launch(k, rows, chunks, 1, p));
+      EXPECT_EQ(d_tokens.download<int>(), expected) << "vocab " << V << " " << c.type << ", launch " << launch_index;
+      EXPECT_EQ(d_arrivals.download<unsigned>(), std::vector<unsigned>(rows, 0));
+    }
+    std::printf("  argmax vocab %d %s: %d chunks, rows agree with the reference\n", V, c.type, chunks);
   }
 }
 

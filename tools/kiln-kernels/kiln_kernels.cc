@@ -62,13 +62,26 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
   std::map<std::string, Step> steps;
   for (auto& [entry, body] : manifest["entries"].items()) {
     if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
-    for (const json& s : body["steps"]) {
+    const json& all = body["steps"];
+    for (size_t i = 0; i < all.size(); ++i) {
+      const json& s = all[i];
       if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
           !s["kind"].is_string())
         return kiln::makeError("{}: entries.{} has a step without string 'kind' and 'instance'", path.string(), entry);
       const std::string kind = s["kind"], instance = s["instance"];
       const json params = s.contains("params") ? s["params"] : json::object();
-      auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance);
+      // A gemm whose result the next step, a merged silu_mul, reads (the
+      // runtime checks too that nothing else does) gets the fused variant.
+      kiln::cuda_codegen::StepInstanceOptions options;
+      if (kind == "gemm" && i + 1 < all.size()) {
+        const json& next = all[i + 1];
+        options.silu_mul_epilogue =
+            next.value("kind", "") == "silu_mul" && next.contains("params") &&
+            next["params"].value("merged_gate_up", false) && next.contains("args") && next["args"].is_array() &&
+            !next["args"].empty() && next["args"][0].is_object() && s.contains("results") &&
+            s["results"].is_array() && !s["results"].empty() && next["args"][0].value("value", -1) == s["results"][0];
+      }
+      auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
         Step& step = steps[instance];
         step.kind = kind;
@@ -83,6 +96,25 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
         step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
         ++step.uses;
       }
+    }
+  }
+  // The runtime's greedy argmax over the forward entry's logits.
+  const json& forward = manifest["entries"].contains("forward") ? manifest["entries"]["forward"] : json();
+  if (forward.is_object() && forward.contains("outputs") && forward["outputs"].is_array() &&
+      !forward["outputs"].empty() && forward.contains("values") && forward["values"].is_array()) {
+    const json& output = forward["outputs"][0];
+    for (const json& v : forward["values"]) {
+      if (!output.is_object() || !v.is_object() || v.value("id", -1) != output.value("value", -2)) continue;
+      const std::string type = v.value("type", "");
+      const int64_t elem = type == "f32" ? 4 : type == "bf16" ? 2 : 0;
+      if (elem == 0 || v.value("row_bytes", int64_t(0)) <= 0) break;  // no CUDA argmax for this type
+      const auto inst = kiln::cuda_codegen::greedyInstance(v.value("row_bytes", int64_t(0)) / elem, type);
+      Step& step = steps[inst.name];
+      step.kind = inst.kind;
+      step.params = inst.params;
+      step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
+      ++step.uses;
+      break;
     }
   }
   return steps;

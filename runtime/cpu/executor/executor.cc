@@ -570,8 +570,7 @@ Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest
   return Status::success();
 }
 
-Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits,
-                        std::span<const float> logits_out) {
+Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t logits_out_floats) {
   const int64_t max_tokens = limits.max_tokens, vocab = limits.vocab;
   const int64_t n = int64_t(in.tokens.size());
   const int64_t b = int64_t(in.kv_lens.size());
@@ -591,9 +590,9 @@ Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits,
                      "{}",
                      in.block_tables.size(), b, in.max_blocks);
   const int64_t out_rows = limits.logits_per_sequence ? b : n;
-  if (int64_t(logits_out.size()) < out_rows * vocab)
+  if (int64_t(logits_out_floats) < out_rows * vocab)
     return makeError("forward: logits_out holds {} floats; expected {} rows x vocab {}",
-                     logits_out.size(), out_rows, vocab);
+                     logits_out_floats, out_rows, vocab);
   if (in.query_start[0] != 0 || in.query_start[size_t(b)] != n)
     return makeError("forward: query_start must run from 0 to the token count {}, got {} .. {}",
                      n, in.query_start[0], in.query_start[size_t(b)]);
@@ -631,7 +630,7 @@ Status CpuExecutor::checkBatch(const BatchInputs& in, std::span<float> logits_ou
   const KvPoolConfig& pool = pool_->config();
   return checkBatchInputs(in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size,
                                logits_per_sequence_},
-                          logits_out);
+                          logits_out.size());
 }
 
 Status CpuExecutor::forward(const BatchInputs& in, std::span<float> logits_out) {

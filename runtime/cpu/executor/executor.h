@@ -47,8 +47,7 @@ struct BatchLimits {
 // Sizes, ranges and consistency of a ragged batch (token ids, positions,
 // slots, block ids, query_start, kv_lens, the logits buffer); the error
 // names the field, the index and the expected range.
-Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits,
-                        std::span<const float> logits_out);
+Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t logits_out_floats);
 
 // A pool must have the artifact's kv_cache shape (layers, page, heads, dim).
 Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest);

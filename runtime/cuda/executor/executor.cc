@@ -95,10 +95,45 @@ struct BoundStep {
   unsigned flash_block = 0, flash_smem = 0;
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
+  // gemm feeding only a merged silu_mul: the skinny GEMM with SwiGLU in its
+  // epilogue, writing the silu_mul's result (batches of <= kGemvMaxRows
+  // rows run it and skip the silu_mul step, marked fused_into_previous).
+  CUfunction swiglu_fn = nullptr;
+  unsigned swiglu_block = 0;
+  int swiglu_rows_per_block = 1;
+  DeviceValue swiglu_out;
+  bool fused_into_previous = false;
+  // rope_kv_append in decode: bytes the kernel asks L2 to fetch (the next
+  // gemm's weights; CudaExecutorOptions::l2_prefetch).
+  CUdeviceptr l2_prefetch = 0;
+  int64_t l2_prefetch_bytes = 0;
 };
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
+
+// Whether step i is a gemm whose result only step i + 1, a silu_mul over
+// merged gate/up rows, reads (and the entry does not output).
+bool feedsOnlyMergedSiluMul(const Entry& entry, size_t i) {
+  const std::vector<Step>& steps = entry.steps;
+  if (i + 1 >= steps.size() || steps[i].kind != StepKind::kGemm || steps[i].results.size() != 1) return false;
+  const Step& next = steps[i + 1];
+  const int64_t y = steps[i].results[0];
+  auto merged = next.params.has("merged_gate_up") ? next.params.getBool("merged_gate_up") : Result<bool>(false);
+  if (next.kind != StepKind::kSiluMul || !merged.ok() || !*merged || next.args.empty() ||
+      next.args[0].kind != StepArg::Kind::kValue || next.args[0].id != y)
+    return false;
+  for (const EntryOutput& out : entry.outputs)
+    if (out.value == y) return false;
+  for (const EntryValue& v : entry.values)
+    if (v.view_of && *v.view_of == y) return false;
+  for (size_t j = 0; j < steps.size(); ++j) {
+    if (j == i + 1) continue;
+    for (const StepArg& a : steps[j].args)
+      if (a.kind == StepArg::Kind::kValue && a.id == y) return false;
+  }
+  return true;
+}
 
 // A gemm step's optional bias (weight arg 2).
 bool hasBias(const BoundStep& s) { return s.weights.size() > 2 && s.weights[2] != 0; }
@@ -211,6 +246,14 @@ struct CudaExecutor::State {
   bool profile = false;
   std::vector<CUevent> step_events;
   StepProfile step_profile;
+  // Greedy batches: the argmax instance, its scratch ([T_max, chunks]
+  // partials, [T_max] arrival counters kept zero between launches) and the
+  // tokens, on the device and pinned on the host.
+  CUfunction argmax_fn = nullptr;
+  unsigned argmax_block = 0;
+  int argmax_chunks = 1;
+  CUdeviceptr argmax_values = 0, argmax_ids = 0, argmax_arrivals = 0, tokens = 0;
+  int32_t* tokens_host = nullptr;
 
   ~State() {
     if (!d) return;
@@ -298,6 +341,8 @@ struct CudaExecutor::State {
   // inputs are already in `inputs`.
   Status enqueueSteps(const LaunchShape& shape);
   Status attention(const BoundStep& s, const LaunchShape& shape);
+  // Each logits row's argmax into `tokens` (a greedy shape's last launch).
+  Status argmaxLogits(const LaunchShape& shape);
   // Which attention kernels a batch of this shape runs.
   const char* attentionPath(const BoundStep& s, const LaunchShape& shape) const;
   // With `profile`: the step times of the forward just synchronized.
@@ -437,6 +482,14 @@ Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   const bool bias = hasBias(s);
+  if (rows <= kGemvMaxRows && s.swiglu_fn) {
+    kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr), reinterpret_cast<const void*>(s.weights[1]),
+                     bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
+                     reinterpret_cast<void*>(s.swiglu_out.ptr), int(rows)};
+    const int64_t pairs = s.swiglu_rows_per_block / 2;  // gate/up row pairs per block
+    return launch(s.swiglu_fn, s.swiglu_block, unsigned((s.width / 2 + pairs - 1) / pairs), 1,
+                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
+  }
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
                      reinterpret_cast<const void*>(s.weights[1]),
@@ -767,8 +820,14 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     return dv;
   };
 
+  Step output_step;
+  output_step.path = mpath + ": entries.forward.outputs[0]";
+  KILN_ASSIGN(logits, value(output_step, entry->outputs[0].value, "value"));
+  st.logits = logits;
+
   // 4. Kernel instances: for each step the list codegen/cuda/step_instances.h
-  //    gives (kiln-kernels shows the same list), each compiled once.
+  //    gives (kiln-kernels shows the same list), and the logits' greedy
+  //    argmax, each compiled once.
   std::vector<KernelSource> sources;
   std::map<std::string, size_t> source_index;
   std::vector<std::string> step_instance(entry->steps.size());
@@ -782,6 +841,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
+    instance_options.silu_mul_epilogue = feedsOnlyMergedSiluMul(*entry, i);
     auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
                                                  step.instance, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
@@ -798,6 +858,15 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       source_index[inst.name] = sources.size();
       sources.push_back({inst.name, generated->source});
     }
+  }
+  const cuda_codegen::StepInstance greedy =
+      cuda_codegen::greedyInstance(logits.width, logits.elem == 4 ? "f32" : "bf16");
+  {
+    auto generated = cuda_codegen::instanceSource(greedy.kind, greedy.params, greedy.name);
+    if (!generated) return makeError("{}: instance {}: {}", output_step.path, greedy.name, generated.error().message);
+    block_threads[greedy.name] = unsigned(generated->launch.block_threads);
+    source_index[greedy.name] = sources.size();
+    sources.push_back({greedy.name, generated->source});
   }
   KernelCacheOptions cache;
   cache.compile.arch = arch;
@@ -843,7 +912,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         return d->check(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
-      if (auto it = attention_instances.find(i); it != attention_instances.end()) {
+      if (auto it = attention_instances.find(i); it != attention_instances.end() && step.kind == StepKind::kGemm) {
+        const std::string& fused = it->second[Role::kSwiglu];
+        s.swiglu_fn = functions[source_index[fused]];
+        s.swiglu_block = block_threads[fused];
+        s.swiglu_rows_per_block = rows_per_block[fused];
+      } else if (it != attention_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
@@ -1017,9 +1091,51 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
+  // 6. SwiGLU epilogues: the fused gemm writes its silu_mul's result.
+  for (size_t i = 0; i + 1 < st.steps.size(); ++i) {
+    if (!st.steps[i].swiglu_fn) continue;
+    st.steps[i].swiglu_out = st.steps[i + 1].results[0];
+    st.steps[i + 1].fused_into_previous = true;
+  }
+  // 7. L2 prefetch: in decode, rope_kv_append and attention leave HBM idle
+  //    before the next gemm (o_proj) streams its weights; rope asks L2 for
+  //    them (up to 3/4 of L2, so they are not evicting each other).
+  int l2_bytes = 0;
+  d->cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, st.device);
+  const bool l2_prefetch = options.l2_prefetch && major >= 9 && l2_bytes > 0;
+  for (size_t i = 0; l2_prefetch && i < st.steps.size(); ++i) {
+    BoundStep& rope = st.steps[i];
+    if (rope.kind != StepKind::kRopeKvAppend) continue;
+    for (size_t j = i + 1; j < st.steps.size() && st.steps[j].kind != StepKind::kRopeKvAppend; ++j) {
+      const BoundStep& next = st.steps[j];
+      if (next.kind != StepKind::kGemm) continue;
+      rope.l2_prefetch = next.weights[1];
+      rope.l2_prefetch_bytes = std::min<int64_t>(next.width * next.k * 2, int64_t(l2_bytes) * 3 / 4) & ~int64_t(15);
+      break;
+    }
+  }
+  // 8. Greedy batches' argmax and its scratch.
+  st.argmax_fn = functions[source_index[greedy.name]];
+  st.argmax_block = block_threads[greedy.name];
+  st.argmax_chunks = kk::argmaxChunks(logits.width);
+  {
+    const int64_t partials = max_tokens * st.argmax_chunks;
+    KILN_ASSIGN(values, st.alloc(partials * 4, "the greedy argmax partials"));
+    KILN_ASSIGN(ids, st.alloc(partials * 4, "the greedy argmax partials"));
+    KILN_ASSIGN(arrivals, st.alloc(max_tokens * 4, "the greedy argmax counters"));
+    KILN_ASSIGN(tokens, st.alloc(max_tokens * 4, "the greedy tokens"));
+    KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(arrivals, 0, size_t(max_tokens * 4)), "cuMemsetD8"));
+    KILN_ASSIGN(tokens_host, st.allocHost(max_tokens * 4, "the greedy tokens"));
+    st.argmax_values = values;
+    st.argmax_ids = ids;
+    st.argmax_arrivals = arrivals;
+    st.tokens = tokens;
+    st.tokens_host = static_cast<int32_t*>(tokens_host);
+    ex->device_bytes_ += 2 * partials * 4 + 2 * max_tokens * 4;
+  }
   if (options.verbose)
-    fmt::print(stderr, "cuda: programmatic launch {}, gemm autotune {}\n", st.programmatic_launch ? "on" : "off",
-               st.gemm_autotune ? "on" : "off");
+    fmt::print(stderr, "cuda: programmatic launch {}, gemm autotune {}, L2 prefetch {}\n",
+               st.programmatic_launch ? "on" : "off", st.gemm_autotune ? "on" : "off", l2_prefetch ? "on" : "off");
   if (st.profile) {
     st.step_events.resize(st.steps.size() + 1);
     for (CUevent& e : st.step_events)
@@ -1034,10 +1150,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     st.partial_lse = partial_lse;
     ex->device_bytes_ += rows * (max_heads_dim + max_heads) * 4;
   }
-  Step output_step;
-  output_step.path = mpath + ": entries.forward.outputs[0]";
-  KILN_ASSIGN(logits, value(output_step, entry->outputs[0].value, "value"));
-  st.logits = logits;
   ex->vocab_ = logits.width;
   ex->logits_per_sequence_ = logits.per_sequence;
   KILN_ASSIGN(logits_host, st.allocHost(max_tokens * logits.width * logits.elem, "the logits"));
@@ -1045,11 +1157,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   return ex;
 }
 
-Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, std::span<float> logits_out) const {
+Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, size_t out_values) const {
   const KvPoolConfig& pool = pool_->config();
   KILN_RETURN_IF_ERROR(cpu::checkBatchInputs(
-      in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size, logits_per_sequence_},
-      logits_out));
+      in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size, logits_per_sequence_}, out_values));
   if (int64_t(in.block_tables.size()) > state_->block_table_capacity)
     return makeError("forward: block_tables has {} entries; the CUDA executor's buffer holds {}",
                      in.block_tables.size(), state_->block_table_capacity);
@@ -1155,6 +1266,10 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
         p.q_out = ptr(s.results[0].ptr);
         p.num_tokens = int(n);
         p.num_slots = num_slots;
+        if (n == b) {  // decode: attention next, then the gemm whose weights these are
+          p.l2_prefetch = ptr(s.l2_prefetch);
+          p.l2_prefetch_bytes = s.l2_prefetch_bytes;
+        }
         status = launch(s, unsigned(n), unsigned(kk::ropeKvAppendHeadGroups(s.heads, s.kv_heads)), 1, &p);
         break;
       }
@@ -1164,6 +1279,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kMul:
       case StepKind::kSilu: {
         const int64_t r = rows(s.args[0]);
+        if (s.fused_into_previous && r <= kGemvMaxRows) break;  // the gemm's epilogue did it
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
@@ -1199,7 +1315,17 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
   }
   if (profile) KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(step_events.back(), stream), "cuEventRecord"));
+  if (shape.greedy) return argmaxLogits(shape);
+  return {};
+}
 
+Status CudaExecutor::State::argmaxLogits(const LaunchShape& shape) {
+  const int64_t rows = rowsOf(logits, shape);
+  kk::ArgmaxParams p{reinterpret_cast<const void*>(logits.ptr), reinterpret_cast<float*>(argmax_values),
+                     reinterpret_cast<int*>(argmax_ids), reinterpret_cast<unsigned*>(argmax_arrivals),
+                     reinterpret_cast<int*>(tokens), int(rows)};
+  Status status = launch(argmax_fn, argmax_block, unsigned(rows), unsigned(argmax_chunks), 1, &p);
+  if (!status.ok()) return makeError("greedy argmax over the logits: {}", status.error().message);
   return {};
 }
 
@@ -1231,8 +1357,7 @@ Result<CUgraphExec> CudaExecutor::State::decodeGraph(const LaunchShape& shape) {
   return exec;
 }
 
-Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits_out) {
-  KILN_RETURN_IF_ERROR(checkBatch(in, logits_out));
+Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool greedy) {
   State& st = *state_;
   const CudaDriver* d = st.d;
   KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(st.context), "cuCtxSetCurrent"));
@@ -1243,6 +1368,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   // and replays a graph captured for its shape; anything else is launched
   // step by step.
   LaunchShape shape{n, b, in.max_blocks, 0, 1};
+  shape.greedy = greedy;
   for (int64_t i = 0; i < b; ++i)
     shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
   const bool decode = n == b;  // checkBatch: every sequence has >= 1 token
@@ -1291,8 +1417,15 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   } else {
     KILN_RETURN_IF_ERROR(st.enqueueSteps(shape));
   }
+  return shape;
+}
 
-  const int64_t out_rows = logits_per_sequence_ ? b : n;
+Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits_out) {
+  KILN_RETURN_IF_ERROR(checkBatch(in, logits_out.size()));
+  KILN_ASSIGN(shape, launchForward(in, /*greedy=*/false));
+  State& st = *state_;
+  const CudaDriver* d = st.d;
+  const int64_t out_rows = rowsOf(st.logits, shape);
   const size_t bytes = size_t(out_rows * vocab_ * st.logits.elem);
   KILN_RETURN_IF_ERROR(d->check(st.x.memcpyDtoHAsync(st.logits_host, st.logits.ptr, bytes, st.stream),
                                 "cuMemcpyDtoHAsync (logits)"));
@@ -1306,6 +1439,24 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
       for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = cpu::bf16ToF32(h[i]);
     });
   }
+  return {};
+}
+
+Status CudaExecutor::forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t> tokens_out) {
+  const int64_t out_rows = int64_t(logits_per_sequence_ ? in.kv_lens.size() : in.tokens.size());
+  if (int64_t(tokens_out.size()) < out_rows)
+    return makeError("forward: tokens_out holds {} ids; expected one per logits row ({})", tokens_out.size(),
+                     out_rows);
+  // The logits stay on the device: checked as if a full buffer were given.
+  KILN_RETURN_IF_ERROR(checkBatch(in, size_t(out_rows * vocab_)));
+  KILN_ASSIGN(shape, launchForward(in, /*greedy=*/true));
+  State& st = *state_;
+  const CudaDriver* d = st.d;
+  KILN_RETURN_IF_ERROR(d->check(st.x.memcpyDtoHAsync(st.tokens_host, st.tokens, size_t(out_rows) * 4, st.stream),
+                                "cuMemcpyDtoHAsync (tokens)"));
+  KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
+  if (st.profile) st.addStepTimes(shape);
+  std::memcpy(tokens_out.data(), st.tokens_host, size_t(out_rows) * 4);
   return {};
 }
 

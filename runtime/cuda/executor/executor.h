@@ -7,7 +7,8 @@
 // resolves every step's launch arguments. forward() copies the batch inputs
 // through pinned staging, launches the steps on one stream (GEMMs: the
 // skinny `gemm` kernel for <= 8 rows, cuBLASLt bf16 with f32 accumulation
-// above), and copies the logits back as f32. Decode batches split attention
+// above), and copies the logits back as f32, or for greedy batches only
+// each row's argmax. Decode batches split attention
 // over the keys (split-KV) and replay a CUDA graph captured for their shape.
 #pragma once
 
@@ -23,6 +24,8 @@
 #include "runtime/weights/weight_store.h"
 
 namespace kiln::cuda {
+
+struct LaunchShape;  // launch_shape.h
 
 struct CudaExecutorOptions {
   int device = 0;
@@ -46,6 +49,11 @@ struct CudaExecutorOptions {
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
   bool profile_steps = false;
+  // sm_90+: during decode, each rope_kv_append asks L2 for the weights of
+  // the GEMM after attention (o_proj), which would otherwise start from HBM
+  // while attention leaves HBM idle (codegen/kernels/common.cuh,
+  // prefetch_l2_share).
+  bool l2_prefetch = true;
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
@@ -70,6 +78,10 @@ class CudaExecutor {
   // Runs `forward`. logits_out: [B, vocab] f32, each sequence's last-token
   // logits. A bad batch is an error before anything is launched.
   Status forward(const cpu::BatchInputs& in, std::span<float> logits_out);
+  // Runs `forward` and each logits row's argmax on the GPU (largest logit,
+  // NaN ignored, lowest id on ties: sampling::Sampler's greedy rule), so
+  // only tokens_out ([B] ids) comes back. Same batch checks as forward.
+  Status forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t> tokens_out);
 
   BlockPool& blockPool() { return *pool_; }
   int64_t vocabSize() const { return vocab_; }
@@ -84,7 +96,12 @@ class CudaExecutor {
 
  private:
   CudaExecutor() = default;
-  Status checkBatch(const cpu::BatchInputs& in, std::span<float> logits_out) const;
+  // `out_values`: what the caller's output holds, in logits floats.
+  Status checkBatch(const cpu::BatchInputs& in, size_t out_values) const;
+  // Stages the inputs and launches the forward (graph or steps) for `in`,
+  // ending in the argmax when `greedy`; nothing is synchronized. Returns the
+  // shape launched.
+  Result<LaunchShape> launchForward(const cpu::BatchInputs& in, bool greedy);
 
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<State> state_;

@@ -82,6 +82,39 @@ TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
   std::vector<int32_t> bad_slots{0, 1, 2, 3, 1 << 20};
   cpu::BatchInputs bad{tokens, positions, bad_slots, tables, 1, query_start, kv_lens};
   EXPECT_FALSE((*ex)->forward(bad, logits).ok());
+
+  // Greedy on the GPU: the same token as the host's argmax of the logits
+  // (largest, lowest id on ties), for the prefill (steps launched one by
+  // one) and for decode steps (graph replay) of two sequences.
+  auto hostArgmax = [&](const float* row) {
+    int best = 0;
+    for (int i = 1; i < int((*ex)->vocabSize()); ++i)
+      if (row[i] > row[best]) best = i;
+    return best;
+  };
+  std::vector<int32_t> greedy(1, -1);
+  s = (*ex)->forwardGreedy(in, greedy);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(greedy[0], hostArgmax(logits.data()));
+  std::vector<int32_t> none;
+  EXPECT_FALSE((*ex)->forwardGreedy(in, none).ok()) << "tokens_out too small";
+  // Sequence 0 goes on from the prefill; sequence 1 (block 1) decodes from
+  // an empty cache at position 0.
+  const int64_t vocab = (*ex)->vocabSize();
+  std::vector<float> decode_logits(size_t(2 * vocab));
+  for (int step = 0; step < 4; ++step) {
+    std::vector<int32_t> dt{greedy[0], 7}, dp{5 + step, step}, ds{5 + step, 16 + step};
+    std::vector<int32_t> dtables{0, 1}, dq{0, 1, 2}, dkv{6 + step, 1 + step};
+    cpu::BatchInputs decode{dt, dp, ds, dtables, 1, dq, dkv};
+    // The logits path first (it writes the same KV slots the greedy run rewrites).
+    ASSERT_TRUE((*ex)->forward(decode, decode_logits).ok());
+    std::vector<int32_t> two(2, -1);
+    s = (*ex)->forwardGreedy(decode, two);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(two[0], hostArgmax(decode_logits.data())) << "step " << step;
+    EXPECT_EQ(two[1], hostArgmax(decode_logits.data() + vocab)) << "step " << step;
+    greedy[0] = two[0];
+  }
 }
 
 TEST(LaunchShape, DecodeSplitsFillTheGpuWithoutShortPartitions) {

@@ -24,9 +24,10 @@ struct LaunchShape {
   int max_blocks = 0;    // row stride of block_tables on the device
   int splits = 0;        // split-KV partitions of a decode batch; 0: not split (prefill)
   int max_q_len = 1;     // longest sequence's tokens in this batch
+  bool greedy = false;   // ends in the argmax (tokens back) instead of logits back
   bool operator<(const LaunchShape& o) const {
-    return std::tie(n, b, max_blocks, splits, max_q_len) <
-           std::tie(o.n, o.b, o.max_blocks, o.splits, o.max_q_len);
+    return std::tie(n, b, max_blocks, splits, max_q_len, greedy) <
+           std::tie(o.n, o.b, o.max_blocks, o.splits, o.max_q_len, o.greedy);
   }
 };
 
