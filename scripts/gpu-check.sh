@@ -31,7 +31,8 @@
 #            roofline of the same run:  b1 (batch 1, 128 in / 128 out, peers eager +
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
 #            prefill (batch 1, 2048 in, eager); kiln alone: b1-no-pdl (programmatic
-#            launch off), b32-no-autotune (cuBLASLt's first choice), b1-profile / b32-profile (--profile-steps: each step's
+#            launch off), b32-no-autotune (cuBLASLt's first choice), b1-no-l2-prefetch,
+#            b1-host-sampling / b32-host-sampling (logits back, host argmax), b1-profile / b32-profile (--profile-steps: each step's
 #            GPU time); KILN_BENCH_PEER overrides the peer; KILN_BENCH_ACCURACY=0
 #            skips the fp32 reference, the accuracy check and the start times
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
@@ -204,6 +205,9 @@ if [[ " $PARTS " == *" bench "* ]]; then
       # every step timed between events (the table is in the .err file).
       b32-no-autotune) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer none --no-gemm-autotune); limit=60 ;;
       b1-no-pdl) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --no-programmatic-launch); limit=60 ;;
+      b1-no-l2-prefetch) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --no-l2-prefetch); limit=60 ;;
+      b1-host-sampling) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --host-sampling); limit=60 ;;
+      b32-host-sampling) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer none --host-sampling); limit=60 ;;
       b1-profile) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       b32-profile) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       *) echo "unknown bench run $run"; continue ;;
@@ -239,7 +243,7 @@ if [[ " $PARTS " == *" sanitizer "* ]]; then
     # cases would take many minutes under the tools).
     timeout "${KILN_SANITIZER_TIMEOUT:-150}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
       "$BUILD/bin/kernels_gpu_test" \
-      --gtest_filter="${KILN_SANITIZER_FILTER:-*Embedding*:*RmsNorm*:*F32Residual*:*Rope*:*PagedAttention*:*SiluMul*:*SkinnyGemm:*Sampling*}" \
+      --gtest_filter="${KILN_SANITIZER_FILTER:-*Embedding*:*RmsNorm*:*F32Residual*:*Rope*:*PagedAttention*:*SiluMul*:*SkinnyGemm:*Sampling*:*Argmax*}" \
       >"$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     tail -3 "$OUT/sanitizer_$tool.log"
