@@ -31,7 +31,7 @@
 #            roofline of the same run:  b1 (batch 1, 128 in / 128 out, peers eager +
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
 #            prefill (batch 1, 2048 in, eager); kiln alone: b1-no-pdl (programmatic
-#            launch off), b32-no-autotune (cuBLASLt's first choice), b1-no-l2-prefetch,
+#            launch off), b32-no-autotune (cuBLASLt's first choice),
 #            b1-host-sampling / b32-host-sampling (logits back, host argmax), b1-profile / b32-profile (--profile-steps: each step's
 #            GPU time); KILN_BENCH_PEER overrides the peer; KILN_BENCH_ACCURACY=0
 #            skips the fp32 reference, the accuracy check and the start times
@@ -205,7 +205,6 @@ if [[ " $PARTS " == *" bench "* ]]; then
       # every step timed between events (the table is in the .err file).
       b32-no-autotune) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer none --no-gemm-autotune); limit=60 ;;
       b1-no-pdl) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --no-programmatic-launch); limit=60 ;;
-      b1-no-l2-prefetch) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --no-l2-prefetch); limit=60 ;;
       b1-host-sampling) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 128 --peer none --host-sampling); limit=60 ;;
       b32-host-sampling) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer none --host-sampling); limit=60 ;;
       b1-profile) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;

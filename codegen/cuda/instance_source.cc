@@ -299,7 +299,6 @@ Result<Body> ropeKvAppend(const Params& p) {
                      low, high, original);
   Body b{"rope_kv_append.cuh", "", "rope_kv_append",
          {128, "[N, ropeKvAppendHeadGroups(heads, kv_heads)]", "RopeKvAppendParams"}};
-  b.waits_itself = true;
   b.config = fmt::format(
       "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"

@@ -90,31 +90,6 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-// Asks L2 to fetch this block's share of [base, base + bytes) from HBM
-// (sm_90 bulk prefetch; a hint, nothing waits for it). Decode runs a few
-// latency-bound kernels (rope, attention) between two weight-streaming
-// GEMVs, leaving HBM idle; one of them prefetches the next GEMV's weights so
-// that GEMV reads them from L2. base is 16-byte aligned; bytes is rounded
-// down to a multiple of 16. The share is split over the block's threads in
-// 64 KiB requests.
-__device__ __forceinline__ void prefetch_l2_share(const void* base, long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (base == nullptr || bytes <= 0) return;
-  constexpr long long kChunk = 64 * 1024;
-  const long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
-  const long long block = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
-  const long long chunks = (bytes + kChunk - 1) / kChunk;
-  for (long long c = block + blocks * threadIdx.x; c < chunks; c += blocks * blockDim.x) {
-    const long long offset = c * kChunk;
-    const long long left = bytes - offset;
-    const unsigned size = (unsigned)((left < kChunk ? left : kChunk) & ~15ll);
-    if (size == 0) continue;
-    const char* at = static_cast<const char*>(base) + offset;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(size) : "memory");
-  }
-#endif
-}
-
 // SiLU in f32 (silu_mul, silu, and the gate/up GEMV's SwiGLU epilogue).
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 

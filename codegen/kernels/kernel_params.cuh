@@ -50,10 +50,6 @@ struct RopeKvAppendParams {
   void* q_out;            // [N, H, D] bf16, roped q
   int num_tokens;
   long long num_slots;    // num_blocks * page_size; slots past it are skipped
-  // Optional (null: none): bytes the blocks prefetch into L2 before their
-  // work, the next GEMV's weights (prefetch_l2_share in common.cuh).
-  const void* l2_prefetch;
-  long long l2_prefetch_bytes;
 };
 
 // paged_attention and its split-KV form (grid [N, Hkv, splits]).

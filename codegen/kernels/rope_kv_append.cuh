@@ -15,8 +15,6 @@
 // (t, g) does heads g*kRopeHeadsPerBlock.. of token t, counting q heads, then
 // k heads (rotated into the pool), then v heads (copied into the pool). The
 // sin/cos of each pair are computed once per block, not once per head.
-// With l2_prefetch set, the blocks first ask L2 for those bytes (decode: the
-// o_proj weights, read right after attention).
 #pragma once
 
 #include "common.cuh"
@@ -58,10 +56,6 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   static_assert(D % 8 == 0, "head_dim is a multiple of 8");
   using Kv = typename Config::Kv;
   __shared__ float sin_of[kHalf], cos_of[kHalf];
-  // Weights never change: the prefetch goes out before waiting for qkv.
-  prefetch_l2_share(p.l2_prefetch, p.l2_prefetch_bytes);
-  wait_for_previous_kernel();
-  allow_next_kernel();
   const int t = blockIdx.x, head0 = blockIdx.y * kGroup;
   if (t >= p.num_tokens) return;
   const bf16 *q, *k, *v;

@@ -160,7 +160,6 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.programmatic_launch = options.cuda_programmatic_launch;
   copt.gemm_autotune = options.cuda_gemm_autotune;
   copt.profile_steps = options.cuda_profile_steps;
-  copt.l2_prefetch = options.cuda_l2_prefetch;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();

@@ -43,12 +43,11 @@ struct EngineOptions {
   // instead of kv_cache_tokens; 0 = kv_cache_tokens.
   double gpu_memory_fraction = 0;
   // CUDA only, for A/B measurements: replay decode steps from CUDA graphs;
-  // launch kernels as programmatic dependents; autotune cuBLASLt; prefetch
-  // o_proj's weights into L2 (cuda::CudaExecutorOptions).
+  // launch kernels as programmatic dependents; autotune cuBLASLt
+  // (cuda::CudaExecutorOptions).
   bool cuda_graphs = true;
   bool cuda_programmatic_launch = true;
   bool cuda_gemm_autotune = true;
-  bool cuda_l2_prefetch = true;
   // CUDA only: a step whose sampling rows are all plain greedy takes each
   // row's argmax on the GPU and copies back ids, not logits (false: logits
   // back and the host sampler, for A/B measurements).

@@ -276,11 +276,6 @@ TEST_F(KernelsGpu, RopeKvAppend) {
     DeviceBuffer d_kpool(pool_elems * 2), d_vpool(pool_elems * 2), d_qout(size_t(N) * H * D * 2);
     kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
                              d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
-    // The decode-time L2 prefetch (a hint: any readable bytes), with a size
-    // that is not a multiple of 16 (rounded down) nor of the 64 KiB request.
-    DeviceBuffer d_prefetch((1 << 20) + 48);
-    p.l2_prefetch = d_prefetch.get();
-    p.l2_prefetch_bytes = (1 << 20) + 40;
     KILN_GPU_OK(launch(k, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
 
     const std::vector<double> freq = invFreq(c);

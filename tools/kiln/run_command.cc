@@ -51,7 +51,6 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   options.cuda_programmatic_launch = !args.has("no-programmatic-launch");
   options.cuda_profile_steps = args.has("profile-steps");
   options.cuda_gemm_autotune = !args.has("no-gemm-autotune");
-  options.cuda_l2_prefetch = !args.has("no-l2-prefetch");
   options.cuda_device_argmax = !args.has("host-sampling");
   return options;
 }

@@ -103,10 +103,6 @@ struct BoundStep {
   int swiglu_rows_per_block = 1;
   DeviceValue swiglu_out;
   bool fused_into_previous = false;
-  // rope_kv_append in decode: bytes the kernel asks L2 to fetch (the next
-  // gemm's weights; CudaExecutorOptions::l2_prefetch).
-  CUdeviceptr l2_prefetch = 0;
-  int64_t l2_prefetch_bytes = 0;
 };
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
@@ -1097,24 +1093,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     st.steps[i].swiglu_out = st.steps[i + 1].results[0];
     st.steps[i + 1].fused_into_previous = true;
   }
-  // 7. L2 prefetch: in decode, rope_kv_append and attention leave HBM idle
-  //    before the next gemm (o_proj) streams its weights; rope asks L2 for
-  //    them (up to 3/4 of L2, so they are not evicting each other).
-  int l2_bytes = 0;
-  d->cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, st.device);
-  const bool l2_prefetch = options.l2_prefetch && major >= 9 && l2_bytes > 0;
-  for (size_t i = 0; l2_prefetch && i < st.steps.size(); ++i) {
-    BoundStep& rope = st.steps[i];
-    if (rope.kind != StepKind::kRopeKvAppend) continue;
-    for (size_t j = i + 1; j < st.steps.size() && st.steps[j].kind != StepKind::kRopeKvAppend; ++j) {
-      const BoundStep& next = st.steps[j];
-      if (next.kind != StepKind::kGemm) continue;
-      rope.l2_prefetch = next.weights[1];
-      rope.l2_prefetch_bytes = std::min<int64_t>(next.width * next.k * 2, int64_t(l2_bytes) * 3 / 4) & ~int64_t(15);
-      break;
-    }
-  }
-  // 8. Greedy batches' argmax and its scratch.
+  // 7. Greedy batches' argmax and its scratch.
   st.argmax_fn = functions[source_index[greedy.name]];
   st.argmax_block = block_threads[greedy.name];
   st.argmax_chunks = kk::argmaxChunks(logits.width);
@@ -1134,8 +1113,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     ex->device_bytes_ += 2 * partials * 4 + 2 * max_tokens * 4;
   }
   if (options.verbose)
-    fmt::print(stderr, "cuda: programmatic launch {}, gemm autotune {}, L2 prefetch {}\n",
-               st.programmatic_launch ? "on" : "off", st.gemm_autotune ? "on" : "off", l2_prefetch ? "on" : "off");
+    fmt::print(stderr, "cuda: programmatic launch {}, gemm autotune {}\n", st.programmatic_launch ? "on" : "off",
+               st.gemm_autotune ? "on" : "off");
   if (st.profile) {
     st.step_events.resize(st.steps.size() + 1);
     for (CUevent& e : st.step_events)
@@ -1266,10 +1245,6 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
         p.q_out = ptr(s.results[0].ptr);
         p.num_tokens = int(n);
         p.num_slots = num_slots;
-        if (n == b) {  // decode: attention next, then the gemm whose weights these are
-          p.l2_prefetch = ptr(s.l2_prefetch);
-          p.l2_prefetch_bytes = s.l2_prefetch_bytes;
-        }
         status = launch(s, unsigned(n), unsigned(kk::ropeKvAppendHeadGroups(s.heads, s.kv_heads)), 1, &p);
         break;
       }

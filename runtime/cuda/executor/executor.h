@@ -49,11 +49,6 @@ struct CudaExecutorOptions {
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
   bool profile_steps = false;
-  // sm_90+: during decode, each rope_kv_append asks L2 for the weights of
-  // the GEMM after attention (o_proj), which would otherwise start from HBM
-  // while attention leaves HBM idle (codegen/kernels/common.cuh,
-  // prefetch_l2_share).
-  bool l2_prefetch = true;
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
