@@ -13,7 +13,7 @@ const char* instanceRoleName(InstanceRole role) {
     case InstanceRole::kCombine: return "combine";
     case InstanceRole::kPrefill: return "prefill";
     case InstanceRole::kGreedy: return "greedy";
-    case InstanceRole::kSwiglu: return "swiglu";
+    case InstanceRole::kFused: return "fused";
   }
   return "?";
 }
@@ -44,11 +44,11 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
   } else {
     add(InstanceRole::kStep, kind, params, manifest_instance);
   }
-  if (kind == "gemm" && options.silu_mul_epilogue) {
+  if (kind == "gemm" && options.skinny_fusion.is_object() && !options.skinny_fusion.empty()) {
     nlohmann::json fused = params;
     fused["weight_type"] = "bf16";
-    fused["silu_mul"] = true;
-    add(InstanceRole::kSwiglu, kind, fused, instanceName(kind, fused));
+    fused.update(options.skinny_fusion);
+    add(InstanceRole::kFused, kind, fused, instanceName(kind, fused));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 

@@ -3,9 +3,8 @@
 // place or beside it, chosen by the batch at run time:
 //   - gemm: the skinny GEMM with bf16 weights (the runtime converts float
 //     weights to bf16 at load), whatever weight type the manifest names;
-//     and where its result goes only to a merged silu_mul, the same GEMM
-//     with SwiGLU in its epilogue, which skinny batches run in place of
-//     both steps;
+//     and where skinnyFusions (skinny_fusion.h) folds neighbours into it,
+//     the fused variant skinny batches run;
 //   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
@@ -25,8 +24,8 @@
 
 namespace kiln::cuda_codegen {
 
-enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kSwiglu };
-// "step", "decode", "combine", "prefill", "greedy", "swiglu"
+enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused };
+// "step", "decode", "combine", "prefill", "greedy", "fused"
 const char* instanceRoleName(InstanceRole role);
 
 struct StepInstance {
@@ -38,7 +37,8 @@ struct StepInstance {
 
 struct StepInstanceOptions {
   bool flash_attention = true;  // offer the tensor-core prefill kernel
-  bool silu_mul_epilogue = false;  // a gemm whose result only a merged silu_mul reads
+  // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
+  nlohmann::json skinny_fusion;
 };
 
 // `manifest_instance` is the step's instance name in the manifest, kept for

@@ -623,6 +623,75 @@ TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
   }
 }
 
+// The pre-norm fusions around skinny GEMMs, against float64:
+//   residual epilogue: y (f32) = stream + x·Wᵀ, also in place (y = stream);
+//   RMSNorm prologue: x is the f32 stream, normalized (rounded to bf16 as
+//   residual_rms_norm rounds its output) before the product; with SwiGLU too.
+TEST_F(KernelsGpu, SkinnyGemmPreNormFusions) {
+  struct Case { int n, k, rows; bool residual, rms, silu, in_place; };
+  for (const Case& c : {Case{4096, 4096, 1, true, false, false, false}, Case{960, 576, 7, true, false, false, true},
+                        Case{6144, 4096, 1, false, true, false, false}, Case{640, 576, 8, false, true, false, false},
+                        Case{28672, 4096, 1, false, true, true, false}, Case{1536, 512, 5, false, true, true, false}}) {
+    const int out_n = c.silu ? c.n / 2 : c.n;
+    const double eps = 1e-5;
+    std::vector<float> x, w, stream, norm_w;
+    auto xb = randomBf16(rng, size_t(c.rows) * c.k, 1.0f, &x);
+    auto wb = randomBf16(rng, size_t(c.n) * c.k, 0.05f, &w);
+    std::uniform_real_distribution<float> val(-2.0f, 2.0f), scale(0.5f, 1.5f);
+    std::vector<float> x_stream(size_t(c.rows) * c.k), out_stream(size_t(c.rows) * c.n);
+    for (float& v : x_stream) v = val(rng);
+    for (float& v : out_stream) v = val(rng);
+    norm_w.resize(size_t(c.k));
+    for (float& v : norm_w) v = scale(rng);
+    // x as the GEMM sees it: the product's input rows, rounded to bf16.
+    std::vector<float> x_in = x;
+    if (c.rms)
+      for (int m = 0; m < c.rows; ++m) {
+        double ss = 0;
+        for (int i = 0; i < c.k; ++i) ss += double(x_stream[size_t(m) * c.k + i]) * x_stream[size_t(m) * c.k + i];
+        const double inv = 1.0 / std::sqrt(ss / c.k + eps);
+        for (int i = 0; i < c.k; ++i)
+          x_in[size_t(m) * c.k + i] = fromBf16(toBf16(float(x_stream[size_t(m) * c.k + i] * inv * norm_w[i])));
+      }
+    json params{{"n", c.n}, {"k", c.k}, {"weight_type", "bf16"}, {"bias", false}};
+    if (c.silu) params["silu_mul"] = true;
+    if (c.residual) params["residual_type"] = "f32", params["sum_type"] = "f32";
+    if (c.rms) params["norm_in_type"] = "f32", params["norm_weight_type"] = "f32", params["norm_epsilon"] = eps;
+    COMPILE(k, "gemm", params);
+    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    auto d_x = c.rms ? DeviceBuffer::from(x_stream) : DeviceBuffer::from(xb);
+    auto d_w = DeviceBuffer::from(wb), d_stream = DeviceBuffer::from(out_stream), d_norm = DeviceBuffer::from(norm_w);
+    DeviceBuffer d_y(size_t(c.rows) * out_n * (c.residual ? 4 : 2));
+    void* y = c.in_place ? d_stream.get() : d_y.get();
+    kk::GemvParams p{d_x.get(), d_w.get(), nullptr, y, c.rows, c.residual ? d_stream.get() : nullptr,
+                     c.rms ? d_norm.get() : nullptr};
+    const int per_block = c.silu ? rows_per_block / 2 : rows_per_block;
+    const unsigned smem = c.rms ? unsigned(std::min(c.rows, 8) * c.k * 2) : 0;
+    if (smem > 48 * 1024)
+      (*Gpu::get())->d->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem));
+    KILN_GPU_OK(launchWithSmem(k, unsigned((out_n + per_block - 1) / per_block), 1, unsigned((c.rows + 7) / 8), smem, p));
+    std::vector<double> ref(size_t(c.rows) * out_n);
+    for (int m = 0; m < c.rows; ++m)
+      for (int j = 0; j < out_n; ++j) {
+        auto dot = [&](int row) {
+          double acc = 0;
+          for (int i = 0; i < c.k; ++i) acc += double(x_in[size_t(m) * c.k + i]) * w[size_t(row) * c.k + i];
+          return acc;
+        };
+        double v = dot(j);
+        if (c.silu) v = v / (1.0 + std::exp(-v)) * dot(out_n + j);
+        if (c.residual) v += out_stream[size_t(m) * c.n + j];
+        ref[size_t(m) * out_n + j] = v;
+      }
+    const std::vector<float> got = c.residual ? (c.in_place ? d_stream : d_y).download<float>()
+                                              : bf16ToFloat(d_y.download<uint16_t>());
+    // f32 out: the f32 sums' error only; bf16 out: its rounding.
+    expectClose(got, ref, c.residual ? 2e-3 : 5e-3, c.residual ? 1e-5 : 1.0 / 64,
+                fmt::format("gemm rows {} n {} k {}{}{}{}{}", c.rows, c.n, c.k, c.residual ? " +residual" : "",
+                            c.rms ? " rms_norm prologue" : "", c.silu ? " +silu_mul" : "", c.in_place ? " in place" : ""));
+  }
+}
+
 // Not a pass/fail check: the decode-shaped GEMM's achieved weight bandwidth
 // (BENCHMARKS.md: cuBLAS reaches 2.44 TB/s, 58% of HBM, on 1x4096 . 4096x14336).
 TEST_F(KernelsGpu, SkinnyGemmBandwidth) {

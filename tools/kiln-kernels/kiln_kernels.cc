@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/cuda/skinny_fusion.h"
 #include "codegen/cuda/step_instances.h"
 #include "runtime/cuda/nvrtc_compiler.h"
 
@@ -63,6 +65,11 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
   for (auto& [entry, body] : manifest["entries"].items()) {
     if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
     const json& all = body["steps"];
+    // The fused skinny variants the runtime adds (skinny_fusion.h).
+    std::vector<kiln::cuda_codegen::PlanStep> plan;
+    std::set<int64_t> pinned;
+    kiln::cuda_codegen::planStepsFromJson(body, plan, pinned);
+    const auto fusions = kiln::cuda_codegen::skinnyFusions(plan, pinned);
     for (size_t i = 0; i < all.size(); ++i) {
       const json& s = all[i];
       if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
@@ -70,17 +77,8 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
         return kiln::makeError("{}: entries.{} has a step without string 'kind' and 'instance'", path.string(), entry);
       const std::string kind = s["kind"], instance = s["instance"];
       const json params = s.contains("params") ? s["params"] : json::object();
-      // A gemm whose result the next step, a merged silu_mul, reads (the
-      // runtime checks too that nothing else does) gets the fused variant.
       kiln::cuda_codegen::StepInstanceOptions options;
-      if (kind == "gemm" && i + 1 < all.size()) {
-        const json& next = all[i + 1];
-        options.silu_mul_epilogue =
-            next.value("kind", "") == "silu_mul" && next.contains("params") &&
-            next["params"].value("merged_gate_up", false) && next.contains("args") && next["args"].is_array() &&
-            !next["args"].empty() && next["args"][0].is_object() && s.contains("results") &&
-            s["results"].is_array() && !s["results"].empty() && next["args"][0].value("value", -1) == s["results"][0];
-      }
+      options.skinny_fusion = fusions[i].gemm_params;
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
         Step& step = steps[instance];

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/cuda/skinny_fusion.h"
 #include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/cpu/kernels/quant.h"
@@ -95,40 +97,35 @@ struct BoundStep {
   unsigned flash_block = 0, flash_smem = 0;
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
-  // gemm feeding only a merged silu_mul: the skinny GEMM with SwiGLU in its
-  // epilogue, writing the silu_mul's result (batches of <= kGemvMaxRows
-  // rows run it and skip the silu_mul step, marked fused_into_previous).
-  CUfunction swiglu_fn = nullptr;
-  unsigned swiglu_block = 0;
-  int swiglu_rows_per_block = 1;
-  DeviceValue swiglu_out;
-  bool fused_into_previous = false;
+  // gemm with neighbours folded in (codegen/cuda/skinny_fusion.h): the
+  // fused skinny GEMM batches of <= kGemvMaxRows rows run instead, reading
+  // fused_x, writing fused_y; the steps it absorbs are marked `absorbed`
+  // and skipped at those sizes.
+  CUfunction fused_fn = nullptr;
+  unsigned fused_block = 0;
+  int fused_rows_per_block = 1;
+  bool fused_silu_mul = false;       // y has width / 2 columns
+  unsigned fused_smem_per_row = 0;   // RMSNorm prologue: k bf16 per x row
+  CUdeviceptr fused_x = 0, fused_y = 0, fused_residual = 0, fused_norm_weight = 0;
+  bool absorbed = false;
 };
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
-// Whether step i is a gemm whose result only step i + 1, a silu_mul over
-// merged gate/up rows, reads (and the entry does not output).
-bool feedsOnlyMergedSiluMul(const Entry& entry, size_t i) {
-  const std::vector<Step>& steps = entry.steps;
-  if (i + 1 >= steps.size() || steps[i].kind != StepKind::kGemm || steps[i].results.size() != 1) return false;
-  const Step& next = steps[i + 1];
-  const int64_t y = steps[i].results[0];
-  auto merged = next.params.has("merged_gate_up") ? next.params.getBool("merged_gate_up") : Result<bool>(false);
-  if (next.kind != StepKind::kSiluMul || !merged.ok() || !*merged || next.args.empty() ||
-      next.args[0].kind != StepArg::Kind::kValue || next.args[0].id != y)
-    return false;
-  for (const EntryOutput& out : entry.outputs)
-    if (out.value == y) return false;
+// The entry as skinnyFusions reads it.
+std::vector<cuda_codegen::SkinnyFusion> skinnyFusionsOf(const Entry& entry) {
+  std::vector<cuda_codegen::PlanStep> plan;
+  std::set<int64_t> pinned;
+  for (const EntryOutput& out : entry.outputs) pinned.insert(out.value);
   for (const EntryValue& v : entry.values)
-    if (v.view_of && *v.view_of == y) return false;
-  for (size_t j = 0; j < steps.size(); ++j) {
-    if (j == i + 1) continue;
-    for (const StepArg& a : steps[j].args)
-      if (a.kind == StepArg::Kind::kValue && a.id == y) return false;
+    if (v.view_of) pinned.insert(*v.view_of);
+  for (const Step& step : entry.steps) {
+    cuda_codegen::PlanStep p{std::string(stepKindName(step.kind)), paramsJson(step.params), {}, step.results};
+    for (const StepArg& a : step.args) p.value_args.push_back(a.kind == StepArg::Kind::kValue ? a.id : -1);
+    plan.push_back(std::move(p));
   }
-  return true;
+  return cuda_codegen::skinnyFusions(plan, pinned);
 }
 
 // A gemm step's optional bias (weight arg 2).
@@ -478,13 +475,16 @@ Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   const bool bias = hasBias(s);
-  if (rows <= kGemvMaxRows && s.swiglu_fn) {
-    kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr), reinterpret_cast<const void*>(s.weights[1]),
-                     bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
-                     reinterpret_cast<void*>(s.swiglu_out.ptr), int(rows)};
-    const int64_t pairs = s.swiglu_rows_per_block / 2;  // gate/up row pairs per block
-    return launch(s.swiglu_fn, s.swiglu_block, unsigned((s.width / 2 + pairs - 1) / pairs), 1,
-                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
+  if (rows <= kGemvMaxRows && s.fused_fn) {
+    auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
+    kk::GemvParams p{ptr(s.fused_x), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
+                     int(rows), ptr(s.fused_residual), ptr(s.fused_norm_weight)};
+    // SwiGLU: a block holds gate/up row pairs.
+    const int64_t per_block = s.fused_silu_mul ? s.fused_rows_per_block / 2 : s.fused_rows_per_block;
+    const int64_t columns = s.fused_silu_mul ? s.width / 2 : s.width;
+    const unsigned smem = s.fused_smem_per_row * unsigned(std::min<int64_t>(rows, kGemvMaxRows));
+    return launch(s.fused_fn, s.fused_block, unsigned((columns + per_block - 1) / per_block), 1,
+                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p, smem);
   }
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
@@ -834,10 +834,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
+  const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry);
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
-    instance_options.silu_mul_epilogue = feedsOnlyMergedSiluMul(*entry, i);
+    instance_options.skinny_fusion = fusions[i].gemm_params;
     auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
                                                  step.instance, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
@@ -909,10 +910,22 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
       if (auto it = attention_instances.find(i); it != attention_instances.end() && step.kind == StepKind::kGemm) {
-        const std::string& fused = it->second[Role::kSwiglu];
-        s.swiglu_fn = functions[source_index[fused]];
-        s.swiglu_block = block_threads[fused];
-        s.swiglu_rows_per_block = rows_per_block[fused];
+        const std::string& fused = it->second[Role::kFused];
+        s.fused_block = block_threads[fused];
+        s.fused_rows_per_block = rows_per_block[fused];
+        const nlohmann::json& extra = fusions[i].gemm_params;
+        s.fused_silu_mul = extra.contains("silu_mul");
+        if (extra.contains("norm_in_type")) {
+          KILN_ASSIGN(k, step.params.getInt("k"));
+          s.fused_smem_per_row = unsigned(k * 2);
+        }
+        s.fused_fn = functions[source_index[fused]];
+        // The prologue's rows of x past the 48 KiB default (8 rows of 4096).
+        const unsigned smem = s.fused_smem_per_row * unsigned(kGemvMaxRows);
+        if (smem > 0)
+          KILN_RETURN_IF_ERROR(d->check(
+              d->cuFuncSetAttribute(s.fused_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
+              "cuFuncSetAttribute (dynamic shared memory)"));
       } else if (it != attention_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
@@ -1087,11 +1100,20 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
-  // 6. SwiGLU epilogues: the fused gemm writes its silu_mul's result.
-  for (size_t i = 0; i + 1 < st.steps.size(); ++i) {
-    if (!st.steps[i].swiglu_fn) continue;
-    st.steps[i].swiglu_out = st.steps[i + 1].results[0];
-    st.steps[i + 1].fused_into_previous = true;
+  // 6. The fused skinny gemms' operands: x is the previous residual_rms_norm's
+  //    sum (RMSNorm prologue) or the gemm's own; y is the next silu_mul's
+  //    result (SwiGLU) or residual_rms_norm's sum (residual epilogue, adding
+  //    that step's stream) or the gemm's own.
+  for (size_t i = 0; i < st.steps.size(); ++i) {
+    BoundStep& g = st.steps[i];
+    g.absorbed = fusions[i].absorbed;
+    if (!g.fused_fn) continue;
+    const nlohmann::json& extra = fusions[i].gemm_params;
+    g.fused_x = extra.contains("norm_in_type") ? st.steps[i - 1].results[0].ptr : g.args[0].ptr;
+    g.fused_norm_weight = extra.contains("norm_in_type") ? st.steps[i - 1].weights[2] : 0;
+    g.fused_y = extra.contains("silu_mul") || extra.contains("residual_type") ? st.steps[i + 1].results[0].ptr
+                                                                                : g.results[0].ptr;
+    g.fused_residual = extra.contains("residual_type") ? st.steps[i + 1].args[0].ptr : 0;
   }
   // 7. Greedy batches' argmax and its scratch.
   st.argmax_fn = functions[source_index[greedy.name]];
@@ -1222,6 +1244,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
+        if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemms around it did it
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};
@@ -1254,7 +1277,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kMul:
       case StepKind::kSilu: {
         const int64_t r = rows(s.args[0]);
-        if (s.fused_into_previous && r <= kGemvMaxRows) break;  // the gemm's epilogue did it
+        if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
