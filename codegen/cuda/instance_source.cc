@@ -253,44 +253,18 @@ Result<Body> gemm(const Params& p) {
   if (silu_mul && n % 2 != 0)
     return makeError("gemm: param 'n' is {} with silu_mul, expected an even count (gate and up rows)", n);
   if (silu_mul && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
-  // The pre-norm fusions (gemv.cuh): a residual epilogue (params
-  // residual_type: the stream added in, sum_type: y's type) and an RMSNorm
-  // prologue (norm_in_type: x's type, norm_weight_type, norm_epsilon).
-  const bool residual = p.has("residual_type"), rms_norm = p.has("norm_in_type");
-  std::string fusion_config;
-  if (residual) {
-    if (silu_mul) return makeError("gemm: residual_type and silu_mul: expected one epilogue");
-    KILN_TRY(stream, activationType(p, "residual_type"));
-    KILN_TRY(sum, activationType(p, "sum_type"));
-    fusion_config += fmt::format("  using Stream = {};\n  using Sum = {};\n", stream, sum);
-  }
-  if (rms_norm) {
-    KILN_TRY(in, activationType(p, "norm_in_type"));
-    KILN_TRY(norm_weight_name, p.textOr("norm_weight_type", "f32"));
-    if (norm_weight_name != "f32" && norm_weight_name != "bf16")
-      return p.bad("norm_weight_type", norm_weight_name, "f32 or bf16");
-    KILN_TRY(norm_weight, elementType(p, "norm_weight_type", norm_weight_name, false));
-    KILN_TRY(epsilon, p.number("norm_epsilon"));
-    if (!(epsilon > 0)) return makeError("gemm: param 'norm_epsilon' is {}, expected > 0", epsilon);
-    fusion_config += fmt::format("  using NormIn = {};\n  using NormWeight = {};\n  static constexpr float kEpsilon = {};\n",
-                                 in, norm_weight, floatLiteral(epsilon));
-  }
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
   const std::string grid = silu_mul ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
                                     : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
-  Body b{"gemv.cuh", "", "gemv",
-         {32 * 8, rms_norm ? grid + fmt::format(", dynamic smem min(rows, 8) * k={} * 2 bytes", k) : grid,
-          "GemvParams"}};
+  Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
       "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
       "  static constexpr int kRowsPerBlock = {};\n"
       "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
-      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n"
-      "  static constexpr bool kResidual = {};\n  static constexpr bool kRmsNorm = {};\n{}",
-      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul),
-      boolLiteral(residual), boolLiteral(rms_norm), fusion_config);
+      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n",
+      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul));
   return b;
 }
 

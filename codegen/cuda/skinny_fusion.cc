@@ -4,7 +4,9 @@
 
 namespace kiln::cuda_codegen {
 
-std::vector<SkinnyFusion> skinnyFusions(const std::vector<PlanStep>& steps, const std::set<int64_t>& pinned) {
+std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
+  const std::vector<PlanStep>& steps = entry.steps;
+  const std::set<int64_t>& pinned = entry.pinned;
   std::vector<SkinnyFusion> out(steps.size());
   std::map<int64_t, int> readers;  // value -> how many step args read it
   for (const PlanStep& s : steps)
@@ -16,45 +18,52 @@ std::vector<SkinnyFusion> skinnyFusions(const std::vector<PlanStep>& steps, cons
     return !pinned.count(value) && readers[value] == 1 && arg < r.value_args.size() && r.value_args[arg] == value;
   };
   auto isGemm = [&](size_t i) { return steps[i].kind == "gemm" && steps[i].results.size() == 1; };
+  auto overlap = [&](int64_t a, int64_t b) {
+    auto ra = entry.storage.find(a), rb = entry.storage.find(b);
+    if (ra == entry.storage.end() || rb == entry.storage.end()) return false;
+    return ra->second.first < rb->second.second && rb->second.first < ra->second.second;
+  };
 
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     if (!isGemm(i) || steps[i + 1].kind != "silu_mul") continue;
     if (!steps[i + 1].params.value("merged_gate_up", false) || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
+    if (steps[i].value_args.empty() || steps[i + 1].results.empty() ||
+        overlap(steps[i].value_args[0], steps[i + 1].results[0]))
+      continue;
     out[i].gemm_params["silu_mul"] = true;
     out[i + 1].absorbed = true;
-  }
-  for (size_t r = 1; r + 1 < steps.size(); ++r) {
-    const PlanStep& norm = steps[r];
-    if (norm.kind != "residual_rms_norm" || norm.results.size() != 2 || !norm.params.value("writes_sum", false))
-      continue;
-    if (!isGemm(r - 1) || !isGemm(r + 1) || out[r - 1].gemm_params.contains("silu_mul")) continue;
-    // The branch (the first gemm's y, bf16) and the normalized output (the
-    // second gemm's x, bf16) disappear; the stream and the sum stay.
-    if (norm.params.value("residual_type", "bf16") != "bf16" || norm.params.value("out_type", "bf16") != "bf16")
-      continue;
-    if (!onlyReadBy(steps[r - 1].results[0], r, 1) || !onlyReadBy(norm.results[1], r + 1, 0)) continue;
-    // Types as the residual_rms_norm instance reads them (bf16 unless named).
-    const std::string stream = norm.params.value("x_type", "bf16"), sum = norm.params.value("sum_type", "bf16");
-    out[r - 1].gemm_params["residual_type"] = stream;
-    out[r - 1].gemm_params["sum_type"] = sum;
-    out[r + 1].gemm_params["norm_in_type"] = sum;
-    out[r + 1].gemm_params["norm_weight_type"] = norm.params.value("weight_type", "f32");
-    out[r + 1].gemm_params["norm_epsilon"] = norm.params.value("epsilon", 1e-5);
-    out[r].absorbed = true;
   }
   return out;
 }
 
-void planStepsFromJson(const nlohmann::json& entry, std::vector<PlanStep>& steps, std::set<int64_t>& pinned) {
-  if (!entry.is_object()) return;
+PlanEntry planEntryFromJson(const nlohmann::json& entry) {
+  PlanEntry plan;
+  std::vector<PlanStep>& steps = plan.steps;
+  std::set<int64_t>& pinned = plan.pinned;
+  if (!entry.is_object()) return plan;
   if (entry.contains("outputs") && entry["outputs"].is_array())
     for (const nlohmann::json& o : entry["outputs"])
       if (o.is_object() && o.contains("value") && o["value"].is_number_integer()) pinned.insert(o["value"].get<int64_t>());
+  std::map<int64_t, const nlohmann::json*> values;
   if (entry.contains("values") && entry["values"].is_array())
-    for (const nlohmann::json& v : entry["values"])
-      if (v.is_object() && v.contains("view_of") && v["view_of"].is_number_integer())
-        pinned.insert(v["view_of"].get<int64_t>());
-  if (!entry.contains("steps") || !entry["steps"].is_array()) return;
+    for (const nlohmann::json& v : entry["values"]) {
+      if (!v.is_object() || !v.contains("id") || !v["id"].is_number_integer()) continue;
+      values[v["id"].get<int64_t>()] = &v;
+      if (v.contains("view_of") && v["view_of"].is_number_integer()) pinned.insert(v["view_of"].get<int64_t>());
+    }
+  for (const auto& [id, value] : values) {
+    const nlohmann::json* v = value;
+    for (int hops = 0; v && v->contains("view_of") && (*v)["view_of"].is_number_integer() && hops < 64; ++hops) {
+      auto it = values.find((*v)["view_of"].get<int64_t>());
+      v = it == values.end() ? nullptr : it->second;
+    }
+    if (!v || !v->contains("offset") || !(*v)["offset"].is_number_integer() || !v->contains("row_bytes") ||
+        !(*v)["row_bytes"].is_number_integer())
+      continue;
+    const int64_t offset = (*v)["offset"].get<int64_t>();
+    plan.storage[id] = {offset, offset + (*v)["row_bytes"].get<int64_t>()};
+  }
+  if (!entry.contains("steps") || !entry["steps"].is_array()) return plan;
   for (const nlohmann::json& s : entry["steps"]) {
     PlanStep step;
     if (s.is_object()) {
@@ -71,6 +80,7 @@ void planStepsFromJson(const nlohmann::json& entry, std::vector<PlanStep>& steps
     }
     steps.push_back(std::move(step));
   }
+  return plan;
 }
 
 }  // namespace kiln::cuda_codegen

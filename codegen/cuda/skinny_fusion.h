@@ -2,18 +2,24 @@
 // shaped, <= 8 rows) GEMM, from an entry's step list. cuBLASLt batches run
 // the plan as written; skinny batches run the gemm's fused variant instead
 // (codegen/kernels/gemv.cuh) and skip the steps it absorbs:
-//   - gemm -> silu_mul (merged gate/up): SwiGLU in the gemm's epilogue;
-//   - gemm -> residual_rms_norm -> gemm (pre-norm): the residual add in the
-//     first gemm's epilogue (in f32, before rounding), the RMSNorm in the
-//     second's prologue.
+//   - gemm -> silu_mul (merged gate/up): SwiGLU in the gemm's epilogue.
 // A value is folded away only if no other step reads it and it is not pinned
 // (an entry output, or the storage of a view). The executor and kiln-kernels
-// both ask here, so kiln-kernels lists what the runtime compiles.
+// both ask here, so kiln-kernels lists what the runtime compiles. Nor is a
+// fusion made whose output shares arena rows with its input: the planner
+// may reuse the storage of a value dead after a step, which the fused
+// kernel's other blocks would still be reading.
+// Measured and not kept (2026-11-29, H200): folding residual_rms_norm into
+// the GEMVs around it (residual add in the producer's epilogue, RMSNorm in
+// the consumer's prologue) made Llama-3-8B batch-1 decode 223.8 -> 157.6
+// tok/s: every block of the consumer re-normalized the row before streaming
+// (gate/up 62 -> 114 us).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,17 +33,25 @@ struct PlanStep {
   std::vector<int64_t> results;
 };
 
+struct PlanEntry {
+  std::vector<PlanStep> steps;
+  std::set<int64_t> pinned;  // entry outputs and views' storage
+  // value -> its storage's arena rows [offset, offset + row_bytes) (views resolved)
+  std::map<int64_t, std::pair<int64_t, int64_t>> storage;
+};
+
 struct SkinnyFusion {
   // gemm: params to add to its own for the fused variant (null: none).
   nlohmann::json gemm_params;
-  // silu_mul, residual_rms_norm: done by the neighbouring fused gemms.
+  // silu_mul: done by the gemm before it.
   bool absorbed = false;
 };
 
-std::vector<SkinnyFusion> skinnyFusions(const std::vector<PlanStep>& steps, const std::set<int64_t>& pinned);
+std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry);
 
-// The manifest JSON of one entry (its "steps", "outputs", "values") as the
-// inputs above; steps without the expected fields are passed over.
-void planStepsFromJson(const nlohmann::json& entry, std::vector<PlanStep>& steps, std::set<int64_t>& pinned);
+// The manifest JSON of one entry (its "steps", "outputs", "values"); a step
+// without the expected fields becomes one of no kind, a value without them
+// has no storage (and is taken not to overlap).
+PlanEntry planEntryFromJson(const nlohmann::json& entry);
 
 }  // namespace kiln::cuda_codegen

@@ -15,15 +15,6 @@
 // F + j.., so the silu_mul kernel and the gate/up round trip through memory
 // go away.
 //
-// Pre-norm blocks fuse the RMSNorm and residual add around their GEMMs
-// (residual_rms_norm between o_proj and gate/up, and between down and the
-// next qkv), so skinny batches launch no norm kernel:
-//   kResidual (o_proj, down): y [rows, N] Config::Sum = round(residual + x · Wᵀ),
-//     the residual stream's new value, added in f32 before any rounding;
-//   kRmsNorm (qkv, gate/up): x is that stream ([rows, K] Config::NormIn); the
-//     block first normalizes its rows into shared memory as residual_rms_norm
-//     would, x / sqrt(mean(x²) + eps) · norm_weight rounded to bf16.
-//
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
 // Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
@@ -34,65 +25,8 @@
 namespace kiln {
 namespace kernels {
 
-// kResidual: y = round_Sum(residual + sum); otherwise y = round_bf16(sum).
-template <class Config>
-__device__ __forceinline__ void store_gemv_result(const GemvParams& p, long long at, float sum) {
-  if constexpr (Config::kResidual) {
-    using Sum = typename Config::Sum;
-    const float stream = to_float(static_cast<const typename Config::Stream*>(p.residual)[at]);
-    static_cast<Sum*>(p.y)[at] = from_float<Sum>(stream + sum);
-  } else {
-    static_cast<bf16*>(p.y)[at] = from_float<bf16>(sum);
-  }
-}
-
-// kRmsNorm: rows m0 .. m0 + m_count of x (Config::NormIn), each normalized
-// over its K elements and scaled by norm_weight, into dynamic shared memory
-// as bf16 (the GEMV then reads x from there). Every thread takes part.
-template <class Config>
-__device__ __forceinline__ const bf16* rms_norm_rows_to_shared(const GemvParams& p, int m0, int m_count) {
-  constexpr int kK = Config::kK, kVecs = kK / 8, kThreads = 32 * 8;
-  using In = typename Config::NormIn;
-  extern __shared__ __align__(16) unsigned char gemv_dynamic_smem[];
-  bf16* x_s = reinterpret_cast<bf16*>(gemv_dynamic_smem);
-  __shared__ float inv_rms_s[Config::kMaxRows];
-  const In* in = static_cast<const In*>(p.x) + (long long)m0 * kK;
-  // One row at a time, few registers: the first weight loads are in flight
-  // in registers meanwhile (the GEMV's occupancy is set by its registers).
-#pragma unroll 1
-  for (int m = 0; m < m_count; ++m) {
-    float sum_sq = 0.0f;
-    for (int v = threadIdx.x; v < kVecs; v += kThreads) {
-      float e[8];
-      load8(in + (long long)m * kK + v * 8, e);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum_sq += e[j] * e[j];
-    }
-    sum_sq = block_sum<kThreads>(sum_sq);
-    if (threadIdx.x == 0) inv_rms_s[m] = rsqrtf(sum_sq / (float)kK + Config::kEpsilon);
-  }
-  __syncthreads();
-  for (int v = threadIdx.x; v < kVecs; v += kThreads) {
-    float w[8];
-    load8_nc(static_cast<const typename Config::NormWeight*>(p.norm_weight) + v * 8, w);
-#pragma unroll 1
-    for (int m = 0; m < m_count; ++m) {
-      float e[8];
-      load8(in + (long long)m * kK + v * 8, e);
-      const float inv_rms = inv_rms_s[m];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) e[j] = e[j] * inv_rms * w[j];
-      store8(x_s + m * kK + v * 8, e);
-    }
-  }
-  __syncthreads();
-  return x_s;
-}
-
 // Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
-//         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul, kResidual, kRmsNorm;
-//         kResidual: using Stream, Sum; kRmsNorm: using NormIn, NormWeight;
-//         static constexpr float kEpsilon.
+//         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul.
 // A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
 // 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
 // groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
@@ -107,7 +41,6 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   static_assert(Config::kRowsPerBlock == 8 / kSplit * kR, "8 warps per block");
   static_assert(!Config::kSiluMul || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
                 "gate and up rows pair up within a block");
-  static_assert(!(Config::kSiluMul && Config::kResidual), "one epilogue");
   constexpr int kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2;
   __shared__ float partial[Config::kRowsPerBlock * kSplit][kM];
 
@@ -153,7 +86,6 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   load_weights(split * 32 + lane);
   wait_for_previous_kernel();
   allow_next_kernel();
-  if constexpr (Config::kRmsNorm) x = rms_norm_rows_to_shared<Config>(p, m0, m_count);
   for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -201,8 +133,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
     const int slot = i / kM, m = i % kM;
     const int row_n = weight_row(slot);
     if (row_n < 0 || m >= m_count) continue;
-    const long long at = (long long)(m0 + m) * Config::kN + row_n;
-    store_gemv_result<Config>(p, at, row_sum(slot, m));
+    static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
   }
 }
 

@@ -96,16 +96,13 @@ struct GatherLastTokensParams {
   int num_seqs;
 };
 
-// gemm (skinny, decode-shaped): y = x · Wᵀ (+ bias), grid [n / rows_per_block, 1, ceil(rows / max_rows)];
-// with kRmsNorm, dynamic shared memory of min(rows, max_rows) * k bf16.
+// gemm (skinny, decode-shaped): y = x · Wᵀ (+ bias), grid [n / rows_per_block, 1, ceil(rows / max_rows)].
 struct GemvParams {
-  const void* x;      // [rows, k] bf16 (kRmsNorm: the un-normalized rows, Config::NormIn)
+  const void* x;      // [rows, k] bf16
   const void* w;      // [n, k] weight type
   const void* bias;   // [n] weight type, or null
-  void* y;            // [rows, n] bf16 (kSiluMul: [rows, n / 2]; kResidual: Config::Sum)
+  void* y;            // [rows, n] bf16
   int rows;
-  const void* residual;     // kResidual: [rows, n] Config::Stream, added to y (may alias y)
-  const void* norm_weight;  // kRmsNorm: [k] Config::NormWeight
 };
 
 // argmax (greedy decoding): grid [rows, chunks]; the partials hold

@@ -123,16 +123,6 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
   cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true}}});
   cases.push_back({"gemm", {{"n", 64}, {"k", 16384}, {"weight_type", "bf16"}, {"bias", true}, {"silu_mul", true}}});
-  // The pre-norm fusions as Llama-3-8B's decode runs them: o_proj and down
-  // with the residual epilogue, qkv and gate/up with the RMSNorm prologue.
-  cases.push_back({"gemm", {{"n", 4096}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false},
-                            {"residual_type", "f32"}, {"sum_type", "f32"}}});
-  cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", false},
-                            {"residual_type", "f32"}, {"sum_type", "f32"}}});
-  cases.push_back({"gemm", {{"n", 6144}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false},
-                            {"norm_in_type", "f32"}, {"norm_weight_type", "f32"}, {"norm_epsilon", 1e-5}}});
-  cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true},
-                            {"norm_in_type", "f32"}, {"norm_weight_type", "f32"}, {"norm_epsilon", 1e-5}}});
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 128256}}});

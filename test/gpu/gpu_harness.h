@@ -153,21 +153,15 @@ inline int configConstant(const Kernel& k, const std::string& name) {
   return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
 }
 
-// Launches with the instance's block size and `smem` bytes of dynamic
-// shared memory (above 48 KiB the caller raises the function's limit), and waits.
+// Launches with the instance's block size and waits.
 template <class Params>
-Status launchWithSmem(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, unsigned smem, Params params) {
+Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params params) {
   const cuda::CudaDriver* d = (*Gpu::get())->d;
   void* args[] = {&params};
   KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(k.function, gx, gy, gz, k.instance.launch.block_threads, 1, 1,
-                                                  smem, nullptr, args, nullptr),
+                                                  0, nullptr, args, nullptr),
                                 "cuLaunchKernel"));
   return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
-}
-
-template <class Params>
-Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params params) {
-  return launchWithSmem(k, gx, gy, gz, 0, params);
 }
 
 // Counts elements outside atol + rtol·|ref| (NaN always counts) and prints the first few.

@@ -66,10 +66,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
     if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
     const json& all = body["steps"];
     // The fused skinny variants the runtime adds (skinny_fusion.h).
-    std::vector<kiln::cuda_codegen::PlanStep> plan;
-    std::set<int64_t> pinned;
-    kiln::cuda_codegen::planStepsFromJson(body, plan, pinned);
-    const auto fusions = kiln::cuda_codegen::skinnyFusions(plan, pinned);
+    const auto fusions = kiln::cuda_codegen::skinnyFusions(kiln::cuda_codegen::planEntryFromJson(body));
     for (size_t i = 0; i < all.size(); ++i) {
       const json& s = all[i];
       if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||

@@ -97,16 +97,14 @@ struct BoundStep {
   unsigned flash_block = 0, flash_smem = 0;
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
-  // gemm with neighbours folded in (codegen/cuda/skinny_fusion.h): the
-  // fused skinny GEMM batches of <= kGemvMaxRows rows run instead, reading
-  // fused_x, writing fused_y; the steps it absorbs are marked `absorbed`
-  // and skipped at those sizes.
+  // gemm with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h):
+  // batches of <= kGemvMaxRows rows run this fused skinny GEMM instead,
+  // writing the silu_mul's result (fused_y), and skip the silu_mul step
+  // (marked `absorbed`).
   CUfunction fused_fn = nullptr;
   unsigned fused_block = 0;
-  int fused_rows_per_block = 1;
-  bool fused_silu_mul = false;       // y has width / 2 columns
-  unsigned fused_smem_per_row = 0;   // RMSNorm prologue: k bf16 per x row
-  CUdeviceptr fused_x = 0, fused_y = 0, fused_residual = 0, fused_norm_weight = 0;
+  int fused_rows_per_block = 1;  // gate/up rows, in pairs
+  CUdeviceptr fused_y = 0;
   bool absorbed = false;
 };
 
@@ -115,17 +113,20 @@ int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_se
 
 // The entry as skinnyFusions reads it.
 std::vector<cuda_codegen::SkinnyFusion> skinnyFusionsOf(const Entry& entry) {
-  std::vector<cuda_codegen::PlanStep> plan;
-  std::set<int64_t> pinned;
-  for (const EntryOutput& out : entry.outputs) pinned.insert(out.value);
-  for (const EntryValue& v : entry.values)
-    if (v.view_of) pinned.insert(*v.view_of);
+  cuda_codegen::PlanEntry plan;
+  for (const EntryOutput& out : entry.outputs) plan.pinned.insert(out.value);
+  for (const EntryValue& v : entry.values) {
+    if (v.view_of) plan.pinned.insert(*v.view_of);
+    const EntryValue* storage = &v;
+    while (storage && storage->view_of) storage = entry.findValue(*storage->view_of);
+    if (storage) plan.storage[v.id] = {storage->offset, storage->offset + storage->row_bytes};
+  }
   for (const Step& step : entry.steps) {
     cuda_codegen::PlanStep p{std::string(stepKindName(step.kind)), paramsJson(step.params), {}, step.results};
     for (const StepArg& a : step.args) p.value_args.push_back(a.kind == StepArg::Kind::kValue ? a.id : -1);
-    plan.push_back(std::move(p));
+    plan.steps.push_back(std::move(p));
   }
-  return cuda_codegen::skinnyFusions(plan, pinned);
+  return cuda_codegen::skinnyFusions(plan);
 }
 
 // A gemm step's optional bias (weight arg 2).
@@ -477,14 +478,11 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   const bool bias = hasBias(s);
   if (rows <= kGemvMaxRows && s.fused_fn) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
-    kk::GemvParams p{ptr(s.fused_x), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
-                     int(rows), ptr(s.fused_residual), ptr(s.fused_norm_weight)};
-    // SwiGLU: a block holds gate/up row pairs.
-    const int64_t per_block = s.fused_silu_mul ? s.fused_rows_per_block / 2 : s.fused_rows_per_block;
-    const int64_t columns = s.fused_silu_mul ? s.width / 2 : s.width;
-    const unsigned smem = s.fused_smem_per_row * unsigned(std::min<int64_t>(rows, kGemvMaxRows));
-    return launch(s.fused_fn, s.fused_block, unsigned((columns + per_block - 1) / per_block), 1,
-                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p, smem);
+    kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
+                     int(rows)};
+    const int64_t pairs = s.fused_rows_per_block / 2;  // a block holds gate/up row pairs
+    return launch(s.fused_fn, s.fused_block, unsigned((s.width / 2 + pairs - 1) / pairs), 1,
+                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
   }
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
@@ -911,21 +909,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       };
       if (auto it = attention_instances.find(i); it != attention_instances.end() && step.kind == StepKind::kGemm) {
         const std::string& fused = it->second[Role::kFused];
+        s.fused_fn = functions[source_index[fused]];
         s.fused_block = block_threads[fused];
         s.fused_rows_per_block = rows_per_block[fused];
-        const nlohmann::json& extra = fusions[i].gemm_params;
-        s.fused_silu_mul = extra.contains("silu_mul");
-        if (extra.contains("norm_in_type")) {
-          KILN_ASSIGN(k, step.params.getInt("k"));
-          s.fused_smem_per_row = unsigned(k * 2);
-        }
-        s.fused_fn = functions[source_index[fused]];
-        // The prologue's rows of x past the 48 KiB default (8 rows of 4096).
-        const unsigned smem = s.fused_smem_per_row * unsigned(kGemvMaxRows);
-        if (smem > 0)
-          KILN_RETURN_IF_ERROR(d->check(
-              d->cuFuncSetAttribute(s.fused_fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
-              "cuFuncSetAttribute (dynamic shared memory)"));
       } else if (it != attention_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
@@ -1100,20 +1086,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
-  // 6. The fused skinny gemms' operands: x is the previous residual_rms_norm's
-  //    sum (RMSNorm prologue) or the gemm's own; y is the next silu_mul's
-  //    result (SwiGLU) or residual_rms_norm's sum (residual epilogue, adding
-  //    that step's stream) or the gemm's own.
+  // 6. The fused skinny gemms write their silu_mul's result.
   for (size_t i = 0; i < st.steps.size(); ++i) {
-    BoundStep& g = st.steps[i];
-    g.absorbed = fusions[i].absorbed;
-    if (!g.fused_fn) continue;
-    const nlohmann::json& extra = fusions[i].gemm_params;
-    g.fused_x = extra.contains("norm_in_type") ? st.steps[i - 1].results[0].ptr : g.args[0].ptr;
-    g.fused_norm_weight = extra.contains("norm_in_type") ? st.steps[i - 1].weights[2] : 0;
-    g.fused_y = extra.contains("silu_mul") || extra.contains("residual_type") ? st.steps[i + 1].results[0].ptr
-                                                                                : g.results[0].ptr;
-    g.fused_residual = extra.contains("residual_type") ? st.steps[i + 1].args[0].ptr : 0;
+    st.steps[i].absorbed = fusions[i].absorbed;
+    if (st.steps[i].fused_fn) st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
   }
   // 7. Greedy batches' argmax and its scratch.
   st.argmax_fn = functions[source_index[greedy.name]];
@@ -1244,7 +1220,6 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
-        if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemms around it did it
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};
