@@ -135,8 +135,6 @@ struct Body {
   // The template calls wait_for_previous_kernel itself (after reads that do
   // not depend on earlier kernels); otherwise the entry waits first thing.
   bool waits_itself = false;
-  // > 0: __launch_bounds__'s minimum blocks per SM (caps the registers).
-  int min_blocks_per_sm = 0;
 };
 
 Result<Body> embedding(const Params& p) {
@@ -256,16 +254,10 @@ Result<Body> gemm(const Params& p) {
     return makeError("gemm: param 'n' is {} with silu_mul, expected an even count (gate and up rows)", n);
   if (silu_mul && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
-  const std::string tiles = silu_mul ? fmt::format("ceil(n={} / 2 / {})", n, rows_per_block / 2)
-                                     : fmt::format("ceil(n={} / {})", n, rows_per_block);
-  const std::string grid = fmt::format("[min({} tiles, resident blocks), 1, ceil(rows / 8)]", tiles);
+  const std::string grid = silu_mul ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
+                                    : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
   Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, "GemvParams"}};
   b.waits_itself = true;
-  // A grid of one resident wave streams all of W. With 4 loads in flight
-  // per lane, 64 registers hold 4 blocks per SM; bounds asking for 3 let
-  // NVRTC take 75 and leave 3 (measured on the 8B shapes). Deeper tilings
-  // are left unbounded (8 loads: 83 registers, 2 blocks; capped, they spill).
-  if (t.unroll * t.rows_per_warp <= 4) b.min_blocks_per_sm = 4;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
       "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
@@ -646,10 +638,7 @@ Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& par
       "  kiln::kernels::{}<Config>(p);\n"
       "}}\n",
       kind, params.dump(), b->launch.grid, b->launch.block_threads, b->launch.params_struct,
-      b->header, b->config,
-      b->min_blocks_per_sm > 0 ? fmt::format("{}, {}", b->launch.block_threads, b->min_blocks_per_sm)
-                               : fmt::format("{}", b->launch.block_threads),
-      name, b->launch.params_struct,
+      b->header, b->config, b->launch.block_threads, name, b->launch.params_struct,
       b->waits_itself ? ""
                       : "  // Launched as a programmatic dependent (common.cuh): wait for the\n"
                         "  // previous kernel's writes, then let the next kernel launch.\n"

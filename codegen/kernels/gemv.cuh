@@ -17,7 +17,7 @@
 //
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
-// Grid [min(tiles, resident blocks), 1, ceil(rows / kMaxRows)], block [256]; see gemv_tiles.
+// Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
 #pragma once
 
 #include "common.cuh"
@@ -30,18 +30,6 @@ namespace kernels {
 // A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
 // 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
 // groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
-//
-// A tile is kRowsPerBlock weight rows. The grid may be smaller than the tile
-// count (gemv_tiles): each block then walks tiles blockIdx.x, + gridDim.x, ...
-// and requests the next tile's first weights before reducing the current
-// one, so HBM never waits on a block's reduction or on a new block's start
-// (a grid of one resident wave; the runtime sizes it by occupancy).
-template <class Config>
-__host__ __device__ constexpr int gemv_tiles() {
-  return Config::kSiluMul ? (Config::kN / 2 + Config::kRowsPerBlock / 2 - 1) / (Config::kRowsPerBlock / 2)
-                          : (Config::kN + Config::kRowsPerBlock - 1) / Config::kRowsPerBlock;
-}
-
 template <class Config>
 __device__ __forceinline__ void gemv(const GemvParams& p) {
   using W = typename Config::Weight;
@@ -49,7 +37,6 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   constexpr int kUnroll = Config::kUnroll, kR = Config::kRowsPerWarp;
   constexpr int kVecs = kK / 8;                    // 8-element vectors per row
   constexpr int kStride = 32 * kSplit;             // vectors between a lane's steps
-  constexpr int kTiles = gemv_tiles<Config>();
   static_assert(kK % 8 == 0, "K is a multiple of 8");
   static_assert(Config::kRowsPerBlock == 8 / kSplit * kR, "8 warps per block");
   static_assert(!Config::kSiluMul || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
@@ -59,106 +46,94 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, split = warp % kSplit;
-  // The weight row of tile `tile`'s row slot `slot`, or -1 past the matrix.
-  auto weight_row = [&](int tile, int slot) {
+  // The weight row of the block's row slot `slot`, or -1 past the matrix.
+  auto weight_row = [&](int slot) {
     if (!Config::kSiluMul) {
-      const int n = tile * Config::kRowsPerBlock + slot;
+      const int n = blockIdx.x * Config::kRowsPerBlock + slot;
       return n < Config::kN ? n : -1;
     }
-    const int j = tile * kHalf + slot % kHalf;
+    const int j = blockIdx.x * kHalf + slot % kHalf;
     return j >= kF ? -1 : slot < kHalf ? j : kF + j;
-  };
-  // This warp's weight rows in a tile (null past the matrix or the tiles).
-  auto rows_of = [&](int tile, const W* (&rows)[kR]) {
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const int row = tile < kTiles ? weight_row(tile, group * kR + r) : -1;
-      rows[r] = row < 0 ? nullptr : static_cast<const W*>(p.w) + (long long)row * kK;
-    }
   };
   const int m0 = blockIdx.z * kM;
   const int m_count = min(kM, p.rows - m0);
   const bf16* x = static_cast<const bf16*>(p.x) + (long long)m0 * kK;
 
-  const W* w[kR];
-  rows_of(blockIdx.x, w);
+  float acc[kR][kM];
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
+  const W* w[kR];  // this warp's weight rows
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int row = weight_row(group * kR + r);
+    w[r] = row < 0 ? nullptr : static_cast<const W*>(p.w) + (long long)row * kK;
+  }
   float wv[kUnroll][kR][8];
   // All kUnroll * kR loads of a step in flight before any math.
-  auto load_weights = [&](const W* const (&rows)[kR], int v0) {
+  auto load_weights = [&](int v0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + u * kStride;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        if (v < kVecs && rows[r] != nullptr) load8_nc(rows[r] + v * 8, wv[u][r]);
+        if (v < kVecs && w[r] != nullptr) load8_nc(w[r] + v * 8, wv[u][r]);
     }
   };
   // The first step's weights are requested before waiting for the kernel
   // that writes x: weights never change, so their latency overlaps its tail.
-  load_weights(w, split * 32 + lane);
+  load_weights(split * 32 + lane);
   wait_for_previous_kernel();
   allow_next_kernel();
-  for (int tile = blockIdx.x; tile < kTiles; tile += gridDim.x) {
-    const W* w_next[kR];
-    rows_of(tile + gridDim.x, w_next);
-    float acc[kR][kM];
+  for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
 #pragma unroll
-    for (int r = 0; r < kR; ++r)
-#pragma unroll
-      for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
-    for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = v0 + u * kStride;
-        if (v >= kVecs) break;
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          if (m >= m_count) break;
-          float xv[8];
-          load8(x + (long long)m * kK + v * 8, xv);
-#pragma unroll
-          for (int r = 0; r < kR; ++r)
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[r][m] += wv[u][r][e] * xv[e];
-        }
-      }
-      // The next step's weights, or after the last step the next tile's first.
-      if (v0 + kStride * kUnroll < kVecs) load_weights(w, v0 + kStride * kUnroll);
-      else load_weights(w_next, split * 32 + lane);
-    }
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + u * kStride;
+      if (v >= kVecs) break;
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        const float s = warp_sum(acc[r][m]);
-        if (lane == 0) partial[(group * kR + r) * kSplit + split][m] = s;
-      }
-    __syncthreads();
-    // The sum of row slot `slot` for x row m (plus its bias).
-    auto row_sum = [&](int slot, int m) {
-      float sum = 0.0f;
-      for (int s = 0; s < kSplit; ++s) sum += partial[slot * kSplit + s][m];
-      if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(tile, slot)]);
-      return sum;
-    };
-    if (Config::kSiluMul) {
-      for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
-        const int slot = i / kM, m = i % kM;
-        if (weight_row(tile, slot) < 0 || m >= m_count) continue;
-        const float gate = row_sum(slot, m), up = row_sum(slot + kHalf, m);
-        static_cast<bf16*>(p.y)[(long long)(m0 + m) * kF + tile * kHalf + slot] = from_float<bf16>(silu(gate) * up);
-      }
-    } else {
-      for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += blockDim.x) {
-        const int slot = i / kM, m = i % kM;
-        const int row_n = weight_row(tile, slot);
-        if (row_n < 0 || m >= m_count) continue;
-        static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
+        if (m >= m_count) break;
+        float xv[8];
+        load8(x + (long long)m * kK + v * 8, xv);
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r][m] += wv[u][r][e] * xv[e];
       }
     }
-    __syncthreads();  // partial[] is the next tile's
+    if (v0 + kStride * kUnroll < kVecs) load_weights(v0 + kStride * kUnroll);
+  }
 #pragma unroll
-    for (int r = 0; r < kR; ++r) w[r] = w_next[r];
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const float s = warp_sum(acc[r][m]);
+      if (lane == 0) partial[(group * kR + r) * kSplit + split][m] = s;
+    }
+  __syncthreads();
+  // The sum of row slot `slot` for x row m (plus its bias).
+  auto row_sum = [&](int slot, int m) {
+    float sum = 0.0f;
+    for (int s = 0; s < kSplit; ++s) sum += partial[slot * kSplit + s][m];
+    if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(slot)]);
+    return sum;
+  };
+  if (Config::kSiluMul) {
+    for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
+      const int slot = i / kM, m = i % kM;
+      if (weight_row(slot) < 0 || m >= m_count) continue;
+      const float gate = row_sum(slot, m), up = row_sum(slot + kHalf, m);
+      const float y = silu(gate) * up;
+      static_cast<bf16*>(p.y)[(long long)(m0 + m) * kF + blockIdx.x * kHalf + slot] = from_float<bf16>(y);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += blockDim.x) {
+    const int slot = i / kM, m = i % kM;
+    const int row_n = weight_row(slot);
+    if (row_n < 0 || m >= m_count) continue;
+    static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
   }
 }
 

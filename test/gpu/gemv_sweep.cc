@@ -98,14 +98,7 @@ int run(int reps) {
         const int rpb = std::stoi(kern.instance.source.substr(kern.instance.source.find("kRowsPerBlock = ") + 16));
         DeviceBuffer d_y(size_t(rows) * n * 2);
         kernels::GemvParams p{d_x.get(), d_w.get(), nullptr, d_y.get(), rows};
-        // As the runtime launches it: at most one resident wave of blocks,
-        // each walking its share of the tiles.
-        int per_sm = 0, sms = 0;
-        d->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0);
-        if (auto occupancy = reinterpret_cast<decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor)>(
-                d->library.symbol("cuOccupancyMaxActiveBlocksPerMultiprocessor")))
-          occupancy(&per_sm, kern.function, int(kern.instance.launch.block_threads), 0);
-        const unsigned grid = unsigned(std::min<long long>((n + rpb - 1) / rpb, (long long)std::max(per_sm, 1) * std::max(sms, 1)));
+        const unsigned grid = unsigned((n + rpb - 1) / rpb);
         if (!launch(kern, grid, 1, 1, p).ok()) return t;
         auto y = d_y.download<uint16_t>();
         t.correct = true;

@@ -28,7 +28,6 @@ struct DriverExtras {
   // Optional (null when the driver lacks it): launches with attributes, for
   // programmatic dependent launch.
   decltype(&::cuLaunchKernelEx) launchKernelEx = nullptr;
-  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy = nullptr;
 };
 
 inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
@@ -55,7 +54,6 @@ inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
   KILN_RETURN_IF_ERROR(get(x.graphExecDestroy, "cuGraphExecDestroy"));
   KILN_RETURN_IF_ERROR(get(x.graphDestroy, "cuGraphDestroy"));
   x.launchKernelEx = reinterpret_cast<decltype(x.launchKernelEx)>(d.library.symbol("cuLaunchKernelEx"));
-  KILN_RETURN_IF_ERROR(get(x.occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
   return x;
 }
 

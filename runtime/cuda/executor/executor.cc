@@ -88,9 +88,6 @@ struct BoundStep {
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false, writes_sum = false;
   int rows_per_block = 1;       // gemv
-  // gemv: blocks resident at once on the device (occupancy x SMs): the grid
-  // never exceeds one wave; each block walks its share of the tiles.
-  int64_t gemv_wave = 0, fused_wave = 0;
   // paged_attention: the split-KV instance and its combine, for decode batches.
   CUfunction split_fn = nullptr, combine_fn = nullptr;
   unsigned split_block = 0, combine_block = 0;
@@ -483,9 +480,8 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
                      int(rows)};
-    const int64_t pairs = s.fused_rows_per_block / 2;  // a tile holds gate/up row pairs
-    const int64_t tiles = (s.width / 2 + pairs - 1) / pairs;
-    return launch(s.fused_fn, s.fused_block, unsigned(std::min(tiles, s.fused_wave)), 1,
+    const int64_t pairs = s.fused_rows_per_block / 2;  // a block holds gate/up row pairs
+    return launch(s.fused_fn, s.fused_block, unsigned((s.width / 2 + pairs - 1) / pairs), 1,
                   unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
   }
   if (rows <= kGemvMaxRows) {
@@ -493,9 +489,8 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
                      reinterpret_cast<const void*>(s.weights[1]),
                      bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
                      reinterpret_cast<void*>(s.results[0].ptr), int(rows)};
-    const int64_t tiles = (s.width + s.rows_per_block - 1) / s.rows_per_block;
-    return launch(s, unsigned(std::min(tiles, s.gemv_wave)), 1, unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows),
-                  &p);
+    return launch(s, unsigned((s.width + s.rows_per_block - 1) / s.rows_per_block), 1,
+                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
   }
   KILN_ASSIGN(plan, gemmPlan(s, rows));
   return runGemm(s, *plan, plan->algo);
@@ -889,14 +884,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                sources.size(), compiled->compiled, compiled->cached,
                double(weight_total) / (1 << 20), double(ex->device_bytes_) / (1 << 20));
 
-  // Blocks of `fn` the device holds at once (occupancy x SMs).
-  auto residentBlocks = [&](CUfunction fn, unsigned block) -> Result<int64_t> {
-    int per_sm = 0;
-    KILN_RETURN_IF_ERROR(d->check(extras.occupancy(&per_sm, fn, int(block), 0),
-                                  "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
-    return int64_t(std::max(per_sm, 1)) * st.sms;
-  };
-
   // 5. Bind every step.
   int64_t max_heads_dim = 0, max_heads = 0;  // largest of the attention steps
   for (size_t i = 0; i < entry->steps.size(); ++i) {
@@ -925,8 +912,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         s.fused_fn = functions[source_index[fused]];
         s.fused_block = block_threads[fused];
         s.fused_rows_per_block = rows_per_block[fused];
-        KILN_ASSIGN(wave, residentBlocks(s.fused_fn, s.fused_block));
-        s.fused_wave = wave;
       } else if (it != attention_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
@@ -1008,8 +993,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       }
       case StepKind::kGemm: {
         KILN_RETURN_IF_ERROR(needValue(0));
-        KILN_ASSIGN(wave, residentBlocks(s.fn, s.block));
-        s.gemv_wave = wave;
         KILN_ASSIGN(n, p.getInt("n"));
         KILN_ASSIGN(k, p.getInt("k"));
         s.width = n;
