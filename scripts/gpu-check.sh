@@ -69,6 +69,10 @@ write_report() {
     [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest" "$f"; }
   done
   [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|torch_sdpa|flash_attention prefill" "$OUT/attention_bench.txt"; }
+  # A failed test binary's failures, so they come back in this one file.
+  for f in "$OUT"/*_test.log; do
+    [[ -f "$f" ]] && grep -q "FAILED" "$f" && { echo "== $(basename "$f") failures"; grep -E -B3 -A12 "^\[  FAILED  \]|Failure" "$f" | head -60; }
+  done
   for f in "$OUT"/sanitizer_*.log; do [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "SUMMARY|Hazard|hazard|Race|ERROR" "$f" | head -20; }; done
   [[ -f "$OUT/gemv_sweep.txt" ]] && { echo "== gemv sweep"; cat "$OUT/gemv_sweep.txt"; }
 } > "$OUT/0-report.txt" 2>&1
