@@ -13,6 +13,9 @@
 //                range, normalized by its own sum (zeros for an empty range)
 //   partial_lse  [N, H, splits] f32: m + log(l) of the range in natural-log
 //                units of q·k·scale (-inf for an empty range)
+//   split_arrivals: if set, the last split block of each (token, kv head)
+//                also merges the partials into out (split_kv.cuh), in place
+//                of an attention_combine launch
 //
 // Two forms with the same contract: decode_attention_mma (below) on tensor
 // cores, for bf16 pools with pages a multiple of 16 keys, and
@@ -58,6 +61,9 @@
 #pragma once
 
 #include "tensor_core.cuh"  // and, on the device, common.cuh
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#include "split_kv.cuh"  // the fused combine (device only)
+#endif
 
 // Shape helpers, host-visible: the instance generator checks the shared
 // memory of a configuration with smem_bytes.
@@ -429,6 +435,9 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
     p.partial_out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
     if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
   }
+#if !defined(KILN_CUDA_EMULATION)
+  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<unsigned*>(smem));
+#endif
 }
 
 // The tensor-core form, for bf16 pools with pages a multiple of 16 keys:
@@ -663,6 +672,9 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
     p.partial_out[row * D + d] = sum > 0.0f ? acc / sum : 0.0f;
     if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
   }
+#if !defined(KILN_CUDA_EMULATION)
+  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<unsigned*>(smem));
+#endif
 }
 
 }  // namespace kernels

@@ -69,6 +69,10 @@ struct PagedAttentionParams {
   int max_blocks_per_seq;
   int tree_stride;
   int num_splits;           // == gridDim.z for split instances
+  // decode_attention: null, or [N, Hkv] counters, zero between launches:
+  // the last split block of each (token, kv head) then merges the partials
+  // into out itself (split_kv.cuh) and no attention_combine is launched.
+  unsigned* split_arrivals;
 };
 
 // attention_combine: merges split-KV partials (grid [N, H]).

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "split_kv.cuh"
 
 namespace kiln {
 namespace kernels {
@@ -200,21 +201,9 @@ __device__ __forceinline__ void attention_combine(const AttentionCombineParams& 
   const int t = blockIdx.x, h = blockIdx.y;
   if (t >= p.num_tokens) return;
   const long long row = (long long)t * Config::kHeads + h;
-  const float* lse = p.partial_lse + row * p.num_splits;
-  float m = neg_inf();
-  for (int z = 0; z < p.num_splits; ++z) m = fmaxf(m, lse[z]);
-  for (int d = threadIdx.x; d < D; d += Config::kThreads) {
-    float num = 0.0f, den = 0.0f;
-    if (m != neg_inf()) {
-      for (int z = 0; z < p.num_splits; ++z) {
-        if (lse[z] == neg_inf()) continue;
-        const float w = expf(lse[z] - m);
-        num += w * p.partial_out[(row * p.num_splits + z) * D + d];
-        den += w;
-      }
-    }
-    static_cast<bf16*>(p.out)[row * D + d] = from_float<bf16>(den > 0.0f ? num / den : 0.0f);
-  }
+  for (int d = threadIdx.x; d < D; d += Config::kThreads)
+    static_cast<bf16*>(p.out)[row * D + d] =
+        from_float<bf16>(merge_split_partials(p.partial_out, p.partial_lse, row, p.num_splits, D, d));
 }
 
 }  // namespace kernels

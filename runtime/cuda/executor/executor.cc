@@ -89,6 +89,9 @@ struct BoundStep {
   bool merged = false, writes_sum = false;
   int rows_per_block = 1;       // gemv
   // paged_attention: the split-KV instance and its combine, for decode batches.
+  // decode_attention merges its own partials (split_arrivals), so the
+  // combine runs only after the CUDA-core paged_attention_split.
+  bool split_merges_itself = false;
   CUfunction split_fn = nullptr, combine_fn = nullptr;
   unsigned split_block = 0, combine_block = 0;
   unsigned split_smem = 0;
@@ -226,8 +229,9 @@ struct CudaExecutor::State {
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
   int64_t num_slots = 0;  // KV pool slots (rope_kv_append's bound)
   int sms = 1;            // streaming multiprocessors
-  // Split-KV partials: [kSplitRows (token, split) rows, heads, head_dim] f32 and the lse.
-  CUdeviceptr partial_out = 0, partial_lse = 0;
+  // Split-KV partials: [kSplitRows (token, split) rows, heads, head_dim] f32 and the lse;
+  // [T_max, kv_heads] arrival counters of decode_attention's fused combine.
+  CUdeviceptr partial_out = 0, partial_lse = 0, split_arrivals = 0;
   int64_t split_rows = 0;  // (token, split) rows the partials hold
   bool use_graphs = true;
   bool programmatic_launch = false;  // CudaExecutorOptions::programmatic_launch, where supported
@@ -885,7 +889,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                double(weight_total) / (1 << 20), double(ex->device_bytes_) / (1 << 20));
 
   // 5. Bind every step.
-  int64_t max_heads_dim = 0, max_heads = 0;  // largest of the attention steps
+  int64_t max_heads_dim = 0, max_heads = 0, max_kv_heads = 0;  // largest of the attention steps
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     BoundStep s;
@@ -916,6 +920,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
+        s.split_merges_itself = by_role[Role::kDecode].rfind("decode_attention", 0) == 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kCombine], s.combine_fn, s.combine_block, combine_smem));
         if (by_role.count(Role::kPrefill))
           KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kPrefill], s.flash_fn, s.flash_block, s.flash_smem));
@@ -1039,6 +1044,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         s.head_dim = int(head_dim);
         max_heads_dim = std::max<int64_t>(max_heads_dim, heads * head_dim);
         max_heads = std::max<int64_t>(max_heads, heads);
+        max_kv_heads = std::max<int64_t>(max_kv_heads, kv_heads);
         KILN_RETURN_IF_ERROR(needValue(0));
         break;
       }
@@ -1124,8 +1130,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     KILN_ASSIGN(partial_lse, st.alloc(rows * max_heads * 4, "the split-KV attention lse"));
     st.partial_out = partial_out;
     st.split_rows = rows;
+    KILN_ASSIGN(arrivals, st.alloc(max_tokens * max_kv_heads * 4, "the split-KV arrival counters"));
+    KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(arrivals, 0, size_t(max_tokens * max_kv_heads * 4)), "cuMemsetD8"));
+    st.split_arrivals = arrivals;
     st.partial_lse = partial_lse;
-    ex->device_bytes_ += rows * (max_heads_dim + max_heads) * 4;
+    ex->device_bytes_ += rows * (max_heads_dim + max_heads) * 4 + max_tokens * max_kv_heads * 4;
   }
   ex->vocab_ = logits.width;
   ex->logits_per_sequence_ = logits.per_sequence;
@@ -1145,13 +1154,14 @@ Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, size_t out_values) c
 }
 
 constexpr const char* kFlashPath = "flash_attention";
-constexpr const char* kSplitPath = "decode_attention + attention_combine";
+constexpr const char* kSplitPath = "paged_attention_split + attention_combine";
+constexpr const char* kMergingSplitPath = "decode_attention (merging its splits)";
 constexpr const char* kPagedPath = "paged_attention";
 
 const char* CudaExecutor::State::attentionPath(const BoundStep& s, const LaunchShape& shape) const {
   if (s.flash_fn && shape.max_q_len >= kFlashMinQuery) return kFlashPath;
   if (shape.splits < 1 || !s.split_fn) return kPagedPath;
-  return kSplitPath;
+  return s.split_merges_itself ? kMergingSplitPath : kSplitPath;
 }
 
 void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
@@ -1191,8 +1201,10 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
   p.num_splits = shape.splits;
   p.partial_out = reinterpret_cast<float*>(partial_out);
   p.partial_lse = reinterpret_cast<float*>(partial_lse);
+  if (path == kMergingSplitPath) p.split_arrivals = reinterpret_cast<unsigned*>(split_arrivals);
   KILN_RETURN_IF_ERROR(launch(s.split_fn, s.split_block, unsigned(shape.n), unsigned(s.kv_heads),
                               unsigned(shape.splits), &p, s.split_smem));
+  if (path == kMergingSplitPath) return {};
   kk::AttentionCombineParams c{p.partial_out, p.partial_lse, p.out, int(shape.n), shape.splits};
   return launch(s.combine_fn, s.combine_block, unsigned(shape.n), unsigned(s.heads), 1, &c);
 }
