@@ -436,7 +436,7 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
     if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
   }
 #if !defined(KILN_CUDA_EMULATION)
-  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<unsigned*>(smem));
+  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
 #endif
 }
 
@@ -673,7 +673,7 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
     if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
   }
 #if !defined(KILN_CUDA_EMULATION)
-  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<unsigned*>(smem));
+  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
 #endif
 }
 

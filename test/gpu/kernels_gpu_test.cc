@@ -428,20 +428,17 @@ TEST_F(KernelsGpu, DecodeAttention) {
           KILN_GPU_OK(launch(combine, a.N, H, 1, c));
           const std::string what = fmt::format("decode_attention {}/{}/{} {} splits {} {}", H, Hkv, D, batch_name,
                                                splits, tilings[ti].dump());
-          const std::vector<float> combined = bf16ToFloat(d_out.download<uint16_t>());
-          expectClose(combined, ref, 4e-3, 1.0 / 64, what);
-          // The fused combine (split_arrivals): the same output with no
-          // combine launch, bit for bit, twice (the counters reset).
+          expectClose(bf16ToFloat(d_out.download<uint16_t>()), ref, 4e-3, 1.0 / 64, what);
+          // The fused combine (split_arrivals): no combine launch, the same
+          // tolerance against float64, twice (the counters reset).
           auto d_arrivals = DeviceBuffer::from(std::vector<unsigned>(size_t(a.N) * Hkv, 0u));
           for (int run = 0; run < 2; ++run) {
             DeviceBuffer d_fused(size_t(a.N) * H * D * 2);
             p.out = d_fused.get();
             p.split_arrivals = d_arrivals.as<unsigned>();
             KILN_GPU_OK(launchDecode(kernels[ti], a.N, Hkv, splits, p));
-            const std::vector<float> fused = bf16ToFloat(d_fused.download<uint16_t>());
-            size_t differ = 0;
-            for (size_t i = 0; i < fused.size(); ++i) differ += !(fused[i] == combined[i]);
-            EXPECT_EQ(differ, 0u) << what << ": fused combine, run " << run;
+            expectClose(bf16ToFloat(d_fused.download<uint16_t>()), ref, 4e-3, 1.0 / 64,
+                        what + fmt::format(", fused combine run {}", run));
             EXPECT_EQ(d_arrivals.download<unsigned>(), std::vector<unsigned>(size_t(a.N) * Hkv, 0u)) << what;
           }
         }
