@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <random>
 
@@ -78,6 +80,25 @@ TEST(SamplerTest, GreedyIsArgmax) {
   }
   std::vector<float> ties = {1.0f, 5.0f, 5.0f};
   EXPECT_EQ(sampler.sample(ties, {}), 1);
+}
+
+// The greedy rule the CUDA argmax kernel follows too: NaN is never chosen
+// (not even at id 0), -inf is a number, a row without numbers gives 0.
+TEST(SamplerTest, GreedyIgnoresNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(greedyToken(std::vector<float>{nan, 1.0f, 3.0f, nan, 3.0f}), 2);
+  EXPECT_EQ(greedyToken(std::vector<float>{nan, -inf, -inf}), 1);
+  EXPECT_EQ(greedyToken(std::vector<float>{nan, nan}), 0);
+  EXPECT_EQ(greedyToken(std::vector<float>{-inf, -inf}), 0);
+  std::vector<float> row = {nan, 2.0f, 7.0f};
+  EXPECT_EQ(makeSampler(SamplingParams{}).sample(row, {}), 2);
+  EXPECT_TRUE(SamplingParams{}.isPlainGreedy());
+  SamplingParams penalized;
+  penalized.repetition_penalty = 1.1f;
+  EXPECT_FALSE(penalized.isPlainGreedy()) << "penalties change the logits before the argmax";
+  SamplingParams hot;
+  hot.temperature = 0.7f;
+  EXPECT_FALSE(hot.isPlainGreedy());
 }
 
 TEST(SamplerTest, TopK1AndTinyTopPAreGreedy) {

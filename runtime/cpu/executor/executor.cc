@@ -337,24 +337,14 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kRopeKvAppend: {
-      KILN_ASSIGN(heads, p.getInt("heads"));
-      KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
-      KILN_ASSIGN(head_dim, p.getInt("head_dim"));
-      KILN_ASSIGN(page_size, p.getInt("page_size"));
+      KILN_ASSIGN(shape, readStepHeads(step, pool_.config()));
+      const int64_t heads = shape.heads, kv_heads = shape.kv_heads, head_dim = shape.head_dim;
       KILN_ASSIGN(merged, p.getBool("merged_qkv"));
-      KILN_ASSIGN(kv_type, p.getString("kv_type"));
       KILN_ASSIGN(theta, p.getDouble("rope_theta"));
       KILN_ASSIGN(style, p.getString("rope_style"));
       KILN_ASSIGN(scaling, p.getString("rope_scaling"));
-      const KvPoolConfig& pc = pool_.config();
-      if (kv_heads != pc.kv_heads || head_dim != pc.head_dim || page_size != pc.page_size)
-        return fail(step, "kv_heads {}, head_dim {}, page_size {} do not match the pool's {}, {}, "
-                          "{}",
-                    kv_heads, head_dim, page_size, pc.kv_heads, pc.head_dim, pc.page_size);
-      if (heads <= 0 || heads % kv_heads != 0)
-        return fail(step, "heads {} is not a positive multiple of kv_heads {}", heads, kv_heads);
-      if (kv_type != "f32")
-        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", kv_type);
+      if (shape.kv_type != "f32")
+        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", shape.kv_type);
       if (merged != (s.args.size() == 5))
         return fail(step, "merged_qkv is {} but the step has {} args", merged, s.args.size());
       s.heads = int(heads);
@@ -398,25 +388,15 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kPagedAttention: {
-      KILN_ASSIGN(heads, p.getInt("heads"));
-      KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
-      KILN_ASSIGN(head_dim, p.getInt("head_dim"));
-      KILN_ASSIGN(page_size, p.getInt("page_size"));
+      KILN_ASSIGN(shape, readStepHeads(step, pool_.config()));
+      const int64_t heads = shape.heads, kv_heads = shape.kv_heads, head_dim = shape.head_dim;
       KILN_ASSIGN(scale, p.getDouble("scale"));
-      KILN_ASSIGN(kv_type, p.getString("kv_type"));
       if (p.has("tree_mask")) {
         KILN_ASSIGN(tree, p.getBool("tree_mask"));
         if (tree) return fail(step, "tree masks are not supported by the CPU executor yet");
       }
-      const KvPoolConfig& pc = pool_.config();
-      if (kv_heads != pc.kv_heads || head_dim != pc.head_dim || page_size != pc.page_size)
-        return fail(step, "kv_heads {}, head_dim {}, page_size {} do not match the pool's {}, {}, "
-                          "{}",
-                    kv_heads, head_dim, page_size, pc.kv_heads, pc.head_dim, pc.page_size);
-      if (heads <= 0 || heads % kv_heads != 0)
-        return fail(step, "heads {} is not a positive multiple of kv_heads {}", heads, kv_heads);
-      if (kv_type != "f32")
-        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", kv_type);
+      if (shape.kv_type != "f32")
+        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", shape.kv_type);
       s.heads = int(heads);
       s.kv_heads = int(kv_heads);
       s.head_dim = int(head_dim);
@@ -568,6 +548,29 @@ Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest
                      kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, manifest.path, mk.layers,
                      mk.page_size, mk.kv_heads, mk.head_dim);
   return Status::success();
+}
+
+Result<StepHeads> readStepHeads(const Step& step, const KvPoolConfig& pool) {
+  const StepParams& p = step.params;
+  auto fail = [&](const std::string& message) {
+    return makeError("{} ({}): {}", step.path, stepKindName(step.kind), message);
+  };
+  StepHeads h;
+  KILN_ASSIGN(heads, p.getInt("heads"));
+  KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
+  KILN_ASSIGN(head_dim, p.getInt("head_dim"));
+  KILN_ASSIGN(page_size, p.getInt("page_size"));
+  KILN_ASSIGN(kv_type, p.getString("kv_type"));
+  if (kv_heads != pool.kv_heads || head_dim != pool.head_dim || page_size != pool.page_size)
+    return fail(fmt::format("kv_heads {}, head_dim {}, page_size {} do not match the pool's {}, {}, {}", kv_heads,
+                            head_dim, page_size, pool.kv_heads, pool.head_dim, pool.page_size));
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    return fail(fmt::format("heads {} is not a positive multiple of kv_heads {}", heads, kv_heads));
+  h.heads = heads;
+  h.kv_heads = kv_heads;
+  h.head_dim = head_dim;
+  h.kv_type = kv_type;
+  return h;
 }
 
 Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t logits_out_floats) {

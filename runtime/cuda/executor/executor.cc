@@ -1012,17 +1012,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
       case StepKind::kRopeKvAppend: {
-        KILN_ASSIGN(heads, p.getInt("heads"));
-        KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
-        KILN_ASSIGN(head_dim, p.getInt("head_dim"));
+        KILN_ASSIGN(shape, cpu::readStepHeads(step, kv));
         KILN_ASSIGN(merged, p.getBool("merged_qkv"));
-        KILN_ASSIGN(kv_type, p.getString("kv_type"));
-        if (kv_heads != kv.kv_heads || head_dim != kv.head_dim || kv_type != mk.type)
-          return makeError("{}: kv_heads {} head_dim {} kv_type {} do not match the pools' {} {} {}",
-                           step.path, kv_heads, head_dim, kv_type, kv.kv_heads, kv.head_dim, mk.type);
-        s.heads = int(heads);
-        s.kv_heads = int(kv_heads);
-        s.head_dim = int(head_dim);
+        if (shape.kv_type != mk.type)
+          return makeError("{}: kv_type {} is not the pools' {}", step.path, shape.kv_type, mk.type);
+        s.heads = int(shape.heads);
+        s.kv_heads = int(shape.kv_heads);
+        s.head_dim = int(shape.head_dim);
         s.merged = merged;
         if (merged != (na == 5))
           return makeError("{}: merged_qkv is {} but the step has {} args", step.path, merged, na);
@@ -1030,21 +1026,17 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
       case StepKind::kPagedAttention: {
-        KILN_ASSIGN(heads, p.getInt("heads"));
-        KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
-        KILN_ASSIGN(kv_type, p.getString("kv_type"));
+        KILN_ASSIGN(shape, cpu::readStepHeads(step, kv));
         if (p.has("tree_mask") && *p.getBool("tree_mask"))
           return makeError("{}: tree masks are not supported by the CUDA executor yet", step.path);
-        if (kv_heads != kv.kv_heads || kv_type != mk.type)
-          return makeError("{}: kv_heads {} kv_type {} do not match the pools' {} {}", step.path,
-                           kv_heads, kv_type, kv.kv_heads, mk.type);
-        KILN_ASSIGN(head_dim, p.getInt("head_dim"));
-        s.heads = int(heads);
-        s.kv_heads = int(kv_heads);
-        s.head_dim = int(head_dim);
-        max_heads_dim = std::max<int64_t>(max_heads_dim, heads * head_dim);
-        max_heads = std::max<int64_t>(max_heads, heads);
-        max_kv_heads = std::max<int64_t>(max_kv_heads, kv_heads);
+        if (shape.kv_type != mk.type)
+          return makeError("{}: kv_type {} is not the pools' {}", step.path, shape.kv_type, mk.type);
+        s.heads = int(shape.heads);
+        s.kv_heads = int(shape.kv_heads);
+        s.head_dim = int(shape.head_dim);
+        max_heads_dim = std::max<int64_t>(max_heads_dim, shape.heads * shape.head_dim);
+        max_heads = std::max<int64_t>(max_heads, shape.heads);
+        max_kv_heads = std::max<int64_t>(max_kv_heads, shape.kv_heads);
         KILN_RETURN_IF_ERROR(needValue(0));
         break;
       }
