@@ -131,6 +131,32 @@ namespace kiln {
 namespace kernels {
 namespace decode {
 
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNoScore = -3.402823466e38f;  // finite: (kNoScore - kNoScore) is 0, never NaN
+
+// The end of both forms: the running (m, l) and output of one head, kept by
+// kCount warps at slots first, first + stride, ... of merge_ml ([slot][m, l],
+// log2 units) and merge_acc ([slot][head_dim]), merged and written as this
+// split's partial: dimension d of partial_out row `row`, and its lse.
+template <int kCount>
+__device__ __forceinline__ void write_split_partial(const PagedAttentionParams& p, const float* merge_ml,
+                                                    const float* merge_acc, int first, int stride, int head_dim,
+                                                    int d, long long row) {
+  float mx = kNoScore;
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) mx = fmaxf(mx, merge_ml[(first + i * stride) * 2]);
+  float sum = 0.0f, o = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) {
+    const int slot = first + i * stride;
+    const float c = exp2_approx(merge_ml[slot * 2] - mx);
+    sum += merge_ml[slot * 2 + 1] * c;
+    o += merge_acc[slot * head_dim + d] * c;
+  }
+  p.partial_out[row * head_dim + d] = sum > 0.0f ? o / sum : 0.0f;
+  if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
+}
+
 // Index of the sequence owning token t: the b with query_start[b] <= t < query_start[b+1].
 // Decode batches (one token per sequence) settle it with two independent loads.
 __device__ __forceinline__ int sequence_of(const int* query_start, int num_seqs, int t) {
@@ -200,8 +226,6 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   constexpr int kStageChunks = kKeys * kChunks * 2 * kThreads;        // 16-byte chunks per ring stage
   constexpr int kSmemBytes = smem_bytes(G, D, kStages, kKeys, kChunks);
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kNoScore = -3.402823466e38f;  // finite: (kNoScore - kNoScore) is 0, never NaN
   constexpr float kRescaleSlack = 8.0f;         // log2 units: probabilities stay below 256
   static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads");
   static_assert(sizeof(Kv) == 2 || sizeof(Kv) == 4, "bf16 or f32 pools");
@@ -420,20 +444,9 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   __syncthreads();
   for (int i = tid; i < G * D; i += kThreads) {
     const int r = i / D, d = i % D;  // head of the group, dimension
-    const int w0 = r / kHeadsPer * kWarpsPerSplit, rr = r % kHeadsPer;
-    float mx = kNoScore;
-#pragma unroll
-    for (int w = w0; w < w0 + kWarpsPerSplit; ++w) mx = fmaxf(mx, merge_ml[(w * kHeadsPer + rr) * 2]);
-    float sum = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int w = w0; w < w0 + kWarpsPerSplit; ++w) {
-      const float c = exp2_approx(merge_ml[(w * kHeadsPer + rr) * 2] - mx);
-      sum += merge_ml[(w * kHeadsPer + rr) * 2 + 1] * c;
-      o += merge_acc[(w * kHeadsPer + rr) * D + d] * c;
-    }
-    const long long row = ((long long)t * H + kvh * G + r) * p.num_splits + split;
-    p.partial_out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
-    if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
+    const int w0 = r / kHeadsPer * kWarpsPerSplit, rr = r % kHeadsPer;  // the head's warps and slot in them
+    write_split_partial<kWarpsPerSplit>(p, merge_ml, merge_acc, w0 * kHeadsPer + rr, kHeadsPer, D, d,
+                                        ((long long)t * H + kvh * G + r) * p.num_splits + split);
   }
 #if !defined(KILN_CUDA_EMULATION)
   if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
@@ -466,8 +479,6 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   constexpr int kWarpRing = kStages * 2 * kSubBytes;  // one warp's ring
   constexpr int kRowsPerCopy = 32 / kChunks;          // rows one copy instruction of a warp covers
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
-  constexpr float kLn2 = 0.6931471805599453f;
-  constexpr float kNoScore = -3.402823466e38f;
   constexpr float kRescaleSlack = 8.0f;
   static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads (the rows of one m16 tile)");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
@@ -658,19 +669,8 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   __syncthreads();
   for (int i = tid; i < G * D; i += kThreads) {
     const int r = i / D, d = i % D;  // head of the group, dimension
-    float mx = kNoScore;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge_ml[(w * 16 + r) * 2]);
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float c = exp2_approx(merge_ml[(w * 16 + r) * 2] - mx);
-      sum += merge_ml[(w * 16 + r) * 2 + 1] * c;
-      acc += merge_acc[(w * 16 + r) * D + d] * c;
-    }
-    const long long row = ((long long)t * H + kvh * G + r) * p.num_splits + split;
-    p.partial_out[row * D + d] = sum > 0.0f ? acc / sum : 0.0f;
-    if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
+    write_split_partial<kWarps>(p, merge_ml, merge_acc, r, 16, D, d,
+                                ((long long)t * H + kvh * G + r) * p.num_splits + split);
   }
 #if !defined(KILN_CUDA_EMULATION)
   if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));

@@ -832,7 +832,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::map<std::string, int> rows_per_block;
   std::map<std::string, unsigned> block_threads;
   using Role = cuda_codegen::InstanceRole;
-  std::map<size_t, std::map<Role, std::string>> attention_instances;  // attention step -> by role
+  std::map<size_t, std::map<Role, std::string>> extra_instances;  // step -> the instances beside its own, by role
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
@@ -846,7 +846,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
     for (const cuda_codegen::StepInstance& inst : *instances) {
       if (inst.role == Role::kStep) step_instance[i] = inst.name;
-      else attention_instances[i][inst.role] = inst.name;
+      else extra_instances[i][inst.role] = inst.name;
       if (source_index.count(inst.name)) continue;
       auto generated = cuda_codegen::instanceSource(inst.kind, inst.params, inst.name);
       if (!generated)
@@ -911,12 +911,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         return d->check(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
-      if (auto it = attention_instances.find(i); it != attention_instances.end() && step.kind == StepKind::kGemm) {
+      if (auto it = extra_instances.find(i); it != extra_instances.end() && step.kind == StepKind::kGemm) {
         const std::string& fused = it->second[Role::kFused];
         s.fused_fn = functions[source_index[fused]];
         s.fused_block = block_threads[fused];
         s.fused_rows_per_block = rows_per_block[fused];
-      } else if (it != attention_instances.end()) {
+      } else if (it != extra_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
