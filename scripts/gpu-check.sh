@@ -68,7 +68,7 @@ write_report() {
   for f in "$OUT"/hf_*.log "$OUT"/accuracy_*.log "$OUT"/bench_*_checkpoint.log; do
     [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest" "$f"; }
   done
-  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|torch_sdpa|flash_attention prefill" "$OUT/attention_bench.txt"; }
+  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|torch_sdpa|flash_attention prefill|hbm_read_probe|^GPU" "$OUT/attention_bench.txt"; }
   # A failed test binary's failures, so they come back in this one file.
   for f in "$OUT"/*_test.log; do
     [[ -f "$f" ]] && grep -q "FAILED" "$f" && { echo "== $(basename "$f") failures"; grep -E -B3 -A12 "^\[  FAILED  \]|Failure" "$f" | head -60; }
@@ -231,9 +231,11 @@ fi
 if [[ " $PARTS " == *" attention "* ]]; then
   tests+=("attention_bench")
   echo "== attention kernels alone beside torch SDPA"
-  "$BUILD/bin/kiln_attention_bench" 2>&1 | tee "$OUT/attention_bench.txt"
+  # SDPA first: its run ends with the HBM read probe, kiln's ceiling.
+  python3 "$ROOT/test/gpu/sdpa_bench.py" 2>&1 | tee "$OUT/attention_bench.txt"
+  hbm="$(awk '/^hbm_read_probe:/{print $2}' "$OUT/attention_bench.txt")"
+  "$BUILD/bin/kiln_attention_bench" ${hbm:+--hbm "$hbm"} 2>&1 | tee -a "$OUT/attention_bench.txt"
   rc=${PIPESTATUS[0]}
-  python3 "$ROOT/test/gpu/sdpa_bench.py" 2>&1 | tee -a "$OUT/attention_bench.txt"
   result[attention_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
 fi
 

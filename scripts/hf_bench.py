@@ -47,12 +47,16 @@ def timed(fn, reps):
     return times[len(times) // 2]
 
 
-def ceilings():
+def hbm_read_gbps():
+    """HBM read bandwidth: torch sum over 4 GiB of bf16 (also test/gpu/sdpa_bench.py's ceiling)."""
     x = torch.ones(2 << 30, dtype=torch.bfloat16, device="cuda")  # 2^31 elements: 4 GiB
     x.sum()
     t = timed(lambda: x.sum(), 20)
-    hbm = x.numel() * 2 / t / 1e9
-    del x
+    return x.numel() * 2 / t / 1e9
+
+
+def ceilings():
+    hbm = hbm_read_gbps()
     a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     a @ b

@@ -61,9 +61,7 @@
 #pragma once
 
 #include "tensor_core.cuh"  // and, on the device, common.cuh
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#include "split_kv.cuh"  // the fused combine (device only)
-#endif
+#include "split_kv.cuh"     // the fused combine
 
 // Shape helpers, host-visible: the instance generator checks the shared
 // memory of a configuration with smem_bytes.
@@ -137,7 +135,9 @@ constexpr float kNoScore = -3.402823466e38f;  // finite: (kNoScore - kNoScore) i
 // The end of both forms: the running (m, l) and output of one head, kept by
 // kCount warps at slots first, first + stride, ... of merge_ml ([slot][m, l],
 // log2 units) and merge_acc ([slot][head_dim]), merged and written as this
-// split's partial: dimension d of partial_out row `row`, and its lse.
+// split's partial: dimension d of partial_out row `row`, and its lse. With
+// split_arrivals set and one split, the partial is the output: it goes to
+// out in bf16 (row is then the (token, head) row), with no merge after it.
 template <int kCount>
 __device__ __forceinline__ void write_split_partial(const PagedAttentionParams& p, const float* merge_ml,
                                                     const float* merge_acc, int first, int stride, int head_dim,
@@ -153,7 +153,12 @@ __device__ __forceinline__ void write_split_partial(const PagedAttentionParams& 
     sum += merge_ml[slot * 2 + 1] * c;
     o += merge_acc[slot * head_dim + d] * c;
   }
-  p.partial_out[row * head_dim + d] = sum > 0.0f ? o / sum : 0.0f;
+  const float out = sum > 0.0f ? o / sum : 0.0f;
+  if (p.split_arrivals && p.num_splits == 1) {  // the only split: it is the output, no merge
+    static_cast<bf16*>(p.out)[row * head_dim + d] = from_float<bf16>(out);
+    return;
+  }
+  p.partial_out[row * head_dim + d] = out;
   if (d == 0) p.partial_lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : neg_inf();
 }
 
@@ -167,6 +172,18 @@ __device__ __forceinline__ int sequence_of(const int* query_start, int num_seqs,
     if (query_start[mid] <= t) lo = mid; else hi = mid - 1;
   }
   return lo;
+}
+
+// The keys token t sees (causal), and its sequence b. kv_lens[t] is
+// requested beside query_start's entries: in a decode batch, where b == t,
+// the three loads are one round trip to L2 rather than two in a row.
+__device__ __forceinline__ int visible_keys(const PagedAttentionParams& p, int t, int& b) {
+  const int guess_b = min(t, p.num_seqs - 1);
+  const int guess_len = p.kv_lens[guess_b];
+  b = sequence_of(p.query_start, p.num_seqs, t);
+  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
+  const int kv_len = b == guess_b ? guess_len : p.kv_lens[b];
+  return max(0, kv_len - q_len + (t - q_begin) + 1);
 }
 
 // The kVec elements of one 16-byte chunk of Kv (bf16 or f32) as f32.
@@ -235,6 +252,7 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   static_assert(kStages >= 2 && kKeys >= 1 && kPage % kKeys == 0, "pipeline: a stream's keys share a page");
   static_assert(kTileKeys == tile_keys(G, D, int(sizeof(Kv)), kChunks, kKeys), "tile");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
+  static_assert(combine_scratch_floats(G, D, kMaxMergedSplits, kThreads) * 4 <= kSmemBytes, "the fused merge's scratch");
 
 #if defined(KILN_CUDA_EMULATION)
   unsigned char* const smem = emulated_shared_memory(kSmemBytes);
@@ -272,9 +290,8 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
       }
   }
 
-  const int b = sequence_of(p.query_start, p.num_seqs, t);
-  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
-  const int visible = max(0, p.kv_lens[b] - q_len + (t - q_begin) + 1);
+  int b;
+  const int visible = visible_keys(p, t, b);
   const int per_split = ((visible + p.num_splits - 1) / p.num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
   const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
   const int num_tiles = (end - begin + kTileKeys - 1) / kTileKeys;
@@ -448,9 +465,8 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
     write_split_partial<kWarpsPerSplit>(p, merge_ml, merge_acc, w0 * kHeadsPer + rr, kHeadsPer, D, d,
                                         ((long long)t * H + kvh * G + r) * p.num_splits + split);
   }
-#if !defined(KILN_CUDA_EMULATION)
-  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
-#endif
+  if (p.split_arrivals && p.num_splits > 1)
+    combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
 }
 
 // The tensor-core form, for bf16 pools with pages a multiple of 16 keys:
@@ -484,6 +500,8 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(kStages >= 2 && kPage % kMmaKeys == 0, "pipeline: a sub-tile is one page");
   static_assert(Config::kSmemBytes == mma_smem_bytes(D, kStages), "dynamic shared memory size");
+  static_assert(combine_scratch_floats(G, D, kMaxMergedSplits, kThreads) * 4 <= Config::kSmemBytes,
+                "the fused merge's scratch");
 
 #if defined(KILN_CUDA_EMULATION)
   unsigned char* const smem = emulated_shared_memory(Config::kSmemBytes);
@@ -509,9 +527,8 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
       }
   }
 
-  const int b = sequence_of(p.query_start, p.num_seqs, t);
-  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
-  const int visible = max(0, p.kv_lens[b] - q_len + (t - q_begin) + 1);
+  int b;
+  const int visible = visible_keys(p, t, b);
   const int per_split =
       ((visible + p.num_splits - 1) / p.num_splits + kMmaTileKeys - 1) / kMmaTileKeys * kMmaTileKeys;
   const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
@@ -672,9 +689,8 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
     write_split_partial<kWarps>(p, merge_ml, merge_acc, r, 16, D, d,
                                 ((long long)t * H + kvh * G + r) * p.num_splits + split);
   }
-#if !defined(KILN_CUDA_EMULATION)
-  if (p.split_arrivals) combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
-#endif
+  if (p.split_arrivals && p.num_splits > 1)
+    combine_if_last_split<G, D, kThreads>(p, t, kvh, Hkv, reinterpret_cast<float*>(smem));
 }
 
 }  // namespace kernels

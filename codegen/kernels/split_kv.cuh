@@ -6,11 +6,15 @@
 //   out = sum_z exp(lse_z - M) o_z / sum_z exp(lse_z - M), M = max_z lse_z
 #pragma once
 
+#include "tensor_core.cuh"  // KILN_HOST_DEVICE
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
+#endif
 
 namespace kiln {
 namespace kernels {
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 // Dimension d of (token, head) row `row`'s merged output. The partials are
 // read through L2 (__ldcg): other blocks of the same launch may have written
 // them.
@@ -30,62 +34,139 @@ __device__ __forceinline__ float merge_split_partials(const float* partial_out, 
   }
   return den > 0.0f ? num / den : 0.0f;
 }
+#endif
 
 // decode_attention with split_arrivals set: after every thread has written
 // its partials, the last of a (token, kv head)'s num_splits blocks to arrive
 // merges the group's G heads into out and resets the counter for the next
 // launch, so no attention_combine launch follows. The merge is that of
-// merge_split_partials, arranged for latency (one block does it while the
-// rest of the GPU waits): every lse is loaded at once, the per-split weights
-// go to shared memory, then every partial is loaded at once. `scratch` is
-// shared memory no thread still reads, G * num_splits + 1 floats.
+// merge_split_partials, arranged for latency: one block does it while the
+// rest of the GPU waits, and each round trip to L2 is most of its cost.
+//   1. Every lse of the group, all loads in flight at once, into shared memory.
+//   2. Per head, one warp: the weights exp(lse - M) and 1 / their sum.
+//   3. The partials as float4 columns (4 consecutive dimensions of a head),
+//      kBatch splits' loads in flight per thread. When the group has fewer
+//      columns than the block has threads, `slices` threads share a column,
+//      each taking every slices-th split, and add up through shared memory.
+// At G = 4, D = 128 and 32 splits that is four round trips to L2 where a
+// scalar loop took sixteen. `scratch` is shared memory no thread still
+// reads, combine_scratch_floats(G, D, num_splits, kThreads) floats of it.
+KILN_HOST_DEVICE constexpr int combine_slices(int G, int D, int threads) {
+  return G * D / 4 >= threads ? 1 : threads / (G * D / 4);
+}
+KILN_HOST_DEVICE constexpr int combine_weights_floats(int G, int splits) { return (1 + G * splits + G + 3) / 4 * 4; }
+KILN_HOST_DEVICE constexpr int combine_scratch_floats(int G, int D, int splits, int threads) {
+  return combine_weights_floats(G, splits) + (combine_slices(G, D, threads) > 1 ? combine_slices(G, D, threads) * G * D : 0);
+}
+// The most splits the fused merge takes (its shared memory is sized for them).
+constexpr int kMaxMergedSplits = 128;
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_CUDA_EMULATION)
 template <int G, int D, int kThreads>
 __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams& p, int t, int kvh, int kv_heads,
                                                       float* scratch) {
+  static_assert(D % 4 == 0 && kThreads % 32 == 0, "float4 columns, whole warps");
+  constexpr int kCols = G * D / 4, kSlices = combine_slices(G, D, kThreads), kBatch = 8;
+  constexpr int kMaxLsePerThread = (16 * kMaxMergedSplits + kThreads - 1) / kThreads;
   unsigned* const flag = reinterpret_cast<unsigned*>(scratch);
-  float* const weight_s = scratch + 1;  // [G][splits]: exp(lse - M) / sum
-  const int splits = p.num_splits, H = G * kv_heads;
+  const int splits = p.num_splits, H = G * kv_heads, tid = threadIdx.x;
+  float* const weight_s = scratch + 1;                 // [G][splits]: exp(lse - M)
+  float* const inv_sum_s = weight_s + G * splits;      // [G]
+  float4* const slice_s = reinterpret_cast<float4*>(scratch + combine_weights_floats(G, splits));  // [kSlices][kCols]
   const long long row0 = (long long)t * H + (long long)kvh * G;  // the group's first (token, head) row
   __threadfence();  // this thread's partials, before the block's arrival is counted
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     const unsigned arrived = atomicAdd(p.split_arrivals + (long long)t * kv_heads + kvh, 1u);
     *flag = arrived == unsigned(splits - 1) ? 1u : 0u;
   }
   __syncthreads();
   if (*flag == 0u) return;
   __threadfence();
-  for (int i = threadIdx.x; i < G * splits; i += kThreads) weight_s[i] = __ldcg(p.partial_lse + row0 * splits + i);
-  __syncthreads();
-  for (int r = threadIdx.x; r < G; r += kThreads) {
-    float m = neg_inf(), den = 0.0f;
-    for (int z = 0; z < splits; ++z) m = fmaxf(m, weight_s[r * splits + z]);
-    for (int z = 0; z < splits; ++z) {
-      const float l = weight_s[r * splits + z];
-      const float w = m == neg_inf() || l == neg_inf() ? 0.0f : expf(l - m);
-      weight_s[r * splits + z] = w;
-      den += w;
+
+  // 1. The group's G x splits lse, contiguous from row0's.
+  {
+    const float* lse = p.partial_lse + row0 * splits;
+    float v[kMaxLsePerThread];
+#pragma unroll
+    for (int k = 0; k < kMaxLsePerThread; ++k) {
+      const int i = tid + k * kThreads;
+      v[k] = i < G * splits ? __ldcg(lse + i) : 0.0f;
     }
-    for (int z = 0; z < splits; ++z) weight_s[r * splits + z] = den > 0.0f ? weight_s[r * splits + z] / den : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxLsePerThread; ++k)
+      if (tid + k * kThreads < G * splits) weight_s[tid + k * kThreads] = v[k];
   }
   __syncthreads();
-  constexpr int kBatch = 8;  // partial loads in flight per thread
-  for (int i = threadIdx.x; i < G * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    const float* po = p.partial_out + ((row0 + r) * splits) * D + d;
-    float acc = 0.0f;
-    for (int z0 = 0; z0 < splits; z0 += kBatch) {
-      float v[kBatch];
+  // 2. Warp w takes heads w, w + warps, ...; its lanes the splits.
+  for (int r = tid / 32; r < G; r += kThreads / 32) {
+    float* const w = weight_s + r * splits;
+    float m = neg_inf();
+    for (int z = tid % 32; z < splits; z += 32) m = fmaxf(m, w[z]);
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) v[b] = z0 + b < splits ? __ldcg(po + (long long)(z0 + b) * D) : 0.0f;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-        if (z0 + b < splits) acc += weight_s[r * splits + z0 + b] * v[b];
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float sum = 0.0f;
+    for (int z = tid % 32; z < splits; z += 32) {
+      const float e = m == neg_inf() || w[z] == neg_inf() ? 0.0f : expf(w[z] - m);
+      w[z] = e;
+      sum += e;
     }
-    static_cast<bf16*>(p.out)[(row0 + r) * D + d] = from_float<bf16>(acc);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (tid % 32 == 0) inv_sum_s[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
   }
-  if (threadIdx.x == 0) p.split_arrivals[(long long)t * kv_heads + kvh] = 0u;
+  __syncthreads();
+  // 3. Column c is dimensions 4(c % (D/4)) .. + 3 of head c / (D/4).
+  const int slice = kSlices == 1 ? 0 : tid / kCols;
+  if (slice < kSlices) {
+    for (int c = kSlices == 1 ? tid : tid % kCols; c < kCols; c += kThreads) {
+      const int r = c / (D / 4);
+      const float4* po = reinterpret_cast<const float4*>(p.partial_out + (row0 + r) * splits * D) + c % (D / 4);
+      const float* w = weight_s + r * splits;
+      float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int z0 = slice; z0 < splits; z0 += kBatch * kSlices) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int z = z0 + k * kSlices;
+          v[k] = z < splits ? __ldcg(po + (long long)z * (D / 4)) : float4{0.0f, 0.0f, 0.0f, 0.0f};
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int z = z0 + k * kSlices;
+          const float wz = z < splits ? w[z] : 0.0f;
+          acc.x += wz * v[k].x, acc.y += wz * v[k].y, acc.z += wz * v[k].z, acc.w += wz * v[k].w;
+        }
+      }
+      if (kSlices > 1) {
+        slice_s[slice * kCols + c] = acc;
+      } else {
+        bf16* const out = static_cast<bf16*>(p.out) + (row0 + r) * D + (c % (D / 4)) * 4;
+        const float inv = inv_sum_s[r];
+        out[0] = from_float<bf16>(acc.x * inv), out[1] = from_float<bf16>(acc.y * inv);
+        out[2] = from_float<bf16>(acc.z * inv), out[3] = from_float<bf16>(acc.w * inv);
+      }
+    }
+  }
+  if (kSlices > 1) {
+    __syncthreads();
+    for (int c = tid; c < kCols; c += kThreads) {
+      float4 acc = slice_s[c];
+#pragma unroll
+      for (int s = 1; s < kSlices; ++s) {
+        const float4 v = slice_s[s * kCols + c];
+        acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+      }
+      const int r = c / (D / 4);
+      bf16* const out = static_cast<bf16*>(p.out) + (row0 + r) * D + (c % (D / 4)) * 4;
+      const float inv = inv_sum_s[r];
+      out[0] = from_float<bf16>(acc.x * inv), out[1] = from_float<bf16>(acc.y * inv);
+      out[2] = from_float<bf16>(acc.z * inv), out[3] = from_float<bf16>(acc.w * inv);
+    }
+  }
+  if (tid == 0) p.split_arrivals[(long long)t * kv_heads + kvh] = 0u;
 }
+#endif
 
 }  // namespace kernels
 }  // namespace kiln

@@ -12,15 +12,18 @@
 //     at context 8192, H=32, Hkv=8, D=128, for 8/16/32/64 splits: GB/s of
 //     K+V read (2 · 8192 · 8 · 128 · 2 bytes). Each rep reads the next of
 //     several copies of the pools, together larger than the H200's 50 MB L2.
-// (3) decode_attention + attention_combine, the bandwidth-bound decode
-//     kernel, at context 8192, H=32, Hkv=8, D=128, for B=1 and B=32 (one
-//     token per sequence), over split counts and the forms and tilings the
-//     instance offers (tensor cores by default, ring depths 2-4; CUDA cores
-//     and their tilings): GB/s of K+V and the fraction of --hbm (default
-//     4800 GB/s, the H200's nominal HBM3e bandwidth), then the fastest split
-//     count and tiling per batch.
-// Times are CUDA events around each rep through the dlopen'd driver; the
-// figure is the median of --reps (default 30) after 3 warm-up runs.
+// (3) decode_attention as the executor runs it, merging its own splits (one
+//     launch), the bandwidth-bound decode kernel, at context 8192, H=32,
+//     Hkv=8, D=128, for B=1 and B=32 (one token per sequence), over split
+//     counts and the forms and tilings the instance offers (tensor cores by
+//     default, ring depths 2-4; CUDA cores and their tilings): GB/s of K+V
+//     and the fraction of --hbm, the HBM read probe of the same run
+//     (scripts/gpu-check.sh passes sdpa_bench.py's; default 4800 GB/s, the
+//     H200's nominal HBM3e bandwidth), then the fastest split count and
+//     tiling per batch.
+// Times: a CUDA graph of 20 consecutive reps replayed between two events,
+// per rep (timeMedian); the figure is the median of --reps (default 30)
+// samples after 2 warm-up replays.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "codegen/kernels/kernel_params.cuh"
+#include "runtime/cuda/executor/driver_extras.h"
 #include "runtime/cuda/kernel_test_cases.h"
 #include "test/gpu/attention_reference.h"
 #include "test/gpu/gpu_harness.h"
@@ -51,36 +55,65 @@ struct Launch {
   void* params;  // points at the params struct, which outlives the timing
 };
 
-// Median milliseconds of one rep; rep(i) returns the launches of rep i.
+// Median milliseconds of one rep; rep(i) returns the launches of rep i. A
+// timed sample is a CUDA graph of kChain consecutive reps (rep i reading the
+// i-th copy of its data), replayed between two events, divided by kChain:
+// a decode kernel takes about as long as one launch's overhead, which an
+// event pair around a single launch would count. torch's SDPA is timed the
+// same way (test/gpu/sdpa_bench.py).
+constexpr int kChain = 20;
+
 template <class Rep>
 Result<double> timeMedian(int reps, Rep rep) {
   const cuda::CudaDriver* d = (*Gpu::get())->d;
-  auto run = [&](int i) -> Status {
-    for (const Launch& l : rep(i)) {
-      void* args[] = {l.params};
-      KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem,
-                                                      nullptr, args, nullptr),
-                                    "cuLaunchKernel"));
+  auto extras = cuda::loadExtras(*d);
+  if (!extras) return extras.error();
+  const cuda::DriverExtras& x = *extras;
+  CUstream stream = nullptr;
+  KILN_RETURN_IF_ERROR(d->check(x.streamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+  CUgraphExec exec = nullptr;
+  CUevent start = nullptr, stop = nullptr;
+  std::vector<double> ms;
+  auto sample = [&]() -> Status {
+    KILN_RETURN_IF_ERROR(d->check(x.streamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                                  "cuStreamBeginCapture"));
+    Status launched;
+    for (int i = 0; i < kChain && launched.ok(); ++i)
+      for (const Launch& l : rep(i)) {
+        void* args[] = {l.params};
+        launched = d->check(d->cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem, stream,
+                                              args, nullptr),
+                            "cuLaunchKernel");
+        if (!launched.ok()) break;
+      }
+    CUgraph graph = nullptr;
+    const CUresult ended = x.streamEndCapture(stream, &graph);
+    KILN_RETURN_IF_ERROR(launched);
+    KILN_RETURN_IF_ERROR(d->check(ended, "cuStreamEndCapture"));
+    const CUresult made = x.graphInstantiate(&exec, graph, 0);
+    x.graphDestroy(graph);
+    KILN_RETURN_IF_ERROR(d->check(made, "cuGraphInstantiate"));
+    for (int i = 0; i < 2; ++i) KILN_RETURN_IF_ERROR(d->check(x.graphLaunch(exec, stream), "cuGraphLaunch (warm-up)"));
+    KILN_RETURN_IF_ERROR(d->check(x.streamSynchronize(stream), "cuStreamSynchronize (warm-up)"));
+    KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, 0), "cuEventCreate"));
+    KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&stop, 0), "cuEventCreate"));
+    for (int i = 0; i < reps; ++i) {
+      d->cuEventRecord(start, stream);
+      KILN_RETURN_IF_ERROR(d->check(x.graphLaunch(exec, stream), "cuGraphLaunch"));
+      d->cuEventRecord(stop, stream);
+      KILN_RETURN_IF_ERROR(d->check(d->cuEventSynchronize(stop), "cuEventSynchronize"));
+      float t = 0;
+      d->cuEventElapsedTime_v2(&t, start, stop);
+      ms.push_back(double(t) / kChain);
     }
     return Status::success();
   };
-  for (int i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(run(i));
-  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (warm-up)"));
-  CUevent start, stop;
-  KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, 0), "cuEventCreate"));
-  KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&stop, 0), "cuEventCreate"));
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    d->cuEventRecord(start, nullptr);
-    KILN_RETURN_IF_ERROR(run(i));
-    d->cuEventRecord(stop, nullptr);
-    KILN_RETURN_IF_ERROR(d->check(d->cuEventSynchronize(stop), "cuEventSynchronize"));
-    float t = 0;
-    d->cuEventElapsedTime_v2(&t, start, stop);
-    ms.push_back(t);
-  }
-  d->cuEventDestroy_v2(start);
-  d->cuEventDestroy_v2(stop);
+  const Status status = sample();
+  if (start) d->cuEventDestroy_v2(start);
+  if (stop) d->cuEventDestroy_v2(stop);
+  if (exec) x.graphExecDestroy(exec);
+  x.streamDestroy(stream);
+  KILN_RETURN_IF_ERROR(status);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
@@ -123,7 +156,7 @@ Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D
   auto kl = DeviceBuffer::from(std::vector<int>{S});
   DeviceBuffer out(size_t(S) * H * D * 2);
   kk::PagedAttentionParams p{q.get(), pools.k.get(), pools.v.get(), pools.table.as<int>(), qs.as<int>(), kl.as<int>(),
-                             nullptr, out.get(), nullptr, nullptr, S, 1, (S + 15) / 16, 0, 1};
+                             nullptr, out.get(), nullptr, nullptr, S, 1, (S + 15) / 16, 0, 1, nullptr};
   const Launch launch{k->function, {unsigned(H), unsigned((S + block_m - 1) / block_m), 1},
                       unsigned(k->instance.launch.block_threads), unsigned(smem), &p};
   auto ms = timeMedian(reps, [&](int) { return std::vector<Launch>{launch}; });
@@ -159,7 +192,7 @@ Result<std::vector<Record>> decode(std::mt19937& rng, int reps, int ctx, int H, 
     std::vector<kk::PagedAttentionParams> p;
     for (const Pools& pl : pools)
       p.push_back({q.get(), pl.k.get(), pl.v.get(), pl.table.as<int>(), qs.as<int>(), kl.as<int>(), nullptr, out.get(),
-                   po.as<float>(), plse.as<float>(), 1, 1, (ctx + 15) / 16, 0, splits});
+                   po.as<float>(), plse.as<float>(), 1, 1, (ctx + 15) / 16, 0, splits, nullptr});
     kk::AttentionCombineParams c{po.as<float>(), plse.as<float>(), out.get(), 1, splits};
     auto ms = timeMedian(reps, [&](int i) {
       return std::vector<Launch>{
@@ -203,8 +236,6 @@ BatchPools makeBatchPools(std::mt19937& rng, int B, int len, int Hkv, int D) {
 
 Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, int ctx, int H, int Hkv, int D,
                                             double hbm_gbps) {
-  auto combine = compile("attention_combine", json{{"heads", H}, {"head_dim", D}});
-  if (!combine) return combine.error();
   const double kv_bytes = 2.0 * B * ctx * Hkv * D * 2;
   const int copies = int(std::ceil(150e6 / kv_bytes));  // together 3x the L2
   std::vector<BatchPools> pools;
@@ -234,22 +265,20 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
           "cuFuncSetAttribute"));
     for (int splits : split_counts) {
       DeviceBuffer po(size_t(B) * H * splits * D * 4), plse(size_t(B) * H * splits * 4);
+      auto arrivals = DeviceBuffer::from(std::vector<unsigned>(size_t(B) * Hkv, 0u));
       std::vector<kk::PagedAttentionParams> p;
       for (const BatchPools& pl : pools)
         p.push_back({q.get(), pl.k.get(), pl.v.get(), pl.table.as<int>(), qs.as<int>(), kl.as<int>(), nullptr,
-                     nullptr, po.as<float>(), plse.as<float>(), B, B, pages, 0, splits});
-      kk::AttentionCombineParams c{po.as<float>(), plse.as<float>(), out.get(), B, splits};
+                     out.get(), po.as<float>(), plse.as<float>(), B, B, pages, 0, splits, arrivals.as<unsigned>()});
       auto ms = timeMedian(reps, [&](int i) {
-        return std::vector<Launch>{
-            {k->function, {unsigned(B), unsigned(Hkv), unsigned(splits)}, unsigned(k->instance.launch.block_threads),
-             unsigned(smem), &p[size_t(i) % p.size()]},
-            {combine->function, {unsigned(B), unsigned(H), 1}, unsigned(combine->instance.launch.block_threads), 0,
-             &c}};
+        return std::vector<Launch>{{k->function, {unsigned(B), unsigned(Hkv), unsigned(splits)},
+                                    unsigned(k->instance.launch.block_threads), unsigned(smem),
+                                    &p[size_t(i) % p.size()]}};
       });
       if (!ms) return ms.error();
       const double us = *ms * 1e3, gbps = kv_bytes / (*ms * 1e-3) / 1e9;
       Record r;
-      r.line = fmt::format("decode_attention+combine decode B={} ctx={} H={} Hkv={} D={} splits={} {}: {:.1f} us, "
+      r.line = fmt::format("decode_attention (merging) decode B={} ctx={} H={} Hkv={} D={} splits={} {}: {:.1f} us, "
                            "{:.1f} GB/s of K+V, {:.2f} of HBM (regs {}, smem {} B)",
                            B, ctx, H, Hkv, D, splits, tiling, us, gbps, gbps / hbm_gbps, k->resources.registers,
                            smem > 0 ? smem : k->resources.shared_bytes);
@@ -275,11 +304,12 @@ int run(int argc, char** argv) {
   int reps = 30;
   std::string json_path;
   double hbm_gbps = 4800;  // the H200's nominal HBM3e bandwidth
+  bool hbm_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--hbm" && i + 1 < argc) hbm_gbps = std::max(1.0, std::atof(argv[++i]));
+    else if (a == "--hbm" && i + 1 < argc) hbm_gbps = std::max(1.0, std::atof(argv[++i])), hbm_given = true;
     else {
       std::fprintf(stderr, "usage: kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS]\n");
       return 2;
@@ -290,7 +320,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "kiln_attention_bench: needs an NVIDIA GPU: %s\n", gpu.error().message.c_str());
     return 1;
   }
-  std::printf("GPU: %s, median of %d reps\n", (*gpu)->name.c_str(), reps);
+  std::printf("GPU: %s, median of %d reps of %d chained launches, HBM ceiling %.0f GB/s (%s)\n",
+              (*gpu)->name.c_str(), reps, kChain, hbm_gbps, hbm_given ? "--hbm" : "nominal");
   std::mt19937 rng(7);
   std::vector<Record> records;
   int status = 0;

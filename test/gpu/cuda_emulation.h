@@ -45,6 +45,9 @@ struct uint4 {
 struct uint2 {
   unsigned x, y;
 };
+struct float4 {
+  float x, y, z, w;
+};
 inline Dim3 blockIdx, gridDim;
 
 namespace kiln::kernels {
@@ -302,6 +305,19 @@ inline unsigned pack_bf16x2(float lo, float hi) {
   return unsigned(kiln::gpu_test::toBf16(lo)) | unsigned(kiln::gpu_test::toBf16(hi)) << 16;
 }
 inline float exp2_approx(float x) { return std::exp2(x); }
+
+// Blocks run one after another, so a block's global writes are visible to
+// every later block and an atomic is a plain read-modify-write.
+inline void __threadfence() {}
+inline float __ldcg(const float* p) { return *p; }
+inline float4 __ldcg(const float4* p) { return *p; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T> T from_float(float x);
+template <> inline bf16 from_float<bf16>(float x) { return bf16{kiln::gpu_test::toBf16(x)}; }
 
 }  // namespace kiln::kernels
 

@@ -6,6 +6,8 @@
 // gather shows up as a wrong or NaN output. The partials go through the same
 // merge as attention_combine and are compared with the float64 reference of
 // kernels_gpu_test; untouched partial rows (never expected here) would be NaN.
+// Each case runs again with the fused merge (split_arrivals), whose output
+// is checked against the same reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,7 +92,7 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
   std::vector<float> po(size_t(a.N) * H * splits * D + 128, NAN), plse(size_t(a.N) * H * splits + 128, NAN);
   kk::PagedAttentionParams p{a.qb.data(), k_pool, v_pool, a.block_tables.data(), a.query_start.data(),
                              a.kv_lens.data(), nullptr, nullptr, po.data() + 64, plse.data() + 64, a.N, B,
-                             a.max_blocks, 0, splits};
+                             a.max_blocks, 0, splits, nullptr};
   emu::readable = {{static_cast<const unsigned char*>(k_pool), pool_bytes},
                    {static_cast<const unsigned char*>(v_pool), pool_bytes}};
   emu::eager_copies = eager;
@@ -110,8 +112,32 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
   for (float v : body_out) unwritten += std::isnan(v);
   for (float v : body_lse) unwritten += std::isnan(v);
   EXPECT_EQ(unwritten, 0u) << what << ": partials left unwritten";
-  expectClose(combine(body_out, body_lse, a.N * H, splits, D), attentionReference(a, double(C::kScale), false), 4e-3,
-              1.0 / 64, what);
+  const std::vector<double> ref = attentionReference(a, double(C::kScale), false);
+  expectClose(combine(body_out, body_lse, a.N * H, splits, D), ref, 4e-3, 1.0 / 64, what);
+
+  // The fused merge (split_arrivals): the last block of each (token, kv
+  // head) merges into out, or with one split the block writes out itself.
+  // The emulation runs blocks in launch order, so the last split arrives last.
+  std::vector<uint16_t> out(size_t(a.N) * H * D + 128, 0x7fc0);  // NaN, with guards
+  std::vector<unsigned> arrivals(size_t(a.N) * C::kKvHeads, 0u);
+  std::fill(po.begin(), po.end(), NAN);
+  std::fill(plse.begin(), plse.end(), NAN);
+  p.out = out.data() + 64;
+  p.split_arrivals = arrivals.data();
+  emu::launch({unsigned(a.N), unsigned(C::kKvHeads), unsigned(splits)}, kk::decode::kThreads, [&p] {
+    if constexpr (kMma) kk::decode_attention_mma<C>(p);
+    else kk::decode_attention<C>(p);
+  });
+  ASSERT_TRUE(emu::failure.empty()) << what << ", fused merge: " << emu::failure;
+  for (int i = 0; i < 64; ++i)
+    EXPECT_TRUE(out[i] == 0x7fc0 && out[out.size() - 1 - i] == 0x7fc0) << what << ": write outside out";
+  EXPECT_EQ(arrivals, std::vector<unsigned>(arrivals.size(), 0u)) << what << ": counters not reset";
+  if (splits == 1) {
+    EXPECT_TRUE(std::isnan(po[64]) && std::isnan(plse[64])) << what << ": one split wrote partials";
+  }
+  std::vector<float> fused(size_t(a.N) * H * D);
+  for (size_t i = 0; i < fused.size(); ++i) fused[i] = fromBf16(out[64 + i]);
+  expectClose(fused, ref, 4e-3, 1.0 / 64, what + ", fused merge");
 }
 
 // Decode batches over contexts on and off the page and tile boundaries (1,

@@ -11,28 +11,54 @@ printed in its line format, for the `attention` part of scripts/gpu-check.sh.
 GQA goes through enable_gqa=True where this torch's SDPA takes it, else K/V
 are repeated to H heads first (outside the timing); the line says which.
 Decode reps rotate over copies of K/V larger than the L2 together, as the
-kiln bench does. Median of --reps CUDA-event timings after warm-up.
+kiln bench does. Each figure is the median of --reps samples, a sample
+being a CUDA graph of 20 consecutive calls timed by CUDA events, per call
+(as kiln_attention_bench times kiln's kernels).
+(3) the HBM read probe of scripts/hf_bench.py (torch sum over 4 GiB), the
+    ceiling gpu-check.sh passes to kiln_attention_bench --hbm; its last
+    line is "hbm_read_probe: N GB/s".
 """
 import argparse
 import json
 import math
 
+import os
+import sys
+
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from hf_bench import hbm_read_gbps  # noqa: E402
 
-def median_ms(fn, reps, warmup=3):
-    for i in range(warmup):
-        fn(i)
+
+CHAIN = 20  # calls per timed sample, as kiln_attention_bench's kChain
+
+
+def median_ms(fn, reps):
+    """Median ms per call: a CUDA graph of CHAIN consecutive calls (call i
+    reading the i-th copy of its data) replayed between two events, / CHAIN."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(3):  # warm-up outside the capture (kernel selection, workspaces)
+            fn(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CHAIN):
+            fn(i)
+    graph.replay()
+    graph.replay()
     torch.cuda.synchronize()
     times = []
-    for i in range(reps):
+    for _ in range(reps):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(i)
+        graph.replay()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop))
+        times.append(start.elapsed_time(stop) / CHAIN)
     times.sort()
     return times[len(times) // 2]
 
@@ -97,6 +123,12 @@ def main():
           flush=True)
     records.append({"name": "torch_sdpa_decode", "B": B, "ctx": ctx, "H": H, "Hkv": Hkv, "D": D, "mode": mode,
                     "us": ms * 1e3, "gbps": gbps})
+
+    del q, ks, vs
+    hbm = hbm_read_gbps()
+    print(f"torch_sdpa decode: {gbps / hbm:.2f} of the HBM read probe")
+    print(f"hbm_read_probe: {hbm:.0f} GB/s", flush=True)
+    records.append({"name": "hbm_read_probe", "gbps": hbm})
 
     if args.json:
         with open(args.json, "w") as f:
