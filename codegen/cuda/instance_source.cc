@@ -219,6 +219,57 @@ GemvTiling gemvTiling(int64_t n, int64_t k) {
   return {split_pow2, 1, 4};
 }
 
+// rope_kv_append's params as Config members, for its own kernel and for the
+// gemm that takes it as its epilogue (gemv.cuh's kRope).
+struct RopeStep {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  bool merged = false;
+  std::string config;
+};
+
+Result<RopeStep> ropeStep(const Params& p) {
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(kv_heads, p.positive("kv_heads"));
+  KILN_TRY(head_dim, p.positive("head_dim", 8));
+  KILN_TRY(page_size, p.positive("page_size"));
+  KILN_TRY(merged, p.boolean("merged_qkv"));
+  KILN_TRY(kv_name, p.text("kv_type"));
+  if (kv_name != "bf16" && kv_name != "f32")
+    return makeError("rope_kv_append: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
+  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  KILN_TRY(theta, p.number("rope_theta"));
+  KILN_TRY(style, p.text("rope_style"));
+  if (style != "half" && style != "interleaved") return p.bad("rope_style", style, "'half' or 'interleaved'");
+  KILN_TRY(scaling, p.text("rope_scaling"));
+  int scaling_kind = 0;
+  if (scaling == "linear") scaling_kind = 1;
+  else if (scaling == "llama3") scaling_kind = 2;
+  else if (scaling != "none") return p.bad("rope_scaling", scaling, "'none', 'linear' or 'llama3'");
+  KILN_TRY(factor, p.number("rope_factor"));
+  KILN_TRY(low, p.number("rope_low_freq_factor"));
+  KILN_TRY(high, p.number("rope_high_freq_factor"));
+  KILN_TRY(original, p.integer("rope_original_max_position"));
+  if (!(theta > 0)) return makeError("rope_kv_append: param 'rope_theta' is {}, expected > 0", theta);
+  if (scaling_kind != 0 && !(factor > 0))
+    return makeError("rope_kv_append: param 'rope_factor' is {}, expected > 0", factor);
+  if (scaling_kind == 2 && (!(low > 0) || !(high > low) || original <= 0))
+    return makeError("rope_kv_append: llama3 scaling low_freq_factor {} high_freq_factor {} "
+                     "original_max_position {}: expected 0 < low < high and a positive position",
+                     low, high, original);
+  RopeStep r{heads, kv_heads, head_dim, merged, ""};
+  r.config = fmt::format(
+      "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+      "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
+      "  static constexpr bool kMergedQkv = {};\n"
+      "  static constexpr bool kInterleaved = {};\n  static constexpr float kTheta = {};\n"
+      "  static constexpr int kScaling = {};  // 0 none, 1 linear, 2 llama3\n"
+      "  static constexpr float kFactor = {};\n  static constexpr float kLowFreqFactor = {};\n"
+      "  static constexpr float kHighFreqFactor = {};\n  static constexpr int kOriginalMaxPosition = {};\n",
+      kv, heads, kv_heads, head_dim, page_size, boolLiteral(merged), boolLiteral(style == "interleaved"),
+      floatLiteral(theta), scaling_kind, floatLiteral(factor), floatLiteral(low), floatLiteral(high), original);
+  return r;
+}
+
 Result<Body> gemm(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 8));
@@ -252,64 +303,47 @@ Result<Body> gemm(const Params& p) {
   }
   if (silu_mul && n % 2 != 0)
     return makeError("gemm: param 'n' is {} with silu_mul, expected an even count (gate and up rows)", n);
-  if (silu_mul && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
+  // rope_kv_append: the merged qkv projection with rope and the KV append in
+  // its epilogue; the params then also hold rope_kv_append's.
+  bool rope = false;
+  std::string rope_config;
+  if (p.has("rope_kv_append")) {
+    KILN_TRY(fused, p.boolean("rope_kv_append"));
+    rope = fused;
+  }
+  if (rope) {
+    if (silu_mul) return makeError("gemm: params 'silu_mul' and 'rope_kv_append' both set, expected one epilogue");
+    KILN_TRY(step, ropeStep(p));
+    if (!step.merged || n != (step.heads + 2 * step.kv_heads) * step.head_dim)
+      return makeError("gemm: param 'n' is {} with rope_kv_append (merged_qkv {}), expected the merged qkv "
+                       "projection's (heads {} + 2 x kv_heads {}) x head_dim {}",
+                       n, step.merged, step.heads, step.kv_heads, step.head_dim);
+    rope_config = step.config;
+  }
+  const bool paired = silu_mul || rope;  // a block holds row pairs (gate/up, or rope's columns)
+  if (paired && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
-  const std::string grid = silu_mul ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
-                                    : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
-  Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, "GemvParams"}};
+  const std::string grid = paired ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
+                                  : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
+  Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, rope ? "GemvRopeParams" : "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
       "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
       "  static constexpr int kRowsPerBlock = {};\n"
       "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
-      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n",
-      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul));
+      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n"
+      "  static constexpr bool kRope = {};\n{}",
+      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul),
+      boolLiteral(rope), rope_config);
   return b;
 }
 
 Result<Body> ropeKvAppend(const Params& p) {
-  KILN_TRY(heads, p.positive("heads"));
-  KILN_TRY(kv_heads, p.positive("kv_heads"));
-  KILN_TRY(head_dim, p.positive("head_dim", 8));
-  KILN_TRY(page_size, p.positive("page_size"));
-  KILN_TRY(merged, p.boolean("merged_qkv"));
-  KILN_TRY(kv_name, p.text("kv_type"));
-  if (kv_name != "bf16" && kv_name != "f32")
-    return makeError("rope_kv_append: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
-  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
-  KILN_TRY(theta, p.number("rope_theta"));
-  KILN_TRY(style, p.text("rope_style"));
-  if (style != "half" && style != "interleaved") return p.bad("rope_style", style, "'half' or 'interleaved'");
-  KILN_TRY(scaling, p.text("rope_scaling"));
-  int scaling_kind = 0;
-  if (scaling == "linear") scaling_kind = 1;
-  else if (scaling == "llama3") scaling_kind = 2;
-  else if (scaling != "none") return p.bad("rope_scaling", scaling, "'none', 'linear' or 'llama3'");
-  KILN_TRY(factor, p.number("rope_factor"));
-  KILN_TRY(low, p.number("rope_low_freq_factor"));
-  KILN_TRY(high, p.number("rope_high_freq_factor"));
-  KILN_TRY(original, p.integer("rope_original_max_position"));
-  if (!(theta > 0)) return makeError("rope_kv_append: param 'rope_theta' is {}, expected > 0", theta);
-  if (scaling_kind != 0 && !(factor > 0))
-    return makeError("rope_kv_append: param 'rope_factor' is {}, expected > 0", factor);
-  if (scaling_kind == 2 && (!(low > 0) || !(high > low) || original <= 0))
-    return makeError("rope_kv_append: llama3 scaling low_freq_factor {} high_freq_factor {} "
-                     "original_max_position {}: expected 0 < low < high and a positive position",
-                     low, high, original);
+  KILN_TRY(rope, ropeStep(p));
   Body b{"rope_kv_append.cuh", "", "rope_kv_append",
          {128, "[N, ropeKvAppendHeadGroups(heads, kv_heads)]", "RopeKvAppendParams"}};
-  b.config = fmt::format(
-      "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
-      "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
-      "  static constexpr int kThreads = 128;\n  static constexpr bool kMergedQkv = {};\n"
-      "  static constexpr bool kInterleaved = {};\n  static constexpr float kTheta = {};\n"
-      "  static constexpr int kScaling = {};  // 0 none, 1 linear, 2 llama3\n"
-      "  static constexpr float kFactor = {};\n  static constexpr float kLowFreqFactor = {};\n"
-      "  static constexpr float kHighFreqFactor = {};\n  static constexpr int kOriginalMaxPosition = {};\n",
-      kv, heads, kv_heads, head_dim, page_size, boolLiteral(merged), boolLiteral(style == "interleaved"),
-      floatLiteral(theta), scaling_kind, floatLiteral(factor), floatLiteral(low), floatLiteral(high),
-      original);
+  b.config = rope.config + "  static constexpr int kThreads = 128;\n";
   return b;
 }
 

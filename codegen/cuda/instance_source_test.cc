@@ -180,7 +180,7 @@ TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
   auto f32_list = stepInstances("paged_attention", f32, "attn_f32");
   ASSERT_TRUE(f32_list.ok());
   EXPECT_EQ(f32_list->size(), 3u);
-  auto no_flash = stepInstances("paged_attention", attention, "attn_l0", {.flash_attention = false});
+  auto no_flash = stepInstances("paged_attention", attention, "attn_l0", {.flash_attention = false, .skinny_fusion = {}});
   EXPECT_EQ(no_flash->size(), 3u);
   json tree = attention;
   tree["tree_mask"] = true;

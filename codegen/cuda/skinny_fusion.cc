@@ -33,6 +33,24 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     out[i].gemm_params["silu_mul"] = true;
     out[i + 1].absorbed = true;
   }
+  // The merged qkv projection, then rope_kv_append over its whole output:
+  // the fused gemm takes the rope step's params beside its own (no key is
+  // shared between the two kinds) and writes the step's q and pools. q gets
+  // storage of its own, so it is neither pinned nor a view.
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    const PlanStep& rope = steps[i + 1];
+    if (!isGemm(i) || rope.kind != "rope_kv_append" || !out[i].gemm_params.is_null()) continue;
+    if (!rope.params.value("merged_qkv", false) || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
+    const int64_t heads = rope.params.value("heads", int64_t(0)), kv_heads = rope.params.value("kv_heads", int64_t(0));
+    const int64_t head_dim = rope.params.value("head_dim", int64_t(0));
+    if (steps[i].params.value("n", int64_t(-1)) != (heads + 2 * kv_heads) * head_dim) continue;
+    if (rope.results.size() != 1 || pinned.count(rope.results[0]) || entry.views.count(rope.results[0])) continue;
+    nlohmann::json fused = rope.params;
+    fused["rope_kv_append"] = true;
+    out[i].gemm_params = std::move(fused);
+    out[i + 1].absorbed = true;
+    out[i + 1].own_storage = true;
+  }
   return out;
 }
 
@@ -49,7 +67,10 @@ PlanEntry planEntryFromJson(const nlohmann::json& entry) {
     for (const nlohmann::json& v : entry["values"]) {
       if (!v.is_object() || !v.contains("id") || !v["id"].is_number_integer()) continue;
       values[v["id"].get<int64_t>()] = &v;
-      if (v.contains("view_of") && v["view_of"].is_number_integer()) pinned.insert(v["view_of"].get<int64_t>());
+      if (v.contains("view_of") && v["view_of"].is_number_integer()) {
+        pinned.insert(v["view_of"].get<int64_t>());
+        plan.views.insert(v["id"].get<int64_t>());
+      }
     }
   for (const auto& [id, value] : values) {
     const nlohmann::json* v = value;

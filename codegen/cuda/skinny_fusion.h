@@ -2,13 +2,17 @@
 // shaped, <= 8 rows) GEMM, from an entry's step list. cuBLASLt batches run
 // the plan as written; skinny batches run the gemm's fused variant instead
 // (codegen/kernels/gemv.cuh) and skip the steps it absorbs:
-//   - gemm -> silu_mul (merged gate/up): SwiGLU in the gemm's epilogue.
+//   - gemm -> silu_mul (merged gate/up): SwiGLU in the gemm's epilogue;
+//   - gemm -> rope_kv_append (merged qkv): rope and the KV append in the
+//     gemm's epilogue, which writes the rope step's q and pools. The planner
+//     puts q over the gemm's input rows (dead after the gemm in the plan as
+//     written), so q gets storage of its own (SkinnyFusion::own_storage).
 // A value is folded away only if no other step reads it and it is not pinned
 // (an entry output, or the storage of a view). The executor and kiln-kernels
 // both ask here, so kiln-kernels lists what the runtime compiles. Nor is a
-// fusion made whose output shares arena rows with its input: the planner
-// may reuse the storage of a value dead after a step, which the fused
-// kernel's other blocks would still be reading.
+// SwiGLU fusion made whose output shares arena rows with its input: the
+// planner may reuse the storage of a value dead after a step, which the
+// fused kernel's other blocks would still be reading.
 // Measured and not kept (2026-11-29, H200): folding residual_rms_norm into
 // the GEMVs around it (residual add in the producer's epilogue, RMSNorm in
 // the consumer's prologue) made Llama-3-8B batch-1 decode 223.8 -> 157.6
@@ -36,6 +40,7 @@ struct PlanStep {
 struct PlanEntry {
   std::vector<PlanStep> steps;
   std::set<int64_t> pinned;  // entry outputs and views' storage
+  std::set<int64_t> views;   // values that are views of another's storage
   // value -> its storage's arena rows [offset, offset + row_bytes) (views resolved)
   std::map<int64_t, std::pair<int64_t, int64_t>> storage;
 };
@@ -43,8 +48,13 @@ struct PlanEntry {
 struct SkinnyFusion {
   // gemm: params to add to its own for the fused variant (null: none).
   nlohmann::json gemm_params;
-  // silu_mul: done by the gemm before it.
+  // silu_mul, rope_kv_append: done by the gemm before it.
   bool absorbed = false;
+  // An absorbed rope_kv_append: its result (q) must live apart from the
+  // arena, in storage of the runtime's, for every batch (one buffer can
+  // serve every layer: each q is read by its attention before the next
+  // layer's is written).
+  bool own_storage = false;
 };
 
 std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry);

@@ -1,5 +1,6 @@
 // skinnyFusions on a real plan (the tiny-llama fixture: 2 pre-norm layers)
-// and on plans where a value the fusion would drop is needed elsewhere.
+// and on plans where a value the fusion would drop is needed elsewhere or
+// the shapes do not fit it.
 #include "codegen/cuda/skinny_fusion.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@ nlohmann::json fixtureForward() {
   return nlohmann::json::parse(ss.str())["entries"]["forward"];
 }
 
-TEST(SkinnyFusion, FoldsSiluMulOfEveryLayer) {
+TEST(SkinnyFusion, FoldsSiluMulAndRopeOfEveryLayer) {
   const PlanEntry plan = planEntryFromJson(fixtureForward());
   ASSERT_EQ(plan.steps.size(), 23u);
   EXPECT_TRUE(plan.pinned.count(27)) << "the logits are an entry output";
@@ -25,12 +26,65 @@ TEST(SkinnyFusion, FoldsSiluMulOfEveryLayer) {
   EXPECT_EQ(plan.storage.at(5), plan.storage.at(4)) << "a view has its storage's rows";
   const auto f = skinnyFusions(plan);
   ASSERT_EQ(f.size(), plan.steps.size());
-  // Each layer's gate/up gemm (7, 16) takes SwiGLU from the silu_mul after it.
+  // Each layer's gate/up gemm (7, 16) takes SwiGLU from the silu_mul after
+  // it, and its qkv gemm (2, 11) the rope_kv_append after it, with that
+  // step's params (4 + 2 x 2 heads of 16: n 128).
   for (size_t i = 0; i < f.size(); ++i) {
-    const bool gate_up = i == 7 || i == 16;
-    EXPECT_EQ(f[i].gemm_params, gate_up ? nlohmann::json({{"silu_mul", true}}) : nlohmann::json()) << i;
-    EXPECT_EQ(f[i].absorbed, i == 8 || i == 17) << i;
+    const bool gate_up = i == 7 || i == 16, qkv = i == 2 || i == 11;
+    nlohmann::json want;
+    if (gate_up) want = {{"silu_mul", true}};
+    if (qkv) {
+      want = plan.steps[i + 1].params;
+      want["rope_kv_append"] = true;
+      EXPECT_EQ(want.value("heads", 0), 4);
+    }
+    EXPECT_EQ(f[i].gemm_params, want) << i;
+    EXPECT_EQ(f[i].absorbed, i == 8 || i == 17 || i == 3 || i == 12) << i;
+    EXPECT_EQ(f[i].own_storage, i == 3 || i == 12) << i;
   }
+  EXPECT_EQ(plan.storage.at(3), plan.storage.at(1)) << "the planner puts q over the qkv gemm's input";
+}
+
+TEST(SkinnyFusion, RopeOnlyOverTheWholeMergedQkv) {
+  // gemm(x=0, y=1, n 8·(2 + 2·1) = 32) -> rope_kv_append(1) -> q 2.
+  const nlohmann::json rope{{"heads", 2}, {"kv_heads", 1}, {"head_dim", 8}, {"merged_qkv", true}};
+  auto plan = [&] {
+    PlanEntry e;
+    e.steps.push_back({"gemm", {{"n", 32}}, {0, -1}, {1}});
+    e.steps.push_back({"rope_kv_append", rope, {1, -1, -1, -1, -1}, {2}});
+    e.storage = {{0, {0, 64}}, {1, {64, 128}}, {2, {128, 160}}};
+    return e;
+  };
+  auto f = skinnyFusions(plan());
+  nlohmann::json want = rope;
+  want["rope_kv_append"] = true;
+  EXPECT_EQ(f[0].gemm_params, want);
+  EXPECT_TRUE(f[1].absorbed);
+  EXPECT_TRUE(f[1].own_storage) << "q is written by the gemm's blocks while others still read x";
+  // The gemm is not the whole merged qkv (n of another layout): not fused.
+  auto other_n = plan();
+  other_n.steps[0].params["n"] = 24;
+  f = skinnyFusions(other_n);
+  EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
+  // Separate q, k, v inputs: not this fusion.
+  auto unmerged = plan();
+  unmerged.steps[1].params["merged_qkv"] = false;
+  f = skinnyFusions(unmerged);
+  EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
+  // q pinned (an entry output) or a view: it cannot move, so not fused.
+  auto pinned = plan();
+  pinned.pinned = {2};
+  f = skinnyFusions(pinned);
+  EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
+  auto view = plan();
+  view.views = {2};
+  f = skinnyFusions(view);
+  EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
+  // The qkv read by another step too: not fused.
+  auto read_twice = plan();
+  read_twice.steps.push_back({"add", nlohmann::json::object(), {1, 2}, {3}});
+  f = skinnyFusions(read_twice);
+  EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
 }
 
 TEST(SkinnyFusion, KeepsValuesSomethingElseNeeds) {

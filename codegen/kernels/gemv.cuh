@@ -15,23 +15,38 @@
 // F + j.., so the silu_mul kernel and the gate/up round trip through memory
 // go away.
 //
+// With kRope (the qkv projection of a merged-QKV model, W = [q; k; v] rows
+// of (H + 2 Hkv) heads), the epilogue is rope_kv_append's: a block's row
+// slots pair up the two columns one rotation turns (rope_pair_columns), and
+// the roped q goes to y [rows, H D] while the roped k and the v go to the
+// KV pools (GemvRopeParams), so the rope_kv_append launch goes away. The
+// rotation takes the f32 sums, where the unfused path rounds them to bf16
+// first.
+//
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
 // Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
 #pragma once
 
 #include "common.cuh"
+#include "rope_kv_append.cuh"  // the rope epilogue
 
 namespace kiln {
 namespace kernels {
 
+__device__ __forceinline__ const GemvParams& gemv_args(const GemvParams& p) { return p; }
+__device__ __forceinline__ const GemvParams& gemv_args(const GemvRopeParams& p) { return p.gemv; }
+
 // Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
-//         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul.
+//         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul, kRope (and
+//         with kRope, rope_kv_append's Config members); Params: GemvParams,
+//         or GemvRopeParams with kRope.
 // A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
 // 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
 // groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
-template <class Config>
-__device__ __forceinline__ void gemv(const GemvParams& p) {
+template <class Config, class Params>
+__device__ __forceinline__ void gemv(const Params& params) {
+  const GemvParams& p = gemv_args(params);
   using W = typename Config::Weight;
   constexpr int kK = Config::kK, kM = Config::kMaxRows, kSplit = Config::kSplitK;
   constexpr int kUnroll = Config::kUnroll, kR = Config::kRowsPerWarp;
@@ -39,21 +54,30 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
   constexpr int kStride = 32 * kSplit;             // vectors between a lane's steps
   static_assert(kK % 8 == 0, "K is a multiple of 8");
   static_assert(Config::kRowsPerBlock == 8 / kSplit * kR, "8 warps per block");
-  static_assert(!Config::kSiluMul || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
-                "gate and up rows pair up within a block");
+  constexpr bool kPaired = Config::kSiluMul || Config::kRope;
+  static_assert(!(Config::kSiluMul && Config::kRope), "one epilogue");
+  static_assert(!kPaired || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
+                "gate and up rows (or rope's column pairs) pair up within a block");
   constexpr int kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2;
   __shared__ float partial[Config::kRowsPerBlock * kSplit][kM];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, split = warp % kSplit;
   // The weight row of the block's row slot `slot`, or -1 past the matrix.
+  // Paired: slots s and s + kHalf hold pair j = blockIdx.x * kHalf + s.
   auto weight_row = [&](int slot) {
-    if (!Config::kSiluMul) {
+    if (!kPaired) {
       const int n = blockIdx.x * Config::kRowsPerBlock + slot;
       return n < Config::kN ? n : -1;
     }
     const int j = blockIdx.x * kHalf + slot % kHalf;
-    return j >= kF ? -1 : slot < kHalf ? j : kF + j;
+    if (j >= kF) return -1;
+    if constexpr (Config::kRope) {
+      int lo, hi;
+      rope_pair_columns<Config>(j, lo, hi);
+      return slot < kHalf ? lo : hi;
+    }
+    return slot < kHalf ? j : kF + j;
   };
   const int m0 = blockIdx.z * kM;
   const int m_count = min(kM, p.rows - m0);
@@ -119,6 +143,26 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
     if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(slot)]);
     return sum;
   };
+  if constexpr (Config::kRope) {
+    constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
+    using Kv = typename Config::Kv;
+    for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
+      const int slot = i / kM, m = i % kM;
+      if (weight_row(slot) < 0 || m >= m_count) continue;
+      int lo, hi;
+      const int pair = rope_pair_columns<Config>(blockIdx.x * kHalf + slot, lo, hi);
+      float s = 0.0f, c = 1.0f;
+      if (lo / D < H + Hkv) sincosf((float)params.positions[m0 + m] * rope_inv_freq<Config>(pair), &s, &c);
+      const int kv_slot = params.slot_mapping[m0 + m];
+      const bool write_kv = kv_slot >= 0 && (long long)kv_slot < params.num_slots;
+      const long long kv_base = (long long)kv_slot * Hkv * D;
+      store_rope_pair<Config>(static_cast<bf16*>(p.y) + (long long)(m0 + m) * H * D,
+                              write_kv ? static_cast<Kv*>(params.k_pool) + kv_base : nullptr,
+                              write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, lo, hi,
+                              row_sum(slot, m), row_sum(slot + kHalf, m), s, c);
+    }
+    return;
+  }
   if (Config::kSiluMul) {
     for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
       const int slot = i / kM, m = i % kM;

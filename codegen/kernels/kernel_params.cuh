@@ -109,6 +109,19 @@ struct GemvParams {
   int rows;
 };
 
+// gemm with the rope_kv_append epilogue (qkv projection of a merged-QKV
+// model, decode-shaped): gemv.y is the roped q [rows, H, D] bf16, and the
+// roped k and the v of each row go to the pools at slot_mapping[row] as
+// rope_kv_append would put them (same grid as gemm with SwiGLU: row pairs).
+struct GemvRopeParams {
+  GemvParams gemv;
+  const int* positions;     // [rows] i32
+  const int* slot_mapping;  // [rows] i32, slot < 0 or >= num_slots: no KV write
+  void* k_pool;             // [num_blocks, page_size, Hkv, D] kv type
+  void* v_pool;
+  long long num_slots;
+};
+
 // argmax (greedy decoding): grid [rows, chunks]; the partials hold
 // rows * chunks entries and `arrivals` rows counters, zero before the first
 // launch (each launch leaves them zero).

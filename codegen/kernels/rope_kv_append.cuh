@@ -46,6 +46,50 @@ __device__ __forceinline__ float rope_inv_freq(int i) {
   return inv;
 }
 
+// The two columns of a merged-qkv row ((H + 2 Hkv) D: q heads, k heads, v
+// heads) that pair j (of (H + 2 Hkv) D / 2) rotates together, and the pair's
+// frequency index i (inv_freq_i) within its head.
+template <class Config>
+__device__ __forceinline__ int rope_pair_columns(int j, int& lo, int& hi) {
+  constexpr int D = Config::kHeadDim, kHalf = D / 2;
+  if (Config::kInterleaved) {
+    lo = 2 * j;
+    hi = lo + 1;
+  } else {
+    lo = j / kHalf * D + j % kHalf;
+    hi = lo + kHalf;
+  }
+  return j % kHalf;
+}
+
+// Stores columns (lo, hi) of one token's merged-qkv row, values (a, b): q
+// and k pairs rotated by the angle with sine s and cosine c, q into q_out
+// ([H D] of the token), k and v into the pools at the token's slot (k_slot,
+// v_slot: [Hkv D] at the slot, or null when the token writes no KV).
+template <class Config>
+__device__ __forceinline__ void store_rope_pair(bf16* q_out, typename Config::Kv* k_slot,
+                                                typename Config::Kv* v_slot, int lo, int hi, float a, float b,
+                                                float s, float c) {
+  using Kv = typename Config::Kv;
+  constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
+  const int head = lo / D;
+  if (head >= H + Hkv) {  // v: stored as it is
+    if (v_slot != nullptr) {
+      v_slot[lo - (H + Hkv) * D] = from_float<Kv>(a);
+      v_slot[hi - (H + Hkv) * D] = from_float<Kv>(b);
+    }
+    return;
+  }
+  const float ra = a * c - b * s, rb = b * c + a * s;
+  if (head < H) {
+    q_out[lo] = from_float<bf16>(ra);
+    q_out[hi] = from_float<bf16>(rb);
+  } else if (k_slot != nullptr) {
+    k_slot[lo - H * D] = from_float<Kv>(ra);
+    k_slot[hi - H * D] = from_float<Kv>(rb);
+  }
+}
+
 // Config: using Kv; static constexpr int kHeads, kKvHeads, kHeadDim, kThreads,
 //   kScaling, kOriginalMaxPosition; static constexpr bool kMergedQkv, kInterleaved;
 //   static constexpr float kTheta, kFactor, kLowFreqFactor, kHighFreqFactor.
@@ -78,24 +122,16 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
     for (int i = threadIdx.x; i < kHalf; i += Config::kThreads) sincosf(pos * rope_inv_freq<Config>(i), &sin_of[i], &cos_of[i]);
     __syncthreads();
   }
+  Kv* const k_slot = write_kv ? static_cast<Kv*>(p.k_pool) + kv_base : nullptr;
   for (int w = threadIdx.x; w < kGroup * kHalf; w += Config::kThreads) {
-    const int head = head0 + w / kHalf, i = w % kHalf;
-    if (head >= H + Hkv) break;  // the v heads are copied below
-    const int lo = Config::kInterleaved ? 2 * i : i;
-    const int hi = Config::kInterleaved ? 2 * i + 1 : i + kHalf;
-    const float s = sin_of[i], c = cos_of[i];
-    const bool is_q = head < H;
-    const bf16* src = is_q ? q + head * D : k + (head - H) * D;
-    const float a = to_float(src[lo]), b = to_float(src[hi]);
-    const float ra = a * c - b * s, rb = b * c + a * s;
-    if (is_q) {
-      q_out[head * D + lo] = from_float<bf16>(ra);
-      q_out[head * D + hi] = from_float<bf16>(rb);
-    } else if (write_kv) {
-      Kv* dst = static_cast<Kv*>(p.k_pool) + kv_base + (head - H) * D;
-      dst[lo] = from_float<Kv>(ra);
-      dst[hi] = from_float<Kv>(rb);
-    }
+    const int j = head0 * kHalf + w;  // pair j of the merged row
+    if (j >= (H + Hkv) * kHalf) break;  // the v heads are copied below
+    int lo, hi;
+    const int i = rope_pair_columns<Config>(j, lo, hi);
+    const int head = lo / D;
+    const bf16* src = head < H ? q + head * D : k + (head - H) * D;
+    store_rope_pair<Config>(q_out, k_slot, nullptr, lo, hi, to_float(src[lo - head * D]), to_float(src[hi - head * D]),
+                            sin_of[i], cos_of[i]);
   }
   // V heads of this group: copied 8 elements at a time.
   if (write_kv) {

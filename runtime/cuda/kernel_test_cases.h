@@ -31,6 +31,16 @@ inline nlohmann::json ropeParams(int heads, int kv_heads, int head_dim, bool mer
           {"rope_high_freq_factor", 4.0}, {"rope_original_max_position", 8192}};
 }
 
+// The merged qkv projection with rope_kv_append as its epilogue (what
+// skinnyFusions gives the skinny gemm before a merged rope_kv_append).
+inline nlohmann::json ropeGemmParams(int heads, int kv_heads, int head_dim, int k, bool bias, const char* style,
+                                     const char* scaling, double theta, const char* kv_type) {
+  nlohmann::json p = ropeParams(heads, kv_heads, head_dim, true, style, scaling, theta);
+  p.update({{"n", (heads + 2 * kv_heads) * head_dim}, {"k", k}, {"weight_type", "bf16"}, {"bias", bias},
+            {"kv_type", kv_type}, {"rope_kv_append", true}});
+  return p;
+}
+
 inline nlohmann::json attentionParams(int heads, int kv_heads, int head_dim, bool tree) {
   return {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"page_size", 16},
           {"scale", 1.0 / std::sqrt(double(head_dim))}, {"kv_type", "bf16"}, {"tree_mask", tree}};
@@ -123,6 +133,8 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
   cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true}}});
   cases.push_back({"gemm", {{"n", 64}, {"k", 16384}, {"weight_type", "bf16"}, {"bias", true}, {"silu_mul", true}}});
+  cases.push_back({"gemm", ropeGemmParams(32, 8, 128, 4096, false, "half", "llama3", 500000.0, "bf16")});
+  cases.push_back({"gemm", ropeGemmParams(9, 3, 64, 576, true, "interleaved", "none", 100000.0, "f32")});
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 128256}}});

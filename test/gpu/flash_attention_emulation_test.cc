@@ -42,7 +42,7 @@ void runCase(const Batch& batch, bool eager, float q_scale, const std::string& w
   // The output with 64 guard elements on each side, all NaN.
   std::vector<uint16_t> out(size_t(a.N) * H * D + 128, 0x7fc0);
   kk::PagedAttentionParams p{a.qb.data(), a.kb.data(), a.vb.data(), a.block_tables.data(), a.query_start.data(),
-                             a.kv_lens.data(), nullptr, out.data() + 64, nullptr, nullptr, a.N, B, a.max_blocks, 0, 1};
+                             a.kv_lens.data(), nullptr, out.data() + 64, nullptr, nullptr, a.N, B, a.max_blocks, 0, 1, nullptr};
   emu::readable = {{reinterpret_cast<const unsigned char*>(a.qb.data()), a.qb.size() * 2},
                    {reinterpret_cast<const unsigned char*>(a.kb.data()), a.kb.size() * 2},
                    {reinterpret_cast<const unsigned char*>(a.vb.data()), a.vb.size() * 2}};

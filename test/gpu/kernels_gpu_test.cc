@@ -245,6 +245,54 @@ std::vector<double> invFreq(const RopeCase& c) {
   return f;
 }
 
+// rope_kv_append in float64 over N tokens' merged qkv rows ((H + 2 Hkv) D
+// each): q [N, H, D] rotated, and pools of pool_elems ([slots, Hkv, D]) with
+// each token's rotated k and its v at its slot, NaN where no token writes.
+struct RopeReference {
+  std::vector<double> q, k_pool, v_pool;
+};
+RopeReference ropeReference(const RopeCase& c, const std::vector<double>& qkv, const std::vector<int>& positions,
+                            const std::vector<int>& slots, size_t pool_elems) {
+  const int H = c.heads, Hkv = c.kv_heads, D = c.head_dim, width = (H + 2 * Hkv) * D;
+  const std::vector<double> freq = invFreq(c);
+  auto rotate = [&](const double* src, double* dst, double pos) {
+    for (int i = 0; i < D / 2; ++i) {
+      const int lo = c.interleaved ? 2 * i : i, hi = c.interleaved ? 2 * i + 1 : i + D / 2;
+      const double a = src[lo], b = src[hi], ang = pos * freq[i];
+      dst[lo] = a * std::cos(ang) - b * std::sin(ang);
+      dst[hi] = b * std::cos(ang) + a * std::sin(ang);
+    }
+  };
+  RopeReference r{std::vector<double>(positions.size() * H * D), std::vector<double>(pool_elems, NAN),
+                  std::vector<double>(pool_elems, NAN)};
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const double* row = &qkv[t * width];
+    for (int h = 0; h < H; ++h) rotate(row + h * D, &r.q[(t * H + h) * D], positions[t]);
+    if (slots[t] < 0) continue;
+    for (int h = 0; h < Hkv; ++h) {
+      rotate(row + (H + h) * D, &r.k_pool[(size_t(slots[t]) * Hkv + h) * D], positions[t]);
+      for (int d = 0; d < D; ++d) r.v_pool[(size_t(slots[t]) * Hkv + h) * D + d] = row[(H + Hkv + h) * D + d];
+    }
+  }
+  return r;
+}
+
+// q against the reference; pool slots no token writes must still hold the
+// poison (NaN), written ones the rotated k and the v.
+void checkRope(const RopeCase& c, const RopeReference& ref, const std::vector<float>& q,
+               const std::vector<float>& k_pool, const std::vector<float>& v_pool, const std::string& what) {
+  expectClose(q, ref.q, 2e-2, 1.0 / 64, what + " q");
+  size_t wrong = 0;
+  for (size_t i = 0; i < ref.k_pool.size(); ++i) {
+    for (auto [got, want] : {std::pair{k_pool[i], ref.k_pool[i]}, std::pair{v_pool[i], ref.v_pool[i]}}) {
+      const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= 2e-2 + std::fabs(want) / 64;
+      if (!ok && wrong++ < 5) ADD_FAILURE() << what << " pool element " << i << ": got " << got << " expected " << want;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what;
+  std::printf("  %-48s pools checked (skipped slot untouched)\n", what.c_str());
+}
+
 TEST_F(KernelsGpu, RopeKvAppend) {
   const std::vector<RopeCase> cases = {{9, 3, 64, true, true, "none", 100000.0},
                                        {9, 3, 64, false, false, "linear", 10000.0},
@@ -278,39 +326,11 @@ TEST_F(KernelsGpu, RopeKvAppend) {
                              d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
     KILN_GPU_OK(launch(k, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
 
-    const std::vector<double> freq = invFreq(c);
-    auto rotate = [&](const float* src, double* dst, double pos) {
-      for (int i = 0; i < D / 2; ++i) {
-        const int lo = c.interleaved ? 2 * i : i, hi = c.interleaved ? 2 * i + 1 : i + D / 2;
-        const double a = src[lo], b = src[hi], ang = pos * freq[i];
-        dst[lo] = a * std::cos(ang) - b * std::sin(ang);
-        dst[hi] = b * std::cos(ang) + a * std::sin(ang);
-      }
-    };
-    std::vector<double> q_ref(size_t(N) * H * D);
-    std::vector<double> k_ref(pool_elems, NAN), v_ref(pool_elems, NAN);
-    for (int t = 0; t < N; ++t) {
-      const float* row = &qkv[size_t(t) * width];
-      for (int h = 0; h < H; ++h) rotate(row + h * D, &q_ref[(size_t(t) * H + h) * D], positions[t]);
-      if (slots[t] < 0) continue;
-      for (int h = 0; h < Hkv; ++h) {
-        rotate(row + (H + h) * D, &k_ref[(size_t(slots[t]) * Hkv + h) * D], positions[t]);
-        for (int d = 0; d < D; ++d) v_ref[(size_t(slots[t]) * Hkv + h) * D + d] = row[(H + Hkv + h) * D + d];
-      }
-    }
+    const std::vector<double> qkv_d(qkv.begin(), qkv.end());
     const std::string what = fmt::format("rope_kv_append {}/{}/{} {} {}", H, Hkv, D,
                                          c.interleaved ? "interleaved" : "half", c.scaling);
-    expectClose(bf16ToFloat(d_qout.download<uint16_t>()), q_ref, 2e-2, 1.0 / 64, what + " q");
-    // Pool slots not written must still hold the poison (NaN), written ones the rotated k / copied v.
-    auto kpool = bf16ToFloat(d_kpool.download<uint16_t>()), vpool = bf16ToFloat(d_vpool.download<uint16_t>());
-    size_t wrong = 0;
-    for (size_t i = 0; i < pool_elems; ++i) {
-      for (auto [got, ref] : {std::pair{kpool[i], k_ref[i]}, std::pair{vpool[i], v_ref[i]}}) {
-        const bool ok = std::isnan(ref) ? std::isnan(got) : std::fabs(got - ref) <= 2e-2 + std::fabs(ref) / 64;
-        if (!ok && wrong++ < 5) ADD_FAILURE() << what << " pool element " << i << ": got " << got << " expected " << ref;
-      }
-    }
-    EXPECT_EQ(wrong, 0u) << what;
+    checkRope(c, ropeReference(c, qkv_d, positions, slots, pool_elems), bf16ToFloat(d_qout.download<uint16_t>()),
+              bf16ToFloat(d_kpool.download<uint16_t>()), bf16ToFloat(d_vpool.download<uint16_t>()), what);
     std::printf("  %-48s pools checked (skipped slot untouched)\n", what.c_str());
   }
 }
@@ -336,7 +356,7 @@ TEST_F(KernelsGpu, PagedAttention) {
       DeviceBuffer d_po(size_t(a.N) * H * splits * D * 4), d_plse(size_t(a.N) * H * splits * 4);
       kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(), d_kl.as<int>(),
                                  tree ? d_tree.as<unsigned char>() : nullptr, d_out.get(), d_po.as<float>(),
-                                 d_plse.as<float>(), a.N, int(a.kv_lens.size()), a.max_blocks, a.tree_stride, splits};
+                                 d_plse.as<float>(), a.N, int(a.kv_lens.size()), a.max_blocks, a.tree_stride, splits, nullptr};
       KILN_GPU_OK(launch(k, a.N, Hkv, splits, p));
       if (split) {
         COMPILE(combine, "attention_combine", (json{{"heads", H}, {"head_dim", D}}));
@@ -422,7 +442,7 @@ TEST_F(KernelsGpu, DecodeAttention) {
           DeviceBuffer d_po(size_t(a.N) * H * splits * D * 4), d_plse(size_t(a.N) * H * splits * 4);
           kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(),
                                      d_kl.as<int>(), nullptr, nullptr, d_po.as<float>(), d_plse.as<float>(),
-                                     a.N, int(a.kv_lens.size()), a.max_blocks, 0, splits};
+                                     a.N, int(a.kv_lens.size()), a.max_blocks, 0, splits, nullptr};
           KILN_GPU_OK(launchDecode(kernels[ti], a.N, Hkv, splits, p));
           kk::AttentionCombineParams c{d_po.as<float>(), d_plse.as<float>(), d_out.get(), a.N, splits};
           KILN_GPU_OK(launch(combine, a.N, H, 1, c));
@@ -502,7 +522,7 @@ TEST_F(KernelsGpu, FlashAttention) {
       DeviceBuffer d_out(size_t(a.N) * sh.H * sh.D * 2);  // NaN-poisoned
       kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(), d_kl.as<int>(),
                                  nullptr, d_out.get(), nullptr, nullptr, a.N, int(a.kv_lens.size()), a.max_blocks,
-                                 0, 1};
+                                 0, 1, nullptr};
       const int max_q_len = *std::max_element(fixed.q_len.begin(), fixed.q_len.end());
       KILN_GPU_OK(launchFlash(k, sh.H, max_q_len, int(a.kv_lens.size()), p));
       const std::string what = fmt::format("flash_attention {}/{}/{} {} warps x {} rows, q x{}", sh.H, sh.Hkv,
@@ -632,6 +652,59 @@ TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
     got.resize(ref.size());
     expectClose(got, ref, 5e-3, 1.0 / 64, fmt::format("gemm+silu_mul rows {} n {} k {}{}", c.rows, c.n, c.k,
                                                       c.bias ? " +bias" : ""));
+  }
+}
+
+// The merged qkv projection with rope_kv_append as its epilogue
+// (GemvRopeParams): x·Wᵀ (+ bias) rotated and appended in float64 as
+// RopeKvAppend checks it; q and the pools poisoned, one token with no slot.
+// Llama-3-8B's shape with llama3 scaling into a bf16 pool, and SmolLM2's
+// (interleaved pairs, bias) into an f32 pool.
+TEST_F(KernelsGpu, SkinnyGemmRope) {
+  struct Case {
+    RopeCase rope;
+    int k, rows;
+    bool bias;
+    const char* kv_type;
+  };
+  for (const Case& c : {Case{{32, 8, 128, true, false, "llama3", 500000.0}, 4096, 1, false, "bf16"},
+                        Case{{9, 3, 64, true, true, "none", 100000.0}, 576, 6, true, "f32"}}) {
+    const int H = c.rope.heads, Hkv = c.rope.kv_heads, D = c.rope.head_dim, n = (H + 2 * Hkv) * D;
+    const int page = 16, blocks = 8;
+    const std::vector<int> all_positions = {4999, 0, 1, 7, 130, 2047}, all_slots = {64, 5, 17, -1, 100, 127};
+    const std::vector<int> positions(all_positions.begin(), all_positions.begin() + c.rows);
+    const std::vector<int> slots(all_slots.begin(), all_slots.begin() + c.rows);
+    std::vector<float> x, w, bias;
+    auto xb = randomBf16(rng, size_t(c.rows) * c.k, 1.0f, &x);
+    auto wb = randomBf16(rng, size_t(n) * c.k, 0.05f, &w);
+    auto bb = randomBf16(rng, size_t(n), 1.0f, &bias);
+    COMPILE(k, "gemm", cuda::testing::ropeGemmParams(H, Hkv, D, c.k, c.bias, c.rope.interleaved ? "interleaved" : "half",
+                                                     c.rope.scaling, c.rope.theta, c.kv_type));
+    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    ASSERT_EQ(rows_per_block % 2, 0) << "rope's column pairs share a block";
+    const bool f32 = std::string(c.kv_type) == "f32";
+    const size_t pool_elems = size_t(blocks) * page * Hkv * D, kv_bytes = f32 ? 4 : 2;
+    auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_b = DeviceBuffer::from(bb),
+         d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
+    DeviceBuffer d_q(size_t(c.rows) * H * D * 2), d_kpool(pool_elems * kv_bytes), d_vpool(pool_elems * kv_bytes);
+    kk::GemvRopeParams p{{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_q.get(), c.rows},
+                         d_pos.as<int>(), d_slots.as<int>(), d_kpool.get(), d_vpool.get(), (long long)blocks * page};
+    const int pairs = rows_per_block / 2;
+    KILN_GPU_OK(launch(k, unsigned((n / 2 + pairs - 1) / pairs), 1, unsigned((c.rows + 7) / 8), p));
+    std::vector<double> qkv(size_t(c.rows) * n);
+    for (int m = 0; m < c.rows; ++m)
+      for (int j = 0; j < n; ++j) {
+        double sum = c.bias ? bias[j] : 0.0;
+        for (int i = 0; i < c.k; ++i) sum += double(x[size_t(m) * c.k + i]) * w[size_t(j) * c.k + i];
+        qkv[size_t(m) * n + j] = sum;
+      }
+    auto pool = [&](const DeviceBuffer& b) {
+      return f32 ? b.download<float>() : bf16ToFloat(b.download<uint16_t>());
+    };
+    checkRope(c.rope, ropeReference(c.rope, qkv, positions, slots, pool_elems), bf16ToFloat(d_q.download<uint16_t>()),
+              pool(d_kpool), pool(d_vpool),
+              fmt::format("gemm+rope {}/{}/{} rows {} k {} {} pool{}", H, Hkv, D, c.rows, c.k, c.kv_type,
+                          c.bias ? " +bias" : ""));
   }
 }
 

@@ -103,11 +103,14 @@ struct BoundStep {
   // gemm with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h):
   // batches of <= kGemvMaxRows rows run this fused skinny GEMM instead,
   // writing the silu_mul's result (fused_y), and skip the silu_mul step
-  // (marked `absorbed`).
+  // (marked `absorbed`) ...
   CUfunction fused_fn = nullptr;
   unsigned fused_block = 0;
   int fused_rows_per_block = 1;  // gate/up rows, in pairs
   CUdeviceptr fused_y = 0;
+  // ... or with the rope_kv_append after it folded in: that step's index,
+  // whose q (fused_y, storage of its own), inputs and pools it writes.
+  int fused_rope = -1;
   bool absorbed = false;
 };
 
@@ -119,7 +122,10 @@ std::vector<cuda_codegen::SkinnyFusion> skinnyFusionsOf(const Entry& entry) {
   cuda_codegen::PlanEntry plan;
   for (const EntryOutput& out : entry.outputs) plan.pinned.insert(out.value);
   for (const EntryValue& v : entry.values) {
-    if (v.view_of) plan.pinned.insert(*v.view_of);
+    if (v.view_of) {
+      plan.pinned.insert(*v.view_of);
+      plan.views.insert(v.id);
+    }
     const EntryValue* storage = &v;
     while (storage && storage->view_of) storage = entry.findValue(*storage->view_of);
     if (storage) plan.storage[v.id] = {storage->offset, storage->offset + storage->row_bytes};
@@ -484,9 +490,12 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
                      int(rows)};
-    const int64_t pairs = s.fused_rows_per_block / 2;  // a block holds gate/up row pairs
-    return launch(s.fused_fn, s.fused_block, unsigned((s.width / 2 + pairs - 1) / pairs), 1,
-                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
+    const int64_t pairs = s.fused_rows_per_block / 2;  // a block holds row pairs (gate/up, or rope's)
+    const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs), gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);
+    if (s.fused_rope < 0) return launch(s.fused_fn, s.fused_block, gx, 1, gz, &p);
+    const BoundStep& rope = steps[size_t(s.fused_rope)];  // merged: qkv, positions, slot_mapping, k, v pools
+    kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
+    return launch(s.fused_fn, s.fused_block, gx, 1, gz, &r);
   }
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
@@ -795,7 +804,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   ex->device_bytes_ = weight_total + arena_bytes + pool_bytes * 2 * kv.layers + input_elems * 4 +
                       int64_t(kCublasWorkspace);
 
-  // 3. Values.
+  // 3. Values: in the arena, except those a fusion gives storage of their
+  //    own (filled in at 4, once the fusions are known).
+  std::map<int64_t, CUdeviceptr> own_storage;
   auto value = [&](const Step& step, int64_t id, const std::string& where) -> Result<DeviceValue> {
     const EntryValue* v = entry->findValue(id);
     const EntryValue* storage = v;
@@ -813,6 +824,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     dv.width = v->row_bytes / dv.elem;
     dv.per_sequence = v->rows == ValueRows::kSequences;
     dv.valid = true;
+    if (auto own = own_storage.find(storage->id); own != own_storage.end()) {
+      dv.ptr = own->second;
+      return dv;
+    }
     if (storage->offset * max_tokens + storage->row_bytes * max_tokens > arena_bytes)
       return makeError("{}: {}: value {} lies past the arena", step.path, where, id);
     return dv;
@@ -837,6 +852,22 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry);
+  {
+    // One buffer serves every fused rope's q: each layer's is read by its
+    // attention before the next layer's gemm writes.
+    int64_t own_bytes = 0;
+    for (size_t i = 0; i < fusions.size(); ++i)
+      if (fusions[i].own_storage)
+        for (int64_t id : entry->steps[i].results)
+          if (const EntryValue* v = entry->findValue(id)) own_bytes = std::max(own_bytes, v->row_bytes * max_tokens);
+    if (own_bytes > 0) {
+      KILN_ASSIGN(buffer, st.alloc(alignUp(own_bytes), "the fused qkv projections' q"));
+      for (size_t i = 0; i < fusions.size(); ++i)
+        if (fusions[i].own_storage)
+          for (int64_t id : entry->steps[i].results) own_storage[id] = buffer;
+      ex->device_bytes_ += alignUp(own_bytes);
+    }
+  }
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
@@ -1084,10 +1115,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
-  // 6. The fused skinny gemms write their silu_mul's result.
+  // 6. The fused skinny gemms write their silu_mul's result, or their
+  //    rope_kv_append's q (in storage of its own) and pools.
   for (size_t i = 0; i < st.steps.size(); ++i) {
     st.steps[i].absorbed = fusions[i].absorbed;
-    if (st.steps[i].fused_fn) st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
+    if (!st.steps[i].fused_fn) continue;
+    st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
+    if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
   }
   // 7. Greedy batches' argmax and its scratch.
   st.argmax_fn = functions[source_index[greedy.name]];
@@ -1232,6 +1266,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kGemm: status = gemm(s, rows(s.args[0])); break;
       case StepKind::kRopeKvAppend: {
+        if (s.absorbed && n <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
         const size_t pos = s.merged ? 1 : 3;
         kk::RopeKvAppendParams p{};
         if (s.merged) p.qkv = ptr(s.args[0].ptr);
