@@ -527,8 +527,22 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
       }
   }
 
+  // Split 0 starts at key 0, so in a decode batch (sequence b == token t)
+  // the pages of this warp's first kStages sub-tiles are known before the
+  // context length is: fetched beside kv_lens, not one round trip after it.
+  const int guess_b = min(t, p.num_seqs - 1);
+  int early_page[kStages];
+  if (split == 0) {
+    const int* guess_table = p.block_tables + (long long)guess_b * p.max_blocks_per_seq;
+#pragma unroll
+    for (int it = 0; it < kStages; ++it) {
+      const int entry = (it * kWarps + warp) * kMmaKeys / kPage;
+      early_page[it] = entry < p.max_blocks_per_seq ? guess_table[entry] : -1;
+    }
+  }
   int b;
   const int visible = visible_keys(p, t, b);
+  const bool early = split == 0 && b == guess_b;
   const int per_split =
       ((visible + p.num_splits - 1) / p.num_splits + kMmaTileKeys - 1) / kMmaTileKeys * kMmaTileKeys;
   const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
@@ -572,11 +586,12 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   };
 
 #pragma unroll
+#pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_subs) issue(s, page_of(s), s);
+    if (s < my_subs) issue(s, early ? early_page[s] : page_of(s), s);
     cp_async_commit();
   }
-  int page = page_of(kStages - 1);
+  int page = early ? (kStages - 1 < my_subs ? early_page[kStages - 1] : -1) : page_of(kStages - 1);
 
   // ldmatrix lane offsets at k-step / d-block pair 0: K as the B operand of
   // S^T, V under .trans as the B operand of O.

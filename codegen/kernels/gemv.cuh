@@ -110,6 +110,23 @@ __device__ __forceinline__ void gemv(const Params& params) {
   load_weights(split * 32 + lane);
   wait_for_previous_kernel();
   allow_next_kernel();
+  // The rope epilogue's thread i takes pair slot i / kM of x row i % kM (one
+  // pass: kHalf * kM <= the block's 256 threads). Its position, slot and
+  // angle are fetched now, while the weights stream, not at the block's end,
+  // where a round trip to memory would hold every block of the grid back.
+  float rope_sin = 0.0f, rope_cos = 1.0f;
+  int rope_slot = -1;
+  if constexpr (Config::kRope) {
+    static_assert(kHalf * kM <= 256, "one pass of the rope epilogue");
+    const int slot = threadIdx.x / kM, m = threadIdx.x % kM;
+    if (slot < kHalf && m < m_count && weight_row(slot) >= 0) {
+      int lo, hi;
+      const int pair = rope_pair_columns<Config>(blockIdx.x * kHalf + slot, lo, hi);
+      rope_slot = params.slot_mapping[m0 + m];
+      if (lo / Config::kHeadDim < Config::kHeads + Config::kKvHeads)
+        sincosf((float)params.positions[m0 + m] * rope_inv_freq<Config>(pair), &rope_sin, &rope_cos);
+    }
+  }
   for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -146,21 +163,16 @@ __device__ __forceinline__ void gemv(const Params& params) {
   if constexpr (Config::kRope) {
     constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
     using Kv = typename Config::Kv;
-    for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
-      const int slot = i / kM, m = i % kM;
-      if (weight_row(slot) < 0 || m >= m_count) continue;
-      int lo, hi;
-      const int pair = rope_pair_columns<Config>(blockIdx.x * kHalf + slot, lo, hi);
-      float s = 0.0f, c = 1.0f;
-      if (lo / D < H + Hkv) sincosf((float)params.positions[m0 + m] * rope_inv_freq<Config>(pair), &s, &c);
-      const int kv_slot = params.slot_mapping[m0 + m];
-      const bool write_kv = kv_slot >= 0 && (long long)kv_slot < params.num_slots;
-      const long long kv_base = (long long)kv_slot * Hkv * D;
-      store_rope_pair<Config>(static_cast<bf16*>(p.y) + (long long)(m0 + m) * H * D,
-                              write_kv ? static_cast<Kv*>(params.k_pool) + kv_base : nullptr,
-                              write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, lo, hi,
-                              row_sum(slot, m), row_sum(slot + kHalf, m), s, c);
-    }
+    const int slot = threadIdx.x / kM, m = threadIdx.x % kM;
+    if (slot >= kHalf || m >= m_count || weight_row(slot) < 0) return;
+    int lo, hi;
+    rope_pair_columns<Config>(blockIdx.x * kHalf + slot, lo, hi);
+    const bool write_kv = rope_slot >= 0 && (long long)rope_slot < params.num_slots;
+    const long long kv_base = (long long)rope_slot * Hkv * D;
+    store_rope_pair<Config>(static_cast<bf16*>(p.y) + (long long)(m0 + m) * H * D,
+                            write_kv ? static_cast<Kv*>(params.k_pool) + kv_base : nullptr,
+                            write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, lo, hi,
+                            row_sum(slot, m), row_sum(slot + kHalf, m), rope_sin, rope_cos);
     return;
   }
   if (Config::kSiluMul) {

@@ -14,7 +14,8 @@
 //     several copies of the pools, together larger than the H200's 50 MB L2.
 // (3) decode_attention as the executor runs it, merging its own splits (one
 //     launch), the bandwidth-bound decode kernel, at context 8192, H=32,
-//     Hkv=8, D=128, for B=1 and B=32 (one token per sequence), over split
+//     Hkv=8, D=128, for B=1 and B=32 (one token per sequence), and at batch
+//     1 also at 256 and 1024 keys (a short chat's decode), over split
 //     counts and the forms and tilings the instance offers (tensor cores by
 //     default, ring depths 2-4; CUDA cores and their tilings): GB/s of K+V
 //     and the fraction of --hbm, the HBM read probe of the same run
@@ -247,8 +248,13 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
   auto qs = DeviceBuffer::from(starts);
   auto kl = DeviceBuffer::from(std::vector<int>(B, ctx));
   DeviceBuffer out(size_t(B) * H * D * 2);
-  const std::vector<int> split_counts =
-      B == 1 ? std::vector<int>{8, 16, 32, 48, 64, 96, 128} : std::vector<int>{1, 2, 3, 4, 8, 16};
+  // At batch 1, counts that leave each partition at least 64 keys.
+  std::vector<int> split_counts = {1, 2, 3, 4, 8, 16};
+  if (B == 1) {
+    split_counts.clear();
+    for (int s : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128})
+      if (ctx / s >= 64) split_counts.push_back(s);
+  }
   std::vector<Record> records;
   double best_us = 0;
   std::string best;
@@ -349,8 +355,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
     status = 1;
   }
-  for (int B : {1, 32}) {
-    auto da = decodeAttention(rng, reps, B, 8192, 32, 8, 128, hbm_gbps);
+  for (auto [B, ctx] : {std::pair{1, 8192}, std::pair{32, 8192}, std::pair{1, 256}, std::pair{1, 1024}}) {
+    auto da = decodeAttention(rng, reps, B, ctx, 32, 8, 128, hbm_gbps);
     if (da) {
       for (const Record& r : *da) report(r);
     } else {

@@ -125,8 +125,10 @@ TEST(LaunchShape, DecodeSplitsFillTheGpuWithoutShortPartitions) {
   // Batch 1 at 8k keys: 8 (token, kv head) pairs want about 2 * 132 / 8 = 33
   // partitions; the power of two below is 32.
   EXPECT_EQ(decodeSplits(1, kv_heads, 8192, sms), 32);
-  // A partition holds at least 64 keys: 200 keys allow 3, rounded down to 2.
-  EXPECT_EQ(decodeSplits(1, kv_heads, 200, sms), 2);
+  // A partition holds at least kMinSplitKeys (256) keys: 200 keys take one,
+  // 1000 allow 3, rounded down to 2.
+  EXPECT_EQ(decodeSplits(1, kv_heads, 200, sms), 1);
+  EXPECT_EQ(decodeSplits(1, kv_heads, 1000, sms), 2);
   // Batch 32 already gives 256 blocks: one partition each.
   EXPECT_EQ(decodeSplits(32, kv_heads, 8192, sms), 1);
   for (int64_t b : {1, 2, 3, 7, 16, 64, 300})
@@ -136,7 +138,7 @@ TEST(LaunchShape, DecodeSplitsFillTheGpuWithoutShortPartitions) {
       EXPECT_EQ(s & (s - 1), 0) << "a power of two: " << s;
       EXPECT_LE(s, kMaxSplits);
       if (s > 1) {
-        EXPECT_GE(keys / s, 64) << "partitions of at least 64 keys";
+        EXPECT_GE(keys / s, kMinSplitKeys) << "partitions of at least kMinSplitKeys keys";
         EXPECT_LE(b * kv_heads * s, 2 * sms) << "about two blocks per SM at most";
       }
     }

@@ -44,12 +44,16 @@ constexpr int kFlashMinQuery = 16;
 // 128-384 keys (2026-11-29). decode_attention (tensor cores, pipelined
 // copies) reads 8k keys at 1.5 TB/s with 16 partitions. So: past 64 keys,
 // decode_attention with about two blocks per SM (its residency at head_dim
-// 128) and at least 64 keys per partition, a power of two so a growing
-// context re-captures its graph only when the count doubles.
+// 128) and at least kMinSplitKeys keys per partition, a power of two so a
+// growing context re-captures its graph only when the count doubles. A
+// partition costs its block a merge at the end (three round trips to L2,
+// split_kv.cuh) that one partition does without: at 256 keys or fewer the
+// block reads its keys in two rounds of copies, about one merge's time.
+constexpr int kMinSplitKeys = 256;
 inline int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
   if (max_kv_len <= 64) return 0;
   const int64_t blocks = std::max<int64_t>(b * kv_heads, 1);
-  const int64_t want = std::min<int64_t>({2 * int64_t(sms) / blocks, max_kv_len / 64, kMaxSplits});
+  const int64_t want = std::min<int64_t>({2 * int64_t(sms) / blocks, max_kv_len / kMinSplitKeys, kMaxSplits});
   int splits = 1;
   while (splits * 2 <= want) splits *= 2;
   return splits;
