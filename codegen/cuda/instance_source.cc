@@ -483,6 +483,7 @@ Result<Body> decodeAttention(const Params& p) {
         "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n"
         "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n",
         heads, kv_heads, head_dim, page_size, floatLiteral(scale), stages, smem, dk::kMmaTileKeys);
+    b.waits_itself = true;  // copies of keys older than this step's start before the wait
     return b;
   }
   KILN_TRY(chunks, p.integerOr("chunks", dk::default_chunks(group)));
@@ -514,6 +515,7 @@ Result<Body> decodeAttention(const Params& p) {
       "  static constexpr int kKeys = {};\n  static constexpr int kStages = {};\n"
       "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n",
       kv, heads, kv_heads, head_dim, page_size, floatLiteral(scale), chunks, keys, stages, tile);
+  b.waits_itself = true;  // first thing (decode_attention.cuh)
   return b;
 }
 

@@ -174,15 +174,20 @@ __device__ __forceinline__ int sequence_of(const int* query_start, int num_seqs,
   return lo;
 }
 
-// The keys token t sees (causal), and its sequence b. kv_lens[t] is
-// requested beside query_start's entries: in a decode batch, where b == t,
-// the three loads are one round trip to L2 rather than two in a row.
-__device__ __forceinline__ int visible_keys(const PagedAttentionParams& p, int t, int& b) {
+// The keys token t sees (causal), and its sequence b; fresh is the first
+// key this step appends (the kernel before writes it: rope_kv_append or the
+// qkv gemm's epilogue). kv_lens[t] is requested beside query_start's
+// entries: in a decode batch, where b == t, the three loads are one round
+// trip to L2 rather than two in a row. All of them are batch inputs, copied
+// in before the step's first kernel, so they may be read before waiting on
+// the previous kernel.
+__device__ __forceinline__ int visible_keys(const PagedAttentionParams& p, int t, int& b, int& fresh) {
   const int guess_b = min(t, p.num_seqs - 1);
   const int guess_len = p.kv_lens[guess_b];
   b = sequence_of(p.query_start, p.num_seqs, t);
   const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
   const int kv_len = b == guess_b ? guess_len : p.kv_lens[b];
+  fresh = kv_len - q_len;
   return max(0, kv_len - q_len + (t - q_begin) + 1);
 }
 
@@ -264,6 +269,10 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   // 512 contiguous bytes (no bank conflicts).
   uint4* const ring = reinterpret_cast<uint4*>(smem);
 
+  // Launched as a programmatic dependent (common.cuh): this form waits
+  // first thing (the tensor-core form starts its older keys' copies first).
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   if (t >= p.num_tokens) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -290,8 +299,8 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
       }
   }
 
-  int b;
-  const int visible = visible_keys(p, t, b);
+  int b, fresh;
+  const int visible = visible_keys(p, t, b, fresh);
   const int per_split = ((visible + p.num_splits - 1) / p.num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
   const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
   const int num_tiles = (end - begin + kTileKeys - 1) / kTileKeys;
@@ -510,22 +519,12 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
 #endif
 
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  if (t >= p.num_tokens) return;
+  if (t >= p.num_tokens) {
+    wait_for_previous_kernel();  // a kernel never completes before its predecessor (common.cuh)
+    return;
+  }
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, quad = lane % 4;  // fragment row group and column pair
-
-  // Q's A fragments for every k-step (heads as rows, rows past the group zero), unscaled bf16.
-  unsigned qa[kKSteps][4];
-  {
-    const unsigned short* qg = static_cast<const unsigned short*>(p.q) + ((long long)t * H + kvh * G) * D;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = g + (i & 1) * 8, col = ks * 16 + quad * 2 + (i & 2) * 4;
-        qa[ks][i] = row < G ? *reinterpret_cast<const unsigned*>(qg + row * D + col) : 0u;
-      }
-  }
 
   // Split 0 starts at key 0, so in a decode batch (sequence b == token t)
   // the pages of this warp's first kStages sub-tiles are known before the
@@ -540,8 +539,8 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
       early_page[it] = entry < p.max_blocks_per_seq ? guess_table[entry] : -1;
     }
   }
-  int b;
-  const int visible = visible_keys(p, t, b);
+  int b, fresh;
+  const int visible = visible_keys(p, t, b, fresh);
   const bool early = split == 0 && b == guess_b;
   const int per_split =
       ((visible + p.num_splits - 1) / p.num_splits + kMmaTileKeys - 1) / kMmaTileKeys * kMmaTileKeys;
@@ -586,12 +585,41 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   };
 
 #pragma unroll
+  // The prologue's sub-tiles of keys older than this step are copied before
+  // waiting on the previous kernel (launched as a programmatic dependent,
+  // common.cuh): only the kernel before writes the pool, at keys from
+  // `fresh` on. So under the qkv projection's tail this block already
+  // streams its context; the fresh keys' sub-tile and q follow the wait.
+  int issued = 0;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
+    if (s >= my_subs || first_key(s) + kMmaKeys > fresh) break;
+    issue(s, early ? early_page[s] : page_of(s), s);
+    cp_async_commit();
+    ++issued;
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < issued) continue;
     if (s < my_subs) issue(s, early ? early_page[s] : page_of(s), s);
     cp_async_commit();
   }
   int page = early ? (kStages - 1 < my_subs ? early_page[kStages - 1] : -1) : page_of(kStages - 1);
+
+  // Q's A fragments for every k-step (heads as rows, rows past the group zero), unscaled bf16.
+  unsigned qa[kKSteps][4];
+  {
+    const unsigned short* qg = static_cast<const unsigned short*>(p.q) + ((long long)t * H + kvh * G) * D;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + (i & 1) * 8, col = ks * 16 + quad * 2 + (i & 2) * 4;
+        qa[ks][i] = row < G ? *reinterpret_cast<const unsigned*>(qg + row * D + col) : 0u;
+      }
+  }
 
   // ldmatrix lane offsets at k-step / d-block pair 0: K as the B operand of
   // S^T, V under .trans as the B operand of O.

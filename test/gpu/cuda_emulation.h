@@ -309,6 +309,9 @@ inline float exp2_approx(float x) { return std::exp2(x); }
 // Blocks run one after another, so a block's global writes are visible to
 // every later block and an atomic is a plain read-modify-write.
 inline void __threadfence() {}
+// One launch at a time: no programmatic dependent launch to wait on.
+inline void wait_for_previous_kernel() {}
+inline void allow_next_kernel() {}
 inline float __ldcg(const float* p) { return *p; }
 inline float4 __ldcg(const float4* p) { return *p; }
 inline unsigned atomicAdd(unsigned* p, unsigned v) {

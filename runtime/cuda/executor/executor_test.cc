@@ -125,10 +125,13 @@ TEST(LaunchShape, DecodeSplitsFillTheGpuWithoutShortPartitions) {
   // Batch 1 at 8k keys: 8 (token, kv head) pairs want about 2 * 132 / 8 = 33
   // partitions; the power of two below is 32.
   EXPECT_EQ(decodeSplits(1, kv_heads, 8192, sms), 32);
-  // A partition holds at least kMinSplitKeys (256) keys: 200 keys take one,
-  // 1000 allow 3, rounded down to 2.
+  // Up to kOneSplitKeys (256) keys take one partition; past that a
+  // partition holds at least kMinSplitKeys (128): 1000 allow 7, rounded
+  // down to 4.
   EXPECT_EQ(decodeSplits(1, kv_heads, 200, sms), 1);
-  EXPECT_EQ(decodeSplits(1, kv_heads, 1000, sms), 2);
+  EXPECT_EQ(decodeSplits(1, kv_heads, 256, sms), 1);
+  EXPECT_EQ(decodeSplits(1, kv_heads, 1000, sms), 4);
+  EXPECT_EQ(decodeSplits(1, kv_heads, 1024, sms), 8);
   // Batch 32 already gives 256 blocks: one partition each.
   EXPECT_EQ(decodeSplits(32, kv_heads, 8192, sms), 1);
   for (int64_t b : {1, 2, 3, 7, 16, 64, 300})

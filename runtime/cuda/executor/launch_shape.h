@@ -47,11 +47,14 @@ constexpr int kFlashMinQuery = 16;
 // 128) and at least kMinSplitKeys keys per partition, a power of two so a
 // growing context re-captures its graph only when the count doubles. A
 // partition costs its block a merge at the end (three round trips to L2,
-// split_kv.cuh) that one partition does without: at 256 keys or fewer the
-// block reads its keys in two rounds of copies, about one merge's time.
-constexpr int kMinSplitKeys = 256;
+// split_kv.cuh) that one partition does without, so up to kOneSplitKeys
+// keys take one. kiln_attention_bench, H200, batch 1, Llama-3-8B heads
+// (2026-11-29): 256 keys 5.2 us in one partition, 7.1 in two; 1024 keys
+// 8.9 us in 4, 8.0 in 8, 8.3 in 16.
+constexpr int kOneSplitKeys = 256, kMinSplitKeys = 128;
 inline int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
   if (max_kv_len <= 64) return 0;
+  if (max_kv_len <= kOneSplitKeys) return 1;
   const int64_t blocks = std::max<int64_t>(b * kv_heads, 1);
   const int64_t want = std::min<int64_t>({2 * int64_t(sms) / blocks, max_kv_len / kMinSplitKeys, kMaxSplits});
   int splits = 1;
