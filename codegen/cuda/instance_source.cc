@@ -68,13 +68,6 @@ class Params {
     return find(name) ? integer(name) : Result<int64_t>(fallback);
   }
   bool has(const char* name) const { return find(name) != nullptr; }
-  // A nested object of params (a fused neighbour's), as Params of kind "kind.name".
-  Result<Params> object(const char* name) const {
-    const json* v = find(name);
-    if (!v) return missing(name);
-    if (!v->is_object()) return makeError("{}: param '{}' is {}, expected an object", kind_, name, v->dump());
-    return Params(kind_ + "." + name, *v);
-  }
   Error bad(const char* name, const std::string& value, const char* expected) const {
     return makeError("{}: param '{}' is '{}', expected {}", kind_, name, value, expected);
   }
@@ -158,16 +151,7 @@ Result<Body> embedding(const Params& p) {
   return b;
 }
 
-// rms_norm's and residual_rms_norm's Config members, for their own kernel
-// (threads of its block) and for the gemm that runs residual_rms_norm in its
-// last block (gemv.cuh's kResidualNorm, Config::Norm).
-struct RmsConfig {
-  int64_t hidden = 0;
-  std::string residual_type;  // C++ element type of the branch output
-  std::string config;
-};
-
-Result<RmsConfig> rmsConfig(const Params& p, bool residual, int threads) {
+Result<Body> rmsNorm(const Params& p, bool residual) {
   KILN_TRY(hidden, p.positive("hidden", 8));
   KILN_TRY(epsilon, p.number("epsilon"));
   if (!(epsilon > 0)) return makeError("{}: param 'epsilon' is {}, expected > 0", residual ? "residual_rms_norm" : "rms_norm", epsilon);
@@ -185,24 +169,16 @@ Result<RmsConfig> rmsConfig(const Params& p, bool residual, int threads) {
     residual_type = r;
     sum = s;
   }
-  RmsConfig r{hidden, residual_type, ""};
-  r.config = fmt::format(
+  const int threads = std::min(1024, roundUp32(hidden / 8));
+  Body b{"rms_norm.cuh", "", "rms_norm", {threads, "[rows]", "RmsNormParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format(
       "  using X = {};\n  using Residual = {};\n  using Sum = {};\n  using Out = {};\n"
       "  using Weight = {};\n  static constexpr int kHidden = {};\n  static constexpr int kThreads = {};\n"
       "  static constexpr float kEpsilon = {};\n  static constexpr bool kResidual = {};\n"
       "  static constexpr bool kWritesSum = {};\n",
       x, residual_type, sum, out, weight, hidden, threads, floatLiteral(epsilon), boolLiteral(residual),
       boolLiteral(writes_sum));
-  return r;
-}
-
-Result<Body> rmsNorm(const Params& p, bool residual) {
-  KILN_TRY(hidden, p.positive("hidden", 8));
-  const int threads = std::min(1024, roundUp32(hidden / 8));
-  KILN_TRY(rms, rmsConfig(p, residual, threads));
-  Body b{"rms_norm.cuh", "", "rms_norm", {threads, "[rows]", "RmsNormParams"}};
-  b.waits_itself = true;
-  b.config = rms.config;
   return b;
 }
 
@@ -344,25 +320,12 @@ Result<Body> gemm(const Params& p) {
                        n, step.merged, step.heads, step.kv_heads, step.head_dim);
     rope_config = step.config;
   }
-  // residual_rms_norm: the o_proj / down projection whose last block runs
-  // the residual add and RMSNorm after it (params: that step's, nested).
-  std::string norm_config;
-  if (p.has("residual_rms_norm")) {
-    if (silu_mul || rope) return makeError("gemm: param 'residual_rms_norm' with another epilogue, expected one");
-    KILN_TRY(norm, p.object("residual_rms_norm"));
-    KILN_TRY(rms, rmsConfig(norm, true, 256));
-    if (rms.hidden != n || rms.residual_type != "kiln::kernels::bf16")
-      return makeError("gemm: param 'residual_rms_norm' normalizes rows of {} ({}), expected this gemm's {} bf16 "
-                       "outputs", rms.hidden, rms.residual_type, n);
-    norm_config = "  struct Norm {\n" + rms.config + "  };\n";
-  }
   const bool paired = silu_mul || rope;  // a block holds row pairs (gate/up, or rope's columns)
   if (paired && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
   const std::string grid = paired ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
                                   : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
-  Body b{"gemv.cuh", "", "gemv",
-         {32 * 8, grid, rope ? "GemvRopeParams" : !norm_config.empty() ? "GemvNormParams" : "GemvParams"}};
+  Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, rope ? "GemvRopeParams" : "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
@@ -370,10 +333,9 @@ Result<Body> gemm(const Params& p) {
       "  static constexpr int kRowsPerBlock = {};\n"
       "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
       "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n"
-      "  static constexpr bool kRope = {};\n{}"
-      "  static constexpr bool kResidualNorm = {};\n{}",
+      "  static constexpr bool kRope = {};\n{}",
       weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul),
-      boolLiteral(rope), rope_config, boolLiteral(!norm_config.empty()), norm_config);
+      boolLiteral(rope), rope_config);
   return b;
 }
 
@@ -673,7 +635,6 @@ std::string instanceName(std::string_view kind, const nlohmann::json& params) {
       else if (v.is_string()) name += v.get<std::string>();
       else if (v.is_number_integer()) name += std::to_string(v.get<int64_t>());
       else if (v.is_number()) name += fmt::format("{}", v.get<double>());
-      else if (v.is_object()) name += instanceName("", v);  // a fused neighbour's params: _key_value...
       else name += "x";
     }
   }

@@ -51,19 +51,6 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     out[i + 1].absorbed = true;
     out[i + 1].own_storage = true;
   }
-  // A projection whose only reader is the residual_rms_norm after it, as
-  // the branch output (arg 1) of a row as wide as the gemm's: the gemm's
-  // last block runs the norm. Its outputs may share the gemm input's rows:
-  // the last block writes them once every block has read x.
-  for (size_t i = 0; i + 1 < steps.size(); ++i) {
-    const PlanStep& norm = steps[i + 1];
-    if (!isGemm(i) || norm.kind != "residual_rms_norm" || !out[i].gemm_params.is_null()) continue;
-    if (!onlyReadBy(steps[i].results[0], i + 1, 1)) continue;
-    if (norm.params.value("hidden", int64_t(0)) != steps[i].params.value("n", int64_t(-1))) continue;
-    if (norm.params.value("residual_type", std::string("bf16")) != "bf16") continue;
-    out[i].gemm_params = {{"residual_rms_norm", norm.params}};
-    out[i + 1].absorbed = true;
-  }
   return out;
 }
 

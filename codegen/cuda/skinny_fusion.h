@@ -6,9 +6,7 @@
 //   - gemm -> rope_kv_append (merged qkv): rope and the KV append in the
 //     gemm's epilogue, which writes the rope step's q and pools. The planner
 //     puts q over the gemm's input rows (dead after the gemm in the plan as
-//     written), so q gets storage of its own (SkinnyFusion::own_storage);
-//   - gemm -> residual_rms_norm (o_proj, down): the gemm's last block runs
-//     the residual add and the norm over the rows it produced.
+//     written), so q gets storage of its own (SkinnyFusion::own_storage).
 // A value is folded away only if no other step reads it and it is not pinned
 // (an entry output, or the storage of a view). The executor and kiln-kernels
 // both ask here, so kiln-kernels lists what the runtime compiles. Nor is a
@@ -50,7 +48,7 @@ struct PlanEntry {
 struct SkinnyFusion {
   // gemm: params to add to its own for the fused variant (null: none).
   nlohmann::json gemm_params;
-  // silu_mul, rope_kv_append, residual_rms_norm: done by the gemm before it.
+  // silu_mul, rope_kv_append: done by the gemm before it.
   bool absorbed = false;
   // An absorbed rope_kv_append: its result (q) must live apart from the
   // arena, in storage of the runtime's, for every batch (one buffer can

@@ -29,36 +29,30 @@ template <> __device__ __forceinline__ f16 from_float<f16>(float x) { return __f
 template <class T> __device__ __forceinline__ float round_to(float x) { return to_float(from_float<T>(x)); }
 
 // Loads 8 consecutive elements of T (16 bytes for 2-byte types, 32 for f32)
-// into f32; `p` must be 16-byte aligned. fetch(const uint4*) reads one
-// 16-byte vector: a plain load, or one of the cache-path variants below.
-template <class T, class Fetch>
-__device__ __forceinline__ void load8_by(const T* p, float (&out)[8], Fetch fetch) {
+// into f32; `p` must be 16-byte aligned.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float (&out)[8]) {
   constexpr int kPerVec = 16 / sizeof(T);
 #pragma unroll
   for (int v = 0; v < 8 / kPerVec; ++v) {
-    uint4 raw = fetch(reinterpret_cast<const uint4*>(p + v * kPerVec));
+    uint4 raw = *reinterpret_cast<const uint4*>(p + v * kPerVec);
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kPerVec; ++i) out[v * kPerVec + i] = to_float(e[i]);
   }
 }
 
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float (&out)[8]) {
-  load8_by(p, out, [](const uint4* v) { return *v; });
-}
-
 // Read-only-path variant for weights that never change during a kernel.
 template <class T>
 __device__ __forceinline__ void load8_nc(const T* p, float (&out)[8]) {
-  load8_by(p, out, [](const uint4* v) { return __ldg(v); });
-}
-
-// Through L2 only (not this SM's L1): for data other blocks of the same
-// kernel wrote.
-template <class T>
-__device__ __forceinline__ void load8_cg(const T* p, float (&out)[8]) {
-  load8_by(p, out, [](const uint4* v) { return __ldcg(v); });
+  constexpr int kPerVec = 16 / sizeof(T);
+#pragma unroll
+  for (int v = 0; v < 8 / kPerVec; ++v) {
+    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p + v * kPerVec));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPerVec; ++i) out[v * kPerVec + i] = to_float(e[i]);
+  }
 }
 
 template <class T>

@@ -23,19 +23,12 @@
 // rotation takes the f32 sums, where the unfused path rounds them to bf16
 // first.
 //
-// With kResidualNorm (the o_proj and down projections of a pre-norm block),
-// y is written as usual and then the last block to finish (an arrival
-// counter, as in argmax) runs residual_rms_norm over the rows of x it
-// covers (rms_norm.cuh's norm_row, Config::Norm): the RMSNorm launch after
-// the GEMV goes away, and with it a kernel boundary every layer crosses twice.
-//
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
 // Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
 #pragma once
 
 #include "common.cuh"
-#include "rms_norm.cuh"        // the residual_rms_norm epilogue
 #include "rope_kv_append.cuh"  // the rope epilogue
 
 namespace kiln {
@@ -43,21 +36,17 @@ namespace kernels {
 
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvParams& p) { return p; }
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvRopeParams& p) { return p.gemv; }
-__device__ __forceinline__ const GemvParams& gemv_args(const GemvNormParams& p) { return p.gemv; }
 
 // Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
 //         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul, kRope (and
-//         with kRope, rope_kv_append's Config members), kResidualNorm (and
-//         with it struct Norm, residual_rms_norm's Config); Params:
-//         GemvParams, GemvRopeParams with kRope, GemvNormParams with
-//         kResidualNorm.
+//         with kRope, rope_kv_append's Config members); Params: GemvParams,
+//         or GemvRopeParams with kRope.
 // A warp streams kRowsPerWarp weight rows at once (kRowsPerWarp * kUnroll
 // 16-byte loads in flight per lane); the block's 8 warps are 8 / kSplitK row
 // groups times kSplitK slices of K, so kRowsPerBlock = 8 / kSplitK * kRowsPerWarp.
 template <class Config, class Params>
 __device__ __forceinline__ void gemv(const Params& params) {
   const GemvParams& p = gemv_args(params);
-  constexpr int kThreads = 32 * 8;  // 8 warps
   using W = typename Config::Weight;
   constexpr int kK = Config::kK, kM = Config::kMaxRows, kSplit = Config::kSplitK;
   constexpr int kUnroll = Config::kUnroll, kR = Config::kRowsPerWarp;
@@ -122,13 +111,13 @@ __device__ __forceinline__ void gemv(const Params& params) {
   wait_for_previous_kernel();
   allow_next_kernel();
   // The rope epilogue's thread i takes pair slot i / kM of x row i % kM (one
-  // pass: kHalf * kM <= the block's kThreads). Its position, slot and
+  // pass: kHalf * kM <= the block's 256 threads). Its position, slot and
   // angle are fetched now, while the weights stream, not at the block's end,
   // where a round trip to memory would hold every block of the grid back.
   float rope_sin = 0.0f, rope_cos = 1.0f;
   int rope_slot = -1;
   if constexpr (Config::kRope) {
-    static_assert(kHalf * kM <= kThreads, "one pass of the rope epilogue");
+    static_assert(kHalf * kM <= 256, "one pass of the rope epilogue");
     const int slot = threadIdx.x / kM, m = threadIdx.x % kM;
     if (slot < kHalf && m < m_count && weight_row(slot) >= 0) {
       int lo, hi;
@@ -201,21 +190,6 @@ __device__ __forceinline__ void gemv(const Params& params) {
     const int row_n = weight_row(slot);
     if (row_n < 0 || m >= m_count) continue;
     static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
-  }
-  if constexpr (Config::kResidualNorm) {
-    using Norm = typename Config::Norm;
-    static_assert(Norm::kHidden == Config::kN && Norm::kResidual, "the norm's row is this gemm's output row");
-    __shared__ unsigned last;
-    __threadfence();  // this thread's y, before the block's arrival is counted
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(params.arrivals + blockIdx.z, 1u) == gridDim.x - 1 ? 1u : 0u;
-    __syncthreads();
-    if (last == 0u) return;
-    __threadfence();
-    NormSlices<Norm, kThreads> n;
-    norm_weight<Norm, kThreads>(params.norm.weight, n);
-    for (int m = 0; m < m_count; ++m) norm_row<Norm, kThreads, /*kFromL2=*/true>(params.norm, m0 + m, n);
-    if (threadIdx.x == 0) params.arrivals[blockIdx.z] = 0u;
   }
 }
 

@@ -122,17 +122,6 @@ struct GemvRopeParams {
   long long num_slots;
 };
 
-// gemm with residual_rms_norm after it in its last block (o_proj and down
-// projections, decode-shaped): gemv.y [rows, N] bf16 is the branch output
-// and norm.residual the same buffer; norm.x is the residual stream, and
-// norm.sum_out / norm.out what residual_rms_norm writes. arrivals holds one
-// counter per grid.z, zero before a launch (each launch leaves them zero).
-struct GemvNormParams {
-  GemvParams gemv;
-  RmsNormParams norm;
-  unsigned* arrivals;
-};
-
 // argmax (greedy decoding): grid [rows, chunks]; the partials hold
 // rows * chunks entries and `arrivals` rows counters, zero before the first
 // launch (each launch leaves them zero).

@@ -23,49 +23,37 @@ namespace kernels {
 
 // Config: using X, Residual, Sum, Out, Weight; static constexpr int kHidden, kThreads;
 //         static constexpr float kEpsilon; static constexpr bool kResidual, kWritesSum.
-//
-// The row work is shared with the skinny GEMM whose last block normalizes
-// the row it produced (gemv.cuh's kResidualNorm): norm_weight loads this
-// thread's slices of the weight, norm_row does one row with kThreads threads.
-template <class Config, int kThreads>
-struct NormSlices {
+template <class Config>
+__device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
   static_assert(Config::kHidden % 8 == 0, "rows are read 8 elements (16 bytes) at a time");
-  static constexpr int kVecs = Config::kHidden / 8;
-  static constexpr int kPerThread = (kVecs + kThreads - 1) / kThreads;
-  float w[kPerThread][8];
-};
-
-template <class Config, int kThreads>
-__device__ __forceinline__ void norm_weight(const void* weight, NormSlices<Config, kThreads>& n) {
+  constexpr int kVecs = Config::kHidden / 8;
+  constexpr int kPerThread = (kVecs + Config::kThreads - 1) / Config::kThreads;
   using W = typename Config::Weight;
+  // The weight never depends on an earlier kernel: requested before waiting
+  // for the one that writes x (wait_for_previous_kernel, common.cuh).
+  float w[kPerThread][8];
 #pragma unroll
-  for (int i = 0; i < NormSlices<Config, kThreads>::kPerThread; ++i) {
-    const int vec = threadIdx.x + i * kThreads;
-    if (vec < NormSlices<Config, kThreads>::kVecs) load8_nc(static_cast<const W*>(weight) + vec * 8, n.w[i]);
+  for (int i = 0; i < kPerThread; ++i) {
+    const int vec = threadIdx.x + i * Config::kThreads;
+    if (vec < kVecs) load8_nc(static_cast<const W*>(p.weight) + vec * 8, w[i]);
   }
-}
-
-// Row `row` of p. With kFromL2, x and residual are read through L2 (__ldcg
-// vectors): other blocks of the same kernel wrote them.
-template <class Config, int kThreads, bool kFromL2 = false>
-__device__ __forceinline__ void norm_row(const RmsNormParams& p, int row, const NormSlices<Config, kThreads>& n) {
-  constexpr int kVecs = NormSlices<Config, kThreads>::kVecs, kPerThread = NormSlices<Config, kThreads>::kPerThread;
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int row = blockIdx.x;
+  if (row >= p.rows) return;
   const long long base = (long long)row * Config::kHidden;
   const typename Config::X* x = static_cast<const typename Config::X*>(p.x) + base;
-  auto load = [](const auto* at, float (&out)[8]) {
-    if constexpr (kFromL2) load8_cg(at, out);
-    else load8(at, out);
-  };
+
   float v[kPerThread][8];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int vec = threadIdx.x + i * kThreads;
+    const int vec = threadIdx.x + i * Config::kThreads;
     if (vec < kVecs) {
-      load(x + vec * 8, v[i]);
+      load8(x + vec * 8, v[i]);
       if (Config::kResidual) {
         float r[8];
-        load(static_cast<const typename Config::Residual*>(p.residual) + base + vec * 8, r);
+        load8(static_cast<const typename Config::Residual*>(p.residual) + base + vec * 8, r);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[i][e] = round_to<typename Config::Sum>(v[i][e] + r[e]);
       }
@@ -73,32 +61,19 @@ __device__ __forceinline__ void norm_row(const RmsNormParams& p, int row, const 
       for (int e = 0; e < 8; ++e) sum_sq += v[i][e] * v[i][e];
     }
   }
-  sum_sq = block_sum<kThreads>(sum_sq);  // also the barrier between every thread's reads and writes
+  sum_sq = block_sum<Config::kThreads>(sum_sq);
   const float inv_rms = rsqrtf(sum_sq / (float)Config::kHidden + Config::kEpsilon);
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int vec = threadIdx.x + i * kThreads;
+    const int vec = threadIdx.x + i * Config::kThreads;
     if (vec < kVecs) {
       if (Config::kWritesSum) store8(static_cast<typename Config::Sum*>(p.sum_out) + base + vec * 8, v[i]);
       float y[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = v[i][e] * inv_rms * n.w[i][e];
+      for (int e = 0; e < 8; ++e) y[e] = v[i][e] * inv_rms * w[i][e];
       store8(static_cast<typename Config::Out*>(p.out) + base + vec * 8, y);
     }
   }
-}
-
-template <class Config>
-__device__ __forceinline__ void rms_norm(const RmsNormParams& p) {
-  // The weight never depends on an earlier kernel: requested before waiting
-  // for the one that writes x (wait_for_previous_kernel, common.cuh).
-  NormSlices<Config, Config::kThreads> n;
-  norm_weight<Config, Config::kThreads>(p.weight, n);
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  const int row = blockIdx.x;
-  if (row >= p.rows) return;
-  norm_row<Config, Config::kThreads>(p, row, n);
 }
 
 }  // namespace kernels

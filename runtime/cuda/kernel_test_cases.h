@@ -41,15 +41,6 @@ inline nlohmann::json ropeGemmParams(int heads, int kv_heads, int head_dim, int 
   return p;
 }
 
-// A decode-shaped projection with residual_rms_norm in its last block (what
-// skinnyFusions gives the o_proj and down gemms of a pre-norm block): an f32
-// residual stream, written back in place.
-inline nlohmann::json normGemmParams(int n, int k, const char* norm_weight_type) {
-  return {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false},
-          {"residual_rms_norm", {{"hidden", n}, {"epsilon", 1e-5}, {"writes_sum", true}, {"x_type", "f32"},
-                                 {"sum_type", "f32"}, {"weight_type", norm_weight_type}}}};
-}
-
 inline nlohmann::json attentionParams(int heads, int kv_heads, int head_dim, bool tree) {
   return {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"page_size", 16},
           {"scale", 1.0 / std::sqrt(double(head_dim))}, {"kv_type", "bf16"}, {"tree_mask", tree}};
@@ -144,9 +135,6 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"gemm", {{"n", 64}, {"k", 16384}, {"weight_type", "bf16"}, {"bias", true}, {"silu_mul", true}}});
   cases.push_back({"gemm", ropeGemmParams(32, 8, 128, 4096, false, "half", "llama3", 500000.0, "bf16")});
   cases.push_back({"gemm", ropeGemmParams(9, 3, 64, 576, true, "interleaved", "none", 100000.0, "f32")});
-  cases.push_back({"gemm", normGemmParams(4096, 4096, "f32")});
-  cases.push_back({"gemm", normGemmParams(4096, 14336, "f32")});
-  cases.push_back({"gemm", normGemmParams(576, 1536, "bf16")});
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 128256}}});

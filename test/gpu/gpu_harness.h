@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -105,10 +104,6 @@ class DeviceBuffer {
   }
   ~DeviceBuffer() {
     if (ptr_) (*Gpu::get())->d->cuMemFree_v2(ptr_);
-  }
-  template <class T>
-  void upload(const std::vector<T>& host) {
-    if (!host.empty()) (*Gpu::get())->d->cuMemcpyHtoD_v2(ptr_, host.data(), std::min(bytes_, host.size() * sizeof(T)));
   }
   template <class T>
   std::vector<T> download() const {

@@ -53,9 +53,6 @@ nlohmann::json paramsJson(const StepParams& params) {
 constexpr int64_t kAlign = 256;
 int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 constexpr int kGemvMaxRows = 8;
-// Arrival counters of the fused gemms' last-block epilogue: their batches
-// have at most kGemvMaxRows rows, so one grid.z group; a few to spare.
-constexpr int64_t kGemvArrivals = 16;
 
 // Decode batches of up to this many sequences replay a captured CUDA graph.
 constexpr int64_t kMaxGraphBatch = 256;
@@ -112,11 +109,8 @@ struct BoundStep {
   int fused_rows_per_block = 1;  // gate/up rows, in pairs
   CUdeviceptr fused_y = 0;
   // ... or with the rope_kv_append after it folded in: that step's index,
-  // whose q (fused_y, storage of its own), inputs and pools it writes ...
+  // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
-  // ... or with the residual_rms_norm after it run by its last block: that
-  // step's index (fused_y is then the gemm's own output, the norm's branch).
-  int fused_norm = -1;
   bool absorbed = false;
 };
 
@@ -263,7 +257,6 @@ struct CudaExecutor::State {
   unsigned argmax_block = 0;
   int argmax_chunks = 1;
   CUdeviceptr argmax_values = 0, argmax_ids = 0, argmax_arrivals = 0, tokens = 0;
-  CUdeviceptr gemv_arrivals = 0;  // [kGemvArrivals] of the gemms with a residual_rms_norm epilogue
   int32_t* tokens_host = nullptr;
 
   ~State() {
@@ -497,19 +490,8 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
                      int(rows)};
-    const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);
-    if (s.fused_norm >= 0) {  // rows of one block each, as the plain gemm
-      const BoundStep& norm = steps[size_t(s.fused_norm)];  // stream x, branch (this gemm's y), weight
-      kk::GemvNormParams n{p,
-                           {ptr(norm.args[0].ptr), ptr(s.fused_y), ptr(norm.weights[2]),
-                            norm.writes_sum ? ptr(norm.results[0].ptr) : nullptr, ptr(norm.results.back().ptr),
-                            int(rows)},
-                           reinterpret_cast<unsigned*>(gemv_arrivals)};
-      return launch(s.fused_fn, s.fused_block,
-                    unsigned((s.width + s.fused_rows_per_block - 1) / s.fused_rows_per_block), 1, gz, &n);
-    }
     const int64_t pairs = s.fused_rows_per_block / 2;  // a block holds row pairs (gate/up, or rope's)
-    const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs);
+    const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs), gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);
     if (s.fused_rope < 0) return launch(s.fused_fn, s.fused_block, gx, 1, gz, &p);
     const BoundStep& rope = steps[size_t(s.fused_rope)];  // merged: qkv, positions, slot_mapping, k, v pools
     kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
@@ -1134,17 +1116,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     st.steps.push_back(std::move(s));
   }
   // 6. The fused skinny gemms write their silu_mul's result, or their
-  //    rope_kv_append's q (in storage of its own) and pools, or their own
-  //    output and then the residual_rms_norm's.
+  //    rope_kv_append's q (in storage of its own) and pools.
   for (size_t i = 0; i < st.steps.size(); ++i) {
     st.steps[i].absorbed = fusions[i].absorbed;
     if (!st.steps[i].fused_fn) continue;
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
-    if (st.steps[i + 1].kind == StepKind::kResidualRmsNorm) {
-      st.steps[i].fused_norm = int(i + 1);
-      st.steps[i].fused_y = st.steps[i].results[0].ptr;
-    }
   }
   // 7. Greedy batches' argmax and its scratch.
   st.argmax_fn = functions[source_index[greedy.name]];
@@ -1164,14 +1141,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     st.tokens = tokens;
     st.tokens_host = static_cast<int32_t*>(tokens_host);
     ex->device_bytes_ += 2 * partials * 4 + 2 * max_tokens * 4;
-  }
-  // 8. The arrival counters of the gemms whose last block runs a norm: one
-  //    per grid.z group of kGemvMaxRows rows, zero between launches.
-  if (std::any_of(st.steps.begin(), st.steps.end(), [](const BoundStep& s) { return s.fused_norm >= 0; })) {
-    KILN_ASSIGN(arrivals, st.alloc(kGemvArrivals * 4, "the fused gemms' arrival counters"));
-    KILN_RETURN_IF_ERROR(d->check(d->cuMemsetD8_v2(arrivals, 0, size_t(kGemvArrivals * 4)), "cuMemsetD8"));
-    st.gemv_arrivals = arrivals;
-    ex->device_bytes_ += kGemvArrivals * 4;
   }
   if (options.verbose)
     fmt::print(stderr, "cuda: programmatic launch {}, gemm autotune {}\n", st.programmatic_launch ? "on" : "off",
@@ -1289,7 +1258,6 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
-        if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemm's last block did it
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};
