@@ -105,6 +105,7 @@ struct BoundStep {
   // writing the silu_mul's result (fused_y), and skip the silu_mul step
   // (marked `absorbed`) ...
   CUfunction fused_fn = nullptr;
+  std::string fused_instance;  // its name (StepProfile's rows)
   unsigned fused_block = 0;
   int fused_rows_per_block = 1;  // gate/up rows, in pairs
   CUdeviceptr fused_y = 0;
@@ -945,6 +946,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       if (auto it = extra_instances.find(i); it != extra_instances.end() && step.kind == StepKind::kGemm) {
         const std::string& fused = it->second[Role::kFused];
         s.fused_fn = functions[source_index[fused]];
+        s.fused_instance = fused;
         s.fused_block = block_threads[fused];
         s.fused_rows_per_block = rows_per_block[fused];
       } else if (it != extra_instances.end()) {
@@ -1198,7 +1200,10 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     const BoundStep& s = steps[i];
     float ms = 0;
     d->cuEventElapsedTime_v2(&ms, step_events[i], step_events[i + 1]);
+    const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
+    if (s.absorbed && skinny) continue;  // done by the fused gemm before it: nothing ran
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
+    if (s.fused_fn && skinny) name = s.fused_instance;
     if (s.kind == StepKind::kPagedAttention)
       name = fmt::format("{} (heads {}/{}, head_dim {})", attentionPath(s, shape), s.heads, s.kv_heads, s.head_dim);
     step_profile.addStep(phase, name, ms);
