@@ -584,7 +584,6 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
     }
   };
 
-#pragma unroll
   // The prologue's sub-tiles of keys older than this step are copied before
   // waiting on the previous kernel (launched as a programmatic dependent,
   // common.cuh): only the kernel before writes the pool, at keys from

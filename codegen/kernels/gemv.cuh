@@ -114,17 +114,18 @@ __device__ __forceinline__ void gemv(const Params& params) {
   // pass: kHalf * kM <= the block's 256 threads). Its position, slot and
   // angle are fetched now, while the weights stream, not at the block's end,
   // where a round trip to memory would hold every block of the grid back.
+  const int rope_pair_slot = threadIdx.x / kM, rope_m = threadIdx.x % kM;
+  const bool rope_thread = Config::kRope && rope_pair_slot < kHalf && rope_m < m_count && weight_row(rope_pair_slot) >= 0;
   float rope_sin = 0.0f, rope_cos = 1.0f;
   int rope_slot = -1;
   if constexpr (Config::kRope) {
     static_assert(kHalf * kM <= 256, "one pass of the rope epilogue");
-    const int slot = threadIdx.x / kM, m = threadIdx.x % kM;
-    if (slot < kHalf && m < m_count && weight_row(slot) >= 0) {
+    if (rope_thread) {
       int lo, hi;
-      const int pair = rope_pair_columns<Config>(blockIdx.x * kHalf + slot, lo, hi);
-      rope_slot = params.slot_mapping[m0 + m];
+      const int pair = rope_pair_columns<Config>(blockIdx.x * kHalf + rope_pair_slot, lo, hi);
+      rope_slot = params.slot_mapping[m0 + rope_m];
       if (lo / Config::kHeadDim < Config::kHeads + Config::kKvHeads)
-        sincosf((float)params.positions[m0 + m] * rope_inv_freq<Config>(pair), &rope_sin, &rope_cos);
+        sincosf((float)params.positions[m0 + rope_m] * rope_inv_freq<Config>(pair), &rope_sin, &rope_cos);
     }
   }
   for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
@@ -163,16 +164,14 @@ __device__ __forceinline__ void gemv(const Params& params) {
   if constexpr (Config::kRope) {
     constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
     using Kv = typename Config::Kv;
-    const int slot = threadIdx.x / kM, m = threadIdx.x % kM;
-    if (slot >= kHalf || m >= m_count || weight_row(slot) < 0) return;
-    int lo, hi;
-    rope_pair_columns<Config>(blockIdx.x * kHalf + slot, lo, hi);
+    if (!rope_thread) return;
+    const int slot = rope_pair_slot, m = rope_m;  // columns weight_row(slot), weight_row(slot + kHalf)
     const bool write_kv = rope_slot >= 0 && (long long)rope_slot < params.num_slots;
     const long long kv_base = (long long)rope_slot * Hkv * D;
     store_rope_pair<Config>(static_cast<bf16*>(p.y) + (long long)(m0 + m) * H * D,
                             write_kv ? static_cast<Kv*>(params.k_pool) + kv_base : nullptr,
-                            write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, lo, hi,
-                            row_sum(slot, m), row_sum(slot + kHalf, m), rope_sin, rope_cos);
+                            write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, weight_row(slot),
+                            weight_row(slot + kHalf), row_sum(slot, m), row_sum(slot + kHalf, m), rope_sin, rope_cos);
     return;
   }
   if (Config::kSiluMul) {

@@ -116,7 +116,15 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
     if (tid % 32 == 0) inv_sum_s[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
   }
   __syncthreads();
-  // 3. Column c is dimensions 4(c % (D/4)) .. + 3 of head c / (D/4).
+  // 3. Column c is dimensions 4(c % (D/4)) .. + 3 of head c / (D/4); its
+  //    weighted sum over the splits goes out normalized, in bf16.
+  auto write_column = [&](int c, const float4& acc) {
+    const int r = c / (D / 4);
+    bf16* const out = static_cast<bf16*>(p.out) + (row0 + r) * D + (c % (D / 4)) * 4;
+    const float inv = inv_sum_s[r];
+    out[0] = from_float<bf16>(acc.x * inv), out[1] = from_float<bf16>(acc.y * inv);
+    out[2] = from_float<bf16>(acc.z * inv), out[3] = from_float<bf16>(acc.w * inv);
+  };
   const int slice = kSlices == 1 ? 0 : tid / kCols;
   if (slice < kSlices) {
     for (int c = kSlices == 1 ? tid : tid % kCols; c < kCols; c += kThreads) {
@@ -138,14 +146,8 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
           acc.x += wz * v[k].x, acc.y += wz * v[k].y, acc.z += wz * v[k].z, acc.w += wz * v[k].w;
         }
       }
-      if (kSlices > 1) {
-        slice_s[slice * kCols + c] = acc;
-      } else {
-        bf16* const out = static_cast<bf16*>(p.out) + (row0 + r) * D + (c % (D / 4)) * 4;
-        const float inv = inv_sum_s[r];
-        out[0] = from_float<bf16>(acc.x * inv), out[1] = from_float<bf16>(acc.y * inv);
-        out[2] = from_float<bf16>(acc.z * inv), out[3] = from_float<bf16>(acc.w * inv);
-      }
+      if (kSlices > 1) slice_s[slice * kCols + c] = acc;
+      else write_column(c, acc);
     }
   }
   if (kSlices > 1) {
@@ -157,11 +159,7 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
         const float4 v = slice_s[s * kCols + c];
         acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
       }
-      const int r = c / (D / 4);
-      bf16* const out = static_cast<bf16*>(p.out) + (row0 + r) * D + (c % (D / 4)) * 4;
-      const float inv = inv_sum_s[r];
-      out[0] = from_float<bf16>(acc.x * inv), out[1] = from_float<bf16>(acc.y * inv);
-      out[2] = from_float<bf16>(acc.z * inv), out[3] = from_float<bf16>(acc.w * inv);
+      write_column(c, acc);
     }
   }
   if (tid == 0) p.split_arrivals[(long long)t * kv_heads + kvh] = 0u;
