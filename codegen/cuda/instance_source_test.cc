@@ -64,6 +64,30 @@ TEST(InstanceSource, BadParamsNameKindAndParam) {
   EXPECT_NE(quant.error().message.find("q4_1"), std::string::npos);
   auto name = instanceSource("add", json{{"width", 64}}, "bad name;");
   ASSERT_FALSE(name.ok());
+  // The qkv gemm with rope as its epilogue: n must be the whole merged
+  // projection, and it takes one epilogue.
+  json rope_gemm = {{"n", 4096}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"heads", 32},
+                    {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16}, {"merged_qkv", true},
+                    {"kv_type", "bf16"}, {"rope_theta", 500000.0}, {"rope_style", "half"},
+                    {"rope_scaling", "none"}, {"rope_factor", 1.0}, {"rope_low_freq_factor", 1.0},
+                    {"rope_high_freq_factor", 4.0}, {"rope_original_max_position", 8192},
+                    {"rope_kv_append", true}};
+  auto short_n = instanceSource("gemm", rope_gemm);
+  ASSERT_FALSE(short_n.ok());
+  EXPECT_EQ(short_n.error().message,
+            "gemm: param 'n' is 4096 with rope_kv_append (merged_qkv true), expected the merged qkv "
+            "projection's (heads 32 + 2 x kv_heads 8) x head_dim 128");
+  rope_gemm["n"] = 6144;
+  ASSERT_TRUE(instanceSource("gemm", rope_gemm).ok());
+  rope_gemm["silu_mul"] = true;
+  auto both = instanceSource("gemm", rope_gemm);
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.error().message, "gemm: params 'silu_mul' and 'rope_kv_append' both set, expected one epilogue");
+  rope_gemm.erase("silu_mul");
+  rope_gemm["rope_style"] = "spiral";
+  auto style_bad = instanceSource("gemm", rope_gemm);
+  ASSERT_FALSE(style_bad.ok());
+  EXPECT_EQ(style_bad.error().message, "gemm: param 'rope_style' is 'spiral', expected 'half' or 'interleaved'");
 }
 
 TEST(InstanceSource, FloatLiteralsRoundTrip) {
