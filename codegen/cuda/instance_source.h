@@ -31,12 +31,16 @@ struct Instance {
   std::string kind;
   std::string source;  // the .cu text
   LaunchShape launch;
+  // The target it needs beyond kiln's sm_90 baseline: "sm_90a" for the
+  // wgmma kernels (arch-specific Hopper instructions); "" for any.
+  std::string arch;
 };
 
 // Kinds with a CUDA template: the manifest's kernel kinds (embedding, rms_norm,
 // residual_rms_norm, gemm, rope_kv_append, paged_attention, silu_mul, add, mul,
 // silu, gather_last_tokens) plus the runtime's own: paged_attention_split,
-// attention_combine, flash_attention, decode_attention, sample, argmax.
+// attention_combine, flash_attention, flash_attention_wgmma, decode_attention,
+// sample, argmax.
 const std::vector<std::string_view>& cudaKernelKinds();
 
 // A readable instance name from kind and params (kind, then each param as

@@ -192,10 +192,18 @@ TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
   EXPECT_EQ((*list)[1].kind, "decode_attention");
   EXPECT_EQ((*list)[2].kind, "attention_combine");
   EXPECT_EQ((*list)[2].params, (json{{"heads", 32}, {"head_dim", 128}}));
-  EXPECT_EQ((*list)[3].kind, "flash_attention");
+  // Hopper (the default target) gets the warpgroup kernel, other targets mma.sync's.
+  EXPECT_EQ((*list)[3].kind, "flash_attention_wgmma");
   EXPECT_STREQ(instanceRoleName((*list)[3].role), "prefill");
-  for (const StepInstance& inst : *list)  // each one generates
-    EXPECT_TRUE(instanceSource(inst.kind, inst.params, inst.name).ok()) << inst.kind;
+  for (const StepInstance& inst : *list) {  // each one generates; only the wgmma one needs sm_90a
+    auto generated = instanceSource(inst.kind, inst.params, inst.name);
+    ASSERT_TRUE(generated.ok()) << inst.kind;
+    EXPECT_EQ(generated->arch, inst.kind == "flash_attention_wgmma" ? "sm_90a" : "") << inst.kind;
+  }
+  auto pre_hopper = stepInstances("paged_attention", attention, "attn_l0", {.wgmma = false});
+  ASSERT_TRUE(pre_hopper.ok());
+  ASSERT_EQ(pre_hopper->size(), 4u);
+  EXPECT_EQ((*pre_hopper)[3].kind, "flash_attention");
 
   // No tensor-core prefill for f32 pools or when it is turned off; tree
   // masks keep the step's own kernel only.

@@ -60,8 +60,10 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
   const nlohmann::json combine{{"heads", params.value("heads", 0)}, {"head_dim", params.value("head_dim", 0)}};
   add(InstanceRole::kCombine, "attention_combine", combine, instanceName("attention_combine", combine));
   const int64_t head_dim = params.value("head_dim", 0);
-  if (options.flash_attention && params.value("kv_type", "") == "bf16" && (head_dim == 64 || head_dim == 128))
-    add(InstanceRole::kPrefill, "flash_attention", params, instanceName("flash_attention", params));
+  if (options.flash_attention && params.value("kv_type", "") == "bf16" && (head_dim == 64 || head_dim == 128)) {
+    const char* prefill = options.wgmma ? "flash_attention_wgmma" : "flash_attention";
+    add(InstanceRole::kPrefill, prefill, params, instanceName(prefill, params));
+  }
   return out;
 }
 

@@ -8,7 +8,7 @@
 //   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
-//     (prefill).
+//     (prefill), flash_attention_wgmma on Hopper.
 // Besides the steps, the entry's logits get the greedy argmax (greedyInstance).
 // The executor compiles exactly this list and kiln-kernels shows it.
 #pragma once
@@ -37,6 +37,9 @@ struct StepInstance {
 
 struct StepInstanceOptions {
   bool flash_attention = true;  // offer the tensor-core prefill kernel
+  // The target has Hopper's warpgroup tensor cores (sm_90a): the prefill
+  // kernel is flash_attention_wgmma, else flash_attention (mma.sync).
+  bool wgmma = true;
   // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
   nlohmann::json skinny_fusion;
 };

@@ -9,12 +9,14 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <vector>
 
 #include "codegen/cuda/instance_source.h"
 #include "codegen/kernels/flash_attention.cuh"  // the host-visible layout helpers only
+#include "codegen/kernels/flash_attention_wgmma.cuh"  // the same
 #include "runtime/cuda/kernel_test_cases.h"
 
 namespace kiln::cuda {
@@ -82,6 +84,7 @@ TEST_P(KernelCompile, CompilesToSm90CubinWithoutSpills) {
   ASSERT_TRUE(inst.ok()) << inst.error().message;
   CompileOptions options;
   options.include_dirs = defaultKernelIncludeDirs();
+  if (!inst->arch.empty()) options.arch = inst->arch;  // the wgmma kernels: sm_90a
   auto compiled = compileKernel(name, inst->source, options);
   ASSERT_TRUE(compiled.ok()) << compiled.error().message;
   EXPECT_FALSE(compiled->cubin.empty());
@@ -95,6 +98,10 @@ TEST_P(KernelCompile, CompilesToSm90CubinWithoutSpills) {
   EXPECT_EQ(u.spill_stores, 0) << name << "\n" << compiled->log;
   EXPECT_EQ(u.spill_loads, 0) << name << "\n" << compiled->log;
   EXPECT_LE(u.shared_bytes, 48 * 1024) << "static shared memory above 48 KiB";
+  // ptxas serializes the warpgroup multiplies (each waits for the one before)
+  // when the accumulators do not stay put in registers, and says so.
+  EXPECT_EQ(compiled->log.find("Potential Performance Loss"), std::string::npos) << name << "\n" << compiled->log;
+  if (std::getenv("KILN_PRINT_PTXAS")) std::printf("%s\n", compiled->log.c_str());
 }
 
 // flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)
@@ -116,6 +123,66 @@ TEST(FlashAttentionInstance, DynamicSharedMemoryFits) {
   auto hd96 = cuda_codegen::instanceSource("flash_attention", testing::attentionParams(32, 8, 96, false));
   ASSERT_FALSE(hd96.ok());
   EXPECT_NE(hd96.error().message.find("head_dim"), std::string::npos);
+}
+
+// ------------------------------------------------------------------------
+// flash_attention_wgmma's shared-memory tiles against its wgmma descriptors:
+// each element the kernel's copies store (wgmma::tile_offset) must be the
+// one the hardware reads through the descriptor, taken here from the
+// canonical 128-byte-swizzle layouts (PTX ISA "Shared Memory Matrix Layout";
+// in CuTe's notation, K-major ((8,m),(T,2k)):((8T,SBO),(1,T)) and MN-major
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 bf16) followed by the swizzle
+// of address bits 4-6 by bits 7-9.
+
+struct DecodedDescriptor {
+  unsigned start, leading, stride, layout;
+};
+DecodedDescriptor decode(unsigned long long d) {
+  return {unsigned(d & 0x3FFF) << 4, unsigned((d >> 16) & 0x3FFF) << 4, unsigned((d >> 32) & 0x3FFF) << 4,
+          unsigned(d >> 62)};
+}
+unsigned swizzle128(unsigned addr) { return addr ^ (((addr >> 7) & 7) << 4); }
+
+TEST(FlashAttentionWgmma, TileLayoutMatchesDescriptors) {
+  namespace wg = kernels::wgmma;
+  const unsigned base = 4096;  // any 1024-byte-aligned tile address
+  for (int D : {64, 128}) {
+    const int rows = 128;
+    // S = Q Kᵀ: Q (A, rows = query rows) and K (B, rows = keys), K-major, k16 step ks:
+    // element (row m, column k of the step) is dim 16 ks + k.
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const DecodedDescriptor d = decode(wg::k_major(base, rows, ks));
+      ASSERT_EQ(d.layout, 1u);
+      for (int m = 0; m < rows; ++m)
+        for (int k = 0; k < 16; ++k) {
+          const unsigned logical = d.start + (m % 8) * 128 + (m / 8) * d.stride + k * 2;
+          const int dim = 16 * ks + k;
+          const unsigned stored = base + wg::tile_offset(m, dim / 8, rows) + (dim % 8) * 2;
+          ASSERT_EQ(swizzle128(logical), stored) << "K-major D " << D << " step " << ks << " row " << m << " k " << k;
+        }
+    }
+    // A warpgroup's 64 rows of Q start 64 rows into each panel.
+    EXPECT_EQ(decode(wg::k_major(base + 64 * 128, rows, 1)).start, base + 64 * 128 + 32);
+    // O = P V: V (B, N = head_dim, k = keys), MN-major, k16 step kk over keys.
+    for (int kk = 0; kk < rows / 16; ++kk) {
+      const DecodedDescriptor d = decode(wg::mn_major(base, rows, kk));
+      ASSERT_EQ(d.layout, 1u);
+      for (int n = 0; n < D; ++n)
+        for (int k = 0; k < 16; ++k) {
+          const unsigned logical =
+              d.start + (n % 64) * 2 + (n / 64) * d.leading + (k % 8) * 128 + (k / 8) * d.stride;
+          const int key = 16 * kk + k;
+          const unsigned stored = base + wg::tile_offset(key, n / 8, rows) + (n % 8) * 2;
+          ASSERT_EQ(swizzle128(logical), stored) << "MN-major D " << D << " step " << kk << " dim " << n << " key " << k;
+        }
+    }
+  }
+  // Every panel of the kernel's tiles starts 1024-byte aligned past the aligned base.
+  for (int D : {64, 128}) {
+    EXPECT_EQ(kernels::flash_wgmma::kBlockM * 128 % 1024, 0);
+    EXPECT_EQ(kernels::flash_wgmma::kBlockN * D * 2 % 1024, 0);
+    EXPECT_LE(kernels::flash_wgmma::smem_bytes(D), 227 * 1024);
+  }
 }
 
 // ------------------------------------------------------------------------

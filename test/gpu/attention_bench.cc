@@ -6,8 +6,9 @@
 // (1) flash_attention prefill, B=1, S=4096, H=32, Hkv=8, D=128, causal:
 //     TFLOP/s with FLOPs = 4 S² H D / 2 (QKᵀ and PV, half the square), for
 //     each tiling the instance offers (4 warps x 64 rows, the default; 8
-//     warps x 128 rows), then head_dim 64 (same heads) likewise plus 4 warps
-//     x 128 rows.
+//     warps x 128 rows; flash_attention_wgmma, Hopper's warpgroup form, 2
+//     warpgroups x 128 rows), then head_dim 64 (same heads) likewise plus 4
+//     warps x 128 rows.
 // (2) the decode path, paged_attention_split + attention_combine, one token
 //     at context 8192, H=32, Hkv=8, D=128, for 8/16/32/64 splits: GB/s of
 //     K+V read (2 · 8192 · 8 · 128 · 2 bytes). Each rep reads the next of
@@ -139,14 +140,18 @@ Pools makePools(std::mt19937& rng, int len, int Hkv, int D) {
           DeviceBuffer::from(table)};
 }
 
+// warps 0: flash_attention_wgmma (its one tiling, 2 warpgroups x 128 rows).
 Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D, int warps, int block_m) {
+  const bool wgmma = warps == 0;
+  const char* kind = wgmma ? "flash_attention_wgmma" : "flash_attention";
   json params = cuda::testing::attentionParams(H, Hkv, D, false);
-  if (warps != 4 || block_m != 64) {
+  if (!wgmma && (warps != 4 || block_m != 64)) {
     params["warps"] = warps;
     params["block_m"] = block_m;
   }
-  auto k = compile("flash_attention", params);
+  auto k = compile(kind, params);
   if (!k) return k.error();
+  if (wgmma) warps = k->instance.launch.block_threads / 32, block_m = configConstant(*k, "kBlockM");
   const int smem = configConstant(*k, "kSmemBytes");
   const cuda::CudaDriver* d = (*Gpu::get())->d;
   KILN_RETURN_IF_ERROR(d->check(
@@ -164,10 +169,10 @@ Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D
   if (!ms) return ms.error();
   const double flops = 4.0 * S * double(S) * H * D / 2, tflops = flops / (*ms * 1e-3) / 1e12;
   Record r;
-  r.line = fmt::format("flash_attention prefill B=1 S={} H={} Hkv={} D={} causal warps={} block_m={}: {:.3f} ms, "
+  r.line = fmt::format("{} prefill B=1 S={} H={} Hkv={} D={} causal warps={} block_m={}: {:.3f} ms, "
                        "{:.1f} TFLOP/s (regs {}, dynamic smem {} B)",
-                       S, H, Hkv, D, warps, block_m, *ms, tflops, k->resources.registers, smem);
-  r.fields = {{"name", "flash_attention_prefill"}, {"B", 1}, {"S", S}, {"H", H}, {"Hkv", Hkv}, {"D", D},
+                       kind, S, H, Hkv, D, warps, block_m, *ms, tflops, k->resources.registers, smem);
+  r.fields = {{"name", "flash_attention_prefill"}, {"kind", kind}, {"B", 1}, {"S", S}, {"H", H}, {"Hkv", Hkv}, {"D", D},
               {"warps", warps}, {"block_m", block_m}, {"ms", *ms}, {"tflops", tflops},
               {"registers", k->resources.registers}};
   return r;
@@ -337,8 +342,9 @@ int run(int argc, char** argv) {
     records.push_back(r);
   };
   struct P { int S, H, Hkv, D, warps, block_m; };
-  for (const P& c : {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128}, P{4096, 32, 8, 64, 4, 64},
-                     P{4096, 32, 8, 64, 4, 128}, P{4096, 32, 8, 64, 8, 128}}) {
+  for (const P& c : {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128}, P{4096, 32, 8, 128, 0, 128},
+                     P{4096, 32, 8, 64, 4, 64}, P{4096, 32, 8, 64, 4, 128}, P{4096, 32, 8, 64, 8, 128},
+                     P{4096, 32, 8, 64, 0, 128}}) {
     auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
     if (r) {
       report(*r);

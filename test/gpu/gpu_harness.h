@@ -136,6 +136,7 @@ inline Result<Kernel> compile(const std::string& kind, const nlohmann::json& par
   if (!inst) return inst.error();
   cuda::CompileOptions options;
   options.include_dirs = cuda::defaultKernelIncludeDirs();
+  if (!inst->arch.empty()) options.arch = inst->arch;  // the wgmma kernels: sm_90a
   auto compiled = cuda::compileKernel(name, inst->source, options);
   if (!compiled) return compiled.error();
   Kernel k;

@@ -97,7 +97,7 @@ struct BoundStep {
   unsigned split_smem = 0;
   // ... and the tensor-core flash_attention instance for prefill batches.
   CUfunction flash_fn = nullptr;
-  unsigned flash_block = 0, flash_smem = 0;
+  unsigned flash_block = 0, flash_smem = 0, flash_block_m = 0;  // flash_block_m: query rows per block
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
   // gemm with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h):
@@ -643,14 +643,18 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   d->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, st.device);
   char name[256] = {0};
   d->cuDeviceGetName(name, sizeof name, st.device);
-  const std::string arch = fmt::format("sm_{}{}", major, minor);
+  const std::string device_arch = fmt::format("sm_{}{}", major, minor);
+  // Hopper (9.0) compiles every instance for sm_90a, the arch-specific
+  // target, so the wgmma attention kernel can run there (instance_source).
+  const bool hopper = major == 9 && minor == 0;
+  const std::string arch = hopper ? "sm_90a" : device_arch;
   d->cuDeviceGetAttribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, st.device);
   st.use_graphs = options.cuda_graphs;
   st.programmatic_launch = options.programmatic_launch && major >= 9 && extras.launchKernelEx;
   st.profile = options.profile_steps;
   st.verbose = options.verbose || options.profile_steps;
   st.gemm_autotune = options.gemm_autotune;
-  ex->device_name_ = fmt::format("{} ({})", name, arch);
+  ex->device_name_ = fmt::format("{} ({})", name, device_arch);
   auto lt = loadCublasLt();
   if (!lt) return makeError("no CUDA backend: {}", lt.error().message);
   st.lt = *lt;
@@ -852,6 +856,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
+  instance_options.wgmma = hopper;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry);
   {
     // One buffer serves every fused rope's q: each layer's is read by its
@@ -955,8 +960,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
         s.split_merges_itself = by_role[Role::kDecode].rfind("decode_attention", 0) == 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kCombine], s.combine_fn, s.combine_block, combine_smem));
-        if (by_role.count(Role::kPrefill))
-          KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kPrefill], s.flash_fn, s.flash_block, s.flash_smem));
+        if (by_role.count(Role::kPrefill)) {
+          const std::string& flash = by_role[Role::kPrefill];
+          KILN_RETURN_IF_ERROR(bindExtra(flash, s.flash_fn, s.flash_block, s.flash_smem));
+          s.flash_block_m = unsigned(parseConfigInt(sources[source_index[flash]].source, "kBlockM", 0));
+          if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash);
+        }
       }
     }
     const size_t na = step.args.size();
@@ -1225,7 +1234,7 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
   p.num_splits = 1;
   const char* path = attentionPath(s, shape);
   if (path == kFlashPath) {
-    const unsigned tiles = unsigned((shape.max_q_len + kFlashBlockM - 1) / kFlashBlockM);
+    const unsigned tiles = unsigned((shape.max_q_len + s.flash_block_m - 1) / s.flash_block_m);
     return launch(s.flash_fn, s.flash_block, unsigned(s.heads), tiles, unsigned(shape.b), &p, s.flash_smem);
   }
   if (path == kPagedPath) return launch(s, unsigned(shape.n), unsigned(s.kv_heads), 1, &p);

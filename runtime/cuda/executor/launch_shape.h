@@ -31,10 +31,10 @@ struct LaunchShape {
   }
 };
 
-// Query rows per flash_attention block; batches whose longest sequence has
-// at least kFlashMinQuery tokens (prefill chunks) run it, shorter ones the
-// CUDA-core paged_attention, which wastes no rows on a one-token query.
-constexpr int kFlashBlockM = 64;
+// Batches whose longest sequence has at least kFlashMinQuery tokens
+// (prefill chunks) run the tensor-core prefill kernel (its instance's
+// kBlockM query rows a block), shorter ones the CUDA-core paged_attention,
+// which wastes no rows on a one-token query.
 constexpr int kFlashMinQuery = 16;
 
 // Split-KV partitions for a decode batch, or 0 for the unsplit kernel. The

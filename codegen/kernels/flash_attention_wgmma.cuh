@@ -1,0 +1,266 @@
+// Causal prefill attention over the paged KV pool on Hopper's warpgroup
+// tensor cores (wgmma, sm_90a): flash_attention's semantics and launch
+// contract (see flash_attention.cuh for the params, the causal rule and the
+// grid order), with its two products issued a warpgroup at a time from
+// shared memory instead of an m16n8k16 at a time from registers.
+//
+// Launch: grid [H, ceil(max_q_len / 128), B], block [256] (two warpgroups),
+// dynamic shared memory flash_wgmma::smem_bytes(D).
+//
+// Work split: warpgroup g owns query rows [64 g, 64 g + 64) of the block's
+// 128; its warp w (of 4) holds rows 16 w .. 16 w + 15 of those in the
+// accumulator layout of an m16n8 tile, so the mask, the online softmax and
+// the output code are flash_attention's, one m-tile a warp. Per key tile of
+// 128:
+//   S = Q Kᵀ   wgmma m64n128k16, Q and K both from shared memory, D / 16 steps;
+//   P         the online-softmax update on S in registers (exp2, scale folded
+//             into log2 e), packed to bf16 as the A fragments as they lie;
+//   O += P V  wgmma m64nDk16 with P from registers and V from shared memory
+//             (MN-major: the keys, rows of the V tile, are the k axis).
+// A warpgroup whose rows all precede a tile skips it. The two warpgroups are
+// independent between barriers, so one's softmax runs while the other's
+// multiplies do.
+//
+// Shared memory (wgmma.cuh's panel-major 128-byte swizzle, every panel
+// 1024-byte aligned): Q [128, D]; then two stages of K [128, D] and V
+// [128, D]. All 256 threads copy tile t + 1 (cp.async, gathered row by row
+// through the block table) while the warpgroups multiply tile t. The output
+// goes back through Q's rows (each warpgroup its own) for coalesced 16-byte
+// stores.
+#pragma once
+
+#include "wgmma.cuh"  // and tensor_core.cuh; on the device common.cuh
+
+namespace kiln {
+namespace kernels {
+namespace flash_wgmma {
+
+constexpr int kBlockM = 128;  // query rows per block: two warpgroups of 64
+constexpr int kBlockN = 128;  // keys per tile
+constexpr int kThreads = 256;
+
+// Q, two stages of K and V, and 1024 bytes to align the first panel (the
+// dynamic window is only guaranteed 16-byte alignment).
+KILN_HOST_DEVICE constexpr int smem_bytes(int head_dim) {
+  return (kBlockM + 2 * 2 * kBlockN) * head_dim * 2 + 1024;
+}
+
+}  // namespace flash_wgmma
+}  // namespace kernels
+}  // namespace kiln
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+namespace kiln {
+namespace kernels {
+
+// Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
+//         static constexpr float kScale (> 0).
+template <class Config>
+__device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams& p) {
+  using namespace flash_wgmma;
+  constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
+  constexpr int kGroup = H / Hkv;
+  constexpr int BM = kBlockM, BN = kBlockN;
+  constexpr int kChunks = D / 8;      // 16-byte chunks per row
+  constexpr int kKSteps = D / 16;     // k16 steps of Q Kᵀ
+  constexpr int kNBlocks = BN / 8;    // n8 blocks of S
+  constexpr int kDBlocks = D / 8;     // n8 blocks of O
+  constexpr int kQBytes = BM * D * 2;
+  constexpr int kTileBytes = BN * D * 2;
+  constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
+  static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(Config::kBlockM == BM, "128 query rows per block");
+  static_assert(Config::kSmemBytes == smem_bytes(D), "dynamic shared memory size");
+  static_assert(Config::kScale > 0.0f, "the running max is taken over unscaled scores");
+
+  extern __shared__ __align__(128) unsigned char smem_window[];
+  const unsigned window = smem_address(smem_window);
+  const unsigned q_base = (window + 1023u) & ~1023u;
+  unsigned char* const smem = smem_window + (q_base - window);  // q_base as a generic pointer
+  const unsigned kv_base = q_base + kQBytes;
+
+  const int h = blockIdx.x, b = blockIdx.z;
+  const int kvh = h / kGroup;
+  const int m0 = (gridDim.y - 1 - blockIdx.y) * BM;  // first query row of the tile, in the sequence
+  const int q_begin = p.query_start[b], q_len = p.query_start[b + 1] - q_begin;
+  if (m0 >= q_len) return;
+  const int rows = min(BM, q_len - m0);
+  const int first_pos = p.kv_lens[b] - q_len + m0;  // position of the tile's first query
+  const int key_end = first_pos + rows;             // keys [0, key_end) are seen by some row
+  const int num_tiles = (key_end + BN - 1) / BN;
+  const int full_tiles = (first_pos + 1) / BN;      // tiles every row sees whole: no mask
+  const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
+  const bf16* k_pool = static_cast<const bf16*>(p.k_pool);
+  const bf16* v_pool = static_cast<const bf16*>(p.v_pool);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int group_row0 = (warp / 4) * 64;  // first row of this warpgroup in the tile
+  const int warp_row0 = warp * 16;         // first row of this warp in the tile
+  const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
+
+  // Keys [kt * BN, kt * BN + BN) -> stage; keys at or past key_end become zeros.
+  auto load_kv = [&](int kt, int stage) {
+    const unsigned k_dst = kv_base + stage * kStageBytes, v_dst = k_dst + kTileBytes;
+#pragma unroll
+    for (int i = 0; i < BN / kRowsPerPass; ++i) {
+      const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
+      long long at = 0;
+      int bytes = 0;
+      if (j < key_end) {
+        const long long slot = (long long)table[j / Config::kPageSize] * Config::kPageSize + j % Config::kPageSize;
+        at = (slot * Hkv + kvh) * D + copy_chunk * 8;
+        bytes = 16;
+      }
+      const int off = wgmma::tile_offset(r, copy_chunk, BN);
+      cp_async_16(k_dst + off, k_pool + at, bytes);
+      cp_async_16(v_dst + off, v_pool + at, bytes);
+    }
+  };
+
+  // Q rows past q_len become zeros (their results are never stored); Q and
+  // tile 0 are one copy group.
+  {
+    const bf16* q = static_cast<const bf16*>(p.q) + ((long long)(q_begin + m0) * H + h) * D + copy_chunk * 8;
+#pragma unroll
+    for (int i = 0; i < BM / kRowsPerPass; ++i) {
+      const int r = copy_row + i * kRowsPerPass;
+      cp_async_16(q_base + wgmma::tile_offset(r, copy_chunk, BM), q + (r < rows ? (long long)r * H * D : 0),
+                  r < rows ? 16 : 0);
+    }
+  }
+  load_kv(0, 0);
+  cp_async_commit();
+
+  float o[kDBlocks * 4];
+#pragma unroll
+  for (int i = 0; i < kDBlocks * 4; ++i) o[i] = 0.0f;
+  float row_max[2], row_sum[2];  // rows g, g + 8 of the warp's 16; sums are this lane's share
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    row_max[hr] = neg_inf();
+    row_sum[hr] = 0.0f;
+  }
+
+  const unsigned q_group = q_base + group_row0 * 128;  // the warpgroup's 64 rows of every Q panel
+  // Position of this warpgroup's last query row (-1: every row is past q_len).
+  const int group_last_pos = group_row0 < rows ? first_pos + min(group_row0 + 64, rows) - 1 : -1;
+  for (int kt = 0; kt < num_tiles; ++kt) {
+    if (kt + 1 < num_tiles) load_kv(kt + 1, (kt + 1) & 1);
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
+    cp_async_wait<1>();
+    wgmma::fence_shared_for_async();  // the copies just landed are read by wgmma next
+    __syncthreads();
+
+    const int key0 = kt * BN;
+    if (key0 <= group_last_pos) {  // else every key of the tile is after this warpgroup's rows
+      const unsigned k_tile = kv_base + (kt & 1) * kStageBytes, v_tile = k_tile + kTileBytes;
+
+      // S = Q Kᵀ for the warpgroup's 64 rows and the tile's 128 keys; s[4 nb + i]
+      // is element i of n8 block nb of the warp's m16 tile.
+      float s[kNBlocks * 4];
+      wgmma::pin(s);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks)
+        wgmma::wgmma_ss_m64n128k16(s, wgmma::k_major(q_group, BM, ks), wgmma::k_major(k_tile, BN, ks), ks > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::pin(s);
+
+      // Causal mask on the tiles that cross the diagonal: key > position -> -inf.
+      if (kt >= full_tiles) {
+#pragma unroll
+        for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int pos = first_pos + warp_row0 + acc_row(lane, i);
+            if (key0 + nb * 8 + acc_col(lane, i) > pos) s[4 * nb + i] = neg_inf();
+          }
+      }
+
+      // Online softmax: new running max, rescale the old sum and output, P = exp(S - max).
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = row_max[hr];
+#pragma unroll
+        for (int nb = 0; nb < kNBlocks; ++nb) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * hr], s[4 * nb + 2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == neg_inf() ? 0.0f : mx * kScaleLog2;
+        const float alpha = exp2_approx(row_max[hr] * kScaleLog2 - base);
+        row_max[hr] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pe = exp2_approx(fmaf(s[4 * nb + 2 * hr + e], kScaleLog2, -base));
+            s[4 * nb + 2 * hr + e] = pe;
+            sum += pe;
+          }
+        row_sum[hr] = row_sum[hr] * alpha + sum;
+#pragma unroll
+        for (int db = 0; db < kDBlocks; ++db) {
+          o[4 * db + 2 * hr] *= alpha;
+          o[4 * db + 2 * hr + 1] *= alpha;
+        }
+      }
+
+      // O += P V: P's accumulators of keys 16 kk .. 16 kk + 15 are the A fragment as they lie.
+      unsigned pa[BN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      wgmma::pin(o);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        if constexpr (D == 128) wgmma::wgmma_rs_m64n128k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
+        else wgmma::wgmma_rs_m64n64k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::pin(o);
+    }
+    __syncthreads();  // the stage just read is the one the next iteration refills
+  }
+  cp_async_wait<0>();
+
+  // Normalize, stage the warp's rows as bf16 over its own Q rows (no other
+  // warp reads them), then store 16-byte chunks.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float l = row_sum[hr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int r = warp_row0 + acc_row(lane, 2 * hr);
+#pragma unroll
+    for (int db = 0; db < kDBlocks; ++db) {
+      const unsigned v = pack_bf16x2(o[4 * db + 2 * hr] * inv, o[4 * db + 2 * hr + 1] * inv);
+      *reinterpret_cast<unsigned*>(smem + wgmma::tile_offset(r, db, BM) + acc_col(lane, 0) * 2) = v;
+    }
+  }
+  __syncwarp();
+  bf16* out = static_cast<bf16*>(p.out) + ((long long)(q_begin + m0) * H + h) * D;
+#pragma unroll
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = warp_row0 + i / kChunks, c = i % kChunks;
+    if (r < rows)
+      *reinterpret_cast<uint4*>(out + (long long)r * H * D + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + wgmma::tile_offset(r, c, BM));
+  }
+}
+
+}  // namespace kernels
+}  // namespace kiln
+
+#endif  // __CUDACC__ || __CUDACC_RTC__

@@ -1,0 +1,151 @@
+// Hopper warpgroup matrix multiply (wgmma, sm_90a) for the attention
+// kernels: shared-memory matrix descriptors over the 128-byte-swizzled tile
+// layout, the fences and groups that order the asynchronous multiplies, and
+// the three shapes flash_attention_wgmma issues. NVRTC-compilable, no host
+// headers; the instances that include it compile for sm_90a (instance_source).
+//
+// Tile layout (both operands of both products): a [rows, 64k] bf16 tile is
+// stored as k column panels of 64 (128 bytes a row); panel p starts at
+// p * rows * 128 bytes, row r of a panel at r * 128, and its 16-byte chunk c
+// at chunk c ^ (r % 8). That is the canonical 128-byte swizzle the hardware
+// applies to address bits 4-6 from bits 7-9, so every panel starts on a
+// 1024-byte boundary. One layout serves:
+//   - K-major operands (Q as A and K as B of S = Q Kᵀ): 8-row core-matrix
+//     groups 1024 bytes apart (the stride byte offset); a k16 step moves the
+//     start 32 bytes within the panel, four steps then the next panel;
+//   - the MN-major operand (V as B of O = P V, keys along k): 8-key groups
+//     1024 bytes apart (stride byte offset), the 64-dim panels `rows * 128`
+//     bytes apart (leading byte offset); a k16 step moves 16 rows (2048 bytes).
+#pragma once
+
+#include "tensor_core.cuh"  // KILN_HOST_DEVICE; on the device common.cuh, smem_address
+
+namespace kiln {
+namespace kernels {
+namespace wgmma {
+
+// Byte offset of 16-byte chunk `chunk` (of head_dim / 8) of row `row` in a
+// panel-major swizzled tile of `rows` rows.
+KILN_HOST_DEVICE constexpr int tile_offset(int row, int chunk, int rows) {
+  return (chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// The 64-bit shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor
+// Format"): start address, leading and stride byte offsets (each >> 4, 14
+// bits), base offset 0 (panels are 1024-byte aligned), layout 1 = 128-byte swizzle.
+KILN_HOST_DEVICE constexpr unsigned long long descriptor(unsigned smem_addr, unsigned leading_bytes,
+                                                         unsigned stride_bytes) {
+  return (unsigned long long)((smem_addr & 0x3FFFF) >> 4) |
+         (unsigned long long)((leading_bytes >> 4) & 0x3FFF) << 16 |
+         (unsigned long long)((stride_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
+}
+
+// K-major operand (rows along M or N, head_dim along k), k16 step `ks`.
+KILN_HOST_DEVICE constexpr unsigned long long k_major(unsigned tile_addr, int rows, int ks) {
+  return descriptor(tile_addr + (ks >> 2) * rows * 128 + (ks & 3) * 32, 16, 1024);
+}
+// MN-major operand (rows = keys along k, head_dim along N), k16 step `ks`.
+KILN_HOST_DEVICE constexpr unsigned long long mn_major(unsigned tile_addr, int rows, int ks) {
+  return descriptor(tile_addr + ks * 16 * 128, rows * 128, 1024);
+}
+
+}  // namespace wgmma
+}  // namespace kernels
+}  // namespace kiln
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+namespace kiln {
+namespace kernels {
+namespace wgmma {
+
+// Before the first multiply of a batch: orders this thread's earlier
+// register writes (accumulators, A fragments) before the multiplies read them.
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Shared memory written by ordinary stores or cp.async, read next by wgmma
+// (the async proxy): each writing thread fences before the barrier.
+__device__ __forceinline__ void fence_shared_for_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Pins an accumulator array in registers across an asynchronous batch: the
+// compiler may not move its reads or writes past this point.
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The wrappers below are spelled out operand by operand (inline PTX takes
+// no register lists).
+
+// d (+)= A · B for m64n128k16, A and B from shared memory (K-major both);
+// accumulate = false overwrites d.
+__device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], unsigned long long a_desc,
+                                                  unsigned long long b_desc, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
+
+// d += A · B for m64n128k16, A from registers (the m16n8k16 A fragment of the
+// warp's 16 rows), B from shared memory MN-major (imm-trans-b = 1).
+__device__ __forceinline__ void wgmma_rs_m64n128k16_tb(float (&d)[64], const unsigned (&a)[4],
+                                                     unsigned long long b_desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+
+// d += A · B for m64n64k16, A from registers (the m16n8k16 A fragment of the
+// warp's 16 rows), B from shared memory MN-major (imm-trans-b = 1).
+__device__ __forceinline__ void wgmma_rs_m64n64k16_tb(float (&d)[32], const unsigned (&a)[4],
+                                                     unsigned long long b_desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+
+}  // namespace wgmma
+}  // namespace kernels
+}  // namespace kiln
+
+#endif  // __CUDACC__ || __CUDACC_RTC__
