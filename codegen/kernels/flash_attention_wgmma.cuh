@@ -17,16 +17,19 @@
 //             into log2 e), packed to bf16 as the A fragments as they lie;
 //   O += P V  wgmma m64nDk16 with P from registers and V from shared memory
 //             (MN-major: the keys, rows of the V tile, are the k axis).
-// A warpgroup whose rows all precede a tile skips it. The two warpgroups are
-// independent between barriers, so one's softmax runs while the other's
-// multiplies do.
+// The two products of a tile overlap the softmax (FlashAttention-3's
+// intra-warpgroup pipelining): with P of tile t in registers, a warpgroup
+// issues S of tile t + 1 and O += P V of tile t together, waits for S only,
+// runs the softmax of tile t + 1 while O's multiplies still run, then
+// rescales O. A warpgroup whose rows all precede a tile skips it; the two
+// warpgroups are otherwise independent between barriers.
 //
 // Shared memory (wgmma.cuh's panel-major 128-byte swizzle, every panel
-// 1024-byte aligned): Q [128, D]; then two stages of K [128, D] and V
-// [128, D]. All 256 threads copy tile t + 1 (cp.async, gathered row by row
-// through the block table) while the warpgroups multiply tile t. The output
-// goes back through Q's rows (each warpgroup its own) for coalesced 16-byte
-// stores.
+// 1024-byte aligned): Q [128, D]; then three stages of K [128, D] and V
+// [128, D]: tile t's V and tile t + 1's K are read while tile t + 2 lands
+// (all 256 threads copy it with cp.async, gathered row by row through the
+// block table). The output goes back through Q's rows (each warp its own)
+// for coalesced 16-byte stores.
 #pragma once
 
 #include "wgmma.cuh"  // and tensor_core.cuh; on the device common.cuh
@@ -38,11 +41,12 @@ namespace flash_wgmma {
 constexpr int kBlockM = 128;  // query rows per block: two warpgroups of 64
 constexpr int kBlockN = 128;  // keys per tile
 constexpr int kThreads = 256;
+constexpr int kStages = 3;  // K/V tiles: kt's V and kt + 1's K are read while kt + 2 lands
 
-// Q, two stages of K and V, and 1024 bytes to align the first panel (the
-// dynamic window is only guaranteed 16-byte alignment).
+// Q, the K/V stages, and 1024 bytes to align the first panel (the dynamic
+// window is only guaranteed 16-byte alignment).
 KILN_HOST_DEVICE constexpr int smem_bytes(int head_dim) {
-  return (kBlockM + 2 * 2 * kBlockN) * head_dim * 2 + 1024;
+  return (kBlockM + kStages * 2 * kBlockN) * head_dim * 2 + 1024;
 }
 
 }  // namespace flash_wgmma
@@ -69,6 +73,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   constexpr int kQBytes = BM * D * 2;
   constexpr int kTileBytes = BN * D * 2;
   constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
+  constexpr int kStages = flash_wgmma::kStages;
   constexpr int kRowsPerPass = kThreads / kChunks;
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
   static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
@@ -134,6 +139,8 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   }
   load_kv(0, 0);
   cp_async_commit();
+  if (num_tiles > 1) load_kv(1, 1);
+  cp_async_commit();  // possibly empty
 
   float o[kDBlocks * 4];
 #pragma unroll
@@ -146,79 +153,102 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   }
 
   const unsigned q_group = q_base + group_row0 * 128;  // the warpgroup's 64 rows of every Q panel
-  // Position of this warpgroup's last query row (-1: every row is past q_len).
+  auto stage_of = [&](int kt) { return kv_base + (kt % kStages) * kStageBytes; };
+  // Key tiles this warpgroup needs: up to its last query row's position
+  // (none when every row is past q_len).
   const int group_last_pos = group_row0 < rows ? first_pos + min(group_row0 + 64, rows) - 1 : -1;
-  for (int kt = 0; kt < num_tiles; ++kt) {
-    if (kt + 1 < num_tiles) load_kv(kt + 1, (kt + 1) & 1);
-    cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
-    cp_async_wait<1>();
-    wgmma::fence_shared_for_async();  // the copies just landed are read by wgmma next
-    __syncthreads();
+  const int group_tiles = group_last_pos < 0 ? 0 : min(num_tiles, group_last_pos / BN + 1);
 
+  // S = Q Kᵀ of tile kt for the warpgroup's 64 rows and the tile's 128 keys;
+  // s[4 nb + i] is element i of n8 block nb of the warp's m16 tile. Issued
+  // and committed as one group, not waited for.
+  float s[kNBlocks * 4];
+  auto issue_scores = [&](int kt) {
+    const unsigned k_tile = stage_of(kt);
+    wgmma::pin(s);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+      wgmma::wgmma_ss_m64n128k16(s, wgmma::k_major(q_group, BM, ks), wgmma::k_major(k_tile, BN, ks), ks > 0);
+    wgmma::commit();
+  };
+  // The online-softmax update of tile kt on s (complete): the causal mask on
+  // the tiles that cross the diagonal (key > position -> -inf), the new
+  // running max, the row sums, and s <- P = exp(S - max) in place. Returns
+  // in alpha the factor the output so far is rescaled by.
+  auto softmax = [&](int kt, float (&alpha)[2]) {
     const int key0 = kt * BN;
-    if (key0 <= group_last_pos) {  // else every key of the tile is after this warpgroup's rows
-      const unsigned k_tile = kv_base + (kt & 1) * kStageBytes, v_tile = k_tile + kTileBytes;
-
-      // S = Q Kᵀ for the warpgroup's 64 rows and the tile's 128 keys; s[4 nb + i]
-      // is element i of n8 block nb of the warp's m16 tile.
-      float s[kNBlocks * 4];
-      wgmma::pin(s);
-      wgmma::fence();
+    if (kt >= full_tiles) {
 #pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks)
-        wgmma::wgmma_ss_m64n128k16(s, wgmma::k_major(q_group, BM, ks), wgmma::k_major(k_tile, BN, ks), ks > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::pin(s);
-
-      // Causal mask on the tiles that cross the diagonal: key > position -> -inf.
-      if (kt >= full_tiles) {
+      for (int nb = 0; nb < kNBlocks; ++nb)
 #pragma unroll
-        for (int nb = 0; nb < kNBlocks; ++nb)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int pos = first_pos + warp_row0 + acc_row(lane, i);
-            if (key0 + nb * 8 + acc_col(lane, i) > pos) s[4 * nb + i] = neg_inf();
-          }
-      }
-
-      // Online softmax: new running max, rescale the old sum and output, P = exp(S - max).
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = row_max[hr];
-#pragma unroll
-        for (int nb = 0; nb < kNBlocks; ++nb) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * hr], s[4 * nb + 2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = mx == neg_inf() ? 0.0f : mx * kScaleLog2;
-        const float alpha = exp2_approx(row_max[hr] * kScaleLog2 - base);
-        row_max[hr] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nb = 0; nb < kNBlocks; ++nb)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pe = exp2_approx(fmaf(s[4 * nb + 2 * hr + e], kScaleLog2, -base));
-            s[4 * nb + 2 * hr + e] = pe;
-            sum += pe;
-          }
-        row_sum[hr] = row_sum[hr] * alpha + sum;
-#pragma unroll
-        for (int db = 0; db < kDBlocks; ++db) {
-          o[4 * db + 2 * hr] *= alpha;
-          o[4 * db + 2 * hr + 1] *= alpha;
+        for (int i = 0; i < 4; ++i) {
+          const int pos = first_pos + warp_row0 + acc_row(lane, i);
+          if (key0 + nb * 8 + acc_col(lane, i) > pos) s[4 * nb + i] = neg_inf();
         }
-      }
-
-      // O += P V: P's accumulators of keys 16 kk .. 16 kk + 15 are the A fragment as they lie.
-      unsigned pa[BN / 16][4];
+    }
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-      }
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = row_max[hr];
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * hr], s[4 * nb + 2 * hr + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == neg_inf() ? 0.0f : mx * kScaleLog2;
+      alpha[hr] = exp2_approx(row_max[hr] * kScaleLog2 - base);
+      row_max[hr] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = exp2_approx(fmaf(s[4 * nb + 2 * hr + e], kScaleLog2, -base));
+          s[4 * nb + 2 * hr + e] = pe;
+          sum += pe;
+        }
+      row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
+    }
+  };
+  // P as bf16 A fragments: P's accumulators of keys 16 kk .. 16 kk + 15 as they lie.
+  unsigned pa[BN / 16][4];
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+
+  // Tile 0: scores, softmax, P (the output is still zero: no rescale).
+  cp_async_wait<1>();
+  wgmma::fence_shared_for_async();  // the copies just landed are read by wgmma next
+  __syncthreads();
+  if (group_tiles > 0) {
+    float alpha[2];
+    issue_scores(0);
+    wgmma::wait<0>();
+    wgmma::pin(s);
+    softmax(0, alpha);
+    pack_p();
+  }
+
+  // Iteration kt: P of tile kt is in registers. The scores of tile kt + 1
+  // and O += P V of tile kt are in flight together, and the softmax of tile
+  // kt + 1 runs while O's multiplies still do; O is rescaled after them.
+  // Stages: tile kt's V and tile kt + 1's K are read while tile kt + 2 lands.
+  for (int kt = 0; kt < num_tiles; ++kt) {
+    cp_async_wait<0>();  // tile kt + 1
+    wgmma::fence_shared_for_async();
+    __syncthreads();  // and every warpgroup is done with tile kt - 1's stage, which kt + 2 refills
+    if (kt + 2 < num_tiles) load_kv(kt + 2, (kt + 2) % kStages);
+    cp_async_commit();
+
+    // Each branch waits for everything it issues (ptxas keeps the
+    // multiplies asynchronous only when it can see that).
+    const unsigned v_tile = stage_of(kt) + kTileBytes;
+    auto issue_output = [&] {
       wgmma::pin(o);
       wgmma::fence();
 #pragma unroll
@@ -227,10 +257,29 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
         else wgmma::wgmma_rs_m64n64k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
       }
       wgmma::commit();
+    };
+    if (kt + 1 < group_tiles) {
+      issue_scores(kt + 1);
+      issue_output();
+      float alpha[2];
+      wgmma::wait<1>();  // the scores (committed first); O's multiplies may still run
+      wgmma::pin(s);
+      softmax(kt + 1, alpha);
+      wgmma::wait<0>();
+      wgmma::pin(o);
+#pragma unroll
+      for (int db = 0; db < kDBlocks; ++db) {
+        o[4 * db + 0] *= alpha[0];
+        o[4 * db + 1] *= alpha[0];
+        o[4 * db + 2] *= alpha[1];
+        o[4 * db + 3] *= alpha[1];
+      }
+      pack_p();
+    } else if (kt < group_tiles) {  // the warpgroup's last tile
+      issue_output();
       wgmma::wait<0>();
       wgmma::pin(o);
     }
-    __syncthreads();  // the stage just read is the one the next iteration refills
   }
   cp_async_wait<0>();
 
