@@ -107,16 +107,29 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   const int warp_row0 = warp * 16;         // first row of this warp in the tile
   const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
 
-  // Keys [kt * BN, kt * BN + BN) -> stage; keys at or past key_end become zeros.
+  // The block-table entries of the rows this thread copies, fetched one
+  // tile ahead of the copy that uses them (that copy is then never held up
+  // by the fetch); -1 past key_end.
+  constexpr int kCopyRows = BN / kRowsPerPass;
+  int pages[kCopyRows];
+  auto fetch_pages = [&](int kt) {
+#pragma unroll
+    for (int i = 0; i < kCopyRows; ++i) {
+      const int j = kt * BN + copy_row + i * kRowsPerPass;
+      pages[i] = j < key_end ? table[j / Config::kPageSize] : -1;
+    }
+  };
+  // Keys [kt * BN, kt * BN + BN) -> stage (pages: tile kt's); keys at or
+  // past key_end become zeros.
   auto load_kv = [&](int kt, int stage) {
     const unsigned k_dst = kv_base + stage * kStageBytes, v_dst = k_dst + kTileBytes;
 #pragma unroll
-    for (int i = 0; i < BN / kRowsPerPass; ++i) {
+    for (int i = 0; i < kCopyRows; ++i) {
       const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
       long long at = 0;
       int bytes = 0;
-      if (j < key_end) {
-        const long long slot = (long long)table[j / Config::kPageSize] * Config::kPageSize + j % Config::kPageSize;
+      if (pages[i] >= 0) {
+        const long long slot = (long long)pages[i] * Config::kPageSize + j % Config::kPageSize;
         at = (slot * Hkv + kvh) * D + copy_chunk * 8;
         bytes = 16;
       }
@@ -137,10 +150,13 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
                   r < rows ? 16 : 0);
     }
   }
+  fetch_pages(0);
   load_kv(0, 0);
   cp_async_commit();
+  fetch_pages(1);
   if (num_tiles > 1) load_kv(1, 1);
   cp_async_commit();  // possibly empty
+  fetch_pages(2);
 
   float o[kDBlocks * 4];
 #pragma unroll
@@ -242,8 +258,13 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
     cp_async_wait<0>();  // tile kt + 1
     wgmma::fence_shared_for_async();
     __syncthreads();  // and every warpgroup is done with tile kt - 1's stage, which kt + 2 refills
-    if (kt + 2 < num_tiles) load_kv(kt + 2, (kt + 2) % kStages);
-    cp_async_commit();
+    // Tile kt + 2's copies are issued after this iteration's multiplies (so
+    // they do not delay them) and before the softmax.
+    auto load_next = [&] {
+      if (kt + 2 < num_tiles) load_kv(kt + 2, (kt + 2) % kStages);
+      cp_async_commit();
+      fetch_pages(kt + 3);
+    };
 
     // Each branch waits for everything it issues (ptxas keeps the
     // multiplies asynchronous only when it can see that).
@@ -261,6 +282,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
     if (kt + 1 < group_tiles) {
       issue_scores(kt + 1);
       issue_output();
+      load_next();
       float alpha[2];
       wgmma::wait<1>();  // the scores (committed first); O's multiplies may still run
       wgmma::pin(s);
@@ -277,8 +299,11 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       pack_p();
     } else if (kt < group_tiles) {  // the warpgroup's last tile
       issue_output();
+      load_next();
       wgmma::wait<0>();
       wgmma::pin(o);
+    } else {
+      load_next();
     }
   }
   cp_async_wait<0>();

@@ -1,7 +1,7 @@
 // kiln_attention_bench: the attention kernels alone, on one GPU, in the line
 // format test/gpu/sdpa_bench.py prints for torch's SDPA on the same shapes.
 //
-//   kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS]
+//   kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS] [--only prefill|decode]
 //
 // (1) flash_attention prefill, B=1, S=4096, H=32, Hkv=8, D=128, causal:
 //     TFLOP/s with FLOPs = 4 S² H D / 2 (QKᵀ and PV, half the square), for
@@ -316,13 +316,17 @@ int run(int argc, char** argv) {
   std::string json_path;
   double hbm_gbps = 4800;  // the H200's nominal HBM3e bandwidth
   bool hbm_given = false;
+  std::string only;  // "prefill", "decode", or both
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--hbm" && i + 1 < argc) hbm_gbps = std::max(1.0, std::atof(argv[++i])), hbm_given = true;
+    else if (a == "--only" && i + 1 < argc && (std::strcmp(argv[i + 1], "prefill") == 0 ||
+                                               std::strcmp(argv[i + 1], "decode") == 0))
+      only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS]\n");
+      std::fprintf(stderr, "usage: kiln_attention_bench [--reps N] [--json PATH] [--hbm GBPS] [--only prefill|decode]\n");
       return 2;
     }
   }
@@ -342,9 +346,11 @@ int run(int argc, char** argv) {
     records.push_back(r);
   };
   struct P { int S, H, Hkv, D, warps, block_m; };
-  for (const P& c : {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128}, P{4096, 32, 8, 128, 0, 128},
-                     P{4096, 32, 8, 64, 4, 64}, P{4096, 32, 8, 64, 4, 128}, P{4096, 32, 8, 64, 8, 128},
-                     P{4096, 32, 8, 64, 0, 128}}) {
+  const std::vector<P> prefills = {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128},
+                                   P{4096, 32, 8, 128, 0, 128}, P{4096, 32, 8, 64, 4, 64},
+                                   P{4096, 32, 8, 64, 4, 128},  P{4096, 32, 8, 64, 8, 128},
+                                   P{4096, 32, 8, 64, 0, 128}};
+  for (const P& c : only == "decode" ? std::vector<P>{} : prefills) {
     auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
     if (r) {
       report(*r);
@@ -354,20 +360,22 @@ int run(int argc, char** argv) {
       status = 1;
     }
   }
-  auto dec = decode(rng, reps, 8192, 32, 8, 128);
-  if (dec) {
-    for (const Record& r : *dec) report(r);
-  } else {
-    std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
-    status = 1;
-  }
-  for (auto [B, ctx] : {std::pair{1, 8192}, std::pair{32, 8192}, std::pair{1, 256}, std::pair{1, 1024}}) {
-    auto da = decodeAttention(rng, reps, B, ctx, 32, 8, 128, hbm_gbps);
-    if (da) {
-      for (const Record& r : *da) report(r);
+  if (only != "prefill") {
+    auto dec = decode(rng, reps, 8192, 32, 8, 128);
+    if (dec) {
+      for (const Record& r : *dec) report(r);
     } else {
-      std::fprintf(stderr, "decode_attention B=%d: %s\n", B, da.error().message.c_str());
+      std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
       status = 1;
+    }
+    for (auto [B, ctx] : {std::pair{1, 8192}, std::pair{32, 8192}, std::pair{1, 256}, std::pair{1, 1024}}) {
+      auto da = decodeAttention(rng, reps, B, ctx, 32, 8, 128, hbm_gbps);
+      if (da) {
+        for (const Record& r : *da) report(r);
+      } else {
+        std::fprintf(stderr, "decode_attention B=%d: %s\n", B, da.error().message.c_str());
+        status = 1;
+      }
     }
   }
   if (!json_path.empty()) {
