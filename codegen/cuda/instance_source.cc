@@ -68,6 +68,9 @@ class Params {
   Result<int64_t> integerOr(const char* name, int64_t fallback) const {
     return find(name) ? integer(name) : Result<int64_t>(fallback);
   }
+  Result<bool> booleanOr(const char* name, bool fallback) const {
+    return find(name) ? boolean(name) : Result<bool>(fallback);
+  }
   bool has(const char* name) const { return find(name) != nullptr; }
   Error bad(const char* name, const std::string& value, const char* expected) const {
     return makeError("{}: param '{}' is '{}', expected {}", kind_, name, value, expected);
@@ -450,6 +453,7 @@ Result<Body> flashAttentionWgmma(const Params& p) {
     return makeError(
         "flash_attention_wgmma: tree_mask is true; the tensor-core kernel is causal only (use paged_attention)");
   if (!(scale > 0)) return makeError("flash_attention_wgmma: param 'scale' is {}, expected > 0", scale);
+  KILN_TRY(pingpong, p.booleanOr("pingpong", false));
   namespace fw = kernels::flash_wgmma;
   const int smem = fw::smem_bytes(int(head_dim));
   Body b{"flash_attention_wgmma.cuh", "", "flash_attention_wgmma",
@@ -461,8 +465,9 @@ Result<Body> flashAttentionWgmma(const Params& p) {
       "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr float kScale = {};\n  static constexpr int kBlockM = {};\n"
+      "  static constexpr bool kPingPong = {};\n"
       "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
-      heads, kv_heads, head_dim, page_size, floatLiteral(scale), fw::kBlockM, smem);
+      heads, kv_heads, head_dim, page_size, floatLiteral(scale), fw::kBlockM, boolLiteral(pingpong), smem);
   return b;
 }
 

@@ -59,7 +59,7 @@ namespace kiln {
 namespace kernels {
 
 // Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
-//         static constexpr float kScale (> 0).
+//         static constexpr float kScale (> 0); static constexpr bool kPingPong.
 template <class Config>
 __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams& p) {
   using namespace flash_wgmma;
@@ -103,7 +103,8 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   const bf16* v_pool = static_cast<const bf16*>(p.v_pool);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int group_row0 = (warp / 4) * 64;  // first row of this warpgroup in the tile
+  const int group = warp / 4;
+  const int group_row0 = group * 64;  // first row of this warpgroup in the tile
   const int warp_row0 = warp * 16;         // first row of this warp in the tile
   const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
 
@@ -279,8 +280,19 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       }
       wgmma::commit();
     };
+    // With kPingPong, warpgroup 1 issues its scores only after warpgroup 0
+    // has issued its own: the tensor cores finish warpgroup 0's first, and
+    // its softmax starts while warpgroup 1's multiplies still run.
+    auto after_group0 = [&] {
+      if (Config::kPingPong && group == 1) wgmma::named_barrier_sync(1, 256);
+    };
+    auto before_group1 = [&] {
+      if (Config::kPingPong && group == 0) wgmma::named_barrier_arrive(1, 256);
+    };
     if (kt + 1 < group_tiles) {
+      after_group0();
       issue_scores(kt + 1);
+      before_group1();
       issue_output();
       load_next();
       float alpha[2];
@@ -298,11 +310,15 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       }
       pack_p();
     } else if (kt < group_tiles) {  // the warpgroup's last tile
+      after_group0();
+      before_group1();
       issue_output();
       load_next();
       wgmma::wait<0>();
       wgmma::pin(o);
     } else {
+      after_group0();
+      before_group1();
       load_next();
     }
   }
