@@ -204,27 +204,43 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
           if (key0 + nb * 8 + acc_col(lane, i) > pos) s[4 * nb + i] = neg_inf();
         }
     }
+    // Four partial maxima and sums per row: short dependency chains (two
+    // warps a scheduler leave little else to issue while one waits).
+    float mx[2][4], sum[2][4];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        mx[hr][j] = j == 0 ? row_max[hr] : neg_inf();
+        sum[hr][j] = 0.0f;
+      }
+#pragma unroll
+    for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        mx[hr][nb % 4] = fmaxf(mx[hr][nb % 4], fmaxf(s[4 * nb + 2 * hr], s[4 * nb + 2 * hr + 1]));
+    float base[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      float mx = row_max[hr];
-#pragma unroll
-      for (int nb = 0; nb < kNBlocks; ++nb) mx = fmaxf(mx, fmaxf(s[4 * nb + 2 * hr], s[4 * nb + 2 * hr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the 4 lanes of a row
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == neg_inf() ? 0.0f : mx * kScaleLog2;
-      alpha[hr] = exp2_approx(row_max[hr] * kScaleLog2 - base);
-      row_max[hr] = mx;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < kNBlocks; ++nb)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = exp2_approx(fmaf(s[4 * nb + 2 * hr + e], kScaleLog2, -base));
-          s[4 * nb + 2 * hr + e] = pe;
-          sum += pe;
-        }
-      row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
+      float m = fmaxf(fmaxf(mx[hr][0], mx[hr][1]), fmaxf(mx[hr][2], mx[hr][3]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));  // the 4 lanes of a row
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      base[hr] = m == neg_inf() ? 0.0f : m * kScaleLog2;
+      alpha[hr] = exp2_approx(row_max[hr] * kScaleLog2 - base[hr]);
+      row_max[hr] = m;
     }
+#pragma unroll
+    for (int nb = 0; nb < kNBlocks; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int hr = i / 2;
+        const float pe = exp2_approx(fmaf(s[4 * nb + i], kScaleLog2, -base[hr]));
+        s[4 * nb + i] = pe;
+        sum[hr][nb % 4] += pe;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+      row_sum[hr] = row_sum[hr] * alpha[hr] + ((sum[hr][0] + sum[hr][1]) + (sum[hr][2] + sum[hr][3]));
   };
   // P as bf16 A fragments: P's accumulators of keys 16 kk .. 16 kk + 15 as they lie.
   unsigned pa[BN / 16][4];
@@ -242,8 +258,20 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   cp_async_wait<1>();
   wgmma::fence_shared_for_async();  // the copies just landed are read by wgmma next
   __syncthreads();
+  // O's pending rescale: the factor of the tile whose P is in pa, applied
+  // just before that tile's O += P V is issued (after the next tile's
+  // scores are, so the multiplies start first).
+  float alpha[2] = {1.0f, 1.0f};
+  auto rescale_o = [&] {
+#pragma unroll
+    for (int db = 0; db < kDBlocks; ++db) {
+      o[4 * db + 0] *= alpha[0];
+      o[4 * db + 1] *= alpha[0];
+      o[4 * db + 2] *= alpha[1];
+      o[4 * db + 3] *= alpha[1];
+    }
+  };
   if (group_tiles > 0) {
-    float alpha[2];
     issue_scores(0);
     wgmma::wait<0>();
     wgmma::pin(s);
@@ -293,25 +321,19 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       after_group0();
       issue_scores(kt + 1);
       before_group1();
+      rescale_o();
       issue_output();
       load_next();
-      float alpha[2];
       wgmma::wait<1>();  // the scores (committed first); O's multiplies may still run
       wgmma::pin(s);
       softmax(kt + 1, alpha);
       wgmma::wait<0>();
       wgmma::pin(o);
-#pragma unroll
-      for (int db = 0; db < kDBlocks; ++db) {
-        o[4 * db + 0] *= alpha[0];
-        o[4 * db + 1] *= alpha[0];
-        o[4 * db + 2] *= alpha[1];
-        o[4 * db + 3] *= alpha[1];
-      }
       pack_p();
     } else if (kt < group_tiles) {  // the warpgroup's last tile
       after_group0();
       before_group1();
+      rescale_o();
       issue_output();
       load_next();
       wgmma::wait<0>();

@@ -353,7 +353,7 @@ int run(int argc, char** argv) {
                                    P{4096, 32, 8, 128, 0, 128}, P{4096, 32, 8, 128, -1, 128},
                                    P{4096, 32, 8, 64, 4, 64},
                                    P{4096, 32, 8, 64, 4, 128},  P{4096, 32, 8, 64, 8, 128},
-                                   P{4096, 32, 8, 64, 0, 128}};
+                                   P{4096, 32, 8, 64, 0, 128},  P{4096, 32, 8, 64, -1, 128}};
   for (const P& c : only == "decode" ? std::vector<P>{} : prefills) {
     auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
     if (r) {
