@@ -140,6 +140,9 @@ struct Body {
   // not depend on earlier kernels); otherwise the entry waits first thing.
   bool waits_itself = false;
   std::string arch = "";  // Instance::arch
+  // __launch_bounds__' minimum blocks per SM (0: none given); 1 caps the
+  // registers at 65536 / threads, which setmaxnreg needs.
+  int min_blocks = 0;
 };
 
 Result<Body> embedding(const Params& p) {
@@ -443,7 +446,8 @@ Result<Body> flashAttention(const Params& p) {
 
 // flash_attention on Hopper's warpgroup tensor cores
 // (flash_attention_wgmma.cuh): same params and semantics, 128 query rows and
-// 256 threads a block, compiled for sm_90a.
+// 384 threads (a producer and two consumer warpgroups) a block, compiled
+// for sm_90a.
 Result<Body> flashAttentionWgmma(const Params& p) {
   KILN_TRY(step, tiledAttentionStep(p, "flash_attention_wgmma"));
   const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
@@ -453,7 +457,6 @@ Result<Body> flashAttentionWgmma(const Params& p) {
     return makeError(
         "flash_attention_wgmma: tree_mask is true; the tensor-core kernel is causal only (use paged_attention)");
   if (!(scale > 0)) return makeError("flash_attention_wgmma: param 'scale' is {}, expected > 0", scale);
-  KILN_TRY(pingpong, p.booleanOr("pingpong", false));
   namespace fw = kernels::flash_wgmma;
   const int smem = fw::smem_bytes(int(head_dim));
   Body b{"flash_attention_wgmma.cuh", "", "flash_attention_wgmma",
@@ -461,13 +464,13 @@ Result<Body> flashAttentionWgmma(const Params& p) {
           fmt::format("[heads={}, ceil(max_q_len / {}), B], dynamic smem {} bytes", heads, fw::kBlockM, smem),
           "PagedAttentionParams"}};
   b.arch = "sm_90a";
+  b.min_blocks = 1;
   b.config = fmt::format(
       "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr float kScale = {};\n  static constexpr int kBlockM = {};\n"
-      "  static constexpr bool kPingPong = {};\n"
       "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
-      heads, kv_heads, head_dim, page_size, floatLiteral(scale), fw::kBlockM, boolLiteral(pingpong), smem);
+      heads, kv_heads, head_dim, page_size, floatLiteral(scale), fw::kBlockM, smem);
   return b;
 }
 
@@ -712,7 +715,10 @@ Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& par
       "  kiln::kernels::{}<Config>(p);\n"
       "}}\n",
       kind, params.dump(), b->launch.grid, b->launch.block_threads, b->launch.params_struct,
-      b->header, b->config, b->launch.block_threads, name, b->launch.params_struct,
+      b->header, b->config,
+      b->min_blocks > 0 ? fmt::format("{}, {}", b->launch.block_threads, b->min_blocks)
+                        : std::to_string(b->launch.block_threads),
+      name, b->launch.params_struct,
       b->waits_itself ? ""
                       : "  // Launched as a programmatic dependent (common.cuh): wait for the\n"
                         "  // previous kernel's writes, then let the next kernel launch.\n"

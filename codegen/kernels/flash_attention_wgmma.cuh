@@ -2,34 +2,36 @@
 // tensor cores (wgmma, sm_90a): flash_attention's semantics and launch
 // contract (see flash_attention.cuh for the params, the causal rule and the
 // grid order), with its two products issued a warpgroup at a time from
-// shared memory instead of an m16n8k16 at a time from registers.
+// shared memory instead of an m16n8k16 at a time from registers, in the
+// manner of FlashAttention-3.
 //
-// Launch: grid [H, ceil(max_q_len / 128), B], block [256] (two warpgroups),
-// dynamic shared memory flash_wgmma::smem_bytes(D).
+// Launch: grid [H, ceil(max_q_len / 128), B], block [384], dynamic shared
+// memory flash_wgmma::smem_bytes(D).
 //
-// Work split: warpgroup g owns query rows [64 g, 64 g + 64) of the block's
-// 128; its warp w (of 4) holds rows 16 w .. 16 w + 15 of those in the
+// Warp specialization: warpgroup 0 is the producer. It copies Q and then
+// each K/V tile of 128 keys (cp.async, gathered row by row through the
+// block table) into a ring of three stages, waiting on a stage's "empty"
+// barrier and arriving on its "full" one. It needs few registers and gives
+// them to the consumers (setmaxnreg). Warpgroups 1 and 2 are the consumers,
+// 64 query rows each; consumer warp w holds rows 16 w .. 16 w + 15 in the
 // accumulator layout of an m16n8 tile, so the mask, the online softmax and
-// the output code are flash_attention's, one m-tile a warp. Per key tile of
-// 128:
+// the output code are flash_attention's, one m-tile a warp. Per key tile:
 //   S = Q Kᵀ   wgmma m64n128k16, Q and K both from shared memory, D / 16 steps;
 //   P         the online-softmax update on S in registers (exp2, scale folded
 //             into log2 e), packed to bf16 as the A fragments as they lie;
 //   O += P V  wgmma m64nDk16 with P from registers and V from shared memory
 //             (MN-major: the keys, rows of the V tile, are the k axis).
-// The two products of a tile overlap the softmax (FlashAttention-3's
-// intra-warpgroup pipelining): with P of tile t in registers, a warpgroup
-// issues S of tile t + 1 and O += P V of tile t together, waits for S only,
-// runs the softmax of tile t + 1 while O's multiplies still run, then
-// rescales O. A warpgroup whose rows all precede a tile skips it; the two
-// warpgroups are otherwise independent between barriers.
+// With P of tile t in registers a consumer issues S of tile t + 1 and
+// O += P V of tile t together, waits for S only, runs the softmax of tile
+// t + 1 while O's multiplies still run, and then releases tile t's stage.
+// The two consumers take turns issuing (named barriers): one's multiplies
+// run while the other's softmax does. A consumer whose rows all precede a
+// tile skips its work but still takes its turn and releases the stage.
 //
 // Shared memory (wgmma.cuh's panel-major 128-byte swizzle, every panel
-// 1024-byte aligned): Q [128, D]; then three stages of K [128, D] and V
-// [128, D]: tile t's V and tile t + 1's K are read while tile t + 2 lands
-// (all 256 threads copy it with cp.async, gathered row by row through the
-// block table). The output goes back through Q's rows (each warp its own)
-// for coalesced 16-byte stores.
+// 1024-byte aligned): Q [128, D]; three stages of K [128, D] and V [128, D];
+// the stages' barriers. The output goes back through Q's rows (each warp
+// its own) for coalesced 16-byte stores.
 #pragma once
 
 #include "wgmma.cuh"  // and tensor_core.cuh; on the device common.cuh
@@ -38,15 +40,21 @@ namespace kiln {
 namespace kernels {
 namespace flash_wgmma {
 
-constexpr int kBlockM = 128;  // query rows per block: two warpgroups of 64
+constexpr int kBlockM = 128;  // query rows per block: two consumer warpgroups of 64
 constexpr int kBlockN = 128;  // keys per tile
-constexpr int kThreads = 256;
+constexpr int kProducerThreads = 128;  // warpgroup 0 copies
+constexpr int kConsumerThreads = 256;  // warpgroups 1 and 2 multiply
+constexpr int kThreads = kProducerThreads + kConsumerThreads;
 constexpr int kStages = 3;  // K/V tiles: kt's V and kt + 1's K are read while kt + 2 lands
+// setmaxnreg: the block starts with 65536 / 384 = 168 registers a thread;
+// the producer gives back what the consumers take (128 x 40 + 256 x 232 <= 65536).
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
 
-// Q, the K/V stages, and 1024 bytes to align the first panel (the dynamic
-// window is only guaranteed 16-byte alignment).
+// Q, the K/V stages, their full and empty barriers, and 1024 bytes to align
+// the first panel (the dynamic window is only guaranteed 16-byte alignment).
 KILN_HOST_DEVICE constexpr int smem_bytes(int head_dim) {
-  return (kBlockM + kStages * 2 * kBlockN) * head_dim * 2 + 1024;
+  return (kBlockM + kStages * 2 * kBlockN) * head_dim * 2 + 2 * 8 * kStages + 1024;
 }
 
 }  // namespace flash_wgmma
@@ -59,7 +67,7 @@ namespace kiln {
 namespace kernels {
 
 // Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
-//         static constexpr float kScale (> 0); static constexpr bool kPingPong.
+//         static constexpr float kScale (> 0).
 template <class Config>
 __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams& p) {
   using namespace flash_wgmma;
@@ -73,8 +81,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   constexpr int kQBytes = BM * D * 2;
   constexpr int kTileBytes = BN * D * 2;
   constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
-  constexpr int kStages = flash_wgmma::kStages;
-  constexpr int kRowsPerPass = kThreads / kChunks;
+  constexpr int kRowsPerPass = kProducerThreads / kChunks;
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
   static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
@@ -87,6 +94,9 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   const unsigned q_base = (window + 1023u) & ~1023u;
   unsigned char* const smem = smem_window + (q_base - window);  // q_base as a generic pointer
   const unsigned kv_base = q_base + kQBytes;
+  // Stage s is full (its copies landed: kProducerThreads arrivals) and empty
+  // (both consumer warpgroups are done with it: kConsumerThreads arrivals).
+  const unsigned full_bar = kv_base + kStages * kStageBytes, empty_bar = full_bar + 8 * kStages;
 
   const int h = blockIdx.x, b = blockIdx.z;
   const int kvh = h / kGroup;
@@ -98,66 +108,72 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   const int key_end = first_pos + rows;             // keys [0, key_end) are seen by some row
   const int num_tiles = (key_end + BN - 1) / BN;
   const int full_tiles = (first_pos + 1) / BN;      // tiles every row sees whole: no mask
-  const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
-  const bf16* k_pool = static_cast<const bf16*>(p.k_pool);
-  const bf16* v_pool = static_cast<const bf16*>(p.v_pool);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int group = warp / 4;
-  const int group_row0 = group * 64;  // first row of this warpgroup in the tile
-  const int warp_row0 = warp * 16;         // first row of this warp in the tile
-  const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
-
-  // The block-table entries of the rows this thread copies, fetched one
-  // tile ahead of the copy that uses them (that copy is then never held up
-  // by the fetch); -1 past key_end.
-  constexpr int kCopyRows = BN / kRowsPerPass;
-  int pages[kCopyRows];
-  auto fetch_pages = [&](int kt) {
-#pragma unroll
-    for (int i = 0; i < kCopyRows; ++i) {
-      const int j = kt * BN + copy_row + i * kRowsPerPass;
-      pages[i] = j < key_end ? table[j / Config::kPageSize] : -1;
-    }
-  };
-  // Keys [kt * BN, kt * BN + BN) -> stage (pages: tile kt's); keys at or
-  // past key_end become zeros.
-  auto load_kv = [&](int kt, int stage) {
-    const unsigned k_dst = kv_base + stage * kStageBytes, v_dst = k_dst + kTileBytes;
-#pragma unroll
-    for (int i = 0; i < kCopyRows; ++i) {
-      const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
-      long long at = 0;
-      int bytes = 0;
-      if (pages[i] >= 0) {
-        const long long slot = (long long)pages[i] * Config::kPageSize + j % Config::kPageSize;
-        at = (slot * Hkv + kvh) * D + copy_chunk * 8;
-        bytes = 16;
-      }
-      const int off = wgmma::tile_offset(r, copy_chunk, BN);
-      cp_async_16(k_dst + off, k_pool + at, bytes);
-      cp_async_16(v_dst + off, v_pool + at, bytes);
-    }
-  };
-
-  // Q rows past q_len become zeros (their results are never stored); Q and
-  // tile 0 are one copy group.
-  {
-    const bf16* q = static_cast<const bf16*>(p.q) + ((long long)(q_begin + m0) * H + h) * D + copy_chunk * 8;
-#pragma unroll
-    for (int i = 0; i < BM / kRowsPerPass; ++i) {
-      const int r = copy_row + i * kRowsPerPass;
-      cp_async_16(q_base + wgmma::tile_offset(r, copy_chunk, BM), q + (r < rows ? (long long)r * H * D : 0),
-                  r < rows ? 16 : 0);
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(full_bar + 8 * st, kProducerThreads);
+      mbarrier_init(empty_bar + 8 * st, kConsumerThreads);
     }
   }
-  fetch_pages(0);
-  load_kv(0, 0);
-  cp_async_commit();
-  fetch_pages(1);
-  if (num_tiles > 1) load_kv(1, 1);
-  cp_async_commit();  // possibly empty
-  fetch_pages(2);
+  __syncthreads();  // the last block-wide barrier: the roles part here
+
+  if (warp < 4) {
+    // ---- Producer warpgroup: Q with tile 0, then each K/V tile into its
+    // stage once both consumers have released it. A thread waits for its own
+    // copies and fences them for the tensor cores (async proxy) before it
+    // arrives, so a full stage is ready for wgmma as it is.
+    setmaxnreg_dec<kProducerRegisters>();
+    const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
+    const bf16* k_pool = static_cast<const bf16*>(p.k_pool);
+    const bf16* v_pool = static_cast<const bf16*>(p.v_pool);
+    const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
+    {  // Q rows past q_len become zeros (their results are never stored)
+      const bf16* q = static_cast<const bf16*>(p.q) + ((long long)(q_begin + m0) * H + h) * D + copy_chunk * 8;
+#pragma unroll 4
+      for (int i = 0; i < BM / kRowsPerPass; ++i) {
+        const int r = copy_row + i * kRowsPerPass;
+        cp_async_16(q_base + wgmma::tile_offset(r, copy_chunk, BM), q + (r < rows ? (long long)r * H * D : 0),
+                    r < rows ? 16 : 0);
+      }
+    }
+    for (int kt = 0; kt < num_tiles; ++kt) {
+      const int st = kt % kStages, use = kt / kStages;
+      mbarrier_wait(empty_bar + 8 * st, (use & 1) ^ 1);  // a fresh barrier passes parity 1
+      const unsigned k_dst = kv_base + st * kStageBytes, v_dst = k_dst + kTileBytes;
+#pragma unroll 4
+      for (int i = 0; i < BN / kRowsPerPass; ++i) {  // keys at or past key_end become zeros
+        const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
+        long long at = 0;
+        int bytes = 0;
+        if (j < key_end) {
+          const long long slot = (long long)table[j / Config::kPageSize] * Config::kPageSize + j % Config::kPageSize;
+          at = (slot * Hkv + kvh) * D + copy_chunk * 8;
+          bytes = 16;
+        }
+        const int off = wgmma::tile_offset(r, copy_chunk, BN);
+        cp_async_16(k_dst + off, k_pool + at, bytes);
+        cp_async_16(v_dst + off, v_pool + at, bytes);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      wgmma::fence_shared_for_async();
+      mbarrier_arrive(full_bar + 8 * st);
+    }
+    return;
+  }
+
+  // ---- Consumer warpgroups 0 and 1 (warps 4-11): 64 query rows each.
+  setmaxnreg_inc<kConsumerRegisters>();
+  const int consumer = warp / 4 - 1;
+  const int group_row0 = consumer * 64;      // first row of this warpgroup in the tile
+  const int warp_row0 = (warp - 4) * 16;     // first row of this warp in the tile
+  const unsigned q_group = q_base + group_row0 * 128;  // the warpgroup's 64 rows of every Q panel
+  auto stage_of = [&](int kt) { return kv_base + (kt % kStages) * kStageBytes; };
+  // Key tiles this warpgroup needs: up to its last query row's position
+  // (none when every row is past q_len).
+  const int group_last_pos = group_row0 < rows ? first_pos + min(group_row0 + 64, rows) - 1 : -1;
+  const int group_tiles = group_last_pos < 0 ? 0 : min(num_tiles, group_last_pos / BN + 1);
 
   float o[kDBlocks * 4];
 #pragma unroll
@@ -168,13 +184,6 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
     row_max[hr] = neg_inf();
     row_sum[hr] = 0.0f;
   }
-
-  const unsigned q_group = q_base + group_row0 * 128;  // the warpgroup's 64 rows of every Q panel
-  auto stage_of = [&](int kt) { return kv_base + (kt % kStages) * kStageBytes; };
-  // Key tiles this warpgroup needs: up to its last query row's position
-  // (none when every row is past q_len).
-  const int group_last_pos = group_row0 < rows ? first_pos + min(group_row0 + 64, rows) - 1 : -1;
-  const int group_tiles = group_last_pos < 0 ? 0 : min(num_tiles, group_last_pos / BN + 1);
 
   // S = Q Kᵀ of tile kt for the warpgroup's 64 rows and the tile's 128 keys;
   // s[4 nb + i] is element i of n8 block nb of the warp's m16 tile. Issued
@@ -191,9 +200,10 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   };
   // The online-softmax update of tile kt on s (complete): the causal mask on
   // the tiles that cross the diagonal (key > position -> -inf), the new
-  // running max, the row sums, and s <- P = exp(S - max) in place. Returns
-  // in alpha the factor the output so far is rescaled by.
-  auto softmax = [&](int kt, float (&alpha)[2]) {
+  // running max, the row sums, and s <- P = exp(S - max) in place. Sets
+  // alpha, the factor the output so far is rescaled by.
+  float alpha[2] = {1.0f, 1.0f};
+  auto softmax = [&](int kt) {
     const int key0 = kt * BN;
     if (kt >= full_tiles) {
 #pragma unroll
@@ -204,8 +214,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
           if (key0 + nb * 8 + acc_col(lane, i) > pos) s[4 * nb + i] = neg_inf();
         }
     }
-    // Four partial maxima and sums per row: short dependency chains (two
-    // warps a scheduler leave little else to issue while one waits).
+    // Four partial maxima and sums per row: short dependency chains.
     float mx[2][4], sum[2][4];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
@@ -253,16 +262,9 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
     }
   };
-
-  // Tile 0: scores, softmax, P (the output is still zero: no rescale).
-  cp_async_wait<1>();
-  wgmma::fence_shared_for_async();  // the copies just landed are read by wgmma next
-  __syncthreads();
-  // O's pending rescale: the factor of the tile whose P is in pa, applied
-  // just before that tile's O += P V is issued (after the next tile's
-  // scores are, so the multiplies start first).
-  float alpha[2] = {1.0f, 1.0f};
-  auto rescale_o = [&] {
+  // O's pending rescale (the factor of the tile whose P is in pa), then
+  // O += P V of tile kt, committed as one group.
+  auto issue_output = [&](int kt) {
 #pragma unroll
     for (int db = 0; db < kDBlocks; ++db) {
       o[4 * db + 0] *= alpha[0];
@@ -270,81 +272,65 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       o[4 * db + 2] *= alpha[1];
       o[4 * db + 3] *= alpha[1];
     }
-  };
-  if (group_tiles > 0) {
-    issue_scores(0);
-    wgmma::wait<0>();
-    wgmma::pin(s);
-    softmax(0, alpha);
-    pack_p();
-  }
-
-  // Iteration kt: P of tile kt is in registers. The scores of tile kt + 1
-  // and O += P V of tile kt are in flight together, and the softmax of tile
-  // kt + 1 runs while O's multiplies still do; O is rescaled after them.
-  // Stages: tile kt's V and tile kt + 1's K are read while tile kt + 2 lands.
-  for (int kt = 0; kt < num_tiles; ++kt) {
-    cp_async_wait<0>();  // tile kt + 1
-    wgmma::fence_shared_for_async();
-    __syncthreads();  // and every warpgroup is done with tile kt - 1's stage, which kt + 2 refills
-    // Tile kt + 2's copies are issued after this iteration's multiplies (so
-    // they do not delay them) and before the softmax.
-    auto load_next = [&] {
-      if (kt + 2 < num_tiles) load_kv(kt + 2, (kt + 2) % kStages);
-      cp_async_commit();
-      fetch_pages(kt + 3);
-    };
-
-    // Each branch waits for everything it issues (ptxas keeps the
-    // multiplies asynchronous only when it can see that).
     const unsigned v_tile = stage_of(kt) + kTileBytes;
-    auto issue_output = [&] {
-      wgmma::pin(o);
-      wgmma::fence();
+    wgmma::pin(o);
+    wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        if constexpr (D == 128) wgmma::wgmma_rs_m64n128k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
-        else wgmma::wgmma_rs_m64n64k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
-      }
-      wgmma::commit();
-    };
-    // With kPingPong, warpgroup 1 issues its scores only after warpgroup 0
-    // has issued its own: the tensor cores finish warpgroup 0's first, and
-    // its softmax starts while warpgroup 1's multiplies still run.
-    auto after_group0 = [&] {
-      if (Config::kPingPong && group == 1) wgmma::named_barrier_sync(1, 256);
-    };
-    auto before_group1 = [&] {
-      if (Config::kPingPong && group == 0) wgmma::named_barrier_arrive(1, 256);
-    };
-    if (kt + 1 < group_tiles) {
-      after_group0();
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      if constexpr (D == 128) wgmma::wgmma_rs_m64n128k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
+      else wgmma::wgmma_rs_m64n64k16_tb(o, pa[kk], wgmma::mn_major(v_tile, BN, kk));
+    }
+    wgmma::commit();
+  };
+  // The two warpgroups take turns issuing their multiplies (named barriers
+  // 1 and 2, one per warpgroup, 256 threads): the tensor cores run one's
+  // while the other's softmax runs. Warpgroup 0 goes first.
+  auto turn_begin = [&] { wgmma::named_barrier_sync(1 + consumer, kConsumerThreads); };
+  auto turn_end = [&](bool last) {
+    if (!(last && consumer == 1)) wgmma::named_barrier_arrive(2 - consumer, kConsumerThreads);
+  };
+  if (consumer == 1) wgmma::named_barrier_arrive(1, kConsumerThreads);
+
+  // Iteration kt (from -1): P of tile kt is in registers. The scores of
+  // tile kt + 1 and O += P V of tile kt are in flight together and the
+  // softmax of tile kt + 1 runs while O's multiplies still do (FlashAttention-3's
+  // intra-warpgroup pipelining). Each branch waits for all it issues:
+  // ptxas keeps the multiplies asynchronous only when it can see that.
+  for (int kt = -1; kt < num_tiles; ++kt) {
+    const bool scores = kt + 1 < group_tiles, output = kt >= 0 && kt < group_tiles;
+    const bool last = kt == num_tiles - 1;
+    if (scores) mbarrier_wait(full_bar + 8 * ((kt + 1) % kStages), ((kt + 1) / kStages) & 1);
+    if (scores && output) {
+      turn_begin();
       issue_scores(kt + 1);
-      before_group1();
-      rescale_o();
-      issue_output();
-      load_next();
+      issue_output(kt);
+      turn_end(last);
       wgmma::wait<1>();  // the scores (committed first); O's multiplies may still run
       wgmma::pin(s);
-      softmax(kt + 1, alpha);
+      softmax(kt + 1);
       wgmma::wait<0>();
       wgmma::pin(o);
       pack_p();
-    } else if (kt < group_tiles) {  // the warpgroup's last tile
-      after_group0();
-      before_group1();
-      rescale_o();
-      issue_output();
-      load_next();
+    } else if (scores) {  // tile 0
+      turn_begin();
+      issue_scores(kt + 1);
+      turn_end(last);
+      wgmma::wait<0>();
+      wgmma::pin(s);
+      softmax(kt + 1);
+      pack_p();
+    } else if (output) {  // the warpgroup's last tile
+      turn_begin();
+      issue_output(kt);
+      turn_end(last);
       wgmma::wait<0>();
       wgmma::pin(o);
     } else {
-      after_group0();
-      before_group1();
-      load_next();
+      turn_begin();
+      turn_end(last);
     }
+    if (kt >= 0) mbarrier_arrive(empty_bar + 8 * (kt % kStages));  // tile kt's K and V are read
   }
-  cp_async_wait<0>();
 
   // Normalize, stage the warp's rows as bf16 over its own Q rows (no other
   // warp reads them), then store 16-byte chunks.

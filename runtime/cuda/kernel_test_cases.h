@@ -86,11 +86,6 @@ inline std::vector<KernelCase> representativeKernelCases() {
   // The same on Hopper's warpgroup tensor cores (sm_90a), 128 rows a block.
   cases.push_back({"flash_attention_wgmma", attentionParams(9, 3, 64, false)});
   cases.push_back({"flash_attention_wgmma", attentionParams(32, 8, 128, false)});
-  {
-    nlohmann::json pingpong = attentionParams(32, 8, 128, false);
-    pingpong["pingpong"] = true;
-    cases.push_back({"flash_attention_wgmma", pingpong});
-  }
   // Bandwidth-bound split-KV decode (partials for attention_combine): the
   // tensor-core form (the default) and the CUDA-core form.
   cases.push_back({"decode_attention", attentionParams(9, 3, 64, false)});

@@ -140,13 +140,12 @@ Pools makePools(std::mt19937& rng, int len, int Hkv, int D) {
           DeviceBuffer::from(table)};
 }
 
-// warps 0: flash_attention_wgmma (its one tiling, 2 warpgroups x 128 rows);
-// -1: the same with its warpgroups' multiplies issued in turn (pingpong).
+// warps 0: flash_attention_wgmma (its one tiling: a producer and two
+// consumer warpgroups, 128 rows).
 Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D, int warps, int block_m) {
-  const bool wgmma = warps <= 0, pingpong = warps < 0;
+  const bool wgmma = warps == 0;
   const char* kind = wgmma ? "flash_attention_wgmma" : "flash_attention";
   json params = cuda::testing::attentionParams(H, Hkv, D, false);
-  if (pingpong) params["pingpong"] = true;
   if (!wgmma && (warps != 4 || block_m != 64)) {
     params["warps"] = warps;
     params["block_m"] = block_m;
@@ -171,11 +170,10 @@ Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D
   if (!ms) return ms.error();
   const double flops = 4.0 * S * double(S) * H * D / 2, tflops = flops / (*ms * 1e-3) / 1e12;
   Record r;
-  r.line = fmt::format("{}{} prefill B=1 S={} H={} Hkv={} D={} causal warps={} block_m={}: {:.3f} ms, "
+  r.line = fmt::format("{} prefill B=1 S={} H={} Hkv={} D={} causal warps={} block_m={}: {:.3f} ms, "
                        "{:.1f} TFLOP/s (regs {}, dynamic smem {} B)",
-                       kind, pingpong ? " pingpong" : "", S, H, Hkv, D, warps, block_m, *ms, tflops,
-                       k->resources.registers, smem);
-  r.fields = {{"name", "flash_attention_prefill"}, {"kind", kind}, {"pingpong", pingpong}, {"B", 1}, {"S", S}, {"H", H}, {"Hkv", Hkv}, {"D", D},
+                       kind, S, H, Hkv, D, warps, block_m, *ms, tflops, k->resources.registers, smem);
+  r.fields = {{"name", "flash_attention_prefill"}, {"kind", kind}, {"B", 1}, {"S", S}, {"H", H}, {"Hkv", Hkv}, {"D", D},
               {"warps", warps}, {"block_m", block_m}, {"ms", *ms}, {"tflops", tflops},
               {"registers", k->resources.registers}};
   return r;
@@ -350,10 +348,9 @@ int run(int argc, char** argv) {
   };
   struct P { int S, H, Hkv, D, warps, block_m; };
   const std::vector<P> prefills = {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128},
-                                   P{4096, 32, 8, 128, 0, 128}, P{4096, 32, 8, 128, -1, 128},
-                                   P{4096, 32, 8, 64, 4, 64},
+                                   P{4096, 32, 8, 128, 0, 128}, P{4096, 32, 8, 64, 4, 64},
                                    P{4096, 32, 8, 64, 4, 128},  P{4096, 32, 8, 64, 8, 128},
-                                   P{4096, 32, 8, 64, 0, 128},  P{4096, 32, 8, 64, -1, 128}};
+                                   P{4096, 32, 8, 64, 0, 128}};
   for (const P& c : only == "decode" ? std::vector<P>{} : prefills) {
     auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
     if (r) {
