@@ -137,17 +137,32 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
                     r < rows ? 16 : 0);
       }
     }
+    // Block-table entries: lane l of each warp holds entry l of the pages a
+    // tile spans (the copies read them by shuffle), fetched a tile ahead so
+    // no copy waits on one. Pages too small for 32 entries to span a tile
+    // are read directly.
+    constexpr int P = Config::kPageSize;
+    constexpr bool kShuffledPages = (BN + P - 1) / P + 1 <= 32;
+    const int sequence_pages = (key_end + P - 1) / P;
+    auto fetch_pages = [&](int kt) {
+      const int page = kt * BN / P + lane;
+      return kShuffledPages && page < sequence_pages ? table[page] : 0;
+    };
+    int next_pages = fetch_pages(0);
     for (int kt = 0; kt < num_tiles; ++kt) {
       const int st = kt % kStages, use = kt / kStages;
+      const int pages = next_pages;
+      if (kt + 1 < num_tiles) next_pages = fetch_pages(kt + 1);
       mbarrier_wait(empty_bar + 8 * st, (use & 1) ^ 1);  // a fresh barrier passes parity 1
       const unsigned k_dst = kv_base + st * kStageBytes, v_dst = k_dst + kTileBytes;
 #pragma unroll 4
       for (int i = 0; i < BN / kRowsPerPass; ++i) {  // keys at or past key_end become zeros
         const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
+        const int entry = kShuffledPages ? __shfl_sync(0xffffffffu, pages, j / P - kt * BN / P) : 0;
         long long at = 0;
         int bytes = 0;
         if (j < key_end) {
-          const long long slot = (long long)table[j / Config::kPageSize] * Config::kPageSize + j % Config::kPageSize;
+          const long long slot = (long long)(kShuffledPages ? entry : table[j / P]) * P + j % P;
           at = (slot * Hkv + kvh) * D + copy_chunk * 8;
           bytes = 16;
         }
@@ -262,9 +277,9 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
     }
   };
-  // O's pending rescale (the factor of the tile whose P is in pa), then
-  // O += P V of tile kt, committed as one group.
-  auto issue_output = [&](int kt) {
+  // O to the running max of the tile whose P was just packed (before its
+  // O += P V is issued, outside the turn: the other warpgroup may issue meanwhile).
+  auto rescale_o = [&] {
 #pragma unroll
     for (int db = 0; db < kDBlocks; ++db) {
       o[4 * db + 0] *= alpha[0];
@@ -272,6 +287,9 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       o[4 * db + 2] *= alpha[1];
       o[4 * db + 3] *= alpha[1];
     }
+  };
+  // O += P V of tile kt, committed as one group.
+  auto issue_output = [&](int kt) {
     const unsigned v_tile = stage_of(kt) + kTileBytes;
     wgmma::pin(o);
     wgmma::fence();
@@ -311,6 +329,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       wgmma::wait<0>();
       wgmma::pin(o);
       pack_p();
+      rescale_o();
     } else if (scores) {  // tile 0
       turn_begin();
       issue_scores(kt + 1);
