@@ -492,18 +492,12 @@ Status launchFlash(const Kernel& k, int H, int max_q_len, int B, kk::PagedAttent
 // key tile, prefixes over many pages of a shuffled block table, and random
 // lengths; once more with queries scaled x8 so the
 // softmax is peaked and the running max moves between key tiles.
-TEST_F(KernelsGpu, FlashAttention) {
-  Batch fixed{{200, 77, 64, 1, 130, 64, 65, 1}, {200, 77 + 333, 128, 501, 147, 64 + 1000, 65, 129}};
-  std::uniform_int_distribution<int> q_len(1, 300), prefix(0, 700);
-  for (int i = 0; i < 3; ++i) {
-    fixed.q_len.push_back(q_len(rng));
-    fixed.kv_len.push_back(fixed.q_len.back() + prefix(rng));
-  }
-  // warps 0: flash_attention_wgmma (a producer and two consumer warpgroups x 64 rows).
-  struct Shape { int H, Hkv, D, warps, block_m; };
-  for (const Shape& sh : {Shape{32, 8, 128, 4, 64}, Shape{32, 8, 128, 8, 128}, Shape{9, 3, 64, 4, 64},
-                          Shape{9, 3, 64, 4, 128}, Shape{9, 3, 64, 8, 128}, Shape{32, 8, 128, 0, 128},
-                          Shape{9, 3, 64, 0, 128}}) {
+struct FlashShape { int H, Hkv, D, warps, block_m; };  // warps 0: flash_attention_wgmma
+
+// Each shape's kernel on `batch`, queries as drawn and scaled x8, against
+// the float64 reference with NaN-poisoned output.
+void checkFlash(std::mt19937& rng, const Batch& fixed, std::initializer_list<FlashShape> shapes) {
+  for (const FlashShape& sh : shapes) {
     const bool wgmma = sh.warps == 0;
     const char* kind = wgmma ? "flash_attention_wgmma" : "flash_attention";
     for (float q_scale : {1.0f, 8.0f}) {
@@ -536,6 +530,27 @@ TEST_F(KernelsGpu, FlashAttention) {
                   configConstant(k, "kSmemBytes"), k.resources.spill_stores, k.resources.spill_loads);
     }
   }
+}
+
+TEST_F(KernelsGpu, FlashAttention) {
+  Batch fixed{{200, 77, 64, 1, 130, 64, 65, 1}, {200, 77 + 333, 128, 501, 147, 64 + 1000, 65, 129}};
+  std::uniform_int_distribution<int> q_len(1, 300), prefix(0, 700);
+  for (int i = 0; i < 3; ++i) {
+    fixed.q_len.push_back(q_len(rng));
+    fixed.kv_len.push_back(fixed.q_len.back() + prefix(rng));
+  }
+  checkFlash(rng, fixed,
+             {FlashShape{32, 8, 128, 4, 64}, FlashShape{32, 8, 128, 8, 128}, FlashShape{9, 3, 64, 4, 64},
+              FlashShape{9, 3, 64, 4, 128}, FlashShape{9, 3, 64, 8, 128}, FlashShape{32, 8, 128, 0, 128},
+              FlashShape{9, 3, 64, 0, 128}});
+}
+
+// The warp-specialized kernel on a small batch (a fresh prompt, a chunk
+// after a prefix that opens more than three key tiles, so the producer
+// reuses its stages, and a one-token query): small enough for
+// compute-sanitizer's memcheck and racecheck (scripts/gpu-check.sh).
+TEST_F(KernelsGpu, FlashAttentionWgmmaSmall) {
+  checkFlash(rng, Batch{{150, 40, 1}, {150, 40 + 600, 77}}, {FlashShape{8, 2, 128, 0, 128}, FlashShape{4, 4, 64, 0, 128}});
 }
 
 // ---------------------------------------------------------------- elementwise
