@@ -32,7 +32,7 @@
 #            compiled), b32 (batch 32, 128 in / 128 out, eager + compiled),
 #            prefill (batch 1, 2048 in, eager); kiln alone: b1-no-pdl (programmatic
 #            launch off), b32-no-autotune (cuBLASLt's first choice),
-#            b1-host-sampling / b32-host-sampling (logits back, host argmax), b1-profile / b32-profile (--profile-steps: each step's
+#            b1-host-sampling / b32-host-sampling (logits back, host argmax), b1-profile / b32-profile / prefill-profile (--profile-steps: each step's
 #            GPU time); KILN_BENCH_PEER overrides the peer; KILN_BENCH_ACCURACY=0
 #            skips the fp32 reference, the accuracy check and the start times
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
@@ -213,6 +213,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
       b32-host-sampling) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --peer none --host-sampling); limit=60 ;;
       b1-profile) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       b32-profile) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
+      prefill-profile) flags=(--prompt-tokens 2048 --peer none --profile-steps); limit=90 ;;
       *) echo "unknown bench run $run"; continue ;;
     esac
     [[ -n "${KILN_BENCH_PEER:-}" ]] && flags+=(--peer "$KILN_BENCH_PEER")
