@@ -14,7 +14,8 @@
 // Grid [N, ropeKvAppendHeadGroups(H, Hkv)], block [Config::kThreads]: block
 // (t, g) does heads g*kRopeHeadsPerBlock.. of token t, counting q heads, then
 // k heads (rotated into the pool), then v heads (copied into the pool). The
-// sin/cos of each pair are computed once per block, not once per head.
+// sin/cos of each pair are computed once per block, not once per head, and
+// a thread turns 8 elements at a time with 16-byte loads and stores.
 #pragma once
 
 #include "common.cuh"
@@ -123,15 +124,48 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
     __syncthreads();
   }
   Kv* const k_slot = write_kv ? static_cast<Kv*>(p.k_pool) + kv_base : nullptr;
-  for (int w = threadIdx.x; w < kGroup * kHalf; w += Config::kThreads) {
-    const int j = head0 * kHalf + w;  // pair j of the merged row
-    if (j >= (H + Hkv) * kHalf) break;  // the v heads are copied below
-    int lo, hi;
-    const int i = rope_pair_columns<Config>(j, lo, hi);
-    const int head = lo / D;
-    const bf16* src = head < H ? q + head * D : k + (head - H) * D;
-    store_rope_pair<Config>(q_out, k_slot, nullptr, lo, hi, to_float(src[lo - head * D]), to_float(src[hi - head * D]),
-                            sin_of[i], cos_of[i]);
+  // The rotated heads (q, then k), 8 elements a step with 16-byte loads and
+  // stores: the half style turns elements c..c+7 with c+D/2..c+D/2+7, the
+  // interleaved one the 4 pairs inside elements c..c+7.
+  constexpr bool kVectors = Config::kInterleaved || kHalf % 8 == 0;
+  constexpr int kStepsPerHead = Config::kInterleaved ? D / 8 : kHalf / 8;
+  if constexpr (kVectors) {
+    for (int w = threadIdx.x; w < kGroup * kStepsPerHead; w += Config::kThreads) {
+      const int head = head0 + w / kStepsPerHead, c = w % kStepsPerHead * 8;
+      if (head >= H + Hkv) break;  // the v heads are copied below
+      if (head >= H && k_slot == nullptr) break;
+      const bf16* src = head < H ? q + head * D : k + (head - H) * D;
+      float x[8], y[8];  // half style: x the low elements, y their partners
+      load8(src + c, x);
+      if (!Config::kInterleaved) load8(src + kHalf + c, y);
+#pragma unroll
+      for (int e = 0; e < (Config::kInterleaved ? 4 : 8); ++e) {
+        const int i = Config::kInterleaved ? c / 2 + e : c + e;  // the pair's frequency index
+        float& a = Config::kInterleaved ? x[2 * e] : x[e];
+        float& b = Config::kInterleaved ? x[2 * e + 1] : y[e];
+        const float ra = a * cos_of[i] - b * sin_of[i], rb = b * cos_of[i] + a * sin_of[i];
+        a = ra;
+        b = rb;
+      }
+      if (head < H) {
+        store8(q_out + head * D + c, x);
+        if (!Config::kInterleaved) store8(q_out + head * D + kHalf + c, y);
+      } else {
+        store8(k_slot + (head - H) * D + c, x);
+        if (!Config::kInterleaved) store8(k_slot + (head - H) * D + kHalf + c, y);
+      }
+    }
+  } else {
+    for (int w = threadIdx.x; w < kGroup * kHalf; w += Config::kThreads) {
+      const int j = head0 * kHalf + w;  // pair j of the merged row
+      if (j >= (H + Hkv) * kHalf) break;  // the v heads are copied below
+      int lo, hi;
+      const int i = rope_pair_columns<Config>(j, lo, hi);
+      const int head = lo / D;
+      const bf16* src = head < H ? q + head * D : k + (head - H) * D;
+      store_rope_pair<Config>(q_out, k_slot, nullptr, lo, hi, to_float(src[lo - head * D]),
+                              to_float(src[hi - head * D]), sin_of[i], cos_of[i]);
+    }
   }
   // V heads of this group: copied 8 elements at a time.
   if (write_kv) {

@@ -1,14 +1,18 @@
 // kiln-kernels: inspect the CUDA kernel instances of a compiled artifact
 // without MLIR and without a GPU.
 //
-//   kiln-kernels ARTIFACT list
+//   kiln-kernels ARTIFACT list [--arch sm_90]
 //   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90]
 //
-// `list` shows every instance the CUDA runtime compiles for the artifact: each
-// step's own (role "step") and those the runtime runs beside it, chosen per
-// batch (codegen/cuda/step_instances.h: "decode", "combine", "prefill" for
-// attention). The source is ARTIFACT/kernels/INSTANCE.cu when present, else
-// generated (codegen/cuda). PTX, SASS and resources come from NVRTC.
+// `list` shows every instance the CUDA runtime compiles for the artifact on
+// a device of --arch (default sm_90, Hopper): each step's own (role "step")
+// and those the runtime runs beside it, chosen per batch
+// (codegen/cuda/step_instances.h: "decode", "combine", "prefill" for
+// attention; the prefill kernel is flash_attention_wgmma on Hopper,
+// flash_attention elsewhere). The source is ARTIFACT/kernels/INSTANCE.cu
+// when present, else generated (codegen/cuda). PTX, SASS and resources come
+// from NVRTC, for the instance's own target when it needs one (sm_90a for
+// the wgmma kernels) unless --arch names another.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -43,7 +47,7 @@ struct Step {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: kiln-kernels ARTIFACT list\n"
+               "usage: kiln-kernels ARTIFACT list [--arch sm_90]\n"
                "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90]\n");
   return 2;
 }
@@ -53,7 +57,10 @@ int fail(const std::string& message) {
   return 1;
 }
 
-kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
+// Hopper's targets, where the runtime runs the wgmma prefill kernel.
+bool hopper(const std::string& arch) { return arch == "sm_90" || arch == "sm_90a"; }
+
+kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, const std::string& arch) {
   const fs::path path = artifact / "manifest.json";
   std::ifstream in(path);
   if (!in) return kiln::makeError("{}: cannot open (expected an artifact folder written by kiln-compile -o)", path.string());
@@ -76,6 +83,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact) {
       const json params = s.contains("params") ? s["params"] : json::object();
       kiln::cuda_codegen::StepInstanceOptions options;
       options.skinny_fusion = fusions[i].gemm_params;
+      options.wgmma = hopper(arch);
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
         Step& step = steps[instance];
@@ -134,11 +142,17 @@ int main(int argc, char** argv) {
   if (argc < 3) return usage();
   const fs::path artifact = argv[1];
   const std::string command = argv[2];
-  auto steps = readSteps(artifact);
+  std::string what = "--source", arch;  // arch: --arch, else the instance's own target or sm_90
+  for (int i = command == "show" ? 4 : 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--arch" && i + 1 < argc) arch = argv[++i];
+    else if (command == "show" && (a == "--source" || a == "--ptx" || a == "--sass" || a == "--resources")) what = a;
+    else return usage();
+  }
+  auto steps = readSteps(artifact, arch.empty() ? "sm_90" : arch);
   if (!steps) return fail(steps.error().message);
 
   if (command == "list") {
-    if (argc != 3) return usage();
     size_t width = 8;
     for (auto& [name, step] : *steps) width = std::max(width, name.size());
     std::printf("%-*s  %-20s  %-7s  %5s  %s\n", int(width), "instance", "kind", "role", "steps", "params");
@@ -149,13 +163,6 @@ int main(int argc, char** argv) {
   }
   if (command != "show" || argc < 4) return usage();
   const std::string instance = argv[3];
-  std::string what = "--source", arch = "sm_90";
-  for (int i = 4; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--arch" && i + 1 < argc) arch = argv[++i];
-    else if (a == "--source" || a == "--ptx" || a == "--sass" || a == "--resources") what = a;
-    else return usage();
-  }
   auto it = steps->find(instance);
   if (it == steps->end())
     return fail(fmt::format("{}: no step uses instance '{}' (kiln-kernels {} list shows them)",
@@ -178,6 +185,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (arch.empty()) arch = generated && !generated->arch.empty() ? generated->arch : "sm_90";
   kiln::cuda::CompileOptions options;
   options.arch = arch;
   options.include_dirs = kiln::cuda::defaultKernelIncludeDirs();

@@ -98,6 +98,7 @@ struct BoundStep {
   // ... and the tensor-core flash_attention instance for prefill batches.
   CUfunction flash_fn = nullptr;
   unsigned flash_block = 0, flash_smem = 0, flash_block_m = 0;  // flash_block_m: query rows per block
+  std::string flash_kind;  // flash_attention_wgmma on Hopper, else flash_attention
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
   // gemm with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h):
@@ -964,6 +965,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
           const std::string& flash = by_role[Role::kPrefill];
           KILN_RETURN_IF_ERROR(bindExtra(flash, s.flash_fn, s.flash_block, s.flash_smem));
           s.flash_block_m = unsigned(parseConfigInt(sources[source_index[flash]].source, "kBlockM", 0));
+          s.flash_kind = flash.rfind("flash_attention_wgmma", 0) == 0 ? "flash_attention_wgmma" : "flash_attention";
           if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash);
         }
       }
@@ -1213,8 +1215,11 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     if (s.absorbed && skinny) continue;  // done by the fused gemm before it: nothing ran
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
     if (s.fused_fn && skinny) name = s.fused_instance;
-    if (s.kind == StepKind::kPagedAttention)
-      name = fmt::format("{} (heads {}/{}, head_dim {})", attentionPath(s, shape), s.heads, s.kv_heads, s.head_dim);
+    if (s.kind == StepKind::kPagedAttention) {
+      const char* path = attentionPath(s, shape);
+      name = fmt::format("{} (heads {}/{}, head_dim {})", path == kFlashPath ? s.flash_kind.c_str() : path, s.heads,
+                         s.kv_heads, s.head_dim);
+    }
     step_profile.addStep(phase, name, ms);
   }
 }
