@@ -68,9 +68,6 @@ class Params {
   Result<int64_t> integerOr(const char* name, int64_t fallback) const {
     return find(name) ? integer(name) : Result<int64_t>(fallback);
   }
-  Result<bool> booleanOr(const char* name, bool fallback) const {
-    return find(name) ? boolean(name) : Result<bool>(fallback);
-  }
   bool has(const char* name) const { return find(name) != nullptr; }
   Error bad(const char* name, const std::string& value, const char* expected) const {
     return makeError("{}: param '{}' is '{}', expected {}", kind_, name, value, expected);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <filesystem>
 #include <fstream>
 
@@ -56,6 +58,22 @@ TEST(InstanceSource, BadParamsNameKindAndParam) {
                                                     {"kv_type", "bf16"}, {"tree_mask", false}});
   ASSERT_FALSE(gqa.ok());
   EXPECT_NE(gqa.error().message.find("not a multiple of kv_heads"), std::string::npos);
+  // The warpgroup prefill kernel: bf16 pools, causal only, head_dim 64 or 128.
+  json wgmma = {{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
+                {"scale", 0.088}, {"kv_type", "bf16"}, {"tree_mask", false}};
+  ASSERT_TRUE(instanceSource("flash_attention_wgmma", wgmma).ok());
+  for (auto [param, value, message] :
+       {std::tuple{"kv_type", json("f32"), "flash_attention_wgmma: kv_type 'f32' has no tensor-core kernel (bf16 pools only)"},
+        std::tuple{"tree_mask", json(true),
+                   "flash_attention_wgmma: tree_mask is true; the tensor-core kernel is causal only (use paged_attention)"},
+        std::tuple{"head_dim", json(96), "flash_attention_wgmma: param 'head_dim' is 96, expected 64 or 128"},
+        std::tuple{"scale", json(0.0), "flash_attention_wgmma: param 'scale' is 0, expected > 0"}}) {
+    json bad = wgmma;
+    bad[param] = value;
+    auto r = instanceSource("flash_attention_wgmma", bad);
+    ASSERT_FALSE(r.ok()) << param;
+    EXPECT_EQ(r.error().message, message);
+  }
   auto style = instanceSource("embedding", json{{"hidden", 576}, {"table_type", "q5_k"}});
   ASSERT_FALSE(style.ok());
   EXPECT_NE(style.error().message.find("'q5_k'"), std::string::npos);
