@@ -4,10 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <unistd.h>
 
