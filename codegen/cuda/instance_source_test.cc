@@ -217,7 +217,7 @@ TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
     ASSERT_TRUE(generated.ok()) << inst.kind;
     EXPECT_EQ(generated->arch, inst.kind == "flash_attention_wgmma" ? "sm_90a" : "") << inst.kind;
   }
-  auto pre_hopper = stepInstances("paged_attention", attention, "attn_l0", {.wgmma = false});
+  auto pre_hopper = stepInstances("paged_attention", attention, "attn_l0", {.wgmma = false, .skinny_fusion = {}});
   ASSERT_TRUE(pre_hopper.ok());
   ASSERT_EQ(pre_hopper->size(), 4u);
   EXPECT_EQ((*pre_hopper)[3].kind, "flash_attention");

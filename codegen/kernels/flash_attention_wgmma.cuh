@@ -61,7 +61,11 @@ KILN_HOST_DEVICE constexpr int smem_bytes(int head_dim) {
 }  // namespace kernels
 }  // namespace kiln
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// The kernel body. It also compiles on the host under KILN_CUDA_EMULATION,
+// where test/gpu/cuda_emulation.h and wgmma_emulation.h supply the
+// intrinsics and run each CUDA thread as a fiber
+// (test/gpu/flash_attention_wgmma_emulation_test.cc).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_CUDA_EMULATION)
 
 namespace kiln {
 namespace kernels {
@@ -89,10 +93,10 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   static_assert(Config::kSmemBytes == smem_bytes(D), "dynamic shared memory size");
   static_assert(Config::kScale > 0.0f, "the running max is taken over unscaled scores");
 
-  extern __shared__ __align__(128) unsigned char smem_window[];
-  const unsigned window = smem_address(smem_window);
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned window = smem_address(smem);
   const unsigned q_base = (window + 1023u) & ~1023u;
-  unsigned char* const smem = smem_window + (q_base - window);  // q_base as a generic pointer
+  unsigned char* const tiles = smem + (q_base - window);  // q_base as a generic pointer
   const unsigned kv_base = q_base + kQBytes;
   // Stage s is full (its copies landed: kProducerThreads arrivals) and empty
   // (both consumer warpgroups are done with it: kConsumerThreads arrivals).
@@ -363,7 +367,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
 #pragma unroll
     for (int db = 0; db < kDBlocks; ++db) {
       const unsigned v = pack_bf16x2(o[4 * db + 2 * hr] * inv, o[4 * db + 2 * hr + 1] * inv);
-      *reinterpret_cast<unsigned*>(smem + wgmma::tile_offset(r, db, BM) + acc_col(lane, 0) * 2) = v;
+      *reinterpret_cast<unsigned*>(tiles + wgmma::tile_offset(r, db, BM) + acc_col(lane, 0) * 2) = v;
     }
   }
   __syncwarp();
@@ -373,11 +377,11 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
     const int r = warp_row0 + i / kChunks, c = i % kChunks;
     if (r < rows)
       *reinterpret_cast<uint4*>(out + (long long)r * H * D + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + wgmma::tile_offset(r, c, BM));
+          *reinterpret_cast<const uint4*>(tiles + wgmma::tile_offset(r, c, BM));
   }
 }
 
 }  // namespace kernels
 }  // namespace kiln
 
-#endif  // __CUDACC__ || __CUDACC_RTC__
+#endif  // __CUDACC__ || __CUDACC_RTC__ || KILN_CUDA_EMULATION

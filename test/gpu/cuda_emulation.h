@@ -1,9 +1,13 @@
 // An emulated CUDA device on the host, no GPU, for running a kernel body
-// (flash_attention, decode_attention) under KILN_CUDA_EMULATION: each of a
-// block's CUDA threads is a fiber (ucontext) on one OS thread, and the warp-
-// and block-wide operations are rendezvous where the last arriving lane does
-// the work for all: ldmatrix and mma.m16n8k16 from the PTX ISA's fragment
-// tables, __shfl_xor_sync, __syncwarp, __syncthreads. cp.async copies land
+// (flash_attention, flash_attention_wgmma, decode_attention) under
+// KILN_CUDA_EMULATION: each of a block's CUDA threads is a fiber (ucontext)
+// on one OS thread, and the warp- and block-wide operations are rendezvous
+// where the last arriving lane does the work for all: ldmatrix and
+// mma.m16n8k16 from the PTX ISA's fragment tables, __shfl_xor_sync,
+// __shfl_sync, __syncwarp, __syncthreads; named barriers (bar.sync,
+// bar.arrive) and shared-memory mbarriers (init, arrive, parity wait) block
+// a fiber until their phase completes. wgmma_emulation.h adds the
+// warpgroup multiplies. cp.async copies land
 // only at the issuing thread's cp.async.wait_group (or, in the eager mode, at
 // once) and zero-byte copies write zeros; shared memory starts as NaN for
 // every block, every shared access is checked against the instance's size
@@ -19,10 +23,13 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,7 +70,7 @@ alignas(128) inline unsigned char smem[228 * 1024];
 
 namespace emu {
 
-constexpr int kMaxThreads = 256, kStackBytes = 128 * 1024;
+constexpr int kMaxThreads = 384, kStackBytes = 128 * 1024;
 
 struct Copy {
   unsigned dst;  // shared address
@@ -88,8 +95,12 @@ struct Slot {
   float* result = nullptr;
   unsigned addr = 0;                   // ldmatrix row address
   unsigned* out = nullptr;             // ldmatrix registers
-  unsigned a[4] = {}, b0 = 0, b1 = 0;  // mma operands
+  unsigned a[4] = {}, b0 = 0, b1 = 0;  // mma operands (a: also wgmma's register A)
   float* acc = nullptr;
+  unsigned long long desc_a = 0, desc_b = 0;  // wgmma shared-memory descriptors
+  bool accumulate = false;                     // wgmma scale-d
+  int ivalue = 0, src_lane = 0;                // __shfl_sync
+  int* iresult = nullptr;
 };
 struct Collective {
   int arrived = 0;
@@ -100,9 +111,26 @@ struct Collective {
 
 inline ucontext_t scheduler;
 inline Fiber fibers[kMaxThreads];
-inline Collective warp_collective[kMaxThreads / 32], block_collective;
+inline Collective warp_collective[kMaxThreads / 32], warpgroup_collective[kMaxThreads / 128], block_collective;
+
+// Named barriers 0-15 (0 is __syncthreads') and the block's mbarriers by
+// shared address; both start fresh with every block.
+struct NamedBarrier {
+  int arrived = 0, expected = 0;
+  uint64_t generation = 0;
+};
+inline NamedBarrier named_barriers[16];
+struct MBarrier {
+  int count = 0, pending = 0;
+  uint64_t phase = 0;
+};
+inline std::map<unsigned, MBarrier> mbarriers;
 inline int current = 0, threads = 128;  // the running thread, the block's size
 inline bool eager_copies = false;
+// Each scheduling round runs the fibers in a fresh random order (else in
+// thread order), so a thread that runs ahead of a missing wait shows it.
+inline bool shuffled_schedule = false;
+inline std::mt19937 schedule_rng{2026};
 inline std::function<void()> body;
 inline std::string failure;  // the first emulation error (the fiber keeps going on defaults)
 inline int smem_limit = 0;   // bytes of shared memory the instance has
@@ -167,6 +195,33 @@ void rendezvous(Collective& c, int participants, const char* kind, int slot, con
 
 inline int lane() { return current % 32; }
 inline Collective& warp() { return warp_collective[current / 32]; }
+inline Collective& warpgroup() { return warpgroup_collective[current / 128]; }
+
+// bar.sync / bar.arrive id, n: the barrier completes when n threads have
+// arrived; sync waits for that, arrive does not.
+inline void namedBarrier(int id, int n, bool wait) {
+  if (id < 1 || id > 15 || n % 32 != 0 || n > threads) return fail("named barrier id or thread count out of range");
+  NamedBarrier& b = named_barriers[id];
+  if (b.arrived == 0) b.expected = n;
+  else if (b.expected != n) return fail("named barrier used with two thread counts at once");
+  if (++b.arrived == n) {
+    b.arrived = 0;
+    ++b.generation;
+    return;
+  }
+  if (wait) yieldUntilChanged(b.generation, b.generation);
+}
+
+inline MBarrier* mbarrier(unsigned addr, const char* what) {
+  if (addr % 8) fail(std::string(what) + ": mbarrier not 8-byte aligned");
+  shared(addr, 8, what);
+  auto it = mbarriers.find(addr);
+  if (it == mbarriers.end()) {
+    fail(std::string(what) + " on an mbarrier never initialized");
+    return nullptr;
+  }
+  return &it->second;
+}
 
 // The PTX ISA's m16n8k16 fragment tables (g = lane / 4, t = lane % 4; element i of 8 halves).
 inline int aRow(int lane, int i) { return lane / 4 + ((i == 2 || i == 3 || i == 6 || i == 7) ? 8 : 0); }
@@ -246,6 +301,44 @@ inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   });
   return out;
 }
+
+inline int __shfl_sync(unsigned mask, int v, int src_lane) {
+  if (mask != 0xffffffffu) emu::fail("partial shuffle mask");
+  if (src_lane < 0 || src_lane > 31) emu::fail("shuffle source lane out of range");
+  int out = 0;
+  emu::Slot s;
+  s.ivalue = v;
+  s.src_lane = src_lane & 31;
+  s.iresult = &out;
+  emu::rendezvous(emu::warp(), 32, "__shfl_sync", emu::lane(), s, [](emu::Collective& c) {
+    for (int l = 0; l < 32; ++l) *c.slots[l].iresult = c.slots[c.slots[l].src_lane].ivalue;
+  });
+  return out;
+}
+
+// Shared-memory mbarriers: a phase completes when `count` arrivals are in;
+// waiting on a parity passes once the phase of that parity has completed
+// (a fresh barrier is in phase 0, so parity 1 passes at once).
+inline void mbarrier_init(unsigned bar, unsigned count) {
+  if (bar % 8) emu::fail("mbarrier not 8-byte aligned");
+  emu::shared(bar, 8, "mbarrier.init");
+  emu::mbarriers[bar] = emu::MBarrier{int(count), int(count), 0};
+}
+inline void mbarrier_arrive(unsigned bar) {
+  emu::MBarrier* b = emu::mbarrier(bar, "mbarrier.arrive");
+  if (b && --b->pending == 0) {
+    b->pending = b->count;
+    ++b->phase;
+  }
+}
+inline void mbarrier_wait(unsigned bar, unsigned parity) {
+  emu::MBarrier* b = emu::mbarrier(bar, "mbarrier.try_wait");
+  while (b && emu::failure.empty() && (b->phase & 1) == parity) emu::yieldUntilChanged(b->phase, b->phase);
+}
+template <int kRegisters>
+inline void setmaxnreg_dec() {}
+template <int kRegisters>
+inline void setmaxnreg_inc() {}
 
 // A kernel's static __shared__ array of `bytes` (the emulation has no
 // per-kernel static shared memory: it is the start of smem).
@@ -337,6 +430,8 @@ inline void entry() {
 
 // Runs one block: every fiber until all are done; a round where none can move is a deadlock.
 inline void runBlock() {
+  mbarriers.clear();
+  for (NamedBarrier& b : named_barriers) b = NamedBarrier{};
   for (int t = 0; t < threads; ++t) {
     Fiber& f = fibers[t];
     f.done = false;
@@ -349,9 +444,12 @@ inline void runBlock() {
     f.context.uc_link = &scheduler;
     makecontext(&f.context, entry, 0);
   }
+  std::vector<int> order(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) order[size_t(t)] = t;
   for (;;) {
     bool alive = false, moved = false;
-    for (int t = 0; t < threads; ++t) {
+    if (shuffled_schedule) std::shuffle(order.begin(), order.end(), schedule_rng);
+    for (int t : order) {
       Fiber& f = fibers[t];
       if (f.done) continue;
       alive = true;

@@ -1,0 +1,91 @@
+// flash_attention_wgmma's kernel body run on the host, no GPU: the producer
+// warpgroup, the two consumer warpgroups, their mbarriers and named
+// barriers and the warpgroup multiplies on the emulated device of
+// cuda_emulation.h and wgmma_emulation.h (a fiber per CUDA thread; wgmma
+// operands read through their descriptors by the PTX ISA's layouts; NaN
+// shared memory; bounds-checked global reads), against the float64
+// reference of kernels_gpu_test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "test/gpu/attention_reference.h"
+#include "test/gpu/cuda_emulation.h"
+#include "test/gpu/wgmma_emulation.h"
+
+// The kernel on the emulated device: after the emulation headers, which supply its intrinsics.
+#include "codegen/kernels/flash_attention_wgmma.cuh"
+
+namespace kiln::gpu_test {
+namespace {
+
+namespace kk = kiln::kernels;
+
+template <int H_, int Hkv_, int D_, int Page_ = 16>
+struct Config {
+  static constexpr int kHeads = H_, kKvHeads = Hkv_, kHeadDim = D_, kPageSize = Page_;
+  static constexpr float kScale = D_ == 64 ? 0.125f : 0.0883883476f;
+  static constexpr int kBlockM = kk::flash_wgmma::kBlockM;
+  static constexpr int kSmemBytes = kk::flash_wgmma::smem_bytes(D_);
+};
+
+// eager: cp.async copies land when issued (else at the issuing thread's
+// wait); shuffled: fibers run in a random order each round.
+template <class C>
+void runCase(const Batch& batch, bool eager, float q_scale, const std::string& what, bool shuffled = true) {
+  std::mt19937 rng(99);
+  AttentionData a = makeAttention(rng, C::kHeads, C::kKvHeads, C::kHeadDim, batch, false, C::kPageSize);
+  for (size_t i = 0; i < a.q.size(); ++i) {
+    a.q[i] *= q_scale;
+    a.qb[i] = toBf16(a.q[i]);
+  }
+  const int B = int(batch.q_len.size()), H = C::kHeads, D = C::kHeadDim;
+  // The output with 64 guard elements on each side, all NaN.
+  std::vector<uint16_t> out(size_t(a.N) * H * D + 128, 0x7fc0);
+  kk::PagedAttentionParams p{a.qb.data(), a.kb.data(), a.vb.data(), a.block_tables.data(), a.query_start.data(),
+                             a.kv_lens.data(), nullptr, out.data() + 64, nullptr, nullptr, a.N, B, a.max_blocks, 0, 1, nullptr};
+  emu::readable = {{reinterpret_cast<const unsigned char*>(a.qb.data()), a.qb.size() * 2},
+                   {reinterpret_cast<const unsigned char*>(a.kb.data()), a.kb.size() * 2},
+                   {reinterpret_cast<const unsigned char*>(a.vb.data()), a.vb.size() * 2}};
+  emu::eager_copies = eager;
+  emu::shuffled_schedule = shuffled;
+  emu::smem_limit = C::kSmemBytes;
+  const int max_q_len = *std::max_element(batch.q_len.begin(), batch.q_len.end());
+  emu::launch({unsigned(H), unsigned((max_q_len + C::kBlockM - 1) / C::kBlockM), unsigned(B)},
+              kk::flash_wgmma::kThreads, [&p] { kk::flash_attention_wgmma<C>(p); });
+  emu::shuffled_schedule = false;
+  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ", " << blockIdx.y
+                                    << ", " << blockIdx.z << ")";
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(out[i], 0x7fc0) << what << ": write before the output";
+    EXPECT_EQ(out[out.size() - 1 - i], 0x7fc0) << what << ": write past the output";
+  }
+  std::vector<uint16_t> body_bits(out.begin() + 64, out.end() - 64);
+  expectClose(bf16ToFloat(body_bits), attentionReference(a, double(C::kScale), false), 4e-3, 1.0 / 64, what);
+}
+
+// A fresh prompt over two query tiles, a chunk after a prefix long enough
+// that the producer refills its three stages, one-token sequences (the
+// second warpgroup has no rows), a chunk whose rows start mid-tile, and
+// query tiles whose last key opens a new key tile (129 keys).
+const Batch kBatch{{150, 40, 1, 70, 1, 129}, {150, 40 + 600, 77, 70 + 300, 129, 129}};
+
+TEST(FlashAttentionWgmmaEmulation, Hd128Gqa2) { runCase<Config<2, 1, 128>>(kBatch, false, 1.0f, "hd128 2/1"); }
+TEST(FlashAttentionWgmmaEmulation, Hd128PeakedSoftmaxEagerCopies) {
+  runCase<Config<2, 1, 128>>(kBatch, true, 8.0f, "hd128 2/1, q x8, eager cp.async");
+}
+TEST(FlashAttentionWgmmaEmulation, Hd64Gqa3) { runCase<Config<3, 1, 64>>(kBatch, false, 1.0f, "hd64 3/1"); }
+TEST(FlashAttentionWgmmaEmulation, Hd128InThreadOrder) {
+  runCase<Config<2, 1, 128>>(kBatch, false, 1.0f, "hd128 2/1, fibers in thread order", false);
+}
+// Pages too small for a warp's 32 block-table entries to span a tile: the
+// producer reads the table directly instead of by shuffle.
+TEST(FlashAttentionWgmmaEmulation, SmallAndLargePages) {
+  runCase<Config<1, 1, 64, 4>>(kBatch, false, 1.0f, "hd64 1/1, page 4");
+  runCase<Config<1, 1, 64, 64>>(kBatch, false, 1.0f, "hd64 1/1, page 64");
+}
+
+}  // namespace
+}  // namespace kiln::gpu_test
