@@ -5,12 +5,10 @@
 // float64 reference of kernels_gpu_test.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <string>
-#include <vector>
 
-#include "test/gpu/attention_reference.h"
 #include "test/gpu/cuda_emulation.h"
+#include "test/gpu/prefill_emulation.h"
 
 // The kernel on the emulated device: after cuda_emulation.h, which supplies its intrinsics.
 #include "codegen/kernels/flash_attention.cuh"
@@ -32,34 +30,11 @@ struct Config {
 
 template <class C>
 void runCase(const Batch& batch, bool eager, float q_scale, const std::string& what) {
-  std::mt19937 rng(99);
-  AttentionData a = makeAttention(rng, C::kHeads, C::kKvHeads, C::kHeadDim, batch, false, C::kPageSize);
-  for (size_t i = 0; i < a.q.size(); ++i) {
-    a.q[i] *= q_scale;
-    a.qb[i] = toBf16(a.q[i]);
-  }
-  const int B = int(batch.q_len.size()), H = C::kHeads, D = C::kHeadDim;
-  // The output with 64 guard elements on each side, all NaN.
-  std::vector<uint16_t> out(size_t(a.N) * H * D + 128, 0x7fc0);
-  kk::PagedAttentionParams p{a.qb.data(), a.kb.data(), a.vb.data(), a.block_tables.data(), a.query_start.data(),
-                             a.kv_lens.data(), nullptr, out.data() + 64, nullptr, nullptr, a.N, B, a.max_blocks, 0, 1, nullptr};
-  emu::readable = {{reinterpret_cast<const unsigned char*>(a.qb.data()), a.qb.size() * 2},
-                   {reinterpret_cast<const unsigned char*>(a.kb.data()), a.kb.size() * 2},
-                   {reinterpret_cast<const unsigned char*>(a.vb.data()), a.vb.size() * 2}};
-  emu::eager_copies = eager;
-  emu::smem_limit = C::kSmemBytes;
-  const int max_q_len = *std::max_element(batch.q_len.begin(), batch.q_len.end());
-  emu::launch({unsigned(H), unsigned((max_q_len + C::kBlockM - 1) / C::kBlockM), unsigned(B)}, 32 * C::kWarps,
-              [&p] { kk::flash_attention<C>(p); });
-  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ", " << blockIdx.y
-                                    << ", " << blockIdx.z << ")";
+  checkEmulatedPrefill({C::kHeads, C::kKvHeads, C::kHeadDim, C::kPageSize, C::kScale, C::kBlockM, 32 * C::kWarps,
+                        C::kSmemBytes},
+                       batch, eager, q_scale, what,
+                       [](const kk::PagedAttentionParams& p) { kk::flash_attention<C>(p); });
   EXPECT_EQ(emu::bank_conflicts, 0) << what << ": ldmatrix phases with bank conflicts";
-  for (int i = 0; i < 64; ++i) {
-    EXPECT_EQ(out[i], 0x7fc0) << what << ": write before the output";
-    EXPECT_EQ(out[out.size() - 1 - i], 0x7fc0) << what << ": write past the output";
-  }
-  std::vector<uint16_t> body_bits(out.begin() + 64, out.end() - 64);
-  expectClose(bf16ToFloat(body_bits), attentionReference(a, double(C::kScale), false), 4e-3, 1.0 / 64, what);
 }
 
 // Fresh prompts and chunks after cached prefixes off the page and tile

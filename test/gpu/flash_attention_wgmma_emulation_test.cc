@@ -7,12 +7,10 @@
 // reference of kernels_gpu_test.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <string>
-#include <vector>
 
-#include "test/gpu/attention_reference.h"
 #include "test/gpu/cuda_emulation.h"
+#include "test/gpu/prefill_emulation.h"
 #include "test/gpu/wgmma_emulation.h"
 
 // The kernel on the emulated device: after the emulation headers, which supply its intrinsics.
@@ -31,39 +29,15 @@ struct Config {
   static constexpr int kSmemBytes = kk::flash_wgmma::smem_bytes(D_);
 };
 
-// eager: cp.async copies land when issued (else at the issuing thread's
-// wait); shuffled: fibers run in a random order each round.
+// shuffled: fibers run in a random order each round.
 template <class C>
 void runCase(const Batch& batch, bool eager, float q_scale, const std::string& what, bool shuffled = true) {
-  std::mt19937 rng(99);
-  AttentionData a = makeAttention(rng, C::kHeads, C::kKvHeads, C::kHeadDim, batch, false, C::kPageSize);
-  for (size_t i = 0; i < a.q.size(); ++i) {
-    a.q[i] *= q_scale;
-    a.qb[i] = toBf16(a.q[i]);
-  }
-  const int B = int(batch.q_len.size()), H = C::kHeads, D = C::kHeadDim;
-  // The output with 64 guard elements on each side, all NaN.
-  std::vector<uint16_t> out(size_t(a.N) * H * D + 128, 0x7fc0);
-  kk::PagedAttentionParams p{a.qb.data(), a.kb.data(), a.vb.data(), a.block_tables.data(), a.query_start.data(),
-                             a.kv_lens.data(), nullptr, out.data() + 64, nullptr, nullptr, a.N, B, a.max_blocks, 0, 1, nullptr};
-  emu::readable = {{reinterpret_cast<const unsigned char*>(a.qb.data()), a.qb.size() * 2},
-                   {reinterpret_cast<const unsigned char*>(a.kb.data()), a.kb.size() * 2},
-                   {reinterpret_cast<const unsigned char*>(a.vb.data()), a.vb.size() * 2}};
-  emu::eager_copies = eager;
   emu::shuffled_schedule = shuffled;
-  emu::smem_limit = C::kSmemBytes;
-  const int max_q_len = *std::max_element(batch.q_len.begin(), batch.q_len.end());
-  emu::launch({unsigned(H), unsigned((max_q_len + C::kBlockM - 1) / C::kBlockM), unsigned(B)},
-              kk::flash_wgmma::kThreads, [&p] { kk::flash_attention_wgmma<C>(p); });
+  checkEmulatedPrefill({C::kHeads, C::kKvHeads, C::kHeadDim, C::kPageSize, C::kScale, C::kBlockM,
+                        kk::flash_wgmma::kThreads, C::kSmemBytes},
+                       batch, eager, q_scale, what,
+                       [](const kk::PagedAttentionParams& p) { kk::flash_attention_wgmma<C>(p); });
   emu::shuffled_schedule = false;
-  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ", " << blockIdx.y
-                                    << ", " << blockIdx.z << ")";
-  for (int i = 0; i < 64; ++i) {
-    EXPECT_EQ(out[i], 0x7fc0) << what << ": write before the output";
-    EXPECT_EQ(out[out.size() - 1 - i], 0x7fc0) << what << ": write past the output";
-  }
-  std::vector<uint16_t> body_bits(out.begin() + 64, out.end() - 64);
-  expectClose(bf16ToFloat(body_bits), attentionReference(a, double(C::kScale), false), 4e-3, 1.0 / 64, what);
 }
 
 // A fresh prompt over two query tiles, a chunk after a prefix long enough
