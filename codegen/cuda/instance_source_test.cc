@@ -217,6 +217,10 @@ TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
     ASSERT_TRUE(generated.ok()) << inst.kind;
     EXPECT_EQ(generated->arch, inst.kind == "flash_attention_wgmma" ? "sm_90a" : "") << inst.kind;
   }
+  EXPECT_TRUE(warpgroupMmaTarget("sm_90"));
+  EXPECT_TRUE(warpgroupMmaTarget("sm_90a"));
+  EXPECT_FALSE(warpgroupMmaTarget("sm_80"));
+  EXPECT_FALSE(warpgroupMmaTarget("sm_100"));
   auto pre_hopper = stepInstances("paged_attention", attention, "attn_l0", {.wgmma = false, .skinny_fusion = {}});
   ASSERT_TRUE(pre_hopper.ok());
   ASSERT_EQ(pre_hopper->size(), 4u);

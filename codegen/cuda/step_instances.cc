@@ -25,6 +25,8 @@ std::string boundedInstanceName(const std::string& name) {
   return fmt::format("{}_{:016x}", name.substr(0, 96), h);
 }
 
+bool warpgroupMmaTarget(std::string_view arch) { return arch == "sm_90" || arch == "sm_90a"; }
+
 StepInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
   const nlohmann::json params{{"vocab", vocab}, {"logits_type", std::string(logits_type)}};
   return {InstanceRole::kGreedy, "argmax", params, boundedInstanceName(instanceName("argmax", params))};

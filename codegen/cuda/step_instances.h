@@ -55,6 +55,11 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
 // logits back.
 StepInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 
+// Whether a device of `arch` ("sm_90", "sm_80", ...) runs the wgmma kernels
+// (StepInstanceOptions::wgmma): Hopper, 9.0, whose instances are then all
+// compiled for the arch-specific sm_90a.
+bool warpgroupMmaTarget(std::string_view arch);
+
 // Names above 160 characters keep their first 96 and gain a hash of the
 // whole: kernel symbols may be long, the JIT cache's file names may not.
 std::string boundedInstanceName(const std::string& name);

@@ -351,14 +351,16 @@ int run(int argc, char** argv) {
                                    P{4096, 32, 8, 128, 0, 128}, P{4096, 32, 8, 64, 4, 64},
                                    P{4096, 32, 8, 64, 4, 128},  P{4096, 32, 8, 64, 8, 128},
                                    P{4096, 32, 8, 64, 0, 128}};
-  for (const P& c : only == "decode" ? std::vector<P>{} : prefills) {
-    auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
-    if (r) {
-      report(*r);
-    } else {
-      std::fprintf(stderr, "flash_attention prefill D=%d warps=%d block_m=%d: %s\n", c.D, c.warps, c.block_m,
-                   r.error().message.c_str());
-      status = 1;
+  if (only != "decode") {
+    for (const P& c : prefills) {
+      auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);
+      if (r) {
+        report(*r);
+      } else {
+        std::fprintf(stderr, "flash_attention prefill D=%d warps=%d block_m=%d: %s\n", c.D, c.warps, c.block_m,
+                     r.error().message.c_str());
+        status = 1;
+      }
     }
   }
   if (only != "prefill") {

@@ -57,9 +57,6 @@ int fail(const std::string& message) {
   return 1;
 }
 
-// Hopper's targets, where the runtime runs the wgmma prefill kernel.
-bool hopper(const std::string& arch) { return arch == "sm_90" || arch == "sm_90a"; }
-
 kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, const std::string& arch) {
   const fs::path path = artifact / "manifest.json";
   std::ifstream in(path);
@@ -83,7 +80,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
       const json params = s.contains("params") ? s["params"] : json::object();
       kiln::cuda_codegen::StepInstanceOptions options;
       options.skinny_fusion = fusions[i].gemm_params;
-      options.wgmma = hopper(arch);
+      options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
         Step& step = steps[instance];

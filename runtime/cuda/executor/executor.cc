@@ -647,7 +647,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const std::string device_arch = fmt::format("sm_{}{}", major, minor);
   // Hopper (9.0) compiles every instance for sm_90a, the arch-specific
   // target, so the wgmma attention kernel can run there (instance_source).
-  const bool hopper = major == 9 && minor == 0;
+  const bool hopper = cuda_codegen::warpgroupMmaTarget(device_arch);
   const std::string arch = hopper ? "sm_90a" : device_arch;
   d->cuDeviceGetAttribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, st.device);
   st.use_graphs = options.cuda_graphs;
@@ -852,6 +852,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::vector<std::string> step_instance(entry->steps.size());
   std::map<std::string, int> rows_per_block;
   std::map<std::string, unsigned> block_threads;
+  std::map<std::string, std::string> instance_kind;
   using Role = cuda_codegen::InstanceRole;
   std::map<size_t, std::map<Role, std::string>> extra_instances;  // step -> the instances beside its own, by role
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
@@ -891,6 +892,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         return makeError("{} ({}): instance {}: {}", step.path, inst.kind, inst.name, generated.error().message);
       rows_per_block[inst.name] = parseRowsPerBlock(generated->source);
       block_threads[inst.name] = unsigned(generated->launch.block_threads);
+      instance_kind[inst.name] = inst.kind;
       dynamic_smem[inst.name] = unsigned(parseConfigInt(generated->source, "kSmemBytes", 0));
       source_index[inst.name] = sources.size();
       sources.push_back({inst.name, generated->source});
@@ -959,13 +961,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
-        s.split_merges_itself = by_role[Role::kDecode].rfind("decode_attention", 0) == 0;
+        s.split_merges_itself = instance_kind[by_role[Role::kDecode]] == "decode_attention";
         KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kCombine], s.combine_fn, s.combine_block, combine_smem));
         if (by_role.count(Role::kPrefill)) {
           const std::string& flash = by_role[Role::kPrefill];
           KILN_RETURN_IF_ERROR(bindExtra(flash, s.flash_fn, s.flash_block, s.flash_smem));
           s.flash_block_m = unsigned(parseConfigInt(sources[source_index[flash]].source, "kBlockM", 0));
-          s.flash_kind = flash.rfind("flash_attention_wgmma", 0) == 0 ? "flash_attention_wgmma" : "flash_attention";
+          s.flash_kind = instance_kind[flash];
           if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash);
         }
       }
