@@ -67,6 +67,8 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, true, "interleaved", "none", 100000.0)});
   cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, false, "half", "linear", 10000.0)});
   cases.push_back({"rope_kv_append", ropeParams(32, 8, 128, true, "half", "llama3", 500000.0)});
+  // head_dim 40: half pairs 20 apart, one pair a thread instead of 8 elements.
+  cases.push_back({"rope_kv_append", ropeParams(4, 2, 40, true, "half", "none", 10000.0)});
   for (bool tree : {false, true}) {
     cases.push_back({"paged_attention", attentionParams(9, 3, 64, tree)});
     cases.push_back({"paged_attention", attentionParams(32, 8, 128, tree)});

@@ -296,7 +296,9 @@ void checkRope(const RopeCase& c, const RopeReference& ref, const std::vector<fl
 TEST_F(KernelsGpu, RopeKvAppend) {
   const std::vector<RopeCase> cases = {{9, 3, 64, true, true, "none", 100000.0},
                                        {9, 3, 64, false, false, "linear", 10000.0},
-                                       {32, 8, 128, true, false, "llama3", 500000.0}};
+                                       {32, 8, 128, true, false, "llama3", 500000.0},
+                                       // half pairs not a multiple of 8 apart: the one-pair-a-thread path
+                                       {4, 2, 40, true, false, "none", 10000.0}};
   for (const RopeCase& c : cases) {
     const int N = 6, page = 16, blocks = 8, H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
     const std::vector<int> positions = {0, 1, 7, 130, 2047, 4999};
