@@ -55,6 +55,9 @@ struct EngineOptions {
   // CUDA only: time each step and print where a forward's time goes when
   // the engine closes (cuda::CudaExecutorOptions::profile_steps).
   bool cuda_profile_steps = false;
+  // CUDA only: print each decode forward's average GPU time when the engine
+  // closes (cuda::CudaExecutorOptions::report_decode_gpu_time).
+  bool cuda_report_decode_gpu_time = false;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is

@@ -5,7 +5,7 @@
 
 namespace kiln {
 
-Result<BlockPool> BlockPool::create(const KvPoolConfig& config) {
+Result<BlockPool> BlockPool::create(const KvPoolConfig& config, KvStorage storage) {
   if (config.layers <= 0 || config.num_blocks <= 0 || config.page_size <= 0 ||
       config.kv_heads <= 0 || config.head_dim <= 0)
     return makeError("kv pool: layers ({}), num_blocks ({}), page_size ({}), kv_heads ({}) and "
@@ -23,8 +23,8 @@ Result<BlockPool> BlockPool::create(const KvPoolConfig& config) {
                      config.page_size);
   BlockPool pool;
   pool.config_ = config;
-  pool.storage_.reset(new (std::nothrow) float[size_t(elems)]());
-  if (!pool.storage_)
+  if (storage == KvStorage::kHost) pool.storage_.reset(new (std::nothrow) float[size_t(elems)]());
+  if (storage == KvStorage::kHost && !pool.storage_)
     return makeError("kv pool: cannot allocate {} bytes for {} layers x {} blocks",
                      int64_t(elems * 4), config.layers, config.num_blocks);
   pool.refs_.assign(size_t(config.num_blocks), 0);

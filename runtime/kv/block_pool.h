@@ -28,20 +28,26 @@ struct KvPoolConfig {
   int64_t poolElems() const { return num_blocks * page_size * int64_t(kv_heads) * head_dim; }
 };
 
+// Where a pool's K/V live: in the pool itself (the CPU executor), or
+// elsewhere (the CUDA executor keeps them on the GPU and only the block
+// bookkeeping here).
+enum class KvStorage { kHost, kElsewhere };
+
 class BlockPool {
  public:
-  // Allocates 2 * layers pools at once (zeroed); fails on non-positive sizes
-  // or a size that overflows.
-  static Result<BlockPool> create(const KvPoolConfig& config);
+  // With KvStorage::kHost, allocates 2 * layers pools at once (zeroed);
+  // fails on non-positive sizes or a size that overflows.
+  static Result<BlockPool> create(const KvPoolConfig& config, KvStorage storage = KvStorage::kHost);
 
   BlockPool(BlockPool&&) noexcept = default;
   BlockPool& operator=(BlockPool&&) noexcept = default;
 
   const KvPoolConfig& config() const { return config_; }
-  // [num_blocks, page_size, kv_heads, head_dim] f32 of `layer`.
-  float* keys(int layer) { return storage_.get() + (2 * int64_t(layer)) * config_.poolElems(); }
+  // [num_blocks, page_size, kv_heads, head_dim] f32 of `layer`; null when
+  // the pool was created with KvStorage::kElsewhere.
+  float* keys(int layer) { return storage_ ? storage_.get() + (2 * int64_t(layer)) * config_.poolElems() : nullptr; }
   float* values(int layer) {
-    return storage_.get() + (2 * int64_t(layer) + 1) * config_.poolElems();
+    return storage_ ? storage_.get() + (2 * int64_t(layer) + 1) * config_.poolElems() : nullptr;
   }
 
   int64_t numBlocks() const { return config_.num_blocks; }

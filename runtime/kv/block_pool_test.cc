@@ -19,6 +19,23 @@ TEST(BlockPoolTest, PoolsAreSeparateAndZeroed) {
   for (int64_t i = 0; i < elems; ++i) ASSERT_EQ(pool->values(1)[i], 0.0f);
 }
 
+// The CUDA executor's pool: block bookkeeping only, its K/V on the GPU. A
+// Llama-3-8B-sized pool of 2^20 blocks would be 4 TiB of f32 here.
+TEST(BlockPoolTest, ElsewhereKeepsOnlyTheBookkeeping) {
+  const KvPoolConfig config{.layers = 32, .num_blocks = 1 << 20, .page_size = 16, .kv_heads = 8, .head_dim = 128};
+  auto pool = BlockPool::create(config, KvStorage::kElsewhere);
+  ASSERT_TRUE(pool.ok()) << pool.error().message;
+  EXPECT_EQ(pool->keys(0), nullptr);
+  EXPECT_EQ(pool->values(31), nullptr);
+  EXPECT_EQ(pool->numFree(), 1 << 20);
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(pool->allocate(3, blocks).ok());
+  EXPECT_EQ(blocks, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(pool->numFree(), (1 << 20) - 3);
+  for (int32_t b : blocks) ASSERT_TRUE(pool->release(b).ok());
+  EXPECT_EQ(pool->numFree(), 1 << 20);
+}
+
 TEST(BlockPoolTest, RejectsBadConfig) {
   KvPoolConfig config = smallConfig();
   config.page_size = 0;

@@ -244,6 +244,9 @@ int benchCommand(int argc, char** argv) {
   options->max_sequences = int(*batch);
   options->kv_cache_tokens = (*prompt_tokens + *gen_tokens + 16) * *batch + 64;
 
+  // The decode steps' GPU time beside their wall time (on stderr when the
+  // engine closes): what the host adds between steps.
+  options->cuda_report_decode_gpu_time = true;
   auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
   const std::string backend = (*engine)->backendName();

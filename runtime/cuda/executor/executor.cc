@@ -252,6 +252,24 @@ struct CudaExecutor::State {
   bool profile = false;
   std::vector<CUevent> step_events;
   StepProfile step_profile;
+  // CudaExecutorOptions::report_decode_gpu_time: events around each decode
+  // forward (its input copy .. its output copy) and their sum.
+  CUevent forward_begin = nullptr, forward_end = nullptr;
+  double decode_gpu_ms = 0;
+  int64_t decode_forwards = 0;
+  // Records the end of a forward launched by launchForward; after the
+  // stream's synchronize, adds a decode forward's GPU time.
+  Status recordForwardEnd() {
+    if (!forward_end) return {};
+    return d->check(d->cuEventRecord(forward_end, stream), "cuEventRecord (forward end)");
+  }
+  void addForwardTime(const LaunchShape& shape) {
+    if (!forward_end || shape.n != shape.b) return;
+    float ms = 0;
+    if (d->cuEventElapsedTime_v2(&ms, forward_begin, forward_end) != CUDA_SUCCESS) return;
+    decode_gpu_ms += ms;
+    ++decode_forwards;
+  }
   // Greedy batches: the argmax instance, its scratch ([T_max, chunks]
   // partials, [T_max] arrival counters kept zero between launches) and the
   // tokens, on the device and pinned on the host.
@@ -266,6 +284,11 @@ struct CudaExecutor::State {
     d->cuCtxSetCurrent(context);
     if (stream) x.streamSynchronize(stream);
     for (CUevent e : step_events) d->cuEventDestroy_v2(e);
+    if (decode_forwards > 0)
+      fmt::print(stderr, "cuda: {} decode forwards, {:.3f} ms each on the GPU (input copy to output copy)\n",
+                 decode_forwards, decode_gpu_ms / double(decode_forwards));
+    for (CUevent e : {forward_begin, forward_end})
+      if (e) d->cuEventDestroy_v2(e);
     for (auto& [shape, exec] : graphs) x.graphExecDestroy(exec);
     for (auto& [key, plan] : gemm_plans) {
       lt->cublasLtMatrixLayoutDestroy(plan.a);
@@ -653,6 +676,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   st.use_graphs = options.cuda_graphs;
   st.programmatic_launch = options.programmatic_launch && major >= 9 && extras.launchKernelEx;
   st.profile = options.profile_steps;
+  if (options.report_decode_gpu_time && !options.profile_steps) {
+    KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&st.forward_begin, CU_EVENT_DEFAULT), "cuEventCreate"));
+    KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&st.forward_end, CU_EVENT_DEFAULT), "cuEventCreate"));
+  }
   st.verbose = options.verbose || options.profile_steps;
   st.gemm_autotune = options.gemm_autotune;
   ex->device_name_ = fmt::format("{} ({})", name, device_arch);
@@ -786,7 +813,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                  kv.num_blocks, kv.num_blocks * kv.page_size,
                  double(kv.num_blocks * per_block) / (1 << 30), options.gpu_memory_fraction);
   }
-  auto pool = BlockPool::create(kv);
+  // The K/V live on the GPU: the host pool keeps only the block bookkeeping.
+  auto pool = BlockPool::create(kv, KvStorage::kElsewhere);
   if (!pool.ok()) return pool.error();
   ex->pool_ = std::make_unique<BlockPool>(pool.take());
   const int64_t pool_bytes = alignUp(kv.poolElems() * kv_elem);
@@ -1442,6 +1470,8 @@ Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool
     }
   }
   const size_t input_bytes = size_t(st.input_offset[kBlockTables] + b * shape.max_blocks) * 4;
+  if (st.forward_begin)
+    KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(st.forward_begin, st.stream), "cuEventRecord (forward begin)"));
   KILN_RETURN_IF_ERROR(d->check(st.x.memcpyHtoDAsync(st.inputs, st.staging, input_bytes, st.stream),
                                 "cuMemcpyHtoDAsync (batch inputs)"));
   if (graph) {
@@ -1462,7 +1492,9 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
   const size_t bytes = size_t(out_rows * vocab_ * st.logits.elem);
   KILN_RETURN_IF_ERROR(d->check(st.x.memcpyDtoHAsync(st.logits_host, st.logits.ptr, bytes, st.stream),
                                 "cuMemcpyDtoHAsync (logits)"));
+  KILN_RETURN_IF_ERROR(st.recordForwardEnd());
   KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
+  st.addForwardTime(shape);
   if (st.profile) st.addStepTimes(shape);
   if (st.logits.elem == 4) {
     std::memcpy(logits_out.data(), st.logits_host, bytes);
@@ -1487,7 +1519,9 @@ Status CudaExecutor::forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t
   const CudaDriver* d = st.d;
   KILN_RETURN_IF_ERROR(d->check(st.x.memcpyDtoHAsync(st.tokens_host, st.tokens, size_t(out_rows) * 4, st.stream),
                                 "cuMemcpyDtoHAsync (tokens)"));
+  KILN_RETURN_IF_ERROR(st.recordForwardEnd());
   KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
+  st.addForwardTime(shape);
   if (st.profile) st.addStepTimes(shape);
   std::memcpy(tokens_out.data(), st.tokens_host, size_t(out_rows) * 4);
   return {};

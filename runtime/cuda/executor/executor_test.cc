@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -115,6 +116,52 @@ TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
     EXPECT_EQ(two[1], hostArgmax(decode_logits.data() + vocab)) << "step " << step;
     greedy[0] = two[0];
   }
+}
+
+// Out of GPU memory, two ways: KV pools larger than the card, and a
+// --gpu-memory-fraction too small to leave a KV pool. Each error says what
+// was asked and what was there; the failed executors free what they had
+// allocated (the host keeps no copy of the pools), so a normal one still
+// opens and runs after them.
+TEST(CudaExecutor, OutOfMemorySaysWhatWasAskedAndWhatWasFree) {
+  auto manifest = bf16Plan();
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const KvPoolConfig kv = cpu::kvPoolConfigFor(*manifest, 8);
+  // Blocks for 4 TiB of bf16 K and V (or as many as the i32 slot ids allow).
+  KvPoolConfig huge_kv = kv;
+  const int64_t block_bytes = int64_t(2) * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim * 2;
+  huge_kv.num_blocks = std::min<int64_t>((int64_t(4) << 40) / block_bytes, INT32_MAX / kv.page_size);
+  ASSERT_GT(huge_kv.num_blocks * block_bytes, int64_t(1) << 38) << "the fixture's blocks are too small";
+  auto huge = CudaExecutor::create(*manifest, *weights, huge_kv, 16, {.progress = false});
+  ASSERT_FALSE(huge.ok()) << "KV pools of " << huge_kv.num_blocks * block_bytes << " bytes fit on this GPU";
+  if (huge.error().message.find("no CUDA backend") != std::string::npos)
+    GTEST_SKIP() << "no GPU here (" << huge.error().message.substr(0, huge.error().message.find('\n'))
+                 << "); this test runs on the GPU machine (scripts/gpu-check.sh)";
+  const std::string& pools = huge.error().message;
+  EXPECT_NE(pools.find("cannot allocate the KV cache pools on the GPU: asked "), std::string::npos) << pools;
+  EXPECT_NE(pools.find(" MiB free of "), std::string::npos) << pools;
+
+  auto starved = CudaExecutor::create(*manifest, *weights, kv, 16,
+                                      {.progress = false, .gpu_memory_fraction = 1e-6});
+  ASSERT_FALSE(starved.ok()) << "a KV pool fit in a millionth of the GPU's memory";
+  const std::string& fraction = starved.error().message;
+  EXPECT_NE(fraction.find("--gpu-memory-fraction 1e-06"), std::string::npos) << fraction;
+  EXPECT_NE(fraction.find("GiB"), std::string::npos) << fraction;
+
+  for (int attempt = 0; attempt < 3; ++attempt) {  // repeated failures leave nothing behind
+    auto again = CudaExecutor::create(*manifest, *weights, huge_kv, 16, {.progress = false});
+    ASSERT_FALSE(again.ok());
+  }
+  auto ex = CudaExecutor::create(*manifest, *weights, kv, 16, {.progress = false});
+  ASSERT_TRUE(ex.ok()) << "after the failures: " << ex.error().message;
+  std::vector<int32_t> tokens{1, 2, 3}, positions{0, 1, 2}, slots{0, 1, 2}, tables{0}, query_start{0, 3},
+      kv_lens{3};
+  cpu::BatchInputs in{tokens, positions, slots, tables, 1, query_start, kv_lens};
+  std::vector<float> logits(size_t((*ex)->vocabSize()));
+  ASSERT_TRUE((*ex)->forward(in, logits).ok());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
 }
 
 TEST(LaunchShape, DecodeSplitsFillTheGpuWithoutShortPartitions) {
