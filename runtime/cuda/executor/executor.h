@@ -49,10 +49,11 @@ struct CudaExecutorOptions {
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
   bool profile_steps = false;
-  // Time each decode forward on the GPU, from its input copy to its output
-  // copy, between two CUDA events, and print the average beside the count
-  // to stderr when the executor is destroyed: what the GPU spends of a
-  // decode step's wall time (the rest is the host's, between steps).
+  // Time each decode forward replayed from a CUDA graph on the GPU, from its
+  // input copy to its output copy, between two CUDA events, and print the
+  // average beside the count to stderr when the executor is destroyed: what
+  // the GPU spends of a decode step's wall time (the rest is the host's,
+  // between steps).
   bool report_decode_gpu_time = false;
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
