@@ -5,10 +5,21 @@
 #
 #   scripts/gpu-check.sh [BUILD_DIR]     (default: build-cuda)
 #
-# Everything docs/performance.md reports, in two device calls (each under the
-# 10-minute limit; the second needs nothing from the first):
-#   KILN_GPU_PARTS="kernels hf attention sanitizer" scripts/gpu-check.sh build-gpu
-#   KILN_GPU_PARTS=bench KILN_BENCH_RUNS="b1 prefill b32" scripts/gpu-check.sh build-gpu
+# Everything docs/performance.md reports, in two device calls, each under the
+# 10-minute limit. The trained model's GGUF (94 MiB) is over one call's 64
+# MiB, so it comes in two halves (scripts/split-for-device.sh, here, first),
+# and the build travels as its small gpu-bundle (scripts/gpu-bundle.sh):
+#   call 1, carry [".xfer/1", "build-gpu/gpu-bundle"]:
+#     mkdir -p /tmp/kiln-xfer /tmp/kiln-build && cp .xfer/1/* /tmp/kiln-xfer/ &&
+#     cp -r build-gpu/gpu-bundle/. /tmp/kiln-build/ &&
+#     KILN_GPU_PARTS="kernels attention sanitizer bench" KILN_BENCH_RUNS="b1 b32 prefill" \
+#       scripts/gpu-check.sh /tmp/kiln-build
+#   call 2, within 30 s of call 1's end (/tmp is kept while the machine is warm),
+#   carry [".xfer/2", ".whl"]:
+#     cp .xfer/2/* /tmp/kiln-xfer/ && scripts/split-for-device.sh --join /tmp/kiln-xfer &&
+#     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
+#     KILN_GPU_PARTS="hf trained" scripts/gpu-check.sh /tmp/kiln-build
 # $OUT/0-report.txt collects every figure (written even when a limit stops the run).
 #
 # Parts (KILN_GPU_PARTS, default "kernels hf"):

@@ -5,8 +5,8 @@
 #
 #   scripts/split-for-device.sh FILE [MIB ...]    (here)
 #       Writes .xfer/1/, .xfer/2/, ... (ignored): .xfer/K/NAME.partK, the
-#       first parts MIB MiB each (default: 20 55, KILN_XFER_SIZES), the last
-#       one the rest, at most KILN_XFER_LAST_MIB (default 22), and in every
+#       first parts MIB MiB each (default: 44, KILN_XFER_SIZES), the last
+#       one the rest, at most KILN_XFER_LAST_MIB (default 52), and in every
 #       folder NAME.sha256 (each part's checksum and the whole file's).
 #   scripts/split-for-device.sh --join DIR        (there)
 #       Checks the parts in DIR against NAME.sha256, joins them into DIR/NAME
@@ -14,22 +14,22 @@
 #
 # Files inside the repo do not outlive a call there; /tmp does, while the
 # machine stays warm (about 30 s after a call returns). So every call first
-# copies its part folder to /tmp/kiln-xfer, each call comes within 30 s of
-# the one before, and the last one joins. The defaults fit the SmolLM2 GGUF
-# (93.8 MiB: parts of 20, 55 and 18.8 MiB) beside the build folder
-# (build-gpu/{bin,lib,artifacts}, about 33 MiB) in calls 1 and 3 and a tree
-# of about 7 MiB, each call under 62 MiB:
+# copies what it carried to /tmp (its part to /tmp/kiln-xfer), each call
+# comes within 30 s of the one before, and the last one joins. The defaults
+# fit the SmolLM2 GGUF (93.8 MiB: parts of 44 and 49.8 MiB) into the two
+# calls that run everything docs/performance.md reports, beside a tree of
+# about 7 MiB and, in call 1, the build's gpu-bundle (scripts/gpu-bundle.sh,
+# about 10 MiB), which call 2 finds in /tmp; each call under 61 MiB:
 #   scripts/split-for-device.sh ~/.cache/kiln/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-#   call 1, carry [.xfer/1, build-gpu/bin, build-gpu/lib, build-gpu/artifacts]:
-#     mkdir -p /tmp/kiln-xfer && cp .xfer/1/* /tmp/kiln-xfer/ && ...other work...
-#   call 2, carry [.xfer/2]:
-#     mkdir -p /tmp/kiln-xfer && cp .xfer/2/* /tmp/kiln-xfer/ && ls -l /tmp/kiln-xfer
-#   call 3, carry [.xfer/3, .whl, build-gpu/bin, build-gpu/lib, build-gpu/artifacts]:
-#     mkdir -p /tmp/kiln-xfer && cp .xfer/3/* /tmp/kiln-xfer/ &&
-#     scripts/split-for-device.sh --join /tmp/kiln-xfer && ...
+#   call 1, carry [.xfer/1, build-gpu/gpu-bundle]:
+#     mkdir -p /tmp/kiln-xfer /tmp/kiln-build && cp .xfer/1/* /tmp/kiln-xfer/ &&
+#     cp -r build-gpu/gpu-bundle/. /tmp/kiln-build/ && scripts/gpu-check.sh /tmp/kiln-build ...
+#   call 2, carry [.xfer/2, .whl]:
+#     cp .xfer/2/* /tmp/kiln-xfer/ && scripts/split-for-device.sh --join /tmp/kiln-xfer && ...
 #     (scripts/gpu-check.sh's part `trained` reads /tmp/kiln-xfer/<the GGUF>)
-# A call that finds the machine cold gets a bare /tmp: --join then names the
-# missing parts, and the sequence starts again from call 1.
+# (scripts/gpu-check.sh's header has the two calls in full.) A call that
+# finds the machine cold gets a bare /tmp: --join then names the missing
+# parts, and the sequence starts again from call 1.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -60,8 +60,8 @@ fi
 file="${1:?usage: $0 FILE [MIB ...] | $0 --join DIR}"
 shift
 sizes=("$@")
-[[ ${#sizes[@]} -gt 0 ]] || read -r -a sizes <<<"${KILN_XFER_SIZES:-20 55}"
-last_max="${KILN_XFER_LAST_MIB:-22}"
+[[ ${#sizes[@]} -gt 0 ]] || read -r -a sizes <<<"${KILN_XFER_SIZES:-44}"
+last_max="${KILN_XFER_LAST_MIB:-52}"
 name="$(basename "$file")"
 total=$(stat -c %s "$file")
 mib=$((1024 * 1024))
