@@ -26,10 +26,12 @@
 // (decode::smem_bytes, at most 48 KiB); decode_attention_mma uses
 // Config::kSmemBytes (decode::mma_smem_bytes: 96 KiB at head_dim 128 with 3
 // stages) of dynamic shared memory, which past 48 KiB the launcher opts into
-// (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES). Split z owns keys
-// [z·per, (z+1)·per) of the token's visible keys, per = ceil(visible /
-// splits) rounded up to a whole tile (Config::kTileKeys of the instance:
-// 64 keys for the tensor-core form, decode::tile_keys for the CUDA-core one).
+// (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES). Which keys a split
+// owns differs (the merge does not care): in the CUDA-core form split z
+// owns keys [z·per, (z+1)·per) of the token's visible keys, per =
+// ceil(visible / splits) rounded up to a whole tile (decode::tile_keys); in
+// the tensor-core form it owns every splits-th 64-key tile from tile z, so
+// its first pages are known before the context length.
 //
 // Work split (CUDA-core form; the tensor-core form is described at its
 // template). Each block serves one (token, kv head, key range) and the
@@ -526,34 +528,35 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, quad = lane % 4;  // fragment row group and column pair
 
-  // Split 0 starts at key 0, so in a decode batch (sequence b == token t)
-  // the pages of this warp's first kStages sub-tiles are known before the
-  // context length is: fetched beside kv_lens, not one round trip after it.
+  // The splits take the visible keys' kMmaTileKeys-key tiles in turn: split
+  // z tiles z, z + splits, z + 2 splits, ..., and warp w the w-th 16-key
+  // sub-tile of each. So where a split's keys start does not depend on the
+  // context length, and in a decode batch (sequence b == token t) the pages
+  // of this warp's first kStages sub-tiles are fetched beside kv_lens, not
+  // one round trip after it.
+  auto first_key = [&](int it) { return (split + it * p.num_splits) * kMmaTileKeys + warp * kMmaKeys; };
   const int guess_b = min(t, p.num_seqs - 1);
   int early_page[kStages];
-  if (split == 0) {
+  {
     const int* guess_table = p.block_tables + (long long)guess_b * p.max_blocks_per_seq;
 #pragma unroll
     for (int it = 0; it < kStages; ++it) {
-      const int entry = (it * kWarps + warp) * kMmaKeys / kPage;
+      const int entry = first_key(it) / kPage;
       early_page[it] = entry < p.max_blocks_per_seq ? guess_table[entry] : -1;
     }
   }
   int b, fresh;
   const int visible = visible_keys(p, t, b, fresh);
-  const bool early = split == 0 && b == guess_b;
-  const int per_split =
-      ((visible + p.num_splits - 1) / p.num_splits + kMmaTileKeys - 1) / kMmaTileKeys * kMmaTileKeys;
-  const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
-  const int num_sub = (end - begin + kMmaKeys - 1) / kMmaKeys;
-  const int my_subs = warp < num_sub ? (num_sub - warp + kWarps - 1) / kWarps : 0;
+  const bool early = b == guess_b;
+  const int end = visible;
+  // This warp's sub-tiles: those that start before the end.
+  const int my_subs = first_key(0) < end ? (end - 1 - first_key(0)) / (p.num_splits * kMmaTileKeys) + 1 : 0;
   const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
   const unsigned short* k_pool = static_cast<const unsigned short*>(p.k_pool);
   const unsigned short* v_pool = static_cast<const unsigned short*>(p.v_pool);
   unsigned char* const ring = smem + warp * kWarpRing;
 
   // This warp's sub-tile `it`: keys first_key(it) .. + 15, on one page.
-  auto first_key = [&](int it) { return begin + (it * kWarps + warp) * kMmaKeys; };
   auto page_of = [&](int it) { return it < my_subs ? table[unsigned(first_key(it)) / kPage] : -1; };
   const int copy_chunk = lane % kChunks, copy_row = lane / kChunks;
   auto issue = [&](int it, int page, int stage) {

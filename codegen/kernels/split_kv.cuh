@@ -48,8 +48,10 @@ __device__ __forceinline__ float merge_split_partials(const float* partial_out, 
 //      kBatch splits' loads in flight per thread. When the group has fewer
 //      columns than the block has threads, `slices` threads share a column,
 //      each taking every slices-th split, and add up through shared memory.
-// At G = 4, D = 128 and 32 splits that is four round trips to L2 where a
-// scalar loop took sixteen. `scratch` is shared memory no thread still
+//      A thread's first batch does not depend on the lse: it is requested
+//      beside them, before step 1, so their round trips overlap.
+// At G = 4, D = 128 and up to 16 splits that is one round trip to L2 for
+// the loads (two at 32 splits), where a scalar loop took sixteen. `scratch` is shared memory no thread still
 // reads, combine_scratch_floats(G, D, num_splits, kThreads) floats of it.
 KILN_HOST_DEVICE constexpr int combine_slices(int G, int D, int threads) {
   return G * D / 4 >= threads ? 1 : threads / (G * D / 4);
@@ -66,7 +68,7 @@ template <int G, int D, int kThreads>
 __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams& p, int t, int kvh, int kv_heads,
                                                       float* scratch) {
   static_assert(D % 4 == 0 && kThreads % 32 == 0, "float4 columns, whole warps");
-  constexpr int kCols = G * D / 4, kSlices = combine_slices(G, D, kThreads), kBatch = 8;
+  constexpr int kCols = G * D / 4, kSlices = combine_slices(G, D, kThreads), kBatch = 16;
   constexpr int kMaxLsePerThread = (16 * kMaxMergedSplits + kThreads - 1) / kThreads;
   unsigned* const flag = reinterpret_cast<unsigned*>(scratch);
   const int splits = p.num_splits, H = G * kv_heads, tid = threadIdx.x;
@@ -83,6 +85,23 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
   __syncthreads();
   if (*flag == 0u) return;
   __threadfence();
+
+  // This thread's column(s): column c is dimensions 4(c % (D/4)) .. + 3 of
+  // head c / (D/4); its splits slice, slice + kSlices, ...
+  const int slice = kSlices == 1 ? 0 : tid / kCols;
+  const int first_col = kSlices == 1 ? tid : tid % kCols;
+  auto column = [&](int c) {
+    return reinterpret_cast<const float4*>(p.partial_out + (row0 + c / (D / 4)) * splits * D) + c % (D / 4);
+  };
+  auto load_batch = [&](const float4* po, int z0, float4 (&v)[kBatch]) {
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int z = z0 + k * kSlices;
+      v[k] = z < splits ? __ldcg(po + (long long)z * (D / 4)) : float4{0.0f, 0.0f, 0.0f, 0.0f};
+    }
+  };
+  float4 first_batch[kBatch];
+  if (slice < kSlices) load_batch(column(first_col), slice, first_batch);
 
   // 1. The group's G x splits lse, contiguous from row0's.
   {
@@ -116,8 +135,7 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
     if (tid % 32 == 0) inv_sum_s[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
   }
   __syncthreads();
-  // 3. Column c is dimensions 4(c % (D/4)) .. + 3 of head c / (D/4); its
-  //    weighted sum over the splits goes out normalized, in bf16.
+  // 3. Each column's weighted sum over the splits goes out normalized, in bf16.
   auto write_column = [&](int c, const float4& acc) {
     const int r = c / (D / 4);
     bf16* const out = static_cast<bf16*>(p.out) + (row0 + r) * D + (c % (D / 4)) * 4;
@@ -125,19 +143,17 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
     out[0] = from_float<bf16>(acc.x * inv), out[1] = from_float<bf16>(acc.y * inv);
     out[2] = from_float<bf16>(acc.z * inv), out[3] = from_float<bf16>(acc.w * inv);
   };
-  const int slice = kSlices == 1 ? 0 : tid / kCols;
   if (slice < kSlices) {
-    for (int c = kSlices == 1 ? tid : tid % kCols; c < kCols; c += kThreads) {
-      const int r = c / (D / 4);
-      const float4* po = reinterpret_cast<const float4*>(p.partial_out + (row0 + r) * splits * D) + c % (D / 4);
-      const float* w = weight_s + r * splits;
+    for (int c = first_col; c < kCols; c += kThreads) {
+      const float* w = weight_s + c / (D / 4) * splits;
       float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int z0 = slice; z0 < splits; z0 += kBatch * kSlices) {
         float4 v[kBatch];
+        if (c == first_col && z0 == slice) {
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          const int z = z0 + k * kSlices;
-          v[k] = z < splits ? __ldcg(po + (long long)z * (D / 4)) : float4{0.0f, 0.0f, 0.0f, 0.0f};
+          for (int k = 0; k < kBatch; ++k) v[k] = first_batch[k];
+        } else {
+          load_batch(column(c), z0, v);
         }
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
