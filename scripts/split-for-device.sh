@@ -4,10 +4,11 @@
 # folder per call, and is rebuilt in /tmp on the GPU machine.
 #
 #   scripts/split-for-device.sh FILE [MIB ...]    (here)
-#       Writes .xfer/1/, .xfer/2/, ... (ignored): .xfer/K/NAME.partK, the
-#       first parts MIB MiB each (default: 44, KILN_XFER_SIZES), the last
-#       one the rest, at most KILN_XFER_LAST_MIB (default 52), and in every
-#       folder NAME.sha256 (each part's checksum and the whole file's).
+#       Writes .xfer/1/, .xfer/2/, ... (ignored; KILN_XFER_DIR moves them):
+#       .xfer/K/NAME.partK, the first parts MIB MiB each (default: 44,
+#       KILN_XFER_SIZES), the last one the rest, at most KILN_XFER_LAST_MIB
+#       (default 52), and in every folder NAME.sha256 (each part's checksum
+#       and the whole file's).
 #   scripts/split-for-device.sh --join DIR        (there)
 #       Checks the parts in DIR against NAME.sha256, joins them into DIR/NAME
 #       and checks that; exit 1 naming what is missing or wrong.
@@ -78,7 +79,7 @@ if (( rest > last_max * mib )); then
   exit 2
 fi
 
-out="$ROOT/.xfer"
+out="${KILN_XFER_DIR:-$ROOT/.xfer}"
 rm -rf "$out"
 sizes+=("")  # the last part: the rest
 offset=0
@@ -98,6 +99,6 @@ done
 } >"$out/$name.sha256"
 for k in $(seq 1 "${#sizes[@]}"); do
   cp "$out/$name.sha256" "$out/$k/"
-  echo ".xfer/$k: $(du -sh "$out/$k" | cut -f1)  $(ls "$out/$k" | tr '\n' ' ')"
+  echo "$out/$k: $(du -sh "$out/$k" | cut -f1)  $(ls "$out/$k" | tr '\n' ' ')"
 done
 rm "$out/$name.sha256"
