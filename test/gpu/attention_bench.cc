@@ -97,17 +97,9 @@ Result<double> timeMedian(int reps, Rep rep) {
             launched = makeError("programmatic launch: the CUDA driver at {} lacks cuLaunchKernelEx", d->library.path());
             break;
           }
-          CUlaunchAttribute attr{};
-          attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-          attr.value.programmaticStreamSerializationAllowed = 1;
-          CUlaunchConfig config{};
-          config.gridDimX = l.grid[0], config.gridDimY = l.grid[1], config.gridDimZ = l.grid[2];
-          config.blockDimX = l.block, config.blockDimY = 1, config.blockDimZ = 1;
-          config.sharedMemBytes = l.smem;
-          config.hStream = stream;
-          config.attrs = &attr;
-          config.numAttrs = 1;
-          launched = d->check(x.launchKernelEx(&config, l.fn, args, nullptr), "cuLaunchKernelEx");
+          launched = d->check(
+              cuda::launchProgrammatic(x, l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, l.smem, stream, args),
+              "cuLaunchKernelEx");
         } else {
           launched = d->check(d->cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem,
                                                 stream, args, nullptr),

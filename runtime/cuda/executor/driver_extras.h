@@ -57,4 +57,24 @@ inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
   return x;
 }
 
+// Launches `fn` as a programmatic dependent of the launch before it on
+// `stream` (programmatic stream serialization): its blocks may start before
+// that launch ends. Every generated kernel waits for its predecessor's
+// writes itself (wait_for_previous_kernel, codegen/kernels/common.cuh).
+// Needs x.launchKernelEx.
+inline CUresult launchProgrammatic(const DriverExtras& x, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned block, unsigned smem, CUstream stream, void** args) {
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = gx, config.gridDimY = gy, config.gridDimZ = gz;
+  config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
+  config.sharedMemBytes = smem;
+  config.hStream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return x.launchKernelEx(&config, fn, args, nullptr);
+}
+
 }  // namespace kiln::cuda

@@ -333,21 +333,8 @@ struct CudaExecutor::State {
   Status launch(CUfunction fn, unsigned block, unsigned gx, unsigned gy, unsigned gz, void* params,
                 unsigned smem = 0) {
     void* args[] = {params};
-    if (programmatic_launch) {
-      // Every generated kernel waits for its predecessor's writes itself
-      // (wait_for_previous_kernel), so it may start before that one ends.
-      CUlaunchAttribute attr{};
-      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attr.value.programmaticStreamSerializationAllowed = 1;
-      CUlaunchConfig config{};
-      config.gridDimX = gx, config.gridDimY = gy, config.gridDimZ = gz;
-      config.blockDimX = block, config.blockDimY = 1, config.blockDimZ = 1;
-      config.sharedMemBytes = smem;
-      config.hStream = stream;
-      config.attrs = &attr;
-      config.numAttrs = 1;
-      return d->check(x.launchKernelEx(&config, fn, args, nullptr), "cuLaunchKernelEx");
-    }
+    if (programmatic_launch)
+      return d->check(launchProgrammatic(x, fn, gx, gy, gz, block, smem, stream, args), "cuLaunchKernelEx");
     return d->check(d->cuLaunchKernel(fn, gx, gy, gz, block, 1, 1, smem, stream, args, nullptr),
                     "cuLaunchKernel");
   }
