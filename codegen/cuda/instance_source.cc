@@ -620,15 +620,6 @@ Result<Body> argmax(const Params& p) {
   return b;
 }
 
-// L2 warm-up of a skinny GEMM's weights (l2_prefetch.cuh): no params; the
-// range comes at launch. 256 threads, each issuing a line per step.
-Result<Body> l2Prefetch() {
-  Body b{"l2_prefetch.cuh", "  static constexpr int kThreads = 256;\n", "l2_prefetch",
-         {256, "[blocks]", "L2PrefetchParams"}};
-  b.waits_itself = true;  // launched on a side stream, after a full dependency
-  return b;
-}
-
 Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "embedding") return embedding(p);
   if (kind == "rms_norm") return rmsNorm(p, false);
@@ -648,7 +639,6 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "gather_last_tokens") return gatherLastTokens(p);
   if (kind == "sample") return sample(p);
   if (kind == "argmax") return argmax(p);
-  if (kind == "l2_prefetch") return l2Prefetch();
   std::string known;
   for (std::string_view k : cudaKernelKinds()) known += (known.empty() ? "" : ", ") + std::string(k);
   return makeError("kernel kind '{}' has no CUDA template; known kinds: {}", kind, known);
@@ -668,7 +658,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
       "silu_mul", "add",
-      "mul", "silu", "gather_last_tokens", "sample", "argmax", "l2_prefetch"};
+      "mul", "silu", "gather_last_tokens", "sample", "argmax"};
   return kinds;
 }
 

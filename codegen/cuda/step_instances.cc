@@ -14,7 +14,6 @@ const char* instanceRoleName(InstanceRole role) {
     case InstanceRole::kPrefill: return "prefill";
     case InstanceRole::kGreedy: return "greedy";
     case InstanceRole::kFused: return "fused";
-    case InstanceRole::kPrefetch: return "prefetch";
   }
   return "?";
 }
@@ -31,10 +30,6 @@ bool warpgroupMmaTarget(std::string_view arch) { return arch == "sm_90" || arch 
 StepInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
   const nlohmann::json params{{"vocab", vocab}, {"logits_type", std::string(logits_type)}};
   return {InstanceRole::kGreedy, "argmax", params, boundedInstanceName(instanceName("argmax", params))};
-}
-
-StepInstance l2PrefetchInstance() {
-  return {InstanceRole::kPrefetch, "l2_prefetch", nlohmann::json::object(), "l2_prefetch"};
 }
 
 Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,

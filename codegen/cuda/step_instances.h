@@ -9,8 +9,7 @@
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
 //     (prefill), flash_attention_wgmma on Hopper.
-// Besides the steps, the entry's logits get the greedy argmax (greedyInstance),
-// and plans with gemm steps the L2 warm-up of their weights (l2PrefetchInstance).
+// Besides the steps, the entry's logits get the greedy argmax (greedyInstance).
 // The executor compiles exactly this list and kiln-kernels shows it.
 #pragma once
 
@@ -25,8 +24,8 @@
 
 namespace kiln::cuda_codegen {
 
-enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused, kPrefetch };
-// "step", "decode", "combine", "prefill", "greedy", "fused", "prefetch"
+enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused };
+// "step", "decode", "combine", "prefill", "greedy", "fused"
 const char* instanceRoleName(InstanceRole role);
 
 struct StepInstance {
@@ -55,11 +54,6 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
 // logits_type, bf16 or f32) that greedy batches run instead of copying the
 // logits back.
 StepInstance greedyInstance(int64_t vocab, std::string_view logits_type);
-
-// The L2 warm-up skinny batches run on a side stream ahead of each gemm
-// whose weights would otherwise start streaming only when it starts
-// (codegen/kernels/l2_prefetch.cuh).
-StepInstance l2PrefetchInstance();
 
 // Whether a device of `arch` ("sm_90", "sm_80", ...) runs the wgmma kernels
 // (StepInstanceOptions::wgmma): Hopper, 9.0, whose instances are then all

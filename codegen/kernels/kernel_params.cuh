@@ -142,13 +142,6 @@ struct ArgmaxParams {
   int rows;
 };
 
-// l2_prefetch: asks L2 for [base, base + bytes) (grid [blocks], any count:
-// the threads stride over the range's 128-byte lines).
-struct L2PrefetchParams {
-  const void* base;
-  long long bytes;
-};
-
 // sample: one token per row of logits (grid [rows]).
 struct SampleParams {
   const void* logits;                 // [rows, vocab] logits type

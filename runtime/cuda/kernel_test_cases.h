@@ -145,7 +145,6 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"argmax", {{"vocab", 128256}}});
   cases.push_back({"argmax", {{"vocab", 49152}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 1001}}});  // not a multiple of 8: scalar loads, one chunk
-  cases.push_back({"l2_prefetch", nlohmann::json::object()});
   return cases;
 }
 

@@ -161,7 +161,6 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.gemm_autotune = options.cuda_gemm_autotune;
   copt.profile_steps = options.cuda_profile_steps;
   copt.report_decode_gpu_time = options.cuda_report_decode_gpu_time;
-  if (options.cuda_l2_prefetch_bytes >= 0) copt.l2_prefetch_bytes = options.cuda_l2_prefetch_bytes;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();

@@ -58,9 +58,6 @@ struct EngineOptions {
   // CUDA only: print each decode forward's average GPU time when the engine
   // closes (cuda::CudaExecutorOptions::report_decode_gpu_time).
   bool cuda_report_decode_gpu_time = false;
-  // CUDA only: bytes of each skinny GEMM's weights warmed in L2 ahead of it
-  // (cuda::CudaExecutorOptions::l2_prefetch_bytes); -1 = its default, 0 = off.
-  int64_t cuda_l2_prefetch_bytes = -1;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is

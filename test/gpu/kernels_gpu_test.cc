@@ -882,25 +882,5 @@ TEST_F(KernelsGpu, Argmax) {
   }
 }
 
-// l2_prefetch is a hint with no result: what can go wrong is an address
-// outside the range (compute-sanitizer's memcheck runs this test too) or a
-// write. Ranges that end inside a 128-byte line, start off a line, are
-// empty, and one larger than the threads' first step, each leave the bytes
-// as they were.
-TEST_F(KernelsGpu, L2PrefetchReadsOnlyItsRange) {
-  COMPILE(k, "l2_prefetch", json::object());
-  const size_t size = (size_t(3) << 20) + 77;
-  std::vector<unsigned char> bytes(size);
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
-  auto d = DeviceBuffer::from(bytes);
-  struct Range { size_t offset, length; int blocks; };
-  for (const Range& r : {Range{0, size, 4}, Range{0, size, 132}, Range{5, 1000, 1}, Range{0, 0, 1},
-                         Range{size - 77, 77, 2}}) {
-    kk::L2PrefetchParams p{static_cast<const char*>(d.get()) + r.offset, (long long)r.length};
-    KILN_GPU_OK(launch(k, r.blocks, 1, 1, p));
-  }
-  EXPECT_EQ(d.download<unsigned char>(), bytes);
-}
-
 }  // namespace
 }  // namespace kiln::gpu_test

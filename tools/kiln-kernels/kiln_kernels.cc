@@ -89,10 +89,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
         ++step.uses;
         continue;
       }
-      std::vector<kiln::cuda_codegen::StepInstance> instances = std::move(*runtime);
-      // The runtime's L2 warm-up of the gemms' weights, launched beside them.
-      if (kind == "gemm") instances.push_back(kiln::cuda_codegen::l2PrefetchInstance());
-      for (const kiln::cuda_codegen::StepInstance& inst : instances) {
+      for (const kiln::cuda_codegen::StepInstance& inst : *runtime) {
         Step& step = steps[inst.name];
         step.kind = inst.kind;
         step.params = inst.params;

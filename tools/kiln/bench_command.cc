@@ -202,7 +202,6 @@ int benchCommand(int argc, char** argv) {
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|hf-eager|none] "
                 "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--host-sampling] "
-                "[--l2-prefetch-mib M] "
                 " [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline");
   const bool prefill_only = workload == "prefill";
@@ -213,7 +212,7 @@ int benchCommand(int argc, char** argv) {
   switches.insert("quiet");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
-                              "peer", "json", "model-source", "gpu-memory-fraction", "l2-prefetch-mib"},
+                              "peer", "json", "model-source", "gpu-memory-fraction"},
                              switches);
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
@@ -295,13 +294,10 @@ int benchCommand(int argc, char** argv) {
 
   const std::string cuda_options =
       !on_cuda ? ""
-               : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}, L2 warm-up {}, "
+               : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}, "
                              "greedy argmax on {}{})",
                              options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
                              options->cuda_gemm_autotune ? "on" : "off",
-                             options->cuda_l2_prefetch_bytes < 0    ? std::string("default")
-                             : options->cuda_l2_prefetch_bytes == 0 ? std::string("off")
-                                                                    : fmt::format("{} MiB", options->cuda_l2_prefetch_bytes >> 20),
                              options->cuda_device_argmax ? "the GPU" : "the host",
                              options->cuda_profile_steps ? "; steps timed one by one: not speed figures" : "");
   std::printf("\nkiln bench %s: %s, %s weights, prompt %lld, generate %lld, batch %lld, "

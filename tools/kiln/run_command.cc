@@ -52,13 +52,6 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   options.cuda_profile_steps = args.has("profile-steps");
   options.cuda_gemm_autotune = !args.has("no-gemm-autotune");
   options.cuda_device_argmax = !args.has("host-sampling");
-  if (args.get("l2-prefetch-mib")) {
-    auto mib = args.getInt("l2-prefetch-mib", 0);
-    if (!mib.ok()) return mib.error();
-    if (*mib < 0 || *mib > 4096)
-      return makeError("--l2-prefetch-mib {} is invalid: expected MiB in [0, 4096] (0: no L2 warm-up)", *mib);
-    options.cuda_l2_prefetch_bytes = *mib << 20;
-  }
   return options;
 }
 
@@ -94,7 +87,7 @@ int runCommand(int argc, char** argv) {
   auto args = CliArgs::parse(argc, argv, 2,
                              {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
                               "device", "threads", "system", "repetition-penalty", "stop",
-                              "model-source", "max-context", "gpu-memory-fraction", "l2-prefetch-mib"},
+                              "model-source", "max-context", "gpu-memory-fraction"},
                              {"chat", "truncate", "quiet", "ignore-eos"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().empty() || args->positionals().size() > 2)

@@ -12,9 +12,6 @@ struct DriverExtras {
   decltype(&::cuStreamCreate) streamCreate = nullptr;
   decltype(&::cuStreamDestroy_v2) streamDestroy = nullptr;
   decltype(&::cuStreamSynchronize) streamSynchronize = nullptr;
-  decltype(&::cuStreamCreateWithPriority) streamCreateWithPriority = nullptr;
-  decltype(&::cuCtxGetStreamPriorityRange) ctxGetStreamPriorityRange = nullptr;
-  decltype(&::cuStreamWaitEvent) streamWaitEvent = nullptr;
   decltype(&::cuMemcpyHtoDAsync_v2) memcpyHtoDAsync = nullptr;
   decltype(&::cuMemcpyDtoHAsync_v2) memcpyDtoHAsync = nullptr;
   decltype(&::cuMemcpy2DAsync_v2) memcpy2DAsync = nullptr;
@@ -43,9 +40,6 @@ inline Result<DriverExtras> loadExtras(const CudaDriver& d) {
   KILN_RETURN_IF_ERROR(get(x.streamCreate, "cuStreamCreate"));
   KILN_RETURN_IF_ERROR(get(x.streamDestroy, "cuStreamDestroy_v2"));
   KILN_RETURN_IF_ERROR(get(x.streamSynchronize, "cuStreamSynchronize"));
-  KILN_RETURN_IF_ERROR(get(x.streamCreateWithPriority, "cuStreamCreateWithPriority"));
-  KILN_RETURN_IF_ERROR(get(x.ctxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"));
-  KILN_RETURN_IF_ERROR(get(x.streamWaitEvent, "cuStreamWaitEvent"));
   KILN_RETURN_IF_ERROR(get(x.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"));
   KILN_RETURN_IF_ERROR(get(x.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"));
   KILN_RETURN_IF_ERROR(get(x.memcpy2DAsync, "cuMemcpy2DAsync_v2"));

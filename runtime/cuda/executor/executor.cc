@@ -114,9 +114,6 @@ struct BoundStep {
   // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
   bool absorbed = false;
-  // gemm, skinny batches: the later gemm step whose weights the side stream
-  // warms L2 with once this one ends (-1: none, no light kernel between).
-  int warm_next = -1;
 };
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
@@ -284,17 +281,6 @@ struct CudaExecutor::State {
   int argmax_chunks = 1;
   CUdeviceptr argmax_values = 0, argmax_ids = 0, argmax_arrivals = 0, tokens = 0;
   int32_t* tokens_host = nullptr;
-  // Skinny batches: the L2 warm-up (CudaExecutorOptions::l2_prefetch_bytes).
-  // A high-priority side stream forks off the main one where a gemm ends
-  // (fork), runs l2_prefetch over the next gemm's weights, and joins back
-  // at the forward's end (join): nothing on the main stream waits for it.
-  CUfunction prefetch_fn = nullptr;
-  unsigned prefetch_block = 0;
-  int64_t prefetch_bytes = 0;
-  int prefetch_priority = 0;
-  int first_warm = -1;  // the gemm step to warm before the first step
-  CUstream prefetch_stream = nullptr;
-  CUevent prefetch_fork = nullptr, prefetch_join = nullptr;
 
   ~State() {
     if (!d) return;
@@ -304,7 +290,7 @@ struct CudaExecutor::State {
     if (decode_forwards > 0)
       fmt::print(stderr, "cuda: {} decode forwards replayed from graphs, {:.3f} ms each on the GPU (input copy to output copy)\n",
                  decode_forwards, decode_gpu_ms / double(decode_forwards));
-    for (CUevent e : {forward_begin, forward_end, prefetch_fork, prefetch_join})
+    for (CUevent e : {forward_begin, forward_end})
       if (e) d->cuEventDestroy_v2(e);
     for (auto& [shape, exec] : graphs) x.graphExecDestroy(exec);
     for (auto& [key, plan] : gemm_plans) {
@@ -317,7 +303,6 @@ struct CudaExecutor::State {
     for (CUmodule m : modules) d->cuModuleUnload(m);
     for (CUdeviceptr p : allocations) d->cuMemFree_v2(p);
     for (void* p : host_allocations) x.memFreeHost(p);
-    if (prefetch_stream) x.streamDestroy(prefetch_stream);
     if (stream) x.streamDestroy(stream);
     if (context) d->cuDevicePrimaryCtxRelease_v2(device);
   }
@@ -356,9 +341,6 @@ struct CudaExecutor::State {
   Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
     return launch(s.fn, s.block, gx, gy, gz, params);
   }
-  // Forks the L2 warm-up of gemm step `target`'s weights off the main
-  // stream at this point (skinny batches only); `forked` is set when it did.
-  Status warmL2(const BoundStep& target, bool& forked);
   // The cuBLASLt plan of step `s`'s GEMM at `rows` rows. Decode-sized
   // shapes (rows <= kAutotuneMaxRows) time cuBLASLt's candidate algorithms
   // on the step's own buffers and keep the fastest: at 32 rows its first
@@ -943,14 +925,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     source_index[greedy.name] = sources.size();
     sources.push_back({greedy.name, generated->source});
   }
-  const cuda_codegen::StepInstance prefetch = cuda_codegen::l2PrefetchInstance();
-  {
-    auto generated = cuda_codegen::instanceSource(prefetch.kind, prefetch.params, prefetch.name);
-    if (!generated) return makeError("instance {}: {}", prefetch.name, generated.error().message);
-    block_threads[prefetch.name] = unsigned(generated->launch.block_threads);
-    source_index[prefetch.name] = sources.size();
-    sources.push_back({prefetch.name, generated->source});
-  }
   KernelCacheOptions cache;
   cache.compile.arch = arch;
   cache.progress = options.progress;
@@ -1182,35 +1156,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
   }
-  // 7. The L2 warm-up: after each gemm, the next gemm's weights when a
-  //    light kernel runs between the two (not the gate/up before the down
-  //    projection, whose silu_mul the skinny gemm absorbs); the first gemm's
-  //    from the forward's start.
-  if (options.l2_prefetch_bytes > 0) {
-    st.prefetch_fn = functions[source_index[prefetch.name]];
-    st.prefetch_block = block_threads[prefetch.name];
-    st.prefetch_bytes = options.l2_prefetch_bytes;
-    int least = 0, greatest = 0;
-    KILN_RETURN_IF_ERROR(d->check(st.x.ctxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange"));
-    st.prefetch_priority = greatest;
-    KILN_RETURN_IF_ERROR(d->check(st.x.streamCreateWithPriority(&st.prefetch_stream, CU_STREAM_NON_BLOCKING, greatest),
-                                  "cuStreamCreateWithPriority"));
-    for (CUevent* e : {&st.prefetch_fork, &st.prefetch_join})
-      KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(e, CU_EVENT_DISABLE_TIMING), "cuEventCreate (L2 warm-up)"));
-    int previous = -1;
-    bool light_between = true;  // the embedding and the first norm come before the first gemm
-    for (size_t i = 0; i < st.steps.size(); ++i) {
-      const BoundStep& s = st.steps[i];
-      if (s.kind != StepKind::kGemm) {
-        light_between = light_between || !s.absorbed;
-        continue;
-      }
-      if (light_between) (previous < 0 ? st.first_warm : st.steps[size_t(previous)].warm_next) = int(i);
-      previous = int(i);
-      light_between = false;
-    }
-  }
-  // 8. Greedy batches' argmax and its scratch.
+  // 7. Greedy batches' argmax and its scratch.
   st.argmax_fn = functions[source_index[greedy.name]];
   st.argmax_block = block_threads[greedy.name];
   st.argmax_chunks = kk::argmaxChunks(logits.width);
@@ -1328,45 +1274,9 @@ Status CudaExecutor::State::attention(const BoundStep& s, const LaunchShape& sha
   return launch(s.combine_fn, s.combine_block, unsigned(shape.n), unsigned(s.heads), 1, &c);
 }
 
-Status CudaExecutor::State::warmL2(const BoundStep& target, bool& forked) {
-  const int64_t bytes = std::min(prefetch_bytes, target.width * target.k * 2);  // bf16 weights
-  constexpr int64_t kLinesPerThread = 8;
-  const int64_t lines = (bytes + 127) / 128;
-  const int64_t blocks = std::clamp<int64_t>((lines + kLinesPerThread * prefetch_block - 1) /
-                                                 (kLinesPerThread * prefetch_block), 1, sms);
-  KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(prefetch_fork, stream), "cuEventRecord (L2 warm-up fork)"));
-  KILN_RETURN_IF_ERROR(d->check(x.streamWaitEvent(prefetch_stream, prefetch_fork, 0), "cuStreamWaitEvent"));
-  kk::L2PrefetchParams p{reinterpret_cast<const void*>(target.weights[1]), bytes};
-  void* args[] = {&p};
-  // The priority as a launch attribute too: a graph runs its kernels at
-  // their nodes' priorities (instantiated with USE_NODE_PRIORITY), so the
-  // warm-up's few blocks get SM slots ahead of the next GEMV's waiting ones.
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
-  attr.value.priority = prefetch_priority;
-  CUlaunchConfig config{};
-  config.gridDimX = unsigned(blocks), config.gridDimY = 1, config.gridDimZ = 1;
-  config.blockDimX = prefetch_block, config.blockDimY = 1, config.blockDimZ = 1;
-  config.hStream = prefetch_stream;
-  config.attrs = &attr;
-  config.numAttrs = x.launchKernelEx ? 1 : 0;
-  CUresult launched = x.launchKernelEx
-                          ? x.launchKernelEx(&config, prefetch_fn, args, nullptr)
-                          : d->cuLaunchKernel(prefetch_fn, unsigned(blocks), 1, 1, prefetch_block, 1, 1, 0,
-                                              prefetch_stream, args, nullptr);
-  KILN_RETURN_IF_ERROR(d->check(launched, "cuLaunchKernel (L2 warm-up)"));
-  KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(prefetch_join, prefetch_stream), "cuEventRecord (L2 warm-up join)"));
-  forked = true;
-  return {};
-}
-
 Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
   const int64_t n = shape.n, b = shape.b;
   auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
-  // Skinny batches warm L2 with GEMV weights on the side stream (warmL2).
-  const bool warm = prefetch_fn && n <= kGemvMaxRows && !profile;
-  bool forked = false;
-  if (warm && first_warm >= 0) KILN_RETURN_IF_ERROR(warmL2(steps[size_t(first_warm)], forked));
   for (size_t i = 0; i < steps.size(); ++i) {
     const BoundStep& s = steps[i];
     auto rows = [&](const DeviceValue& v) { return rowsOf(v, shape); };
@@ -1393,10 +1303,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
         status = launch(s, unsigned(r), 1, 1, &p);
         break;
       }
-      case StepKind::kGemm:
-        status = gemm(s, rows(s.args[0]));
-        if (status.ok() && warm && s.warm_next >= 0) status = warmL2(steps[size_t(s.warm_next)], forked);
-        break;
+      case StepKind::kGemm: status = gemm(s, rows(s.args[0])); break;
       case StepKind::kRopeKvAppend: {
         if (s.absorbed && n <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
         const size_t pos = s.merged ? 1 : 3;
@@ -1459,12 +1366,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
   }
   if (profile) KILN_RETURN_IF_ERROR(d->check(d->cuEventRecord(step_events.back(), stream), "cuEventRecord"));
-  if (shape.greedy) KILN_RETURN_IF_ERROR(argmaxLogits(shape));
-  // The side stream joins back after the last kernel (a capture must end
-  // on the stream it began on; a programmatic launch after the join would
-  // depend on more than the kernel before it).
-  if (forked)
-    KILN_RETURN_IF_ERROR(d->check(x.streamWaitEvent(stream, prefetch_join, 0), "cuStreamWaitEvent (L2 warm-up join)"));
+  if (shape.greedy) return argmaxLogits(shape);
   return {};
 }
 
@@ -1498,7 +1400,7 @@ Result<CUgraphExec> CudaExecutor::State::decodeGraph(const LaunchShape& shape) {
   }
   KILN_RETURN_IF_ERROR(d->check(ended, "cuStreamEndCapture"));
   CUgraphExec exec = nullptr;
-  CUresult made = x.graphInstantiate(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
+  CUresult made = x.graphInstantiate(&exec, graph, 0);
   x.graphDestroy(graph);
   KILN_RETURN_IF_ERROR(d->check(made, "cuGraphInstantiate"));
   ++graph_captures;

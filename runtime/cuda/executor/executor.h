@@ -55,11 +55,6 @@ struct CudaExecutorOptions {
   // the GPU spends of a decode step's wall time (the rest is the host's,
   // between steps).
   bool report_decode_gpu_time = false;
-  // Skinny (decode) batches: while the light kernels between two skinny
-  // GEMMs run (attention, norms), a side stream asks L2 for up to this many
-  // bytes of the next GEMM's weights (codegen/kernels/l2_prefetch.cuh);
-  // 0 = off.
-  int64_t l2_prefetch_bytes = int64_t(32) << 20;
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
