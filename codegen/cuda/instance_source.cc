@@ -299,6 +299,15 @@ Result<Body> gemm(const Params& p) {
                        split, rows_per_warp, unroll);
     t = {int(split), int(rows_per_warp), int(unroll)};
   }
+  // Rows of x one block takes (grid.z walks further groups): 8, or 1 for
+  // the single-row instance batch-1 decode runs, whose accumulators and x
+  // loads for one row leave registers for more blocks per SM.
+  int64_t max_rows = 8;
+  if (p.has("gemv_max_rows")) {
+    KILN_TRY(rows, p.positive("gemv_max_rows"));
+    if (rows != 1 && rows != 8) return makeError("gemm: param 'gemv_max_rows' is {}, expected 1 or 8", rows);
+    max_rows = rows;
+  }
   // silu_mul: the gate/up projection with SwiGLU in its epilogue (y has n /
   // 2 columns); a block pairs gate and up rows, so it needs an even count.
   bool silu_mul = false;
@@ -328,18 +337,18 @@ Result<Body> gemm(const Params& p) {
   const bool paired = silu_mul || rope;  // a block holds row pairs (gate/up, or rope's columns)
   if (paired && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
-  const std::string grid = paired ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / 8)]", n, rows_per_block / 2)
-                                  : fmt::format("[ceil(n={} / {}), 1, ceil(rows / 8)]", n, rows_per_block);
+  const std::string grid = paired ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / {})]", n, rows_per_block / 2, max_rows)
+                                  : fmt::format("[ceil(n={} / {}), 1, ceil(rows / {})]", n, rows_per_block, max_rows);
   Body b{"gemv.cuh", "", "gemv", {32 * 8, grid, rope ? "GemvRopeParams" : "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
-      "  static constexpr int kMaxRows = 8;\n  static constexpr int kRowsPerWarp = {};\n"
+      "  static constexpr int kMaxRows = {};\n  static constexpr int kRowsPerWarp = {};\n"
       "  static constexpr int kRowsPerBlock = {};\n"
       "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
       "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n"
       "  static constexpr bool kRope = {};\n{}",
-      weight, n, k, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul),
+      weight, n, k, max_rows, t.rows_per_warp, rows_per_block, t.split, t.unroll, boolLiteral(bias), boolLiteral(silu_mul),
       boolLiteral(rope), rope_config);
   return b;
 }
