@@ -243,9 +243,20 @@ TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
 TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
   auto list = stepInstances("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "f32"}, {"bias", false}}, "gemm_f32");
   ASSERT_TRUE(list.ok());
-  ASSERT_EQ(list->size(), 1u);
-  EXPECT_EQ((*list)[0].params["weight_type"], "bf16");
-  EXPECT_EQ((*list)[0].name, instanceName("gemm", (*list)[0].params));
+  ASSERT_EQ(list->size(), 2u);  // the step's instance and its single-row twin
+  for (const StepInstance& inst : *list) {
+    EXPECT_EQ(inst.params["weight_type"], "bf16");
+    EXPECT_EQ(inst.name, instanceName("gemm", inst.params));
+  }
+  EXPECT_EQ((*list)[0].role, InstanceRole::kStep);
+  EXPECT_EQ((*list)[1].role, InstanceRole::kSingleRow);
+  EXPECT_EQ((*list)[1].params["gemv_max_rows"], 1);
+  auto single = instanceSource("gemm", (*list)[1].params, (*list)[1].name);
+  ASSERT_TRUE(single.ok()) << single.error().message;
+  EXPECT_NE(single->source.find("kMaxRows = 1;"), std::string::npos) << single->source;
+  auto three = instanceSource("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 3}});
+  ASSERT_FALSE(three.ok());
+  EXPECT_NE(three.error().message.find("expected 1 or 8"), std::string::npos) << three.error().message;
 
   const std::string long_name(300, 'x');
   const std::string bounded = boundedInstanceName(long_name);

@@ -14,6 +14,8 @@ const char* instanceRoleName(InstanceRole role) {
     case InstanceRole::kPrefill: return "prefill";
     case InstanceRole::kGreedy: return "greedy";
     case InstanceRole::kFused: return "fused";
+    case InstanceRole::kSingleRow: return "single_row";
+    case InstanceRole::kFusedSingleRow: return "fused_single_row";
   }
   return "?";
 }
@@ -46,11 +48,19 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
   } else {
     add(InstanceRole::kStep, kind, params, manifest_instance);
   }
+  if (kind == "gemm") {
+    nlohmann::json single = params;
+    single["weight_type"] = "bf16";
+    single["gemv_max_rows"] = 1;
+    add(InstanceRole::kSingleRow, kind, single, instanceName(kind, single));
+  }
   if (kind == "gemm" && options.skinny_fusion.is_object() && !options.skinny_fusion.empty()) {
     nlohmann::json fused = params;
     fused["weight_type"] = "bf16";
     fused.update(options.skinny_fusion);
     add(InstanceRole::kFused, kind, fused, instanceName(kind, fused));
+    fused["gemv_max_rows"] = 1;
+    add(InstanceRole::kFusedSingleRow, kind, fused, instanceName(kind, fused));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 

@@ -4,7 +4,8 @@
 //   - gemm: the skinny GEMM with bf16 weights (the runtime converts float
 //     weights to bf16 at load), whatever weight type the manifest names;
 //     and where skinnyFusions (skinny_fusion.h) folds neighbours into it,
-//     the fused variant skinny batches run;
+//     the fused variant skinny batches run; and of both, the single-row
+//     instances (gemv_max_rows 1) batches of one row run;
 //   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
@@ -24,8 +25,8 @@
 
 namespace kiln::cuda_codegen {
 
-enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused };
-// "step", "decode", "combine", "prefill", "greedy", "fused"
+enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused, kSingleRow, kFusedSingleRow };
+// "step", "decode", "combine", "prefill", "greedy", "fused", "single_row", "fused_single_row"
 const char* instanceRoleName(InstanceRole role);
 
 struct StepInstance {

@@ -138,8 +138,18 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
   cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true}}});
   cases.push_back({"gemm", {{"n", 64}, {"k", 16384}, {"weight_type", "bf16"}, {"bias", true}, {"silu_mul", true}}});
+  // The single-row instances batch-1 decode runs (gemv_max_rows 1).
+  cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 1}}});
+  cases.push_back({"gemm", {{"n", 128256}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 1}}});
+  cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true},
+                            {"gemv_max_rows", 1}}});
   cases.push_back({"gemm", ropeGemmParams(32, 8, 128, 4096, false, "half", "llama3", 500000.0, "bf16")});
   cases.push_back({"gemm", ropeGemmParams(9, 3, 64, 576, true, "interleaved", "none", 100000.0, "f32")});
+  {
+    nlohmann::json single = ropeGemmParams(32, 8, 128, 4096, false, "half", "llama3", 500000.0, "bf16");
+    single["gemv_max_rows"] = 1;
+    cases.push_back({"gemm", single});
+  }
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 128256}}});

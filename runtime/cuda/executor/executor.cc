@@ -114,6 +114,11 @@ struct BoundStep {
   // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
   bool absorbed = false;
+  // ... and of both, the single-row instances (gemv_max_rows 1) that
+  // batches of one row run: more blocks per SM, more loads in flight.
+  CUfunction single_fn = nullptr, fused_single_fn = nullptr;
+  std::string single_instance, fused_single_instance;
+  int single_rows_per_block = 1, fused_single_rows_per_block = 1;
 };
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
@@ -501,24 +506,29 @@ Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   const bool bias = hasBias(s);
+  const bool single = rows == 1;  // the single-row instances; grid.z is then 1
+  const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);
   if (rows <= kGemvMaxRows && s.fused_fn) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
                      int(rows)};
-    const int64_t pairs = s.fused_rows_per_block / 2;  // a block holds row pairs (gate/up, or rope's)
-    const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs), gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);
-    if (s.fused_rope < 0) return launch(s.fused_fn, s.fused_block, gx, 1, gz, &p);
+    CUfunction fn = single ? s.fused_single_fn : s.fused_fn;
+    // a block holds row pairs (gate/up, or rope's)
+    const int64_t pairs = (single ? s.fused_single_rows_per_block : s.fused_rows_per_block) / 2;
+    const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs);
+    if (s.fused_rope < 0) return launch(fn, s.fused_block, gx, 1, gz, &p);
     const BoundStep& rope = steps[size_t(s.fused_rope)];  // merged: qkv, positions, slot_mapping, k, v pools
     kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
-    return launch(s.fused_fn, s.fused_block, gx, 1, gz, &r);
+    return launch(fn, s.fused_block, gx, 1, gz, &r);
   }
   if (rows <= kGemvMaxRows) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
                      reinterpret_cast<const void*>(s.weights[1]),
                      bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
                      reinterpret_cast<void*>(s.results[0].ptr), int(rows)};
-    return launch(s, unsigned((s.width + s.rows_per_block - 1) / s.rows_per_block), 1,
-                  unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows), &p);
+    const int64_t rows_per_block = single ? s.single_rows_per_block : s.rows_per_block;
+    return launch(single ? s.single_fn : s.fn, s.block, unsigned((s.width + rows_per_block - 1) / rows_per_block), 1,
+                  gz, &p);
   }
   KILN_ASSIGN(plan, gemmPlan(s, rows));
   return runGemm(s, *plan, plan->algo);
@@ -970,11 +980,22 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
       if (auto it = extra_instances.find(i); it != extra_instances.end() && step.kind == StepKind::kGemm) {
-        const std::string& fused = it->second[Role::kFused];
-        s.fused_fn = functions[source_index[fused]];
-        s.fused_instance = fused;
-        s.fused_block = block_threads[fused];
-        s.fused_rows_per_block = rows_per_block[fused];
+        std::map<Role, std::string>& by_role = it->second;
+        const std::string& single = by_role[Role::kSingleRow];
+        s.single_fn = functions[source_index[single]];
+        s.single_instance = single;
+        s.single_rows_per_block = rows_per_block[single];
+        if (by_role.count(Role::kFused)) {
+          const std::string& fused = by_role[Role::kFused];
+          s.fused_fn = functions[source_index[fused]];
+          s.fused_instance = fused;
+          s.fused_block = block_threads[fused];
+          s.fused_rows_per_block = rows_per_block[fused];
+          const std::string& fused_single = by_role[Role::kFusedSingleRow];
+          s.fused_single_fn = functions[source_index[fused_single]];
+          s.fused_single_instance = fused_single;
+          s.fused_single_rows_per_block = rows_per_block[fused_single];
+        }
       } else if (it != extra_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
@@ -1234,7 +1255,11 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
     if (s.absorbed && skinny) continue;  // done by the fused gemm before it: nothing ran
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
-    if (s.fused_fn && skinny) name = s.fused_instance;
+    if (s.kind == StepKind::kGemm && skinny) {
+      const bool single = rowsOf(s.args[0], shape) == 1;
+      if (s.fused_fn) name = single ? s.fused_single_instance : s.fused_instance;
+      else name = single ? s.single_instance : s.instance;
+    }
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
       name = fmt::format("{} (heads {}/{}, head_dim {})", path == kFlashPath ? s.flash_kind.c_str() : path, s.heads,
