@@ -356,6 +356,12 @@ Result<Body> gemm(const Params& p) {
     rope_config = step.config;
   }
   const bool paired = silu_mul || rope;  // a block holds row pairs (gate/up, or rope's columns)
+  // A single-row pair of rows takes K split over 4 warps, not 8 (which
+  // doubles the rows a warp holds): batch-1 decode on Llama-3-8B (H200,
+  // 2026-11-29, ms per step, each beside the 8-row instances' 4.320)
+  // measured gate/up 4/1/4 4.154 where the doubled 8/2/2 took 4.689, and
+  // qkv with rope 4/1/4 4.246 where the doubled 8/2/4 took 4.296.
+  if (paired && max_rows == 1 && !p.has("gemv_split") && t.split == 8) t = {4, 1, 4};
   if (paired && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;
   const std::string grid = paired ? fmt::format("[ceil(n={} / 2 / {}), 1, ceil(rows / {})]", n, rows_per_block / 2, max_rows)
