@@ -56,6 +56,9 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   static_assert(Config::kHeads % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D % 8 == 0 && kThreads % 32 == 0, "shape");
   using Kv = typename Config::Kv;
+  // Head-dim steps of 8 unrolled in the scoring loop: 4 for 2-byte pools; f32
+  // rows are twice the loads a step, where 4 spilled (32/8 heads, head_dim 64).
+  constexpr int kDimSteps = sizeof(Kv) == 2 ? 4 : 2;
 
   __shared__ float q_s[kGroup][D];          // scaled queries of the group
   __shared__ float p_s[kGroup][kChunk];     // scores, then probabilities, of the chunk
@@ -110,7 +113,7 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
           const Kv* key = k_pool + (slot * Hkv + kvh) * D;
 #pragma unroll
           for (int r = 0; r < kGroup; ++r) s[r] = 0.0f;
-#pragma unroll 4
+#pragma unroll(kDimSteps)
           for (int d = 0; d < D; d += 8) {
             float kv[8];
             load8(key + d, kv);

@@ -68,7 +68,9 @@ inline std::vector<KernelCase> f32PlanKernelCases() {
     rope.update({{"kv_type", f32}, {"x_type", f32}, {"out_type", f32}});
     cases.push_back({"rope_kv_append", rope});
   }
-  for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 128}}) {
+  // Llama-3.2-1B's 32/8 heads of 64 too: f32 rows spilled there when the
+  // scoring loop unrolled as for bf16 ones (paged_attention.cuh kDimSteps).
+  for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 64}, std::tuple{32, 8, 128}}) {
     nlohmann::json attention = attentionParams(H, Hkv, D, false);
     attention.update({{"kv_type", f32}, {"q_type", f32}, {"out_type", f32}});
     cases.push_back({"paged_attention", attention});
