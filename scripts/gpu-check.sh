@@ -28,7 +28,11 @@
 #            KILN_HF_MODELS (default "tiny-llama llama3.2-1b"), test/gpu/make_random_llama.py
 #            writes a random bf16 checkpoint and the fp32 reference here, then
 #            hf_logits_gpu_test runs the artifacts compiled on the dev machine
-#            (BUILD_DIR/artifacts/<model>-bf16 for CUDA, <model>-f32 for the CPU executor):
+#            (BUILD_DIR/artifacts/<model>-bf16 for CUDA, <model>-f32 for the CPU executor),
+#            then the CUDA executor again on <model>-f32 (hf_<model>_f32_cuda: f32
+#            activations as vLLM's --dtype float32, logits within KILN_F32_TOLERANCE,
+#            default 1e-4, of transformers fp32 and at least KILN_F32_MIN_GREEDY, default 9,
+#            of the 10 greedy continuations identical):
 #              for m in tiny-llama llama3.2-1b; do
 #                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-bf16 --activation-type=bf16
 #                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-f32; done
@@ -37,7 +41,8 @@
 #   trained  the same on a trained model, SmolLM2-135M-Instruct, with fewer near-ties than
 #            random weights: issue #5's check, at least 9 of 10 CUDA greedy continuations
 #            (64 tokens) equal to transformers fp32's (KILN_TRAINED_MIN_GREEDY, default 9),
-#            on top of the logits'. test/gpu/make_gguf_reference.py loads the Q4_1 GGUF
+#            on top of the logits', and the f32 CUDA check as in `hf`.
+#            test/gpu/make_gguf_reference.py loads the Q4_1 GGUF
 #            (KILN_TRAINED_GGUF, default /tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf,
 #            brought in parts by scripts/split-for-device.sh) with transformers, which needs
 #            the `gguf` package (carry .whl and install it first:
@@ -141,6 +146,26 @@ echo "== failures"
 grep -E '^\[  FAILED|Failure' -A4 "$OUT/kernels_gpu_test.log" 2>/dev/null | head -60
 fi
 
+# The CUDA executor on a model's f32 artifact (vLLM's --dtype float32)
+# against the same reference: f32 activations reach transformers fp32 to
+# f32 rounding, so the logits bound is tight and the greedy paths keep
+# (nearly) every near-tie.   run_f32_cuda MODEL CHECKPOINT REFERENCE
+run_f32_cuda() {
+  local model=$1 name="hf_$1_f32_cuda"
+  tests+=("$name")
+  echo "== $name"
+  if [[ ! -f "$BUILD/artifacts/$model-f32/manifest.json" ]]; then
+    result[$name]="MISSING ($BUILD/artifacts/$model-f32: kiln-compile test/models/$model -o it)"; status=1
+    return
+  fi
+  timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-f32" \
+    --model-source "$2" --reference "$3" --tolerance "${KILN_F32_TOLERANCE:-1e-4}" \
+    --min-greedy-identical "${KILN_F32_MIN_GREEDY:-9}" --summary "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  [[ $rc == 0 ]] || status=1
+}
+
 # kiln vs Hugging Face transformers on random-weight checkpoints made here.
 if [[ " $PARTS " == *" hf "* ]]; then
   HF_DIR="${KILN_HF_DIR:-/tmp/kiln-hf}"
@@ -166,6 +191,7 @@ if [[ " $PARTS " == *" hf "* ]]; then
     rc=${PIPESTATUS[0]}
     result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
     [[ $rc == 0 ]] || status=1
+    run_f32_cuda "$model" "$HF_DIR/$model" "$HF_DIR/$model.ref.json"
   done
 fi
 
@@ -198,9 +224,11 @@ if [[ " $PARTS " == *" trained "* ]]; then
       rc=${PIPESTATUS[0]}
       result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
       [[ $rc == 0 ]] || status=1
+      run_f32_cuda "$model" "$HF_DIR/$model" "$HF_DIR/$model.ref.json"
     fi
   fi
   echo "$name: ${result[$name]}"
+  [[ -n "${result[${name}_f32_cuda]:-}" ]] && echo "${name}_f32_cuda: ${result[${name}_f32_cuda]}"
 fi
 
 if [[ " $PARTS " == *" sweep "* ]]; then

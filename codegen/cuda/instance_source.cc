@@ -380,11 +380,16 @@ Result<Body> gemm(const Params& p) {
   return b;
 }
 
+// The gemm that takes rope as its epilogue reads x itself: only the
+// standalone kernel's Config names the qkv and q_out types.
 Result<Body> ropeKvAppend(const Params& p) {
   KILN_TRY(rope, ropeStep(p));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
   Body b{"rope_kv_append.cuh", "", "rope_kv_append",
          {128, "[N, ropeKvAppendHeadGroups(heads, kv_heads)]", "RopeKvAppendParams"}};
-  b.config = rope.config + "  static constexpr int kThreads = 128;\n";
+  b.config = rope.config + fmt::format("  using X = {};\n  using QOut = {};\n  static constexpr int kThreads = 128;\n",
+                                       x, out);
   return b;
 }
 
@@ -420,6 +425,12 @@ Result<AttentionStep> tiledAttentionStep(const Params& p, const char* kind) {
                      step.heads, step.kv_heads);
   if (step.head_dim != 64 && step.head_dim != 128)
     return makeError("{}: param 'head_dim' is {}, expected 64 or 128", kind, step.head_dim);
+  for (const char* name : {"q_type", "out_type"}) {
+    KILN_TRY(type, p.textOr(name, "bf16"));
+    if (type != "bf16")
+      return makeError("{}: param '{}' is '{}'; the kernel takes bf16 q and out (paged_attention takes f32)", kind,
+                       name, type);
+  }
   return step;
 }
 
@@ -433,14 +444,17 @@ Result<Body> pagedAttention(const Params& p, bool split) {
   if (kv_name != "bf16" && kv_name != "f32")
     return makeError("{}: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kind, kv_name);
   KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  KILN_TRY(q, activationType(p, "q_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
   Body b{"paged_attention.cuh", "", "paged_attention",
          {128, fmt::format("[N, kv_heads={}, {}]", kv_heads, split ? "splits" : "1"), "PagedAttentionParams"}};
   b.config = fmt::format(
-      "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
+      "  using Kv = {};\n  using Q = {};\n  using Out = {};\n"
+      "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr int kThreads = 128;\n  static constexpr float kScale = {};\n"
       "  static constexpr bool kTreeMask = {};\n  static constexpr bool kSplit = {};\n",
-      kv, heads, kv_heads, head_dim, page_size, floatLiteral(scale), boolLiteral(tree), boolLiteral(split));
+      kv, q, out, heads, kv_heads, head_dim, page_size, floatLiteral(scale), boolLiteral(tree), boolLiteral(split));
   return b;
 }
 
@@ -593,20 +607,24 @@ Result<Body> decodeAttention(const Params& p) {
 Result<Body> attentionCombine(const Params& p) {
   KILN_TRY(heads, p.positive("heads"));
   KILN_TRY(head_dim, p.positive("head_dim"));
+  KILN_TRY(out, activationType(p, "out_type"));
   const int threads = std::min(256, roundUp32(head_dim));
   Body b{"paged_attention.cuh", "", "attention_combine",
          {threads, fmt::format("[N, heads={}]", heads), "AttentionCombineParams"}};
-  b.config = fmt::format("  static constexpr int kHeads = {};\n  static constexpr int kHeadDim = {};\n"
-                         "  static constexpr int kThreads = {};\n", heads, head_dim, threads);
+  b.config = fmt::format("  using Out = {};\n  static constexpr int kHeads = {};\n  static constexpr int kHeadDim = {};\n"
+                         "  static constexpr int kThreads = {};\n", out, heads, head_dim, threads);
   return b;
 }
 
 Result<Body> siluMul(const Params& p) {
   KILN_TRY(ffn, p.positive("ffn", 8));
   KILN_TRY(merged, p.boolean("merged_gate_up"));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
   Body b{"elementwise.cuh", "", "silu_mul", {256, "[min(ceil(rows * ffn / 8 / 256), 65535)]", "ElementwiseParams"}};
-  b.config = fmt::format("  static constexpr int kFfn = {};\n  static constexpr int kThreads = 256;\n"
-                         "  static constexpr bool kMerged = {};\n", ffn, boolLiteral(merged));
+  b.config = fmt::format("  using X = {};\n  using Out = {};\n  static constexpr int kFfn = {};\n"
+                         "  static constexpr int kThreads = 256;\n  static constexpr bool kMerged = {};\n",
+                         x, out, ffn, boolLiteral(merged));
   return b;
 }
 

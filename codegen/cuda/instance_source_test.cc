@@ -1,3 +1,4 @@
+#include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/decode_attention.cuh"  // decode:: shape helpers (host-visible part)
@@ -263,6 +264,120 @@ TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
   EXPECT_LE(bounded.size(), 160u);
   EXPECT_NE(bounded, boundedInstanceName(std::string(299, 'x') + "y"));  // the hash tells them apart
   EXPECT_EQ(boundedInstanceName("short"), "short");
+}
+
+// An f32 plan names none of its activation types (all are the plan's):
+// they are filled in, explicit ones kept; a bf16 plan's params stay as the
+// manifest wrote them.
+TEST(ActivationTypes, AnF32PlanNamesEveryActivationType) {
+  const json norm{{"hidden", 64}, {"epsilon", 1e-5}, {"writes_sum", true}, {"sum_type", "bf16"}};
+  EXPECT_EQ(withActivationTypes("residual_rms_norm", norm, "f32"),
+            (json{{"hidden", 64}, {"epsilon", 1e-5}, {"writes_sum", true}, {"x_type", "f32"},
+                  {"residual_type", "f32"}, {"sum_type", "bf16"}, {"out_type", "f32"}}));
+  EXPECT_EQ(withActivationTypes("residual_rms_norm", norm, "bf16"), norm);
+  EXPECT_EQ(withActivationTypes("paged_attention", json{{"heads", 4}}, "f32"),
+            (json{{"heads", 4}, {"q_type", "f32"}, {"out_type", "f32"}}));
+  EXPECT_EQ(withActivationTypes("gemm", json{{"n", 64}}, "f32"), (json{{"n", 64}})) << "cuBLASLt's, untyped";
+  EXPECT_EQ(activationTypeParams("residual_rms_norm").results_from_last,
+            (std::vector<const char*>{"out_type", "sum_type"}));
+}
+
+// The templates whose q / x / out were bf16 only take them from Config; a
+// bf16 plan's instances spell bf16 (the same code as before), an f32 plan's
+// float.
+TEST(InstanceSource, AttentionRopeAndSiluMulTypesComeFromConfig) {
+  const json attention{{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
+                       {"scale", 0.08838834764831845}, {"kv_type", "f32"}, {"tree_mask", false}};
+  auto bf16 = instanceSource("paged_attention", attention, "attn");
+  ASSERT_TRUE(bf16.ok()) << bf16.error().message;
+  EXPECT_NE(bf16->source.find("  using Q = kiln::kernels::bf16;\n  using Out = kiln::kernels::bf16;\n"),
+            std::string::npos) << bf16->source;
+  auto f32 = instanceSource("paged_attention_split", withActivationTypes("paged_attention_split", attention, "f32"),
+                            "attn_split");
+  ASSERT_TRUE(f32.ok()) << f32.error().message;
+  EXPECT_NE(f32->source.find("  using Kv = float;\n  using Q = float;\n  using Out = float;\n"), std::string::npos)
+      << f32->source;
+  auto combine = instanceSource("attention_combine", json{{"heads", 32}, {"head_dim", 128}, {"out_type", "f32"}},
+                                "combine");
+  ASSERT_TRUE(combine.ok()) << combine.error().message;
+  EXPECT_NE(combine->source.find("  using Out = float;\n"), std::string::npos) << combine->source;
+  auto silu = instanceSource("silu_mul", json{{"ffn", 128}, {"merged_gate_up", true}, {"x_type", "f32"},
+                                              {"out_type", "f32"}}, "silu");
+  ASSERT_TRUE(silu.ok()) << silu.error().message;
+  EXPECT_NE(silu->source.find("  using X = float;\n  using Out = float;\n"), std::string::npos) << silu->source;
+  json rope{{"heads", 4}, {"kv_heads", 2}, {"head_dim", 16}, {"page_size", 16}, {"merged_qkv", true},
+            {"kv_type", "f32"}, {"rope_theta", 10000.0}, {"rope_style", "half"}, {"rope_scaling", "none"},
+            {"rope_factor", 1.0}, {"rope_low_freq_factor", 1.0}, {"rope_high_freq_factor", 4.0},
+            {"rope_original_max_position", 256}};
+  auto rope_bf16 = instanceSource("rope_kv_append", rope, "rope");
+  ASSERT_TRUE(rope_bf16.ok()) << rope_bf16.error().message;
+  EXPECT_NE(rope_bf16->source.find("  using X = kiln::kernels::bf16;\n  using QOut = kiln::kernels::bf16;\n"),
+            std::string::npos) << rope_bf16->source;
+  auto rope_f32 = instanceSource("rope_kv_append", withActivationTypes("rope_kv_append", rope, "f32"), "rope");
+  ASSERT_TRUE(rope_f32.ok()) << rope_f32.error().message;
+  EXPECT_NE(rope_f32->source.find("  using X = float;\n  using QOut = float;\n"), std::string::npos)
+      << rope_f32->source;
+  // The gemm with rope as its epilogue reads x itself: its Config names neither.
+  rope.update({{"n", 128}, {"k", 64}, {"weight_type", "bf16"}, {"bias", false}, {"rope_kv_append", true}});
+  auto fused = instanceSource("gemm", rope, "fused");
+  ASSERT_TRUE(fused.ok()) << fused.error().message;
+  EXPECT_EQ(fused->source.find("using QOut"), std::string::npos) << fused->source;
+  // The kernels that read bf16 queries refuse others, naming the param.
+  json typed = attention;
+  typed["kv_type"] = "bf16";
+  typed["q_type"] = "f32";
+  for (const char* kind : {"decode_attention", "flash_attention", "flash_attention_wgmma"}) {
+    auto r = instanceSource(kind, typed);
+    ASSERT_FALSE(r.ok()) << kind;
+    EXPECT_EQ(r.error().message, std::string(kind) +
+                                     ": param 'q_type' is 'f32'; the kernel takes bf16 q and out (paged_attention "
+                                     "takes f32)");
+  }
+}
+
+// An f32 plan's steps: typed instances under names of their own, no gemm
+// instance (cuBLASLt), CUDA-core attention with its split mode and combine.
+TEST(StepInstances, F32PlanGetsTypedInstancesAndNoGemmKernel) {
+  StepInstanceOptions f32;
+  f32.activation_type = "f32";
+  f32.skinny_fusion = {{"silu_mul", true}};  // ignored: the skinny kernels are bf16's
+  auto gemm = stepInstances("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "bf16"}, {"bias", false}}, "gemm_a", f32);
+  ASSERT_TRUE(gemm.ok()) << gemm.error().message;
+  EXPECT_TRUE(gemm->empty());
+
+  f32.skinny_fusion = nullptr;
+  const json norm{{"hidden", 64}, {"epsilon", 1e-5}};
+  auto rms = stepInstances("rms_norm", norm, "rms_norm_epsilon1em05_hidden64", f32);
+  ASSERT_TRUE(rms.ok());
+  ASSERT_EQ(rms->size(), 1u);
+  EXPECT_EQ((*rms)[0].name, "rms_norm_epsilon1em05_hidden64_out_typef32_x_typef32");
+  EXPECT_EQ((*rms)[0].params, withActivationTypes("rms_norm", norm, "f32"));
+  auto bf16_rms = stepInstances("rms_norm", norm, "rms_norm_epsilon1em05_hidden64");
+  EXPECT_EQ((*bf16_rms)[0].name, "rms_norm_epsilon1em05_hidden64") << "a bf16 plan keeps the manifest's name";
+
+  const json attention{{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
+                       {"scale", 0.08838834764831845}, {"kv_type", "f32"}, {"tree_mask", false}};
+  auto list = stepInstances("paged_attention", attention, "attn_l0", f32);
+  ASSERT_TRUE(list.ok()) << list.error().message;
+  ASSERT_EQ(list->size(), 3u);
+  const std::vector<std::pair<InstanceRole, std::string>> want = {{InstanceRole::kStep, "paged_attention"},
+                                                                  {InstanceRole::kDecode, "paged_attention_split"},
+                                                                  {InstanceRole::kCombine, "attention_combine"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const StepInstance& inst = (*list)[i];
+    EXPECT_EQ(inst.role, want[i].first) << i;
+    EXPECT_EQ(inst.kind, want[i].second) << i;
+    EXPECT_EQ(inst.params.value("out_type", ""), "f32") << inst.kind;
+    EXPECT_EQ(inst.name, instanceName(inst.kind, inst.params));
+    auto generated = instanceSource(inst.kind, inst.params, inst.name);
+    ASSERT_TRUE(generated.ok()) << generated.error().message;
+    EXPECT_NE(generated->source.find("using Out = float;"), std::string::npos) << generated->source;
+  }
+  StepInstanceOptions f16_options;
+  f16_options.activation_type = "f16";
+  auto f16 = stepInstances("rms_norm", norm, "n", f16_options);
+  ASSERT_FALSE(f16.ok());
+  EXPECT_EQ(f16.error().message, "rms_norm: activation type 'f16' has no CUDA kernels (bf16 or f32)");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   const std::vector<PlanStep>& steps = entry.steps;
   const std::set<int64_t>& pinned = entry.pinned;
   std::vector<SkinnyFusion> out(steps.size());
+  if (entry.activation_type != "bf16") return out;
   std::map<int64_t, int> readers;  // value -> how many step args read it
   for (const PlanStep& s : steps)
     for (int64_t v : s.value_args)

@@ -46,6 +46,9 @@ struct PlanEntry {
   std::set<int64_t> views;   // values that are views of another's storage
   // value -> its storage's arena rows [offset, offset + row_bytes) (views resolved)
   std::map<int64_t, std::pair<int64_t, int64_t>> storage;
+  // The manifest's activation_type. The fused kernels are gemv.cuh's, which
+  // read and write bf16: an f32 plan gets none.
+  std::string activation_type = "bf16";
 };
 
 struct SkinnyFusion {

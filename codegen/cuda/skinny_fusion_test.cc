@@ -45,6 +45,20 @@ TEST(SkinnyFusion, FoldsSiluMulAndRopeOfEveryLayer) {
   EXPECT_EQ(plan.storage.at(3), plan.storage.at(1)) << "the planner puts q over the qkv gemm's input";
 }
 
+// The fused kernels read and write bf16: the same plan with f32
+// activations (the fixture's own type) folds nothing.
+TEST(SkinnyFusion, NoneInF32Plans) {
+  PlanEntry plan = planEntryFromJson(fixtureForward());
+  plan.activation_type = "f32";
+  const auto f = skinnyFusions(plan);
+  ASSERT_EQ(f.size(), plan.steps.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    EXPECT_TRUE(f[i].gemm_params.is_null()) << i;
+    EXPECT_FALSE(f[i].absorbed) << i;
+    EXPECT_FALSE(f[i].own_storage) << i;
+  }
+}
+
 TEST(SkinnyFusion, RopeOnlyOverTheWholeMergedQkv) {
   // gemm(x=0, y=1, n 8·(2 + 2·1) = 32) -> rope_kv_append(1) -> q 2.
   const nlohmann::json rope{{"heads", 2}, {"kv_heads", 1}, {"head_dim", 8}, {"merged_qkv", true}};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
 
 namespace kiln::cuda_codegen {
@@ -34,6 +35,36 @@ StepInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
   return {InstanceRole::kGreedy, "argmax", params, boundedInstanceName(instanceName("argmax", params))};
 }
 
+namespace {
+
+// The instances of an f32 plan's step: each with its activation types
+// named (activation_types.h), so under a name of its own, not the manifest's.
+// Its GEMMs have none: cuBLASLt runs them in f32 at every batch size, the
+// skinny kernels being bf16's. Attention takes the CUDA-core kernels, whose
+// q and out follow Config: the step's own and its split mode with the
+// combine for decode batches (decode_attention and the tensor-core prefill
+// read bf16 queries).
+Result<std::vector<StepInstance>> typedStepInstances(std::string_view kind, const nlohmann::json& manifest_params,
+                                                     std::string_view activation_type) {
+  std::vector<StepInstance> out;
+  auto add = [&](InstanceRole role, std::string_view k, const nlohmann::json& manifest) {
+    const nlohmann::json p = withActivationTypes(k, manifest, activation_type);
+    out.push_back({role, std::string(k), p, boundedInstanceName(instanceName(k, p))});
+  };
+  if (activation_type != "f32")
+    return makeError("{}: activation type '{}' has no CUDA kernels (bf16 or f32)", kind, activation_type);
+  if (kind == "gemm") return out;
+  add(InstanceRole::kStep, kind, manifest_params);
+  if (kind != "paged_attention" || manifest_params.value("tree_mask", false)) return out;
+  add(InstanceRole::kDecode, "paged_attention_split", manifest_params);
+  nlohmann::json combine{{"heads", manifest_params.value("heads", 0)}, {"head_dim", manifest_params.value("head_dim", 0)}};
+  if (manifest_params.contains("out_type")) combine["out_type"] = manifest_params["out_type"];
+  add(InstanceRole::kCombine, "attention_combine", combine);
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
                                                 const std::string& manifest_instance,
                                                 const StepInstanceOptions& options) {
@@ -41,6 +72,7 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
   auto add = [&](InstanceRole role, std::string_view k, const nlohmann::json& p, std::string name) {
     out.push_back({role, std::string(k), p, boundedInstanceName(name)});
   };
+  if (options.activation_type != "bf16") return typedStepInstances(kind, params, options.activation_type);
   if (kind == "gemm" && params.value("weight_type", "") != "bf16") {
     nlohmann::json bf16 = params;
     bf16["weight_type"] = "bf16";

@@ -10,6 +10,9 @@
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
 //     (prefill), flash_attention_wgmma on Hopper.
+// An f32 plan (StepInstanceOptions::activation_type) gets f32 instances:
+// none for gemm (cuBLASLt in f32 at every batch size), and for attention
+// the CUDA-core kernel and its split mode with attention_combine.
 // Besides the steps, the entry's logits get the greedy argmax (greedyInstance).
 // The executor compiles exactly this list and kiln-kernels shows it.
 #pragma once
@@ -43,6 +46,9 @@ struct StepInstanceOptions {
   bool wgmma = true;
   // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
   nlohmann::json skinny_fusion;
+  // The manifest's activation_type: "bf16", or "f32" (vLLM's --dtype
+  // float32: every activation, the logits and the GEMMs in f32).
+  std::string activation_type = "bf16";
 };
 
 // `manifest_instance` is the step's instance name in the manifest, kept for

@@ -1,9 +1,10 @@
 // Row-wise elementwise kernels, 8 elements per thread and step: silu_mul
-// (SwiGLU) on bf16; add, mul, silu with per-operand element types (an f32
-// residual stream plus a bf16 branch output -> f32); gather_last_tokens
-// copying rows of Config::T.
+// (SwiGLU); add, mul, silu with per-operand element types (an f32 residual
+// stream plus a bf16 branch output -> f32); gather_last_tokens copying rows
+// of Config::T.
 //
-//   silu_mul: gate_up [rows, 2F] (merged) or gate, up [rows, F]  ->  [rows, F] = silu(gate) · up
+//   silu_mul: gate_up [rows, 2F] (merged) or gate, up [rows, F] Config::X
+//             ->  [rows, F] Config::Out = silu(gate) · up
 //   add/mul:  a [rows, W] Config::A, b [rows, W] Config::B -> [rows, W] Config::Out
 //   silu:     a [rows, W] -> [rows, W]
 //   gather_last_tokens: h [N, hidden], query_start [B + 1] -> [B, hidden]
@@ -17,7 +18,7 @@
 namespace kiln {
 namespace kernels {
 
-// Config: static constexpr int kFfn, kThreads; static constexpr bool kMerged.
+// Config: using X, Out; static constexpr int kFfn, kThreads; static constexpr bool kMerged.
 template <class Config>
 __device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {
   static_assert(Config::kFfn % 8 == 0, "16-byte vectors");
@@ -27,21 +28,22 @@ __device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {
        i += (long long)gridDim.x * Config::kThreads) {
     const long long row = i / kVecs;
     const int col = (int)(i % kVecs) * 8;
-    const bf16* gate;
-    const bf16* up;
+    using X = typename Config::X;
+    const X* gate;
+    const X* up;
     if (Config::kMerged) {
-      gate = static_cast<const bf16*>(p.a) + row * 2 * Config::kFfn + col;
+      gate = static_cast<const X*>(p.a) + row * 2 * Config::kFfn + col;
       up = gate + Config::kFfn;
     } else {
-      gate = static_cast<const bf16*>(p.a) + row * Config::kFfn + col;
-      up = static_cast<const bf16*>(p.b) + row * Config::kFfn + col;
+      gate = static_cast<const X*>(p.a) + row * Config::kFfn + col;
+      up = static_cast<const X*>(p.b) + row * Config::kFfn + col;
     }
     float g[8], u[8], y[8];
     load8(gate, g);
     load8(up, u);
 #pragma unroll
     for (int e = 0; e < 8; ++e) y[e] = silu(g[e]) * u[e];
-    store8(static_cast<bf16*>(p.out) + row * Config::kFfn + col, y);
+    store8(static_cast<typename Config::Out*>(p.out) + row * Config::kFfn + col, y);
   }
 }
 

@@ -3,7 +3,7 @@
 // causal or tree-masked, FlashAttention-style online softmax (one pass over
 // the keys with a running max and sum, f32 accumulation).
 //
-//   q            [N, H, D] bf16 (already roped)
+//   q            [N, H, D] (Config::Q: bf16, or f32 in f32 plans; already roped)
 //   k_pool/v_pool [num_blocks, page_size, Hkv, D] (Config::Kv)
 //   block_tables [B, max_blocks_per_seq] i32; key j of sequence b lives at
 //                slot block_tables[b][j / page_size] * page_size + j % page_size
@@ -12,7 +12,7 @@
 //   tree_mask    [N, tree_stride] u8 (kTreeMask): query t of sequence b (q_len tokens)
 //                sees every key j < kv_len - q_len, and tree key j >= kv_len - q_len
 //                iff tree_mask[t][j - (kv_len - q_len)] != 0
-//   out          [N, H, D] bf16
+//   out          [N, H, D] (Config::Out)
 //
 // Causal rule: query i of sequence b sits at position kv_len - q_len + i and
 // sees keys 0..that position. A query that sees no key gets zeros.
@@ -44,7 +44,7 @@ __device__ __forceinline__ int owning_sequence(const int* query_start, int num_s
   return lo;
 }
 
-// Config: using Kv; static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kThreads;
+// Config: using Kv, Q, Out; static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kThreads;
 //         static constexpr float kScale; static constexpr bool kTreeMask, kSplit.
 template <class Config>
 __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
@@ -56,6 +56,9 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   static_assert(Config::kHeads % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D % 8 == 0 && kThreads % 32 == 0, "shape");
   using Kv = typename Config::Kv;
+  // Head-dim steps of 8 unrolled in the scoring loop: 4 for 2-byte pools; f32
+  // rows are twice the loads a step, where 4 spilled (32/8 heads, head_dim 64).
+  constexpr int kDimSteps = sizeof(Kv) == 2 ? 4 : 2;
 
   __shared__ float q_s[kGroup][D];          // scaled queries of the group
   __shared__ float p_s[kGroup][kChunk];     // scores, then probabilities, of the chunk
@@ -79,7 +82,8 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   const unsigned char* mask_row =
       Config::kTreeMask ? p.tree_mask + (long long)t * p.tree_stride : nullptr;
 
-  const bf16* q = static_cast<const bf16*>(p.q) + ((long long)t * Config::kHeads + kvh * kGroup) * D;
+  using Q = typename Config::Q;
+  const Q* q = static_cast<const Q*>(p.q) + ((long long)t * Config::kHeads + kvh * kGroup) * D;
   for (int i = threadIdx.x; i < kGroup * D; i += kThreads)
     q_s[i / D][i % D] = to_float(q[i]) * Config::kScale;
   if (threadIdx.x < kGroup) {
@@ -109,7 +113,7 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
           const Kv* key = k_pool + (slot * Hkv + kvh) * D;
 #pragma unroll
           for (int r = 0; r < kGroup; ++r) s[r] = 0.0f;
-#pragma unroll 4
+#pragma unroll(kDimSteps)
           for (int d = 0; d < D; d += 8) {
             float kv[8];
             load8(key + d, kv);
@@ -186,15 +190,17 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
       p.partial_out[row * D + d + 1] = acc[i][1] * inv;
       if (d == 0) p.partial_lse[row] = l > 0.0f ? m_s[r] + logf(l) : neg_inf();
     } else {
-      bf16* o = static_cast<bf16*>(p.out) + ((long long)t * Config::kHeads + h) * D + d;
-      o[0] = from_float<bf16>(acc[i][0] * inv);
-      o[1] = from_float<bf16>(acc[i][1] * inv);
+      using Out = typename Config::Out;
+      Out* o = static_cast<Out*>(p.out) + ((long long)t * Config::kHeads + h) * D + d;
+      o[0] = from_float<Out>(acc[i][0] * inv);
+      o[1] = from_float<Out>(acc[i][1] * inv);
     }
   }
 }
 
 // Merges split-KV partials: out = sum_z exp(lse_z - M) o_z / sum_z exp(lse_z - M).
-// Config: static constexpr int kHeads, kHeadDim, kThreads. Grid [N, H], block [kThreads].
+// out [N, H, D] (Config::Out).
+// Config: using Out; static constexpr int kHeads, kHeadDim, kThreads. Grid [N, H], block [kThreads].
 template <class Config>
 __device__ __forceinline__ void attention_combine(const AttentionCombineParams& p) {
   constexpr int D = Config::kHeadDim;
@@ -202,8 +208,8 @@ __device__ __forceinline__ void attention_combine(const AttentionCombineParams& 
   if (t >= p.num_tokens) return;
   const long long row = (long long)t * Config::kHeads + h;
   for (int d = threadIdx.x; d < D; d += Config::kThreads)
-    static_cast<bf16*>(p.out)[row * D + d] =
-        from_float<bf16>(merge_split_partials(p.partial_out, p.partial_lse, row, p.num_splits, D, d));
+    static_cast<typename Config::Out*>(p.out)[row * D + d] =
+        from_float<typename Config::Out>(merge_split_partials(p.partial_out, p.partial_lse, row, p.num_splits, D, d));
 }
 
 }  // namespace kernels

@@ -1,10 +1,10 @@
 // Rotary position embedding on q and k fused with the paged KV write.
 //
-//   qkv [N, (H + 2 Hkv) D] bf16 (merged: q heads, then k heads, then v heads)
-//     or q [N, H D], k [N, Hkv D], v [N, Hkv D] bf16
+//   qkv [N, (H + 2 Hkv) D] (merged: q heads, then k heads, then v heads)
+//     or q [N, H D], k [N, Hkv D], v [N, Hkv D], all Config::X (bf16, or f32 in f32 plans)
 //   positions [N] i32, slot_mapping [N] i32 (slot < 0 or >= num_slots: no KV write)
 //   k_pool, v_pool [num_blocks, page_size, Hkv, D] (Config::Kv)
-//   q_out [N, H, D] bf16 = rope(q)
+//   q_out [N, H, D] (Config::QOut) = rope(q)
 //
 // Pairs: kHalf rotates (i, i + D/2) (HF rotate_half), kInterleaved (2i, 2i+1)
 // (llama.cpp's GGUF layout). Pair i turns by position · inv_freq_i with
@@ -67,8 +67,8 @@ __device__ __forceinline__ int rope_pair_columns(int j, int& lo, int& hi) {
 // and k pairs rotated by the angle with sine s and cosine c, q into q_out
 // ([H D] of the token), k and v into the pools at the token's slot (k_slot,
 // v_slot: [Hkv D] at the slot, or null when the token writes no KV).
-template <class Config>
-__device__ __forceinline__ void store_rope_pair(bf16* q_out, typename Config::Kv* k_slot,
+template <class Config, class QOut>
+__device__ __forceinline__ void store_rope_pair(QOut* q_out, typename Config::Kv* k_slot,
                                                 typename Config::Kv* v_slot, int lo, int hi, float a, float b,
                                                 float s, float c) {
   using Kv = typename Config::Kv;
@@ -83,15 +83,15 @@ __device__ __forceinline__ void store_rope_pair(bf16* q_out, typename Config::Kv
   }
   const float ra = a * c - b * s, rb = b * c + a * s;
   if (head < H) {
-    q_out[lo] = from_float<bf16>(ra);
-    q_out[hi] = from_float<bf16>(rb);
+    q_out[lo] = from_float<QOut>(ra);
+    q_out[hi] = from_float<QOut>(rb);
   } else if (k_slot != nullptr) {
     k_slot[lo - H * D] = from_float<Kv>(ra);
     k_slot[hi - H * D] = from_float<Kv>(rb);
   }
 }
 
-// Config: using Kv; static constexpr int kHeads, kKvHeads, kHeadDim, kThreads,
+// Config: using Kv, X, QOut; static constexpr int kHeads, kKvHeads, kHeadDim, kThreads,
 //   kScaling, kOriginalMaxPosition; static constexpr bool kMergedQkv, kInterleaved;
 //   static constexpr float kTheta, kFactor, kLowFreqFactor, kHighFreqFactor.
 template <class Config>
@@ -100,23 +100,25 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   constexpr int kHalf = D / 2, kGroup = kRopeHeadsPerBlock;
   static_assert(D % 8 == 0, "head_dim is a multiple of 8");
   using Kv = typename Config::Kv;
+  using X = typename Config::X;
+  using QOut = typename Config::QOut;
   __shared__ float sin_of[kHalf], cos_of[kHalf];
   const int t = blockIdx.x, head0 = blockIdx.y * kGroup;
   if (t >= p.num_tokens) return;
-  const bf16 *q, *k, *v;
+  const X *q, *k, *v;
   if (Config::kMergedQkv) {
-    q = static_cast<const bf16*>(p.qkv) + (long long)t * (H + 2 * Hkv) * D;
+    q = static_cast<const X*>(p.qkv) + (long long)t * (H + 2 * Hkv) * D;
     k = q + H * D;
     v = k + Hkv * D;
   } else {
-    q = static_cast<const bf16*>(p.q) + (long long)t * H * D;
-    k = static_cast<const bf16*>(p.k) + (long long)t * Hkv * D;
-    v = static_cast<const bf16*>(p.v) + (long long)t * Hkv * D;
+    q = static_cast<const X*>(p.q) + (long long)t * H * D;
+    k = static_cast<const X*>(p.k) + (long long)t * Hkv * D;
+    v = static_cast<const X*>(p.v) + (long long)t * Hkv * D;
   }
   const int slot = p.slot_mapping[t];
   const bool write_kv = slot >= 0 && (long long)slot < p.num_slots;
   const long long kv_base = (long long)slot * Hkv * D;
-  bf16* q_out = static_cast<bf16*>(p.q_out) + (long long)t * H * D;
+  QOut* q_out = static_cast<QOut*>(p.q_out) + (long long)t * H * D;
 
   if (head0 < H + Hkv) {  // this group rotates q or k heads
     const float pos = (float)p.positions[t];
@@ -134,7 +136,7 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       const int head = head0 + w / kStepsPerHead, c = w % kStepsPerHead * 8;
       if (head >= H + Hkv) break;  // the v heads are copied below
       if (head >= H && k_slot == nullptr) break;
-      const bf16* src = head < H ? q + head * D : k + (head - H) * D;
+      const X* src = head < H ? q + head * D : k + (head - H) * D;
       float x[8], y[8];  // half style: x the low elements, y their partners
       load8(src + c, x);
       if (!Config::kInterleaved) load8(src + kHalf + c, y);
@@ -162,7 +164,7 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       int lo, hi;
       const int i = rope_pair_columns<Config>(j, lo, hi);
       const int head = lo / D;
-      const bf16* src = head < H ? q + head * D : k + (head - H) * D;
+      const X* src = head < H ? q + head * D : k + (head - H) * D;
       store_rope_pair<Config>(q_out, k_slot, nullptr, lo, hi, to_float(src[lo - head * D]),
                               to_float(src[hi - head * D]), sin_of[i], cos_of[i]);
     }

@@ -1,8 +1,8 @@
 // Representative instances of every CUDA kernel kind, at the shapes kiln
 // ships for: SmolLM2-135M (hidden 576, 9/3 heads, head_dim 64, ffn 1536,
 // vocab 49152) and Llama-3-8B (hidden 4096, 32/8 heads, head_dim 128, ffn
-// 14336, vocab 128256), page size 16. Shared by the NVRTC compile test and
-// the GPU correctness test.
+// 14336, vocab 128256), page size 16, for bf16 plans and f32 ones. Shared
+// by the NVRTC compile test and the GPU correctness test.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -44,6 +44,43 @@ inline nlohmann::json ropeGemmParams(int heads, int kv_heads, int head_dim, int 
 inline nlohmann::json attentionParams(int heads, int kv_heads, int head_dim, bool tree) {
   return {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"page_size", 16},
           {"scale", 1.0 / std::sqrt(double(head_dim))}, {"kv_type", "bf16"}, {"tree_mask", tree}};
+}
+
+// An f32 plan's instances (--activation-type=f32, vLLM's --dtype float32):
+// what codegen/cuda/step_instances.h gives its steps, with every activation
+// type named f32 and the KV cache f32. Its GEMMs run in cuBLASLt.
+inline std::vector<KernelCase> f32PlanKernelCases() {
+  std::vector<KernelCase> cases;
+  const nlohmann::json f32 = "f32";
+  for (int hidden : {576, 4096}) {
+    cases.push_back({"embedding", {{"hidden", hidden}, {"table_type", "bf16"}, {"out_type", f32}}});
+    cases.push_back({"rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"x_type", f32}, {"out_type", f32}}});
+    cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"writes_sum", true},
+                                           {"x_type", f32}, {"residual_type", f32}, {"sum_type", f32},
+                                           {"out_type", f32}}});
+    cases.push_back({"add", {{"width", hidden}, {"a_type", f32}, {"b_type", f32}, {"out_type", f32}}});
+    cases.push_back({"gather_last_tokens", {{"hidden", hidden}, {"type", f32}}});
+  }
+  for (auto [H, Hkv, D, style, scaling, theta] :
+       {std::tuple{9, 3, 64, "half", "none", 100000.0}, std::tuple{32, 8, 128, "half", "llama3", 500000.0},
+        std::tuple{4, 2, 40, "half", "none", 10000.0}}) {
+    nlohmann::json rope = ropeParams(H, Hkv, D, true, style, scaling, theta);
+    rope.update({{"kv_type", f32}, {"x_type", f32}, {"out_type", f32}});
+    cases.push_back({"rope_kv_append", rope});
+  }
+  // Llama-3.2-1B's 32/8 heads of 64 too: f32 rows spilled there when the
+  // scoring loop unrolled as for bf16 ones (paged_attention.cuh kDimSteps).
+  for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 64}, std::tuple{32, 8, 128}}) {
+    nlohmann::json attention = attentionParams(H, Hkv, D, false);
+    attention.update({{"kv_type", f32}, {"q_type", f32}, {"out_type", f32}});
+    cases.push_back({"paged_attention", attention});
+    cases.push_back({"paged_attention_split", attention});
+    cases.push_back({"attention_combine", {{"heads", H}, {"head_dim", D}, {"out_type", f32}}});
+  }
+  cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}, {"x_type", f32}, {"out_type", f32}}});
+  cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}, {"x_type", f32}, {"out_type", f32}}});
+  cases.push_back({"argmax", {{"vocab", 128256}, {"logits_type", f32}}});
+  return cases;
 }
 
 inline std::vector<KernelCase> representativeKernelCases() {

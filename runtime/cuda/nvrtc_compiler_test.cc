@@ -1,6 +1,6 @@
 // Every kernel kind, instantiated at SmolLM2 and Llama-3-8B shapes, compiles
 // with NVRTC to an sm_90 CUBIN, and ptxas reports no spills for the attention
-// and norm kernels. Runs without a GPU (NVRTC needs none). When the CUDA
+// and norm kernels; so do an f32 plan's kernels, for sm_90a. Runs without a GPU (NVRTC needs none). When the CUDA
 // toolkit is installed (/usr/local/cuda) NVRTC must load and compile: a
 // missing or broken NVRTC there fails the test rather than skipping it.
 #include "runtime/cuda/nvrtc_compiler.h"
@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <vector>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/flash_attention.cuh"  // the host-visible layout helpers only
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // the same
 #include "runtime/cuda/kernel_test_cases.h"
@@ -74,24 +76,23 @@ TEST(Nvrtc, FailedCompileNamesInstanceAndLog) {
   EXPECT_NE(r.error().message.find("undeclared_thing"), std::string::npos) << r.error().message;
 }
 
-class KernelCompile : public ::testing::TestWithParam<testing::KernelCase> {};
-
-TEST_P(KernelCompile, CompilesToSm90CubinWithoutSpills) {
-  KILN_REQUIRE_NVRTC();
-  const testing::KernelCase& c = GetParam();
-  const std::string name = cuda_codegen::instanceName(c.kind, c.params);
-  auto inst = cuda_codegen::instanceSource(c.kind, c.params, name);
+// Compiles one instance for `arch` (empty: the instance's own target, else
+// NVRTC's default sm_90) and checks ptxas' report.
+void expectCompilesWithoutSpills(const std::string& kind, const nlohmann::json& params, const std::string& name,
+                                 const std::string& arch) {
+  auto inst = cuda_codegen::instanceSource(kind, params, name);
   ASSERT_TRUE(inst.ok()) << inst.error().message;
   CompileOptions options;
   options.include_dirs = defaultKernelIncludeDirs();
-  if (!inst->arch.empty()) options.arch = inst->arch;  // the wgmma kernels: sm_90a
+  if (!arch.empty()) options.arch = arch;
+  else if (!inst->arch.empty()) options.arch = inst->arch;  // the wgmma kernels: sm_90a
   auto compiled = compileKernel(name, inst->source, options);
   ASSERT_TRUE(compiled.ok()) << compiled.error().message;
   EXPECT_FALSE(compiled->cubin.empty());
   const ResourceUsage& u = compiled->resources;
   ASSERT_TRUE(u.found) << "no ptxas report for " << name << " in:\n" << compiled->log;
-  std::printf("%-40s regs %3d smem %6d stack %4d spill st/ld %d/%d\n", c.kind.c_str(), u.registers,
-              u.shared_bytes, u.stack_bytes, u.spill_stores, u.spill_loads);
+  std::printf("%-40s %-7s regs %3d smem %6d stack %4d spill st/ld %d/%d\n", kind.c_str(), options.arch.c_str(),
+              u.registers, u.shared_bytes, u.stack_bytes, u.spill_stores, u.spill_loads);
   EXPECT_GT(u.registers, 0);
   EXPECT_LE(u.registers * inst->launch.block_threads, 65536) << "block does not fit the register file";
   // The hot kernels must not spill: a spill is a local-memory round trip per use.
@@ -102,6 +103,56 @@ TEST_P(KernelCompile, CompilesToSm90CubinWithoutSpills) {
   // when the accumulators do not stay put in registers, and says so.
   EXPECT_EQ(compiled->log.find("Potential Performance Loss"), std::string::npos) << name << "\n" << compiled->log;
   if (std::getenv("KILN_PRINT_PTXAS")) std::printf("%s\n", compiled->log.c_str());
+}
+
+class KernelCompile : public ::testing::TestWithParam<testing::KernelCase> {};
+
+TEST_P(KernelCompile, CompilesToSm90CubinWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  const testing::KernelCase& c = GetParam();
+  expectCompilesWithoutSpills(c.kind, c.params, cuda_codegen::instanceName(c.kind, c.params), "");
+}
+
+// An f32 plan's kernels at SmolLM2 and Llama-3-8B shapes, for sm_90a: the
+// executor compiles every instance for it on Hopper.
+class F32PlanKernelCompile : public ::testing::TestWithParam<testing::KernelCase> {};
+
+TEST_P(F32PlanKernelCompile, CompilesToSm90aCubinWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  const testing::KernelCase& c = GetParam();
+  expectCompilesWithoutSpills(c.kind, c.params, cuda_codegen::instanceName(c.kind, c.params), "sm_90a");
+}
+
+// Every instance the executor compiles for the tiny-llama fixture's plan
+// (f32, kiln-compile's default): each step's list from stepInstances, as
+// executor.cc asks for it, and the greedy argmax over the f32 logits.
+TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  std::ifstream in(std::string(KILN_TINY_LLAMA_DIR) + "/artifact/manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(manifest.is_discarded());
+  ASSERT_EQ(manifest["activation_type"], "f32");
+  cuda_codegen::StepInstanceOptions options;
+  options.activation_type = "f32";
+  std::set<std::string> names;
+  std::vector<cuda_codegen::StepInstance> instances;
+  for (const nlohmann::json& step : manifest["entries"]["forward"]["steps"]) {
+    if (step["kind"] == "split") continue;
+    auto list = cuda_codegen::stepInstances(step["kind"].get<std::string>(), step["params"],
+                                            step["instance"].get<std::string>(), options);
+    ASSERT_TRUE(list.ok()) << list.error().message;
+    for (const cuda_codegen::StepInstance& inst : *list)
+      if (names.insert(inst.name).second) instances.push_back(inst);
+  }
+  instances.push_back(cuda_codegen::greedyInstance(128, "f32"));
+  // embedding, rms_norm, residual_rms_norm, rope_kv_append, paged_attention
+  // (+ split and combine), silu_mul, add, gather_last_tokens, argmax; no gemm.
+  EXPECT_EQ(instances.size(), 11u);
+  for (const cuda_codegen::StepInstance& inst : instances) {
+    SCOPED_TRACE(inst.name);
+    EXPECT_NE(inst.kind, "gemm");
+    expectCompilesWithoutSpills(inst.kind, inst.params, inst.name, "sm_90a");
+  }
 }
 
 // flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)
@@ -389,6 +440,8 @@ std::string caseName(const ::testing::TestParamInfo<testing::KernelCase>& info) 
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, KernelCompile,
                          ::testing::ValuesIn(testing::representativeKernelCases()), caseName);
+INSTANTIATE_TEST_SUITE_P(F32Plan, F32PlanKernelCompile, ::testing::ValuesIn(testing::f32PlanKernelCases()),
+                         caseName);
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -1,7 +1,10 @@
 // kiln's executors against Hugging Face transformers on the same random-weight
 // checkpoint (test/gpu/make_random_llama.py writes both the checkpoint and the
 // fp32 reference). Drives the executors directly (the checkpoint has no
-// tokenizer), so it checks exactly the compiled forward:
+// tokenizer), so it checks exactly the compiled forward of --artifact on the
+// CUDA executor, a bf16 plan or an f32 one (vLLM's --dtype float32, which
+// should match fp32 transformers to f32 rounding: run it with a tight
+// --tolerance):
 //   - logits of each prompt's last token (prefill) and of one decode step
 //     after it, relative L2 error against fp32 transformers;
 //   - greedy continuations of every prompt, all prompts in one ragged batch
@@ -12,11 +15,12 @@
 //
 //   hf_logits_gpu_test --artifact DIR --model-source DIR --reference FILE
 //                      [--cpu-artifact DIR] [--bench N] [--summary FILE]
-//                      [--min-greedy-identical N]
+//                      [--min-greedy-identical N] [--tolerance T]
 // Exit status 0 when every checked CUDA logit row is within --tolerance
-// (default 2e-2) relative L2 error and, with --min-greedy-identical, at least
-// N CUDA greedy continuations equal the reference's (a trained model's test:
-// random weights leave near-ties that bf16 alone flips); 77 when no GPU is
+// (default 2e-2, for bf16 activations) relative L2 error and, with
+// --min-greedy-identical, at least N CUDA greedy continuations equal the
+// reference's (a trained model's test: random weights leave near-ties that
+// bf16 alone flips; f32 activations should keep them); 77 when no GPU is
 // available (ctest skip).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -389,6 +393,7 @@ int main(int argc, char** argv) {
   fmt::print("model {} on {}: load {:.2f} s, {:.1f} MiB of weights\n", ref.value("model", "?"),
              (*cuda_ex)->deviceName(), load_s, double((*cuda_ex)->weightBytes()) / (1 << 20));
   summary["device"] = (*cuda_ex)->deviceName();
+  summary["cuda_activation_type"] = manifest->activation_type;
   summary["weight_bytes"] = (*cuda_ex)->weightBytes();
   auto cuda_run = runAll(**cuda_ex, cases, bench);
   if (!cuda_run) {
@@ -429,7 +434,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     summary["cpu"] = summarize("cpu", *cpu_run, cases);
-    // CPU (f32 activations) vs CUDA (bf16) on the same rows and greedy paths.
+    // CPU (f32 activations) vs CUDA (the artifact's) on the same rows and greedy paths.
     double worst = 0;
     for (size_t i = 0; i < cpu_run->prefill_logits.size(); ++i)
       worst = std::max(worst, compare(cuda_run->prefill_logits[i].data(), cpu_run->prefill_logits[i]).rel_l2);
@@ -445,8 +450,8 @@ int main(int argc, char** argv) {
   summary["greedy_min_identical"] = min_greedy;
   summary["pass"] = ok;
   if (!summary_path.empty()) std::ofstream(summary_path) << summary.dump(2) << "\n";
-  fmt::print("{}: CUDA logits within rel L2 {:.0e}: {}{}\n", ref.value("model", "?"), tolerance,
-             logits_ok ? "PASS" : "FAIL",
+  fmt::print("{}: CUDA ({} activations) logits within rel L2 {:.0e}: {}{}\n", ref.value("model", "?"),
+             manifest->activation_type, tolerance, logits_ok ? "PASS" : "FAIL",
              min_greedy > 0 ? fmt::format("; CUDA greedy identical {}/{} (at least {}): {}", greedy_identical,
                                           cases.size(), min_greedy, greedy_ok ? "PASS" : "FAIL")
                             : "");

@@ -279,13 +279,16 @@ RopeReference ropeReference(const RopeCase& c, const std::vector<double>& qkv, c
 
 // q against the reference; pool slots no token writes must still hold the
 // poison (NaN), written ones the rotated k and the v.
+// Within atol + rtol·|want| (bf16 outputs by default); a slot the kernel
+// skips keeps its NaN.
 void checkRope(const RopeCase& c, const RopeReference& ref, const std::vector<float>& q,
-               const std::vector<float>& k_pool, const std::vector<float>& v_pool, const std::string& what) {
-  expectClose(q, ref.q, 2e-2, 1.0 / 64, what + " q");
+               const std::vector<float>& k_pool, const std::vector<float>& v_pool, const std::string& what,
+               double atol = 2e-2, double rtol = 1.0 / 64) {
+  expectClose(q, ref.q, atol, rtol, what + " q");
   size_t wrong = 0;
   for (size_t i = 0; i < ref.k_pool.size(); ++i) {
     for (auto [got, want] : {std::pair{k_pool[i], ref.k_pool[i]}, std::pair{v_pool[i], ref.v_pool[i]}}) {
-      const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= 2e-2 + std::fabs(want) / 64;
+      const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= atol + std::fabs(want) * rtol;
       if (!ok && wrong++ < 5) ADD_FAILURE() << what << " pool element " << i << ": got " << got << " expected " << want;
     }
   }
@@ -337,6 +340,47 @@ TEST_F(KernelsGpu, RopeKvAppend) {
   }
 }
 
+// An f32 plan's rope_kv_append: qkv, q_out and the pools in f32. The angle
+// is position · inv_freq in f32, as transformers computes it, so at position
+// 4999 it is off the float64 reference's by up to ~3e-4 rad: the bound is
+// that, not f32 rounding of the products.
+TEST_F(KernelsGpu, RopeKvAppendF32) {
+  for (const RopeCase& c : {RopeCase{9, 3, 64, true, false, "none", 100000.0},
+                            RopeCase{32, 8, 128, false, false, "llama3", 500000.0}}) {
+    const int N = 6, page = 16, blocks = 8, H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
+    const std::vector<int> positions = {0, 1, 7, 130, 2047, 4999};
+    const std::vector<int> slots = {5, 17, -1, 100, 127, 64};
+    const int width = (H + 2 * Hkv) * D;
+    std::vector<float> qkv;
+    randomBf16(rng, size_t(N) * width, 2.0f, &qkv);
+    std::vector<float> q, k, v;
+    for (int t = 0; t < N; ++t) {
+      const float* row = &qkv[size_t(t) * width];
+      q.insert(q.end(), row, row + H * D);
+      k.insert(k.end(), row + H * D, row + (H + Hkv) * D);
+      v.insert(v.end(), row + (H + Hkv) * D, row + width);
+    }
+    json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", page},
+                   {"merged_qkv", c.merged}, {"kv_type", "f32"}, {"rope_theta", c.theta},
+                   {"rope_style", c.interleaved ? "interleaved" : "half"}, {"rope_scaling", c.scaling},
+                   {"rope_factor", 8.0}, {"rope_low_freq_factor", 1.0}, {"rope_high_freq_factor", 4.0},
+                   {"rope_original_max_position", 8192}, {"x_type", "f32"}, {"out_type", "f32"}};
+    COMPILE(kernel, "rope_kv_append", params);
+    auto d_qkv = DeviceBuffer::from(qkv), d_q = DeviceBuffer::from(q), d_k = DeviceBuffer::from(k),
+         d_v = DeviceBuffer::from(v), d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
+    const size_t pool_elems = size_t(blocks) * page * Hkv * D;
+    DeviceBuffer d_kpool(pool_elems * 4), d_vpool(pool_elems * 4), d_qout(size_t(N) * H * D * 4);
+    kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
+                             d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
+    KILN_GPU_OK(launch(kernel, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
+    const std::vector<double> qkv_d(qkv.begin(), qkv.end());
+    const std::string what = fmt::format("rope_kv_append f32 {}/{}/{} {} {}", H, Hkv, D,
+                                         c.merged ? "merged" : "q/k/v", c.scaling);
+    checkRope(c, ropeReference(c, qkv_d, positions, slots, pool_elems), d_qout.download<float>(),
+              d_kpool.download<float>(), d_vpool.download<float>(), what, 2e-3, 1e-4);
+  }
+}
+
 // ---------------------------------------------------------------- paged attention
 
 TEST_F(KernelsGpu, PagedAttention) {
@@ -370,6 +414,41 @@ TEST_F(KernelsGpu, PagedAttention) {
       expectClose(bf16ToFloat(d_out.download<uint16_t>()), attentionReference(a, scale, tree), 4e-3, 1.0 / 64, what);
       std::printf("    (regs %d, smem %d, spills %d/%d)\n", k.resources.registers, k.resources.shared_bytes,
                   k.resources.spill_stores, k.resources.spill_loads);
+    }
+  }
+}
+
+// An f32 plan's attention (--activation-type=f32): q, pools and out in f32
+// (Config::Q and Config::Out), causal and split-KV x4 + attention_combine,
+// against the same float64 reference to f32 rounding.
+TEST_F(KernelsGpu, PagedAttentionF32) {
+  const Batch batch{{5, 1, 3, 1}, {40, 300, 3, 1}};
+  for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 128}}) {
+    for (bool split : {false, true}) {
+      const double scale = 1.0 / std::sqrt(double(D));
+      AttentionData a = makeAttention(rng, H, Hkv, D, batch, false);
+      json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", a.page},
+                     {"scale", scale}, {"kv_type", "f32"}, {"tree_mask", false},
+                     {"q_type", "f32"}, {"out_type", "f32"}};
+      COMPILE(k, split ? "paged_attention_split" : "paged_attention", params);
+      auto d_q = DeviceBuffer::from(a.q), d_k = DeviceBuffer::from(a.kpool), d_v = DeviceBuffer::from(a.vpool),
+           d_bt = DeviceBuffer::from(a.block_tables), d_qs = DeviceBuffer::from(a.query_start),
+           d_kl = DeviceBuffer::from(a.kv_lens);
+      DeviceBuffer d_out(size_t(a.N) * H * D * 4);
+      const int splits = split ? 4 : 1;
+      DeviceBuffer d_po(size_t(a.N) * H * splits * D * 4), d_plse(size_t(a.N) * H * splits * 4);
+      kk::PagedAttentionParams p{d_q.get(), d_k.get(), d_v.get(), d_bt.as<int>(), d_qs.as<int>(), d_kl.as<int>(),
+                                 nullptr, d_out.get(), d_po.as<float>(), d_plse.as<float>(), a.N,
+                                 int(a.kv_lens.size()), a.max_blocks, 0, splits, nullptr};
+      KILN_GPU_OK(launch(k, a.N, Hkv, splits, p));
+      if (split) {
+        COMPILE(combine, "attention_combine", (json{{"heads", H}, {"head_dim", D}, {"out_type", "f32"}}));
+        kk::AttentionCombineParams c{d_po.as<float>(), d_plse.as<float>(), d_out.get(), a.N, splits};
+        KILN_GPU_OK(launch(combine, a.N, H, 1, c));
+      }
+      const std::string what = fmt::format("paged_attention f32 {}/{}/{} {}", H, Hkv, D,
+                                           split ? "split-KV x4 + combine" : "causal");
+      expectClose(d_out.download<float>(), attentionReference(a, scale, false), 2e-5, 1e-4, what);
     }
   }
 }
@@ -578,6 +657,19 @@ TEST_F(KernelsGpu, SiluMulAddMulSiluGather) {
       }
     expectClose(bf16ToFloat(d_out.download<uint16_t>()), ref, 1e-3, 1.0 / 128,
                 merged ? "silu_mul merged" : "silu_mul separate");
+  }
+  {  // an f32 plan's: gate/up and the result in f32, to f32 rounding
+    const int F = 1536;
+    std::vector<float> a;
+    randomBf16(rng, size_t(rows) * 2 * F, 4.0f, &a);
+    COMPILE(k, "silu_mul", (json{{"ffn", F}, {"merged_gate_up", true}, {"x_type", "f32"}, {"out_type", "f32"}}));
+    auto d_a = DeviceBuffer::from(a);
+    DeviceBuffer d_out(size_t(rows) * F * 4);
+    KILN_GPU_OK(launch(k, 4, 1, 1, kk::ElementwiseParams{d_a.get(), nullptr, d_out.get(), rows}));
+    std::vector<double> ref(size_t(rows) * F);
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < F; ++i) ref[size_t(r) * F + i] = silu(a[size_t(r) * 2 * F + i]) * a[size_t(r) * 2 * F + F + i];
+    expectClose(d_out.download<float>(), ref, 1e-5, 1e-5, "silu_mul f32");
   }
   for (const char* op : {"add", "mul", "silu"}) {
     const int W = 576;

@@ -66,11 +66,17 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
   if (!manifest.contains("entries") || !manifest["entries"].is_object())
     return kiln::makeError("{}: field 'entries' is missing or not an object", path.string());
   std::map<std::string, Step> steps;
+  // bf16, or f32: typed instances, no skinny GEMMs (step_instances.h).
+  const std::string activation_type =
+      manifest.contains("activation_type") && manifest["activation_type"].is_string() ? manifest["activation_type"]
+                                                                                       : json("bf16");
   for (auto& [entry, body] : manifest["entries"].items()) {
     if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
     const json& all = body["steps"];
     // The fused skinny variants the runtime adds (skinny_fusion.h).
-    const auto fusions = kiln::cuda_codegen::skinnyFusions(kiln::cuda_codegen::planEntryFromJson(body));
+    kiln::cuda_codegen::PlanEntry plan = kiln::cuda_codegen::planEntryFromJson(body);
+    plan.activation_type = activation_type;
+    const auto fusions = kiln::cuda_codegen::skinnyFusions(plan);
     for (size_t i = 0; i < all.size(); ++i) {
       const json& s = all[i];
       if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
@@ -81,6 +87,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
       kiln::cuda_codegen::StepInstanceOptions options;
       options.skinny_fusion = fusions[i].gemm_params;
       options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
+      options.activation_type = activation_type;
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
         Step& step = steps[instance];

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/skinny_fusion.h"
 #include "codegen/cuda/step_instances.h"
@@ -125,8 +126,9 @@ struct BoundStep {
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
 // The entry as skinnyFusions reads it.
-std::vector<cuda_codegen::SkinnyFusion> skinnyFusionsOf(const Entry& entry) {
+std::vector<cuda_codegen::SkinnyFusion> skinnyFusionsOf(const Entry& entry, const std::string& activation_type) {
   cuda_codegen::PlanEntry plan;
+  plan.activation_type = activation_type;
   for (const EntryOutput& out : entry.outputs) plan.pinned.insert(out.value);
   for (const EntryValue& v : entry.values) {
     if (v.view_of) {
@@ -153,53 +155,42 @@ bool hasBias(const BoundStep& s) { return s.weights.size() > 2 && s.weights[2] !
   if (!var##_result.ok()) return var##_result.error(); \
   auto var = var##_result.take()
 
+const char* elemName(int elem) { return elem == 4 ? "f32" : "bf16"; }
+
 // The instance's element type for each value operand and result, against
-// the manifest's value types: the `*_type` params name the f32 ones of the
-// mixed-precision kinds (an f32 residual stream), everything else is bf16.
-Status checkValueTypes(const Step& step, const std::vector<DeviceValue>& args,
-                       const std::vector<DeviceValue>& results) {
+// the manifest's value types. `typed` are the step's params with the plan's
+// activation types named (activation_types.h): a `*_type` param types its
+// operand, an absent one is bf16 (the templates' default). A gemm's x and y
+// are the plan's activation type (`gemm_elem`), in which cuBLASLt runs it.
+Status checkValueTypes(const Step& step, const nlohmann::json& typed, int gemm_elem,
+                       const std::vector<DeviceValue>& args, const std::vector<DeviceValue>& results) {
   if (step.kind == StepKind::kSplit) return {};  // a copy: results take x's type
   auto named = [&](const char* param) -> Result<int> {
-    if (!step.params.has(param)) return 2;
-    KILN_ASSIGN(type, step.params.getString(param));
+    if (!param || !typed.contains(param)) return 2;
+    const nlohmann::json& type = typed[param];
     if (type != "bf16" && type != "f32")
-      return makeError("{}: param '{}' is '{}', expected bf16 or f32", step.path, param, type);
+      return makeError("{}: param '{}' is {}, expected bf16 or f32", step.path, param, type.dump());
     return type == "f32" ? 4 : 2;
   };
-  std::vector<const char*> arg_types, result_types;
-  switch (step.kind) {
-    case StepKind::kEmbedding: result_types = {"out_type"}; break;
-    case StepKind::kRmsNorm: arg_types = {"x_type"}; result_types = {"out_type"}; break;
-    case StepKind::kResidualRmsNorm:
-      arg_types = {"x_type", "residual_type"};
-      result_types = results.size() == 2 ? std::vector<const char*>{"sum_type", "out_type"}
-                                         : std::vector<const char*>{"out_type"};
-      break;
-    case StepKind::kAdd:
-    case StepKind::kMul:
-    case StepKind::kSilu:
-      arg_types = {"a_type", "b_type"};
-      result_types = {"out_type"};
-      break;
-    case StepKind::kGatherLastTokens: arg_types = {"type"}; result_types = {"type"}; break;
-    default: break;
-  }
-  for (size_t a = 0; a < args.size() && a < arg_types.size(); ++a) {
+  const bool gemm = step.kind == StepKind::kGemm;
+  const cuda_codegen::ActivationTypeParams& params = cuda_codegen::activationTypeParams(stepKindName(step.kind));
+  for (size_t a = 0; a < args.size(); ++a) {
     if (!args[a].valid) continue;
-    KILN_ASSIGN(elem, named(arg_types[a]));
+    const char* param = a < params.args.size() ? params.args[a] : nullptr;
+    KILN_ASSIGN(elem, named(param));
+    if (gemm) elem = gemm_elem;
     if (args[a].elem != elem)
-      return makeError("{}: args[{}] is {} but the instance reads {} ({})", step.path, a,
-                       args[a].elem == 4 ? "f32" : "bf16", elem == 4 ? "f32" : "bf16", arg_types[a]);
+      return makeError("{}: args[{}] is {} but the {} reads {}{}", step.path, a, elemName(args[a].elem),
+                       gemm ? "GEMM" : "instance", elemName(elem), param ? fmt::format(" ({})", param) : "");
   }
   for (size_t r = 0; r < results.size(); ++r) {
-    int elem = 2;
-    if (r < result_types.size()) {
-      KILN_ASSIGN(e, named(result_types[r]));
-      elem = e;
-    }
+    const size_t from_last = results.size() - 1 - r;
+    const char* param = from_last < params.results_from_last.size() ? params.results_from_last[from_last] : nullptr;
+    KILN_ASSIGN(elem, named(param));
+    if (gemm) elem = gemm_elem;
     if (results[r].elem != elem)
-      return makeError("{}: results[{}] is {} but the instance writes {}", step.path, r,
-                       results[r].elem == 4 ? "f32" : "bf16", elem == 4 ? "f32" : "bf16");
+      return makeError("{}: results[{}] is {} but the {} writes {}{}", step.path, r, elemName(results[r].elem),
+                       gemm ? "GEMM" : "instance", elemName(elem), param ? fmt::format(" ({})", param) : "");
   }
   return {};
 }
@@ -240,6 +231,10 @@ struct CudaExecutor::State {
   DeviceValue logits;
   std::vector<BoundStep> steps;
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
+  // The GEMMs' A, B and C type: bf16, or f32 for f32 plans, whose GEMMs all
+  // run here (no skinny kernel) with CUBLAS_COMPUTE_32F: true f32 products,
+  // no TF32 (that needs CUBLAS_COMPUTE_32F_FAST_TF32).
+  cudaDataType_t gemm_type = CUDA_R_16BF;
   int64_t num_slots = 0;  // KV pool slots (rope_kv_append's bound)
   int sms = 1;            // streaming multiprocessors
   // Split-KV partials: [kSplitRows (token, split) rows, heads, head_dim] f32 and the lse;
@@ -400,11 +395,11 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
   }
-  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k),
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.a, gemm_type, uint64_t(k), uint64_t(n), k),
                              "layout W"));
-  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, uint64_t(k), uint64_t(rows), k),
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.b, gemm_type, uint64_t(k), uint64_t(rows), k),
                              "layout x"));
-  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, uint64_t(n), uint64_t(rows), n),
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.c, gemm_type, uint64_t(n), uint64_t(rows), n),
                              "layout y"));
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_RETURN_IF_ERROR(check(lt->cublasLtMatmulPreferenceCreate(&pref), "preference"));
@@ -417,8 +412,8 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
                                                          pref, autotune ? kGemmCandidates : 1, results, &found);
   lt->cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    return makeError("cuBLASLt found no algorithm for a bf16 GEMM n {} k {} rows {} (status {})", n,
-                     k, rows, int(st));
+    return makeError("cuBLASLt found no algorithm for a {} GEMM n {} k {} rows {} (status {})",
+                     gemm_type == CUDA_R_32F ? "f32" : "bf16", n, k, rows, int(st));
   plan.algo = results[0].algo;
   if (autotune && found > 1) {
     KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, results, found));
@@ -498,7 +493,7 @@ Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
   for (const BoundStep& s : steps) {
     if (s.kind != StepKind::kGemm) continue;
     const int64_t rows = rowsOf(s.args[0], shape);
-    if (rows <= kGemvMaxRows) continue;
+    if (rows <= kGemvMaxRows && s.fn) continue;  // the skinny kernel's
     if (auto plan = gemmPlan(s, rows); !plan.ok()) return plan.error();
   }
   return {};
@@ -521,7 +516,8 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
     return launch(fn, s.fused_block, gx, 1, gz, &r);
   }
-  if (rows <= kGemvMaxRows) {
+  // An f32 plan's gemm has no skinny kernel (s.fn): cuBLASLt at every row count.
+  if (rows <= kGemvMaxRows && s.fn) {
     kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
                      reinterpret_cast<const void*>(s.weights[1]),
                      bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
@@ -626,10 +622,15 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const std::string& mpath = manifest.path;
   const Entry* entry = manifest.findEntry("forward");
   if (!entry) return makeError("{}: entries: missing entry 'forward'", mpath);
-  if (manifest.activation_type != "bf16")
-    return makeError("{}: activation_type: the CUDA kernels take bf16 activations, got {} "
-                     "(compile with --activation-type=bf16)",
-                     mpath, manifest.activation_type);
+  if (manifest.activation_type != "bf16" && manifest.activation_type != "f32")
+    return makeError("{}: activation_type: the CUDA executor runs bf16 or f32 activations, got {}", mpath,
+                     manifest.activation_type);
+  // An f32 plan runs as vLLM's --dtype float32: activations, KV cache and
+  // logits as the manifest types them, GEMM weights f32 and cuBLASLt in true
+  // f32 (no TF32), so its logits follow the CPU executor's and transformers'
+  // fp32 ones. A bf16 plan's GEMMs take bf16 weights.
+  const bool f32_plan = manifest.activation_type == "f32";
+  const Form gemm_form = f32_plan ? Form::kF32 : Form::kBf16;
   if (manifest.world_size != 1)
     return makeError("{}: world_size: the CUDA executor runs world_size 1, got {}", mpath,
                      manifest.world_size);
@@ -682,6 +683,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   }
   st.verbose = options.verbose || options.profile_steps;
   st.gemm_autotune = options.gemm_autotune;
+  st.gemm_type = f32_plan ? CUDA_R_32F : CUDA_R_16BF;
   ex->device_name_ = fmt::format("{} ({})", name, device_arch);
   auto lt = loadCublasLt();
   if (!lt) return makeError("no CUDA backend: {}", lt.error().message);
@@ -694,7 +696,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
 
   ex->max_tokens_ = max_tokens;
 
-  // 1. Which weights in which form: GEMM matrices and biases bf16, norm
+  // 1. Which weights in which form: GEMM matrices and biases gemm_form, norm
   //    weights in the instance's weight type (f32 unless it says), tables as
   //    the embedding instance names them.
   std::map<std::pair<int64_t, Form>, int64_t> weight_offset;  // -> byte offset
@@ -715,7 +717,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   for (const Step& step : entry->steps) {
     for (size_t i = 0; i < step.args.size(); ++i) {
       if (step.args[i].kind != StepArg::Kind::kWeight) continue;
-      Form form = Form::kBf16;
+      Form form = gemm_form;
       if (step.kind == StepKind::kEmbedding) {
         KILN_ASSIGN(t, step.params.getString("table_type"));
         auto f = formOf(t);
@@ -847,7 +849,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     while (storage && storage->view_of) storage = entry->findValue(*storage->view_of);
     if (!v || !storage) return makeError("{}: {}: unknown value id {}", step.path, where, id);
     if (v->type != "bf16" && v->type != "f32")
-      return makeError("{}: {}: value {} has type {}; the CUDA executor keeps bf16 activations",
+      return makeError("{}: {}: value {} has type {}; the CUDA executor holds bf16 or f32 values",
                        step.path, where, id, v->type);
     if (v->rows == ValueRows::kFixed)
       return makeError("{}: {}: value {} has fixed rows; the CUDA executor plans batch rows only",
@@ -887,7 +889,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
   instance_options.wgmma = hopper;
-  const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry);
+  instance_options.activation_type = manifest.activation_type;
+  const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
   {
     // One buffer serves every fused rope's q: each layer's is read by its
     // attention before the next layer's gemm writes.
@@ -963,7 +966,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     BoundStep s;
     s.kind = step.kind;
     s.path = step.path;
-    if (step.kind != StepKind::kSplit) {
+    // Steps without an instance: split (a copy) and an f32 plan's gemm (cuBLASLt).
+    if (!step_instance[i].empty()) {
       const std::string& inst = step_instance[i];
       s.instance = inst;
       s.fn = functions[source_index[inst]];
@@ -1025,7 +1029,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
           break;
         }
         case StepArg::Kind::kWeight: {
-          Form form = Form::kBf16;
+          Form form = gemm_form;
           if (step.kind == StepKind::kEmbedding) form = *formOf(*step.params.getString("table_type"));
           else if (step.kind != StepKind::kGemm)
             form = *formOf(step.params.has("weight_type") ? *step.params.getString("weight_type")
@@ -1056,7 +1060,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     if (s.results.empty()) return makeError("{}: no results", step.path);
     const StepParams& p = step.params;
-    KILN_RETURN_IF_ERROR(checkValueTypes(step, s.args, s.results));
+    KILN_RETURN_IF_ERROR(checkValueTypes(
+        step, cuda_codegen::withActivationTypes(stepKindName(step.kind), paramsJson(p), manifest.activation_type),
+        f32_plan ? 4 : 2, s.args, s.results));
     auto needValue = [&](size_t a) -> Status {
       if (a >= na || !s.args[a].valid)
         return makeError("{} ({}): args[{}] must be a value", step.path, stepKindName(step.kind), a);
@@ -1255,7 +1261,9 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
     if (s.absorbed && skinny) continue;  // done by the fused gemm before it: nothing ran
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
-    if (s.kind == StepKind::kGemm && skinny) {
+    if (s.kind == StepKind::kGemm && !s.fn) {
+      name = fmt::format("cuBLASLt f32 gemm n {} k {}", s.width, s.k);
+    } else if (s.kind == StepKind::kGemm && skinny) {
       const bool single = rowsOf(s.args[0], shape) == 1;
       if (s.fused_fn) name = single ? s.fused_single_instance : s.fused_instance;
       else name = single ? s.single_instance : s.instance;

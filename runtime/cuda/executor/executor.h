@@ -8,7 +8,9 @@
 // through pinned staging, launches the steps on one stream (GEMMs: the
 // skinny `gemm` kernel for <= 8 rows, cuBLASLt bf16 with f32 accumulation
 // above), and copies the logits back as f32, or for greedy batches only
-// each row's argmax. Decode batches split attention
+// each row's argmax. An f32 artifact (activation_type f32) runs in f32
+// throughout instead: f32 GEMM weights, every GEMM in cuBLASLt with f32
+// operands and CUBLAS_COMPUTE_32F, no skinny kernel or fusion. Decode batches split attention
 // over the keys (split-KV) and replay a CUDA graph captured for their shape.
 #pragma once
 

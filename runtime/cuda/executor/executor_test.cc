@@ -1,13 +1,15 @@
 // What the CUDA executor does on any machine: its errors before any GPU work
-// (an f32 artifact, a missing driver) are clear; with a GPU, the tiny-llama
-// fixture as a bf16 plan runs and agrees with the CPU executor. The full
+// (a missing driver) are clear; with a GPU, the tiny-llama fixture runs, as
+// a bf16 plan and as its own f32 one, which agrees with the CPU executor. The full
 // check against transformers is test/gpu/hf_logits_gpu_test (GPU machine).
 #include "runtime/cuda/executor/executor.h"
+#include "runtime/cpu/executor/executor.h"
 #include "runtime/cuda/executor/launch_shape.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -44,14 +46,91 @@ Result<Manifest> bf16Plan() {
   return Manifest::parse(j.dump(), kFixture + "/artifact/manifest.json");
 }
 
-TEST(CudaExecutor, F32ArtifactAsksForBf16) {
+// ||got - want|| / ||want|| over the whole vector.
+double relativeL2(std::span<const float> got, std::span<const float> want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// The fixture's own plan, f32 (vLLM's --dtype float32): past the type
+// checks, and with a GPU its logits are the CPU executor's on the same
+// artifact to f32 rounding, through the CUDA-core attention (prefill, and
+// decode split over 4 key partitions with the combine), cuBLASLt f32 GEMMs
+// at every row count, and the argmax over f32 logits.
+TEST(CudaExecutor, RunsTheF32FixtureAsTheCpuExecutorDoes) {
   auto manifest = Manifest::load(kFixture + "/artifact");
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  ASSERT_EQ(manifest->activation_type, "f32");
   auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
   ASSERT_TRUE(weights.ok()) << weights.error().message;
-  auto ex = CudaExecutor::create(*manifest, *weights, cpu::kvPoolConfigFor(*manifest, 8), 16);
-  ASSERT_FALSE(ex.ok());
-  EXPECT_NE(ex.error().message.find("--activation-type=bf16"), std::string::npos) << ex.error().message;
+  const KvPoolConfig kv = cpu::kvPoolConfigFor(*manifest, 64);
+  constexpr int64_t kMaxTokens = 640;
+  auto ex = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false});
+  if (!ex.ok()) {
+    EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+    std::printf("no GPU: checked the error (%s); the f32 run needs the GPU machine\n",
+                ex.error().message.substr(0, ex.error().message.find('\n')).c_str());
+    return;
+  }
+  auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, kMaxTokens);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+  const int64_t vocab = (*ex)->vocabSize();
+  ASSERT_EQ(vocab, (*cpu_ex)->vocabSize());
+  constexpr double kTolerance = 1e-4;
+
+  // Prefill: sequence 0 a 600-token prompt in blocks 0..37, sequence 1 five
+  // tokens in block 40.
+  std::vector<int32_t> tokens, positions, slots;
+  for (int i = 0; i < 600; ++i) {
+    tokens.push_back((i * 37 + 11) % int(vocab));
+    positions.push_back(i);
+    slots.push_back(i);
+  }
+  for (int i = 0; i < 5; ++i) {
+    tokens.push_back((i * 5 + 3) % int(vocab));
+    positions.push_back(i);
+    slots.push_back(40 * 16 + i);
+  }
+  std::vector<int32_t> tables(2 * 40, 0), query_start{0, 600, 605}, kv_lens{600, 5};
+  for (int b = 0; b < 38; ++b) tables[size_t(b)] = b;
+  tables[40] = 40;
+  cpu::BatchInputs prefill{tokens, positions, slots, tables, 40, query_start, kv_lens};
+  std::vector<float> gpu(size_t(2 * vocab)), cpu(size_t(2 * vocab));
+  Status s = (*ex)->forward(prefill, gpu);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  s = (*cpu_ex)->forward(prefill, cpu);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const double prefill_error = relativeL2(gpu, cpu);
+  EXPECT_LE(prefill_error, kTolerance) << "prefill";
+
+  // Decode both (graph replays; 601+ keys split 4 ways), the next token the
+  // GPU's greedy pick, which must be the argmax of its logits.
+  auto hostArgmax = [&](const float* row) {
+    return int32_t(std::max_element(row, row + vocab) - row);
+  };
+  std::vector<int32_t> next{hostArgmax(gpu.data()), hostArgmax(gpu.data() + vocab)};
+  double decode_error = 0;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<int32_t> dp{600 + step, 5 + step}, ds{600 + step, 40 * 16 + 5 + step};
+    std::vector<int32_t> dq{0, 1, 2}, dkv{601 + step, 6 + step};
+    cpu::BatchInputs decode{next, dp, ds, tables, 40, dq, dkv};
+    ASSERT_TRUE((*ex)->forward(decode, gpu).ok());
+    ASSERT_TRUE((*cpu_ex)->forward(decode, cpu).ok());
+    decode_error = std::max(decode_error, relativeL2(gpu, cpu));
+    EXPECT_LE(relativeL2(gpu, cpu), kTolerance) << "decode step " << step;
+    std::vector<int32_t> greedy(2, -1);
+    s = (*ex)->forwardGreedy(decode, greedy);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(greedy[0], hostArgmax(gpu.data())) << "step " << step;
+    EXPECT_EQ(greedy[1], hostArgmax(gpu.data() + vocab)) << "step " << step;
+    next = greedy;
+  }
+  std::printf("f32 plan: CUDA vs CPU executor logits, relative L2 %.3g (prefill), %.3g (worst decode step)\n",
+              prefill_error, decode_error);
 }
 
 TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {

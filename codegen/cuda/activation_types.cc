@@ -1,0 +1,43 @@
+#include "codegen/cuda/activation_types.h"
+
+#include <string>
+
+namespace kiln::cuda_codegen {
+
+const ActivationTypeParams& activationTypeParams(std::string_view kind) {
+  // Args in the manifest's order: rope_kv_append (qkv | q, k, v, positions,
+  // ...), paged_attention (q, k_pool, ...), silu_mul (gate_up | gate, up).
+  static const ActivationTypeParams kEmbedding{{}, {"out_type"}};
+  static const ActivationTypeParams kRmsNorm{{"x_type"}, {"out_type"}};
+  static const ActivationTypeParams kResidualRmsNorm{{"x_type", "residual_type"}, {"out_type", "sum_type"}};
+  static const ActivationTypeParams kElementwise{{"a_type", "b_type"}, {"out_type"}};
+  static const ActivationTypeParams kGather{{"type"}, {"type"}};
+  static const ActivationTypeParams kRope{{"x_type", "x_type", "x_type"}, {"out_type"}};
+  static const ActivationTypeParams kAttention{{"q_type"}, {"out_type"}};
+  static const ActivationTypeParams kSiluMul{{"x_type", "x_type"}, {"out_type"}};
+  static const ActivationTypeParams kCombine{{}, {"out_type"}};
+  static const ActivationTypeParams kLogits{{"logits_type"}, {}};
+  static const ActivationTypeParams kNone;
+  if (kind == "embedding") return kEmbedding;
+  if (kind == "rms_norm") return kRmsNorm;
+  if (kind == "residual_rms_norm") return kResidualRmsNorm;
+  if (kind == "add" || kind == "mul" || kind == "silu") return kElementwise;
+  if (kind == "gather_last_tokens") return kGather;
+  if (kind == "rope_kv_append") return kRope;
+  if (kind == "paged_attention" || kind == "paged_attention_split") return kAttention;
+  if (kind == "silu_mul") return kSiluMul;
+  if (kind == "attention_combine") return kCombine;
+  if (kind == "argmax" || kind == "sample") return kLogits;
+  return kNone;
+}
+
+nlohmann::json withActivationTypes(std::string_view kind, nlohmann::json params, std::string_view activation_type) {
+  if (activation_type == "bf16" || !params.is_object()) return params;
+  const ActivationTypeParams& typed = activationTypeParams(kind);
+  for (const std::vector<const char*>* names : {&typed.args, &typed.results_from_last})
+    for (const char* name : *names)
+      if (name && !params.contains(name)) params[name] = std::string(activation_type);
+  return params;
+}
+
+}  // namespace kiln::cuda_codegen
