@@ -6,6 +6,7 @@
 // gemvTiling() is written from. GPU machine only:
 //
 //   kiln_gemv_sweep [--reps N]
+//   kiln_gemv_sweep --read-probe [--reps N]   (the HBM read ceiling kiln's GEMV reaches)
 #include <algorithm>
 #include <cstdio>
 #include <future>
@@ -172,12 +173,75 @@ int run(int reps) {
   return failures == 0 ? 0 : 2;
 }
 
+// The fastest HBM read kiln's own kernels reach: the shipped single-row
+// skinny GEMM on the LM head's shape (128256 x 4096, 1 GB of bf16 weights),
+// cycled over four copies (4 GB, eighty times the L2) so every byte comes
+// from HBM. It reads each weight once and does one multiply-add per two
+// bytes, so its bandwidth is a read ceiling as much as a reduction's is:
+// docs/performance.md reports batch-1 decode against the higher of this
+// and transformers' (torch's sum over 4 GiB).
+int readProbe(int reps) {
+  auto gpu = Gpu::get();
+  if (!gpu) {
+    std::fprintf(stderr, "kiln_gemv_sweep: %s\n", gpu.error().message.c_str());
+    return 1;
+  }
+  const cuda::CudaDriver* d = (*gpu)->d;
+  constexpr int n = 128256, k = 4096, copies = 4;
+  auto kern = compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 1}});
+  if (!kern) {
+    std::fprintf(stderr, "kiln_gemv_sweep: %s\n", kern.error().message.c_str());
+    return 1;
+  }
+  std::vector<uint16_t> w(size_t(n) * k, toBf16(0.01f)), x(size_t(k), toBf16(1.0f));
+  std::vector<DeviceBuffer> d_ws;
+  for (int c = 0; c < copies; ++c) d_ws.push_back(DeviceBuffer::from(w));
+  auto d_x = DeviceBuffer::from(x);
+  DeviceBuffer d_y(size_t(n) * 2);
+  const int rpb = configConstant(*kern, "kRowsPerBlock");
+  const unsigned grid = unsigned((n + rpb - 1) / rpb);
+  std::vector<kernels::GemvParams> params(copies, kernels::GemvParams{d_x.get(), nullptr, nullptr, d_y.get(), 1});
+  for (int c = 0; c < copies; ++c) params[size_t(c)].w = d_ws[size_t(c)].get();
+  auto run_all = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      void* args[] = {&params[size_t(i) % copies]};
+      d->cuLaunchKernel(kern->function, grid, 1, 1, kern->instance.launch.block_threads, 1, 1, 0, nullptr, args,
+                        nullptr);
+    }
+  };
+  run_all(copies);  // warm-up
+  CUevent start, stop;
+  d->cuEventCreate(&start, 0);
+  d->cuEventCreate(&stop, 0);
+  d->cuEventRecord(start, nullptr);
+  run_all(reps);
+  d->cuEventRecord(stop, nullptr);
+  d->cuEventSynchronize(stop);
+  float ms = 0;
+  d->cuEventElapsedTime_v2(&ms, start, stop);
+  d->cuEventDestroy_v2(start);
+  d->cuEventDestroy_v2(stop);
+  // Every y is 4096 x 0.01 in bf16 products: the launches computed, not just ran.
+  const std::vector<uint16_t> y = d_y.download<uint16_t>();
+  const float y0 = fromBf16(y[0]), want = 4096 * fromBf16(toBf16(0.01f));
+  if (!(std::fabs(y0 - want) <= 0.01f * want)) {
+    std::fprintf(stderr, "kiln_gemv_sweep: read probe computed %g, expected %g\n", y0, want);
+    return 2;
+  }
+  std::printf("kiln_read_probe_GBps: %.1f (single-row skinny GEMM, %d x %d bf16, %d copies, %d launches, %s)\n",
+              double(n) * k * 2 / (ms / 1e3 / reps) / 1e9, n, k, copies, reps, (*gpu)->name.c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace kiln::gpu_test
 
 int main(int argc, char** argv) {
   int reps = 50;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
-  return kiln::gpu_test::run(reps);
+  bool read_probe = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (std::string(argv[i]) == "--read-probe") read_probe = true;
+  }
+  return read_probe ? kiln::gpu_test::readProbe(reps) : kiln::gpu_test::run(reps);
 }
