@@ -31,13 +31,18 @@ struct Timing {
   bool correct = false;
 };
 
-int run(int reps) {
+// The GPU, or null after saying why there is none.
+Gpu* gpuOrSayWhy() {
   auto gpu = Gpu::get();
-  if (!gpu) {
-    std::fprintf(stderr, "kiln_gemv_sweep: %s\n", gpu.error().message.c_str());
-    return 1;
-  }
-  const cuda::CudaDriver* d = (*gpu)->d;
+  if (gpu) return *gpu;
+  std::fprintf(stderr, "kiln_gemv_sweep: %s\n", gpu.error().message.c_str());
+  return nullptr;
+}
+
+int run(int reps) {
+  Gpu* gpu = gpuOrSayWhy();
+  if (!gpu) return 1;
+  const cuda::CudaDriver* d = gpu->d;
   std::vector<Candidate> candidates;
   for (int max_rows : {8, 1})  // the single-row instances have registers for more loads in flight
     for (int split : {1, 2, 4, 8})
@@ -48,7 +53,7 @@ int run(int reps) {
       {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096},   // llama3-8b
       {3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}, {128256, 2048}};  // llama3.2-1b
   std::mt19937 rng(7);
-  std::printf("GPU: %s, %d reps per timing\n", (*gpu)->name.c_str(), reps);
+  std::printf("GPU: %s, %d reps per timing\n", gpu->name.c_str(), reps);
   std::printf("| n | k | rows | default TB/s | best TB/s | best split/rows_per_warp/unroll | wrong |\n"
               "|---|---|---|---|---|---|---|\n");
   std::vector<std::string> table, one_row_table;
@@ -58,7 +63,7 @@ int run(int reps) {
     std::vector<std::future<Result<Kernel>>> pending;
     for (const Candidate& c : candidates)
       pending.push_back(std::async(std::launch::async, [=] {
-        (*gpu)->d->cuCtxSetCurrent((*gpu)->context);  // the module loads into this thread's context
+        gpu->d->cuCtxSetCurrent(gpu->context);  // the module loads into this thread's context
         return compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false},
                                 {"gemv_split", c.split}, {"gemv_rows_per_warp", c.rows_per_warp},
                                 {"gemv_unroll", c.unroll}, {"gemv_max_rows", c.max_rows}});
@@ -181,12 +186,9 @@ int run(int reps) {
 // docs/performance.md reports batch-1 decode against the higher of this
 // and transformers' (torch's sum over 4 GiB).
 int readProbe(int reps) {
-  auto gpu = Gpu::get();
-  if (!gpu) {
-    std::fprintf(stderr, "kiln_gemv_sweep: %s\n", gpu.error().message.c_str());
-    return 1;
-  }
-  const cuda::CudaDriver* d = (*gpu)->d;
+  Gpu* gpu = gpuOrSayWhy();
+  if (!gpu) return 1;
+  const cuda::CudaDriver* d = gpu->d;
   constexpr int n = 128256, k = 4096, copies = 4;
   auto kern = compile("gemm", {{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 1}});
   if (!kern) {
@@ -229,7 +231,7 @@ int readProbe(int reps) {
     return 2;
   }
   std::printf("kiln_read_probe_GBps: %.1f (single-row skinny GEMM, %d x %d bf16, %d copies, %d launches, %s)\n",
-              double(n) * k * 2 / (ms / 1e3 / reps) / 1e9, n, k, copies, reps, (*gpu)->name.c_str());
+              double(n) * k * 2 / (ms / 1e3 / reps) / 1e9, n, k, copies, reps, gpu->name.c_str());
   return 0;
 }
 

@@ -226,6 +226,14 @@ struct RopeCase {
   double theta;
 };
 
+// rope_kv_append's params for a case, into pools of kv_type.
+json ropeCaseParams(const RopeCase& c, const char* kv_type) {
+  json p = cuda::testing::ropeParams(c.heads, c.kv_heads, c.head_dim, c.merged, c.interleaved ? "interleaved" : "half",
+                                     c.scaling, c.theta);
+  p["kv_type"] = kv_type;
+  return p;
+}
+
 std::vector<double> invFreq(const RopeCase& c) {
   std::vector<double> f(c.head_dim / 2);
   for (int i = 0; i < c.head_dim / 2; ++i) {
@@ -317,12 +325,7 @@ TEST_F(KernelsGpu, RopeKvAppend) {
       kb.insert(kb.end(), row + H * D, row + (H + Hkv) * D);
       vb.insert(vb.end(), row + (H + Hkv) * D, row + width);
     }
-    json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", page},
-                   {"merged_qkv", c.merged}, {"kv_type", "bf16"}, {"rope_theta", c.theta},
-                   {"rope_style", c.interleaved ? "interleaved" : "half"}, {"rope_scaling", c.scaling},
-                   {"rope_factor", 8.0}, {"rope_low_freq_factor", 1.0}, {"rope_high_freq_factor", 4.0},
-                   {"rope_original_max_position", 8192}};
-    COMPILE(k, "rope_kv_append", params);
+    COMPILE(k, "rope_kv_append", ropeCaseParams(c, "bf16"));
     auto d_qkv = DeviceBuffer::from(qkvb), d_q = DeviceBuffer::from(qb), d_k = DeviceBuffer::from(kb),
          d_v = DeviceBuffer::from(vb), d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
     const size_t pool_elems = size_t(blocks) * page * Hkv * D;
@@ -360,11 +363,8 @@ TEST_F(KernelsGpu, RopeKvAppendF32) {
       k.insert(k.end(), row + H * D, row + (H + Hkv) * D);
       v.insert(v.end(), row + (H + Hkv) * D, row + width);
     }
-    json params = {{"heads", H}, {"kv_heads", Hkv}, {"head_dim", D}, {"page_size", page},
-                   {"merged_qkv", c.merged}, {"kv_type", "f32"}, {"rope_theta", c.theta},
-                   {"rope_style", c.interleaved ? "interleaved" : "half"}, {"rope_scaling", c.scaling},
-                   {"rope_factor", 8.0}, {"rope_low_freq_factor", 1.0}, {"rope_high_freq_factor", 4.0},
-                   {"rope_original_max_position", 8192}, {"x_type", "f32"}, {"out_type", "f32"}};
+    json params = ropeCaseParams(c, "f32");
+    params.update({{"x_type", "f32"}, {"out_type", "f32"}});
     COMPILE(kernel, "rope_kv_append", params);
     auto d_qkv = DeviceBuffer::from(qkv), d_q = DeviceBuffer::from(q), d_k = DeviceBuffer::from(k),
          d_v = DeviceBuffer::from(v), d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
