@@ -31,6 +31,24 @@ struct Timing {
   bool correct = false;
 };
 
+// Milliseconds `launches` takes on the GPU, between two events on the
+// default stream.
+template <class Launches>
+double eventTimedMs(const cuda::CudaDriver* d, Launches launches) {
+  CUevent start, stop;
+  d->cuEventCreate(&start, 0);
+  d->cuEventCreate(&stop, 0);
+  d->cuEventRecord(start, nullptr);
+  launches();
+  d->cuEventRecord(stop, nullptr);
+  d->cuEventSynchronize(stop);
+  float ms = 0;
+  d->cuEventElapsedTime_v2(&ms, start, stop);
+  d->cuEventDestroy_v2(start);
+  d->cuEventDestroy_v2(stop);
+  return ms;
+}
+
 // The GPU, or null after saying why there is none.
 Gpu* gpuOrSayWhy() {
   auto gpu = Gpu::get();
@@ -121,23 +139,15 @@ int run(int reps) {
               break;
             }
           }
-        CUevent start, stop;
-        d->cuEventCreate(&start, 0);
-        d->cuEventCreate(&stop, 0);
         std::vector<kernels::GemvParams> per_copy(d_ws.size(), p);
         for (size_t c = 0; c < d_ws.size(); ++c) per_copy[c].w = d_ws[c].get();
-        d->cuEventRecord(start, nullptr);
-        for (int i = 0; i < reps; ++i) {
-          void* args[] = {&per_copy[size_t(i) % per_copy.size()]};
-          d->cuLaunchKernel(kern.function, grid, 1, 1, kern.instance.launch.block_threads, 1, 1, 0, nullptr,
-                            args, nullptr);
-        }
-        d->cuEventRecord(stop, nullptr);
-        d->cuEventSynchronize(stop);
-        float ms = 0;
-        d->cuEventElapsedTime_v2(&ms, start, stop);
-        d->cuEventDestroy_v2(start);
-        d->cuEventDestroy_v2(stop);
+        const double ms = eventTimedMs(d, [&] {
+          for (int i = 0; i < reps; ++i) {
+            void* args[] = {&per_copy[size_t(i) % per_copy.size()]};
+            d->cuLaunchKernel(kern.function, grid, 1, 1, kern.instance.launch.block_threads, 1, 1, 0, nullptr,
+                              args, nullptr);
+          }
+        });
         t.tbps = double(n) * k * 2 / (ms / 1e3 / reps) / 1e12;
         return t;
       };
@@ -212,17 +222,7 @@ int readProbe(int reps) {
     }
   };
   run_all(copies);  // warm-up
-  CUevent start, stop;
-  d->cuEventCreate(&start, 0);
-  d->cuEventCreate(&stop, 0);
-  d->cuEventRecord(start, nullptr);
-  run_all(reps);
-  d->cuEventRecord(stop, nullptr);
-  d->cuEventSynchronize(stop);
-  float ms = 0;
-  d->cuEventElapsedTime_v2(&ms, start, stop);
-  d->cuEventDestroy_v2(start);
-  d->cuEventDestroy_v2(stop);
+  const double ms = eventTimedMs(d, [&] { run_all(reps); });
   // Every y is 4096 x 0.01 in bf16 products: the launches computed, not just ran.
   const std::vector<uint16_t> y = d_y.download<uint16_t>();
   const float y0 = fromBf16(y[0]), want = 4096 * fromBf16(toBf16(0.01f));

@@ -304,81 +304,64 @@ void checkRope(const RopeCase& c, const RopeReference& ref, const std::vector<fl
   std::printf("  %-48s pools checked (skipped slot untouched)\n", what.c_str());
 }
 
-TEST_F(KernelsGpu, RopeKvAppend) {
-  const std::vector<RopeCase> cases = {{9, 3, 64, true, true, "none", 100000.0},
-                                       {9, 3, 64, false, false, "linear", 10000.0},
-                                       {32, 8, 128, true, false, "llama3", 500000.0},
-                                       // half pairs not a multiple of 8 apart: the one-pair-a-thread path
-                                       {4, 2, 40, true, false, "none", 10000.0}};
-  for (const RopeCase& c : cases) {
-    const int N = 6, page = 16, blocks = 8, H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
-    const std::vector<int> positions = {0, 1, 7, 130, 2047, 4999};
-    const std::vector<int> slots = {5, 17, -1, 100, 127, 64};
-    const int width = (H + 2 * Hkv) * D;
-    std::vector<float> qkv;
-    auto qkvb = randomBf16(rng, size_t(N) * width, 2.0f, &qkv);
-    // Separate q/k/v copies for the unmerged form.
-    std::vector<uint16_t> qb, kb, vb;
+// One rope_kv_append case against float64: six tokens (one with no slot),
+// merged qkv or separate q/k/v rows, everything in bf16, or with f32
+// activations and pools (an f32 plan's instance).
+void checkRopeKvAppend(std::mt19937& rng, const RopeCase& c, bool f32) {
+  const int N = 6, page = 16, blocks = 8, H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
+  const std::vector<int> positions = {0, 1, 7, 130, 2047, 4999};
+  const std::vector<int> slots = {5, 17, -1, 100, 127, 64};
+  const int width = (H + 2 * Hkv) * D;
+  std::vector<float> qkv;
+  auto qkvb = randomBf16(rng, size_t(N) * width, 2.0f, &qkv);
+  // Separate q/k/v copies for the unmerged form, in the activation type.
+  auto upload = [&](int begin, int end) {
+    std::vector<float> f;
+    std::vector<uint16_t> b;
     for (int t = 0; t < N; ++t) {
-      const uint16_t* row = &qkvb[size_t(t) * width];
-      qb.insert(qb.end(), row, row + H * D);
-      kb.insert(kb.end(), row + H * D, row + (H + Hkv) * D);
-      vb.insert(vb.end(), row + (H + Hkv) * D, row + width);
+      f.insert(f.end(), &qkv[size_t(t) * width + begin], &qkv[size_t(t) * width + end]);
+      b.insert(b.end(), &qkvb[size_t(t) * width + begin], &qkvb[size_t(t) * width + end]);
     }
-    COMPILE(k, "rope_kv_append", ropeCaseParams(c, "bf16"));
-    auto d_qkv = DeviceBuffer::from(qkvb), d_q = DeviceBuffer::from(qb), d_k = DeviceBuffer::from(kb),
-         d_v = DeviceBuffer::from(vb), d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
-    const size_t pool_elems = size_t(blocks) * page * Hkv * D;
-    DeviceBuffer d_kpool(pool_elems * 2), d_vpool(pool_elems * 2), d_qout(size_t(N) * H * D * 2);
-    kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
-                             d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
-    KILN_GPU_OK(launch(k, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
-
-    const std::vector<double> qkv_d(qkv.begin(), qkv.end());
-    const std::string what = fmt::format("rope_kv_append {}/{}/{} {} {}", H, Hkv, D,
-                                         c.interleaved ? "interleaved" : "half", c.scaling);
-    checkRope(c, ropeReference(c, qkv_d, positions, slots, pool_elems), bf16ToFloat(d_qout.download<uint16_t>()),
-              bf16ToFloat(d_kpool.download<uint16_t>()), bf16ToFloat(d_vpool.download<uint16_t>()), what);
-    std::printf("  %-48s pools checked (skipped slot untouched)\n", what.c_str());
-  }
+    return f32 ? DeviceBuffer::from(f) : DeviceBuffer::from(b);
+  };
+  json params = ropeCaseParams(c, f32 ? "f32" : "bf16");
+  if (f32) params.update({{"x_type", "f32"}, {"out_type", "f32"}});
+  COMPILE(k, "rope_kv_append", params);
+  auto d_qkv = f32 ? DeviceBuffer::from(qkv) : DeviceBuffer::from(qkvb);
+  auto d_q = upload(0, H * D), d_k = upload(H * D, (H + Hkv) * D), d_v = upload((H + Hkv) * D, width);
+  auto d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
+  const size_t pool_elems = size_t(blocks) * page * Hkv * D, elem = f32 ? 4 : 2;
+  DeviceBuffer d_kpool(pool_elems * elem), d_vpool(pool_elems * elem), d_qout(size_t(N) * H * D * elem);
+  kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
+                           d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
+  KILN_GPU_OK(launch(k, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
+  auto values = [&](const DeviceBuffer& d) { return f32 ? d.download<float>() : bf16ToFloat(d.download<uint16_t>()); };
+  const std::vector<double> qkv_d(qkv.begin(), qkv.end());
+  const std::string what = fmt::format("rope_kv_append{} {}/{}/{} {} {} {}", f32 ? " f32" : "", H, Hkv, D,
+                                       c.merged ? "merged" : "q/k/v", c.interleaved ? "interleaved" : "half",
+                                       c.scaling);
+  // f32: the angle is position · inv_freq in f32, as transformers computes
+  // it, so at position 4999 it is off the float64 reference's by up to
+  // ~3e-4 rad: the bound is that, not f32 rounding of the products.
+  const double atol = f32 ? 2e-3 : 2e-2, rtol = f32 ? 1e-4 : 1.0 / 64;
+  checkRope(c, ropeReference(c, qkv_d, positions, slots, pool_elems), values(d_qout), values(d_kpool),
+            values(d_vpool), what, atol, rtol);
 }
 
-// An f32 plan's rope_kv_append: qkv, q_out and the pools in f32. The angle
-// is position · inv_freq in f32, as transformers computes it, so at position
-// 4999 it is off the float64 reference's by up to ~3e-4 rad: the bound is
-// that, not f32 rounding of the products.
+TEST_F(KernelsGpu, RopeKvAppend) {
+  for (const RopeCase& c : {RopeCase{9, 3, 64, true, true, "none", 100000.0},
+                            RopeCase{9, 3, 64, false, false, "linear", 10000.0},
+                            RopeCase{32, 8, 128, true, false, "llama3", 500000.0},
+                            // half pairs not a multiple of 8 apart: the one-pair-a-thread path
+                            RopeCase{4, 2, 40, true, false, "none", 10000.0}})
+    checkRopeKvAppend(rng, c, false);
+}
+
+// An f32 plan's rope_kv_append: qkv, q_out and the pools in f32.
 TEST_F(KernelsGpu, RopeKvAppendF32) {
   for (const RopeCase& c : {RopeCase{9, 3, 64, true, false, "none", 100000.0},
-                            RopeCase{32, 8, 128, false, false, "llama3", 500000.0}}) {
-    const int N = 6, page = 16, blocks = 8, H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
-    const std::vector<int> positions = {0, 1, 7, 130, 2047, 4999};
-    const std::vector<int> slots = {5, 17, -1, 100, 127, 64};
-    const int width = (H + 2 * Hkv) * D;
-    std::vector<float> qkv;
-    randomBf16(rng, size_t(N) * width, 2.0f, &qkv);
-    std::vector<float> q, k, v;
-    for (int t = 0; t < N; ++t) {
-      const float* row = &qkv[size_t(t) * width];
-      q.insert(q.end(), row, row + H * D);
-      k.insert(k.end(), row + H * D, row + (H + Hkv) * D);
-      v.insert(v.end(), row + (H + Hkv) * D, row + width);
-    }
-    json params = ropeCaseParams(c, "f32");
-    params.update({{"x_type", "f32"}, {"out_type", "f32"}});
-    COMPILE(kernel, "rope_kv_append", params);
-    auto d_qkv = DeviceBuffer::from(qkv), d_q = DeviceBuffer::from(q), d_k = DeviceBuffer::from(k),
-         d_v = DeviceBuffer::from(v), d_pos = DeviceBuffer::from(positions), d_slots = DeviceBuffer::from(slots);
-    const size_t pool_elems = size_t(blocks) * page * Hkv * D;
-    DeviceBuffer d_kpool(pool_elems * 4), d_vpool(pool_elems * 4), d_qout(size_t(N) * H * D * 4);
-    kk::RopeKvAppendParams p{d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), d_pos.as<int>(), d_slots.as<int>(),
-                             d_kpool.get(), d_vpool.get(), d_qout.get(), N, (long long)blocks * page};
-    KILN_GPU_OK(launch(kernel, N, kk::ropeKvAppendHeadGroups(H, Hkv), 1, p));
-    const std::vector<double> qkv_d(qkv.begin(), qkv.end());
-    const std::string what = fmt::format("rope_kv_append f32 {}/{}/{} {} {}", H, Hkv, D,
-                                         c.merged ? "merged" : "q/k/v", c.scaling);
-    checkRope(c, ropeReference(c, qkv_d, positions, slots, pool_elems), d_qout.download<float>(),
-              d_kpool.download<float>(), d_vpool.download<float>(), what, 2e-3, 1e-4);
-  }
+                            RopeCase{32, 8, 128, false, false, "llama3", 500000.0}})
+    checkRopeKvAppend(rng, c, true);
 }
 
 // ---------------------------------------------------------------- paged attention
