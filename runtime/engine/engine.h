@@ -58,6 +58,10 @@ struct EngineOptions {
   // CUDA only: print each decode forward's average GPU time when the engine
   // closes (cuda::CudaExecutorOptions::report_decode_gpu_time).
   bool cuda_report_decode_gpu_time = false;
+  // CUDA only: the activation type a model (not an artifact) is compiled
+  // with for the GPU: bf16 (fast), or f32 (vLLM's --dtype float32: the
+  // numerics of transformers in fp32, at a fraction of the speed).
+  std::string cuda_dtype = "bf16";
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is

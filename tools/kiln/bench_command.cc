@@ -207,7 +207,7 @@ int benchCommand(int argc, char** argv) {
   const std::string workload = argc >= 3 ? argv[2] : "";
   if (workload != "decode" && workload != "prefill")
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
-                "[--batch B] [--threads N] [--device cpu|cuda|auto] [--peer llama.cpp|hf|hf-eager|none] "
+                "[--batch B] [--threads N] [--device cpu|cuda|auto] [--dtype bf16|f32] [--peer llama.cpp|hf|hf-eager|none] "
                 "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--host-sampling] "
                 " [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline");
@@ -219,7 +219,7 @@ int benchCommand(int argc, char** argv) {
   switches.insert("quiet");
   auto args = CliArgs::parse(argc, argv, 3,
                              {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
-                              "peer", "json", "model-source", "gpu-memory-fraction"},
+                              "peer", "json", "model-source", "gpu-memory-fraction", "dtype"},
                              switches);
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");

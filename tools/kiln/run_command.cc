@@ -52,6 +52,9 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   options.cuda_profile_steps = args.has("profile-steps");
   options.cuda_gemm_autotune = !args.has("no-gemm-autotune");
   options.cuda_device_argmax = !args.has("host-sampling");
+  options.cuda_dtype = args.get("dtype").value_or("bf16");
+  if (options.cuda_dtype != "bf16" && options.cuda_dtype != "f32")
+    return makeError("--dtype '{}': expected bf16 or f32 (the CUDA activations)", options.cuda_dtype);
   return options;
 }
 
@@ -62,7 +65,10 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
   const bool cuda = options.device != "cpu" && cudaAvailable(&why);
   if (options.device == "cuda" && !cuda) return makeError("--device cuda: no CUDA backend: {}", why);
   if (cuda) {
-    auto artifact = artifactFor({model, {"--activation-type=bf16"}, options.progress});
+    // f32: kiln-compile's default activation type.
+    std::vector<std::string> flags;
+    if (options.cuda_dtype == "bf16") flags.push_back("--activation-type=bf16");
+    auto artifact = artifactFor({model, flags, options.progress});
     if (!artifact.ok()) return artifact.error();
     EngineOptions gpu = options;
     gpu.device = "cuda";
@@ -87,12 +93,12 @@ int runCommand(int argc, char** argv) {
   auto args = CliArgs::parse(argc, argv, 2,
                              {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
                               "device", "threads", "system", "repetition-penalty", "stop",
-                              "model-source", "max-context", "gpu-memory-fraction"},
+                              "model-source", "max-context", "gpu-memory-fraction", "dtype"},
                              {"chat", "truncate", "quiet", "ignore-eos"});
   if (!args.ok()) return fail(args.error().message);
   if (args->positionals().empty() || args->positionals().size() > 2)
     return fail("usage: kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T] "
-                "[--top-p P] [--seed S] [--device cpu|cuda|auto] [--gpu-memory-fraction F] [--model-source PATH]");
+                "[--top-p P] [--seed S] [--device cpu|cuda|auto] [--dtype bf16|f32] [--gpu-memory-fraction F] [--model-source PATH]");
   auto options = engineOptionsFrom(*args);
   if (!options.ok()) return fail(options.error().message);
   options->progress = !args->has("quiet");
