@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -286,14 +287,27 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
+    // A flag's number, or exit 2 naming the flag and what it got.
+    auto number = [&](auto parse) {
+      const std::string text = next();
+      char* end = nullptr;
+      const auto v = parse(text.c_str(), &end);
+      if (text.empty() || *end != '\0') {
+        fmt::print(stderr, "{} '{}' is not a number\n", a, text);
+        std::exit(2);
+      }
+      return v;
+    };
+    auto integer = [&] { return number([](const char* t, char** e) { return std::strtoll(t, e, 10); }); };
+    auto real = [&] { return number([](const char* t, char** e) { return std::strtod(t, e); }); };
     if (a == "--artifact") artifact = next();
     else if (a == "--model-source") source = next();
     else if (a == "--reference") reference = next();
     else if (a == "--cpu-artifact") cpu_artifact = next();
-    else if (a == "--bench") bench = std::stoll(next());
+    else if (a == "--bench") bench = integer();
     else if (a == "--summary") summary_path = next();
-    else if (a == "--tolerance") tolerance = std::stod(next());
-    else if (a == "--min-greedy-identical") min_greedy = std::stoll(next());
+    else if (a == "--tolerance") tolerance = real();
+    else if (a == "--min-greedy-identical") min_greedy = integer();
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--no-flash") flash = false;
     else if (a == "--no-programmatic-launch") programmatic = false;
