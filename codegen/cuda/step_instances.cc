@@ -80,19 +80,20 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
   } else {
     add(InstanceRole::kStep, kind, params, manifest_instance);
   }
-  if (kind == "gemm") {
+  const bool fused = kind == "gemm" && options.skinny_fusion.is_object() && !options.skinny_fusion.empty();
+  if (kind == "gemm" && !fused) {  // a fused gemm's skinny batches all run the fused variants
     nlohmann::json single = params;
     single["weight_type"] = "bf16";
     single["gemv_max_rows"] = 1;
     add(InstanceRole::kSingleRow, kind, single, instanceName(kind, single));
   }
-  if (kind == "gemm" && options.skinny_fusion.is_object() && !options.skinny_fusion.empty()) {
-    nlohmann::json fused = params;
-    fused["weight_type"] = "bf16";
-    fused.update(options.skinny_fusion);
-    add(InstanceRole::kFused, kind, fused, instanceName(kind, fused));
-    fused["gemv_max_rows"] = 1;
-    add(InstanceRole::kFusedSingleRow, kind, fused, instanceName(kind, fused));
+  if (fused) {
+    nlohmann::json variant = params;
+    variant["weight_type"] = "bf16";
+    variant.update(options.skinny_fusion);
+    add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
+    variant["gemv_max_rows"] = 1;
+    add(InstanceRole::kFusedSingleRow, kind, variant, instanceName(kind, variant));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 

@@ -507,9 +507,10 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
                      int(rows)};
-    CUfunction fn = single ? s.fused_single_fn : s.fused_fn;
+    const bool one = single && s.fused_single_fn;
+    CUfunction fn = one ? s.fused_single_fn : s.fused_fn;
     // a block holds row pairs (gate/up, or rope's)
-    const int64_t pairs = (single ? s.fused_single_rows_per_block : s.fused_rows_per_block) / 2;
+    const int64_t pairs = (one ? s.fused_single_rows_per_block : s.fused_rows_per_block) / 2;
     const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs);
     if (s.fused_rope < 0) return launch(fn, s.fused_block, gx, 1, gz, &p);
     const BoundStep& rope = steps[size_t(s.fused_rope)];  // merged: qkv, positions, slot_mapping, k, v pools
@@ -522,8 +523,9 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
                      reinterpret_cast<const void*>(s.weights[1]),
                      bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
                      reinterpret_cast<void*>(s.results[0].ptr), int(rows)};
-    const int64_t rows_per_block = single ? s.single_rows_per_block : s.rows_per_block;
-    return launch(single ? s.single_fn : s.fn, s.block, unsigned((s.width + rows_per_block - 1) / rows_per_block), 1,
+    const bool one = single && s.single_fn;
+    const int64_t rows_per_block = one ? s.single_rows_per_block : s.rows_per_block;
+    return launch(one ? s.single_fn : s.fn, s.block, unsigned((s.width + rows_per_block - 1) / rows_per_block), 1,
                   gz, &p);
   }
   KILN_ASSIGN(plan, gemmPlan(s, rows));
@@ -985,10 +987,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       };
       if (auto it = extra_instances.find(i); it != extra_instances.end() && step.kind == StepKind::kGemm) {
         std::map<Role, std::string>& by_role = it->second;
-        const std::string& single = by_role[Role::kSingleRow];
-        s.single_fn = functions[source_index[single]];
-        s.single_instance = single;
-        s.single_rows_per_block = rows_per_block[single];
+        if (by_role.count(Role::kSingleRow)) {  // an unfused gemm's
+          const std::string& single = by_role[Role::kSingleRow];
+          s.single_fn = functions[source_index[single]];
+          s.single_instance = single;
+          s.single_rows_per_block = rows_per_block[single];
+        }
         if (by_role.count(Role::kFused)) {
           const std::string& fused = by_role[Role::kFused];
           s.fused_fn = functions[source_index[fused]];
@@ -1265,8 +1269,8 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
       name = fmt::format("cuBLASLt f32 gemm n {} k {}", s.width, s.k);
     } else if (s.kind == StepKind::kGemm && skinny) {
       const bool single = rowsOf(s.args[0], shape) == 1;
-      if (s.fused_fn) name = single ? s.fused_single_instance : s.fused_instance;
-      else name = single ? s.single_instance : s.instance;
+      if (s.fused_fn) name = single && s.fused_single_fn ? s.fused_single_instance : s.fused_instance;
+      else name = single && s.single_fn ? s.single_instance : s.instance;
     }
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
