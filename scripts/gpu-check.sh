@@ -99,7 +99,7 @@ write_report() {
   for f in "$OUT"/hf_*.log "$OUT"/accuracy_*.log "$OUT"/bench_*_checkpoint.log; do
     [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest|match config|tokenizer:|greedy text|margin" "$f"; }
   done
-  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU" "$OUT/attention_bench.txt"; }
+  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|floor|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU" "$OUT/attention_bench.txt"; }
   # A failed test binary's failures, so they come back in this one file.
   for f in "$OUT"/*_test.log; do
     [[ -f "$f" ]] && grep -q "FAILED" "$f" && { echo "== $(basename "$f") failures"; grep -E -B3 -A12 "^\[  FAILED  \]|Failure" "$f" | head -60; }

@@ -346,6 +346,48 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
   return records;
 }
 
+// The floor under decode_attention's time: its grid at batch 1 with no
+// token to serve, every block waiting on the launch before (as the real
+// one does) and exiting. What 0.8 of HBM at 8k keys leaves for the real work
+// is 0.8's time budget minus this.
+Result<std::vector<Record>> decodeAttentionFloor(int reps, int H, int Hkv, int D, double hbm_gbps) {
+  json params = cuda::testing::attentionParams(H, Hkv, D, false);
+  auto k = compile("decode_attention", params);
+  if (!k) return k.error();
+  const int smem = std::max(0, configConstant(*k, "kSmemBytes"));
+  if (smem > 0)
+    KILN_RETURN_IF_ERROR((*Gpu::get())->d->check(
+        (*Gpu::get())->d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+        "cuFuncSetAttribute"));
+  const double budget_us = 2.0 * 8192 * Hkv * D * 2 / (0.8 * hbm_gbps * 1e9) * 1e6;
+  std::vector<Record> records;
+  for (int splits : {16, 32}) {
+    kk::PagedAttentionParams p{};
+    p.num_tokens = 0;  // every block exits after the wait
+    p.num_seqs = 1;
+    p.num_splits = splits;
+    double us[2];
+    for (int programmatic = 0; programmatic < 2; ++programmatic) {
+      auto ms = timeMedian(reps, [&](int) {
+        return std::vector<Launch>{{k->function, {1u, unsigned(Hkv), unsigned(splits)},
+                                    unsigned(k->instance.launch.block_threads), unsigned(smem), &p, programmatic == 1}};
+      });
+      if (!ms) return ms.error();
+      us[programmatic] = *ms * 1e3;
+    }
+    Record r;
+    r.line = fmt::format("decode_attention floor (no token: launch, wait, exit) B=1 H={} Hkv={} D={} splits={}: "
+                         "standalone {:.1f} us, programmatic {:.1f} us; 0.8 of HBM at 8192 keys is {:.1f} us in all, "
+                         "so {:.1f} / {:.1f} us for the work, where streaming the K+V alone takes {:.1f} us",
+                         H, Hkv, D, splits, us[0], us[1], budget_us, budget_us - us[0], budget_us - us[1],
+                         budget_us * 0.8);
+    r.fields = {{"name", "decode_attention_floor"}, {"splits", splits}, {"us", us[0]}, {"programmatic_us", us[1]},
+                {"budget_us", budget_us}};
+    records.push_back(r);
+  }
+  return records;
+}
+
 int run(int argc, char** argv) {
   int reps = 30;
   std::string json_path;
@@ -403,6 +445,12 @@ int run(int argc, char** argv) {
       for (const Record& r : *dec) report(r);
     } else {
       std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
+      status = 1;
+    }
+    if (auto floor = decodeAttentionFloor(reps, 32, 8, 128, hbm_gbps); floor) {
+      for (const Record& r : *floor) report(r);
+    } else {
+      std::fprintf(stderr, "decode_attention floor: %s\n", floor.error().message.c_str());
       status = 1;
     }
     for (auto [B, ctx] : {std::pair{1, 8192}, std::pair{32, 8192}, std::pair{1, 256}, std::pair{1, 1024}}) {
