@@ -328,7 +328,6 @@ Result<Body> gemm(const Params& p) {
                        split, rows_per_warp, unroll);
     t = {int(split), int(rows_per_warp), int(unroll)};
   }
-
   // silu_mul: the gate/up projection with SwiGLU in its epilogue (y has n /
   // 2 columns); a block pairs gate and up rows, so it needs an even count.
   bool silu_mul = false;
