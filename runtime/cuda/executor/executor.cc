@@ -73,6 +73,14 @@ struct DeviceValue {
   bool valid = false;
 };
 
+// A skinny GEMM instance a gemm step runs for batches of <= kGemvMaxRows rows.
+struct GemvKernel {
+  CUfunction fn = nullptr;
+  std::string instance;    // its name (StepProfile's rows)
+  unsigned block = 0;
+  int rows_per_block = 1;  // weight rows; a fused variant's come in pairs (gate/up, or rope's columns)
+};
+
 // One step with every pointer resolved; forward() fills only the row counts.
 struct BoundStep {
   StepKind kind = StepKind::kGemm;
@@ -88,7 +96,6 @@ struct BoundStep {
   int64_t width = 0, k = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false, writes_sum = false;
-  int rows_per_block = 1;       // gemv
   // paged_attention: the split-KV instance and its combine, for decode batches.
   // decode_attention merges its own partials (split_arrivals), so the
   // combine runs only after the CUDA-core paged_attention_split.
@@ -102,25 +109,29 @@ struct BoundStep {
   std::string flash_kind;  // flash_attention_wgmma on Hopper, else flash_attention
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
-  // gemm with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h):
-  // batches of <= kGemvMaxRows rows run this fused skinny GEMM instead,
-  // writing the silu_mul's result (fused_y), and skip the silu_mul step
-  // (marked `absorbed`) ...
-  CUfunction fused_fn = nullptr;
-  std::string fused_instance;  // its name (StepProfile's rows)
-  unsigned fused_block = 0;
-  int fused_rows_per_block = 1;  // gate/up rows, in pairs
+  // gemm, skinny batches (skinnyKernel picks): the step's own instance
+  // (gemv), and for batches of one row its single-row instance (gemv_single,
+  // gemv_max_rows 1: more blocks per SM, more loads in flight) ...
+  GemvKernel gemv, gemv_single;
+  // ... or, with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h),
+  // the fused skinny GEMM and its single-row instance, which write the
+  // silu_mul's result (fused_y); the silu_mul step is then skipped (marked
+  // `absorbed`) ...
+  GemvKernel fused, fused_single;
   CUdeviceptr fused_y = 0;
   // ... or with the rope_kv_append after it folded in: that step's index,
   // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
   bool absorbed = false;
-  // ... and of both, the single-row instances (gemv_max_rows 1) that
-  // batches of one row run: more blocks per SM, more loads in flight.
-  CUfunction single_fn = nullptr, fused_single_fn = nullptr;
-  std::string single_instance, fused_single_instance;
-  int single_rows_per_block = 1, fused_single_rows_per_block = 1;
 };
+
+// The skinny GEMM a gemm step runs for `rows` <= kGemvMaxRows rows: its
+// fused variant where it has one, for one row the single-row instance. No
+// fn: the step has none (an f32 plan's gemm), cuBLASLt runs it.
+const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
+  if (s.fused.fn) return rows == 1 && s.fused_single.fn ? s.fused_single : s.fused;
+  return rows == 1 && s.gemv_single.fn ? s.gemv_single : s.gemv;
+}
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
@@ -501,32 +512,22 @@ Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
 
 Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   const bool bias = hasBias(s);
-  const bool single = rows == 1;  // the single-row instances; grid.z is then 1
-  const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);
-  if (rows <= kGemvMaxRows && s.fused_fn) {
+  // An f32 plan's gemm has no skinny kernel: cuBLASLt at every row count.
+  if (const GemvKernel& kernel = skinnyKernel(s, rows); rows <= kGemvMaxRows && kernel.fn) {
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
-    kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr, ptr(s.fused_y),
-                     int(rows)};
-    const bool one = single && s.fused_single_fn;
-    CUfunction fn = one ? s.fused_single_fn : s.fused_fn;
-    // a block holds row pairs (gate/up, or rope's)
-    const int64_t pairs = (one ? s.fused_single_rows_per_block : s.fused_rows_per_block) / 2;
+    const bool fused = s.fused.fn != nullptr;
+    kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr,
+                     fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
+    const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);  // 1 for the single-row instances
+    if (!fused)
+      return launch(kernel.fn, kernel.block, unsigned((s.width + kernel.rows_per_block - 1) / kernel.rows_per_block),
+                    1, gz, &p);
+    const int64_t pairs = kernel.rows_per_block / 2;  // a block holds row pairs (gate/up, or rope's)
     const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs);
-    if (s.fused_rope < 0) return launch(fn, s.fused_block, gx, 1, gz, &p);
+    if (s.fused_rope < 0) return launch(kernel.fn, kernel.block, gx, 1, gz, &p);
     const BoundStep& rope = steps[size_t(s.fused_rope)];  // merged: qkv, positions, slot_mapping, k, v pools
     kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
-    return launch(fn, s.fused_block, gx, 1, gz, &r);
-  }
-  // An f32 plan's gemm has no skinny kernel (s.fn): cuBLASLt at every row count.
-  if (rows <= kGemvMaxRows && s.fn) {
-    kk::GemvParams p{reinterpret_cast<const void*>(s.args[0].ptr),
-                     reinterpret_cast<const void*>(s.weights[1]),
-                     bias ? reinterpret_cast<const void*>(s.weights[2]) : nullptr,
-                     reinterpret_cast<void*>(s.results[0].ptr), int(rows)};
-    const bool one = single && s.single_fn;
-    const int64_t rows_per_block = one ? s.single_rows_per_block : s.rows_per_block;
-    return launch(one ? s.single_fn : s.fn, s.block, unsigned((s.width + rows_per_block - 1) / rows_per_block), 1,
-                  gz, &p);
+    return launch(kernel.fn, kernel.block, gx, 1, gz, &r);
   }
   KILN_ASSIGN(plan, gemmPlan(s, rows));
   return runGemm(s, *plan, plan->algo);
@@ -974,7 +975,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       s.instance = inst;
       s.fn = functions[source_index[inst]];
       s.block = block_threads[inst];
-      s.rows_per_block = rows_per_block[inst];
       // The attention kernels with dynamic shared memory above the 48 KiB
       // default must say so before their first launch.
       auto bindExtra = [&](const std::string& name, CUfunction& fn, unsigned& block, unsigned& smem) -> Status {
@@ -985,24 +985,15 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         return d->check(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
+      auto gemvKernel = [&](const std::string& name) {
+        return GemvKernel{functions[source_index[name]], name, block_threads[name], rows_per_block[name]};
+      };
+      if (step.kind == StepKind::kGemm) s.gemv = gemvKernel(inst);
       if (auto it = extra_instances.find(i); it != extra_instances.end() && step.kind == StepKind::kGemm) {
-        std::map<Role, std::string>& by_role = it->second;
-        if (by_role.count(Role::kSingleRow)) {  // an unfused gemm's
-          const std::string& single = by_role[Role::kSingleRow];
-          s.single_fn = functions[source_index[single]];
-          s.single_instance = single;
-          s.single_rows_per_block = rows_per_block[single];
-        }
-        if (by_role.count(Role::kFused)) {
-          const std::string& fused = by_role[Role::kFused];
-          s.fused_fn = functions[source_index[fused]];
-          s.fused_instance = fused;
-          s.fused_block = block_threads[fused];
-          s.fused_rows_per_block = rows_per_block[fused];
-          const std::string& fused_single = by_role[Role::kFusedSingleRow];
-          s.fused_single_fn = functions[source_index[fused_single]];
-          s.fused_single_instance = fused_single;
-          s.fused_single_rows_per_block = rows_per_block[fused_single];
+        for (auto [role, name] : it->second) {
+          if (role == Role::kSingleRow) s.gemv_single = gemvKernel(name);  // an unfused gemm's
+          if (role == Role::kFused) s.fused = gemvKernel(name);
+          if (role == Role::kFusedSingleRow) s.fused_single = gemvKernel(name);
         }
       } else if (it != extra_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
@@ -1183,7 +1174,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   //    rope_kv_append's q (in storage of its own) and pools.
   for (size_t i = 0; i < st.steps.size(); ++i) {
     st.steps[i].absorbed = fusions[i].absorbed;
-    if (!st.steps[i].fused_fn) continue;
+    if (!st.steps[i].fused.fn) continue;
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
   }
@@ -1268,9 +1259,7 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     if (s.kind == StepKind::kGemm && !s.fn) {
       name = fmt::format("cuBLASLt f32 gemm n {} k {}", s.width, s.k);
     } else if (s.kind == StepKind::kGemm && skinny) {
-      const bool single = rowsOf(s.args[0], shape) == 1;
-      if (s.fused_fn) name = single && s.fused_single_fn ? s.fused_single_instance : s.fused_instance;
-      else name = single && s.single_fn ? s.single_instance : s.instance;
+      name = skinnyKernel(s, rowsOf(s.args[0], shape)).instance;
     }
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
