@@ -64,10 +64,12 @@ def hbm_read_gbps():
 def kiln_read_probe_gbps():
     """kiln_gemv_sweep --read-probe's figure from this device session (0: not measured)."""
     import os
+    text = os.environ.get("KILN_READ_PROBE_GBPS", "")
     try:
-        return float(os.environ.get("KILN_READ_PROBE_GBPS", "") or 0)
+        return float(text) if text else 0.0
     except ValueError:
-        return 0.0
+        # Falling back to the lower probe would flatter every ratio: refuse.
+        sys.exit(f"hf_bench.py: KILN_READ_PROBE_GBPS is '{text}', expected GB/s as a number")
 
 
 def ceilings():
