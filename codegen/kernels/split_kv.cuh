@@ -64,6 +64,21 @@ KILN_HOST_DEVICE constexpr int combine_scratch_floats(int G, int D, int splits, 
 constexpr int kMaxMergedSplits = 128;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(KILN_CUDA_EMULATION)
+// A block's arrival at a GPU-scope counter, as one thread's acquire-release
+// atomic after a block barrier: the release is cumulative, so it publishes
+// every write the block's threads made before the barrier, and the acquire
+// lets the last block read every other block's. One fenced atomic where a
+// __threadfence in every thread made each of them wait for its own writes.
+__device__ __forceinline__ unsigned count_in_acq_rel(unsigned* counter) {
+#if defined(KILN_CUDA_EMULATION)
+  return atomicAdd(counter, 1u);  // the emulated device is sequentially consistent
+#else
+  unsigned before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+  return before;
+#endif
+}
+
 template <int G, int D, int kThreads>
 __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams& p, int t, int kvh, int kv_heads,
                                                       float* scratch) {
@@ -76,15 +91,13 @@ __device__ __forceinline__ void combine_if_last_split(const PagedAttentionParams
   float* const inv_sum_s = weight_s + G * splits;      // [G]
   float4* const slice_s = reinterpret_cast<float4*>(scratch + combine_weights_floats(G, splits));  // [kSlices][kCols]
   const long long row0 = (long long)t * H + (long long)kvh * G;  // the group's first (token, head) row
-  __threadfence();  // this thread's partials, before the block's arrival is counted
-  __syncthreads();
+  __syncthreads();  // every thread's partials are written: one release below orders them all
   if (tid == 0) {
-    const unsigned arrived = atomicAdd(p.split_arrivals + (long long)t * kv_heads + kvh, 1u);
+    const unsigned arrived = count_in_acq_rel(p.split_arrivals + (long long)t * kv_heads + kvh);
     *flag = arrived == unsigned(splits - 1) ? 1u : 0u;
   }
-  __syncthreads();
+  __syncthreads();  // the last block's threads read the partials after thread 0's acquire
   if (*flag == 0u) return;
-  __threadfence();
 
   // This thread's column(s): column c is dimensions 4(c % (D/4)) .. + 3 of
   // head c / (D/4); its splits slice, slice + kSlices, ...

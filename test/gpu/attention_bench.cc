@@ -27,6 +27,9 @@
 //     it, a programmatic dependent of the launch before: its blocks start,
 //     and copy the keys older than the step, while that launch finishes
 //     (in a decode step the launch before is the qkv projection).
+// (4) the floors under (3) at batch 1 (test/gpu/decode_floors.h): its grid
+//     with no token; a kernel that only reads the same K+V rows; the same
+//     read followed by the split merge.
 // Times: a CUDA graph of 20 consecutive reps replayed between two events,
 // per rep (timeMedian); the figure is the median of --reps (default 30)
 // samples after 2 warm-up replays.
@@ -45,6 +48,8 @@
 #include "runtime/cuda/executor/driver_extras.h"
 #include "runtime/cuda/kernel_test_cases.h"
 #include "test/gpu/attention_reference.h"
+#include "test/gpu/chain_timing.h"
+#include "test/gpu/decode_floors.h"
 #include "test/gpu/gpu_harness.h"
 
 namespace kiln::gpu_test {
@@ -52,97 +57,6 @@ namespace {
 
 namespace kk = kiln::kernels;
 using nlohmann::json;
-
-struct Launch {
-  CUfunction fn;
-  unsigned grid[3];
-  unsigned block;
-  unsigned smem;
-  void* params;  // points at the params struct, which outlives the timing
-  // Launched as the executor launches on 9.0+ devices: a programmatic
-  // dependent of the launch before (cuLaunchKernelEx with programmatic stream
-  // serialization), so its blocks may start, and copy what does not depend
-  // on that launch, while the one before finishes (wait_for_previous_kernel).
-  bool programmatic = false;
-};
-
-// Median milliseconds of one rep; rep(i) returns the launches of rep i. A
-// timed sample is a CUDA graph of kChain consecutive reps (rep i reading the
-// i-th copy of its data), replayed between two events, divided by kChain:
-// a decode kernel takes about as long as one launch's overhead, which an
-// event pair around a single launch would count. torch's SDPA is timed the
-// same way (test/gpu/sdpa_bench.py).
-constexpr int kChain = 20;
-
-template <class Rep>
-Result<double> timeMedian(int reps, Rep rep) {
-  const cuda::CudaDriver* d = (*Gpu::get())->d;
-  auto extras = cuda::loadExtras(*d);
-  if (!extras) return extras.error();
-  const cuda::DriverExtras& x = *extras;
-  CUstream stream = nullptr;
-  KILN_RETURN_IF_ERROR(d->check(x.streamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
-  CUgraphExec exec = nullptr;
-  CUevent start = nullptr, stop = nullptr;
-  std::vector<double> ms;
-  auto sample = [&]() -> Status {
-    KILN_RETURN_IF_ERROR(d->check(x.streamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                                  "cuStreamBeginCapture"));
-    Status launched;
-    for (int i = 0; i < kChain && launched.ok(); ++i)
-      for (const Launch& l : rep(i)) {
-        void* args[] = {l.params};
-        if (l.programmatic) {
-          if (!x.launchKernelEx) {
-            launched = makeError("programmatic launch: the CUDA driver at {} lacks cuLaunchKernelEx", d->library.path());
-            break;
-          }
-          launched = d->check(
-              cuda::launchProgrammatic(x, l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, l.smem, stream, args),
-              "cuLaunchKernelEx");
-        } else {
-          launched = d->check(d->cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.smem,
-                                                stream, args, nullptr),
-                              "cuLaunchKernel");
-        }
-        if (!launched.ok()) break;
-      }
-    CUgraph graph = nullptr;
-    const CUresult ended = x.streamEndCapture(stream, &graph);
-    KILN_RETURN_IF_ERROR(launched);
-    KILN_RETURN_IF_ERROR(d->check(ended, "cuStreamEndCapture"));
-    const CUresult made = x.graphInstantiate(&exec, graph, 0);
-    x.graphDestroy(graph);
-    KILN_RETURN_IF_ERROR(d->check(made, "cuGraphInstantiate"));
-    for (int i = 0; i < 2; ++i) KILN_RETURN_IF_ERROR(d->check(x.graphLaunch(exec, stream), "cuGraphLaunch (warm-up)"));
-    KILN_RETURN_IF_ERROR(d->check(x.streamSynchronize(stream), "cuStreamSynchronize (warm-up)"));
-    KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, 0), "cuEventCreate"));
-    KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&stop, 0), "cuEventCreate"));
-    for (int i = 0; i < reps; ++i) {
-      d->cuEventRecord(start, stream);
-      KILN_RETURN_IF_ERROR(d->check(x.graphLaunch(exec, stream), "cuGraphLaunch"));
-      d->cuEventRecord(stop, stream);
-      KILN_RETURN_IF_ERROR(d->check(d->cuEventSynchronize(stop), "cuEventSynchronize"));
-      float t = 0;
-      d->cuEventElapsedTime_v2(&t, start, stop);
-      ms.push_back(double(t) / kChain);
-    }
-    return Status::success();
-  };
-  const Status status = sample();
-  if (start) d->cuEventDestroy_v2(start);
-  if (stop) d->cuEventDestroy_v2(stop);
-  if (exec) x.graphExecDestroy(exec);
-  x.streamDestroy(stream);
-  KILN_RETURN_IF_ERROR(status);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-struct Record {
-  std::string line;
-  json fields;
-};
 
 // A pool of `pages` pages [page, Hkv, D] of random bf16 and an identity-free
 // (shuffled) block table for one sequence of `len` keys.
@@ -346,48 +260,6 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
   return records;
 }
 
-// The floor under decode_attention's time: its grid at batch 1 with no
-// token to serve, every block waiting on the launch before (as the real
-// one does) and exiting. What 0.8 of HBM at 8k keys leaves for the real work
-// is 0.8's time budget minus this.
-Result<std::vector<Record>> decodeAttentionFloor(int reps, int H, int Hkv, int D, double hbm_gbps) {
-  json params = cuda::testing::attentionParams(H, Hkv, D, false);
-  auto k = compile("decode_attention", params);
-  if (!k) return k.error();
-  const int smem = std::max(0, configConstant(*k, "kSmemBytes"));
-  if (smem > 0)
-    KILN_RETURN_IF_ERROR((*Gpu::get())->d->check(
-        (*Gpu::get())->d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
-        "cuFuncSetAttribute"));
-  const double budget_us = 2.0 * 8192 * Hkv * D * 2 / (0.8 * hbm_gbps * 1e9) * 1e6;
-  std::vector<Record> records;
-  for (int splits : {16, 32}) {
-    kk::PagedAttentionParams p{};
-    p.num_tokens = 0;  // every block exits after the wait
-    p.num_seqs = 1;
-    p.num_splits = splits;
-    double us[2];
-    for (int programmatic = 0; programmatic < 2; ++programmatic) {
-      auto ms = timeMedian(reps, [&](int) {
-        return std::vector<Launch>{{k->function, {1u, unsigned(Hkv), unsigned(splits)},
-                                    unsigned(k->instance.launch.block_threads), unsigned(smem), &p, programmatic == 1}};
-      });
-      if (!ms) return ms.error();
-      us[programmatic] = *ms * 1e3;
-    }
-    Record r;
-    r.line = fmt::format("decode_attention floor (no token: launch, wait, exit) B=1 H={} Hkv={} D={} splits={}: "
-                         "standalone {:.1f} us, programmatic {:.1f} us; 0.8 of HBM at 8192 keys is {:.1f} us in all, "
-                         "so {:.1f} / {:.1f} us for the work, where streaming the K+V alone takes {:.1f} us",
-                         H, Hkv, D, splits, us[0], us[1], budget_us, budget_us - us[0], budget_us - us[1],
-                         budget_us * 0.8);
-    r.fields = {{"name", "decode_attention_floor"}, {"splits", splits}, {"us", us[0]}, {"programmatic_us", us[1]},
-                {"budget_us", budget_us}};
-    records.push_back(r);
-  }
-  return records;
-}
-
 int run(int argc, char** argv) {
   int reps = 30;
   std::string json_path;
@@ -447,10 +319,10 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "decode: %s\n", dec.error().message.c_str());
       status = 1;
     }
-    if (auto floor = decodeAttentionFloor(reps, 32, 8, 128, hbm_gbps); floor) {
-      for (const Record& r : *floor) report(r);
+    if (auto floors = decodeFloors(reps, 32, 8, 128, hbm_gbps); floors) {
+      for (const Record& r : *floors) report(r);
     } else {
-      std::fprintf(stderr, "decode_attention floor: %s\n", floor.error().message.c_str());
+      std::fprintf(stderr, "decode_attention floors: %s\n", floors.error().message.c_str());
       status = 1;
     }
     for (auto [B, ctx] : {std::pair{1, 8192}, std::pair{32, 8192}, std::pair{1, 256}, std::pair{1, 1024}}) {
