@@ -21,6 +21,18 @@
 // GEMVs' last block instead (an arrival counter) made it 4.323 -> 5.204
 // ms/step: each of their 2048 and 4096 blocks fenced and counted itself in
 // on one address before leaving (down 35.2 -> 60.6 us, o_proj 14.9 -> 22.8).
+// A third form (ninth session): the residual add in the producer's epilogue
+// (writing the f32 sum and the sum in bf16 for the next gemm), and the
+// consumer computing norm(x)·Wᵀ as (x ∘ g)·Wᵀ / rms(x), its sum of squares
+// taken from the x loads it makes anyway and the scale applied in its
+// epilogue. Correct (float64 kernel tests, tiny-llama and Llama-3.2-1B
+// against transformers) but slower: batch-1 decode 3.90 -> 4.59 ms/step,
+// batch 4 6.74 -> 8.75. Every consumer block also loaded the norm's weight
+// g beside x: the single-row gate/up runs 14336 blocks, so its 16 KiB of
+// f32 g added 230 MB of L2 reads to a 235 MB weight stream. A form without
+// that read would have the producer apply g (it knows its columns) and
+// count each row's sum of squares into a fixed-point integer (order-free,
+// so deterministic) that the consumer reads once.
 #pragma once
 
 #include <nlohmann/json.hpp>
