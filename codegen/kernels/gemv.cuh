@@ -26,9 +26,14 @@
 // Block: 8 warps, kRowsPerBlock weight rows; it handles up to kMaxRows
 // rows of x (grid.z walks further groups of kMaxRows rows).
 // Grid [ceil(N / kRowsPerBlock), 1, ceil(rows / kMaxRows)], block [32 kRowsPerBlock kSplitK].
+// The kernel body also compiles on the host under KILN_CUDA_EMULATION, where
+// test/gpu/cuda_emulation.h supplies the intrinsics and runs each CUDA
+// thread as a fiber (test/gpu/gemv_emulation_test.cc).
 #pragma once
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
+#endif
 #include "rope_kv_append.cuh"  // the rope epilogue
 
 namespace kiln {
@@ -59,7 +64,12 @@ __device__ __forceinline__ void gemv(const Params& params) {
   static_assert(!kPaired || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
                 "gate and up rows (or rope's column pairs) pair up within a block");
   constexpr int kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2;
+#if defined(KILN_CUDA_EMULATION)
+  using Partials = float[Config::kRowsPerBlock * kSplit][kM];
+  Partials& partial = *reinterpret_cast<Partials*>(emulated_shared_memory(int(sizeof(Partials))));
+#else
   __shared__ float partial[Config::kRowsPerBlock * kSplit][kM];
+#endif
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, split = warp % kSplit;

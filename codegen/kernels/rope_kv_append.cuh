@@ -18,7 +18,9 @@
 // a thread turns 8 elements at a time with 16-byte loads and stores.
 #pragma once
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
+#endif
 
 namespace kiln {
 namespace kernels {

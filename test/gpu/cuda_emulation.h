@@ -1,5 +1,5 @@
 // An emulated CUDA device on the host, no GPU, for running a kernel body
-// (flash_attention, flash_attention_wgmma, decode_attention) under
+// (flash_attention, flash_attention_wgmma, decode_attention, gemv) under
 // KILN_CUDA_EMULATION: each of a block's CUDA threads is a fiber (ucontext)
 // on one OS thread, and the warp- and block-wide operations are rendezvous
 // where the last arriving lane does the work for all: ldmatrix and
@@ -414,10 +414,29 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
 }
 template <class T> T from_float(float x);
 template <> inline bf16 from_float<bf16>(float x) { return bf16{kiln::gpu_test::toBf16(x)}; }
+template <> inline float from_float<float>(float x) { return x; }
+
+// common.cuh's element helpers and warp reduction (the GEMV kernels').
+inline float to_float(float x) { return x; }
+inline float to_float(bf16 x) { return kiln::gpu_test::fromBf16(x.bits); }
+template <class T>
+inline void load8(const T* p, float (&out)[8]) {
+  for (int i = 0; i < 8; ++i) out[i] = to_float(p[i]);
+}
+template <class T>
+inline void load8_nc(const T* p, float (&out)[8]) {
+  load8(p, out);
+}
+inline float warp_sum(float x) {
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace kiln::kernels
 
 #define threadIdx (Dim3{unsigned(emu::current), 0, 0})
+#define blockDim (Dim3{unsigned(emu::threads), 1, 1})
 
 namespace emu {
 
