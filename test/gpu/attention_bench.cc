@@ -86,10 +86,9 @@ Result<Record> prefill(std::mt19937& rng, int reps, int S, int H, int Hkv, int D
   auto k = compile(kind, params);
   if (!k) return k.error();
   if (wgmma) warps = k->instance.launch.block_threads / 32, block_m = configConstant(*k, "kBlockM");
-  const int smem = configConstant(*k, "kSmemBytes");
-  const cuda::CudaDriver* d = (*Gpu::get())->d;
-  KILN_RETURN_IF_ERROR(d->check(
-      d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute"));
+  auto dynamic_smem = optIntoDynamicSmem(*k);
+  if (!dynamic_smem) return dynamic_smem.error();
+  const int smem = *dynamic_smem;
   Pools pools = makePools(rng, S, Hkv, D);
   auto q = DeviceBuffer::from(randomBf16(rng, size_t(S) * H * D, 1.0f));
   auto qs = DeviceBuffer::from(std::vector<int>{0, S});
@@ -207,11 +206,9 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
     params.update(tl);
     auto k = compile("decode_attention", params);
     if (!k) return k.error();
-    const int smem = std::max(0, configConstant(*k, "kSmemBytes"));  // dynamic (tensor-core form)
-    if (smem > 0)
-      KILN_RETURN_IF_ERROR((*Gpu::get())->d->check(
-          (*Gpu::get())->d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
-          "cuFuncSetAttribute"));
+    auto dynamic_smem = optIntoDynamicSmem(*k);  // the tensor-core form's; 0 for the CUDA-core one
+    if (!dynamic_smem) return dynamic_smem.error();
+    const int smem = *dynamic_smem;
     for (int splits : split_counts) {
       DeviceBuffer po(size_t(B) * H * splits * D * 4), plse(size_t(B) * H * splits * 4);
       auto arrivals = DeviceBuffer::from(std::vector<unsigned>(size_t(B) * Hkv, 0u));

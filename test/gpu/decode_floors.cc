@@ -106,11 +106,9 @@ Result<std::vector<Record>> launchFloor(int reps, int H, int Hkv, int D, double 
   json params = cuda::testing::attentionParams(H, Hkv, D, false);
   auto k = compile("decode_attention", params);
   if (!k) return k.error();
-  const int smem = std::max(0, configConstant(*k, "kSmemBytes"));
-  if (smem > 0)
-    KILN_RETURN_IF_ERROR((*Gpu::get())->d->check(
-        (*Gpu::get())->d->cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
-        "cuFuncSetAttribute"));
+  auto dynamic_smem = optIntoDynamicSmem(*k);
+  if (!dynamic_smem) return dynamic_smem.error();
+  const int smem = *dynamic_smem;
   const double budget_us = 2.0 * kKeys * Hkv * D * 2 / (0.8 * hbm_gbps * 1e9) * 1e6;
   std::vector<Record> records;
   for (int splits : {16, 32}) {

@@ -154,6 +154,18 @@ inline int configConstant(const Kernel& k, const std::string& name) {
   return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
 }
 
+// The dynamic shared memory an instance's Config names (kSmemBytes; 0 when
+// it names none), opted into for its function: a launch past 48 KiB needs it.
+inline Result<int> optIntoDynamicSmem(const Kernel& k) {
+  const int smem = std::max(0, configConstant(k, "kSmemBytes"));
+  if (smem > 0) {
+    const cuda::CudaDriver* d = (*Gpu::get())->d;
+    KILN_RETURN_IF_ERROR(d->check(d->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+                                  "cuFuncSetAttribute (dynamic shared memory)"));
+  }
+  return smem;
+}
+
 // Launches with the instance's block size and waits.
 template <class Params>
 Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params params) {

@@ -367,14 +367,11 @@ TEST_F(KernelsGpu, PagedAttentionF32) {
 // tensor-core form; opted into past 48 KiB).
 Status launchDecode(const Kernel& k, int N, int Hkv, int splits, kk::PagedAttentionParams p) {
   const cuda::CudaDriver* d = (*Gpu::get())->d;
-  const size_t at = k.instance.source.find("kSmemBytes = ");
-  const int smem = at == std::string::npos ? 0 : std::stoi(k.instance.source.substr(at + 13));
-  if (smem > 0)
-    KILN_RETURN_IF_ERROR(d->check(
-        d->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute"));
+  auto smem = optIntoDynamicSmem(k);
+  if (!smem) return smem.error();
   void* args[] = {&p};
   KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(k.function, unsigned(N), unsigned(Hkv), unsigned(splits),
-                                                  k.instance.launch.block_threads, 1, 1, unsigned(smem), nullptr, args,
+                                                  k.instance.launch.block_threads, 1, 1, unsigned(*smem), nullptr, args,
                                                   nullptr),
                                 "cuLaunchKernel"));
   return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
@@ -453,14 +450,15 @@ TEST_F(KernelsGpu, DecodeAttention) {
 // [32 kWarps], kSmemBytes of dynamic shared memory (opted into past 48 KiB).
 Status launchFlash(const Kernel& k, int H, int max_q_len, int B, kk::PagedAttentionParams p) {
   const cuda::CudaDriver* d = (*Gpu::get())->d;
-  const int block_m = configConstant(k, "kBlockM"), smem = configConstant(k, "kSmemBytes");
-  if (block_m <= 0 || smem <= 0) return makeError("{}: no kBlockM / kSmemBytes in its Config", k.instance.name);
-  KILN_RETURN_IF_ERROR(d->check(
-      d->cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute"));
+  const int block_m = configConstant(k, "kBlockM");
+  if (block_m <= 0 || configConstant(k, "kSmemBytes") <= 0)
+    return makeError("{}: no kBlockM / kSmemBytes in its Config", k.instance.name);
+  auto smem = optIntoDynamicSmem(k);
+  if (!smem) return smem.error();
   void* args[] = {&p};
   const unsigned tiles = unsigned((max_q_len + block_m - 1) / block_m);
   KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(k.function, unsigned(H), tiles, unsigned(B),
-                                                  k.instance.launch.block_threads, 1, 1, unsigned(smem), nullptr,
+                                                  k.instance.launch.block_threads, 1, 1, unsigned(*smem), nullptr,
                                                   args, nullptr),
                                 "cuLaunchKernel"));
   return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
