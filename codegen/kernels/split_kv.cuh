@@ -51,8 +51,9 @@ __device__ __forceinline__ float merge_split_partials(const float* partial_out, 
 //      A thread's first batch does not depend on the lse: it is requested
 //      beside them, before step 1, so their round trips overlap.
 // At G = 4, D = 128 and up to 16 splits that is one round trip to L2 for
-// the loads (two at 32 splits), where a scalar loop took sixteen. `scratch` is shared memory no thread still
-// reads, combine_scratch_floats(G, D, num_splits, kThreads) floats of it.
+// the loads (two at 32 splits), where a scalar loop took sixteen. `scratch`
+// is shared memory no thread still reads, combine_scratch_floats(G, D,
+// num_splits, kThreads) floats of it.
 KILN_HOST_DEVICE constexpr int combine_slices(int G, int D, int threads) {
   return G * D / 4 >= threads ? 1 : threads / (G * D / 4);
 }

@@ -165,40 +165,39 @@ Result<std::vector<Record>> readFloor(int reps, int H, int Hkv, int D, double hb
     std::iota(fill.begin(), fill.end(), uint16_t(c * 7919));
     pools.push_back(DeviceBuffer::from(fill));
   }
-  constexpr int kMaxSplits = 16;
-  DeviceBuffer partial(size_t(Hkv) * kMaxSplits * group * D * 4), out(size_t(Hkv) * group * D * 4);
+  // 16 splits: 128 blocks of 512 threads, one per SM in a single wave (at
+  // 32, two blocks' registers do not fit an SM, so they run in two waves).
+  constexpr int kSplits = 16;
+  static_assert(kKeys / kSplits / kPage <= 64, "a block's pages fit the kernel's list (kMaxPages)");
+  DeviceBuffer partial(size_t(Hkv) * kSplits * group * D * 4), out(size_t(Hkv) * group * D * 4);
   auto arrivals = DeviceBuffer::from(std::vector<unsigned>(Hkv, 0u));
 
   std::vector<Record> records;
   auto fraction = [&](double us) { return kv_bytes / (us * 1e-6) / 1e9 / hbm_gbps; };
-  // 16 splits: 128 blocks of 512 threads, one per SM in a single wave (at
-  // 32, two blocks' registers do not fit an SM, so they run in two waves).
-  for (int splits : {16}) {
-    for (int merge = 0; merge < 2; ++merge) {
-      double us[2];
-      for (int programmatic = 0; programmatic < 2; ++programmatic) {
-        std::vector<KvReadFloorParams> p;
-        for (int c = 0; c < copies; ++c)
-          p.push_back({pools[2 * c].get(), pools[2 * c + 1].get(), dtable.as<int>(), partial.as<float>(),
-                       out.as<float>(), arrivals.as<unsigned>(), kKeys, splits, Hkv, D * 2 / 16, group, D,
-                       programmatic, merge});
-        auto ms = timeMedian(reps, [&](int i) {
-          return std::vector<Launch>{
-              {fn, {unsigned(Hkv), unsigned(splits), 1u}, 512u, 0u, &p[size_t(i) % p.size()], programmatic == 1}};
-        });
-        if (!ms) return ms.error();
-        us[programmatic] = *ms * 1e3;
-      }
-      const char* what = merge ? "read + split merge" : "read only";
-      Record r;
-      r.line = fmt::format("kv_read_floor ({}) B=1 ctx={} Hkv={} D={} splits={}: standalone {:.1f} us, {:.2f} of HBM; "
-                           "programmatic, reading before the wait {:.1f} us, {:.2f} of HBM",
-                           what, kKeys, Hkv, D, splits, us[0], fraction(us[0]), us[1], fraction(us[1]));
-      r.fields = {{"name", "kv_read_floor"}, {"merge", merge == 1}, {"splits", splits}, {"us", us[0]},
-                  {"hbm_fraction", fraction(us[0])}, {"programmatic_us", us[1]},
-                  {"programmatic_hbm_fraction", fraction(us[1])}};
-      records.push_back(r);
+  for (int merge = 0; merge < 2; ++merge) {
+    double us[2];
+    for (int programmatic = 0; programmatic < 2; ++programmatic) {
+      std::vector<KvReadFloorParams> p;
+      for (int c = 0; c < copies; ++c)
+        p.push_back({pools[2 * c].get(), pools[2 * c + 1].get(), dtable.as<int>(), partial.as<float>(),
+                     out.as<float>(), arrivals.as<unsigned>(), kKeys, kSplits, Hkv, D * 2 / 16, group, D,
+                     programmatic, merge});
+      auto ms = timeMedian(reps, [&](int i) {
+        return std::vector<Launch>{
+            {fn, {unsigned(Hkv), unsigned(kSplits), 1u}, 512u, 0u, &p[size_t(i) % p.size()], programmatic == 1}};
+      });
+      if (!ms) return ms.error();
+      us[programmatic] = *ms * 1e3;
     }
+    const char* what = merge ? "read + split merge" : "read only";
+    Record r;
+    r.line = fmt::format("kv_read_floor ({}) B=1 ctx={} Hkv={} D={} splits={}: standalone {:.1f} us, {:.2f} of HBM; "
+                         "programmatic, reading before the wait {:.1f} us, {:.2f} of HBM",
+                         what, kKeys, Hkv, D, kSplits, us[0], fraction(us[0]), us[1], fraction(us[1]));
+    r.fields = {{"name", "kv_read_floor"}, {"merge", merge == 1}, {"splits", kSplits}, {"us", us[0]},
+                {"hbm_fraction", fraction(us[0])}, {"programmatic_us", us[1]},
+                {"programmatic_hbm_fraction", fraction(us[1])}};
+    records.push_back(r);
   }
   d->cuModuleUnload(module);
   return records;

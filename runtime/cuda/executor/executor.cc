@@ -277,7 +277,7 @@ struct CudaExecutor::State {
     if (!forward_end) return {};
     return d->check(d->cuEventRecord(forward_end, stream), "cuEventRecord (forward end)");
   }
-  void addForwardTime(const LaunchShape& shape) {
+  void addForwardTime() {
     if (!forward_end || !forward_replayed) return;
     float ms = 0;
     if (d->cuEventElapsedTime_v2(&ms, forward_begin, forward_end) != CUDA_SUCCESS) return;
@@ -1512,7 +1512,7 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
                                 "cuMemcpyDtoHAsync (logits)"));
   KILN_RETURN_IF_ERROR(st.recordForwardEnd());
   KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
-  st.addForwardTime(shape);
+  st.addForwardTime();
   if (st.profile) st.addStepTimes(shape);
   if (st.logits.elem == 4) {
     std::memcpy(logits_out.data(), st.logits_host, bytes);
@@ -1539,7 +1539,7 @@ Status CudaExecutor::forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t
                                 "cuMemcpyDtoHAsync (tokens)"));
   KILN_RETURN_IF_ERROR(st.recordForwardEnd());
   KILN_RETURN_IF_ERROR(d->check(st.x.streamSynchronize(st.stream), "forward (kernel execution)"));
-  st.addForwardTime(shape);
+  st.addForwardTime();
   if (st.profile) st.addStepTimes(shape);
   std::memcpy(tokens_out.data(), st.tokens_host, size_t(out_rows) * 4);
   return {};
