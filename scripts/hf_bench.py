@@ -31,6 +31,7 @@ kiln's own run. Prints one JSON object on stdout (progress on stderr):
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -63,7 +64,6 @@ def hbm_read_gbps():
 
 def kiln_read_probe_gbps():
     """kiln_gemv_sweep --read-probe's figure from this device session (0: not measured)."""
-    import os
     text = os.environ.get("KILN_READ_PROBE_GBPS", "")
     try:
         return float(text) if text else 0.0
@@ -102,7 +102,6 @@ class Tensor:
 
 def safetensors_tables(path):
     """{name: (dtype, shape)} of a .safetensors file or a directory's files, from the headers only."""
-    import os
     import struct
     files = [path]
     if os.path.isdir(path):
