@@ -55,6 +55,39 @@ __device__ __forceinline__ void load8_nc(const T* p, float (&out)[8]) {
   }
 }
 
+// L2 policies for loads that name one (load8_stream). A kernel that reads
+// each byte of a weight once marks it evict-first, so the stream does not
+// push out what the next kernels read again (activations, the KV pages,
+// the weights of a grid that walks them twice): batch-1 decode of a
+// Llama-3-8B layer's four GEMVs with small kernels between them, H200,
+// 120.3 -> 114.5 us per layer (docs/performance.md, tenth session).
+__device__ __forceinline__ unsigned long long l2_policy_evict_first() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ unsigned long long l2_policy_evict_normal() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// load8_nc under an L2 policy from the functions above.
+template <class T>
+__device__ __forceinline__ void load8_stream(const T* p, float (&out)[8], unsigned long long policy) {
+  constexpr int kPerVec = 16 / sizeof(T);
+#pragma unroll
+  for (int v = 0; v < 8 / kPerVec; ++v) {
+    uint4 raw;
+    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+                 : "l"(p + v * kPerVec), "l"(policy));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPerVec; ++i) out[v * kPerVec + i] = to_float(e[i]);
+  }
+}
+
 template <class T>
 __device__ __forceinline__ void store8(T* p, const float (&in)[8]) {
   constexpr int kPerVec = 16 / sizeof(T);

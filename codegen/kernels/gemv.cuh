@@ -1,9 +1,10 @@
 // Skinny GEMM for decode-shaped batches: y = x · Wᵀ (+ bias) with few rows.
 // Memory-bound on W, so the kernel is built to stream W at HBM speed:
-// 16-byte loads through the read-only path, kUnroll loads in flight per lane
-// before any math, each weight row split over kSplitK warps (split-K inside
-// the block, reduced through shared memory in a fixed order, so the result
-// does not depend on the batch size or timing: no atomics). The first
+// 16-byte loads through the read-only path (evict-first in L2), kUnroll
+// loads in flight per lane before any math, each weight row split over
+// kSplitK warps (split-K inside the block, reduced through shared memory in
+// a fixed order, so the result does not depend on the batch size or timing:
+// no atomics). The first
 // weight loads are issued before waiting on the previous kernel (see
 // wait_for_previous_kernel in common.cuh).
 //
@@ -105,6 +106,10 @@ __device__ __forceinline__ void gemv(const Params& params) {
     w[r] = row < 0 ? nullptr : static_cast<const W*>(p.w) + (long long)row * kK;
   }
   float wv[kUnroll][kR][8];
+  // One grid of x rows reads each weight byte once: evict-first keeps the
+  // stream from pushing the activations and KV pages out of L2 (common.cuh).
+  // Further grids (grid.z > 1) read W again, so they keep the normal policy.
+  const unsigned long long w_policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
   // All kUnroll * kR loads of a step in flight before any math.
   auto load_weights = [&](int v0) {
 #pragma unroll
@@ -112,7 +117,7 @@ __device__ __forceinline__ void gemv(const Params& params) {
       const int v = v0 + u * kStride;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        if (v < kVecs && w[r] != nullptr) load8_nc(w[r] + v * 8, wv[u][r]);
+        if (v < kVecs && w[r] != nullptr) load8_stream(w[r] + v * 8, wv[u][r], w_policy);
     }
   };
   // The first step's weights are requested before waiting for the kernel

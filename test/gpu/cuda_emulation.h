@@ -427,6 +427,13 @@ template <class T>
 inline void load8_nc(const T* p, float (&out)[8]) {
   load8(p, out);
 }
+// The host has one memory level: the L2 policies are tokens, the hinted load a plain one.
+inline unsigned long long l2_policy_evict_first() { return 1; }
+inline unsigned long long l2_policy_evict_normal() { return 0; }
+template <class T>
+inline void load8_stream(const T* p, float (&out)[8], unsigned long long) {
+  load8(p, out);
+}
 inline float warp_sum(float x) {
   for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
