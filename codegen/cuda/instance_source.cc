@@ -296,6 +296,36 @@ Result<RopeStep> ropeStep(const Params& p) {
   return r;
 }
 
+// gemv_stream.cuh's instance for one row of x (its GemvStreamLayout and
+// chunk are the kernel's; the static_asserts there check the copies here).
+constexpr int64_t kGemvStreamChunk = 2048;
+constexpr int64_t kGemvStreamMaxWeightBytes = int64_t(256) << 20;
+// 4 rows a tile, 8 stages (128 KiB a block): of the tilings measured in a
+// Llama-3-8B layer's chain (H200, 2026-11-29), 4 x 8 110.6 us, 8 x 4 111.5,
+// 4 x 6 112.5, 2 x 8 122.1.
+constexpr int kGemvStreamRows = 4, kGemvStreamStages = 8;
+Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const std::string& rope_config) {
+  const bool paired = silu_mul || rope;
+  const int64_t tiles = paired ? (n / 2 + kGemvStreamRows / 2 - 1) / (kGemvStreamRows / 2)
+                               : (n + kGemvStreamRows - 1) / kGemvStreamRows;
+  const int64_t stage_bytes = kGemvStreamRows * kGemvStreamChunk * 2;
+  const int64_t smem = kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4;
+  Body b{"gemv_stream.cuh", "", "gemv_stream",
+         {288, fmt::format("[min(tiles={}, SMs), 1, 1], {} bytes of dynamic shared memory", tiles, smem),
+          rope ? "GemvRopeParams" : "GemvParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format(
+      "  using Weight = kiln::kernels::bf16;\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+      "  static constexpr int kMaxRows = 1;\n  static constexpr int kRowsPerBlock = {};\n"
+      "  static constexpr int kStages = {};\n  static constexpr int kTiles = {};\n"
+      "  static constexpr int kSmemBytes = {};\n"
+      "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n"
+      "  static constexpr bool kRope = {};\n{}",
+      n, k, kGemvStreamRows, kGemvStreamStages, tiles, smem, boolLiteral(bias), boolLiteral(silu_mul),
+      boolLiteral(rope), rope_config);
+  return b;
+}
+
 Result<Body> gemm(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 8));
@@ -355,6 +385,17 @@ Result<Body> gemm(const Params& p) {
     rope_config = step.config;
   }
   const bool paired = silu_mul || rope;  // a block holds row pairs (gate/up, or rope's columns)
+  // gemv_stream: the single-row instance streams W through a bulk-copy ring
+  // (gemv_stream.cuh, sm_90) where W is bf16, its rows whole stage chunks,
+  // and not much larger than L2; the LM head's 1 GB stays on gemv.cuh,
+  // which reads it at the HBM ceiling already.
+  bool stream = false;
+  if (p.has("gemv_stream")) {
+    KILN_TRY(wanted, p.boolean("gemv_stream"));
+    stream = wanted && max_rows == 1 && weight_name == "bf16" && k % kGemvStreamChunk == 0 &&
+             n * k * 2 <= kGemvStreamMaxWeightBytes && !p.has("gemv_split");
+  }
+  if (stream) return gemvStream(n, k, bias, silu_mul, rope, rope_config);
   // A single-row pair of rows takes K split over 4 warps, not 8 (which
   // doubles the rows a warp holds): batch-1 decode on Llama-3-8B (H200,
   // 2026-11-29, ms per step, each beside the 8-row instances' 4.320)

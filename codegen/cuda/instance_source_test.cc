@@ -222,6 +222,11 @@ TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
   EXPECT_TRUE(warpgroupMmaTarget("sm_90a"));
   EXPECT_FALSE(warpgroupMmaTarget("sm_80"));
   EXPECT_FALSE(warpgroupMmaTarget("sm_100"));
+  EXPECT_TRUE(bulkCopyTarget("sm_90"));
+  EXPECT_TRUE(bulkCopyTarget("sm_90a"));
+  EXPECT_TRUE(bulkCopyTarget("sm_100"));
+  EXPECT_FALSE(bulkCopyTarget("sm_89"));
+  EXPECT_FALSE(bulkCopyTarget("compute_90"));
   auto pre_hopper = stepInstances("paged_attention", attention, "attn_l0", {.wgmma = false, .skinny_fusion = {}});
   ASSERT_TRUE(pre_hopper.ok());
   ASSERT_EQ(pre_hopper->size(), 4u);
@@ -258,6 +263,31 @@ TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
   auto three = instanceSource("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 3}});
   ASSERT_FALSE(three.ok());
   EXPECT_NE(three.error().message.find("expected 1 or 8"), std::string::npos) << three.error().message;
+
+  // Streamed (gemv_stream.cuh) where asked and where W fits the rule: bf16
+  // rows of whole 2048-column chunks, at most 256 MiB; else gemv.cuh.
+  StepInstanceOptions no_stream;
+  no_stream.stream_gemv = false;
+  EXPECT_FALSE(stepInstances("gemm", {{"n", 64}, {"k", 2048}, {"weight_type", "bf16"}, {"bias", false}}, "g",
+                             no_stream)->at(1).params.contains("gemv_stream"));
+  auto streamed = [](int64_t n, int64_t k, nlohmann::json extra = nlohmann::json::object()) {
+    nlohmann::json p{{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}};
+    p.update(extra);
+    auto list = stepInstances("gemm", p, "g");
+    EXPECT_TRUE(list.ok());
+    EXPECT_EQ(list->at(1).params["gemv_stream"], true);
+    auto src = instanceSource("gemm", list->at(1).params, list->at(1).name);
+    EXPECT_TRUE(src.ok()) << src.error().message;
+    return src->source.find("gemv_stream.cuh") != std::string::npos;
+  };
+  EXPECT_TRUE(streamed(4096, 14336));
+  EXPECT_TRUE(streamed(28672, 4096, {{"silu_mul", true}}));
+  EXPECT_FALSE(streamed(128256, 4096));  // the LM head: 1 GB
+  EXPECT_FALSE(streamed(960, 576));      // rows of less than a chunk
+  auto eight = instanceSource("gemm", {{"n", 4096}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false},
+                                       {"gemv_stream", true}});
+  ASSERT_TRUE(eight.ok());
+  EXPECT_EQ(eight->find("gemv_stream.cuh"), std::string::npos) << "8-row instances keep gemv.cuh";
 
   const std::string long_name(300, 'x');
   const std::string bounded = boundedInstanceName(long_name);

@@ -30,6 +30,16 @@ std::string boundedInstanceName(const std::string& name) {
 
 bool warpgroupMmaTarget(std::string_view arch) { return arch == "sm_90" || arch == "sm_90a"; }
 
+bool bulkCopyTarget(std::string_view arch) {
+  if (arch.substr(0, 3) != "sm_") return false;
+  int version = 0;
+  for (char c : arch.substr(3)) {
+    if (c < '0' || c > '9') break;
+    version = version * 10 + (c - '0');
+  }
+  return version >= 90;
+}
+
 StepInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
   const nlohmann::json params{{"vocab", vocab}, {"logits_type", std::string(logits_type)}};
   return {InstanceRole::kGreedy, "argmax", params, boundedInstanceName(instanceName("argmax", params))};
@@ -85,6 +95,7 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     nlohmann::json single = params;
     single["weight_type"] = "bf16";
     single["gemv_max_rows"] = 1;
+    if (options.stream_gemv) single["gemv_stream"] = true;
     add(InstanceRole::kSingleRow, kind, single, instanceName(kind, single));
   }
   if (fused) {
@@ -93,6 +104,7 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     variant.update(options.skinny_fusion);
     add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
     variant["gemv_max_rows"] = 1;
+    if (options.stream_gemv) variant["gemv_stream"] = true;
     add(InstanceRole::kFusedSingleRow, kind, variant, instanceName(kind, variant));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;

@@ -44,6 +44,9 @@ struct StepInstanceOptions {
   // The target has Hopper's warpgroup tensor cores (sm_90a): the prefill
   // kernel is flash_attention_wgmma, else flash_attention (mma.sync).
   bool wgmma = true;
+  // The single-row gemm instances stream W through a bulk-copy ring where
+  // it fits (gemv_stream.cuh, param gemv_stream): an sm_90 target.
+  bool stream_gemv = true;
   // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
   nlohmann::json skinny_fusion;
   // The manifest's activation_type: "bf16", or "f32" (vLLM's --dtype
@@ -66,6 +69,10 @@ StepInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 // (StepInstanceOptions::wgmma): Hopper, 9.0, whose instances are then all
 // compiled for the arch-specific sm_90a.
 bool warpgroupMmaTarget(std::string_view arch);
+
+// Whether a device of `arch` has sm_90's bulk copies and their barriers
+// (StepInstanceOptions::stream_gemv): 9.0 and later.
+bool bulkCopyTarget(std::string_view arch);
 
 // Names above 160 characters keep their first 96 and gain a hash of the
 // whole: kernel symbols may be long, the JIT cache's file names may not.

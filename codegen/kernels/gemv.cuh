@@ -43,6 +43,116 @@ namespace kernels {
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvParams& p) { return p; }
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvRopeParams& p) { return p.gemv; }
 
+// The weight row of row slot `slot` of tile `tile` (a gemv block's
+// blockIdx.x, a gemv_stream block's current tile), or -1 past the matrix.
+// Paired (SwiGLU, rope): slots s and s + kRowsPerBlock / 2 hold pair
+// j = tile * kRowsPerBlock / 2 + s.
+template <class Config>
+__device__ __forceinline__ int gemv_weight_row(int tile, int slot) {
+  constexpr bool kPaired = Config::kSiluMul || Config::kRope;
+  constexpr int kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2;
+  if (!kPaired) {
+    const int n = tile * Config::kRowsPerBlock + slot;
+    return n < Config::kN ? n : -1;
+  }
+  const int j = tile * kHalf + slot % kHalf;
+  if (j >= kF) return -1;
+  if constexpr (Config::kRope) {
+    int lo, hi;
+    rope_pair_columns<Config>(j, lo, hi);
+    return slot < kHalf ? lo : hi;
+  }
+  return slot < kHalf ? j : kF + j;
+}
+
+// What the rope epilogue's thread needs besides the sums: thread i takes
+// pair slot i / kMaxRows of x row i % kMaxRows (one pass: kRowsPerBlock / 2
+// * kMaxRows <= 256 threads), its angle and its KV slot.
+struct GemvRopeLane {
+  bool active = false;
+  int pair_slot = 0, m = 0, kv_slot = -1;
+  float sin = 0.0f, cos = 1.0f;
+};
+// Thread threadIdx.x's lane for x row m0 + m at `position` with KV slot
+// `kv_slot` (the caller has loaded them).
+template <class Config>
+__device__ __forceinline__ GemvRopeLane gemv_rope_lane_at(int tile, int m_count, int position, int kv_slot) {
+  GemvRopeLane lane;
+  if constexpr (Config::kRope) {
+    constexpr int kM = Config::kMaxRows, kHalf = Config::kRowsPerBlock / 2;
+    static_assert(kHalf * kM <= 256, "one pass of the rope epilogue");
+    lane.pair_slot = threadIdx.x / kM;
+    lane.m = threadIdx.x % kM;
+    lane.active = lane.pair_slot < kHalf && lane.m < m_count && gemv_weight_row<Config>(tile, lane.pair_slot) >= 0;
+    if (lane.active) {
+      int lo, hi;
+      const int pair = rope_pair_columns<Config>(tile * kHalf + lane.pair_slot, lo, hi);
+      lane.kv_slot = kv_slot;
+      if (lo / Config::kHeadDim < Config::kHeads + Config::kKvHeads)
+        sincosf((float)position * rope_inv_freq<Config>(pair), &lane.sin, &lane.cos);
+    }
+  }
+  return lane;
+}
+template <class Config, class Params>
+__device__ __forceinline__ GemvRopeLane gemv_rope_lane(const Params& params, int tile, int m0, int m_count) {
+  if constexpr (Config::kRope) {
+    const int m = threadIdx.x % Config::kMaxRows;
+    if (m < m_count)
+      return gemv_rope_lane_at<Config>(tile, m_count, params.positions[m0 + m], params.slot_mapping[m0 + m]);
+  }
+  return GemvRopeLane{};
+}
+
+// The end of a tile: the sums of its row slots from the warps' partials
+// (partial[slot * kSplit + s][m], split s), plus bias, through the plain,
+// SwiGLU or rope epilogue into y (and the KV pools). Threads 0..255 take
+// part; the caller has made the partials visible to them.
+template <class Config, int kSplit, class Params>
+__device__ __forceinline__ void gemv_epilogue(const Params& params, int tile, int m0, int m_count,
+                                              const float (*partial)[Config::kMaxRows], const GemvRopeLane& rope) {
+  const GemvParams& p = gemv_args(params);
+  using W = typename Config::Weight;
+  constexpr int kM = Config::kMaxRows, kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2, kThreads = 256;
+  auto weight_row = [&](int slot) { return gemv_weight_row<Config>(tile, slot); };
+  // The sum of row slot `slot` for x row m (plus its bias).
+  auto row_sum = [&](int slot, int m) {
+    float sum = 0.0f;
+    for (int s = 0; s < kSplit; ++s) sum += partial[slot * kSplit + s][m];
+    if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(slot)]);
+    return sum;
+  };
+  if constexpr (Config::kRope) {
+    constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
+    using Kv = typename Config::Kv;
+    if (!rope.active) return;
+    const int slot = rope.pair_slot, m = rope.m;  // columns weight_row(slot), weight_row(slot + kHalf)
+    const bool write_kv = rope.kv_slot >= 0 && (long long)rope.kv_slot < params.num_slots;
+    const long long kv_base = (long long)rope.kv_slot * Hkv * D;
+    store_rope_pair<Config>(static_cast<bf16*>(p.y) + (long long)(m0 + m) * H * D,
+                            write_kv ? static_cast<Kv*>(params.k_pool) + kv_base : nullptr,
+                            write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, weight_row(slot),
+                            weight_row(slot + kHalf), row_sum(slot, m), row_sum(slot + kHalf, m), rope.sin, rope.cos);
+    return;
+  }
+  if (Config::kSiluMul) {
+    for (int i = threadIdx.x; i < kHalf * kM; i += kThreads) {
+      const int slot = i / kM, m = i % kM;
+      if (weight_row(slot) < 0 || m >= m_count) continue;
+      const float gate = row_sum(slot, m), up = row_sum(slot + kHalf, m);
+      const float y = silu(gate) * up;
+      static_cast<bf16*>(p.y)[(long long)(m0 + m) * kF + tile * kHalf + slot] = from_float<bf16>(y);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += kThreads) {
+    const int slot = i / kM, m = i % kM;
+    const int row_n = weight_row(slot);
+    if (row_n < 0 || m >= m_count) continue;
+    static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
+  }
+}
+
 // Config: using Weight; static constexpr int kN, kK, kMaxRows, kRowsPerWarp, kRowsPerBlock,
 //         kSplitK, kUnroll; static constexpr bool kBias, kSiluMul, kRope (and
 //         with kRope, rope_kv_append's Config members); Params: GemvParams,
@@ -64,7 +174,6 @@ __device__ __forceinline__ void gemv(const Params& params) {
   static_assert(!(Config::kSiluMul && Config::kRope), "one epilogue");
   static_assert(!kPaired || (Config::kRowsPerBlock % 2 == 0 && Config::kN % 2 == 0),
                 "gate and up rows (or rope's column pairs) pair up within a block");
-  constexpr int kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2;
 #if defined(KILN_CUDA_EMULATION)
   using Partials = float[Config::kRowsPerBlock * kSplit][kM];
   Partials& partial = *reinterpret_cast<Partials*>(emulated_shared_memory(int(sizeof(Partials))));
@@ -74,22 +183,7 @@ __device__ __forceinline__ void gemv(const Params& params) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, split = warp % kSplit;
-  // The weight row of the block's row slot `slot`, or -1 past the matrix.
-  // Paired: slots s and s + kHalf hold pair j = blockIdx.x * kHalf + s.
-  auto weight_row = [&](int slot) {
-    if (!kPaired) {
-      const int n = blockIdx.x * Config::kRowsPerBlock + slot;
-      return n < Config::kN ? n : -1;
-    }
-    const int j = blockIdx.x * kHalf + slot % kHalf;
-    if (j >= kF) return -1;
-    if constexpr (Config::kRope) {
-      int lo, hi;
-      rope_pair_columns<Config>(j, lo, hi);
-      return slot < kHalf ? lo : hi;
-    }
-    return slot < kHalf ? j : kF + j;
-  };
+  auto weight_row = [&](int slot) { return gemv_weight_row<Config>(blockIdx.x, slot); };
   const int m0 = blockIdx.z * kM;
   const int m_count = min(kM, p.rows - m0);
   const bf16* x = static_cast<const bf16*>(p.x) + (long long)m0 * kK;
@@ -127,24 +221,10 @@ __device__ __forceinline__ void gemv(const Params& params) {
   load_weights(split * 32 + lane);
   wait_for_previous_kernel();
   allow_next_kernel();
-  // The rope epilogue's thread i takes pair slot i / kM of x row i % kM (one
-  // pass: kHalf * kM <= the block's 256 threads). Its position, slot and
-  // angle are fetched now, while the weights stream, not at the block's end,
-  // where a round trip to memory would hold every block of the grid back.
-  const int rope_pair_slot = threadIdx.x / kM, rope_m = threadIdx.x % kM;
-  const bool rope_thread = Config::kRope && rope_pair_slot < kHalf && rope_m < m_count && weight_row(rope_pair_slot) >= 0;
-  float rope_sin = 0.0f, rope_cos = 1.0f;
-  int rope_slot = -1;
-  if constexpr (Config::kRope) {
-    static_assert(kHalf * kM <= 256, "one pass of the rope epilogue");
-    if (rope_thread) {
-      int lo, hi;
-      const int pair = rope_pair_columns<Config>(blockIdx.x * kHalf + rope_pair_slot, lo, hi);
-      rope_slot = params.slot_mapping[m0 + rope_m];
-      if (lo / Config::kHeadDim < Config::kHeads + Config::kKvHeads)
-        sincosf((float)params.positions[m0 + rope_m] * rope_inv_freq<Config>(pair), &rope_sin, &rope_cos);
-    }
-  }
+  // The rope epilogue's position, slot and angle are fetched now, while the
+  // weights stream, not at the block's end, where a round trip to memory
+  // would hold every block of the grid back.
+  const GemvRopeLane rope = gemv_rope_lane<Config>(params, blockIdx.x, m0, m_count);
   for (int v0 = split * 32 + lane; v0 < kVecs; v0 += kStride * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -171,42 +251,7 @@ __device__ __forceinline__ void gemv(const Params& params) {
       if (lane == 0) partial[(group * kR + r) * kSplit + split][m] = s;
     }
   __syncthreads();
-  // The sum of row slot `slot` for x row m (plus its bias).
-  auto row_sum = [&](int slot, int m) {
-    float sum = 0.0f;
-    for (int s = 0; s < kSplit; ++s) sum += partial[slot * kSplit + s][m];
-    if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(slot)]);
-    return sum;
-  };
-  if constexpr (Config::kRope) {
-    constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
-    using Kv = typename Config::Kv;
-    if (!rope_thread) return;
-    const int slot = rope_pair_slot, m = rope_m;  // columns weight_row(slot), weight_row(slot + kHalf)
-    const bool write_kv = rope_slot >= 0 && (long long)rope_slot < params.num_slots;
-    const long long kv_base = (long long)rope_slot * Hkv * D;
-    store_rope_pair<Config>(static_cast<bf16*>(p.y) + (long long)(m0 + m) * H * D,
-                            write_kv ? static_cast<Kv*>(params.k_pool) + kv_base : nullptr,
-                            write_kv ? static_cast<Kv*>(params.v_pool) + kv_base : nullptr, weight_row(slot),
-                            weight_row(slot + kHalf), row_sum(slot, m), row_sum(slot + kHalf, m), rope_sin, rope_cos);
-    return;
-  }
-  if (Config::kSiluMul) {
-    for (int i = threadIdx.x; i < kHalf * kM; i += blockDim.x) {
-      const int slot = i / kM, m = i % kM;
-      if (weight_row(slot) < 0 || m >= m_count) continue;
-      const float gate = row_sum(slot, m), up = row_sum(slot + kHalf, m);
-      const float y = silu(gate) * up;
-      static_cast<bf16*>(p.y)[(long long)(m0 + m) * kF + blockIdx.x * kHalf + slot] = from_float<bf16>(y);
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < Config::kRowsPerBlock * kM; i += blockDim.x) {
-    const int slot = i / kM, m = i % kM;
-    const int row_n = weight_row(slot);
-    if (row_n < 0 || m >= m_count) continue;
-    static_cast<bf16*>(p.y)[(long long)(m0 + m) * Config::kN + row_n] = from_float<bf16>(row_sum(slot, m));
-  }
+  gemv_epilogue<Config, kSplit>(params, blockIdx.x, m0, m_count, partial, rope);
 }
 
 }  // namespace kernels

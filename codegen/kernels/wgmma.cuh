@@ -54,6 +54,7 @@ KILN_HOST_DEVICE constexpr unsigned long long mn_major(unsigned tile_addr, int r
 }  // namespace kiln
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#include "mbarrier.cuh"  // the producer/consumer barriers
 
 namespace kiln {
 namespace kernels {
@@ -145,26 +146,6 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16_tb(float (&d)[32], const unsi
 }
 
 }  // namespace wgmma
-
-// Shared-memory barriers (mbarrier) between a block's producer and consumer
-// warps: init (one thread, then a block barrier), arrive, and wait for the
-// phase of the given parity to complete. A fresh barrier is in phase 0, so
-// waiting on parity 1 passes at once (a producer's first pass over its stages).
-__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-}
 
 // Moves registers between a block's warpgroups (sm_90a): each warpgroup as
 // a whole lowers or raises its per-thread count. Takes effect only under a

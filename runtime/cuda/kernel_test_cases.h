@@ -187,6 +187,21 @@ inline std::vector<KernelCase> representativeKernelCases() {
     single["gemv_max_rows"] = 1;
     cases.push_back({"gemm", single});
   }
+  // ... streaming W through the bulk-copy ring (gemv_stream.cuh) on sm_90:
+  // o_proj, down with bias, gate/up with SwiGLU, qkv with rope; the LM head
+  // (1 GB) and k 576 stay on gemv.cuh (their names say which: kernel_test).
+  cases.push_back({"gemm", {{"n", 4096}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 1},
+                            {"gemv_stream", true}}});
+  cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}, {"gemv_max_rows", 1},
+                            {"gemv_stream", true}}});
+  cases.push_back({"gemm", {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true},
+                            {"gemv_max_rows", 1}, {"gemv_stream", true}}});
+  {
+    nlohmann::json single = ropeGemmParams(32, 8, 128, 4096, false, "half", "llama3", 500000.0, "bf16");
+    single["gemv_max_rows"] = 1;
+    single["gemv_stream"] = true;
+    cases.push_back({"gemm", single});
+  }
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 128256}}});

@@ -159,6 +159,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.cuda_graphs = options.cuda_graphs;
   copt.programmatic_launch = options.cuda_programmatic_launch;
   copt.gemm_autotune = options.cuda_gemm_autotune;
+  copt.stream_gemv = options.cuda_stream_gemv;
   copt.profile_steps = options.cuda_profile_steps;
   copt.report_decode_gpu_time = options.cuda_report_decode_gpu_time;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),

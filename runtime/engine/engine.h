@@ -48,6 +48,8 @@ struct EngineOptions {
   bool cuda_graphs = true;
   bool cuda_programmatic_launch = true;
   bool cuda_gemm_autotune = true;
+  // ... and batch-1 decode's GEMVs streaming W through a bulk-copy ring.
+  bool cuda_stream_gemv = true;
   // CUDA only: a step whose sampling rows are all plain greedy takes each
   // row's argmax on the GPU and copies back ids, not logits (false: logits
   // back and the host sampler, for A/B measurements).

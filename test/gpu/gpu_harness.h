@@ -171,10 +171,19 @@ template <class Params>
 Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params params) {
   const cuda::CudaDriver* d = (*Gpu::get())->d;
   void* args[] = {&params};
+  auto smem = optIntoDynamicSmem(k);  // the instance's kSmemBytes, if it names one
+  if (!smem) return smem.error();
   KILN_RETURN_IF_ERROR(d->check(d->cuLaunchKernel(k.function, gx, gy, gz, k.instance.launch.block_threads, 1, 1,
-                                                  0, nullptr, args, nullptr),
+                                                  unsigned(*smem), nullptr, args, nullptr),
                                 "cuLaunchKernel"));
   return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
+}
+
+// The grid of a skinny gemm whose blocks each take one tile (`tiles` of
+// them): gemv.cuh's. gemv_stream.cuh's persistent blocks (kTiles) get 13,
+// so each walks many tiles, unevenly, and its ring wraps many times.
+inline unsigned skinnyGrid(const Kernel& k, unsigned tiles) {
+  return configConstant(k, "kTiles") > 0 ? std::min(tiles, 13u) : tiles;
 }
 
 // Counts elements outside atol + rtol·|ref| (NaN always counts) and prints the first few.

@@ -601,21 +601,25 @@ TEST_F(KernelsGpu, SiluMulAddMulSiluGather) {
 // ---------------------------------------------------------------- skinny gemm
 
 TEST_F(KernelsGpu, SkinnyGemm) {
-  // max_rows 1: the single-row instances (gemv_max_rows), 8 warps over K.
-  struct Case { int n, k, rows; bool bias; int max_rows = 8; };
+  // max_rows 1: the single-row instances (gemv_max_rows), 8 warps over K;
+  // stream: gemv_stream.cuh's (n 4098: the last tile's rows past the matrix).
+  struct Case { int n, k, rows; bool bias; int max_rows = 8; bool stream = false; };
   for (const Case& c : {Case{960, 576, 3, false}, Case{4096, 14336, 9, true}, Case{14336, 4096, 1, false},
-                        Case{4096, 14336, 1, true, 1}, Case{6144, 4096, 1, false, 1}, Case{960, 576, 1, false, 1}}) {
+                        Case{4096, 14336, 1, true, 1}, Case{6144, 4096, 1, false, 1}, Case{960, 576, 1, false, 1},
+                        Case{4096, 14336, 1, true, 1, true}, Case{4098, 4096, 1, false, 1, true},
+                        Case{6144, 2048, 1, false, 1, true}}) {
     std::vector<float> x, w, bias;
     auto xb = randomBf16(rng, size_t(c.rows) * c.k, 1.0f, &x);
     auto wb = randomBf16(rng, size_t(c.n) * c.k, 0.05f, &w);
     auto bb = randomBf16(rng, size_t(c.n), 1.0f, &bias);
     COMPILE(k, "gemm", (json{{"n", c.n}, {"k", c.k}, {"weight_type", "bf16"}, {"bias", c.bias}, {"role", "test"},
-                             {"gemv_max_rows", c.max_rows}}));
+                             {"gemv_max_rows", c.max_rows}, {"gemv_stream", c.stream}}));
+    ASSERT_EQ(configConstant(k, "kTiles") > 0, c.stream) << k.instance.name;
     auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_b = DeviceBuffer::from(bb);
     DeviceBuffer d_y(size_t(c.rows) * c.n * 2);
     const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
     kk::GemvParams p{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_y.get(), c.rows};
-    KILN_GPU_OK(launch(k, unsigned((c.n + rows_per_block - 1) / rows_per_block), 1,
+    KILN_GPU_OK(launch(k, skinnyGrid(k, unsigned((c.n + rows_per_block - 1) / rows_per_block)), 1,
                        unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
     std::vector<double> ref(size_t(c.rows) * c.n);
     for (int m = 0; m < c.rows; ++m)
@@ -625,8 +629,8 @@ TEST_F(KernelsGpu, SkinnyGemm) {
         ref[size_t(m) * c.n + n] = s;
       }
     expectClose(bf16ToFloat(d_y.download<uint16_t>()), ref, 5e-3, 1.0 / 64,
-                fmt::format("gemm rows {} n {} k {}{}, max_rows {}", c.rows, c.n, c.k, c.bias ? " +bias" : "",
-                            c.max_rows));
+                fmt::format("gemm rows {} n {} k {}{}, max_rows {}{}", c.rows, c.n, c.k, c.bias ? " +bias" : "",
+                            c.max_rows, c.stream ? ", streamed" : ""));
   }
 }
 
@@ -636,23 +640,26 @@ TEST_F(KernelsGpu, SkinnyGemm) {
 // generator doubles to a gate/up pair; n 2 leaves most of a block's pairs
 // past the matrix.
 TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
-  struct Case { int n, k, rows; bool bias; int max_rows = 8; };
+  struct Case { int n, k, rows; bool bias; int max_rows = 8; bool stream = false; };
   for (const Case& c : {Case{960, 576, 3, false}, Case{28672, 4096, 1, false}, Case{64, 16384, 8, true},
-                        Case{2, 64, 5, false}, Case{28672, 4096, 1, false, 1}, Case{2, 64, 1, true, 1}}) {
+                        Case{2, 64, 5, false}, Case{28672, 4096, 1, false, 1}, Case{2, 64, 1, true, 1},
+                        Case{28672, 4096, 1, false, 1, true}, Case{6, 2048, 1, true, 1, true}}) {
     const int F = c.n / 2;
     std::vector<float> x, w, bias;
     auto xb = randomBf16(rng, size_t(c.rows) * c.k, 1.0f, &x);
     auto wb = randomBf16(rng, size_t(c.n) * c.k, 0.05f, &w);
     auto bb = randomBf16(rng, size_t(c.n), 1.0f, &bias);
     COMPILE(k, "gemm", (json{{"n", c.n}, {"k", c.k}, {"weight_type", "bf16"}, {"bias", c.bias}, {"silu_mul", true},
-                             {"gemv_max_rows", c.max_rows}}));
+                             {"gemv_max_rows", c.max_rows}, {"gemv_stream", c.stream}}));
+    ASSERT_EQ(configConstant(k, "kTiles") > 0, c.stream) << k.instance.name;
     const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
     ASSERT_EQ(rows_per_block % 2, 0) << "gate and up rows pair up in a block";
     auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_b = DeviceBuffer::from(bb);
     DeviceBuffer d_y(size_t(c.rows) * F * 2 + 64);  // 64 poisoned bytes past the end stay NaN
     kk::GemvParams p{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_y.get(), c.rows};
     const int pairs = rows_per_block / 2;
-    KILN_GPU_OK(launch(k, unsigned((F + pairs - 1) / pairs), 1, unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
+    KILN_GPU_OK(launch(k, skinnyGrid(k, unsigned((F + pairs - 1) / pairs)), 1,
+                       unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
     std::vector<double> ref(size_t(c.rows) * F);
     for (int m = 0; m < c.rows; ++m)
       for (int j = 0; j < F; ++j) {
@@ -666,8 +673,9 @@ TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
     std::vector<float> got = bf16ToFloat(d_y.download<uint16_t>());
     for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << "wrote past y at " << i;
     got.resize(ref.size());
-    expectClose(got, ref, 5e-3, 1.0 / 64, fmt::format("gemm+silu_mul rows {} n {} k {}{}, max_rows {}", c.rows, c.n,
-                                                      c.k, c.bias ? " +bias" : "", c.max_rows));
+    expectClose(got, ref, 5e-3, 1.0 / 64, fmt::format("gemm+silu_mul rows {} n {} k {}{}, max_rows {}{}", c.rows, c.n,
+                                                      c.k, c.bias ? " +bias" : "", c.max_rows,
+                                                      c.stream ? ", streamed" : ""));
   }
 }
 
@@ -683,11 +691,14 @@ TEST_F(KernelsGpu, SkinnyGemmRope) {
     bool bias;
     const char* kv_type;
     int max_rows = 8;
+    bool stream = false;
   };
   for (const Case& c : {Case{{32, 8, 128, true, false, "llama3", 500000.0}, 4096, 1, false, "bf16"},
                         Case{{9, 3, 64, true, true, "none", 100000.0}, 576, 6, true, "f32"},
                         Case{{32, 8, 128, true, false, "llama3", 500000.0}, 4096, 1, false, "bf16", 1},
-                        Case{{9, 3, 64, true, true, "none", 100000.0}, 576, 1, true, "f32", 1}}) {
+                        Case{{9, 3, 64, true, true, "none", 100000.0}, 576, 1, true, "f32", 1},
+                        Case{{32, 8, 128, true, false, "llama3", 500000.0}, 4096, 1, false, "bf16", 1, true},
+                        Case{{4, 2, 64, true, true, "none", 100000.0}, 2048, 1, true, "f32", 1, true}}) {
     const int H = c.rope.heads, Hkv = c.rope.kv_heads, D = c.rope.head_dim, n = (H + 2 * Hkv) * D;
     const int page = 16, blocks = 8;
     const std::vector<int> all_positions = {4999, 0, 1, 7, 130, 2047}, all_slots = {64, 5, 17, -1, 100, 127};
@@ -700,7 +711,9 @@ TEST_F(KernelsGpu, SkinnyGemmRope) {
     json params = cuda::testing::ropeGemmParams(H, Hkv, D, c.k, c.bias, c.rope.interleaved ? "interleaved" : "half",
                                                 c.rope.scaling, c.rope.theta, c.kv_type);
     params["gemv_max_rows"] = c.max_rows;
+    params["gemv_stream"] = c.stream;
     COMPILE(k, "gemm", params);
+    ASSERT_EQ(configConstant(k, "kTiles") > 0, c.stream) << k.instance.name;
     const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
     ASSERT_EQ(rows_per_block % 2, 0) << "rope's column pairs share a block";
     const bool f32 = std::string(c.kv_type) == "f32";
@@ -711,7 +724,8 @@ TEST_F(KernelsGpu, SkinnyGemmRope) {
     kk::GemvRopeParams p{{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_q.get(), c.rows},
                          d_pos.as<int>(), d_slots.as<int>(), d_kpool.get(), d_vpool.get(), (long long)blocks * page};
     const int pairs = rows_per_block / 2;
-    KILN_GPU_OK(launch(k, unsigned((n / 2 + pairs - 1) / pairs), 1, unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
+    KILN_GPU_OK(launch(k, skinnyGrid(k, unsigned((n / 2 + pairs - 1) / pairs)), 1,
+                       unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
     std::vector<double> qkv(size_t(c.rows) * n);
     for (int m = 0; m < c.rows; ++m)
       for (int j = 0; j < n; ++j) {
@@ -724,8 +738,8 @@ TEST_F(KernelsGpu, SkinnyGemmRope) {
     };
     checkRope(c.rope, ropeReference(c.rope, qkv, positions, slots, pool_elems), bf16ToFloat(d_q.download<uint16_t>()),
               pool(d_kpool), pool(d_vpool),
-              fmt::format("gemm+rope {}/{}/{} rows {} k {} {} pool{}, max_rows {}", H, Hkv, D, c.rows, c.k, c.kv_type,
-                          c.bias ? " +bias" : "", c.max_rows));
+              fmt::format("gemm+rope {}/{}/{} rows {} k {} {} pool{}, max_rows {}{}", H, Hkv, D, c.rows, c.k,
+                          c.kv_type, c.bias ? " +bias" : "", c.max_rows, c.stream ? ", streamed" : ""));
   }
 }
 

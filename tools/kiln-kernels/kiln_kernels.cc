@@ -87,6 +87,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
       kiln::cuda_codegen::StepInstanceOptions options;
       options.skinny_fusion = fusions[i].gemm_params;
       options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
+      options.stream_gemv = kiln::cuda_codegen::bulkCopyTarget(arch);
       options.activation_type = activation_type;
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is

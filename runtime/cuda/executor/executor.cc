@@ -79,6 +79,10 @@ struct GemvKernel {
   std::string instance;    // its name (StepProfile's rows)
   unsigned block = 0;
   int rows_per_block = 1;  // weight rows; a fused variant's come in pairs (gate/up, or rope's columns)
+  // gemv_stream.cuh's persistent blocks: the matrix's tiles (grid: one
+  // block per SM, at most one per tile) and the ring's dynamic shared memory.
+  int tiles = 0;
+  unsigned smem = 0;
 };
 
 // One step with every pointer resolved; forward() fills only the row counts.
@@ -519,6 +523,13 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr,
                      fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
     const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);  // 1 for the single-row instances
+    if (kernel.tiles > 0) {
+      const unsigned blocks = unsigned(std::min<int64_t>(kernel.tiles, sms));
+      if (s.fused_rope < 0) return launch(kernel.fn, kernel.block, blocks, 1, 1, &p, kernel.smem);
+      const BoundStep& rope = steps[size_t(s.fused_rope)];
+      kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
+      return launch(kernel.fn, kernel.block, blocks, 1, 1, &r, kernel.smem);
+    }
     if (!fused)
       return launch(kernel.fn, kernel.block, unsigned((s.width + kernel.rows_per_block - 1) / kernel.rows_per_block),
                     1, gz, &p);
@@ -892,6 +903,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
   instance_options.wgmma = hopper;
+  instance_options.stream_gemv = options.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch);
   instance_options.activation_type = manifest.activation_type;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
   {
@@ -985,15 +997,19 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         return d->check(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
                         "cuFuncSetAttribute (dynamic shared memory)");
       };
-      auto gemvKernel = [&](const std::string& name) {
-        return GemvKernel{functions[source_index[name]], name, block_threads[name], rows_per_block[name]};
+      auto gemvKernel = [&](const std::string& name, GemvKernel& kernel) -> Status {
+        kernel = GemvKernel{functions[source_index[name]], name, block_threads[name], rows_per_block[name]};
+        kernel.tiles = parseConfigInt(sources[source_index[name]].source, "kTiles", 0);
+        if (kernel.tiles == 0) return {};
+        unsigned block = 0;
+        return bindExtra(name, kernel.fn, block, kernel.smem);
       };
-      if (step.kind == StepKind::kGemm) s.gemv = gemvKernel(inst);
+      if (step.kind == StepKind::kGemm) KILN_RETURN_IF_ERROR(gemvKernel(inst, s.gemv));
       if (auto it = extra_instances.find(i); it != extra_instances.end() && step.kind == StepKind::kGemm) {
         for (auto [role, name] : it->second) {
-          if (role == Role::kSingleRow) s.gemv_single = gemvKernel(name);  // an unfused gemm's
-          if (role == Role::kFused) s.fused = gemvKernel(name);
-          if (role == Role::kFusedSingleRow) s.fused_single = gemvKernel(name);
+          if (role == Role::kSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.gemv_single));  // an unfused gemm's
+          if (role == Role::kFused) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused));
+          if (role == Role::kFusedSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused_single));
         }
       } else if (it != extra_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;

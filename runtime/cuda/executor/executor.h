@@ -47,6 +47,9 @@ struct CudaExecutorOptions {
   // the skinny GEMM's rows, at most 512) and keep the fastest; otherwise its
   // first heuristic choice.
   bool gemm_autotune = true;
+  // sm_90+: batch-1 decode's GEMVs stream their weights through a bulk-copy
+  // ring (codegen/kernels/gemv_stream.cuh); false for A/B measurements.
+  bool stream_gemv = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.

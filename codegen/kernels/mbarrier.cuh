@@ -1,0 +1,46 @@
+// Shared-memory barriers (mbarrier) between a block's producer and consumer
+// warps, and the bulk copy (sm_90's cp.async.bulk, the TMA unit without a
+// tensor map) that completes on one. NVRTC-compilable, sm_90 and later.
+#pragma once
+
+namespace kiln {
+namespace kernels {
+
+// init (one thread, then a block barrier), arrive, and wait for the phase of
+// the given parity to complete. A fresh barrier is in phase 0, so waiting on
+// parity 1 passes at once (a producer's first pass over its stages).
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+// The producer's arrival that also tells the barrier how many bytes of bulk
+// copies will complete on it before its phase can.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
+// memory into this block's shared memory at `dst`, counted on barrier `bar`
+// when they land; `l2_policy` from common.cuh's createpolicy helpers.
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                                    unsigned long long l2_policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(l2_policy)
+      : "memory");
+}
+
+}  // namespace kernels
+}  // namespace kiln
