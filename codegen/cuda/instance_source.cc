@@ -304,12 +304,22 @@ constexpr int64_t kGemvStreamMaxWeightBytes = int64_t(256) << 20;
 // Llama-3-8B layer's chain (H200, 2026-11-29), 4 x 8 110.6 us, 8 x 4 111.5,
 // 4 x 6 112.5, 2 x 8 122.1.
 constexpr int kGemvStreamRows = 4, kGemvStreamStages = 8;
-Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const std::string& rope_config) {
+
+}  // namespace
+
+bool streamsSingleRowGemm(int64_t n, int64_t k) {
+  return k % kGemvStreamChunk == 0 && n * k * 2 <= kGemvStreamMaxWeightBytes;
+}
+
+namespace {
+
+// `extra_config`: rope_kv_append's Config members and the norm fold's.
+Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const std::string& extra_config) {
   const bool paired = silu_mul || rope;
   const int64_t tiles = paired ? (n / 2 + kGemvStreamRows / 2 - 1) / (kGemvStreamRows / 2)
                                : (n + kGemvStreamRows - 1) / kGemvStreamRows;
   const int64_t stage_bytes = kGemvStreamRows * kGemvStreamChunk * 2;
-  const int64_t smem = kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4;
+  const int64_t smem = kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4 + 8 * 4;
   Body b{"gemv_stream.cuh", "", "gemv_stream",
          {288, fmt::format("[min(tiles={}, SMs), 1, 1], {} bytes of dynamic shared memory", tiles, smem),
           rope ? "GemvRopeParams" : "GemvParams"}};
@@ -322,7 +332,7 @@ Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const
       "  static constexpr bool kBias = {};\n  static constexpr bool kSiluMul = {};\n"
       "  static constexpr bool kRope = {};\n{}",
       n, k, kGemvStreamRows, kGemvStreamStages, tiles, smem, boolLiteral(bias), boolLiteral(silu_mul),
-      boolLiteral(rope), rope_config);
+      boolLiteral(rope), extra_config);
   return b;
 }
 
@@ -392,10 +402,31 @@ Result<Body> gemm(const Params& p) {
   bool stream = false;
   if (p.has("gemv_stream")) {
     KILN_TRY(wanted, p.boolean("gemv_stream"));
-    stream = wanted && max_rows == 1 && weight_name == "bf16" && k % kGemvStreamChunk == 0 &&
-             n * k * 2 <= kGemvStreamMaxWeightBytes && !p.has("gemv_split");
+    stream = wanted && max_rows == 1 && weight_name == "bf16" && streamsSingleRowGemm(n, k) && !p.has("gemv_split");
   }
-  if (stream) return gemvStream(n, k, bias, silu_mul, rope, rope_config);
+  // norm_epsilon (and norm_*_type, norm_writes_sum): the residual_rms_norm
+  // before the gemm folded into the streamed instance (skinny_fusion.h).
+  std::string norm_config = "  static constexpr bool kNormFold = false;\n";
+  if (p.has("norm_epsilon")) {
+    KILN_TRY(epsilon, p.number("norm_epsilon"));
+    if (!(epsilon > 0)) return makeError("gemm: param 'norm_epsilon' is {}, expected > 0", epsilon);
+    if (!stream)
+      return makeError("gemm: a folded residual_rms_norm (param 'norm_epsilon') needs the streamed single-row "
+                       "instance: gemv_stream true, gemv_max_rows 1, bf16 weights, k a multiple of {} (k is {})",
+                       kGemvStreamChunk, k);
+    KILN_TRY(norm_x, activationType(p, "norm_x_type"));
+    KILN_TRY(norm_residual, activationType(p, "norm_residual_type"));
+    KILN_TRY(norm_sum, activationType(p, "norm_sum_type"));
+    KILN_TRY(norm_weight_name, p.textOr("norm_weight_type", "f32"));
+    KILN_TRY(norm_weight, elementType(p, "norm_weight_type", norm_weight_name, false));
+    KILN_TRY(writes_sum, p.boolean("norm_writes_sum"));
+    norm_config = fmt::format(
+        "  static constexpr bool kNormFold = true;\n  using NormX = {};\n  using NormResidual = {};\n"
+        "  using NormSum = {};\n  using NormWeight = {};\n  static constexpr float kNormEpsilon = {};\n"
+        "  static constexpr bool kNormWritesSum = {};\n",
+        norm_x, norm_residual, norm_sum, norm_weight, floatLiteral(epsilon), boolLiteral(writes_sum));
+  }
+  if (stream) return gemvStream(n, k, bias, silu_mul, rope, rope_config + norm_config);
   // A single-row pair of rows takes K split over 4 warps, not 8 (which
   // doubles the rows a warp holds): batch-1 decode on Llama-3-8B (H200,
   // 2026-11-29, ms per step, each beside the 8-row instances' 4.320)

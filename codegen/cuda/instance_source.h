@@ -54,4 +54,9 @@ Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& par
                                 std::string_view name);
 Result<std::string> instanceSource(std::string_view kind, const nlohmann::json& params);
 
+// Whether a gemm of n rows of k (bf16 on the GPU) has a streamed single-row
+// instance (gemv_stream.cuh): rows of whole 2048-column chunks, W at most
+// 256 MiB. The LM head's 1 GB stays on gemv.cuh, at the HBM ceiling already.
+bool streamsSingleRowGemm(int64_t n, int64_t k);
+
 }  // namespace kiln::cuda_codegen

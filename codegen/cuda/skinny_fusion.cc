@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "codegen/cuda/instance_source.h"
+
 namespace kiln::cuda_codegen {
 
 std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
@@ -51,6 +53,38 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     out[i].gemm_params = std::move(fused);
     out[i + 1].absorbed = true;
     out[i + 1].own_storage = true;
+  }
+  // residual_rms_norm (x, residual, weight) -> (sum, out), then a gemm of
+  // out: the gemm's single-row instance folds the norm in.
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    const PlanStep& norm = steps[i];
+    const size_t g = i + 1;
+    if (norm.kind != "residual_rms_norm" || !isGemm(g) || norm.value_args.size() < 2 || norm.results.empty()) continue;
+    const bool writes_sum = norm.params.value("writes_sum", false);
+    if (norm.results.size() != (writes_sum ? 2u : 1u) || norm.params.value("out_type", "bf16") != "bf16") continue;
+    const int64_t out_value = norm.results.back();
+    if (!onlyReadBy(out_value, g, 0)) continue;
+    const int64_t n = steps[g].params.value("n", int64_t(0)), k = steps[g].params.value("k", int64_t(0));
+    if (!streamsSingleRowGemm(n, k)) continue;
+    // What the pair writes: the sum, and the gemm's output (or its fused
+    // silu_mul's; a fused rope's q has storage of its own).
+    std::vector<int64_t> written;
+    if (writes_sum) written.push_back(norm.results[0]);
+    if (out[g].gemm_params.is_null()) written.push_back(steps[g].results[0]);
+    else if (out[g].gemm_params.value("silu_mul", false) && g + 1 < steps.size()) written.push_back(steps[g + 1].results[0]);
+    bool clash = false;
+    for (int64_t w : written)
+      for (size_t a = 0; a < 2; ++a) clash = clash || overlap(w, norm.value_args[a]);
+    if (clash) continue;
+    nlohmann::json fold;
+    fold["norm_epsilon"] = norm.params.value("epsilon", 1e-5);
+    fold["norm_x_type"] = norm.params.value("x_type", "bf16");
+    fold["norm_residual_type"] = norm.params.value("residual_type", "bf16");
+    fold["norm_sum_type"] = norm.params.value("sum_type", "bf16");
+    fold["norm_weight_type"] = norm.params.value("weight_type", "f32");
+    fold["norm_writes_sum"] = writes_sum;
+    out[g].single_row_params = std::move(fold);
+    out[i].absorbed_single_row = true;
   }
   return out;
 }

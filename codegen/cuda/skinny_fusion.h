@@ -7,6 +7,13 @@
 //     gemm's epilogue, which writes the rope step's q and pools. The planner
 //     puts q over the gemm's input rows (dead after the gemm in the plan as
 //     written), so q gets storage of its own (SkinnyFusion::own_storage).
+//   - residual_rms_norm -> gemm, batches of one row only: the streamed
+//     single-row gemm (gemv_stream.cuh) computes the norm from its inputs at
+//     the start of each block, and block 0 writes the sum. Only where the
+//     gemm streams its shape (streamsSingleRowGemm), the norm's output is
+//     read by the gemm alone, and nothing the pair writes (the sum, the
+//     gemm's or its fused step's output) shares arena rows with the norm's
+//     inputs, which other blocks may still be reading.
 // A value is folded away only if no other step reads it and it is not pinned
 // (an entry output, or the storage of a view). The executor and kiln-kernels
 // both ask here, so kiln-kernels lists what the runtime compiles. Nor is a
@@ -66,8 +73,12 @@ struct PlanEntry {
 struct SkinnyFusion {
   // gemm: params to add to its own for the fused variant (null: none).
   nlohmann::json gemm_params;
+  // gemm: params to add to its single-row instance only (the folded norm's).
+  nlohmann::json single_row_params;
   // silu_mul, rope_kv_append: done by the gemm before it.
   bool absorbed = false;
+  // residual_rms_norm: done by the gemm after it in batches of one row.
+  bool absorbed_single_row = false;
   // An absorbed rope_kv_append: its result (q) must live apart from the
   // arena, in storage of the runtime's, for every batch (one buffer can
   // serve every layer: each q is read by its attention before the next

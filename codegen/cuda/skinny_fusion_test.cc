@@ -137,5 +137,52 @@ TEST(SkinnyFusion, KeepsValuesSomethingElseNeeds) {
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
 }
 
+// residual_rms_norm (x 1, residual 2) -> (sum 3, out 4), then gemm(4) -> 5:
+// Llama-3-8B's qkv shape streams, so its single-row instance folds the norm.
+PlanEntry normThenGemm(int64_t k) {
+  PlanEntry plan;
+  plan.steps.push_back({"residual_rms_norm",
+                        {{"epsilon", 1e-5}, {"hidden", k}, {"x_type", "f32"}, {"sum_type", "f32"}, {"writes_sum", true}},
+                        {1, 2, -1},
+                        {3, 4}});
+  plan.steps.push_back({"gemm", {{"n", 6144}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}}, {4, -1}, {5}});
+  plan.steps.push_back({"add", {}, {5, 3}, {6}});  // reads the gemm's output and the sum
+  plan.storage = {{1, {0, 4 * k}}, {2, {4 * k, 6 * k}}, {3, {6 * k, 10 * k}}, {4, {10 * k, 12 * k}},
+                  {5, {12 * k, 24 * k}}, {6, {0, 4 * k}}};
+  return plan;
+}
+
+TEST(SkinnyFusion, FoldsResidualRmsNormIntoStreamedSingleRowGemm) {
+  const auto f = skinnyFusions(normThenGemm(4096));
+  EXPECT_TRUE(f[0].absorbed_single_row);
+  EXPECT_FALSE(f[0].absorbed) << "batches of more rows run the norm";
+  const nlohmann::json want = {{"norm_epsilon", 1e-5},       {"norm_x_type", "f32"},      {"norm_residual_type", "bf16"},
+                               {"norm_sum_type", "f32"},      {"norm_weight_type", "f32"}, {"norm_writes_sum", true}};
+  EXPECT_EQ(f[1].single_row_params, want);
+  EXPECT_TRUE(f[1].gemm_params.is_null());
+}
+
+TEST(SkinnyFusion, NoNormFoldWhereItCannotStreamOrWouldClobberItsInputs) {
+  // k 576 (SmolLM2): no streamed instance.
+  EXPECT_FALSE(skinnyFusions(normThenGemm(576))[0].absorbed_single_row);
+  // The gemm's output over the norm's stream input, which other blocks may
+  // still be reading.
+  PlanEntry over_x = normThenGemm(4096);
+  over_x.storage[5] = {0, 4096 * 12};
+  EXPECT_FALSE(skinnyFusions(over_x)[0].absorbed_single_row);
+  // The sum over the branch input.
+  PlanEntry over_residual = normThenGemm(4096);
+  over_residual.storage[3] = {4096 * 5, 4096 * 9};
+  EXPECT_FALSE(skinnyFusions(over_residual)[0].absorbed_single_row);
+  // The norm's output read by another step too.
+  PlanEntry shared = normThenGemm(4096);
+  shared.steps[2].value_args = {5, 4};
+  EXPECT_FALSE(skinnyFusions(shared)[0].absorbed_single_row);
+  // Nothing in f32 plans.
+  PlanEntry f32 = normThenGemm(4096);
+  f32.activation_type = "f32";
+  EXPECT_FALSE(skinnyFusions(f32)[0].absorbed_single_row);
+}
+
 }  // namespace
 }  // namespace kiln::cuda_codegen

@@ -96,6 +96,7 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     single["weight_type"] = "bf16";
     single["gemv_max_rows"] = 1;
     if (options.stream_gemv) single["gemv_stream"] = true;
+    if (options.stream_gemv && options.single_row_fusion.is_object()) single.update(options.single_row_fusion);
     add(InstanceRole::kSingleRow, kind, single, instanceName(kind, single));
   }
   if (fused) {
@@ -105,6 +106,7 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
     variant["gemv_max_rows"] = 1;
     if (options.stream_gemv) variant["gemv_stream"] = true;
+    if (options.stream_gemv && options.single_row_fusion.is_object()) variant.update(options.single_row_fusion);
     add(InstanceRole::kFusedSingleRow, kind, variant, instanceName(kind, variant));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;

@@ -47,6 +47,9 @@ struct StepInstanceOptions {
   // The single-row gemm instances stream W through a bulk-copy ring where
   // it fits (gemv_stream.cuh, param gemv_stream): an sm_90 target.
   bool stream_gemv = true;
+  // gemm: SkinnyFusion::single_row_params, the folded norm's params for its
+  // streamed single-row instance (null: none; needs stream_gemv).
+  nlohmann::json single_row_fusion;
   // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
   nlohmann::json skinny_fusion;
   // The manifest's activation_type: "bf16", or "f32" (vLLM's --dtype

@@ -26,8 +26,18 @@
 // shared memory as gemv.cuh's split-K partials (one per warp, in a fixed
 // order: no atomics), then gemv_epilogue writes them.
 //
+// kNormFold: the residual_rms_norm before the gemm runs here, at the start
+// of every block, so its launch and the wait it adds to the chain go away.
+// Each block reads the norm's inputs (one row: 16 KiB of f32 stream, 8 KiB
+// of branch), sums the squares over its consumers and normalizes its x
+// registers, rounding as rms_norm.cuh does; block 0 also writes the sum.
+// With one block per SM that is 132 reads of the row from L2 (an earlier
+// fold into gemv.cuh's thousands of blocks cost more than it saved:
+// skinny_fusion.h). The ring is filling meanwhile.
+//
 //   Grid [min(kTiles, SMs), 1, 1], block [288]: warps 0-7 consume, warp 8 produces.
-//   Dynamic shared memory kSmemBytes: the ring, its barriers, two tiles' partials.
+//   Dynamic shared memory kSmemBytes: the ring, its barriers, two tiles'
+//   partials, the norm's per-warp squares.
 #pragma once
 
 #include "common.cuh"
@@ -49,7 +59,8 @@ struct GemvStreamLayout {
   static constexpr int kFull = kStages * kStageBytes;
   static constexpr int kEmpty = kFull + 8 * kStages;
   static constexpr int kPartials = kEmpty + 8 * kStages;
-  static constexpr int kBytes = kPartials + 2 * kRowsPerBlock * 8 * 4;
+  static constexpr int kNormSquares = kPartials + 2 * kRowsPerBlock * 8 * 4;  // [8] f32, kNormFold
+  static constexpr int kBytes = kNormSquares + 8 * 4;
 };
 
 // 8 bf16 weights · 8 bf16 x values into acc.
@@ -66,7 +77,9 @@ __device__ __forceinline__ void dot8_bf16(const uint4& w, const uint4& x, float&
 
 // Config: gemv.cuh's (Weight bf16, kMaxRows 1; kSplitK, kRowsPerWarp and
 //         kUnroll unused) plus static constexpr int kStages, kTiles (tiles
-//         of the matrix), kSmemBytes.
+//         of the matrix), kSmemBytes; static constexpr bool kNormFold, and
+//         with it using NormX, NormResidual, NormSum, NormWeight; static
+//         constexpr float kNormEpsilon; static constexpr bool kNormWritesSum.
 template <class Config, class Params>
 __device__ __forceinline__ void gemv_stream(const Params& params) {
   const GemvParams& p = gemv_args(params);
@@ -118,13 +131,53 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
     return;
   }
 
-  wait_for_previous_kernel();
-  allow_next_kernel();
   // x, once: this thread's vector of every chunk.
   uint4 xv[kChunks];
+  if constexpr (Config::kNormFold) {
+    float g[kChunks][8];  // the norm's weight never changes: before the wait
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c)
-    xv[c] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) + c * kGemvStreamChunk + tid * 8);
+    for (int c = 0; c < kChunks; ++c)
+      load8_nc(static_cast<const typename Config::NormWeight*>(p.norm_weight) + c * kGemvStreamChunk + tid * 8, g[c]);
+    wait_for_previous_kernel();
+    allow_next_kernel();
+    float v[kChunks][8];
+    float squares = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int at = c * kGemvStreamChunk + tid * 8;
+      float r[8];
+      load8(static_cast<const typename Config::NormX*>(p.norm_x) + at, v[c]);
+      load8(static_cast<const typename Config::NormResidual*>(p.norm_residual) + at, r);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[c][e] = round_to<typename Config::NormSum>(v[c][e] + r[e]);
+        squares += v[c][e] * v[c][e];
+      }
+    }
+    float* warp_squares = reinterpret_cast<float*>(smem + Layout::kNormSquares);
+    squares = warp_sum(squares);
+    if (lane == 0) warp_squares[warp] = squares;
+    asm volatile("bar.sync 1, %0;" ::"n"(kGemvStreamConsumers) : "memory");
+    squares = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) squares += warp_squares[w];  // the same order in every block
+    const float inv_rms = rsqrtf(squares / (float)kK + Config::kNormEpsilon);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int at = c * kGemvStreamChunk + tid * 8;
+      if (Config::kNormWritesSum && blockIdx.x == 0) store8(static_cast<typename Config::NormSum*>(p.norm_sum) + at, v[c]);
+      float y[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = v[c][e] * inv_rms * g[c][e];
+      store8(reinterpret_cast<bf16*>(&xv[c]), y);  // rounded to bf16, as the norm's output is
+    }
+  } else {
+    wait_for_previous_kernel();
+    allow_next_kernel();
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+      xv[c] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.x) + c * kGemvStreamChunk + tid * 8);
+  }
   // The rope epilogue's position and KV slot, once (one row of x).
   int position = 0, kv_slot = -1;
   if constexpr (Config::kRope) {

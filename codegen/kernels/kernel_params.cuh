@@ -110,6 +110,14 @@ struct GemvParams {
   const void* bias;   // [n] weight type, or null
   void* y;            // [rows, n] bf16
   int rows;
+  // gemv_stream with a residual_rms_norm folded in front (kNormFold, one
+  // row): x is not read; the kernel takes the norm's inputs and computes
+  // x = bf16(norm_x + norm_residual normalized, times norm_weight) itself,
+  // and block 0 writes the sum (norm_x + norm_residual) to norm_sum.
+  const void* norm_x = nullptr;         // [hidden] Config::NormX (the residual stream)
+  const void* norm_residual = nullptr;  // [hidden] Config::NormResidual (the branch output)
+  const void* norm_weight = nullptr;    // [hidden] Config::NormWeight
+  void* norm_sum = nullptr;             // [hidden] Config::NormSum (kNormWritesSum)
 };
 
 // gemm with the rope_kv_append epilogue (qkv projection of a merged-QKV

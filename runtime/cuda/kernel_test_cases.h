@@ -201,6 +201,15 @@ inline std::vector<KernelCase> representativeKernelCases() {
     single["gemv_max_rows"] = 1;
     single["gemv_stream"] = true;
     cases.push_back({"gemm", single});
+    // ... and both with the residual_rms_norm before them folded in.
+    const nlohmann::json norm = {{"norm_epsilon", 1e-5}, {"norm_x_type", "f32"},      {"norm_residual_type", "bf16"},
+                                 {"norm_sum_type", "f32"}, {"norm_weight_type", "f32"}, {"norm_writes_sum", true}};
+    single.update(norm);
+    cases.push_back({"gemm", single});
+    nlohmann::json gate_up = {{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", true},
+                              {"gemv_max_rows", 1}, {"gemv_stream", true}};
+    gate_up.update(norm);
+    cases.push_back({"gemm", gate_up});
   }
   cases.push_back({"sample", {{"vocab", 49152}}});
   cases.push_back({"sample", {{"vocab", 128256}, {"logits_type", "f32"}}});

@@ -160,6 +160,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.programmatic_launch = options.cuda_programmatic_launch;
   copt.gemm_autotune = options.cuda_gemm_autotune;
   copt.stream_gemv = options.cuda_stream_gemv;
+  copt.fold_norms = options.cuda_fold_norms;
   copt.profile_steps = options.cuda_profile_steps;
   copt.report_decode_gpu_time = options.cuda_report_decode_gpu_time;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),

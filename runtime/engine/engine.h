@@ -50,6 +50,8 @@ struct EngineOptions {
   bool cuda_gemm_autotune = true;
   // ... and batch-1 decode's GEMVs streaming W through a bulk-copy ring.
   bool cuda_stream_gemv = true;
+  // ... and the residual_rms_norms before them folded in.
+  bool cuda_fold_norms = true;
   // CUDA only: a step whose sampling rows are all plain greedy takes each
   // row's argmax on the GPU and copies back ids, not logits (false: logits
   // back and the host sampler, for A/B measurements).

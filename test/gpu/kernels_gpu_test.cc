@@ -679,6 +679,60 @@ TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
   }
 }
 
+// The streamed single-row gemm with the residual_rms_norm before it folded
+// in (gemv_stream.cuh, kNormFold): it reads the norm's f32 stream, bf16
+// branch and f32 weight instead of x, against float64 of the unfused pair
+// (the sum in f32, the normalized row rounded to bf16 as the norm writes
+// it). 13 blocks: block 0 alone writes the sum, which must be all of it.
+TEST_F(KernelsGpu, SkinnyGemmNormFold) {
+  struct Case { int n, k; bool silu; };
+  for (const Case& c : {Case{6144, 4096, false}, Case{1024, 4096, true}, Case{4096, 14336, false}}) {
+    const double eps = 1e-5;
+    std::vector<float> w, residual, g(size_t(c.k)), stream(size_t(c.k));
+    std::normal_distribution<float> big(0.0f, 3.0f), near_one(1.0f, 0.2f);
+    for (float& v : stream) v = big(rng);
+    for (float& v : g) v = near_one(rng);
+    auto rb = randomBf16(rng, size_t(c.k), 2.0f, &residual);
+    auto wb = randomBf16(rng, size_t(c.n) * c.k, 0.05f, &w);
+    json params{{"n", c.n}, {"k", c.k}, {"weight_type", "bf16"}, {"bias", false}, {"silu_mul", c.silu},
+                {"gemv_max_rows", 1}, {"gemv_stream", true}, {"norm_epsilon", eps}, {"norm_x_type", "f32"},
+                {"norm_residual_type", "bf16"}, {"norm_sum_type", "f32"}, {"norm_weight_type", "f32"},
+                {"norm_writes_sum", true}};
+    COMPILE(k, "gemm", params);
+    ASSERT_GT(configConstant(k, "kTiles"), 0) << k.instance.name;
+    const int out_cols = c.silu ? c.n / 2 : c.n;
+    auto d_stream = DeviceBuffer::from(stream), d_res = DeviceBuffer::from(rb), d_g = DeviceBuffer::from(g),
+         d_w = DeviceBuffer::from(wb);
+    DeviceBuffer d_y(size_t(out_cols) * 2);
+    auto d_sum = DeviceBuffer::from(std::vector<float>(size_t(c.k), NAN));  // every element must be written
+    kk::GemvParams p{nullptr, d_w.get(), nullptr, d_y.get(), 1};
+    p.norm_x = d_stream.get();
+    p.norm_residual = d_res.get();
+    p.norm_weight = d_g.get();
+    p.norm_sum = d_sum.get();
+    const unsigned tiles = unsigned(configConstant(k, "kTiles"));
+    KILN_GPU_OK(launch(k, skinnyGrid(k, tiles), 1, 1, p));
+    std::vector<double> sum(size_t(c.k)), normed(size_t(c.k));
+    double squares = 0;
+    for (int i = 0; i < c.k; ++i) {
+      sum[size_t(i)] = double(float(stream[size_t(i)] + residual[size_t(i)]));
+      squares += sum[size_t(i)] * sum[size_t(i)];
+    }
+    const double inv = 1.0 / std::sqrt(squares / c.k + eps);
+    for (int i = 0; i < c.k; ++i) normed[size_t(i)] = roundBf16(float(sum[size_t(i)] * inv * g[size_t(i)]));
+    std::vector<double> y(size_t(c.n));
+    for (int j = 0; j < c.n; ++j)
+      for (int i = 0; i < c.k; ++i) y[size_t(j)] += normed[size_t(i)] * w[size_t(j) * c.k + i];
+    std::vector<double> want(static_cast<size_t>(out_cols));
+    for (int j = 0; j < out_cols; ++j)
+      want[size_t(j)] = c.silu ? y[size_t(j)] / (1.0 + std::exp(-y[size_t(j)])) * y[size_t(out_cols + j)] : y[size_t(j)];
+    const std::string what = fmt::format("gemm{} n {} k {} after a folded residual_rms_norm", c.silu ? "+silu_mul" : "",
+                                         c.n, c.k);
+    expectClose(d_sum.download<float>(), sum, 0, 0, what + ", sum");
+    expectClose(bf16ToFloat(d_y.download<uint16_t>()), want, 5e-3, 1.0 / 64, what);
+  }
+}
+
 // The merged qkv projection with rope_kv_append as its epilogue
 // (GemvRopeParams): x·Wᵀ (+ bias) rotated and appended in float64 as
 // RopeKvAppend checks it; q and the pools poisoned, one token with no slot.

@@ -88,6 +88,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
       options.skinny_fusion = fusions[i].gemm_params;
       options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
       options.stream_gemv = kiln::cuda_codegen::bulkCopyTarget(arch);
+      if (options.stream_gemv) options.single_row_fusion = fusions[i].single_row_params;
       options.activation_type = activation_type;
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is

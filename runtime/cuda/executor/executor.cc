@@ -127,6 +127,11 @@ struct BoundStep {
   // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
   bool absorbed = false;
+  // gemm: the residual_rms_norm step before it that its single-row
+  // (streamed) instance folds in, whose inputs it reads and whose sum it
+  // writes; that step is then skipped in batches of one row.
+  int folded_norm = -1;
+  bool absorbed_single_row = false;  // residual_rms_norm
 };
 
 // The skinny GEMM a gemm step runs for `rows` <= kGemvMaxRows rows: its
@@ -524,6 +529,13 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
                      fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
     const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);  // 1 for the single-row instances
     if (kernel.tiles > 0) {
+      if (s.folded_norm >= 0) {  // the norm's inputs in, its sum out (p.x is not read)
+        const BoundStep& norm = steps[size_t(s.folded_norm)];
+        p.norm_x = ptr(norm.args[0].ptr);
+        p.norm_residual = ptr(norm.args[1].ptr);
+        p.norm_weight = ptr(norm.weights[2]);
+        p.norm_sum = norm.writes_sum ? ptr(norm.results[0].ptr) : nullptr;
+      }
       const unsigned blocks = unsigned(std::min<int64_t>(kernel.tiles, sms));
       if (s.fused_rope < 0) return launch(kernel.fn, kernel.block, blocks, 1, 1, &p, kernel.smem);
       const BoundStep& rope = steps[size_t(s.fused_rope)];
@@ -904,6 +916,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   instance_options.flash_attention = options.flash_attention;
   instance_options.wgmma = hopper;
   instance_options.stream_gemv = options.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch);
+  const bool fold_norms = options.fold_norms && instance_options.stream_gemv;
   instance_options.activation_type = manifest.activation_type;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
   {
@@ -926,6 +939,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
     instance_options.skinny_fusion = fusions[i].gemm_params;
+    instance_options.single_row_fusion = fold_norms ? fusions[i].single_row_params : nlohmann::json();
     auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
                                                  step.instance, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
@@ -1190,6 +1204,16 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   //    rope_kv_append's q (in storage of its own) and pools.
   for (size_t i = 0; i < st.steps.size(); ++i) {
     st.steps[i].absorbed = fusions[i].absorbed;
+    if (fold_norms && fusions[i].absorbed_single_row) {
+      const BoundStep& gemm = st.steps[i + 1];
+      const GemvKernel& single = skinnyKernel(gemm, 1);
+      if (single.tiles == 0)  // skinny_fusion and instance_source disagree on what streams
+        return makeError("{}: its residual_rms_norm is folded into the next gemm, whose single-row instance {} "
+                         "is not the streamed kernel (gemv_stream.cuh) that computes it",
+                         gemm.path, single.instance);
+      st.steps[i].absorbed_single_row = true;
+      st.steps[i + 1].folded_norm = int(i);
+    }
     if (!st.steps[i].fused.fn) continue;
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
@@ -1271,6 +1295,7 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     d->cuEventElapsedTime_v2(&ms, step_events[i], step_events[i + 1]);
     const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
     if (s.absorbed && skinny) continue;  // done by the fused gemm before it: nothing ran
+    if (s.absorbed_single_row && rowsOf(s.args[0], shape) == 1) continue;  // ... or by the gemm after it
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
     if (s.kind == StepKind::kGemm && !s.fn) {
       name = fmt::format("cuBLASLt f32 gemm n {} k {}", s.width, s.k);
@@ -1339,6 +1364,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
+        if (s.absorbed_single_row && r == 1) break;  // the streamed gemm after it does it
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};

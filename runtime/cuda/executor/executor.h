@@ -50,6 +50,9 @@ struct CudaExecutorOptions {
   // sm_90+: batch-1 decode's GEMVs stream their weights through a bulk-copy
   // ring (codegen/kernels/gemv_stream.cuh); false for A/B measurements.
   bool stream_gemv = true;
+  // ... with the residual_rms_norm before qkv and gate/up folded into them
+  // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
+  bool fold_norms = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
