@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -177,6 +179,18 @@ Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params par
                                                   unsigned(*smem), nullptr, args, nullptr),
                                 "cuLaunchKernel"));
   return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
+}
+
+// Under compute-sanitizer (gpu-check sets KILN_UNDER_SANITIZER), every
+// shared-memory access of the streamed gemm (gemv_stream.cuh: all of W
+// passes through shared memory) is instrumented, and its Llama-shaped cases
+// would take minutes: those are left to the plain runs, saying so; the
+// small streamed cases still run under the tools.
+inline bool skipUnderSanitizer(bool streamed, int64_t weight_elems, const std::string& what) {
+  if (!streamed || weight_elems <= (int64_t(1) << 20) || !std::getenv("KILN_UNDER_SANITIZER")) return false;
+  std::printf("  %s: not run under compute-sanitizer (%lld weights through shared memory)\n", what.c_str(),
+              static_cast<long long>(weight_elems));
+  return true;
 }
 
 // The grid of a skinny gemm whose blocks each take one tile (`tiles` of
