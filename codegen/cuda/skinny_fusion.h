@@ -39,7 +39,12 @@
 // f32 g added 230 MB of L2 reads to a 235 MB weight stream. A form without
 // that read would have the producer apply g (it knows its columns) and
 // count each row's sum of squares into a fixed-point integer (order-free,
-// so deterministic) that the consumer reads once.
+// so deterministic) that the consumer reads once. That fourth form (branch
+// norm-fusion-v2, tenth session) was slower too: batch 1 3.957 vs 3.836
+// ms/step, batch 4 7.38 vs 6.66; its consumers needed 54-60 registers, not
+// 48, so 4 blocks fit an SM instead of 5. What is kept: the fold into the
+// streamed single-row gemm (gemv_stream.cuh), whose 132 persistent blocks
+// each read the row once: batch 1 3.766 -> 3.676 ms/step.
 #pragma once
 
 #include <nlohmann/json.hpp>

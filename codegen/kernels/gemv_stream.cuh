@@ -31,6 +31,7 @@
 // Each block reads the norm's inputs (one row: 16 KiB of f32 stream, 8 KiB
 // of branch), sums the squares over its consumers and normalizes its x
 // registers, rounding as rms_norm.cuh does; block 0 also writes the sum.
+// Llama-3-8B batch 1: 3.766 -> 3.676 ms per step on the GPU (H200).
 // With one block per SM that is 132 reads of the row from L2 (an earlier
 // fold into gemv.cuh's thousands of blocks cost more than it saved:
 // skinny_fusion.h). The ring is filling meanwhile.
