@@ -307,11 +307,11 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   // The two warpgroups take turns issuing their multiplies (named barriers
   // 1 and 2, one per warpgroup, 256 threads): the tensor cores run one's
   // while the other's softmax runs. Warpgroup 0 goes first.
-  auto turn_begin = [&] { wgmma::named_barrier_sync(1 + consumer, kConsumerThreads); };
+  auto turn_begin = [&] { named_barrier_sync(1 + consumer, kConsumerThreads); };
   auto turn_end = [&](bool last) {
-    if (!(last && consumer == 1)) wgmma::named_barrier_arrive(2 - consumer, kConsumerThreads);
+    if (!(last && consumer == 1)) named_barrier_arrive(2 - consumer, kConsumerThreads);
   };
-  if (consumer == 1) wgmma::named_barrier_arrive(1, kConsumerThreads);
+  if (consumer == 1) named_barrier_arrive(1, kConsumerThreads);
 
   // Iteration kt (from -1): P of tile kt is in registers. The scores of
   // tile kt + 1 and O += P V of tile kt are in flight together and the

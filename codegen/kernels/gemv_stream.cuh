@@ -36,14 +36,21 @@
 // fold into gemv.cuh's thousands of blocks cost more than it saved:
 // skinny_fusion.h). The ring is filling meanwhile.
 //
+// The kernel body also runs on the host under KILN_CUDA_EMULATION
+// (test/gpu/cuda_emulation.h: fibers, mbarriers, bulk copies landing at
+// issue), in test/gpu/gemv_emulation_test.cc.
+//
 //   Grid [min(kTiles, SMs), 1, 1], block [288]: warps 0-7 consume, warp 8 produces.
 //   Dynamic shared memory kSmemBytes: the ring, its barriers, two tiles'
 //   partials, the norm's per-warp squares.
 #pragma once
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
-#include "gemv.cuh"
 #include "mbarrier.cuh"
+#include "tensor_core.cuh"  // smem_address
+#endif
+#include "gemv.cuh"
 
 namespace kiln {
 namespace kernels {
@@ -66,6 +73,11 @@ struct GemvStreamLayout {
 
 // 8 bf16 weights · 8 bf16 x values into acc.
 __device__ __forceinline__ void dot8_bf16(const uint4& w, const uint4& x, float& acc) {
+#if defined(KILN_CUDA_EMULATION)
+  const bf16* a = reinterpret_cast<const bf16*>(&w);
+  const bf16* b = reinterpret_cast<const bf16*>(&x);
+  for (int i = 0; i < 8; ++i) acc = fmaf(to_float(a[i]), to_float(b[i]), acc);
+#else
   const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
   const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
 #pragma unroll
@@ -74,6 +86,7 @@ __device__ __forceinline__ void dot8_bf16(const uint4& w, const uint4& x, float&
     acc = fmaf(fa.x, fb.x, acc);
     acc = fmaf(fa.y, fb.y, acc);
   }
+#endif
 }
 
 // Config: gemv.cuh's (Weight bf16, kMaxRows 1; kSplitK, kRowsPerWarp and
@@ -93,9 +106,13 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
                 "a stage row is one 16-byte vector per consumer thread");
   static_assert(Layout::kBytes == Config::kSmemBytes, "the instance's kSmemBytes is this layout's");
   static_assert(!(Config::kSiluMul || Config::kRope) || kR % 2 == 0, "pairs share a tile");
+#if defined(KILN_CUDA_EMULATION)
+  unsigned char* const smem = emulated_shared_memory(Config::kSmemBytes);
+#else
   extern __shared__ __align__(128) unsigned char smem[];
+#endif
   const bf16* ring = reinterpret_cast<const bf16*>(smem);
-  const unsigned ring_at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned ring_at = smem_address(smem);
   const unsigned full = ring_at + Layout::kFull, empty = ring_at + Layout::kEmpty;
   float* partials = reinterpret_cast<float*>(smem + Layout::kPartials);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
@@ -158,7 +175,7 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
     float* warp_squares = reinterpret_cast<float*>(smem + Layout::kNormSquares);
     squares = warp_sum(squares);
     if (lane == 0) warp_squares[warp] = squares;
-    asm volatile("bar.sync 1, %0;" ::"n"(kGemvStreamConsumers) : "memory");
+    named_barrier_sync(1, kGemvStreamConsumers);
     squares = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) squares += warp_squares[w];  // the same order in every block
@@ -207,7 +224,7 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
       const float sum = warp_sum(acc[r]);
       if (lane == 0) partial[r * kWarps + warp][0] = sum;
     }
-    asm volatile("bar.sync 1, %0;" ::"n"(kGemvStreamConsumers) : "memory");  // the consumers only
+    named_barrier_sync(1, kGemvStreamConsumers);  // the consumers only
     gemv_epilogue<Config, kWarps>(params, tile, 0, 1, partial, gemv_rope_lane_at<Config>(tile, 1, position, kv_slot));
   }
 }

@@ -1,12 +1,23 @@
-// Shared-memory barriers (mbarrier) between a block's producer and consumer
-// warps, and the bulk copy (sm_90's cp.async.bulk, the TMA unit without a
-// tensor map) that completes on one. NVRTC-compilable, sm_90 and later.
+// Barriers between a block's producer and consumer warps: named barriers,
+// shared-memory barriers (mbarrier), and the bulk copy (sm_90's
+// cp.async.bulk, the TMA unit without a tensor map) that completes on an
+// mbarrier. NVRTC-compilable, sm_90 and later. On the host,
+// test/gpu/cuda_emulation.h supplies the same functions.
 #pragma once
 
 namespace kiln {
 namespace kernels {
 
-// init (one thread, then a block barrier), arrive, and wait for the phase of
+// Named barriers (ids 1-15; 0 is __syncthreads) over `threads` threads:
+// sync waits for all of them, arrive counts in without waiting.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// mbarrier: init (one thread, then a block barrier), arrive, and wait for the phase of
 // the given parity to complete. A fresh barrier is in phase 0, so waiting on
 // parity 1 passes at once (a producer's first pass over its stages).
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {

@@ -73,14 +73,6 @@ __device__ __forceinline__ void wait() {
 __device__ __forceinline__ void fence_shared_for_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-// Named barriers (ids 1-15; 0 is __syncthreads) over `threads` threads:
-// sync waits for all of them, arrive counts in without waiting.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 // Pins an accumulator array in registers across an asynchronous batch: the
 // compiler may not move its reads or writes past this point.
 template <int N>

@@ -122,6 +122,7 @@ struct NamedBarrier {
 inline NamedBarrier named_barriers[16];
 struct MBarrier {
   int count = 0, pending = 0;
+  long long tx = 0;  // bytes announced by expect_tx and not yet landed
   uint64_t phase = 0;
 };
 inline std::map<unsigned, MBarrier> mbarriers;
@@ -319,18 +320,48 @@ inline int __shfl_sync(unsigned mask, int v, int src_lane) {
 // Shared-memory mbarriers: a phase completes when `count` arrivals are in;
 // waiting on a parity passes once the phase of that parity has completed
 // (a fresh barrier is in phase 0, so parity 1 passes at once).
+// With expect_tx, the phase also waits for the announced bytes of bulk
+// copies, which land at once (at issue) in the emulation.
 inline void mbarrier_init(unsigned bar, unsigned count) {
   if (bar % 8) emu::fail("mbarrier not 8-byte aligned");
   emu::shared(bar, 8, "mbarrier.init");
-  emu::mbarriers[bar] = emu::MBarrier{int(count), int(count), 0};
+  emu::mbarriers[bar] = emu::MBarrier{int(count), int(count), 0, 0};
 }
-inline void mbarrier_arrive(unsigned bar) {
-  emu::MBarrier* b = emu::mbarrier(bar, "mbarrier.arrive");
-  if (b && --b->pending == 0) {
+inline void mbarrier_complete_if_done(emu::MBarrier* b) {
+  if (b->pending == 0 && b->tx == 0) {
     b->pending = b->count;
     ++b->phase;
   }
 }
+inline void mbarrier_arrive(unsigned bar) {
+  emu::MBarrier* b = emu::mbarrier(bar, "mbarrier.arrive");
+  if (!b) return;
+  if (b->pending == 0) return emu::fail("mbarrier.arrive past its count while bytes are pending");
+  --b->pending;
+  mbarrier_complete_if_done(b);
+}
+inline void mbarrier_arrive_expect_bytes(unsigned bar, unsigned bytes) {
+  emu::MBarrier* b = emu::mbarrier(bar, "mbarrier.arrive.expect_tx");
+  if (!b) return;
+  b->tx += bytes;
+  mbarrier_arrive(bar);
+}
+// cp.async.bulk global -> shared, completing `bytes` on `bar`.
+inline void bulk_copy_to_shared(unsigned dst, const void* src, unsigned bytes, unsigned bar, unsigned long long) {
+  const unsigned char* from = static_cast<const unsigned char*>(src);
+  if (dst % 16 || bytes % 16 || reinterpret_cast<uintptr_t>(from) % 16) return emu::fail("bulk copy not 16-byte aligned");
+  bool ok = false;
+  for (const emu::Range& r : emu::readable) ok |= from >= r.begin && from + bytes <= r.begin + r.bytes;
+  if (!ok) return emu::fail("bulk copy source outside the kernel's buffers");
+  std::memcpy(emu::shared(dst, int(bytes), "bulk copy destination"), from, bytes);
+  emu::MBarrier* b = emu::mbarrier(bar, "cp.async.bulk completion");
+  if (!b) return;
+  b->tx -= bytes;
+  if (b->tx < 0) return emu::fail("bulk copies landed more bytes than the barrier expected");
+  mbarrier_complete_if_done(b);
+}
+inline void named_barrier_sync(int id, int threads) { emu::namedBarrier(id, threads, true); }
+inline void named_barrier_arrive(int id, int threads) { emu::namedBarrier(id, threads, false); }
 inline void mbarrier_wait(unsigned bar, unsigned parity) {
   emu::MBarrier* b = emu::mbarrier(bar, "mbarrier.try_wait");
   while (b && emu::failure.empty() && (b->phase & 1) == parity) emu::yieldUntilChanged(b->phase, b->phase);
@@ -427,6 +458,15 @@ template <class T>
 inline void load8_nc(const T* p, float (&out)[8]) {
   load8(p, out);
 }
+template <class T>
+inline void store8(T* p, const float (&in)[8]) {
+  for (int i = 0; i < 8; ++i) p[i] = from_float<T>(in[i]);
+}
+template <class T>
+inline float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 // The host has one memory level: the L2 policies are tokens, the hinted load a plain one.
 inline unsigned long long l2_policy_evict_first() { return 1; }
 inline unsigned long long l2_policy_evict_normal() { return 0; }

@@ -6,7 +6,10 @@
 // bias, the SwiGLU epilogue's gate/up pairs, and the merged qkv projection
 // with rope and the KV append in its epilogue. Outputs start as NaN, and a
 // poisoned tail past y (and every pool slot no token writes) must stay NaN. The same cases on the card are
-// kernels_gpu_test's SkinnyGemm*; this one runs in CI.
+// kernels_gpu_test's SkinnyGemm*; this one runs in CI. The streamed
+// single-row kernel (gemv_stream.cuh) runs the same cases on few blocks, so
+// each walks several tiles and its 8-stage ring wraps, and with a
+// residual_rms_norm folded in front (kernels_gpu_test's SkinnyGemmNormFold).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,8 +21,9 @@
 #include "test/gpu/cuda_emulation.h"
 #include "test/gpu/rope_reference.h"
 
-// The kernel on the emulated device: after cuda_emulation.h, which supplies its intrinsics.
+// The kernels on the emulated device: after cuda_emulation.h, which supplies their intrinsics.
 #include "codegen/kernels/gemv.cuh"
+#include "codegen/kernels/gemv_stream.cuh"
 
 namespace kiln::gpu_test {
 namespace {
@@ -34,10 +38,35 @@ struct GemvConfig {
   static constexpr bool kBias = Bias, kSiluMul = SiluMul, kRope = false;
 };
 
+// gemv_stream.cuh's Config over one of the above (kMaxRows 1): 4 rows a
+// tile, 8 stages, the instance's tile count and shared memory.
+template <class Base>
+struct StreamConfig : Base {
+  static constexpr int kRowsPerBlock = 4, kStages = 8;
+  static constexpr int kTiles = Base::kSiluMul || Base::kRope ? (Base::kN / 2 + 1) / 2 : (Base::kN + 3) / 4;
+  static constexpr int kSmemBytes = kk::GemvStreamLayout<4, 8>::kBytes;
+  static constexpr bool kNormFold = false;
+  static_assert(Base::kMaxRows == 1, "one row of x");
+};
+template <class C>
+constexpr bool kStreamed = requires { C::kTiles; };
+
+// Launches gemv.cuh's grid, or gemv_stream.cuh's on `stream_blocks`
+// persistent blocks (its source of bulk copies, W, made readable).
+template <class C, class P>
+void launchGemv(P& p, unsigned gx, unsigned gz, unsigned stream_blocks, const void* w, size_t w_bytes) {
+  if constexpr (kStreamed<C>) {
+    emu::readable = {{static_cast<const unsigned char*>(w), w_bytes}};
+    emu::launch({stream_blocks, 1, 1}, 288, [&p] { kk::gemv_stream<C>(p); });
+  } else {
+    emu::launch({gx, 1, gz}, 256, [&p] { kk::gemv<C>(p); });
+  }
+}
+
 constexpr int kPoison = 8;  // bf16 elements past y that must stay NaN
 
 template <class C>
-void runCase(std::mt19937& rng, int rows, const std::string& what) {
+void runCase(std::mt19937& rng, int rows, const std::string& what, unsigned stream_blocks = 0) {
   constexpr int n = C::kN, k = C::kK, out_cols = C::kSiluMul ? n / 2 : n;
   std::vector<float> x, w, bias;
   const std::vector<uint16_t> xb = randomBf16(rng, size_t(rows) * k, 1.0f, &x);
@@ -48,7 +77,7 @@ void runCase(std::mt19937& rng, int rows, const std::string& what) {
   const int per_block = C::kSiluMul ? C::kRowsPerBlock / 2 : C::kRowsPerBlock;
   const unsigned gx = unsigned((out_cols + per_block - 1) / per_block);
   const unsigned gz = unsigned((rows + C::kMaxRows - 1) / C::kMaxRows);
-  emu::launch({gx, 1, gz}, 256, [&p] { kk::gemv<C>(p); });
+  launchGemv<C>(p, gx, gz, stream_blocks, wb.data(), wb.size() * 2);
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ", "
                                     << blockIdx.z << ")";
 
@@ -115,7 +144,7 @@ struct RopeGemvConfig {
 };
 
 template <class C>
-void runRopeCase(std::mt19937& rng, int rows, const std::string& what) {
+void runRopeCase(std::mt19937& rng, int rows, const std::string& what, unsigned stream_blocks = 0) {
   constexpr int H = C::kHeads, Hkv = C::kKvHeads, D = C::kHeadDim, n = C::kN, k = C::kK;
   constexpr bool f32_pool = sizeof(typename C::Kv) == 4;
   const RopeCase rope{H, Hkv, D, true, C::kInterleaved, C::kScaling == kk::kRopeLlama3 ? "llama3" : "none",
@@ -136,8 +165,8 @@ void runRopeCase(std::mt19937& rng, int rows, const std::string& what) {
   kk::GemvRopeParams p{{xb.data(), wb.data(), C::kBias ? bb.data() : nullptr, q.data(), rows},
                        positions.data(), slot_of.data(), k_pool.data(), v_pool.data(), slots};
   const int pairs = C::kRowsPerBlock / 2;
-  emu::launch({unsigned((n / 2 + pairs - 1) / pairs), 1, unsigned((rows + C::kMaxRows - 1) / C::kMaxRows)}, 256,
-              [&p] { kk::gemv<C>(p); });
+  launchGemv<C>(p, unsigned((n / 2 + pairs - 1) / pairs), unsigned((rows + C::kMaxRows - 1) / C::kMaxRows),
+                stream_blocks, wb.data(), wb.size() * 2);
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
   std::vector<double> qkv(size_t(rows) * n);
   for (int m = 0; m < rows; ++m)
@@ -169,6 +198,89 @@ TEST(GemvEmulation, RopeEpilogue) {
   // SmolLM2's (interleaved pairs, bias) into an f32 pool.
   using Interleaved = RopeGemvConfig<3, 1, 16, 512, 8, 2, 2, true, true, kk::kRopeNone, float>;
   runRopeCase<Interleaved>(rng, 5, "gemm+rope 3/1/16 interleaved, bias, 5 rows, f32 pool");
+}
+
+// gemv_stream.cuh: tiles of 4 rows (2 pairs), stages of 2048 columns.
+TEST(GemvEmulation, Streamed) {
+  std::mt19937 rng(15);
+  // n 42: 11 tiles, the last half past the matrix; 2 blocks take 5 and 6
+  // tiles of 2 stages each (22 stages through 8: the ring wraps).
+  runCase<StreamConfig<GemvConfig<42, 4096, 1, 8, 1, 4, true, false>>>(rng, 1, "streamed, n 42 k 4096, bias", 2);
+  // One block walks all 10 tiles of one stage; and one block a tile.
+  runCase<StreamConfig<GemvConfig<40, 2048, 1, 8, 1, 4, false, false>>>(rng, 1, "streamed, n 40, one block", 1);
+  runCase<StreamConfig<GemvConfig<40, 2048, 1, 8, 1, 4, false, false>>>(rng, 1, "streamed, n 40, a block a tile", 10);
+  // SwiGLU pairs: n 26 is 13 pairs, 7 tiles, the last with one pair.
+  runCase<StreamConfig<GemvConfig<26, 2048, 1, 4, 1, 4, true, true>>>(rng, 1, "streamed gate/up, 13 pairs, bias", 3);
+  // rope: Llama-3's layout at head_dim 32 (n 256, 64 tiles), SmolLM2's interleaved with bias into f32.
+  using Half = RopeGemvConfig<4, 2, 32, 2048, 1, 4, 1, false, false, kk::kRopeLlama3, kk::bf16>;
+  runRopeCase<StreamConfig<Half>>(rng, 1, "streamed gemm+rope 4/2/32 half llama3, bf16 pool", 5);
+  using Interleaved = RopeGemvConfig<3, 1, 16, 2048, 1, 4, 1, true, true, kk::kRopeNone, float>;
+  runRopeCase<StreamConfig<Interleaved>>(rng, 1, "streamed gemm+rope 3/1/16 interleaved, bias, f32 pool", 4);
+}
+
+// The residual_rms_norm before the gemm folded in (kNormFold): the f32
+// stream plus the bf16 branch, normalized with the f32 weight and rounded
+// to bf16 as the norm writes it, then the gemm, against float64; block 0
+// alone writes the sum, which must be all of it.
+template <class Base>
+struct NormFoldConfig : StreamConfig<Base> {
+  static constexpr bool kNormFold = true, kNormWritesSum = true;
+  using NormX = float;
+  using NormResidual = kk::bf16;
+  using NormSum = float;
+  using NormWeight = float;
+  static constexpr float kNormEpsilon = 1e-5f;
+};
+
+template <class C>
+void runNormFoldCase(std::mt19937& rng, unsigned blocks, const std::string& what) {
+  constexpr int n = C::kN, k = C::kK, out_cols = C::kSiluMul ? n / 2 : n;
+  const size_t kn = static_cast<size_t>(k);
+  std::vector<float> residual, w, g(kn), stream(kn), sum(kn, NAN);
+  std::normal_distribution<float> big(0.0f, 3.0f), near_one(1.0f, 0.2f);
+  for (float& v : stream) v = big(rng);
+  for (float& v : g) v = near_one(rng);
+  const std::vector<uint16_t> rb = randomBf16(rng, kn, 2.0f, &residual);
+  const std::vector<uint16_t> wb = randomBf16(rng, size_t(n) * k, 0.05f, &w);
+  std::vector<uint16_t> y(size_t(out_cols) + kPoison, 0xffff);
+  kk::GemvParams p{nullptr, wb.data(), nullptr, y.data(), 1};
+  p.norm_x = stream.data();
+  p.norm_residual = rb.data();
+  p.norm_weight = g.data();
+  p.norm_sum = sum.data();
+  launchGemv<C>(p, 0, 0, blocks, wb.data(), wb.size() * 2);
+  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ")";
+  std::vector<double> want_sum(kn), normed(kn);
+  double squares = 0;
+  for (int i = 0; i < k; ++i) {
+    want_sum[size_t(i)] = double(stream[size_t(i)] + residual[size_t(i)]);
+    squares += want_sum[size_t(i)] * want_sum[size_t(i)];
+  }
+  const double inv = 1.0 / std::sqrt(squares / k + double(C::kNormEpsilon));
+  for (int i = 0; i < k; ++i) normed[size_t(i)] = roundBf16(float(want_sum[size_t(i)] * inv * g[size_t(i)]));
+  std::vector<double> ref(static_cast<size_t>(out_cols));
+  auto dot = [&](int j) {
+    double s = 0;
+    for (int i = 0; i < k; ++i) s += normed[size_t(i)] * w[size_t(j) * k + i];
+    return s;
+  };
+  for (int j = 0; j < out_cols; ++j) {
+    const double a = dot(j);
+    ref[size_t(j)] = C::kSiluMul ? a / (1.0 + std::exp(-a)) * dot(out_cols + j) : a;
+  }
+  expectClose(sum, want_sum, 0, 0, what + ", sum");
+  std::vector<float> got;
+  for (uint16_t bits : y) got.push_back(fromBf16(bits));
+  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
+  got.resize(ref.size());
+  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+}
+
+TEST(GemvEmulation, StreamedAfterFoldedNorm) {
+  std::mt19937 rng(16);
+  runNormFoldCase<NormFoldConfig<GemvConfig<24, 4096, 1, 8, 1, 4, false, false>>>(rng, 4, "folded norm, n 24 k 4096");
+  runNormFoldCase<NormFoldConfig<GemvConfig<20, 2048, 1, 4, 1, 4, false, true>>>(rng, 2,
+                                                                                 "folded norm, gate/up 10 pairs");
 }
 
 }  // namespace

@@ -83,8 +83,6 @@ inline void wait() {}
 inline void fence_shared_for_async() {}
 template <int N>
 inline void pin(float (&)[N]) {}
-inline void named_barrier_sync(int id, int threads) { emu::namedBarrier(id, threads, true); }
-inline void named_barrier_arrive(int id, int threads) { emu::namedBarrier(id, threads, false); }
 
 // Both operands K-major from shared memory.
 inline void wgmma_ss_m64n128k16(float (&d)[64], unsigned long long a_desc, unsigned long long b_desc,
