@@ -65,6 +65,15 @@ void launchGemv(P& p, unsigned gx, unsigned gz, unsigned stream_blocks, const vo
 
 constexpr int kPoison = 8;  // bf16 elements past y that must stay NaN
 
+// y (bf16, kPoison NaN elements past its end) against float64 `ref`.
+void expectOutputs(const std::vector<uint16_t>& y, const std::vector<double>& ref, const std::string& what) {
+  std::vector<float> got;
+  for (uint16_t bits : y) got.push_back(fromBf16(bits));
+  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
+  got.resize(ref.size());
+  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+}
+
 template <class C>
 void runCase(std::mt19937& rng, int rows, const std::string& what, unsigned stream_blocks = 0) {
   constexpr int n = C::kN, k = C::kK, out_cols = C::kSiluMul ? n / 2 : n;
@@ -96,11 +105,7 @@ void runCase(std::mt19937& rng, int rows, const std::string& what, unsigned stre
       const double gate = dot(m, j), up = dot(m, out_cols + j);
       ref[size_t(m) * out_cols + j] = gate / (1.0 + std::exp(-gate)) * up;
     }
-  std::vector<float> got;
-  for (uint16_t bits : y) got.push_back(fromBf16(bits));
-  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
-  got.resize(ref.size());
-  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+  expectOutputs(y, ref, what);
 }
 
 TEST(GemvEmulation, PlainTilings) {
@@ -269,11 +274,7 @@ void runNormFoldCase(std::mt19937& rng, unsigned blocks, const std::string& what
     ref[size_t(j)] = C::kSiluMul ? a / (1.0 + std::exp(-a)) * dot(out_cols + j) : a;
   }
   expectClose(sum, want_sum, 0, 0, what + ", sum");
-  std::vector<float> got;
-  for (uint16_t bits : y) got.push_back(fromBf16(bits));
-  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
-  got.resize(ref.size());
-  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+  expectOutputs(y, ref, what);
 }
 
 TEST(GemvEmulation, StreamedAfterFoldedNorm) {
