@@ -87,11 +87,13 @@ export CUDA_CACHE_DISABLE=1
 
 # One file with every figure, named to sort first (the device tool brings
 # back a limited number of files), written on any exit, a time limit's
-# SIGTERM included.
+# SIGTERM included, and rewritten as each part starts, so a call killed
+# outright still leaves what the parts before finished.
 write_report() {
 {
   cat "$OUT/machine.txt"
-  echo "== results"; cat "$OUT/summary.txt"
+  echo "== results"
+  for t in "${tests[@]}"; do n="$(basename "$t")"; printf '%-24s %s\n' "$n" "${result[$n]:-not finished}"; done
   [[ -f "$OUT/read_probe.txt" ]] && { echo "== HBM read probe"; cat "$OUT/read_probe.txt"; }
   [[ -f "$OUT/start_times.txt" ]] && { echo "== start times"; cat "$OUT/start_times.txt"; }
   [[ -f "$OUT/hf_profile.txt" ]] && { echo "== hf profile"; cat "$OUT/hf_profile.txt" "$OUT/hf_profile.json"; }
@@ -152,6 +154,7 @@ fi
 # the sum on the H200 (4585 vs 4184 GB/s, 2026-11-29), and a ceiling a kernel
 # beats is no ceiling. kiln bench's roofline (scripts/hf_bench.py, through
 # KILN_READ_PROBE_GBPS) and the attention part take the higher of the two.
+write_report
 if [[ " $PARTS " == *" bench "* || " $PARTS " == *" attention "* || " $PARTS " == *" hf "* ]]; then
   echo "== HBM read probe (kiln's GEMV)"
   "$BUILD/bin/kiln_gemv_sweep" --read-probe --reps 40 2>&1 | tee "$OUT/read_probe.txt"
@@ -180,6 +183,7 @@ run_f32_cuda() {
 }
 
 # kiln vs Hugging Face transformers on random-weight checkpoints made here.
+write_report
 if [[ " $PARTS " == *" hf "* ]]; then
   HF_DIR="${KILN_HF_DIR:-/tmp/kiln-hf}"
   mkdir -p "$HF_DIR"
@@ -209,6 +213,7 @@ if [[ " $PARTS " == *" hf "* ]]; then
 fi
 
 # kiln vs transformers on a trained model, from its GGUF brought over in parts.
+write_report
 if [[ " $PARTS " == *" trained "* ]]; then
   HF_DIR="${KILN_HF_DIR:-/tmp/kiln-hf}"
   model=smollm2-135m
@@ -244,6 +249,7 @@ if [[ " $PARTS " == *" trained "* ]]; then
   [[ -n "${result[${name}_f32_cuda]:-}" ]] && echo "${name}_f32_cuda: ${result[${name}_f32_cuda]}"
 fi
 
+write_report
 if [[ " $PARTS " == *" sweep "* ]]; then
   tests+=("gemv_sweep")
   echo "== kiln_gemv_sweep"
@@ -253,6 +259,7 @@ if [[ " $PARTS " == *" sweep "* ]]; then
   [[ $rc == 0 ]] || status=1
 fi
 
+write_report
 if [[ " $PARTS " == *" bench "* ]]; then
   model="${KILN_BENCH_MODEL:-llama3-8b}"
   ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
@@ -329,6 +336,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
   done
 fi
 
+write_report
 if [[ " $PARTS " == *" attention "* ]]; then
   tests+=("attention_bench")
   echo "== attention kernels alone beside torch SDPA"
@@ -343,6 +351,7 @@ if [[ " $PARTS " == *" attention "* ]]; then
   result[attention_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
 fi
 
+write_report
 if [[ " $PARTS " == *" sanitizer "* ]]; then
   for tool in memcheck racecheck; do
     tests+=("sanitizer_$tool")
