@@ -311,6 +311,11 @@ bool streamsSingleRowGemm(int64_t n, int64_t k) {
   return k % kGemvStreamChunk == 0 && n * k * 2 <= kGemvStreamMaxWeightBytes;
 }
 
+int64_t gemvStreamSharedBytes() {
+  const int64_t stage_bytes = kGemvStreamRows * kGemvStreamChunk * 2;
+  return kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4 + 8 * 4;
+}
+
 namespace {
 
 // `extra_config`: rope_kv_append's Config members and the norm fold's.
@@ -318,8 +323,7 @@ Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const
   const bool paired = silu_mul || rope;
   const int64_t tiles = paired ? (n / 2 + kGemvStreamRows / 2 - 1) / (kGemvStreamRows / 2)
                                : (n + kGemvStreamRows - 1) / kGemvStreamRows;
-  const int64_t stage_bytes = kGemvStreamRows * kGemvStreamChunk * 2;
-  const int64_t smem = kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4 + 8 * 4;
+  const int64_t smem = gemvStreamSharedBytes();
   Body b{"gemv_stream.cuh", "", "gemv_stream",
          {288, fmt::format("[min(tiles={}, SMs), 1, 1], {} bytes of dynamic shared memory", tiles, smem),
           rope ? "GemvRopeParams" : "GemvParams"}};

@@ -58,5 +58,9 @@ Result<std::string> instanceSource(std::string_view kind, const nlohmann::json& 
 // instance (gemv_stream.cuh): rows of whole 2048-column chunks, W at most
 // 256 MiB. The LM head's 1 GB stays on gemv.cuh, at the HBM ceiling already.
 bool streamsSingleRowGemm(int64_t n, int64_t k);
+// The streamed instances' dynamic shared memory (128 KiB of ring and its
+// barriers): a device whose blocks cannot opt into that much (sm_120's
+// 99 KiB) runs gemv.cuh instead.
+int64_t gemvStreamSharedBytes();
 
 }  // namespace kiln::cuda_codegen

@@ -278,7 +278,10 @@ TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
     EXPECT_EQ(list->at(1).params["gemv_stream"], true);
     auto src = instanceSource("gemm", list->at(1).params, list->at(1).name);
     EXPECT_TRUE(src.ok()) << src.error().message;
-    return src->source.find("gemv_stream.cuh") != std::string::npos;
+    const bool is_stream = src->source.find("gemv_stream.cuh") != std::string::npos;
+    if (is_stream)  // the executor checks the device's opt-in shared memory against this
+      EXPECT_NE(src->source.find(fmt::format("kSmemBytes = {};", gemvStreamSharedBytes())), std::string::npos);
+    return is_stream;
   };
   EXPECT_TRUE(streamed(4096, 14336));
   EXPECT_TRUE(streamed(28672, 4096, {{"silu_mul", true}}));

@@ -915,7 +915,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
   instance_options.wgmma = hopper;
-  instance_options.stream_gemv = options.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch);
+  int smem_optin = 0;  // a block's dynamic shared memory ceiling
+  d->cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, st.device);
+  instance_options.stream_gemv = options.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch) &&
+                                 smem_optin >= cuda_codegen::gemvStreamSharedBytes();
   const bool fold_norms = options.fold_norms && instance_options.stream_gemv;
   instance_options.activation_type = manifest.activation_type;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
