@@ -325,7 +325,7 @@ Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const
                                : (n + kGemvStreamRows - 1) / kGemvStreamRows;
   const int64_t smem = gemvStreamSharedBytes();
   Body b{"gemv_stream.cuh", "", "gemv_stream",
-         {288, fmt::format("[min(tiles={}, SMs), 1, 1], {} bytes of dynamic shared memory", tiles, smem),
+         {288, fmt::format("[min(tiles={}, SMs), 1, 1], dynamic smem {} bytes", tiles, smem),
           rope ? "GemvRopeParams" : "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
