@@ -95,7 +95,8 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     nlohmann::json single = params;
     single["weight_type"] = "bf16";
     single["gemv_max_rows"] = 1;
-    if (options.stream_gemv) single["gemv_stream"] = true;
+    if (options.stream_gemv && streamsSingleRowGemm(params.value("n", int64_t(0)), params.value("k", int64_t(0))))
+      single["gemv_stream"] = true;
     if (options.stream_gemv && options.single_row_fusion.is_object()) single.update(options.single_row_fusion);
     add(InstanceRole::kSingleRow, kind, single, instanceName(kind, single));
   }
@@ -105,7 +106,8 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     variant.update(options.skinny_fusion);
     add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
     variant["gemv_max_rows"] = 1;
-    if (options.stream_gemv) variant["gemv_stream"] = true;
+    if (options.stream_gemv && streamsSingleRowGemm(params.value("n", int64_t(0)), params.value("k", int64_t(0))))
+      variant["gemv_stream"] = true;
     if (options.stream_gemv && options.single_row_fusion.is_object()) variant.update(options.single_row_fusion);
     add(InstanceRole::kFusedSingleRow, kind, variant, instanceName(kind, variant));
   }

@@ -45,7 +45,8 @@ struct StepInstanceOptions {
   // kernel is flash_attention_wgmma, else flash_attention (mma.sync).
   bool wgmma = true;
   // The single-row gemm instances stream W through a bulk-copy ring where
-  // it fits (gemv_stream.cuh, param gemv_stream): an sm_90 target.
+  // it fits (gemv_stream.cuh, param gemv_stream, added only for the shapes
+  // streamsSingleRowGemm takes): an sm_90 target.
   bool stream_gemv = true;
   // gemm: SkinnyFusion::single_row_params, the folded norm's params for its
   // streamed single-row instance (null: none; needs stream_gemv).
