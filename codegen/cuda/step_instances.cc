@@ -91,25 +91,27 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     add(InstanceRole::kStep, kind, params, manifest_instance);
   }
   const bool fused = kind == "gemm" && options.skinny_fusion.is_object() && !options.skinny_fusion.empty();
+  // A gemm's instance for batches of one row: streamed where its shape
+  // streams, with the norm before it folded in where the plan allows.
+  const bool streams = options.stream_gemv && kind == "gemm" &&
+                       streamsSingleRowGemm(params.value("n", int64_t(0)), params.value("k", int64_t(0)));
+  auto addSingleRow = [&](InstanceRole role, nlohmann::json p) {
+    p["gemv_max_rows"] = 1;
+    if (streams) p["gemv_stream"] = true;
+    if (options.stream_gemv && options.single_row_fusion.is_object()) p.update(options.single_row_fusion);
+    add(role, kind, p, instanceName(kind, p));
+  };
   if (kind == "gemm" && !fused) {  // a fused gemm's skinny batches all run the fused variants
     nlohmann::json single = params;
     single["weight_type"] = "bf16";
-    single["gemv_max_rows"] = 1;
-    if (options.stream_gemv && streamsSingleRowGemm(params.value("n", int64_t(0)), params.value("k", int64_t(0))))
-      single["gemv_stream"] = true;
-    if (options.stream_gemv && options.single_row_fusion.is_object()) single.update(options.single_row_fusion);
-    add(InstanceRole::kSingleRow, kind, single, instanceName(kind, single));
+    addSingleRow(InstanceRole::kSingleRow, std::move(single));
   }
   if (fused) {
     nlohmann::json variant = params;
     variant["weight_type"] = "bf16";
     variant.update(options.skinny_fusion);
     add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
-    variant["gemv_max_rows"] = 1;
-    if (options.stream_gemv && streamsSingleRowGemm(params.value("n", int64_t(0)), params.value("k", int64_t(0))))
-      variant["gemv_stream"] = true;
-    if (options.stream_gemv && options.single_row_fusion.is_object()) variant.update(options.single_row_fusion);
-    add(InstanceRole::kFusedSingleRow, kind, variant, instanceName(kind, variant));
+    addSingleRow(InstanceRole::kFusedSingleRow, std::move(variant));
   }
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 

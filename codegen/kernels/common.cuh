@@ -29,30 +29,28 @@ template <> __device__ __forceinline__ f16 from_float<f16>(float x) { return __f
 template <class T> __device__ __forceinline__ float round_to(float x) { return to_float(from_float<T>(x)); }
 
 // Loads 8 consecutive elements of T (16 bytes for 2-byte types, 32 for f32)
-// into f32; `p` must be 16-byte aligned.
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float (&out)[8]) {
+// into f32 through `load` (const uint4* -> uint4: plain, read-only path, or
+// with an L2 policy); `p` must be 16-byte aligned.
+template <class T, class Load>
+__device__ __forceinline__ void load8_with(const T* p, float (&out)[8], Load load) {
   constexpr int kPerVec = 16 / sizeof(T);
 #pragma unroll
   for (int v = 0; v < 8 / kPerVec; ++v) {
-    uint4 raw = *reinterpret_cast<const uint4*>(p + v * kPerVec);
+    const uint4 raw = load(reinterpret_cast<const uint4*>(p + v * kPerVec));
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kPerVec; ++i) out[v * kPerVec + i] = to_float(e[i]);
   }
 }
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float (&out)[8]) {
+  load8_with(p, out, [](const uint4* q) { return *q; });
+}
 
 // Read-only-path variant for weights that never change during a kernel.
 template <class T>
 __device__ __forceinline__ void load8_nc(const T* p, float (&out)[8]) {
-  constexpr int kPerVec = 16 / sizeof(T);
-#pragma unroll
-  for (int v = 0; v < 8 / kPerVec; ++v) {
-    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p + v * kPerVec));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kPerVec; ++i) out[v * kPerVec + i] = to_float(e[i]);
-  }
+  load8_with(p, out, [](const uint4* q) { return __ldg(q); });
 }
 
 // L2 policies for loads that name one (load8_stream). A kernel that reads
@@ -75,17 +73,13 @@ __device__ __forceinline__ unsigned long long l2_policy_evict_normal() {
 // load8_nc under an L2 policy from the functions above.
 template <class T>
 __device__ __forceinline__ void load8_stream(const T* p, float (&out)[8], unsigned long long policy) {
-  constexpr int kPerVec = 16 / sizeof(T);
-#pragma unroll
-  for (int v = 0; v < 8 / kPerVec; ++v) {
+  load8_with(p, out, [policy](const uint4* q) {
     uint4 raw;
     asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
-                 : "l"(p + v * kPerVec), "l"(policy));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kPerVec; ++i) out[v * kPerVec + i] = to_float(e[i]);
-  }
+                 : "l"(q), "l"(policy));
+    return raw;
+  });
 }
 
 template <class T>

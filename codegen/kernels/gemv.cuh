@@ -4,9 +4,8 @@
 // loads in flight per lane before any math, each weight row split over
 // kSplitK warps (split-K inside the block, reduced through shared memory in
 // a fixed order, so the result does not depend on the batch size or timing:
-// no atomics). The first
-// weight loads are issued before waiting on the previous kernel (see
-// wait_for_previous_kernel in common.cuh).
+// no atomics). The first weight loads are issued before waiting on the
+// previous kernel (see wait_for_previous_kernel in common.cuh).
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
 //
