@@ -291,6 +291,28 @@ TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
                                        {"gemv_stream", true}});
   ASSERT_TRUE(eight.ok());
   EXPECT_EQ(eight->find("gemv_stream.cuh"), std::string::npos) << "8-row instances keep gemv.cuh";
+  // A folded norm needs the streamed instance, and a positive epsilon.
+  const nlohmann::json fold = {{"n", 4096}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false},
+                               {"gemv_max_rows", 1}, {"gemv_stream", true}, {"norm_epsilon", 1e-5},
+                               {"norm_x_type", "f32"}, {"norm_sum_type", "f32"}, {"norm_writes_sum", true}};
+  auto folded = instanceSource("gemm", fold);
+  ASSERT_TRUE(folded.ok()) << folded.error().message;
+  EXPECT_NE(folded->find("kNormFold = true;"), std::string::npos) << *folded;
+  nlohmann::json unstreamed = fold;
+  unstreamed["k"] = 576;
+  auto k576 = instanceSource("gemm", unstreamed);
+  ASSERT_FALSE(k576.ok());
+  EXPECT_NE(k576.error().message.find("needs the streamed single-row instance"), std::string::npos)
+      << k576.error().message;
+  EXPECT_NE(k576.error().message.find("k is 576"), std::string::npos) << k576.error().message;
+  nlohmann::json bad_epsilon = fold;
+  bad_epsilon["norm_epsilon"] = 0.0;
+  auto zero = instanceSource("gemm", bad_epsilon);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("'norm_epsilon' is 0, expected > 0"), std::string::npos) << zero.error().message;
+  nlohmann::json bad_flag = fold;
+  bad_flag["gemv_stream"] = "yes";
+  EXPECT_FALSE(instanceSource("gemm", bad_flag).ok()) << "gemv_stream must be a boolean";
 
   const std::string long_name(300, 'x');
   const std::string bounded = boundedInstanceName(long_name);
