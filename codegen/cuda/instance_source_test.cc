@@ -199,6 +199,29 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   EXPECT_NE(missing.error().message.find("manifest.json"), std::string::npos);
 }
 
+// A residual_rms_norm whose sum the gemm before it writes (cuBLASLt
+// batches) also gets the rms_norm over that sum, which generates and reads
+// only x (no residual, no sum written).
+TEST(StepInstances, ResidualNormGetsTheNormOfTheGemmsSum) {
+  const json norm = {{"epsilon", 1e-5}, {"hidden", 4096}, {"x_type", "f32"}, {"sum_type", "f32"}, {"writes_sum", true}};
+  auto plain = stepInstances("residual_rms_norm", norm, "norm_l0");
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->size(), 1u);
+  StepInstanceOptions options;
+  options.norm_of_sum = {{"epsilon", 1e-5}, {"hidden", 4096}, {"x_type", "f32"}};
+  auto list = stepInstances("residual_rms_norm", norm, "norm_l0", options);
+  ASSERT_TRUE(list.ok()) << list.error().message;
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[1].kind, "rms_norm");
+  EXPECT_STREQ(instanceRoleName((*list)[1].role), "norm_of_sum");
+  EXPECT_EQ((*list)[1].name, "rms_norm_epsilon1em05_hidden4096_x_typef32") << "the final norm's instance: compiled once";
+  auto generated = instanceSource((*list)[1].kind, (*list)[1].params, (*list)[1].name);
+  ASSERT_TRUE(generated.ok()) << generated.error().message;
+  EXPECT_NE(generated->source.find("kResidual = false"), std::string::npos);
+  EXPECT_NE(generated->source.find("kWritesSum = false"), std::string::npos);
+  EXPECT_NE(generated->source.find("using X = float"), std::string::npos);
+}
+
 TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
   const json attention = {{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
                           {"scale", 0.08838834764831845}, {"kv_type", "bf16"}, {"tree_mask", false}};

@@ -86,6 +86,36 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     out[g].single_row_params = std::move(fold);
     out[i].absorbed_single_row = true;
   }
+  // gemm -> residual_rms_norm(x, the gemm's output) -> (sum, out), for
+  // cuBLASLt batches: the GEMM writes sum = x + its product.
+  std::map<int64_t, size_t> last_read;  // value -> the last step reading it
+  for (size_t i = 0; i < steps.size(); ++i)
+    for (int64_t v : steps[i].value_args)
+      if (v >= 0) last_read[v] = i;
+  int64_t own_sum_busy_until = -1;  // the last step reading the own buffer's current sum
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    const PlanStep& gemm = steps[i];
+    const PlanStep& norm = steps[i + 1];
+    if (!isGemm(i) || gemm.value_args.empty() || gemm.params.value("bias", false)) continue;
+    if (norm.kind != "residual_rms_norm" || norm.value_args.size() < 2 || norm.results.size() != 2) continue;
+    if (!norm.params.value("writes_sum", false) || norm.params.value("x_type", "bf16") != "f32" ||
+        norm.params.value("sum_type", "bf16") != "f32" || !onlyReadBy(gemm.results[0], i + 1, 1))
+      continue;
+    const int64_t x = norm.value_args[0], sum = norm.results[0];
+    if (x == sum) continue;  // in place: cuBLASLt's autotuning reruns would add twice
+    const bool clash = overlap(sum, x) || overlap(sum, gemm.value_args[0]);
+    if (clash && (pinned.count(sum) || entry.views.count(sum) || int64_t(i) <= own_sum_busy_until)) continue;
+    if (clash) own_sum_busy_until = int64_t(last_read.count(sum) ? last_read[sum] : i + 1);
+    nlohmann::json rms{{"hidden", norm.params.value("hidden", int64_t(0))},
+                       {"epsilon", norm.params.value("epsilon", 1e-5)},
+                       {"x_type", "f32"}};
+    for (const char* key : {"weight_type", "out_type"})
+      if (norm.params.contains(key)) rms[key] = norm.params[key];
+    out[i].writes_norm_sum = true;
+    out[i + 1].sum_from_gemm = true;
+    out[i + 1].norm_of_sum_params = std::move(rms);
+    out[i + 1].sum_own_storage = clash;
+  }
   return out;
 }
 

@@ -14,6 +14,18 @@
 //     read by the gemm alone, and nothing the pair writes (the sum, the
 //     gemm's or its fused step's output) shares arena rows with the norm's
 //     inputs, which other blocks may still be reading.
+// And one fold for the batches the skinny kernels do not take (cuBLASLt's):
+//   - gemm -> residual_rms_norm of its output (no bias, an f32 stream and
+//     sum): the GEMM's epilogue adds the stream (beta 1, C the norm's x, D
+//     its sum, in f32), so the gemm writes the norm's sum and never its own
+//     output, and the norm then only normalizes the sum (an rms_norm
+//     instance over it). Per norm, that moves 50 of its 100 MB at 2048
+//     tokens of Llama-3-8B into the GEMM's epilogue, which overlaps the
+//     tensor cores. cuBLASLt reads C and B while it writes D, so the sum
+//     must not share rows with either; where the planner put it there (the
+//     o_proj's sum over the attention output, dead after the gemm in the
+//     plan as written), the sum gets storage of its own, one buffer for
+//     every such sum, only where their lives do not overlap.
 // A value is folded away only if no other step reads it and it is not pinned
 // (an entry output, or the storage of a view). The executor and kiln-kernels
 // both ask here, so kiln-kernels lists what the runtime compiles. Nor is a
@@ -84,6 +96,16 @@ struct SkinnyFusion {
   bool absorbed = false;
   // residual_rms_norm: done by the gemm after it in batches of one row.
   bool absorbed_single_row = false;
+  // gemm: cuBLASLt batches write the next step's (residual_rms_norm) sum
+  // from its x and this gemm's product (beta 1); its own output is not written.
+  bool writes_norm_sum = false;
+  // residual_rms_norm after a writes_norm_sum gemm: cuBLASLt batches only
+  // normalize the sum (norm_of_sum_params, an rms_norm instance's) ...
+  bool sum_from_gemm = false;
+  nlohmann::json norm_of_sum_params;
+  // ... which lives apart from the arena, in storage of the runtime's (one
+  // buffer serves every such sum: their lives do not overlap), for every batch.
+  bool sum_own_storage = false;
   // An absorbed rope_kv_append: its result (q) must live apart from the
   // arena, in storage of the runtime's, for every batch (one buffer can
   // serve every layer: each q is read by its attention before the next

@@ -184,5 +184,88 @@ TEST(SkinnyFusion, NoNormFoldWhereItCannotStreamOrWouldClobberItsInputs) {
   EXPECT_FALSE(skinnyFusions(f32)[0].absorbed_single_row);
 }
 
+
+// Two pre-norm residual adds after cuBLASLt GEMMs, as a Llama layer has:
+//   0 gemm(5) -> 6              o_proj; 5 is a view of 4
+//   1 residual_rms_norm(0, 6) -> (7, 8)    the planner put 7 over 4's rows
+//   2 gemm(8) -> 11             down
+//   3 residual_rms_norm(7, 11) -> (12, 13) 12 apart from everything
+//   4 gemm(13) -> 14            the next o_proj
+//   5 residual_rms_norm(12, 14) -> (15, 16) 15 over 13's rows
+//   6 add(15, 16) -> 17
+PlanEntry residualLayer() {
+  const nlohmann::json norm{{"epsilon", 1e-5}, {"hidden", 64}, {"x_type", "f32"}, {"sum_type", "f32"}, {"writes_sum", true}};
+  const nlohmann::json gemm{{"n", 64}, {"k", 64}, {"bias", false}, {"weight_type", "bf16"}};
+  PlanEntry plan;
+  plan.steps.push_back({"gemm", gemm, {5, -1}, {6}});
+  plan.steps.push_back({"residual_rms_norm", norm, {0, 6, -1}, {7, 8}});
+  plan.steps.push_back({"gemm", gemm, {8, -1}, {11}});
+  plan.steps.push_back({"residual_rms_norm", norm, {7, 11, -1}, {12, 13}});
+  plan.steps.push_back({"gemm", gemm, {13, -1}, {14}});
+  plan.steps.push_back({"residual_rms_norm", norm, {12, 14, -1}, {15, 16}});
+  plan.steps.push_back({"add", nlohmann::json::object(), {15, 16}, {17}});
+  plan.views = {5};
+  plan.pinned = {4, 17};
+  plan.storage = {{0, {0, 256}},     {4, {256, 384}},   {5, {256, 384}},   {6, {384, 512}},  {7, {256, 512}},
+                  {8, {512, 640}},   {11, {640, 768}},  {12, {768, 1024}}, {13, {1024, 1152}},
+                  {14, {1152, 1280}}, {15, {1024, 1280}}, {16, {0, 128}},   {17, {128, 384}}};
+  return plan;
+}
+
+TEST(SkinnyFusion, ResidualAddsMoveIntoTheGemmEpilogue) {
+  const auto f = skinnyFusions(residualLayer());
+  for (size_t g : {0u, 2u, 4u}) {
+    EXPECT_TRUE(f[g].writes_norm_sum) << g;
+    EXPECT_TRUE(f[g + 1].sum_from_gemm) << g + 1;
+    EXPECT_FALSE(f[g + 1].absorbed) << "the norm still runs, over the sum";
+    const nlohmann::json want{{"epsilon", 1e-5}, {"hidden", 64}, {"x_type", "f32"}};
+    EXPECT_EQ(f[g + 1].norm_of_sum_params, want) << g + 1;
+  }
+  // 7 lies over the o_proj's input and 15 over the next one's: storage of
+  // their own, one buffer (7's last reader, step 3, comes before step 4
+  // writes 15). 12 is written where it was planned.
+  EXPECT_TRUE(f[1].sum_own_storage);
+  EXPECT_FALSE(f[3].sum_own_storage);
+  EXPECT_TRUE(f[5].sum_own_storage);
+}
+
+TEST(SkinnyFusion, NoResidualEpilogueWhereTheSumCannotBeWrittenThere) {
+  auto fused = [](const PlanEntry& plan, size_t gemm) {
+    const auto f = skinnyFusions(plan);
+    EXPECT_EQ(f[gemm].writes_norm_sum, f[gemm + 1].sum_from_gemm);
+    return f[gemm].writes_norm_sum;
+  };
+  // 7 read again at step 6: still live when step 4 would write 15 into the
+  // one buffer, so 15 stays in the arena, over its gemm's input: no fold.
+  PlanEntry long_lived = residualLayer();
+  long_lived.steps[6].value_args = {15, 7};
+  EXPECT_TRUE(fused(long_lived, 0));
+  EXPECT_TRUE(fused(long_lived, 2));
+  EXPECT_FALSE(fused(long_lived, 4));
+  // A pinned sum cannot move out of the arena.
+  PlanEntry pinned = residualLayer();
+  pinned.pinned.insert(7);
+  EXPECT_FALSE(fused(pinned, 0));
+  EXPECT_TRUE(fused(pinned, 2));
+  // The gemm's output read by another step; a bias; a bf16 stream; no sum written.
+  PlanEntry read_twice = residualLayer();
+  read_twice.steps[6].value_args = {15, 11};
+  EXPECT_FALSE(fused(read_twice, 2));
+  PlanEntry bias = residualLayer();
+  bias.steps[2].params["bias"] = true;
+  EXPECT_FALSE(fused(bias, 2));
+  PlanEntry bf16 = residualLayer();
+  bf16.steps[3].params["x_type"] = "bf16";
+  EXPECT_FALSE(fused(bf16, 2));
+  PlanEntry no_sum = residualLayer();
+  no_sum.steps[5].params["writes_sum"] = false;
+  no_sum.steps[5].results = {16};
+  EXPECT_FALSE(fused(no_sum, 4));
+  // f32 plans: none (their GEMMs' output is the stream's type already).
+  PlanEntry f32 = residualLayer();
+  f32.activation_type = "f32";
+  EXPECT_FALSE(fused(f32, 0));
+}
+
 }  // namespace
 }  // namespace kiln::cuda_codegen

@@ -17,6 +17,7 @@ const char* instanceRoleName(InstanceRole role) {
     case InstanceRole::kFused: return "fused";
     case InstanceRole::kSingleRow: return "single_row";
     case InstanceRole::kFusedSingleRow: return "fused_single_row";
+    case InstanceRole::kNormOfSum: return "norm_of_sum";
   }
   return "?";
 }
@@ -113,6 +114,8 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
     addSingleRow(InstanceRole::kFusedSingleRow, std::move(variant));
   }
+  if (kind == "residual_rms_norm" && options.norm_of_sum.is_object() && !options.norm_of_sum.empty())
+    add(InstanceRole::kNormOfSum, "rms_norm", options.norm_of_sum, instanceName("rms_norm", options.norm_of_sum));
   if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
 
   // Decode: the bandwidth-bound split-KV kernel where its template serves

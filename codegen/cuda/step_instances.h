@@ -9,7 +9,9 @@
 //   - causal paged_attention: the step's CUDA-core kernel (tiny contexts),
 //     decode_attention (split-KV decode) with attention_combine, and for
 //     bf16 pools at head_dim 64 or 128 the tensor-core flash_attention
-//     (prefill), flash_attention_wgmma on Hopper.
+//     (prefill), flash_attention_wgmma on Hopper;
+//   - residual_rms_norm whose sum the gemm before it writes in cuBLASLt
+//     batches (skinny_fusion.h): the rms_norm over that sum.
 // An f32 plan (StepInstanceOptions::activation_type) gets f32 instances:
 // none for gemm (cuBLASLt in f32 at every batch size), and for attention
 // the CUDA-core kernel and its split mode with attention_combine.
@@ -28,8 +30,8 @@
 
 namespace kiln::cuda_codegen {
 
-enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused, kSingleRow, kFusedSingleRow };
-// "step", "decode", "combine", "prefill", "greedy", "fused", "single_row", "fused_single_row"
+enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused, kSingleRow, kFusedSingleRow, kNormOfSum };
+// "step", "decode", "combine", "prefill", "greedy", "fused", "single_row", "fused_single_row", "norm_of_sum"
 const char* instanceRoleName(InstanceRole role);
 
 struct StepInstance {
@@ -53,6 +55,9 @@ struct StepInstanceOptions {
   nlohmann::json single_row_fusion;
   // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
   nlohmann::json skinny_fusion;
+  // residual_rms_norm: SkinnyFusion::norm_of_sum_params, the rms_norm that
+  // cuBLASLt batches run over the sum the gemm before wrote (null: none).
+  nlohmann::json norm_of_sum;
   // The manifest's activation_type: "bf16", or "f32" (vLLM's --dtype
   // float32: every activation, the logits and the GEMMs in f32).
   std::string activation_type = "bf16";

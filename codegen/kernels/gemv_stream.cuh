@@ -122,7 +122,7 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full + 8 * s, 1);
-      mbarrier_init(empty + 8 * s, kWarps);
+      mbarrier_init(empty + 8 * s, kGemvStreamConsumers);
     }
   }
   __syncthreads();
@@ -215,8 +215,13 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
 #pragma unroll
       for (int r = 0; r < kR; ++r)
         dot8_bf16(*reinterpret_cast<const uint4*>(ring + (s * kR + r) * kGemvStreamChunk + tid * 8), xv[c], acc[r]);
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty + 8 * s);
+      // Every consumer thread counts in its own reads of the stage. One
+      // arrival a warp after __syncwarp is as ordered under the PTX memory
+      // model, but compute-sanitizer's racecheck does not follow the warp
+      // barrier and reports each lane's read as racing the next bulk copy
+      // (95232 hazards a case, 2026-11-29); flash_attention_wgmma's
+      // consumers arrive one a thread for the same reason.
+      mbarrier_arrive(empty + 8 * s);
     }
     float (*partial)[1] = reinterpret_cast<float (*)[1]>(partials + buffer * kR * kWarps);
 #pragma unroll

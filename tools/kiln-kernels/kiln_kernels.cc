@@ -89,6 +89,7 @@ kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, co
       options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
       options.stream_gemv = kiln::cuda_codegen::bulkCopyTarget(arch);
       if (options.stream_gemv) options.single_row_fusion = fusions[i].single_row_params;
+      options.norm_of_sum = fusions[i].norm_of_sum_params;
       options.activation_type = activation_type;
       auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is

@@ -132,6 +132,13 @@ struct BoundStep {
   // writes; that step is then skipped in batches of one row.
   int folded_norm = -1;
   bool absorbed_single_row = false;  // residual_rms_norm
+  // gemm, batches cuBLASLt runs: the residual_rms_norm step after it whose
+  // sum its epilogue writes (the norm's x + this product, beta 1); its own
+  // output is then not written. That norm runs norm_of_sum_fn over the sum.
+  int sum_norm = -1;
+  bool sum_from_gemm = false;  // residual_rms_norm
+  CUfunction norm_of_sum_fn = nullptr;
+  unsigned norm_of_sum_block = 0;
 };
 
 // The skinny GEMM a gemm step runs for `rows` <= kGemvMaxRows rows: its
@@ -141,6 +148,9 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
   if (s.fused.fn) return rows == 1 && s.fused_single.fn ? s.fused_single : s.fused;
   return rows == 1 && s.gemv_single.fn ? s.gemv_single : s.gemv;
 }
+
+// Whether cuBLASLt runs gemm step `s` at `rows` rows (else a skinny kernel).
+bool onCublas(const BoundStep& s, int64_t rows) { return rows > kGemvMaxRows || !skinnyKernel(s, rows).fn; }
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
@@ -218,8 +228,9 @@ Status checkValueTypes(const Step& step, const nlohmann::json& typed, int gemm_e
 struct GemmPlanKey {
   int64_t n, k, rows;
   bool bias;
+  bool adds_residual;  // C and D are the f32 stream and sum, beta 1 (BoundStep::sum_norm)
   bool operator<(const GemmPlanKey& o) const {
-    return std::tie(n, k, rows, bias) < std::tie(o.n, o.k, o.rows, o.bias);
+    return std::tie(n, k, rows, bias, adds_residual) < std::tie(o.n, o.k, o.rows, o.bias, o.adds_residual);
   }
 };
 struct GemmPlan {
@@ -396,7 +407,8 @@ struct CudaExecutor::State {
 Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows) {
   const int64_t n = s.width, k = s.k;
   const bool bias = hasBias(s);
-  GemmPlanKey key{n, k, rows, bias};
+  const bool adds_residual = s.sum_norm >= 0;
+  GemmPlanKey key{n, k, rows, bias, adds_residual};
   if (auto it = gemm_plans.find(key); it != gemm_plans.end()) return &it->second;
   // Row-major y[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major
   // y'[n, rows] = W'ᵀ · x' with W' = [k, n] (ld k) and x' = [k, rows] (ld k).
@@ -419,7 +431,9 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
                              "layout W"));
   KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.b, gemm_type, uint64_t(k), uint64_t(rows), k),
                              "layout x"));
-  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.c, gemm_type, uint64_t(n), uint64_t(rows), n),
+  // bf16 x and W with f32 C and D: one of cuBLASLt's supported type sets.
+  KILN_RETURN_IF_ERROR(check(lt->cublasLtMatrixLayoutCreate(&plan.c, adds_residual ? CUDA_R_32F : gemm_type,
+                                                            uint64_t(n), uint64_t(rows), n),
                              "layout y"));
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_RETURN_IF_ERROR(check(lt->cublasLtMatmulPreferenceCreate(&pref), "preference"));
@@ -447,12 +461,18 @@ Status CudaExecutor::State::runGemm(const BoundStep& s, GemmPlan& plan, const cu
     void* ptr = reinterpret_cast<void*>(s.weights[2]);
     lt->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  // y = x·Wᵀ, or with the norm after it: its sum = its x + x·Wᵀ.
+  CUdeviceptr c = s.results[0].ptr, y = s.results[0].ptr;
+  if (s.sum_norm >= 0) {
+    const BoundStep& norm = steps[size_t(s.sum_norm)];
+    c = norm.args[0].ptr;
+    y = norm.results[0].ptr;
+  }
+  const float alpha = 1.0f, beta = s.sum_norm >= 0 ? 1.0f : 0.0f;
   cublasStatus_t st = lt->cublasLtMatmul(
       lt_handle, plan.desc, &alpha, reinterpret_cast<const void*>(s.weights[1]), plan.a,
-      reinterpret_cast<const void*>(s.args[0].ptr), plan.b, &beta,
-      reinterpret_cast<const void*>(s.results[0].ptr), plan.c,
-      reinterpret_cast<void*>(s.results[0].ptr), plan.c, &algo,
+      reinterpret_cast<const void*>(s.args[0].ptr), plan.b, &beta, reinterpret_cast<const void*>(c), plan.c,
+      reinterpret_cast<void*>(y), plan.c, &algo,
       reinterpret_cast<void*>(workspace), kCublasWorkspace, stream);
   if (st != CUBLAS_STATUS_SUCCESS)
     return makeError("cublasLtMatmul failed (status {}) for n {} k {}", int(st), s.width, s.k);
@@ -937,12 +957,27 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
           for (int64_t id : entry->steps[i].results) own_storage[id] = buffer;
       ex->device_bytes_ += alignUp(own_bytes);
     }
+    // One buffer serves every sum the planner put where cuBLASLt could not
+    // write it beside its inputs: skinnyFusions gave it only to sums whose
+    // lives do not overlap.
+    int64_t sum_bytes = 0;
+    for (size_t i = 0; i < fusions.size(); ++i)
+      if (options.residual_epilogue && fusions[i].sum_own_storage)
+        if (const EntryValue* v = entry->findValue(entry->steps[i].results[0]))
+          sum_bytes = std::max(sum_bytes, v->row_bytes * max_tokens);
+    if (sum_bytes > 0) {
+      KILN_ASSIGN(buffer, st.alloc(alignUp(sum_bytes), "the residual sums the gemm epilogues write"));
+      for (size_t i = 0; i < fusions.size(); ++i)
+        if (fusions[i].sum_own_storage) own_storage[entry->steps[i].results[0]] = buffer;
+      ex->device_bytes_ += alignUp(sum_bytes);
+    }
   }
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
     instance_options.skinny_fusion = fusions[i].gemm_params;
     instance_options.single_row_fusion = fold_norms ? fusions[i].single_row_params : nlohmann::json();
+    instance_options.norm_of_sum = options.residual_epilogue ? fusions[i].norm_of_sum_params : nlohmann::json();
     auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
                                                  step.instance, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
@@ -1028,6 +1063,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
           if (role == Role::kFused) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused));
           if (role == Role::kFusedSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused_single));
         }
+      } else if (it != extra_instances.end() && step.kind == StepKind::kResidualRmsNorm) {
+        const std::string& name = it->second.at(Role::kNormOfSum);
+        s.norm_of_sum_fn = functions[source_index[name]];
+        s.norm_of_sum_block = block_threads[name];
       } else if (it != extra_instances.end()) {
         std::map<Role, std::string>& by_role = it->second;
         unsigned combine_smem = 0;
@@ -1217,6 +1256,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       st.steps[i].absorbed_single_row = true;
       st.steps[i + 1].folded_norm = int(i);
     }
+    if (fusions[i].writes_norm_sum && st.steps[i + 1].norm_of_sum_fn) {  // cuBLASLt's epilogue adds the residual
+      st.steps[i].sum_norm = int(i + 1);
+      st.steps[i + 1].sum_from_gemm = true;
+    }
     if (!st.steps[i].fused.fn) continue;
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
@@ -1305,6 +1348,9 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     } else if (s.kind == StepKind::kGemm && skinny) {
       name = skinnyKernel(s, rowsOf(s.args[0], shape)).instance;
     }
+    const int64_t rows = s.args.empty() ? 0 : rowsOf(s.args[0], shape);
+    if (s.kind == StepKind::kGemm && s.sum_norm >= 0 && onCublas(s, rows)) name += " (+ residual, f32 out)";
+    if (s.sum_from_gemm && onCublas(steps[i - 1], rows)) name += " (the sum from the gemm: rms_norm)";
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
       name = fmt::format("{} (heads {}/{}, head_dim {})", path == kFlashPath ? s.flash_kind.c_str() : path, s.heads,
@@ -1368,6 +1414,11 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
         if (s.absorbed_single_row && r == 1) break;  // the streamed gemm after it does it
+        if (s.sum_from_gemm && onCublas(steps[i - 1], r)) {  // the gemm before it wrote the sum
+          kk::RmsNormParams p{ptr(s.results[0].ptr), nullptr, ptr(s.weights[2]), nullptr, ptr(s.results[1].ptr), int(r)};
+          status = launch(s.norm_of_sum_fn, s.norm_of_sum_block, unsigned(r), 1, 1, &p);
+          break;
+        }
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};
