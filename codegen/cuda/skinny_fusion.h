@@ -14,14 +14,15 @@
 //     read by the gemm alone, and nothing the pair writes (the sum, the
 //     gemm's or its fused step's output) shares arena rows with the norm's
 //     inputs, which other blocks may still be reading.
-// And one fold for the batches the skinny kernels do not take (cuBLASLt's):
+// And one fold for batches the skinny kernels do not take (cuBLASLt's; the
+// executor uses it at decode sizes only, where the algorithm is measured:
+// addsResidual in executor.cc says why):
 //   - gemm -> residual_rms_norm of its output (no bias, an f32 stream and
 //     sum): the GEMM's epilogue adds the stream (beta 1, C the norm's x, D
 //     its sum, in f32), so the gemm writes the norm's sum and never its own
 //     output, and the norm then only normalizes the sum (an rms_norm
-//     instance over it). Per norm, that moves 50 of its 100 MB at 2048
-//     tokens of Llama-3-8B into the GEMM's epilogue, which overlaps the
-//     tensor cores. cuBLASLt reads C and B while it writes D, so the sum
+//     instance over it): half the norm's bytes move into the GEMM's
+//     epilogue. cuBLASLt reads C and B while it writes D, so the sum
 //     must not share rows with either; where the planner put it there (the
 //     o_proj's sum over the attention output, dead after the gemm in the
 //     plan as written), the sum gets storage of its own, one buffer for

@@ -152,6 +152,19 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
 // Whether cuBLASLt runs gemm step `s` at `rows` rows (else a skinny kernel).
 bool onCublas(const BoundStep& s, int64_t rows) { return rows > kGemvMaxRows || !skinnyKernel(s, rows).fn; }
 
+// Whether gemm step `s` at `rows` rows also adds the residual of the norm
+// after it (BoundStep::sum_norm): only in the decode-sized batches whose
+// cuBLASLt algorithm is measured (kAutotuneMaxRows). Llama-3-8B on the H200
+// (2026-11-29, medians of 7 runs, two runs each): batch-32 decode 4.909 /
+// 4.884 -> 4.812 / 4.863 ms per step on the GPU, but a 2048-token prefill
+// 48.1 / 47.9 -> 48.1 / 48.5 ms and batch 32's 4096-token prefill 84.0 /
+// 84.4 -> 86.9 / 86.1 ms: with f32 C and D, cuBLASLt's first heuristic
+// choice ran o_proj at 2048 rows in 120.9 us (94 with bf16 out), and down
+// in 336.6 (308), more than the norms saved (28.5 -> 15.2 us a launch).
+bool addsResidual(const BoundStep& s, int64_t rows) {
+  return s.sum_norm >= 0 && rows <= kAutotuneMaxRows && onCublas(s, rows);
+}
+
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
@@ -237,6 +250,7 @@ struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool adds_residual = false;  // GemmPlanKey's
 };
 
 }  // namespace
@@ -407,12 +421,13 @@ struct CudaExecutor::State {
 Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows) {
   const int64_t n = s.width, k = s.k;
   const bool bias = hasBias(s);
-  const bool adds_residual = s.sum_norm >= 0;
+  const bool adds_residual = addsResidual(s, rows);
   GemmPlanKey key{n, k, rows, bias, adds_residual};
   if (auto it = gemm_plans.find(key); it != gemm_plans.end()) return &it->second;
   // Row-major y[rows, n] = x[rows, k] · W[n, k]ᵀ is column-major
   // y'[n, rows] = W'ᵀ · x' with W' = [k, n] (ld k) and x' = [k, rows] (ld k).
   GemmPlan plan;
+  plan.adds_residual = adds_residual;
   auto check = [&](cublasStatus_t st, const char* what) -> Status {
     if (st == CUBLAS_STATUS_SUCCESS) return {};
     return makeError("cuBLASLt {} failed (status {}) for a GEMM n {} k {} rows {}", what, int(st),
@@ -463,12 +478,12 @@ Status CudaExecutor::State::runGemm(const BoundStep& s, GemmPlan& plan, const cu
   }
   // y = x·Wᵀ, or with the norm after it: its sum = its x + x·Wᵀ.
   CUdeviceptr c = s.results[0].ptr, y = s.results[0].ptr;
-  if (s.sum_norm >= 0) {
+  if (plan.adds_residual) {
     const BoundStep& norm = steps[size_t(s.sum_norm)];
     c = norm.args[0].ptr;
     y = norm.results[0].ptr;
   }
-  const float alpha = 1.0f, beta = s.sum_norm >= 0 ? 1.0f : 0.0f;
+  const float alpha = 1.0f, beta = plan.adds_residual ? 1.0f : 0.0f;
   cublasStatus_t st = lt->cublasLtMatmul(
       lt_handle, plan.desc, &alpha, reinterpret_cast<const void*>(s.weights[1]), plan.a,
       reinterpret_cast<const void*>(s.args[0].ptr), plan.b, &beta, reinterpret_cast<const void*>(c), plan.c,
@@ -1349,8 +1364,8 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
       name = skinnyKernel(s, rowsOf(s.args[0], shape)).instance;
     }
     const int64_t rows = s.args.empty() ? 0 : rowsOf(s.args[0], shape);
-    if (s.kind == StepKind::kGemm && s.sum_norm >= 0 && onCublas(s, rows)) name += " (+ residual, f32 out)";
-    if (s.sum_from_gemm && onCublas(steps[i - 1], rows)) name += " (the sum from the gemm: rms_norm)";
+    if (s.kind == StepKind::kGemm && addsResidual(s, rows)) name += " (+ residual, f32 out)";
+    if (s.sum_from_gemm && addsResidual(steps[i - 1], rows)) name += " (the sum from the gemm: rms_norm)";
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
       name = fmt::format("{} (heads {}/{}, head_dim {})", path == kFlashPath ? s.flash_kind.c_str() : path, s.heads,
@@ -1414,7 +1429,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
         if (s.absorbed_single_row && r == 1) break;  // the streamed gemm after it does it
-        if (s.sum_from_gemm && onCublas(steps[i - 1], r)) {  // the gemm before it wrote the sum
+        if (s.sum_from_gemm && addsResidual(steps[i - 1], r)) {  // the gemm before it wrote the sum
           kk::RmsNormParams p{ptr(s.results[0].ptr), nullptr, ptr(s.weights[2]), nullptr, ptr(s.results[1].ptr), int(r)};
           status = launch(s.norm_of_sum_fn, s.norm_of_sum_block, unsigned(r), 1, 1, &p);
           break;

@@ -53,10 +53,10 @@ struct CudaExecutorOptions {
   // ... with the residual_rms_norm before qkv and gate/up folded into them
   // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool fold_norms = true;
-  // Batches cuBLASLt runs: the o_proj and down GEMMs add their product to
-  // the f32 residual stream in the epilogue and write the sum, so the
-  // residual_rms_norm after them only normalizes (codegen/cuda/skinny_fusion.h);
-  // false for A/B measurements.
+  // Decode batches cuBLASLt runs (9 to 512 rows): the o_proj and down GEMMs
+  // add their product to the f32 residual stream in the epilogue and write
+  // the sum, so the residual_rms_norm after them only normalizes
+  // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool residual_epilogue = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance
