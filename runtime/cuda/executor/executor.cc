@@ -958,34 +958,29 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   instance_options.activation_type = manifest.activation_type;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
   {
-    // One buffer serves every fused rope's q: each layer's is read by its
-    // attention before the next layer's gemm writes.
-    int64_t own_bytes = 0;
-    for (size_t i = 0; i < fusions.size(); ++i)
-      if (fusions[i].own_storage)
-        for (int64_t id : entry->steps[i].results)
-          if (const EntryValue* v = entry->findValue(id)) own_bytes = std::max(own_bytes, v->row_bytes * max_tokens);
-    if (own_bytes > 0) {
-      KILN_ASSIGN(buffer, st.alloc(alignUp(own_bytes), "the fused qkv projections' q"));
-      for (size_t i = 0; i < fusions.size(); ++i)
-        if (fusions[i].own_storage)
-          for (int64_t id : entry->steps[i].results) own_storage[id] = buffer;
-      ex->device_bytes_ += alignUp(own_bytes);
+    // Values a fusion moves out of the arena, each set into one buffer:
+    // every fused rope's q (each layer's is read by its attention before the
+    // next layer's gemm writes), and every sum the planner put where
+    // cuBLASLt could not write it beside its inputs (skinnyFusions moves
+    // only sums whose lives do not overlap).
+    auto shareOneBuffer = [&](const std::vector<int64_t>& values, const char* what) -> Status {
+      int64_t bytes = 0;
+      for (int64_t id : values)
+        if (const EntryValue* v = entry->findValue(id)) bytes = std::max(bytes, v->row_bytes * max_tokens);
+      if (bytes == 0) return {};
+      KILN_ASSIGN(buffer, st.alloc(alignUp(bytes), what));
+      for (int64_t id : values) own_storage[id] = buffer;
+      ex->device_bytes_ += alignUp(bytes);
+      return {};
+    };
+    std::vector<int64_t> fused_q, moved_sums;
+    for (size_t i = 0; i < fusions.size(); ++i) {
+      const std::vector<int64_t>& results = entry->steps[i].results;
+      if (fusions[i].own_storage) fused_q.insert(fused_q.end(), results.begin(), results.end());
+      if (options.residual_epilogue && fusions[i].sum_own_storage) moved_sums.push_back(results[0]);
     }
-    // One buffer serves every sum the planner put where cuBLASLt could not
-    // write it beside its inputs: skinnyFusions gave it only to sums whose
-    // lives do not overlap.
-    int64_t sum_bytes = 0;
-    for (size_t i = 0; i < fusions.size(); ++i)
-      if (options.residual_epilogue && fusions[i].sum_own_storage)
-        if (const EntryValue* v = entry->findValue(entry->steps[i].results[0]))
-          sum_bytes = std::max(sum_bytes, v->row_bytes * max_tokens);
-    if (sum_bytes > 0) {
-      KILN_ASSIGN(buffer, st.alloc(alignUp(sum_bytes), "the residual sums the gemm epilogues write"));
-      for (size_t i = 0; i < fusions.size(); ++i)
-        if (fusions[i].sum_own_storage) own_storage[entry->steps[i].results[0]] = buffer;
-      ex->device_bytes_ += alignUp(sum_bytes);
-    }
+    KILN_RETURN_IF_ERROR(shareOneBuffer(fused_q, "the fused qkv projections' q"));
+    KILN_RETURN_IF_ERROR(shareOneBuffer(moved_sums, "the residual sums the gemm epilogues write"));
   }
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const Step& step = entry->steps[i];
