@@ -311,6 +311,12 @@ bool streamsSingleRowGemm(int64_t n, int64_t k) {
   return k % kGemvStreamChunk == 0 && n * k * 2 <= kGemvStreamMaxWeightBytes;
 }
 
+int configConstant(const std::string& source, std::string_view name, int fallback) {
+  const std::string key = std::string(name) + " = ";
+  const size_t at = source.find(key);
+  return at == std::string::npos ? fallback : std::atoi(source.c_str() + at + key.size());
+}
+
 int64_t gemvStreamSharedBytes() {
   const int64_t stage_bytes = kGemvStreamRows * kGemvStreamChunk * 2;
   return kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4 + 8 * 4;

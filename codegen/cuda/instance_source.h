@@ -63,4 +63,9 @@ bool streamsSingleRowGemm(int64_t n, int64_t k);
 // 99 KiB) runs gemv.cuh instead.
 int64_t gemvStreamSharedBytes();
 
+// An int constant of a generated instance's Config, as the runtime reads its
+// launch from it ("static constexpr int kSmemBytes = 98304;"), or `fallback`
+// when the Config names none.
+int configConstant(const std::string& source, std::string_view name, int fallback);
+
 }  // namespace kiln::cuda_codegen

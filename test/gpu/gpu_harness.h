@@ -152,8 +152,7 @@ inline Result<Kernel> compile(const std::string& kind, const nlohmann::json& par
 
 // An int constant of a generated instance's Config ("kBlockM = 64;"), or -1.
 inline int configConstant(const Kernel& k, const std::string& name) {
-  const size_t at = k.instance.source.find(name + " = ");
-  return at == std::string::npos ? -1 : std::stoi(k.instance.source.substr(at + name.size() + 3));
+  return cuda_codegen::configConstant(k.instance.source, name, -1);
 }
 
 // The dynamic shared memory an instance's Config names (kSmemBytes; 0 when

@@ -243,10 +243,7 @@ int main(int argc, char** argv) {
       const int regs = (u.registers + 7) / 8 * 8;
       const int by_regs = 65536 / (regs * l.block_threads);
       // Shared memory: the static report plus the dynamic bytes the Config names (kSmemBytes).
-      int dynamic_smem = 0;
-      if (const size_t at = generated->source.find("kSmemBytes = "); at != std::string::npos)
-        dynamic_smem = std::atoi(generated->source.c_str() + at + 13);
-      const int smem = u.shared_bytes + dynamic_smem;
+      const int smem = u.shared_bytes + kiln::cuda_codegen::configConstant(generated->source, "kSmemBytes", 0);
       const int by_smem = smem ? (227 * 1024) / smem : 32;
       const int blocks = std::min({by_regs, by_smem, 2048 / l.block_threads, 32});
       std::printf("occupancy  %d blocks/SM (%d warps of 64) by registers and shared memory on sm_90\n", blocks,

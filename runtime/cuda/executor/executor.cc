@@ -655,14 +655,8 @@ int64_t formBytes(const BoundWeight& w, Form form) {
   return 0;
 }
 
-// "static constexpr int kSmemBytes = 98304;" in an instance's Config, or `fallback`.
-int parseConfigInt(const std::string& source, const char* name, int fallback) {
-  const std::string key = std::string(name) + " = ";
-  size_t at = source.find(key);
-  return at == std::string::npos ? fallback : std::atoi(source.c_str() + at + key.size());
-}
 int parseRowsPerBlock(const std::string& source) {
-  return std::max(1, parseConfigInt(source, "kRowsPerBlock", 1));
+  return std::max(1, cuda_codegen::configConstant(source, "kRowsPerBlock", 1));
 }
 
 }  // namespace
@@ -1001,7 +995,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       rows_per_block[inst.name] = parseRowsPerBlock(generated->source);
       block_threads[inst.name] = unsigned(generated->launch.block_threads);
       instance_kind[inst.name] = inst.kind;
-      dynamic_smem[inst.name] = unsigned(parseConfigInt(generated->source, "kSmemBytes", 0));
+      dynamic_smem[inst.name] = unsigned(cuda_codegen::configConstant(generated->source, "kSmemBytes", 0));
       source_index[inst.name] = sources.size();
       sources.push_back({inst.name, generated->source});
     }
@@ -1061,7 +1055,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       };
       auto gemvKernel = [&](const std::string& name, GemvKernel& kernel) -> Status {
         kernel = GemvKernel{functions[source_index[name]], name, block_threads[name], rows_per_block[name]};
-        kernel.tiles = parseConfigInt(sources[source_index[name]].source, "kTiles", 0);
+        kernel.tiles = cuda_codegen::configConstant(sources[source_index[name]].source, "kTiles", 0);
         if (kernel.tiles == 0) return {};
         unsigned block = 0;
         return bindExtra(name, kernel.fn, block, kernel.smem);
@@ -1086,7 +1080,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         if (by_role.count(Role::kPrefill)) {
           const std::string& flash = by_role[Role::kPrefill];
           KILN_RETURN_IF_ERROR(bindExtra(flash, s.flash_fn, s.flash_block, s.flash_smem));
-          s.flash_block_m = unsigned(parseConfigInt(sources[source_index[flash]].source, "kBlockM", 0));
+          s.flash_block_m = unsigned(cuda_codegen::configConstant(sources[source_index[flash]].source, "kBlockM", 0));
           s.flash_kind = instance_kind[flash];
           if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash);
         }
