@@ -21,7 +21,8 @@ namespace kiln::cuda {
   X(cublasLtMatmulPreferenceCreate)         \
   X(cublasLtMatmulPreferenceDestroy)        \
   X(cublasLtMatmulPreferenceSetAttribute)   \
-  X(cublasLtMatmulAlgoGetHeuristic)
+  X(cublasLtMatmulAlgoGetHeuristic)         \
+  X(cublasLtMatmulAlgoCheck)
 
 struct CublasLt {
 #define KILN_DECLARE(name) decltype(&::name) name = nullptr;

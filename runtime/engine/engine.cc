@@ -159,11 +159,12 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.cuda_graphs = options.cuda_graphs;
   copt.programmatic_launch = options.cuda_programmatic_launch;
   copt.gemm_autotune = options.cuda_gemm_autotune;
+  copt.prefill_gemm_autotune = options.cuda_prefill_gemm_autotune;
   copt.stream_gemv = options.cuda_stream_gemv;
   copt.fold_norms = options.cuda_fold_norms;
   copt.residual_epilogue = options.cuda_residual_epilogue;
   copt.profile_steps = options.cuda_profile_steps;
-  copt.report_decode_gpu_time = options.cuda_report_decode_gpu_time;
+  copt.report_forward_gpu_time = options.cuda_report_forward_gpu_time;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();

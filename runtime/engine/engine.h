@@ -48,11 +48,12 @@ struct EngineOptions {
   bool cuda_graphs = true;
   bool cuda_programmatic_launch = true;
   bool cuda_gemm_autotune = true;
+  bool cuda_prefill_gemm_autotune = true;  // ... also for prefill shapes
   // ... and batch-1 decode's GEMVs streaming W through a bulk-copy ring.
   bool cuda_stream_gemv = true;
   // ... and the residual_rms_norms before them folded in.
   bool cuda_fold_norms = true;
-  // ... and decode batches of 9-512 rows adding the residual in cuBLASLt's epilogue.
+  // ... and batches of > 8 rows adding the residual in cuBLASLt's epilogue.
   bool cuda_residual_epilogue = true;
   // CUDA only: a step whose sampling rows are all plain greedy takes each
   // row's argmax on the GPU and copies back ids, not logits (false: logits
@@ -61,9 +62,9 @@ struct EngineOptions {
   // CUDA only: time each step and print where a forward's time goes when
   // the engine closes (cuda::CudaExecutorOptions::profile_steps).
   bool cuda_profile_steps = false;
-  // CUDA only: print each decode forward's average GPU time when the engine
-  // closes (cuda::CudaExecutorOptions::report_decode_gpu_time).
-  bool cuda_report_decode_gpu_time = false;
+  // CUDA only: print the forwards' average GPU time when the engine
+  // closes (cuda::CudaExecutorOptions::report_forward_gpu_time).
+  bool cuda_report_forward_gpu_time = false;
   // CUDA only: the activation type a model (not an artifact) is compiled
   // with for the GPU: bf16 (fast), or f32 (vLLM's --dtype float32: the
   // numerics of transformers in fp32, at a fraction of the speed).

@@ -225,14 +225,14 @@ int benchCommand(int argc, char** argv) {
   if (workload != "decode" && workload != "prefill")
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--dtype bf16|f32] [--peer llama.cpp|hf|hf-eager|none] "
-                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--runs N] "
+                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-prefill-autotune] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--runs N] "
                 "[--host-sampling]"
                 " [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline; the run with the median time to first token of --runs "
                 "(default 5 for prefill, 1 for decode)");
   const bool prefill_only = workload == "prefill";
   // The CUDA executor's switches (engineOptionsFrom reads them).
-  const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune",
+  const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune", "no-prefill-autotune",
                                                "no-stream-gemv", "no-norm-folding", "no-residual-epilogue", "host-sampling",
                                                "profile-steps"};
   std::set<std::string> switches = cuda_switches;
@@ -274,9 +274,9 @@ int benchCommand(int argc, char** argv) {
   options->max_sequences = int(*batch);
   options->kv_cache_tokens = (*prompt_tokens + *gen_tokens + 16) * *batch + 64;
 
-  // The decode steps' GPU time beside their wall time (on stderr when the
-  // engine closes): what the host adds between steps.
-  options->cuda_report_decode_gpu_time = true;
+  // The forwards' GPU time beside their wall time (on stderr when the
+  // engine closes): what the host adds between and around them.
+  options->cuda_report_forward_gpu_time = true;
   auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
   const std::string backend = (*engine)->backendName();
@@ -328,7 +328,9 @@ int benchCommand(int argc, char** argv) {
                : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}, streamed gemv {}, norm folding {}, "
                              "residual in the gemm epilogue {}, greedy argmax on {}{})",
                              options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
-                             options->cuda_gemm_autotune ? "on" : "off", options->cuda_stream_gemv ? "on" : "off",
+                             !options->cuda_gemm_autotune ? "off"
+                             : options->cuda_prefill_gemm_autotune ? "on" : "decode shapes only",
+                             options->cuda_stream_gemv ? "on" : "off",
                              options->cuda_fold_norms && options->cuda_stream_gemv ? "on" : "off",
                              options->cuda_residual_epilogue ? "on" : "off",
                              options->cuda_device_argmax ? "the GPU" : "the host",

@@ -60,9 +60,18 @@ constexpr int64_t kMaxGraphBatch = 256;
 constexpr size_t kMaxGraphs = 128;
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 // cuBLASLt GEMMs of at most this many rows (decode batches: shapes that
-// recur) are autotuned over up to kGemmCandidates heuristic candidates.
+// recur) are autotuned over up to kGemmCandidates heuristic candidates at
+// each row count. Larger ones (prefill chunks, whose lengths vary) are tuned
+// once per power-of-two bucket of rows (tunedAlgoBucket), at the first row
+// count seen in it, and the winner is reused in the bucket where cuBLASLt
+// accepts it for the shape (cublasLtMatmulAlgoCheck).
 constexpr int64_t kAutotuneMaxRows = 512;
 constexpr int kGemmCandidates = 16;
+int64_t tunedAlgoBucket(int64_t rows) {
+  int64_t bucket = kAutotuneMaxRows;
+  while (bucket < rows) bucket *= 2;
+  return bucket;
+}
 
 // A value in the arena: rows of `width` elements of `elem` bytes.
 struct DeviceValue {
@@ -152,19 +161,6 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
 // Whether cuBLASLt runs gemm step `s` at `rows` rows (else a skinny kernel).
 bool onCublas(const BoundStep& s, int64_t rows) { return rows > kGemvMaxRows || !skinnyKernel(s, rows).fn; }
 
-// Whether gemm step `s` at `rows` rows also adds the residual of the norm
-// after it (BoundStep::sum_norm): only in the decode-sized batches whose
-// cuBLASLt algorithm is measured (kAutotuneMaxRows). Llama-3-8B on the H200
-// (2026-11-29, medians of 7 runs, two runs each): batch-32 decode 4.909 /
-// 4.884 -> 4.812 / 4.863 ms per step on the GPU, but a 2048-token prefill
-// 48.1 / 47.9 -> 48.1 / 48.5 ms and batch 32's 4096-token prefill 84.0 /
-// 84.4 -> 86.9 / 86.1 ms: with f32 C and D, cuBLASLt's first heuristic
-// choice ran o_proj at 2048 rows in 120.9 us (94 with bf16 out), and down
-// in 336.6 (308), more than the norms saved (28.5 -> 15.2 us a launch).
-bool addsResidual(const BoundStep& s, int64_t rows) {
-  return s.sum_norm >= 0 && rows <= kAutotuneMaxRows && onCublas(s, rows);
-}
-
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
@@ -246,6 +242,8 @@ struct GemmPlanKey {
     return std::tie(n, k, rows, bias, adds_residual) < std::tie(o.n, o.k, o.rows, o.bias, o.adds_residual);
   }
 };
+// A prefill GEMM's tuned algorithm: GemmPlanKey with rows as their bucket.
+using TunedAlgoKey = GemmPlanKey;
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -276,6 +274,7 @@ struct CudaExecutor::State {
   DeviceValue logits;
   std::vector<BoundStep> steps;
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
+  std::map<TunedAlgoKey, cublasLtMatmulAlgo_t> tuned_algos;  // rows > kAutotuneMaxRows, by bucket
   // The GEMMs' A, B and C type: bf16, or f32 for f32 plans, whose GEMMs all
   // run here (no skinny kernel) with CUBLAS_COMPUTE_32F: true f32 products,
   // no TF32 (that needs CUBLAS_COMPUTE_32F_FAST_TF32).
@@ -290,6 +289,7 @@ struct CudaExecutor::State {
   bool programmatic_launch = false;  // CudaExecutorOptions::programmatic_launch, where supported
   bool verbose = false;              // CudaExecutorOptions::verbose or profile_steps
   bool gemm_autotune = true;         // CudaExecutorOptions::gemm_autotune
+  bool prefill_gemm_autotune = true; // CudaExecutorOptions::prefill_gemm_autotune
   std::map<LaunchShape, CUgraphExec> graphs;
   int64_t graph_captures = 0;
   // CudaExecutorOptions::profile_steps: an event before each step and one
@@ -297,26 +297,38 @@ struct CudaExecutor::State {
   bool profile = false;
   std::vector<CUevent> step_events;
   StepProfile step_profile;
-  // CudaExecutorOptions::report_decode_gpu_time: events around each decode
+  // CudaExecutorOptions::report_forward_gpu_time: events around each decode
   // forward (its input copy .. its output copy) and their sum. Only graph
   // replays count: a forward that captures its graph also spends host time
   // (capture, cuBLASLt autotuning) between the two events.
+  // The same for forwards launched step by step (prefill and mixed
+  // batches), by token count, beside the wall time the engine reports: what
+  // the host and the gaps between launches add. Only forwards that made no
+  // new GEMM plan count (autotuning runs between the two events).
   CUevent forward_begin = nullptr, forward_end = nullptr;
-  bool forward_replayed = false;
+  bool forward_replayed = false, forward_timed_eager = false;
+  int64_t forward_tokens = 0;
   double decode_gpu_ms = 0;
   int64_t decode_forwards = 0;
+  std::map<int64_t, std::pair<double, int64_t>> eager_gpu_ms;  // tokens -> (sum of ms, forwards)
   // Records the end of a forward launched by launchForward; after the
-  // stream's synchronize, adds a decode forward's GPU time.
+  // stream's synchronize, adds its GPU time.
   Status recordForwardEnd() {
     if (!forward_end) return {};
     return d->check(d->cuEventRecord(forward_end, stream), "cuEventRecord (forward end)");
   }
   void addForwardTime() {
-    if (!forward_end || !forward_replayed) return;
+    if (!forward_end || !(forward_replayed || forward_timed_eager)) return;
     float ms = 0;
     if (d->cuEventElapsedTime_v2(&ms, forward_begin, forward_end) != CUDA_SUCCESS) return;
-    decode_gpu_ms += ms;
-    ++decode_forwards;
+    if (forward_replayed) {
+      decode_gpu_ms += ms;
+      ++decode_forwards;
+    } else {
+      auto& [sum, count] = eager_gpu_ms[forward_tokens];
+      sum += ms;
+      ++count;
+    }
   }
   // Greedy batches: the argmax instance, its scratch ([T_max, chunks]
   // partials, [T_max] arrival counters kept zero between launches) and the
@@ -335,6 +347,9 @@ struct CudaExecutor::State {
     if (decode_forwards > 0)
       fmt::print(stderr, "cuda: {} decode forwards replayed from graphs, {:.3f} ms each on the GPU (input copy to output copy)\n",
                  decode_forwards, decode_gpu_ms / double(decode_forwards));
+    for (const auto& [tokens, time] : eager_gpu_ms)
+      fmt::print(stderr, "cuda: {} forwards of {} tokens launched step by step, {:.3f} ms each on the GPU (input copy to output copy)\n",
+                 time.second, tokens, time.first / double(time.second));
     for (CUevent e : {forward_begin, forward_end})
       if (e) d->cuEventDestroy_v2(e);
     for (auto& [shape, exec] : graphs) x.graphExecDestroy(exec);
@@ -386,11 +401,27 @@ struct CudaExecutor::State {
   Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
     return launch(s.fn, s.block, gx, gy, gz, params);
   }
+  // Whether cuBLASLt GEMMs of `rows` rows run an algorithm this executor
+  // timed (gemmPlan), not only cuBLASLt's first heuristic choice.
+  bool tunes(int64_t rows) const {
+    return gemm_autotune && (rows <= kAutotuneMaxRows || prefill_gemm_autotune);
+  }
+  // Whether gemm step `s` at `rows` rows also adds the residual of the norm
+  // after it (BoundStep::sum_norm): only where its algorithm is timed. With
+  // f32 C and D, cuBLASLt's first heuristic choice was slower than what the
+  // norm saves (Llama-3-8B, H200, 2026-11-29: o_proj at 2048 rows 94 ->
+  // 120.9 us, down 308 -> 336.6 us, the norm 28.5 -> 15.2 us a launch; a
+  // 2048-token prefill 48.1 / 47.9 -> 48.1 / 48.5 ms), while with batch
+  // 32's timed algorithms decode went 4.909 / 4.884 -> 4.812 / 4.863 ms.
+  bool addsResidual(const BoundStep& s, int64_t rows) const {
+    return s.sum_norm >= 0 && onCublas(s, rows) && tunes(rows);
+  }
   // The cuBLASLt plan of step `s`'s GEMM at `rows` rows. Decode-sized
   // shapes (rows <= kAutotuneMaxRows) time cuBLASLt's candidate algorithms
   // on the step's own buffers and keep the fastest: at 32 rows its first
   // heuristic choice ran o_proj (4096 x 4096) at 1 TB/s of weights
-  // (2026-11-29). Never while capturing a graph (prepareGemms runs first).
+  // (2026-11-29). Prefill shapes are timed once per bucket of rows
+  // (tunedAlgoBucket). Never while capturing a graph (prepareGemms runs first).
   Result<GemmPlan*> gemmPlan(const BoundStep& s, int64_t rows);
   Result<cublasLtMatmulAlgo_t> fastestAlgo(const BoundStep& s, GemmPlan& plan, int64_t rows,
                                            const cublasLtMatmulHeuristicResult_t* candidates, int count);
@@ -455,7 +486,21 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
   size_t ws = kCublasWorkspace;
   lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
-  const bool autotune = gemm_autotune && rows <= kAutotuneMaxRows && !capturing;
+  // A prefill shape whose bucket is tuned takes the bucket's algorithm where
+  // cuBLASLt accepts it for these rows (else its first heuristic choice).
+  const TunedAlgoKey bucket_key{n, k, tunedAlgoBucket(rows), bias, adds_residual};
+  const auto tuned = rows > kAutotuneMaxRows ? tuned_algos.find(bucket_key) : tuned_algos.end();
+  const bool autotune = tunes(rows) && !capturing && tuned == tuned_algos.end();
+  if (tuned != tuned_algos.end()) {
+    cublasLtMatmulHeuristicResult_t checked = {};
+    if (lt->cublasLtMatmulAlgoCheck(lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c, &tuned->second,
+                                    &checked) == CUBLAS_STATUS_SUCCESS &&
+        checked.workspaceSize <= kCublasWorkspace) {
+      lt->cublasLtMatmulPreferenceDestroy(pref);
+      plan.algo = tuned->second;
+      return &gemm_plans.emplace(key, plan).first->second;
+    }
+  }
   int found = 0;
   cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
                                                          pref, autotune ? kGemmCandidates : 1, results, &found);
@@ -467,6 +512,7 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
   if (autotune && found > 1) {
     KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, results, found));
     plan.algo = fastest;
+    if (rows > kAutotuneMaxRows) tuned_algos[bucket_key] = fastest;
   }
   return &gemm_plans.emplace(key, plan).first->second;
 }
@@ -732,12 +778,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   st.use_graphs = options.cuda_graphs;
   st.programmatic_launch = options.programmatic_launch && major >= 9 && extras.launchKernelEx;
   st.profile = options.profile_steps;
-  if (options.report_decode_gpu_time && !options.profile_steps) {
+  if (options.report_forward_gpu_time && !options.profile_steps) {
     KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&st.forward_begin, CU_EVENT_DEFAULT), "cuEventCreate"));
     KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&st.forward_end, CU_EVENT_DEFAULT), "cuEventCreate"));
   }
   st.verbose = options.verbose || options.profile_steps;
   st.gemm_autotune = options.gemm_autotune;
+  st.prefill_gemm_autotune = options.prefill_gemm_autotune;
   st.gemm_type = f32_plan ? CUDA_R_32F : CUDA_R_16BF;
   ex->device_name_ = fmt::format("{} ({})", name, device_arch);
   auto lt = loadCublasLt();
@@ -1591,6 +1638,7 @@ Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool
   KILN_RETURN_IF_ERROR(d->check(st.x.memcpyHtoDAsync(st.inputs, st.staging, input_bytes, st.stream),
                                 "cuMemcpyHtoDAsync (batch inputs)"));
   const int64_t captures_before = st.graph_captures;
+  const size_t plans_before = st.gemm_plans.size();
   if (graph) {
     KILN_ASSIGN(exec, st.decodeGraph(shape));
     KILN_RETURN_IF_ERROR(d->check(st.x.graphLaunch(exec, st.stream), "cuGraphLaunch"));
@@ -1598,6 +1646,8 @@ Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool
     KILN_RETURN_IF_ERROR(st.enqueueSteps(shape));
   }
   st.forward_replayed = graph && st.graph_captures == captures_before;
+  st.forward_timed_eager = !graph && st.gemm_plans.size() == plans_before;
+  st.forward_tokens = n;
   return shape;
 }
 

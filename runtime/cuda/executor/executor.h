@@ -47,27 +47,32 @@ struct CudaExecutorOptions {
   // the skinny GEMM's rows, at most 512) and keep the fastest; otherwise its
   // first heuristic choice.
   bool gemm_autotune = true;
+  // ... and for prefill-sized ones (more than 512 rows), once per
+  // power-of-two bucket of rows; false for A/B measurements.
+  bool prefill_gemm_autotune = true;
   // sm_90+: batch-1 decode's GEMVs stream their weights through a bulk-copy
   // ring (codegen/kernels/gemv_stream.cuh); false for A/B measurements.
   bool stream_gemv = true;
   // ... with the residual_rms_norm before qkv and gate/up folded into them
   // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool fold_norms = true;
-  // Decode batches cuBLASLt runs (9 to 512 rows): the o_proj and down GEMMs
-  // add their product to the f32 residual stream in the epilogue and write
-  // the sum, so the residual_rms_norm after them only normalizes
-  // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
+  // Batches cuBLASLt runs with timed algorithms (gemm_autotune; more than 8
+  // rows): the o_proj and down GEMMs add their product to the f32 residual
+  // stream in the epilogue and write the sum, so the residual_rms_norm after
+  // them only normalizes (codegen/cuda/skinny_fusion.h); false for A/B
+  // measurements.
   bool residual_epilogue = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
   bool profile_steps = false;
-  // Time each decode forward replayed from a CUDA graph on the GPU, from its
-  // input copy to its output copy, between two CUDA events, and print the
-  // average beside the count to stderr when the executor is destroyed: what
-  // the GPU spends of a decode step's wall time (the rest is the host's,
-  // between steps).
-  bool report_decode_gpu_time = false;
+  // Time each forward on the GPU, from its input copy to its output copy,
+  // between two CUDA events, and print the averages beside the counts to
+  // stderr when the executor is destroyed: decode forwards replayed from a
+  // graph, and forwards launched step by step by token count (those that
+  // made no new GEMM plan). What the GPU spends of a step's wall time; the
+  // rest is the host's.
+  bool report_forward_gpu_time = false;
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
