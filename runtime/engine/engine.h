@@ -53,7 +53,7 @@ struct EngineOptions {
   bool cuda_stream_gemv = true;
   // ... and the residual_rms_norms before them folded in.
   bool cuda_fold_norms = true;
-  // ... and batches of > 8 rows adding the residual in cuBLASLt's epilogue.
+  // ... and decode batches of 9-512 rows adding the residual in cuBLASLt's epilogue.
   bool cuda_residual_epilogue = true;
   // CUDA only: a step whose sampling rows are all plain greedy takes each
   // row's argmax on the GPU and copies back ids, not logits (false: logits

@@ -407,14 +407,14 @@ struct CudaExecutor::State {
     return gemm_autotune && (rows <= kAutotuneMaxRows || prefill_gemm_autotune);
   }
   // Whether gemm step `s` at `rows` rows also adds the residual of the norm
-  // after it (BoundStep::sum_norm): only where its algorithm is timed. With
-  // f32 C and D, cuBLASLt's first heuristic choice was slower than what the
-  // norm saves (Llama-3-8B, H200, 2026-11-29: o_proj at 2048 rows 94 ->
-  // 120.9 us, down 308 -> 336.6 us, the norm 28.5 -> 15.2 us a launch; a
-  // 2048-token prefill 48.1 / 47.9 -> 48.1 / 48.5 ms), while with batch
-  // 32's timed algorithms decode went 4.909 / 4.884 -> 4.812 / 4.863 ms.
+  // after it (BoundStep::sum_norm): only in decode-sized batches with timed
+  // algorithms. Llama-3-8B on the H200 (2026-11-29): batch-32 decode went
+  // 4.909 / 4.884 -> 4.812 / 4.863 ms a step. At 2048 rows f32 C and D cost
+  // the GEMMs more than the norms save (28.6 -> 15.6 us a launch), also with
+  // timed algorithms: o_proj 100.9 -> 119.5 us, down 323.7 -> 354.8 us, the
+  // prefill 47.1 / 46.9 -> 47.4 / 47.4 ms (medians of 7 runs).
   bool addsResidual(const BoundStep& s, int64_t rows) const {
-    return s.sum_norm >= 0 && onCublas(s, rows) && tunes(rows);
+    return s.sum_norm >= 0 && rows <= kAutotuneMaxRows && onCublas(s, rows) && tunes(rows);
   }
   // The cuBLASLt plan of step `s`'s GEMM at `rows` rows. Decode-sized
   // shapes (rows <= kAutotuneMaxRows) time cuBLASLt's candidate algorithms
@@ -1506,7 +1506,8 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
         if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
-        const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
+        const int64_t per_block = int64_t(s.block) * (s.kind == StepKind::kSiluMul ? kk::kSiluMulVectors : 1);
+        const int64_t blocks = std::min<int64_t>((r * s.width / 8 + per_block - 1) / per_block, 65535);
         status = launch(s, unsigned(std::max<int64_t>(blocks, 1)), 1, 1, &p);
         break;
       }

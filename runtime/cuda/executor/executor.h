@@ -56,8 +56,8 @@ struct CudaExecutorOptions {
   // ... with the residual_rms_norm before qkv and gate/up folded into them
   // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool fold_norms = true;
-  // Batches cuBLASLt runs with timed algorithms (gemm_autotune; more than 8
-  // rows): the o_proj and down GEMMs add their product to the f32 residual
+  // Decode batches cuBLASLt runs with timed algorithms (gemm_autotune; 9 to
+  // 512 rows): the o_proj and down GEMMs add their product to the f32 residual
   // stream in the epilogue and write the sum, so the residual_rms_norm after
   // them only normalizes (codegen/cuda/skinny_fusion.h); false for A/B
   // measurements.
