@@ -31,10 +31,6 @@ struct RmsNormParams {
   int rows;
 };
 
-// silu_mul: 16-byte vectors of 8 outputs each thread takes per pass of its
-// grid-stride loop (grid: the vectors over kThreads * kSiluMulVectors).
-constexpr int kSiluMulVectors = 4;
-
 // rope_kv_append: grid [N, ropeKvAppendHeadGroups(H, Hkv)], a block per
 // token and group of kRopeHeadsPerBlock heads (q heads, then k, then v).
 // One token's 48 heads (Llama-3-8B) in one block took 9.2 us at batch 1

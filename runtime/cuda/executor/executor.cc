@@ -1506,8 +1506,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
         if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
-        const int64_t per_block = int64_t(s.block) * (s.kind == StepKind::kSiluMul ? kk::kSiluMulVectors : 1);
-        const int64_t blocks = std::min<int64_t>((r * s.width / 8 + per_block - 1) / per_block, 65535);
+        const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
         status = launch(s, unsigned(std::max<int64_t>(blocks, 1)), 1, 1, &p);
         break;
       }
