@@ -330,7 +330,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
     timeout "$limit" "$BUILD/bin/kiln" bench $workload "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
       --json "$OUT/bench_${model}_$run.json" 2>"$OUT/bench_${model}_$run.err" | tee "$OUT/bench_${model}_$run.txt"
     rc=${PIPESTATUS[0]}
-    grep -E "kiln bench: kiln prefill|^step profile|^  |decode forwards" "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
+    grep -E "kiln bench: kiln prefill|^step profile|^  |decode forwards|launched step by step" "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
     result[bench_$run]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
     [[ $rc == 0 ]] || { status=1; tail -5 "$OUT/bench_${model}_$run.err"; }
   done

@@ -174,10 +174,19 @@ void printHfTable(const Figures& mine, const nlohmann::json& hf, bool prefill_on
   for (const char* mode : {"eager", "compiled"})
     if (hf.contains(mode) && hf[mode].contains("error"))
       std::printf("HF %s failed: %s\n", mode, hf[mode]["error"].get<std::string>().c_str());
-  if (prefill_only && mine.prefill_tps > 0)
+  const auto& c = hf["ceilings"];
+  if (prefill_only && mine.prefill_tps > 0) {
     std::printf("kiln prefill time / roofline time: %.2f\n",
                 hf["roofline"]["prefill_tps"].get<double>() / mine.prefill_tps);
-  const auto& c = hf["ceilings"];
+    // Beside it, not instead: the same roofline at the GEMM rate the card
+    // holds at its power limit (scripts/hf_bench.py), where a long prefill runs.
+    const double burst = c["gemm_tflops"].get<double>(), sustained = c.value("gemm_sustained_tflops", 0.0);
+    const double sustained_roof = hf["roofline"].value("prefill_tps_at_sustained_gemm", 0.0);
+    if (sustained > 0 && sustained_roof > 0)
+      std::printf("kiln prefill time / roofline time at the sustained GEMM rate (%.0f TFLOP/s, %.0f%% of the "
+                  "ceiling's): %.2f\n",
+                  sustained, 100.0 * sustained / burst, sustained_roof / mine.prefill_tps);
+  }
   // The HBM ceiling is the higher of torch's sum and kiln's own GEMV read
   // (scripts/hf_bench.py), which names both when it had the second.
   const double kiln_read = c.value("hbm_kiln_gemv_gbps", 0.0);
