@@ -129,8 +129,23 @@ TEST(CudaExecutor, RunsTheF32FixtureAsTheCpuExecutorDoes) {
     EXPECT_EQ(greedy[1], hostArgmax(gpu.data() + vocab)) << "step " << step;
     next = greedy;
   }
-  std::printf("f32 plan: CUDA vs CPU executor logits, relative L2 %.3g (prefill), %.3g (worst decode step)\n",
-              prefill_error, decode_error);
+
+  // A second prefill in the same bucket of rows (525, after 605): its GEMMs
+  // take the algorithms timed for the first where cuBLASLt accepts them for
+  // the new shape (cublasLtMatmulAlgoCheck). Sequence 0 starts over with 520
+  // tokens in its blocks; sequence 1's five are written again.
+  tokens.erase(tokens.begin() + 520, tokens.begin() + 600);
+  positions.erase(positions.begin() + 520, positions.begin() + 600);
+  slots.erase(slots.begin() + 520, slots.begin() + 600);
+  std::vector<int32_t> query_start2{0, 520, 525}, kv_lens2{520, 5};
+  cpu::BatchInputs prefill2{tokens, positions, slots, tables, 40, query_start2, kv_lens2};
+  ASSERT_TRUE((*ex)->forward(prefill2, gpu).ok());
+  ASSERT_TRUE((*cpu_ex)->forward(prefill2, cpu).ok());
+  const double bucket_error = relativeL2(gpu, cpu);
+  EXPECT_LE(bucket_error, kTolerance) << "second prefill, same bucket of rows";
+  std::printf("f32 plan: CUDA vs CPU executor logits, relative L2 %.3g (prefill), %.3g (worst decode step), "
+              "%.3g (a second prefill in the first's bucket of rows)\n",
+              prefill_error, decode_error, bucket_error);
 }
 
 TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
