@@ -22,7 +22,12 @@ namespace kiln::cuda {
   X(cublasLtMatmulPreferenceDestroy)        \
   X(cublasLtMatmulPreferenceSetAttribute)   \
   X(cublasLtMatmulAlgoGetHeuristic)         \
-  X(cublasLtMatmulAlgoCheck)
+  X(cublasLtMatmulAlgoCheck)                 \
+  X(cublasLtMatmulAlgoGetIds)                \
+  X(cublasLtMatmulAlgoInit)                  \
+  X(cublasLtMatmulAlgoCapGetAttribute)       \
+  X(cublasLtMatmulAlgoConfigSetAttribute)    \
+  X(cublasLtMatmulAlgoConfigGetAttribute)
 
 struct CublasLt {
 #define KILN_DECLARE(name) decltype(&::name) name = nullptr;

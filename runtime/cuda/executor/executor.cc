@@ -4,9 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
+#include <span>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "runtime/cuda/executor/launch_shape.h"
 #include "runtime/cuda/executor/step_profile.h"
 #include "runtime/cuda/executor/weight_upload.h"
+#include "runtime/cuda/gemm_algos.h"
 #include "runtime/cuda/kernel_cache.h"
 
 namespace kiln::cuda {
@@ -274,7 +277,7 @@ struct CudaExecutor::State {
   DeviceValue logits;
   std::vector<BoundStep> steps;
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
-  std::map<TunedAlgoKey, cublasLtMatmulAlgo_t> tuned_algos;  // rows > kAutotuneMaxRows, by bucket
+  std::map<TunedAlgoKey, GemmAlgoConfig> tuned_algos;  // rows > kAutotuneMaxRows, by bucket
   // The GEMMs' A, B and C type: bf16, or f32 for f32 plans, whose GEMMs all
   // run here (no skinny kernel) with CUBLAS_COMPUTE_32F: true f32 products,
   // no TF32 (that needs CUBLAS_COMPUTE_32F_FAST_TF32).
@@ -290,6 +293,7 @@ struct CudaExecutor::State {
   bool verbose = false;              // CudaExecutorOptions::verbose or profile_steps
   bool gemm_autotune = true;         // CudaExecutorOptions::gemm_autotune
   bool prefill_gemm_autotune = true; // CudaExecutorOptions::prefill_gemm_autotune
+  bool gemm_search = true;           // CudaExecutorOptions::gemm_search
   std::map<LaunchShape, CUgraphExec> graphs;
   int64_t graph_captures = 0;
   // CudaExecutorOptions::profile_steps: an event before each step and one
@@ -423,8 +427,12 @@ struct CudaExecutor::State {
   // (2026-11-29). Prefill shapes are timed once per bucket of rows
   // (tunedAlgoBucket). Never while capturing a graph (prepareGemms runs first).
   Result<GemmPlan*> gemmPlan(const BoundStep& s, int64_t rows);
+  // The fastest of `candidates` (the first `heuristic` of them cuBLASLt's
+  // heuristic's, in its order) on step `s`'s buffers; `at_power_limit`:
+  // timed as a prefill runs (below).
   Result<cublasLtMatmulAlgo_t> fastestAlgo(const BoundStep& s, GemmPlan& plan, int64_t rows,
-                                           const cublasLtMatmulHeuristicResult_t* candidates, int count);
+                                           std::span<const cublasLtMatmulAlgo_t> candidates, size_t heuristic,
+                                           bool at_power_limit);
   Status runGemm(const BoundStep& s, GemmPlan& plan, const cublasLtMatmulAlgo_t& algo);
   // The plans a forward of this shape needs, made before a graph capture.
   Status prepareGemms(const LaunchShape& shape);
@@ -488,16 +496,16 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
   cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
   // A prefill shape whose bucket is tuned takes the bucket's algorithm where
   // cuBLASLt accepts it for these rows (else its first heuristic choice).
+  const GemmProblem problem{lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                            gemm_type, adds_residual ? CUDA_R_32F : gemm_type, kCublasWorkspace};
+  const bool prefill = rows > kAutotuneMaxRows;
   const TunedAlgoKey bucket_key{n, k, tunedAlgoBucket(rows), bias, adds_residual};
-  const auto tuned = rows > kAutotuneMaxRows ? tuned_algos.find(bucket_key) : tuned_algos.end();
+  const auto tuned = prefill ? tuned_algos.find(bucket_key) : tuned_algos.end();
   const bool autotune = tunes(rows) && !capturing && tuned == tuned_algos.end();
   if (tuned != tuned_algos.end()) {
-    cublasLtMatmulHeuristicResult_t checked = {};
-    if (lt->cublasLtMatmulAlgoCheck(lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c, &tuned->second,
-                                    &checked) == CUBLAS_STATUS_SUCCESS &&
-        checked.workspaceSize <= kCublasWorkspace) {
+    if (auto algo = gemmAlgo(*lt, problem, tuned->second)) {
       lt->cublasLtMatmulPreferenceDestroy(pref);
-      plan.algo = tuned->second;
+      plan.algo = *algo;
       return &gemm_plans.emplace(key, plan).first->second;
     }
   }
@@ -509,11 +517,19 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
     return makeError("cuBLASLt found no algorithm for a {} GEMM n {} k {} rows {} (status {})",
                      gemm_type == CUDA_R_32F ? "f32" : "bf16", n, k, rows, int(st));
   plan.algo = results[0].algo;
-  if (autotune && found > 1) {
-    KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, results, found));
+  if (!autotune) return &gemm_plans.emplace(key, plan).first->second;
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
+  // Prefill shapes also time the configurations next to the heuristic's
+  // (runtime/cuda/gemm_algos.h says why).
+  if (prefill && gemm_search)
+    for (const cublasLtMatmulAlgo_t& algo : gemmAlgoNeighbours(*lt, problem, candidates, /*wide=*/false))
+      candidates.push_back(algo);
+  if (candidates.size() > 1) {
+    KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, candidates, size_t(found), prefill));
     plan.algo = fastest;
-    if (rows > kAutotuneMaxRows) tuned_algos[bucket_key] = fastest;
   }
+  if (prefill) tuned_algos[bucket_key] = gemmAlgoConfig(*lt, plan.algo);
   return &gemm_plans.emplace(key, plan).first->second;
 }
 
@@ -541,14 +557,22 @@ Status CudaExecutor::State::runGemm(const BoundStep& s, GemmPlan& plan, const cu
 }
 
 Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
-    const BoundStep& s, GemmPlan& plan, int64_t rows, const cublasLtMatmulHeuristicResult_t* candidates,
-    int count) {
+    const BoundStep& s, GemmPlan& plan, int64_t rows, std::span<const cublasLtMatmulAlgo_t> candidates,
+    size_t heuristic, bool at_power_limit) {
   // On the step's own buffers: y is written again by the real launch after
-  // this. Each timed run starts with the weights out of L2 (a write over a
-  // buffer twice its size), as in a forward pass, where every weight is read
-  // once: repeated back to back, a 30-50 MB matrix stays in the 50 MB L2 and
-  // the ranking favours algorithms that are slower from HBM (measured
-  // 2026-11-29: the qkv GEMM at 32 rows went 23.5 -> 50.9 us).
+  // this. Decode shapes: each timed run starts with the weights out of L2 (a
+  // write over a buffer twice its size), as in a forward pass, where every
+  // weight is read once: repeated back to back, a 30-50 MB matrix stays in
+  // the 50 MB L2 and the ranking favours algorithms that are slower from HBM
+  // (measured 2026-11-29: the qkv GEMM at 32 rows went 23.5 -> 50.9 us).
+  // Prefill shapes (at_power_limit): a long prefill runs at the card's power
+  // limit (the H200 at 700 W, SM clock ~1.6 GHz of 1.98, 2026-11-29), where
+  // the ranking differs from a cold burst's. So the first candidate runs
+  // back to back for kHeatMs first, and each candidate is timed over
+  // kChainRuns runs back to back, after one flush.
+  constexpr int kReps = 3, kChainRuns = 5;
+  constexpr float kHeatMs = 100.0f;
+  const auto began = std::chrono::steady_clock::now();
   if (!l2_flush) {
     int l2_bytes = 0;
     d->cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device);
@@ -559,22 +583,36 @@ Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
   CUevent start = nullptr, stop = nullptr;
   KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate (gemm autotune)"));
   Status status = d->check(d->cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate (gemm autotune)");
-  constexpr int kReps = 3;
+  // Milliseconds of `runs` runs of `algo` between two events, after a flush.
+  auto timed = [&](const cublasLtMatmulAlgo_t& algo, int runs, float& ms) {
+    status = d->check(x.memsetD32Async(l2_flush, unsigned(runs), size_t(l2_flush_bytes / 4), stream),
+                      "cuMemsetD32Async (L2 flush)");
+    if (status.ok()) status = d->check(d->cuEventRecord(start, stream), "cuEventRecord");
+    for (int r = 0; r < runs && status.ok(); ++r) status = runGemm(s, plan, algo);
+    if (status.ok()) status = d->check(d->cuEventRecord(stop, stream), "cuEventRecord");
+    if (status.ok()) status = d->check(d->cuEventSynchronize(stop), "gemm autotune");
+    if (status.ok()) status = d->check(d->cuEventElapsedTime_v2(&ms, start, stop), "cuEventElapsedTime");
+  };
+  if (at_power_limit) {
+    float ms = 0;
+    timed(candidates[0], 1, ms);
+    const int heat_runs = ms > 0 ? int(std::min(kHeatMs / ms, 2000.0f)) : 0;
+    if (status.ok()) timed(candidates[0], heat_runs, ms);
+  }
   float best_ms = 0, first_ms = 0;
-  int best = 0;
-  for (int i = 0; i < count && status.ok(); ++i) {
-    status = runGemm(s, plan, candidates[i].algo);  // warm-up (the first run also loads the kernel)
+  size_t best = 0;
+  for (size_t i = 0; i < candidates.size() && status.ok(); ++i) {
+    status = runGemm(s, plan, candidates[i]);  // warm-up (the first run also loads the kernel)
     float total = 0;
-    for (int r = 0; r < kReps && status.ok(); ++r) {
-      status = d->check(x.memsetD32Async(l2_flush, unsigned(r), size_t(l2_flush_bytes / 4), stream),
-                        "cuMemsetD32Async (L2 flush)");
-      if (status.ok()) status = d->check(d->cuEventRecord(start, stream), "cuEventRecord");
-      if (status.ok()) status = runGemm(s, plan, candidates[i].algo);
-      if (status.ok()) status = d->check(d->cuEventRecord(stop, stream), "cuEventRecord");
-      if (status.ok()) status = d->check(d->cuEventSynchronize(stop), "gemm autotune");
-      float ms = 0;
-      if (status.ok()) status = d->check(d->cuEventElapsedTime_v2(&ms, start, stop), "cuEventElapsedTime");
-      total += ms;
+    if (at_power_limit) {
+      timed(candidates[i], kChainRuns, total);
+      total *= float(kReps) / kChainRuns;  // the same scale as the decode timing's
+    } else {
+      for (int r = 0; r < kReps && status.ok(); ++r) {
+        float ms = 0;
+        timed(candidates[i], 1, ms);
+        total += ms;
+      }
     }
     if (!status.ok()) break;
     if (i == 0) first_ms = total;
@@ -584,10 +622,13 @@ Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
   if (stop) d->cuEventDestroy_v2(stop);
   KILN_RETURN_IF_ERROR(status);
   if (verbose)
-    fmt::print(stderr, "cuda: gemm n {} k {} rows {}: fastest of {} cuBLASLt algorithms {:.1f} us "
-               "(heuristic's first {:.1f} us)\n", s.width, s.k, rows, count, 1e3 * best_ms / kReps,
-               1e3 * first_ms / kReps);
-  return candidates[best].algo;
+    fmt::print(stderr, "cuda: gemm n {} k {} rows {}: fastest of {} cuBLASLt algorithms ({} the heuristic's, {} "
+               "next to them{}) {:.1f} us, the heuristic's first {:.1f} us: {} (tuned in {:.0f} ms)\n", s.width,
+               s.k, rows, candidates.size(), heuristic, candidates.size() - heuristic,
+               at_power_limit ? ", timed at the power limit" : "", 1e3 * best_ms / kReps, 1e3 * first_ms / kReps,
+               gemmAlgoConfig(*lt, candidates[best]).str(),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+  return candidates[best];
 }
 
 Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
@@ -785,6 +826,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   st.verbose = options.verbose || options.profile_steps;
   st.gemm_autotune = options.gemm_autotune;
   st.prefill_gemm_autotune = options.prefill_gemm_autotune;
+  st.gemm_search = options.gemm_search;
   st.gemm_type = f32_plan ? CUDA_R_32F : CUDA_R_16BF;
   ex->device_name_ = fmt::format("{} ({})", name, device_arch);
   auto lt = loadCublasLt();

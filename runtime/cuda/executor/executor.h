@@ -50,6 +50,9 @@ struct CudaExecutorOptions {
   // ... and for prefill-sized ones (more than 512 rows), once per
   // power-of-two bucket of rows; false for A/B measurements.
   bool prefill_gemm_autotune = true;
+  // ... also timing, for those, the configurations next to the heuristic's
+  // candidates (runtime/cuda/gemm_algos.h); false for A/B measurements.
+  bool gemm_search = true;
   // sm_90+: batch-1 decode's GEMVs stream their weights through a bulk-copy
   // ring (codegen/kernels/gemv_stream.cuh); false for A/B measurements.
   bool stream_gemv = true;

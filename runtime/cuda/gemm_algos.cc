@@ -1,0 +1,107 @@
+#include "runtime/cuda/gemm_algos.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace kiln::cuda {
+
+std::string GemmAlgoConfig::str() const {
+  return fmt::format("id {} tile {} stages {} cluster {} inner {} splitk {} reduction {} swizzle {} custom {}", id,
+                     tile, stages, cluster, inner, splitk, reduction, swizzle, custom);
+}
+
+namespace {
+
+// Each setting with its attribute, for reading and writing them alike.
+template <class Fn>
+void eachSetting(GemmAlgoConfig& c, Fn fn) {
+  fn(CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof c.tile);
+  fn(CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof c.stages);
+  fn(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof c.splitk);
+  fn(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction, sizeof c.reduction);
+  fn(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle, sizeof c.swizzle);
+  fn(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom, sizeof c.custom);
+  fn(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner, sizeof c.inner);
+  fn(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster, sizeof c.cluster);
+}
+
+std::vector<uint32_t> capIds(const CublasLt& lt, const cublasLtMatmulAlgo_t& algo,
+                             cublasLtMatmulAlgoCapAttributes_t cap) {
+  size_t bytes = 0;
+  lt.cublasLtMatmulAlgoCapGetAttribute(&algo, cap, nullptr, 0, &bytes);
+  std::vector<uint32_t> ids(bytes / sizeof(uint32_t));
+  if (!ids.empty()) lt.cublasLtMatmulAlgoCapGetAttribute(&algo, cap, ids.data(), bytes, &bytes);
+  return ids;
+}
+
+}  // namespace
+
+GemmAlgoConfig gemmAlgoConfig(const CublasLt& lt, const cublasLtMatmulAlgo_t& algo) {
+  GemmAlgoConfig c;
+  size_t written = 0;
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof c.id, &written);
+  eachSetting(c, [&](cublasLtMatmulAlgoConfigAttributes_t attr, void* value, size_t size) {
+    lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, value, size, &written);
+  });
+  return c;
+}
+
+std::optional<cublasLtMatmulAlgo_t> gemmAlgo(const CublasLt& lt, const GemmProblem& problem,
+                                             const GemmAlgoConfig& config) {
+  cublasLtMatmulAlgo_t algo;
+  if (lt.cublasLtMatmulAlgoInit(problem.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, problem.ab_type, problem.ab_type,
+                                problem.cd_type, problem.cd_type, config.id, &algo) != CUBLAS_STATUS_SUCCESS)
+    return std::nullopt;
+  GemmAlgoConfig settings = config;
+  bool set = true;
+  eachSetting(settings, [&](cublasLtMatmulAlgoConfigAttributes_t attr, void* value, size_t size) {
+    set = set && lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, value, size) == CUBLAS_STATUS_SUCCESS;
+  });
+  cublasLtMatmulHeuristicResult_t checked = {};
+  if (!set || lt.cublasLtMatmulAlgoCheck(problem.handle, problem.desc, problem.a, problem.b, problem.c, problem.d,
+                                         &algo, &checked) != CUBLAS_STATUS_SUCCESS ||
+      checked.workspaceSize > problem.workspace_bytes)
+    return std::nullopt;
+  return algo;
+}
+
+std::vector<cublasLtMatmulAlgo_t> gemmAlgoNeighbours(const CublasLt& lt, const GemmProblem& problem,
+                                                     std::span<const cublasLtMatmulAlgo_t> seeds, bool wide) {
+  std::vector<GemmAlgoConfig> seen;
+  for (const cublasLtMatmulAlgo_t& seed : seeds) seen.push_back(gemmAlgoConfig(lt, seed));
+  std::vector<cublasLtMatmulAlgo_t> out;
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    const GemmAlgoConfig base = seen[i];
+    std::vector<GemmAlgoConfig> around;
+    auto vary = [&](auto member, auto value) {
+      GemmAlgoConfig c = base;
+      c.*member = value;
+      around.push_back(c);
+    };
+    for (uint32_t swizzle : {0u, 1u, 2u, 3u}) vary(&GemmAlgoConfig::swizzle, swizzle);
+    for (uint16_t cluster : {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                             CUBLASLT_CLUSTER_SHAPE_1x2x1})
+      vary(&GemmAlgoConfig::cluster, cluster);
+    if (wide) {
+      for (uint32_t tile : capIds(lt, seeds[i], CUBLASLT_ALGO_CAP_TILE_IDS)) vary(&GemmAlgoConfig::tile, tile);
+      for (uint32_t stages : capIds(lt, seeds[i], CUBLASLT_ALGO_CAP_STAGES_IDS)) vary(&GemmAlgoConfig::stages, stages);
+      for (int32_t splitk : {2, 3, 4})
+        for (uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                                CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}) {
+          GemmAlgoConfig c = base;
+          c.splitk = splitk;
+          c.reduction = scheme;
+          around.push_back(c);
+        }
+    }
+    for (const GemmAlgoConfig& c : around) {
+      if (std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
+      seen.push_back(c);
+      if (auto algo = gemmAlgo(lt, problem, c)) out.push_back(*algo);
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::cuda
