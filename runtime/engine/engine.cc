@@ -159,8 +159,6 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.cuda_graphs = options.cuda_graphs;
   copt.programmatic_launch = options.cuda_programmatic_launch;
   copt.gemm_autotune = options.cuda_gemm_autotune;
-  copt.prefill_gemm_autotune = options.cuda_prefill_gemm_autotune;
-  copt.gemm_search = options.cuda_gemm_search;
   copt.stream_gemv = options.cuda_stream_gemv;
   copt.fold_norms = options.cuda_fold_norms;
   copt.residual_epilogue = options.cuda_residual_epilogue;

@@ -48,8 +48,6 @@ struct EngineOptions {
   bool cuda_graphs = true;
   bool cuda_programmatic_launch = true;
   bool cuda_gemm_autotune = true;
-  bool cuda_prefill_gemm_autotune = true;  // ... also for prefill shapes
-  bool cuda_gemm_search = true;            // ... and next to cuBLASLt's heuristic's candidates there
   // ... and batch-1 decode's GEMVs streaming W through a bulk-copy ring.
   bool cuda_stream_gemv = true;
   // ... and the residual_rms_norms before them folded in.

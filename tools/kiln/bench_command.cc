@@ -234,14 +234,14 @@ int benchCommand(int argc, char** argv) {
   if (workload != "decode" && workload != "prefill")
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--dtype bf16|f32] [--peer llama.cpp|hf|hf-eager|none] "
-                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-prefill-autotune] [--no-gemm-search] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--runs N] "
+                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--runs N] "
                 "[--host-sampling]"
                 " [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline; the run with the median time to first token of --runs "
                 "(default 5 for prefill, 1 for decode)");
   const bool prefill_only = workload == "prefill";
   // The CUDA executor's switches (engineOptionsFrom reads them).
-  const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune", "no-prefill-autotune", "no-gemm-search",
+  const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune",
                                                "no-stream-gemv", "no-norm-folding", "no-residual-epilogue", "host-sampling",
                                                "profile-steps"};
   std::set<std::string> switches = cuda_switches;
@@ -337,9 +337,7 @@ int benchCommand(int argc, char** argv) {
                : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}, streamed gemv {}, norm folding {}, "
                              "residual in the gemm epilogue {}, greedy argmax on {}{})",
                              options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
-                             !options->cuda_gemm_autotune ? "off"
-                             : !options->cuda_prefill_gemm_autotune ? "decode shapes only"
-                             : options->cuda_gemm_search ? "on, prefill also next to the heuristic's" : "on",
+                             options->cuda_gemm_autotune ? "on" : "off",
                              options->cuda_stream_gemv ? "on" : "off",
                              options->cuda_fold_norms && options->cuda_stream_gemv ? "on" : "off",
                              options->cuda_residual_epilogue ? "on" : "off",

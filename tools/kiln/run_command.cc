@@ -51,8 +51,6 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   options.cuda_programmatic_launch = !args.has("no-programmatic-launch");
   options.cuda_profile_steps = args.has("profile-steps");
   options.cuda_gemm_autotune = !args.has("no-gemm-autotune");
-  options.cuda_prefill_gemm_autotune = !args.has("no-prefill-autotune");
-  options.cuda_gemm_search = !args.has("no-gemm-search");
   options.cuda_stream_gemv = !args.has("no-stream-gemv");
   options.cuda_fold_norms = !args.has("no-norm-folding");
   options.cuda_residual_epilogue = !args.has("no-residual-epilogue");

@@ -4,11 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
-#include <span>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -26,7 +24,6 @@
 #include "runtime/cuda/executor/launch_shape.h"
 #include "runtime/cuda/executor/step_profile.h"
 #include "runtime/cuda/executor/weight_upload.h"
-#include "runtime/cuda/gemm_algos.h"
 #include "runtime/cuda/kernel_cache.h"
 
 namespace kiln::cuda {
@@ -63,18 +60,9 @@ constexpr int64_t kMaxGraphBatch = 256;
 constexpr size_t kMaxGraphs = 128;
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 // cuBLASLt GEMMs of at most this many rows (decode batches: shapes that
-// recur) are autotuned over up to kGemmCandidates heuristic candidates at
-// each row count. Larger ones (prefill chunks, whose lengths vary) are tuned
-// once per power-of-two bucket of rows (tunedAlgoBucket), at the first row
-// count seen in it, and the winner is reused in the bucket where cuBLASLt
-// accepts it for the shape (cublasLtMatmulAlgoCheck).
+// recur) are autotuned over up to kGemmCandidates heuristic candidates.
 constexpr int64_t kAutotuneMaxRows = 512;
 constexpr int kGemmCandidates = 16;
-int64_t tunedAlgoBucket(int64_t rows) {
-  int64_t bucket = kAutotuneMaxRows;
-  while (bucket < rows) bucket *= 2;
-  return bucket;
-}
 
 // A value in the arena: rows of `width` elements of `elem` bytes.
 struct DeviceValue {
@@ -164,6 +152,30 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
 // Whether cuBLASLt runs gemm step `s` at `rows` rows (else a skinny kernel).
 bool onCublas(const BoundStep& s, int64_t rows) { return rows > kGemvMaxRows || !skinnyKernel(s, rows).fn; }
 
+// Whether gemm step `s` at `rows` rows also adds the residual of the norm
+// after it (BoundStep::sum_norm): only in the decode-sized batches whose
+// cuBLASLt algorithm is measured (kAutotuneMaxRows). Llama-3-8B on the H200
+// (2026-11-29, medians of 7 runs, two runs each): batch-32 decode 4.909 /
+// 4.884 -> 4.812 / 4.863 ms per step on the GPU, but a 2048-token prefill
+// 48.1 / 47.9 -> 48.1 / 48.5 ms and batch 32's 4096-token prefill 84.0 /
+// 84.4 -> 86.9 / 86.1 ms: with f32 C and D, cuBLASLt's first heuristic
+// choice ran o_proj at 2048 rows in 120.9 us (94 with bf16 out), and down
+// in 336.6 (308), more than the norms saved (28.5 -> 15.2 us a launch).
+// With algorithms timed at 2048 rows too it still lost: o_proj 100.9 ->
+// 119.5 us, down 323.7 -> 354.8, the prefill 47.1 / 46.9 -> 47.4 / 47.4 ms.
+//
+// Prefill shapes are not autotuned: timing cuBLASLt's candidates once per
+// power-of-two bucket of rows made each GEMM faster alone (gate/up at 2048
+// rows 599 -> 587 us) but not the prefill, which runs at the card's power
+// limit (700 W, SM clock ~1.6 GHz): 47.16 against 47.15 ms a forward on
+// the GPU (three benches of 7 forwards each, alternated, 2026-11-29), for
+// ~0.3 s of timing per bucket. Adding the configurations next to the
+// heuristic's (test/gpu/gemm_search.cc finds gate/up 5% faster back to
+// back) made it slower: 49.55 ms.
+bool addsResidual(const BoundStep& s, int64_t rows) {
+  return s.sum_norm >= 0 && rows <= kAutotuneMaxRows && onCublas(s, rows);
+}
+
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
@@ -245,8 +257,6 @@ struct GemmPlanKey {
     return std::tie(n, k, rows, bias, adds_residual) < std::tie(o.n, o.k, o.rows, o.bias, o.adds_residual);
   }
 };
-// A prefill GEMM's tuned algorithm: GemmPlanKey with rows as their bucket.
-using TunedAlgoKey = GemmPlanKey;
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -277,7 +287,6 @@ struct CudaExecutor::State {
   DeviceValue logits;
   std::vector<BoundStep> steps;
   std::map<GemmPlanKey, GemmPlan> gemm_plans;
-  std::map<TunedAlgoKey, GemmAlgoConfig> tuned_algos;  // rows > kAutotuneMaxRows, by bucket
   // The GEMMs' A, B and C type: bf16, or f32 for f32 plans, whose GEMMs all
   // run here (no skinny kernel) with CUBLAS_COMPUTE_32F: true f32 products,
   // no TF32 (that needs CUBLAS_COMPUTE_32F_FAST_TF32).
@@ -292,8 +301,6 @@ struct CudaExecutor::State {
   bool programmatic_launch = false;  // CudaExecutorOptions::programmatic_launch, where supported
   bool verbose = false;              // CudaExecutorOptions::verbose or profile_steps
   bool gemm_autotune = true;         // CudaExecutorOptions::gemm_autotune
-  bool prefill_gemm_autotune = true; // CudaExecutorOptions::prefill_gemm_autotune
-  bool gemm_search = true;           // CudaExecutorOptions::gemm_search
   std::map<LaunchShape, CUgraphExec> graphs;
   int64_t graph_captures = 0;
   // CudaExecutorOptions::profile_steps: an event before each step and one
@@ -405,34 +412,14 @@ struct CudaExecutor::State {
   Status launch(const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
     return launch(s.fn, s.block, gx, gy, gz, params);
   }
-  // Whether cuBLASLt GEMMs of `rows` rows run an algorithm this executor
-  // timed (gemmPlan), not only cuBLASLt's first heuristic choice.
-  bool tunes(int64_t rows) const {
-    return gemm_autotune && (rows <= kAutotuneMaxRows || prefill_gemm_autotune);
-  }
-  // Whether gemm step `s` at `rows` rows also adds the residual of the norm
-  // after it (BoundStep::sum_norm): only in decode-sized batches with timed
-  // algorithms. Llama-3-8B on the H200 (2026-11-29): batch-32 decode went
-  // 4.909 / 4.884 -> 4.812 / 4.863 ms a step. At 2048 rows f32 C and D cost
-  // the GEMMs more than the norms save (28.6 -> 15.6 us a launch), also with
-  // timed algorithms: o_proj 100.9 -> 119.5 us, down 323.7 -> 354.8 us, the
-  // prefill 47.1 / 46.9 -> 47.4 / 47.4 ms (medians of 7 runs).
-  bool addsResidual(const BoundStep& s, int64_t rows) const {
-    return s.sum_norm >= 0 && rows <= kAutotuneMaxRows && onCublas(s, rows) && tunes(rows);
-  }
   // The cuBLASLt plan of step `s`'s GEMM at `rows` rows. Decode-sized
   // shapes (rows <= kAutotuneMaxRows) time cuBLASLt's candidate algorithms
   // on the step's own buffers and keep the fastest: at 32 rows its first
   // heuristic choice ran o_proj (4096 x 4096) at 1 TB/s of weights
-  // (2026-11-29). Prefill shapes are timed once per bucket of rows
-  // (tunedAlgoBucket). Never while capturing a graph (prepareGemms runs first).
+  // (2026-11-29). Never while capturing a graph (prepareGemms runs first).
   Result<GemmPlan*> gemmPlan(const BoundStep& s, int64_t rows);
-  // The fastest of `candidates` (the first `heuristic` of them cuBLASLt's
-  // heuristic's, in its order) on step `s`'s buffers; `at_power_limit`:
-  // timed as a prefill runs (below).
   Result<cublasLtMatmulAlgo_t> fastestAlgo(const BoundStep& s, GemmPlan& plan, int64_t rows,
-                                           std::span<const cublasLtMatmulAlgo_t> candidates, size_t heuristic,
-                                           bool at_power_limit);
+                                           const cublasLtMatmulHeuristicResult_t* candidates, int count);
   Status runGemm(const BoundStep& s, GemmPlan& plan, const cublasLtMatmulAlgo_t& algo);
   // The plans a forward of this shape needs, made before a graph capture.
   Status prepareGemms(const LaunchShape& shape);
@@ -494,21 +481,7 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
   size_t ws = kCublasWorkspace;
   lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
-  // A prefill shape whose bucket is tuned takes the bucket's algorithm where
-  // cuBLASLt accepts it for these rows (else its first heuristic choice).
-  const GemmProblem problem{lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                            gemm_type, adds_residual ? CUDA_R_32F : gemm_type, kCublasWorkspace};
-  const bool prefill = rows > kAutotuneMaxRows;
-  const TunedAlgoKey bucket_key{n, k, tunedAlgoBucket(rows), bias, adds_residual};
-  const auto tuned = prefill ? tuned_algos.find(bucket_key) : tuned_algos.end();
-  const bool autotune = tunes(rows) && !capturing && tuned == tuned_algos.end();
-  if (tuned != tuned_algos.end()) {
-    if (auto algo = gemmAlgo(*lt, problem, tuned->second)) {
-      lt->cublasLtMatmulPreferenceDestroy(pref);
-      plan.algo = *algo;
-      return &gemm_plans.emplace(key, plan).first->second;
-    }
-  }
+  const bool autotune = gemm_autotune && rows <= kAutotuneMaxRows && !capturing;
   int found = 0;
   cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(lt_handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
                                                          pref, autotune ? kGemmCandidates : 1, results, &found);
@@ -517,19 +490,10 @@ Result<GemmPlan*> CudaExecutor::State::gemmPlan(const BoundStep& s, int64_t rows
     return makeError("cuBLASLt found no algorithm for a {} GEMM n {} k {} rows {} (status {})",
                      gemm_type == CUDA_R_32F ? "f32" : "bf16", n, k, rows, int(st));
   plan.algo = results[0].algo;
-  if (!autotune) return &gemm_plans.emplace(key, plan).first->second;
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
-  // Prefill shapes also time the configurations next to the heuristic's
-  // (runtime/cuda/gemm_algos.h says why).
-  if (prefill && gemm_search)
-    for (const cublasLtMatmulAlgo_t& algo : gemmAlgoNeighbours(*lt, problem, candidates, /*wide=*/false))
-      candidates.push_back(algo);
-  if (candidates.size() > 1) {
-    KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, candidates, size_t(found), prefill));
+  if (autotune && found > 1) {
+    KILN_ASSIGN(fastest, fastestAlgo(s, plan, rows, results, found));
     plan.algo = fastest;
   }
-  if (prefill) tuned_algos[bucket_key] = gemmAlgoConfig(*lt, plan.algo);
   return &gemm_plans.emplace(key, plan).first->second;
 }
 
@@ -557,22 +521,14 @@ Status CudaExecutor::State::runGemm(const BoundStep& s, GemmPlan& plan, const cu
 }
 
 Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
-    const BoundStep& s, GemmPlan& plan, int64_t rows, std::span<const cublasLtMatmulAlgo_t> candidates,
-    size_t heuristic, bool at_power_limit) {
+    const BoundStep& s, GemmPlan& plan, int64_t rows, const cublasLtMatmulHeuristicResult_t* candidates,
+    int count) {
   // On the step's own buffers: y is written again by the real launch after
-  // this. Decode shapes: each timed run starts with the weights out of L2 (a
-  // write over a buffer twice its size), as in a forward pass, where every
-  // weight is read once: repeated back to back, a 30-50 MB matrix stays in
-  // the 50 MB L2 and the ranking favours algorithms that are slower from HBM
-  // (measured 2026-11-29: the qkv GEMM at 32 rows went 23.5 -> 50.9 us).
-  // Prefill shapes (at_power_limit): a long prefill runs at the card's power
-  // limit (the H200 at 700 W, SM clock ~1.6 GHz of 1.98, 2026-11-29), where
-  // the ranking differs from a cold burst's. So the first candidate runs
-  // back to back for kHeatMs first, and each candidate is timed over
-  // kChainRuns runs back to back, after one flush.
-  constexpr int kReps = 3, kChainRuns = 5;
-  constexpr float kHeatMs = 100.0f;
-  const auto began = std::chrono::steady_clock::now();
+  // this. Each timed run starts with the weights out of L2 (a write over a
+  // buffer twice its size), as in a forward pass, where every weight is read
+  // once: repeated back to back, a 30-50 MB matrix stays in the 50 MB L2 and
+  // the ranking favours algorithms that are slower from HBM (measured
+  // 2026-11-29: the qkv GEMM at 32 rows went 23.5 -> 50.9 us).
   if (!l2_flush) {
     int l2_bytes = 0;
     d->cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device);
@@ -583,36 +539,22 @@ Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
   CUevent start = nullptr, stop = nullptr;
   KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate (gemm autotune)"));
   Status status = d->check(d->cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate (gemm autotune)");
-  // Milliseconds of `runs` runs of `algo` between two events, after a flush.
-  auto timed = [&](const cublasLtMatmulAlgo_t& algo, int runs, float& ms) {
-    status = d->check(x.memsetD32Async(l2_flush, unsigned(runs), size_t(l2_flush_bytes / 4), stream),
-                      "cuMemsetD32Async (L2 flush)");
-    if (status.ok()) status = d->check(d->cuEventRecord(start, stream), "cuEventRecord");
-    for (int r = 0; r < runs && status.ok(); ++r) status = runGemm(s, plan, algo);
-    if (status.ok()) status = d->check(d->cuEventRecord(stop, stream), "cuEventRecord");
-    if (status.ok()) status = d->check(d->cuEventSynchronize(stop), "gemm autotune");
-    if (status.ok()) status = d->check(d->cuEventElapsedTime_v2(&ms, start, stop), "cuEventElapsedTime");
-  };
-  if (at_power_limit) {
-    float ms = 0;
-    timed(candidates[0], 1, ms);
-    const int heat_runs = ms > 0 ? int(std::min(kHeatMs / ms, 2000.0f)) : 0;
-    if (status.ok()) timed(candidates[0], heat_runs, ms);
-  }
+  constexpr int kReps = 3;
   float best_ms = 0, first_ms = 0;
-  size_t best = 0;
-  for (size_t i = 0; i < candidates.size() && status.ok(); ++i) {
-    status = runGemm(s, plan, candidates[i]);  // warm-up (the first run also loads the kernel)
+  int best = 0;
+  for (int i = 0; i < count && status.ok(); ++i) {
+    status = runGemm(s, plan, candidates[i].algo);  // warm-up (the first run also loads the kernel)
     float total = 0;
-    if (at_power_limit) {
-      timed(candidates[i], kChainRuns, total);
-      total *= float(kReps) / kChainRuns;  // the same scale as the decode timing's
-    } else {
-      for (int r = 0; r < kReps && status.ok(); ++r) {
-        float ms = 0;
-        timed(candidates[i], 1, ms);
-        total += ms;
-      }
+    for (int r = 0; r < kReps && status.ok(); ++r) {
+      status = d->check(x.memsetD32Async(l2_flush, unsigned(r), size_t(l2_flush_bytes / 4), stream),
+                        "cuMemsetD32Async (L2 flush)");
+      if (status.ok()) status = d->check(d->cuEventRecord(start, stream), "cuEventRecord");
+      if (status.ok()) status = runGemm(s, plan, candidates[i].algo);
+      if (status.ok()) status = d->check(d->cuEventRecord(stop, stream), "cuEventRecord");
+      if (status.ok()) status = d->check(d->cuEventSynchronize(stop), "gemm autotune");
+      float ms = 0;
+      if (status.ok()) status = d->check(d->cuEventElapsedTime_v2(&ms, start, stop), "cuEventElapsedTime");
+      total += ms;
     }
     if (!status.ok()) break;
     if (i == 0) first_ms = total;
@@ -622,13 +564,10 @@ Result<cublasLtMatmulAlgo_t> CudaExecutor::State::fastestAlgo(
   if (stop) d->cuEventDestroy_v2(stop);
   KILN_RETURN_IF_ERROR(status);
   if (verbose)
-    fmt::print(stderr, "cuda: gemm n {} k {} rows {}: fastest of {} cuBLASLt algorithms ({} the heuristic's, {} "
-               "next to them{}) {:.1f} us, the heuristic's first {:.1f} us: {} (tuned in {:.0f} ms)\n", s.width,
-               s.k, rows, candidates.size(), heuristic, candidates.size() - heuristic,
-               at_power_limit ? ", timed at the power limit" : "", 1e3 * best_ms / kReps, 1e3 * first_ms / kReps,
-               gemmAlgoConfig(*lt, candidates[best]).str(),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
-  return candidates[best];
+    fmt::print(stderr, "cuda: gemm n {} k {} rows {}: fastest of {} cuBLASLt algorithms {:.1f} us "
+               "(heuristic's first {:.1f} us)\n", s.width, s.k, rows, count, 1e3 * best_ms / kReps,
+               1e3 * first_ms / kReps);
+  return candidates[best].algo;
 }
 
 Status CudaExecutor::State::prepareGemms(const LaunchShape& shape) {
@@ -825,8 +764,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   }
   st.verbose = options.verbose || options.profile_steps;
   st.gemm_autotune = options.gemm_autotune;
-  st.prefill_gemm_autotune = options.prefill_gemm_autotune;
-  st.gemm_search = options.gemm_search;
   st.gemm_type = f32_plan ? CUDA_R_32F : CUDA_R_16BF;
   ex->device_name_ = fmt::format("{} ({})", name, device_arch);
   auto lt = loadCublasLt();

@@ -47,23 +47,16 @@ struct CudaExecutorOptions {
   // the skinny GEMM's rows, at most 512) and keep the fastest; otherwise its
   // first heuristic choice.
   bool gemm_autotune = true;
-  // ... and for prefill-sized ones (more than 512 rows), once per
-  // power-of-two bucket of rows; false for A/B measurements.
-  bool prefill_gemm_autotune = true;
-  // ... also timing, for those, the configurations next to the heuristic's
-  // candidates (runtime/cuda/gemm_algos.h); false for A/B measurements.
-  bool gemm_search = true;
   // sm_90+: batch-1 decode's GEMVs stream their weights through a bulk-copy
   // ring (codegen/kernels/gemv_stream.cuh); false for A/B measurements.
   bool stream_gemv = true;
   // ... with the residual_rms_norm before qkv and gate/up folded into them
   // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool fold_norms = true;
-  // Decode batches cuBLASLt runs with timed algorithms (gemm_autotune; 9 to
-  // 512 rows): the o_proj and down GEMMs add their product to the f32 residual
-  // stream in the epilogue and write the sum, so the residual_rms_norm after
-  // them only normalizes (codegen/cuda/skinny_fusion.h); false for A/B
-  // measurements.
+  // Decode batches cuBLASLt runs (9 to 512 rows): the o_proj and down GEMMs
+  // add their product to the f32 residual stream in the epilogue and write
+  // the sum, so the residual_rms_norm after them only normalizes
+  // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool residual_epilogue = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance

@@ -1,21 +1,52 @@
-#include "runtime/cuda/gemm_algos.h"
+// cuBLASLt algorithm configurations for kiln_gemm_search: the settings of
+// one algorithm, an algorithm made from settings (checked against the
+// problem), and the configurations next to a heuristic's candidates, of
+// which cuBLASLt lists few (8 for Llama-3-8B's prefill GEMMs on the H200).
+#pragma once
 
 #include <algorithm>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
-namespace kiln::cuda {
+#include "runtime/cuda/cublaslt.h"
 
-std::string GemmAlgoConfig::str() const {
+namespace kiln::gpu_test {
+
+using cuda::CublasLt;
+
+struct GemmAlgoConfig {
+  int32_t id = 0;
+  uint32_t tile = 0, stages = 0;  // CUBLASLT_ALGO_CONFIG_TILE_ID, _STAGES_ID
+  int32_t splitk = 1;
+  uint32_t reduction = 0, swizzle = 0, custom = 0;  // _REDUCTION_SCHEME, _CTA_SWIZZLING, _CUSTOM_OPTION
+  uint16_t inner = 0, cluster = 0;                  // _INNER_SHAPE_ID, _CLUSTER_SHAPE_ID
+  bool operator==(const GemmAlgoConfig&) const = default;
+  std::string str() const;
+};
+
+// One matmul as cuBLASLt describes it: what an algorithm is checked against.
+struct GemmProblem {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cudaDataType_t ab_type = CUDA_R_16BF, cd_type = CUDA_R_16BF;  // compute and scale: f32
+  size_t workspace_bytes = 0;
+};
+
+inline std::string GemmAlgoConfig::str() const {
   return fmt::format("id {} tile {} stages {} cluster {} inner {} splitk {} reduction {} swizzle {} custom {}", id,
                      tile, stages, cluster, inner, splitk, reduction, swizzle, custom);
 }
 
-namespace {
+namespace detail {
 
 // Each setting with its attribute, for reading and writing them alike.
 template <class Fn>
-void eachSetting(GemmAlgoConfig& c, Fn fn) {
+inline void eachSetting(GemmAlgoConfig& c, Fn fn) {
   fn(CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof c.tile);
   fn(CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof c.stages);
   fn(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof c.splitk);
@@ -26,7 +57,7 @@ void eachSetting(GemmAlgoConfig& c, Fn fn) {
   fn(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster, sizeof c.cluster);
 }
 
-std::vector<uint32_t> capIds(const CublasLt& lt, const cublasLtMatmulAlgo_t& algo,
+inline std::vector<uint32_t> capIds(const CublasLt& lt, const cublasLtMatmulAlgo_t& algo,
                              cublasLtMatmulAlgoCapAttributes_t cap) {
   size_t bytes = 0;
   lt.cublasLtMatmulAlgoCapGetAttribute(&algo, cap, nullptr, 0, &bytes);
@@ -35,27 +66,29 @@ std::vector<uint32_t> capIds(const CublasLt& lt, const cublasLtMatmulAlgo_t& alg
   return ids;
 }
 
-}  // namespace
+}  // namespace detail
 
-GemmAlgoConfig gemmAlgoConfig(const CublasLt& lt, const cublasLtMatmulAlgo_t& algo) {
+// The settings of `algo`.
+inline GemmAlgoConfig gemmAlgoConfig(const CublasLt& lt, const cublasLtMatmulAlgo_t& algo) {
   GemmAlgoConfig c;
   size_t written = 0;
   lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof c.id, &written);
-  eachSetting(c, [&](cublasLtMatmulAlgoConfigAttributes_t attr, void* value, size_t size) {
+  detail::eachSetting(c, [&](cublasLtMatmulAlgoConfigAttributes_t attr, void* value, size_t size) {
     lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, value, size, &written);
   });
   return c;
 }
 
-std::optional<cublasLtMatmulAlgo_t> gemmAlgo(const CublasLt& lt, const GemmProblem& problem,
-                                             const GemmAlgoConfig& config) {
+// The algorithm of `config`, if cuBLASLt accepts it for `problem` within its workspace.
+inline std::optional<cublasLtMatmulAlgo_t> gemmAlgo(const CublasLt& lt, const GemmProblem& problem,
+                                                    const GemmAlgoConfig& config) {
   cublasLtMatmulAlgo_t algo;
   if (lt.cublasLtMatmulAlgoInit(problem.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, problem.ab_type, problem.ab_type,
                                 problem.cd_type, problem.cd_type, config.id, &algo) != CUBLAS_STATUS_SUCCESS)
     return std::nullopt;
   GemmAlgoConfig settings = config;
   bool set = true;
-  eachSetting(settings, [&](cublasLtMatmulAlgoConfigAttributes_t attr, void* value, size_t size) {
+  detail::eachSetting(settings, [&](cublasLtMatmulAlgoConfigAttributes_t attr, void* value, size_t size) {
     set = set && lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, value, size) == CUBLAS_STATUS_SUCCESS;
   });
   cublasLtMatmulHeuristicResult_t checked = {};
@@ -66,8 +99,11 @@ std::optional<cublasLtMatmulAlgo_t> gemmAlgo(const CublasLt& lt, const GemmProbl
   return algo;
 }
 
-std::vector<cublasLtMatmulAlgo_t> gemmAlgoNeighbours(const CublasLt& lt, const GemmProblem& problem,
-                                                     std::span<const cublasLtMatmulAlgo_t> seeds, bool wide) {
+// The accepted configurations one setting away from each of `seeds`, none
+// of them a seed or repeated: CTA swizzle and cluster shape; with `wide`,
+// also every tile and stage count the algorithm offers and split-K 2-4.
+inline std::vector<cublasLtMatmulAlgo_t> gemmAlgoNeighbours(const CublasLt& lt, const GemmProblem& problem,
+                                                            std::span<const cublasLtMatmulAlgo_t> seeds, bool wide) {
   std::vector<GemmAlgoConfig> seen;
   for (const cublasLtMatmulAlgo_t& seed : seeds) seen.push_back(gemmAlgoConfig(lt, seed));
   std::vector<cublasLtMatmulAlgo_t> out;
@@ -84,8 +120,8 @@ std::vector<cublasLtMatmulAlgo_t> gemmAlgoNeighbours(const CublasLt& lt, const G
                              CUBLASLT_CLUSTER_SHAPE_1x2x1})
       vary(&GemmAlgoConfig::cluster, cluster);
     if (wide) {
-      for (uint32_t tile : capIds(lt, seeds[i], CUBLASLT_ALGO_CAP_TILE_IDS)) vary(&GemmAlgoConfig::tile, tile);
-      for (uint32_t stages : capIds(lt, seeds[i], CUBLASLT_ALGO_CAP_STAGES_IDS)) vary(&GemmAlgoConfig::stages, stages);
+      for (uint32_t tile : detail::capIds(lt, seeds[i], CUBLASLT_ALGO_CAP_TILE_IDS)) vary(&GemmAlgoConfig::tile, tile);
+      for (uint32_t stages : detail::capIds(lt, seeds[i], CUBLASLT_ALGO_CAP_STAGES_IDS)) vary(&GemmAlgoConfig::stages, stages);
       for (int32_t splitk : {2, 3, 4})
         for (uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
                                 CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}) {
@@ -104,4 +140,4 @@ std::vector<cublasLtMatmulAlgo_t> gemmAlgoNeighbours(const CublasLt& lt, const G
   return out;
 }
 
-}  // namespace kiln::cuda
+}  // namespace kiln::gpu_test
