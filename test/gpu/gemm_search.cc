@@ -45,20 +45,11 @@ bool runOnce(const Gemm& g, const cublasLtMatmulAlgo_t& algo) {
 
 // Microseconds per run of `reps` back-to-back runs (after one untimed run), or -1.
 double timeUs(const Gemm& g, const cublasLtMatmulAlgo_t& algo, int reps) {
-  const cuda::CudaDriver* d = (*Gpu::get())->d;
   if (!runOnce(g, algo)) return -1;
-  CUevent start, stop;
-  d->cuEventCreate(&start, 0);
-  d->cuEventCreate(&stop, 0);
-  d->cuEventRecord(start, nullptr);
   bool ok = true;
-  for (int r = 0; r < reps && ok; ++r) ok = runOnce(g, algo);
-  d->cuEventRecord(stop, nullptr);
-  d->cuEventSynchronize(stop);
-  float ms = 0;
-  d->cuEventElapsedTime_v2(&ms, start, stop);
-  d->cuEventDestroy_v2(start);
-  d->cuEventDestroy_v2(stop);
+  const double ms = eventTimedMs((*Gpu::get())->d, [&] {
+    for (int r = 0; r < reps && ok; ++r) ok = runOnce(g, algo);
+  });
   return ok ? 1e3 * ms / reps : -1;
 }
 

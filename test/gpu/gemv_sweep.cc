@@ -31,24 +31,6 @@ struct Timing {
   bool correct = false;
 };
 
-// Milliseconds `launches` takes on the GPU, between two events on the
-// default stream.
-template <class Launches>
-double eventTimedMs(const cuda::CudaDriver* d, Launches launches) {
-  CUevent start, stop;
-  d->cuEventCreate(&start, 0);
-  d->cuEventCreate(&stop, 0);
-  d->cuEventRecord(start, nullptr);
-  launches();
-  d->cuEventRecord(stop, nullptr);
-  d->cuEventSynchronize(stop);
-  float ms = 0;
-  d->cuEventElapsedTime_v2(&ms, start, stop);
-  d->cuEventDestroy_v2(start);
-  d->cuEventDestroy_v2(stop);
-  return ms;
-}
-
 // The GPU, or null after saying why there is none.
 Gpu* gpuOrSayWhy() {
   auto gpu = Gpu::get();

@@ -82,6 +82,24 @@ class Gpu {
   std::string name;
 };
 
+// Milliseconds `launches` takes on the GPU, between two events on the
+// default stream.
+template <class Launches>
+double eventTimedMs(const cuda::CudaDriver* d, Launches launches) {
+  CUevent start, stop;
+  d->cuEventCreate(&start, 0);
+  d->cuEventCreate(&stop, 0);
+  d->cuEventRecord(start, nullptr);
+  launches();
+  d->cuEventRecord(stop, nullptr);
+  d->cuEventSynchronize(stop);
+  float ms = 0;
+  d->cuEventElapsedTime_v2(&ms, start, stop);
+  d->cuEventDestroy_v2(start);
+  d->cuEventDestroy_v2(stop);
+  return ms;
+}
+
 // Device memory filled with 0xFF bytes (NaN in bf16, f16 and f32) so an
 // element the kernel should have written but did not shows up as NaN.
 class DeviceBuffer {
