@@ -1,5 +1,6 @@
 // cuBLASLt, loaded with dlopen from one X-macro table (the GEMMs the
-// generated skinny-GEMM kernel does not cover: prefill-shaped batches).
+// generated skinny-GEMM kernel does not cover: prefill-shaped batches; the
+// algorithm-configuration calls are kiln_gemm_search's).
 #pragma once
 
 #include <cublasLt.h>
@@ -8,25 +9,24 @@
 
 namespace kiln::cuda {
 
-#define KILN_CUBLASLT_FUNCTIONS(X)          \
-  X(cublasLtGetVersion)                     \
-  X(cublasLtCreate)                         \
-  X(cublasLtDestroy)                        \
-  X(cublasLtMatmul)                         \
-  X(cublasLtMatmulDescCreate)               \
-  X(cublasLtMatmulDescDestroy)              \
-  X(cublasLtMatmulDescSetAttribute)         \
-  X(cublasLtMatrixLayoutCreate)             \
-  X(cublasLtMatrixLayoutDestroy)            \
-  X(cublasLtMatmulPreferenceCreate)         \
-  X(cublasLtMatmulPreferenceDestroy)        \
-  X(cublasLtMatmulPreferenceSetAttribute)   \
-  X(cublasLtMatmulAlgoGetHeuristic)         \
-  X(cublasLtMatmulAlgoCheck)                 \
-  X(cublasLtMatmulAlgoGetIds)                \
-  X(cublasLtMatmulAlgoInit)                  \
-  X(cublasLtMatmulAlgoCapGetAttribute)       \
-  X(cublasLtMatmulAlgoConfigSetAttribute)    \
+#define KILN_CUBLASLT_FUNCTIONS(X)        \
+  X(cublasLtGetVersion)                   \
+  X(cublasLtCreate)                       \
+  X(cublasLtDestroy)                      \
+  X(cublasLtMatmul)                       \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulAlgoCheck)              \
+  X(cublasLtMatmulAlgoInit)               \
+  X(cublasLtMatmulAlgoCapGetAttribute)    \
+  X(cublasLtMatmulAlgoConfigSetAttribute) \
   X(cublasLtMatmulAlgoConfigGetAttribute)
 
 struct CublasLt {
