@@ -600,22 +600,10 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
     cp_async_commit();
     ++issued;
   }
-  // The rest of this warp's older keys are asked of L2 before the wait too
-  // (the ring holds only kStages sub-tiles): each half-warp takes a sub-tile,
-  // a lane its row of K and of V, a 128-byte line of each per 64 dimensions.
-  for (int it0 = kStages - 1; it0 < my_subs; it0 += 2) {
-    const int it = it0 + lane / 16, row = lane % 16;
-    if (it < my_subs && first_key(it) + kMmaKeys <= fresh) {
-      const int j0 = first_key(it);
-      const long long at = (((long long)table[unsigned(j0) / kPage] * kPage + unsigned(j0) % kPage + row) * Hkv + kvh) * D;
-      prefetch_l2(k_pool + at);
-      prefetch_l2(v_pool + at);
-      if constexpr (D * 2 > 128) {
-        prefetch_l2(k_pool + at + 64);
-        prefetch_l2(v_pool + at + 64);
-      }
-    }
-  }
+  // Measured and not kept (H200, 2026-11-29): asking L2 for the rest of the
+  // warp's older keys here too (prefetch.global.L2, a half-warp a sub-tile)
+  // made 8k keys slower, 12.6 -> 13.5 us programmatic at 32 splits and
+  // 14.0 -> 17.0 at 16, and batch 32 at 8 splits 258 -> 384 us.
   wait_for_previous_kernel();
   allow_next_kernel();
 #pragma unroll

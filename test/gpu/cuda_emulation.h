@@ -436,10 +436,6 @@ inline void __threadfence() {}
 // One launch at a time: no programmatic dependent launch to wait on.
 inline void wait_for_previous_kernel() {}
 inline void allow_next_kernel() {}
-// No cache to warm: the address must still be one the kernel may read.
-inline void prefetch_l2(const void* p) {
-  if (p == nullptr) emu::fail("prefetch_l2 of a null address");
-}
 inline float __ldcg(const float* p) { return *p; }
 inline float4 __ldcg(const float4* p) { return *p; }
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
