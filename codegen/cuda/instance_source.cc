@@ -12,7 +12,7 @@
 #include "codegen/kernels/decode_attention.cuh"  // decode::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // flash_wgmma::smem_bytes (host-visible part)
-#include "codegen/kernels/kernel_params.cuh"  // argmaxChunks
+#include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout
 
 namespace kiln::cuda_codegen {
 namespace {
@@ -296,9 +296,9 @@ Result<RopeStep> ropeStep(const Params& p) {
   return r;
 }
 
-// gemv_stream.cuh's instance for one row of x (its GemvStreamLayout and
-// chunk are the kernel's; the static_asserts there check the copies here).
-constexpr int64_t kGemvStreamChunk = 2048;
+// gemv_stream.cuh's instance for one row of x (its chunk and shared memory:
+// kernel_params.cuh).
+using kernels::kGemvStreamChunk;
 constexpr int64_t kGemvStreamMaxWeightBytes = int64_t(256) << 20;
 // 4 rows a tile, 8 stages (128 KiB a block): of the tilings measured in a
 // Llama-3-8B layer's chain (H200, 2026-11-29), 4 x 8 110.6 us, 8 x 4 111.5,
@@ -317,10 +317,7 @@ int configConstant(const std::string& source, std::string_view name, int fallbac
   return at == std::string::npos ? fallback : std::atoi(source.c_str() + at + key.size());
 }
 
-int64_t gemvStreamSharedBytes() {
-  const int64_t stage_bytes = kGemvStreamRows * kGemvStreamChunk * 2;
-  return kGemvStreamStages * stage_bytes + 16 * kGemvStreamStages + 2 * kGemvStreamRows * 8 * 4 + 8 * 4;
-}
+int64_t gemvStreamSharedBytes() { return kernels::gemvStreamSmemBytes(kGemvStreamRows, kGemvStreamStages); }
 
 namespace {
 

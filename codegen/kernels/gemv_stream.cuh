@@ -55,8 +55,7 @@
 namespace kiln {
 namespace kernels {
 
-constexpr int kGemvStreamChunk = 2048;     // columns of a weight row per stage
-constexpr int kGemvStreamConsumers = 256;  // threads of warps 0-7
+constexpr int kGemvStreamConsumers = 256;  // threads of warps 0-7 (kGemvStreamChunk: kernel_params.cuh)
 
 // The dynamic shared memory: ring [kStages][kRowsPerBlock][kGemvStreamChunk]
 // bf16, then full[kStages] and empty[kStages] barriers, then partials
@@ -69,6 +68,7 @@ struct GemvStreamLayout {
   static constexpr int kPartials = kEmpty + 8 * kStages;
   static constexpr int kNormSquares = kPartials + 2 * kRowsPerBlock * 8 * 4;  // [8] f32, kNormFold
   static constexpr int kBytes = kNormSquares + 8 * 4;
+  static_assert(kBytes == gemvStreamSmemBytes(kRowsPerBlock, kStages), "the size the host generates");
 };
 
 // 8 bf16 weights · 8 bf16 x values into acc.

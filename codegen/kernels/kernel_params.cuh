@@ -103,6 +103,16 @@ struct GatherLastTokensParams {
   int num_seqs;
 };
 
+// gemv_stream (gemv_stream.cuh): the columns of a weight row one stage
+// holds, and the dynamic shared memory of a block of `rows_per_block` rows
+// and `stages` stages: the ring, the stages' full and empty barriers, two
+// tiles' partials of the 8 consumer warps, and the folded norm's 8 warp sums
+// (GemvStreamLayout lays them out in this order).
+constexpr int kGemvStreamChunk = 2048;
+inline constexpr int gemvStreamSmemBytes(int rows_per_block, int stages) {
+  return stages * rows_per_block * kGemvStreamChunk * 2 + 2 * 8 * stages + 2 * rows_per_block * 8 * 4 + 8 * 4;
+}
+
 // gemm (skinny, decode-shaped): y = x · Wᵀ (+ bias), grid [n / rows_per_block, 1, ceil(rows / max_rows)].
 struct GemvParams {
   const void* x;      // [rows, k] bf16
