@@ -61,6 +61,14 @@ constexpr size_t kMaxGraphs = 128;
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 // cuBLASLt GEMMs of at most this many rows (decode batches: shapes that
 // recur) are autotuned over up to kGemmCandidates heuristic candidates.
+// Prefill shapes are not: timing cuBLASLt's candidates once per
+// power-of-two bucket of rows made each GEMM faster alone (gate/up at 2048
+// rows 599 -> 587 us) but not the prefill, which runs at the card's power
+// limit (700 W, SM clock ~1.6 GHz): 47.16 against 47.15 ms a forward on
+// the GPU (three benches of 7 forwards each, alternated, 2026-11-29), for
+// ~0.3 s of timing per bucket. Adding the configurations next to the
+// heuristic's (test/gpu/gemm_search.cc finds gate/up 5% faster back to
+// back) made it slower: 49.55 ms.
 constexpr int64_t kAutotuneMaxRows = 512;
 constexpr int kGemmCandidates = 16;
 
@@ -163,15 +171,6 @@ bool onCublas(const BoundStep& s, int64_t rows) { return rows > kGemvMaxRows || 
 // in 336.6 (308), more than the norms saved (28.5 -> 15.2 us a launch).
 // With algorithms timed at 2048 rows too it still lost: o_proj 100.9 ->
 // 119.5 us, down 323.7 -> 354.8, the prefill 47.1 / 46.9 -> 47.4 / 47.4 ms.
-//
-// Prefill shapes are not autotuned: timing cuBLASLt's candidates once per
-// power-of-two bucket of rows made each GEMM faster alone (gate/up at 2048
-// rows 599 -> 587 us) but not the prefill, which runs at the card's power
-// limit (700 W, SM clock ~1.6 GHz): 47.16 against 47.15 ms a forward on
-// the GPU (three benches of 7 forwards each, alternated, 2026-11-29), for
-// ~0.3 s of timing per bucket. Adding the configurations next to the
-// heuristic's (test/gpu/gemm_search.cc finds gate/up 5% faster back to
-// back) made it slower: 49.55 ms.
 bool addsResidual(const BoundStep& s, int64_t rows) {
   return s.sum_norm >= 0 && rows <= kAutotuneMaxRows && onCublas(s, rows);
 }
