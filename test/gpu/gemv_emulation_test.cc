@@ -90,22 +90,7 @@ void runCase(std::mt19937& rng, int rows, const std::string& what, unsigned stre
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ", "
                                     << blockIdx.z << ")";
 
-  std::vector<double> ref(size_t(rows) * out_cols);
-  auto dot = [&](int m, int j) {
-    double s = C::kBias ? bias[size_t(j)] : 0.0;
-    for (int i = 0; i < k; ++i) s += double(x[size_t(m) * k + i]) * w[size_t(j) * k + i];
-    return s;
-  };
-  for (int m = 0; m < rows; ++m)
-    for (int j = 0; j < out_cols; ++j) {
-      if (!C::kSiluMul) {
-        ref[size_t(m) * out_cols + j] = dot(m, j);
-        continue;
-      }
-      const double gate = dot(m, j), up = dot(m, out_cols + j);
-      ref[size_t(m) * out_cols + j] = gate / (1.0 + std::exp(-gate)) * up;
-    }
-  expectOutputs(y, ref, what);
+  expectOutputs(y, skinnyGemmReference(x, w, C::kBias ? &bias : nullptr, rows, n, k, C::kSiluMul), what);
 }
 
 TEST(GemvEmulation, PlainTilings) {
@@ -255,25 +240,9 @@ void runNormFoldCase(std::mt19937& rng, unsigned blocks, const std::string& what
   p.norm_sum = sum.data();
   launchGemv<C>(p, 0, 0, blocks, wb.data(), wb.size() * 2);
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure << " (block " << blockIdx.x << ")";
-  std::vector<double> want_sum(kn), normed(kn);
-  double squares = 0;
-  for (int i = 0; i < k; ++i) {
-    want_sum[size_t(i)] = double(stream[size_t(i)] + residual[size_t(i)]);
-    squares += want_sum[size_t(i)] * want_sum[size_t(i)];
-  }
-  const double inv = 1.0 / std::sqrt(squares / k + double(C::kNormEpsilon));
-  for (int i = 0; i < k; ++i) normed[size_t(i)] = roundBf16(float(want_sum[size_t(i)] * inv * g[size_t(i)]));
-  std::vector<double> ref(static_cast<size_t>(out_cols));
-  auto dot = [&](int j) {
-    double s = 0;
-    for (int i = 0; i < k; ++i) s += normed[size_t(i)] * w[size_t(j) * k + i];
-    return s;
-  };
-  for (int j = 0; j < out_cols; ++j) {
-    const double a = dot(j);
-    ref[size_t(j)] = C::kSiluMul ? a / (1.0 + std::exp(-a)) * dot(out_cols + j) : a;
-  }
-  expectClose(sum, want_sum, 0, 0, what + ", sum");
+  const FoldedNormReference norm = foldedNormReference(stream, residual, g, double(C::kNormEpsilon));
+  const std::vector<double> ref = skinnyGemmReference(norm.normed, w, nullptr, 1, n, k, C::kSiluMul);
+  expectClose(sum, norm.sum, 0, 0, what + ", sum");
   expectOutputs(y, ref, what);
 }
 

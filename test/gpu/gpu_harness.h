@@ -217,6 +217,52 @@ inline unsigned skinnyGrid(const Kernel& k, unsigned tiles) {
   return configConstant(k, "kTiles") > 0 ? std::min(tiles, 13u) : tiles;
 }
 
+// The skinny GEMM in float64 over x [rows, k] and W [n, k] (bias [n] or
+// null): y = x · Wᵀ + bias, [rows, n]; with SwiGLU (W = [gate; up]),
+// silu(x · gate_jᵀ + bias_j) · (x · up_jᵀ + bias_{n/2 + j}), [rows, n / 2].
+inline std::vector<double> skinnyGemmReference(const std::vector<float>& x, const std::vector<float>& w,
+                                               const std::vector<float>* bias, int rows, int n, int k,
+                                               bool silu_mul) {
+  auto dot = [&](int m, int j) {
+    double s = bias ? (*bias)[size_t(j)] : 0.0;
+    for (int i = 0; i < k; ++i) s += double(x[size_t(m) * k + i]) * w[size_t(j) * k + i];
+    return s;
+  };
+  const int out = silu_mul ? n / 2 : n;
+  std::vector<double> ref(size_t(rows) * out);
+  for (int m = 0; m < rows; ++m)
+    for (int j = 0; j < out; ++j) {
+      if (!silu_mul) {
+        ref[size_t(m) * out + j] = dot(m, j);
+        continue;
+      }
+      const double gate = dot(m, j), up = dot(m, out + j);
+      ref[size_t(m) * out + j] = gate / (1.0 + std::exp(-gate)) * up;
+    }
+  return ref;
+}
+
+// residual_rms_norm of one row in float64, as a gemm with the norm folded
+// in computes it: the f32 sum of the stream and the branch, and the row
+// normalized, times the weight, rounded to bf16 (the norm's output type).
+struct FoldedNormReference {
+  std::vector<double> sum;
+  std::vector<float> normed;
+};
+inline FoldedNormReference foldedNormReference(const std::vector<float>& stream, const std::vector<float>& residual,
+                                               const std::vector<float>& weight, double epsilon) {
+  const size_t k = stream.size();
+  FoldedNormReference r{std::vector<double>(k), std::vector<float>(k)};
+  double squares = 0;
+  for (size_t i = 0; i < k; ++i) {
+    r.sum[i] = double(stream[i] + residual[i]);  // the f32 sum
+    squares += r.sum[i] * r.sum[i];
+  }
+  const double inv = 1.0 / std::sqrt(squares / double(k) + epsilon);
+  for (size_t i = 0; i < k; ++i) r.normed[i] = roundBf16(float(r.sum[i] * inv * weight[i]));
+  return r;
+}
+
 // Counts elements outside atol + rtol·|ref| (NaN always counts) and prints the first few.
 inline void expectClose(const std::vector<float>& got, const std::vector<double>& ref, double atol,
                         double rtol, const std::string& what) {

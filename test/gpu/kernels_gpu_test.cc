@@ -618,17 +618,12 @@ TEST_F(KernelsGpu, SkinnyGemm) {
     ASSERT_EQ(configConstant(k, "kTiles") > 0, c.stream) << k.instance.name;
     auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_b = DeviceBuffer::from(bb);
     DeviceBuffer d_y(size_t(c.rows) * c.n * 2);
-    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    const int rows_per_block = configConstant(k, "kRowsPerBlock");
+    ASSERT_GT(rows_per_block, 0) << k.instance.name;
     kk::GemvParams p{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_y.get(), c.rows};
     KILN_GPU_OK(launch(k, skinnyGrid(k, unsigned((c.n + rows_per_block - 1) / rows_per_block)), 1,
                        unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
-    std::vector<double> ref(size_t(c.rows) * c.n);
-    for (int m = 0; m < c.rows; ++m)
-      for (int n = 0; n < c.n; ++n) {
-        double s = c.bias ? bias[n] : 0.0;
-        for (int i = 0; i < c.k; ++i) s += double(x[size_t(m) * c.k + i]) * w[size_t(n) * c.k + i];
-        ref[size_t(m) * c.n + n] = s;
-      }
+    const std::vector<double> ref = skinnyGemmReference(x, w, c.bias ? &bias : nullptr, c.rows, c.n, c.k, false);
     expectClose(bf16ToFloat(d_y.download<uint16_t>()), ref, 5e-3, 1.0 / 64,
                 fmt::format("gemm rows {} n {} k {}{}, max_rows {}{}", c.rows, c.n, c.k, c.bias ? " +bias" : "",
                             c.max_rows, c.stream ? ", streamed" : ""));
@@ -655,7 +650,8 @@ TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
     COMPILE(k, "gemm", (json{{"n", c.n}, {"k", c.k}, {"weight_type", "bf16"}, {"bias", c.bias}, {"silu_mul", true},
                              {"gemv_max_rows", c.max_rows}, {"gemv_stream", c.stream}}));
     ASSERT_EQ(configConstant(k, "kTiles") > 0, c.stream) << k.instance.name;
-    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    const int rows_per_block = configConstant(k, "kRowsPerBlock");
+    ASSERT_GT(rows_per_block, 0) << k.instance.name;
     ASSERT_EQ(rows_per_block % 2, 0) << "gate and up rows pair up in a block";
     auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_b = DeviceBuffer::from(bb);
     DeviceBuffer d_y(size_t(c.rows) * F * 2 + 64);  // 64 poisoned bytes past the end stay NaN
@@ -663,16 +659,7 @@ TEST_F(KernelsGpu, SkinnyGemmSiluMul) {
     const int pairs = rows_per_block / 2;
     KILN_GPU_OK(launch(k, skinnyGrid(k, unsigned((F + pairs - 1) / pairs)), 1,
                        unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
-    std::vector<double> ref(size_t(c.rows) * F);
-    for (int m = 0; m < c.rows; ++m)
-      for (int j = 0; j < F; ++j) {
-        double g = c.bias ? bias[j] : 0.0, u = c.bias ? bias[F + j] : 0.0;
-        for (int i = 0; i < c.k; ++i) {
-          g += double(x[size_t(m) * c.k + i]) * w[size_t(j) * c.k + i];
-          u += double(x[size_t(m) * c.k + i]) * w[size_t(F + j) * c.k + i];
-        }
-        ref[size_t(m) * F + j] = g / (1.0 + std::exp(-g)) * u;
-      }
+    const std::vector<double> ref = skinnyGemmReference(x, w, c.bias ? &bias : nullptr, c.rows, c.n, c.k, true);
     std::vector<float> got = bf16ToFloat(d_y.download<uint16_t>());
     for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << "wrote past y at " << i;
     got.resize(ref.size());
@@ -717,23 +704,11 @@ TEST_F(KernelsGpu, SkinnyGemmNormFold) {
     p.norm_sum = d_sum.get();
     const unsigned tiles = unsigned(configConstant(k, "kTiles"));
     KILN_GPU_OK(launch(k, skinnyGrid(k, tiles), 1, 1, p));
-    std::vector<double> sum(size_t(c.k)), normed(size_t(c.k));
-    double squares = 0;
-    for (int i = 0; i < c.k; ++i) {
-      sum[size_t(i)] = double(float(stream[size_t(i)] + residual[size_t(i)]));
-      squares += sum[size_t(i)] * sum[size_t(i)];
-    }
-    const double inv = 1.0 / std::sqrt(squares / c.k + eps);
-    for (int i = 0; i < c.k; ++i) normed[size_t(i)] = roundBf16(float(sum[size_t(i)] * inv * g[size_t(i)]));
-    std::vector<double> y(size_t(c.n));
-    for (int j = 0; j < c.n; ++j)
-      for (int i = 0; i < c.k; ++i) y[size_t(j)] += normed[size_t(i)] * w[size_t(j) * c.k + i];
-    std::vector<double> want(static_cast<size_t>(out_cols));
-    for (int j = 0; j < out_cols; ++j)
-      want[size_t(j)] = c.silu ? y[size_t(j)] / (1.0 + std::exp(-y[size_t(j)])) * y[size_t(out_cols + j)] : y[size_t(j)];
+    const FoldedNormReference norm = foldedNormReference(stream, residual, g, eps);
+    const std::vector<double> want = skinnyGemmReference(norm.normed, w, nullptr, 1, c.n, c.k, c.silu);
     const std::string what = fmt::format("gemm{} n {} k {} after a folded residual_rms_norm", c.silu ? "+silu_mul" : "",
                                          c.n, c.k);
-    expectClose(d_sum.download<float>(), sum, 0, 0, what + ", sum");
+    expectClose(d_sum.download<float>(), norm.sum, 0, 0, what + ", sum");
     expectClose(bf16ToFloat(d_y.download<uint16_t>()), want, 5e-3, 1.0 / 64, what);
   }
 }
@@ -774,7 +749,8 @@ TEST_F(KernelsGpu, SkinnyGemmRope) {
     params["gemv_stream"] = c.stream;
     COMPILE(k, "gemm", params);
     ASSERT_EQ(configConstant(k, "kTiles") > 0, c.stream) << k.instance.name;
-    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    const int rows_per_block = configConstant(k, "kRowsPerBlock");
+    ASSERT_GT(rows_per_block, 0) << k.instance.name;
     ASSERT_EQ(rows_per_block % 2, 0) << "rope's column pairs share a block";
     const bool f32 = std::string(c.kv_type) == "f32";
     const size_t pool_elems = size_t(blocks) * page * Hkv * D, kv_bytes = f32 ? 4 : 2;
@@ -813,7 +789,8 @@ TEST_F(KernelsGpu, SkinnyGemmBandwidth) {
     auto d_x = DeviceBuffer::from(xb);
     DeviceBuffer d_w(size_t(n) * kdim * 2), d_y(size_t(rows) * n * 2);
     d->cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(d_w.get()), 0x11, size_t(n) * kdim * 2);
-    const int rows_per_block = std::stoi(k.instance.source.substr(k.instance.source.find("kRowsPerBlock = ") + 16));
+    const int rows_per_block = configConstant(k, "kRowsPerBlock");
+    ASSERT_GT(rows_per_block, 0) << k.instance.name;
     kk::GemvParams p{d_x.get(), d_w.get(), nullptr, d_y.get(), rows};
     KILN_GPU_OK(launch(k, unsigned(n / rows_per_block), 1, 1, p));
     CUevent start, stop;
