@@ -105,7 +105,8 @@ def main():
         bench["hf_eager_bf16_decode_b1_tok_s"] = steps / dt
         bench["hf_eager_bf16_decode_b1_ms"] = 1e3 * dt / steps
         # HBM read and bf16 GEMM probes, as kiln bench's peer measures them.
-        bench["hbm_read_probe_GBps"], bench["gemm_probe_TFLOPs"], _, _, _ = ceilings()
+        c = ceilings(sustained=False)
+        bench["hbm_read_probe_GBps"], bench["gemm_probe_TFLOPs"] = c["hbm_gbps"], c["gemm_tflops"]
         bench["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
         bench["torch"] = torch.__version__
         import transformers
