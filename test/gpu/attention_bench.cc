@@ -8,7 +8,8 @@
 //     each tiling the instance offers (4 warps x 64 rows, the default; 8
 //     warps x 128 rows; flash_attention_wgmma, Hopper's warpgroup form, 2
 //     warpgroups x 128 rows), then head_dim 64 (same heads) likewise plus 4
-//     warps x 128 rows.
+//     warps x 128 rows; and flash_attention_wgmma at S=2048, the length of
+//     `kiln bench prefill`'s forward.
 // (2) the decode path, paged_attention_split + attention_combine, one token
 //     at context 8192, H=32, Hkv=8, D=128, for 8/16/32/64 splits: GB/s of
 //     K+V read (2 · 8192 · 8 · 128 · 2 bytes). Each rep reads the next of
@@ -295,7 +296,10 @@ int run(int argc, char** argv) {
   const std::vector<P> prefills = {P{4096, 32, 8, 128, 4, 64}, P{4096, 32, 8, 128, 8, 128},
                                    P{4096, 32, 8, 128, 0, 128}, P{4096, 32, 8, 64, 4, 64},
                                    P{4096, 32, 8, 64, 4, 128},  P{4096, 32, 8, 64, 8, 128},
-                                   P{4096, 32, 8, 64, 0, 128}};
+                                   P{4096, 32, 8, 64, 0, 128},
+                                   // the 2048-token prefill `kiln bench prefill` times: 2048 / 128 = 16
+                                   // query tiles a head, where blocks of few key tiles weigh more
+                                   P{2048, 32, 8, 128, 0, 128}};
   if (only != "decode") {
     for (const P& c : prefills) {
       auto r = prefill(rng, reps, c.S, c.H, c.Hkv, c.D, c.warps, c.block_m);

@@ -12,7 +12,11 @@
 // at the power limit one GEMM's gain did not survive the whole forward.
 // GPU machine only:
 //
-//   kiln_gemm_search [--reps N] [--rows R]
+//   kiln_gemm_search [--reps N] [--rows R] [--only N]
+//
+// --only N searches only the shape whose output width is N (28672: gate/up).
+// Each shape ends with a line a script can read back:
+//   best_config N,K:id,tile,stages,cluster,inner,splitk,reduction,swizzle,custom
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,7 +66,7 @@ void heat(const Gemm& g, const cublasLtMatmulAlgo_t& algo, double seconds) {
   }
 }
 
-int run(int reps, int rows) {
+int run(int reps, int rows, int only) {
   auto gpu = Gpu::get();
   if (!gpu) {
     std::fprintf(stderr, "kiln_gemm_search: %s\n", gpu.error().message.c_str());
@@ -84,6 +88,7 @@ int run(int reps, int rows) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const std::vector<std::pair<int, int>> shapes = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
   for (auto [n, k] : shapes) {
+    if (only > 0 && n != only) continue;
     std::vector<uint16_t> w(size_t(n) * k), x(size_t(rows) * k);
     for (auto& v : w) v = toBf16(dist(rng) * 0.05f);
     for (auto& v : x) v = toBf16(dist(rng));
@@ -159,6 +164,9 @@ int run(int reps, int rows) {
                   f.from.c_str());
     if (heuristic_us > 0)
       std::printf("  best / heuristic's first: %.3f\n", finalists[0].us / heuristic_us);
+    const GemmAlgoConfig& b = finalists[0].c;
+    std::printf("best_config %d,%d:%d,%u,%u,%u,%u,%d,%u,%u,%u\n", n, k, b.id, b.tile, b.stages, unsigned(b.cluster),
+                unsigned(b.inner), b.splitk, b.reduction, b.swizzle, b.custom);
     lt->cublasLtMatrixLayoutDestroy(p.a);
     lt->cublasLtMatrixLayoutDestroy(p.b);
     lt->cublasLtMatrixLayoutDestroy(p.c);
@@ -172,14 +180,15 @@ int run(int reps, int rows) {
 }  // namespace kiln::gpu_test
 
 int main(int argc, char** argv) {
-  int reps = 20, rows = 2048;
+  int reps = 20, rows = 2048, only = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--rows") == 0 && i + 1 < argc) rows = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: kiln_gemm_search [--reps N] [--rows R]\n");
+      std::fprintf(stderr, "usage: kiln_gemm_search [--reps N] [--rows R] [--only N]\n");
       return 2;
     }
   }
-  return kiln::gpu_test::run(reps, rows);
+  return kiln::gpu_test::run(reps, rows, only);
 }

@@ -4,7 +4,7 @@ printed in its line format, for the `attention` part of scripts/gpu-check.sh.
 
   python3 test/gpu/sdpa_bench.py [--reps N] [--json PATH]
 
-(1) prefill: bf16, causal, B=1, H=32 (Hkv=8), S=4096, D=128;
+(1) prefill: bf16, causal, B=1, H=32 (Hkv=8), S=4096 and 2048, D=128;
     TFLOP/s with FLOPs = 4 S^2 H D / 2.
 (2) decode: one query at context 8192, B=1, same heads; GB/s of K+V with
     bytes = 2 * 8192 * Hkv * D * 2 (the GQA cache, whatever SDPA reads).
@@ -88,22 +88,23 @@ def main():
     records = []
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, median of {args.reps} reps", flush=True)
 
-    B, S, H, Hkv, D = 1, 4096, 32, 8, 128
-    q = torch.rand(B, H, S, D, device=dev, dtype=torch.bfloat16) * 2 - 1
-    k = torch.rand(B, Hkv, S, D, device=dev, dtype=torch.bfloat16) * 2 - 1
-    v = torch.rand(B, Hkv, S, D, device=dev, dtype=torch.bfloat16) * 2 - 1
-    gqa = takes_enable_gqa(q, k, v, True)
-    mode = "enable_gqa" if gqa else "repeated KV"
-    if not gqa:  # repeated once, outside the timing
-        k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
-    call = sdpa(gqa, True)
-    ms = median_ms(lambda i: call(q, k, v), args.reps)
-    tflops = 4.0 * S * S * H * D / 2 / (ms * 1e-3) / 1e12
-    print(f"torch_sdpa prefill B={B} S={S} H={H} Hkv={Hkv} D={D} causal ({mode}): {ms:.3f} ms, {tflops:.1f} TFLOP/s",
-          flush=True)
-    records.append({"name": "torch_sdpa_prefill", "B": B, "S": S, "H": H, "Hkv": Hkv, "D": D, "mode": mode,
-                    "ms": ms, "tflops": tflops})
-    del q, k, v
+    B, H, Hkv, D = 1, 32, 8, 128
+    for S in (4096, 2048):  # 2048: the length of kiln bench prefill's forward
+        q = torch.rand(B, H, S, D, device=dev, dtype=torch.bfloat16) * 2 - 1
+        k = torch.rand(B, Hkv, S, D, device=dev, dtype=torch.bfloat16) * 2 - 1
+        v = torch.rand(B, Hkv, S, D, device=dev, dtype=torch.bfloat16) * 2 - 1
+        gqa = takes_enable_gqa(q, k, v, True)
+        mode = "enable_gqa" if gqa else "repeated KV"
+        if not gqa:  # repeated once, outside the timing
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+        call = sdpa(gqa, True)
+        ms = median_ms(lambda i: call(q, k, v), args.reps)
+        tflops = 4.0 * S * S * H * D / 2 / (ms * 1e-3) / 1e12
+        print(f"torch_sdpa prefill B={B} S={S} H={H} Hkv={Hkv} D={D} causal ({mode}): {ms:.3f} ms, {tflops:.1f} TFLOP/s",
+              flush=True)
+        records.append({"name": "torch_sdpa_prefill", "B": B, "S": S, "H": H, "Hkv": Hkv, "D": D, "mode": mode,
+                        "ms": ms, "tflops": tflops})
+        del q, k, v
 
     ctx = 8192
     kv_bytes = 2.0 * ctx * Hkv * D * 2
