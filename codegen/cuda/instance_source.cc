@@ -12,6 +12,7 @@
 #include "codegen/kernels/decode_attention.cuh"  // decode::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // flash_wgmma::smem_bytes (host-visible part)
+#include "codegen/kernels/gemm_swiglu_wgmma.cuh"     // gemm_swiglu::smem_bytes (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout
 
 namespace kiln::cuda_codegen {
@@ -140,6 +141,9 @@ struct Body {
   // __launch_bounds__' minimum blocks per SM (0: none given); 1 caps the
   // registers at 65536 / threads, which setmaxnreg needs.
   int min_blocks = 0;
+  // The params are a __grid_constant__ parameter: the kernel takes the
+  // address of a TMA tensor map in it, which must stay in parameter space.
+  bool grid_constant = false;
 };
 
 Result<Body> embedding(const Params& p) {
@@ -752,6 +756,28 @@ Result<Body> argmax(const Params& p) {
   return b;
 }
 
+// The gate/up projection with SwiGLU in its epilogue on Hopper's warpgroup
+// tensor cores (gemm_swiglu_wgmma.cuh): x [rows, hidden] times the merged
+// [2 ffn, hidden] weight into [rows, ffn], bf16, compiled for sm_90a.
+Result<Body> gemmSwiGlu(const Params& p) {
+  namespace gs = kernels::gemm_swiglu;
+  KILN_TRY(hidden, p.positive("hidden", gs::kBlockK));
+  KILN_TRY(ffn, p.positive("ffn", gs::kBlockN));
+  Body b{"gemm_swiglu_wgmma.cuh", "", "gemm_swiglu_wgmma",
+         {gs::kThreads,
+          fmt::format("[min(ceil(rows / {}) * {}, SMs)] (persistent), dynamic smem {} bytes", gs::kBlockM,
+                      ffn / gs::kBlockN, gs::smem_bytes()),
+          "GemmSwiGluParams"}};
+  b.arch = "sm_90a";
+  b.min_blocks = 1;
+  b.grid_constant = true;
+  b.config = fmt::format(
+      "  static constexpr int kHidden = {};\n  static constexpr int kIntermediate = {};\n"
+      "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
+      hidden, ffn, gs::smem_bytes());
+  return b;
+}
+
 Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "embedding") return embedding(p);
   if (kind == "rms_norm") return rmsNorm(p, false);
@@ -765,6 +791,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "flash_attention_wgmma") return flashAttentionWgmma(p);
   if (kind == "decode_attention") return decodeAttention(p);
   if (kind == "silu_mul") return siluMul(p);
+  if (kind == "gemm_swiglu") return gemmSwiGlu(p);
   if (kind == "add") return elementwise(p, "OpAdd");
   if (kind == "mul") return elementwise(p, "OpMul");
   if (kind == "silu") return elementwise(p, "OpSilu");
@@ -789,7 +816,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
   static const std::vector<std::string_view> kinds = {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
-      "silu_mul", "add",
+      "silu_mul", "gemm_swiglu", "add",
       "mul", "silu", "gather_last_tokens", "sample", "argmax"};
   return kinds;
 }
@@ -839,7 +866,7 @@ Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& par
       "}};\n"
       "}}  // namespace\n"
       "\n"
-      "extern \"C\" __global__ void __launch_bounds__({}) {}(const kiln::kernels::{} p) {{\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const {}kiln::kernels::{} p) {{\n"
       "{}"
       "  kiln::kernels::{}<Config>(p);\n"
       "}}\n",
@@ -847,7 +874,7 @@ Result<Instance> instanceSource(std::string_view kind, const nlohmann::json& par
       b->header, b->config,
       b->min_blocks > 0 ? fmt::format("{}, {}", b->launch.block_threads, b->min_blocks)
                         : std::to_string(b->launch.block_threads),
-      name, b->launch.params_struct,
+      name, b->grid_constant ? "__grid_constant__ " : "", b->launch.params_struct,
       b->waits_itself ? ""
                       : "  // Launched as a programmatic dependent (common.cuh): wait for the\n"
                         "  // previous kernel's writes, then let the next kernel launch.\n"

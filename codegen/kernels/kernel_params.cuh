@@ -1,10 +1,11 @@
 // Parameter structs of every CUDA kernel kind: the one definition both the
 // kernels (NVRTC) and the host launchers include, so their layouts cannot
-// drift apart. Plain C types only (pointers, int, float, long long): no host
-// or CUDA headers, no templates. Each kernel takes its struct by value as the
-// only argument; activation pointers are `void*` because the element type is
-// a template parameter of the instance (bf16 on the GPU, f32 for the
-// residual stream where the instance's params say so: the `*_type` params).
+// drift apart. Plain C types only (pointers, int, float, long long, and
+// TensorMap's opaque bytes): no host or CUDA headers, no templates. Each
+// kernel takes its struct by value as the only argument; activation
+// pointers are `void*` because the element type is a template parameter of
+// the instance (bf16 on the GPU, f32 for the residual stream where the
+// instance's params say so: the `*_type` params).
 #pragma once
 
 namespace kiln {
@@ -53,6 +54,23 @@ struct RopeKvAppendParams {
   void* q_out;            // [N, H, D] bf16, roped q
   int num_tokens;
   long long num_slots;    // num_blocks * page_size; slots past it are skipped
+};
+
+// A TMA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned) the
+// host encodes (runtime/cuda/tensor_map.h) and a kernel reads in place from
+// its __grid_constant__ parameter.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// gemm_swiglu_wgmma: out = silu(x · gateᵀ) · (x · upᵀ), the SwiGLU of a
+// merged gate/up projection in its GEMM's epilogue. Grid: persistent, at
+// most one block per SM (gemm_swiglu::grid_blocks).
+struct GemmSwiGluParams {
+  TensorMap x_map;        // x [rows, hidden] bf16, box [128 rows, 64 columns], 128-byte swizzle
+  TensorMap w_map;        // [2 F, hidden] bf16, gate rows then up rows, box [128 rows, 64 columns], swizzled
+  void* out;              // [rows, F] bf16
+  int rows;
 };
 
 // paged_attention and its split-KV form (grid [N, Hkv, splits]).

@@ -1,8 +1,9 @@
 // Barriers between a block's producer and consumer warps: named barriers,
-// shared-memory barriers (mbarrier), and the bulk copy (sm_90's
-// cp.async.bulk, the TMA unit without a tensor map) that completes on an
-// mbarrier. NVRTC-compilable, sm_90 and later. On the host,
-// test/gpu/cuda_emulation.h supplies the same functions.
+// shared-memory barriers (mbarrier), and the copies of sm_90's TMA unit that
+// complete on an mbarrier: the bulk copy (cp.async.bulk, no tensor map) and
+// the tensor copy of a 2-D box (cp.async.bulk.tensor). NVRTC-compilable,
+// sm_90 and later. On the host, test/gpu/cuda_emulation.h supplies the same
+// functions.
 #pragma once
 
 namespace kiln {
@@ -50,6 +51,20 @@ __device__ __forceinline__ void bulk_copy_to_shared(unsigned dst, const void* sr
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
           dst),
       "l"(src), "r"(bytes), "r"(bar), "l"(l2_policy)
+      : "memory");
+}
+
+// A 2-D box of the tensor map at `map` (TMA: a CUtensorMap the host
+// encoded, in a __grid_constant__ kernel parameter), from element
+// (x, y) = (column, row) on, into this block's shared memory at `dst`,
+// counted on barrier `bar` when it lands. The map's swizzle lays the box out
+// as wgmma.cuh's tiles when `dst` is 1024-byte aligned; elements outside the
+// tensor land as zeros.
+__device__ __forceinline__ void tensor_copy_2d_to_shared(unsigned dst, const void* map, int x, int y, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
 

@@ -91,6 +91,9 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
   KILN_WGMMA_ACCUMULATORS_8(d, (i) + 0), KILN_WGMMA_ACCUMULATORS_8(d, (i) + 8),          \
       KILN_WGMMA_ACCUMULATORS_8(d, (i) + 16), KILN_WGMMA_ACCUMULATORS_8(d, (i) + 24)
 #define KILN_WGMMA_ACCUMULATORS_64(d) KILN_WGMMA_ACCUMULATORS_32(d, 0), KILN_WGMMA_ACCUMULATORS_32(d, 32)
+#define KILN_WGMMA_ACCUMULATORS_128(d)                                                                      \
+  KILN_WGMMA_ACCUMULATORS_32(d, 0), KILN_WGMMA_ACCUMULATORS_32(d, 32), KILN_WGMMA_ACCUMULATORS_32(d, 64), \
+      KILN_WGMMA_ACCUMULATORS_32(d, 96)
 #define KILN_WGMMA_REGISTERS_32                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -99,6 +102,30 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "              \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "              \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+#define KILN_WGMMA_REGISTERS_128                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "              \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "              \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "              \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "              \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "              \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "  \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
+// d (+)= A · B for m64n256k16, A and B from shared memory (K-major both);
+// accumulate = false overwrites d. The GEMMs' shape: 64 rows of A against
+// 256 rows of B (gemm_swiglu_wgmma's 128 gate and 128 up rows).
+__device__ __forceinline__ void wgmma_ss_m64n256k16(float (&d)[128], unsigned long long a_desc,
+                                                  unsigned long long b_desc, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      KILN_WGMMA_REGISTERS_128 ", "
+      "%128, %129, p, 1, 1, 0, 0;\n}\n"
+      : KILN_WGMMA_ACCUMULATORS_128(d)
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
 
 // d (+)= A · B for m64n128k16, A and B from shared memory (K-major both);
 // accumulate = false overwrites d.

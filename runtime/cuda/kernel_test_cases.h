@@ -125,6 +125,10 @@ inline std::vector<KernelCase> representativeKernelCases() {
   // The same on Hopper's warpgroup tensor cores (sm_90a), 128 rows a block.
   cases.push_back({"flash_attention_wgmma", attentionParams(9, 3, 64, false)});
   cases.push_back({"flash_attention_wgmma", attentionParams(32, 8, 128, false)});
+  // The gate/up projection with SwiGLU in its epilogue (sm_90a, TMA):
+  // Llama-3-8B's and Llama-3.2-1B's MLP shapes.
+  cases.push_back({"gemm_swiglu", {{"hidden", 4096}, {"ffn", 14336}}});
+  cases.push_back({"gemm_swiglu", {{"hidden", 2048}, {"ffn", 8192}}});
   // Bandwidth-bound split-KV decode (partials for attention_combine): the
   // tensor-core form (the default) and the CUDA-core form.
   cases.push_back({"decode_attention", attentionParams(9, 3, 64, false)});

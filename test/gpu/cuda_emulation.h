@@ -6,7 +6,8 @@
 // mma.m16n8k16 from the PTX ISA's fragment tables, __shfl_xor_sync,
 // __shfl_sync, __syncwarp, __syncthreads; named barriers (bar.sync,
 // bar.arrive) and shared-memory mbarriers (init, arrive, parity wait) block
-// a fiber until their phase completes. wgmma_emulation.h adds the
+// a fiber until their phase completes; bulk and tensor (TMA) copies land
+// at once and count their bytes on an mbarrier. wgmma_emulation.h adds the
 // warpgroup multiplies. cp.async copies land
 // only at the issuing thread's cp.async.wait_group (or, in the eager mode, at
 // once) and zero-byte copies write zeros; shared memory starts as NaN for
@@ -42,6 +43,7 @@
 #define __forceinline__ inline
 #define __shared__
 #define __align__(n)  // the emulated shared memory is aligned where it is defined
+#define __grid_constant__
 
 struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -267,6 +269,27 @@ inline void ldmatrix(unsigned addr, unsigned (&r)[4], bool trans) {
   });
 }
 
+// An emulated TMA tensor map: what the host's cuTensorMapEncodeTiled would
+// encode for a row-major bf16 matrix with the 128-byte swizzle, in the
+// opaque bytes of kernels::TensorMap.
+struct EmulatedTensorMap {
+  const unsigned char* base;
+  long long columns, rows, row_bytes;
+  int box_columns, box_rows;
+  unsigned long long magic;
+};
+constexpr unsigned long long kTensorMapMagic = 0x6b696c6e746d6170ull;
+static_assert(sizeof(EmulatedTensorMap) <= sizeof(kiln::kernels::TensorMap));
+
+inline kiln::kernels::TensorMap encodeTensorMap(const void* base, long long columns, long long rows, int box_columns,
+                                                int box_rows) {
+  kiln::kernels::TensorMap map{};
+  const EmulatedTensorMap m{static_cast<const unsigned char*>(base), columns, rows, columns * 2, box_columns, box_rows,
+                            kTensorMapMagic};
+  std::memcpy(&map, &m, sizeof m);
+  return map;
+}
+
 }  // namespace emu
 
 // The CUDA builtins the kernels use, and tensor_core.cuh's PTX wrappers that
@@ -360,6 +383,42 @@ inline void bulk_copy_to_shared(unsigned dst, const void* src, unsigned bytes, u
   if (b->tx < 0) return emu::fail("bulk copies landed more bytes than the barrier expected");
   mbarrier_complete_if_done(b);
 }
+
+// cp.async.bulk.tensor.2d: the box at element (x, y) = (column, row) of the
+// map's matrix into shared memory at `dst` with the 128-byte swizzle (16-byte
+// chunk c of box row r at chunk c ^ (r % 8)), elements outside the matrix as
+// zeros, the whole box's bytes completing on `bar` (as the TMA unit counts
+// them). Lands at once, as bulk copies do here.
+inline void tensor_copy_2d_to_shared(unsigned dst, const void* map, int x, int y, unsigned bar) {
+  emu::EmulatedTensorMap m;
+  std::memcpy(&m, map, sizeof m);
+  if (m.magic != emu::kTensorMapMagic) return emu::fail("tensor copy through a map that is not a tensor map");
+  if (dst % 1024) return emu::fail("tensor copy with the 128-byte swizzle to shared memory not 1024-byte aligned");
+  if (m.box_columns * 2 != 128) return emu::fail("tensor copy box rows are not 128 bytes (the swizzle span)");
+  if (x % 8) return emu::fail("tensor copy column not a multiple of 16 bytes");
+  const long long last = (m.rows - 1) * m.row_bytes + m.columns * 2;
+  bool ok = false;
+  for (const emu::Range& r : emu::readable) ok |= m.base >= r.begin && m.base + last <= r.begin + r.bytes;
+  if (!ok) return emu::fail("tensor map over memory outside the kernel's buffers");
+  const int bytes = m.box_rows * 128;
+  unsigned char* to = emu::shared(dst, bytes, "tensor copy destination");
+  if (!to) return;
+  for (int r = 0; r < m.box_rows; ++r)
+    for (int c = 0; c < m.box_columns; ++c) {
+      const long long row = (long long)y + r, col = (long long)x + c;
+      uint16_t v = 0;
+      if (row >= 0 && row < m.rows && col >= 0 && col < m.columns)
+        std::memcpy(&v, m.base + row * m.row_bytes + col * 2, 2);
+      const int chunk = (c * 2) / 16, within = (c * 2) % 16;
+      std::memcpy(to + r * 128 + ((chunk ^ (r % 8)) << 4) + within, &v, 2);
+    }
+  emu::MBarrier* b = emu::mbarrier(bar, "cp.async.bulk.tensor completion");
+  if (!b) return;
+  b->tx -= bytes;
+  if (b->tx < 0) return emu::fail("tensor copies landed more bytes than the barrier expected");
+  mbarrier_complete_if_done(b);
+}
+
 inline void named_barrier_sync(int id, int threads) { emu::namedBarrier(id, threads, true); }
 inline void named_barrier_arrive(int id, int threads) { emu::namedBarrier(id, threads, false); }
 inline void mbarrier_wait(unsigned bar, unsigned parity) {

@@ -1,5 +1,5 @@
 // Hopper's warpgroup multiplies on the emulated device of cuda_emulation.h,
-// for running flash_attention_wgmma's body on the host. A wgmma is a
+// for running flash_attention_wgmma's and gemm_swiglu_wgmma's bodies on the host. A wgmma is a
 // rendezvous of the warpgroup's 128 fibers; the last one to arrive reads the
 // shared-memory operands through their descriptors and writes every
 // thread's accumulators. The layouts are taken from the PTX ISA, written
@@ -95,6 +95,26 @@ inline void wgmma_ss_m64n128k16(float (&d)[64], unsigned long long a_desc, unsig
   emu::rendezvous(emu::warpgroup(), 128, "wgmma ss", emu::current % 128, s, [](emu::Collective& c) {
     const emu::Descriptor a = emu::decodeDescriptor(c.slots[0].desc_a), b = emu::decodeDescriptor(c.slots[0].desc_b);
     emu::warpgroupMultiply<128>(
+        c,
+        [&](emu::Collective&, float (&A)[64][16]) {
+          for (int r = 0; r < 64; ++r)
+            for (int k = 0; k < 16; ++k) A[r][k] = emu::kMajor(a, r, k);
+        },
+        [&](int k, int n) { return emu::kMajor(b, n, k); });
+  });
+}
+
+// Both operands K-major from shared memory, 256 columns (gemm_swiglu_wgmma).
+inline void wgmma_ss_m64n256k16(float (&d)[128], unsigned long long a_desc, unsigned long long b_desc,
+                                bool accumulate) {
+  emu::Slot s;
+  s.acc = d;
+  s.desc_a = a_desc;
+  s.desc_b = b_desc;
+  s.accumulate = accumulate;
+  emu::rendezvous(emu::warpgroup(), 128, "wgmma ss n256", emu::current % 128, s, [](emu::Collective& c) {
+    const emu::Descriptor a = emu::decodeDescriptor(c.slots[0].desc_a), b = emu::decodeDescriptor(c.slots[0].desc_b);
+    emu::warpgroupMultiply<256>(
         c,
         [&](emu::Collective&, float (&A)[64][16]) {
           for (int r = 0; r < 64; ++r)
