@@ -361,7 +361,7 @@ if [[ " $PARTS " == *" sanitizer "* ]]; then
     # cases would take many minutes under the tools).
     KILN_UNDER_SANITIZER=1 timeout "${KILN_SANITIZER_TIMEOUT:-150}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
       "$BUILD/bin/kernels_gpu_test" \
-      --gtest_filter="${KILN_SANITIZER_FILTER:-*Embedding*:*RmsNorm*:*F32Residual*:*Rope*:*PagedAttention*:*FlashAttentionWgmmaSmall*:*SiluMul*:*SkinnyGemm:*SkinnyGemmNormFold*:*Sampling*:*Argmax*}" \
+      --gtest_filter="${KILN_SANITIZER_FILTER:-*Embedding*:*RmsNorm*:*F32Residual*:*Rope*:*PagedAttention*:*FlashAttentionWgmmaSmall*:*GemmSwiGluSmall*:*SiluMul*:*SkinnyGemm:*SkinnyGemmNormFold*:*Sampling*:*Argmax*}" \
       >"$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     tail -3 "$OUT/sanitizer_$tool.log"

@@ -56,10 +56,10 @@ struct RopeKvAppendParams {
   long long num_slots;    // num_blocks * page_size; slots past it are skipped
 };
 
-// A TMA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned) the
+// A TMA tensor map (CUtensorMap: 128 opaque bytes, aligned as cuda.h does) the
 // host encodes (runtime/cuda/tensor_map.h) and a kernel reads in place from
 // its __grid_constant__ parameter.
-struct alignas(64) TensorMap {
+struct alignas(128) TensorMap {
   unsigned long long opaque[16];
 };
 

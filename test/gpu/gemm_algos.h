@@ -1,7 +1,8 @@
-// cuBLASLt algorithm configurations for kiln_gemm_search: the settings of
-// one algorithm, an algorithm made from settings (checked against the
-// problem), and the configurations next to a heuristic's candidates, of
-// which cuBLASLt lists few (8 for Llama-3-8B's prefill GEMMs on the H200).
+// cuBLASLt for kiln_gemm_search and kiln_swiglu_bench: the executor's GEMM
+// layout as a problem and its heuristic candidates, the settings of one
+// algorithm, an algorithm made from settings (checked against the problem),
+// and the configurations next to a heuristic's candidates, of which
+// cuBLASLt lists few (8 for Llama-3-8B's prefill GEMMs on the H200).
 #pragma once
 
 #include <algorithm>
@@ -36,6 +37,46 @@ struct GemmProblem {
   cudaDataType_t ab_type = CUDA_R_16BF, cd_type = CUDA_R_16BF;  // compute and scale: f32
   size_t workspace_bytes = 0;
 };
+
+// The executor's cuBLASLt layout of a row-major y[rows, n] = x[rows, k] ·
+// W[n, k]ᵀ, bf16 in and out with f32 accumulation: column-major
+// y'[n, rows] = W'ᵀ · x' (runtime/cuda/executor/executor.cc's gemmPlan).
+inline GemmProblem makeGemmProblem(const CublasLt& lt, cublasLtHandle_t handle, int n, int k, int rows,
+                                   size_t workspace_bytes) {
+  GemmProblem p;
+  p.handle = handle;
+  p.workspace_bytes = workspace_bytes;
+  lt.cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  lt.cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k);
+  lt.cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(k), uint64_t(rows), k);
+  lt.cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, uint64_t(n), uint64_t(rows), n);
+  p.d = p.c;
+  return p;
+}
+inline void destroyGemmProblem(const CublasLt& lt, GemmProblem& p) {
+  lt.cublasLtMatrixLayoutDestroy(p.a);
+  lt.cublasLtMatrixLayoutDestroy(p.b);
+  lt.cublasLtMatrixLayoutDestroy(p.c);
+  lt.cublasLtMatmulDescDestroy(p.desc);
+  p = GemmProblem{};
+}
+// cuBLASLt's heuristic candidates for `p` (up to `max`), best first.
+inline std::vector<cublasLtMatmulHeuristicResult_t> heuristicCandidates(const CublasLt& lt, const GemmProblem& p,
+                                                                        int max) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  lt.cublasLtMatmulPreferenceCreate(&pref);
+  size_t ws = p.workspace_bytes;
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
+  int found = 0;
+  lt.cublasLtMatmulAlgoGetHeuristic(p.handle, p.desc, p.a, p.b, p.c, p.d, pref, max, results.data(), &found);
+  lt.cublasLtMatmulPreferenceDestroy(pref);
+  results.resize(size_t(found));
+  return results;
+}
 
 inline std::string GemmAlgoConfig::str() const {
   return fmt::format("id {} tile {} stages {} cluster {} inner {} splitk {} reduction {} swizzle {} custom {}", id,

@@ -18,7 +18,6 @@
 // Each shape ends with a line a script can read back:
 //   best_config N,K:id,tile,stages,cluster,inner,splitk,reduction,swizzle,custom
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -47,23 +46,11 @@ bool runOnce(const Gemm& g, const cublasLtMatmulAlgo_t& algo) {
                               g.workspace, p.workspace_bytes, nullptr) == CUBLAS_STATUS_SUCCESS;
 }
 
-// Microseconds per run of `reps` back-to-back runs (after one untimed run), or -1.
 double timeUs(const Gemm& g, const cublasLtMatmulAlgo_t& algo, int reps) {
-  if (!runOnce(g, algo)) return -1;
-  bool ok = true;
-  const double ms = eventTimedMs((*Gpu::get())->d, [&] {
-    for (int r = 0; r < reps && ok; ++r) ok = runOnce(g, algo);
-  });
-  return ok ? 1e3 * ms / reps : -1;
+  return backToBackUs([&] { return runOnce(g, algo); }, reps);
 }
-
-// Runs `algo` back to back for about `seconds`: the card at its power limit.
 void heat(const Gemm& g, const cublasLtMatmulAlgo_t& algo, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    for (int i = 0; i < 10; ++i) runOnce(g, algo);
-    (*Gpu::get())->d->cuCtxSynchronize();
-  }
+  heatFor([&] { return runOnce(g, algo); }, seconds);
 }
 
 int run(int reps, int rows, int only) {
@@ -95,28 +82,14 @@ int run(int reps, int rows, int only) {
     auto d_w = DeviceBuffer::from(w);
     auto d_x = DeviceBuffer::from(x);
     DeviceBuffer d_y(size_t(rows) * n * 2);
-    Gemm g{lt, {}, d_w.get(), d_x.get(), d_y.get(), workspace.get()};
+    Gemm g{lt, makeGemmProblem(*lt, handle, n, k, rows, workspace_bytes), d_w.get(), d_x.get(), d_y.get(),
+           workspace.get()};
     GemmProblem& p = g.problem;
-    p.handle = handle;
-    p.workspace_bytes = workspace_bytes;
-    lt->cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    lt->cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    lt->cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    lt->cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k);
-    lt->cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(k), uint64_t(rows), k);
-    lt->cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, uint64_t(n), uint64_t(rows), n);
-    p.d = p.c;
-    cublasLtMatmulPreference_t pref = nullptr;
-    lt->cublasLtMatmulPreferenceCreate(&pref);
-    lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                             sizeof workspace_bytes);
-    cublasLtMatmulHeuristicResult_t results[32] = {};
-    int found = 0;
-    lt->cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.d, pref, 32, results, &found);
-    lt->cublasLtMatmulPreferenceDestroy(pref);
+    const std::vector<cublasLtMatmulHeuristicResult_t> results = heuristicCandidates(*lt, p, 32);
+    const int found = int(results.size());
     if (found == 0) {
       std::printf("n %d k %d: no heuristic result\n", n, k);
+      destroyGemmProblem(*lt, p);
       continue;
     }
     const double flops = 2.0 * rows * n * k;
@@ -167,10 +140,7 @@ int run(int reps, int rows, int only) {
     const GemmAlgoConfig& b = finalists[0].c;
     std::printf("best_config %d,%d:%d,%u,%u,%u,%u,%d,%u,%u,%u\n", n, k, b.id, b.tile, b.stages, unsigned(b.cluster),
                 unsigned(b.inner), b.splitk, b.reduction, b.swizzle, b.custom);
-    lt->cublasLtMatrixLayoutDestroy(p.a);
-    lt->cublasLtMatrixLayoutDestroy(p.b);
-    lt->cublasLtMatrixLayoutDestroy(p.c);
-    lt->cublasLtMatmulDescDestroy(p.desc);
+    destroyGemmProblem(*lt, p);
   }
   lt->cublasLtDestroy(handle);
   return 0;

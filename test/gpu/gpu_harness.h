@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -98,6 +99,30 @@ double eventTimedMs(const cuda::CudaDriver* d, Launches launches) {
   d->cuEventDestroy_v2(start);
   d->cuEventDestroy_v2(stop);
   return ms;
+}
+
+// Microseconds per run of `reps` runs of `run` (a callable returning
+// whether its launches were accepted) back to back between two events,
+// after one untimed run; -1 when a run failed.
+template <class Run>
+double backToBackUs(Run run, int reps) {
+  if (!run()) return -1;
+  bool ok = true;
+  const double ms = eventTimedMs((*Gpu::get())->d, [&] {
+    for (int r = 0; r < reps && ok; ++r) ok = run();
+  });
+  return ok ? 1e3 * ms / reps : -1;
+}
+
+// Runs `run` back to back for about `seconds`: the card then sits at its
+// power limit, as through a long prefill (an H200 holds 700 W there).
+template <class Run>
+void heatFor(Run run, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 10; ++i) run();
+    (*Gpu::get())->d->cuCtxSynchronize();
+  }
 }
 
 // Device memory filled with 0xFF bytes (NaN in bf16, f16 and f32) so an
@@ -196,6 +221,15 @@ Status launch(const Kernel& k, unsigned gx, unsigned gy, unsigned gz, Params par
                                                   unsigned(*smem), nullptr, args, nullptr),
                                 "cuLaunchKernel"));
   return d->check(d->cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)");
+}
+
+// The SMs of device 0 (a persistent kernel's grid), or 0 when unknown.
+inline int multiprocessors() {
+  auto gpu = Gpu::get();
+  if (!gpu) return 0;
+  int sms = 0;
+  (*gpu)->d->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (*gpu)->device);
+  return sms;
 }
 
 // Under compute-sanitizer (gpu-check sets KILN_UNDER_SANITIZER), every
