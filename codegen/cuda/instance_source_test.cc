@@ -413,6 +413,50 @@ TEST(InstanceSource, AttentionRopeAndSiluMulTypesComeFromConfig) {
   }
 }
 
+// A gate/up gemm with its silu_mul folded in gets, on Hopper, the
+// gemm_swiglu instance that prefill batches run (sm_90a, params as a
+// __grid_constant__ for its tensor maps); not elsewhere, nor where its tiles
+// do not divide the shape, nor with a bias.
+TEST(StepInstances, SwiGluGemmGetsFusedPrefillOnHopper) {
+  const json gate_up{{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}};
+  StepInstanceOptions hopper;
+  hopper.skinny_fusion = {{"silu_mul", true}};
+  auto fusedPrefill = [](const Result<std::vector<StepInstance>>& list) -> const StepInstance* {
+    for (const StepInstance& inst : *list)
+      if (inst.role == InstanceRole::kFusedPrefill) return &inst;
+    return nullptr;
+  };
+  auto list = stepInstances("gemm", gate_up, "gate_up_l0", hopper);
+  ASSERT_TRUE(list.ok()) << list.error().message;
+  const StepInstance* swiglu = fusedPrefill(list);
+  ASSERT_NE(swiglu, nullptr);
+  EXPECT_EQ(swiglu->kind, "gemm_swiglu");
+  EXPECT_EQ(swiglu->params, (json{{"hidden", 4096}, {"ffn", 14336}}));
+  EXPECT_STREQ(instanceRoleName(swiglu->role), "fused_prefill");
+  auto generated = instanceSource(swiglu->kind, swiglu->params, swiglu->name);
+  ASSERT_TRUE(generated.ok()) << generated.error().message;
+  EXPECT_EQ(generated->arch, "sm_90a");
+  EXPECT_NE(generated->source.find("(const __grid_constant__ kiln::kernels::GemmSwiGluParams p)"), std::string::npos)
+      << generated->source;
+
+  StepInstanceOptions pre_hopper = hopper, off = hopper;
+  pre_hopper.wgmma = false;
+  off.fused_prefill = false;
+  EXPECT_EQ(fusedPrefill(stepInstances("gemm", gate_up, "gate_up_l0", pre_hopper)), nullptr);
+  EXPECT_EQ(fusedPrefill(stepInstances("gemm", gate_up, "gate_up_l0", off)), nullptr);
+  json odd = gate_up, biased = gate_up;
+  odd["n"] = 2 * 200;  // 200 outputs: not a multiple of the kernel's 128
+  biased["bias"] = true;
+  EXPECT_EQ(fusedPrefill(stepInstances("gemm", odd, "gate_up_l0", hopper)), nullptr);
+  EXPECT_EQ(fusedPrefill(stepInstances("gemm", biased, "gate_up_l0", hopper)), nullptr);
+  StepInstanceOptions unfused;
+  EXPECT_EQ(fusedPrefill(stepInstances("gemm", gate_up, "gate_up_l0", unfused)), nullptr);
+  // The template's own refusals name the param.
+  auto bad = instanceSource("gemm_swiglu", json{{"hidden", 4096}, {"ffn", 200}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "gemm_swiglu: param 'ffn' is 200, expected a positive multiple of 128");
+}
+
 // An f32 plan's steps: typed instances under names of their own, no gemm
 // instance (cuBLASLt), CUDA-core attention with its split mode and combine.
 TEST(StepInstances, F32PlanGetsTypedInstancesAndNoGemmKernel) {

@@ -18,6 +18,7 @@ const char* instanceRoleName(InstanceRole role) {
     case InstanceRole::kSingleRow: return "single_row";
     case InstanceRole::kFusedSingleRow: return "fused_single_row";
     case InstanceRole::kNormOfSum: return "norm_of_sum";
+    case InstanceRole::kFusedPrefill: return "fused_prefill";
   }
   return "?";
 }
@@ -113,6 +114,13 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     variant.update(options.skinny_fusion);
     add(InstanceRole::kFused, kind, variant, instanceName(kind, variant));
     addSingleRow(InstanceRole::kFusedSingleRow, std::move(variant));
+    // Larger batches: the gate/up projection with SwiGLU on the warpgroup
+    // tensor cores, where its tiles divide the shape (its template says).
+    const int64_t n = params.value("n", int64_t(0)), k = params.value("k", int64_t(0));
+    const nlohmann::json swiglu{{"hidden", k}, {"ffn", n / 2}};
+    if (options.wgmma && options.fused_prefill && options.skinny_fusion.value("silu_mul", false) &&
+        !params.value("bias", false) && n % 2 == 0 && instanceSource("gemm_swiglu", swiglu, "probe").ok())
+      add(InstanceRole::kFusedPrefill, "gemm_swiglu", swiglu, instanceName("gemm_swiglu", swiglu));
   }
   if (kind == "residual_rms_norm" && options.norm_of_sum.is_object() && !options.norm_of_sum.empty())
     add(InstanceRole::kNormOfSum, "rms_norm", options.norm_of_sum, instanceName("rms_norm", options.norm_of_sum));

@@ -30,8 +30,11 @@
 
 namespace kiln::cuda_codegen {
 
-enum class InstanceRole { kStep, kDecode, kCombine, kPrefill, kGreedy, kFused, kSingleRow, kFusedSingleRow, kNormOfSum };
-// "step", "decode", "combine", "prefill", "greedy", "fused", "single_row", "fused_single_row", "norm_of_sum"
+enum class InstanceRole {
+  kStep, kDecode, kCombine, kPrefill, kGreedy, kFused, kSingleRow, kFusedSingleRow, kNormOfSum, kFusedPrefill
+};
+// "step", "decode", "combine", "prefill", "greedy", "fused", "single_row", "fused_single_row", "norm_of_sum",
+// "fused_prefill"
 const char* instanceRoleName(InstanceRole role);
 
 struct StepInstance {
@@ -53,6 +56,9 @@ struct StepInstanceOptions {
   // gemm: SkinnyFusion::single_row_params, the folded norm's params for its
   // streamed single-row instance (null: none; needs stream_gemv).
   nlohmann::json single_row_fusion;
+  // gemm with SwiGLU folded in (skinny_fusion's silu_mul) on a wgmma
+  // target: offer gemm_swiglu where its tiles divide the shape.
+  bool fused_prefill = true;
   // gemm: SkinnyFusion::gemm_params, the fused variant's extra params (null: none).
   nlohmann::json skinny_fusion;
   // residual_rms_norm: SkinnyFusion::norm_of_sum_params, the rms_norm that

@@ -162,6 +162,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.stream_gemv = options.cuda_stream_gemv;
   copt.fold_norms = options.cuda_fold_norms;
   copt.residual_epilogue = options.cuda_residual_epilogue;
+  copt.fused_swiglu = options.cuda_fused_swiglu;
   copt.profile_steps = options.cuda_profile_steps;
   copt.report_forward_gpu_time = options.cuda_report_forward_gpu_time;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),

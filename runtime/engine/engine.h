@@ -54,6 +54,9 @@ struct EngineOptions {
   bool cuda_fold_norms = true;
   // ... and decode batches of 9-512 rows adding the residual in cuBLASLt's epilogue.
   bool cuda_residual_epilogue = true;
+  // ... and prefill-sized batches running the gate/up projection with its
+  // SwiGLU as one kernel (gemm_swiglu, Hopper) instead of cuBLASLt + silu_mul.
+  bool cuda_fused_swiglu = true;
   // CUDA only: a step whose sampling rows are all plain greedy takes each
   // row's argmax on the GPU and copies back ids, not logits (false: logits
   // back and the host sampler, for A/B measurements).

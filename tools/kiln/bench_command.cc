@@ -234,7 +234,7 @@ int benchCommand(int argc, char** argv) {
   if (workload != "decode" && workload != "prefill")
     return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
                 "[--batch B] [--threads N] [--device cpu|cuda|auto] [--dtype bf16|f32] [--peer llama.cpp|hf|hf-eager|none] "
-                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--runs N] "
+                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--no-fused-swiglu] [--runs N] "
                 "[--host-sampling]"
                 " [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
                 "TFLOP/s, beside the peer and the roofline; the run with the median time to first token of --runs "
@@ -242,7 +242,7 @@ int benchCommand(int argc, char** argv) {
   const bool prefill_only = workload == "prefill";
   // The CUDA executor's switches (engineOptionsFrom reads them).
   const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune",
-                                               "no-stream-gemv", "no-norm-folding", "no-residual-epilogue", "host-sampling",
+                                               "no-stream-gemv", "no-norm-folding", "no-residual-epilogue", "no-fused-swiglu", "host-sampling",
                                                "profile-steps"};
   std::set<std::string> switches = cuda_switches;
   switches.insert("quiet");
@@ -335,12 +335,13 @@ int benchCommand(int argc, char** argv) {
   const std::string cuda_options =
       !on_cuda ? ""
                : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}, streamed gemv {}, norm folding {}, "
-                             "residual in the gemm epilogue {}, greedy argmax on {}{})",
+                             "residual in the gemm epilogue {}, fused swiglu {}, greedy argmax on {}{})",
                              options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
                              options->cuda_gemm_autotune ? "on" : "off",
                              options->cuda_stream_gemv ? "on" : "off",
                              options->cuda_fold_norms && options->cuda_stream_gemv ? "on" : "off",
                              options->cuda_residual_epilogue ? "on" : "off",
+                             options->cuda_fused_swiglu ? "on" : "off",
                              options->cuda_device_argmax ? "the GPU" : "the host",
                              options->cuda_profile_steps ? "; steps timed one by one: not speed figures" : "");
   std::printf("\nkiln bench %s: %s, %s weights, prompt %lld, generate %lld, batch %lld, "

@@ -54,6 +54,7 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   options.cuda_stream_gemv = !args.has("no-stream-gemv");
   options.cuda_fold_norms = !args.has("no-norm-folding");
   options.cuda_residual_epilogue = !args.has("no-residual-epilogue");
+  options.cuda_fused_swiglu = !args.has("no-fused-swiglu");
   options.cuda_device_argmax = !args.has("host-sampling");
   options.cuda_dtype = args.get("dtype").value_or("bf16");
   if (options.cuda_dtype != "bf16" && options.cuda_dtype != "f32")

@@ -15,6 +15,7 @@
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/skinny_fusion.h"
 #include "codegen/cuda/step_instances.h"
+#include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles and grid (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/cpu/kernels/quant.h"
 #include "runtime/cpu/kernels/thread_pool.h"
@@ -25,6 +26,7 @@
 #include "runtime/cuda/executor/step_profile.h"
 #include "runtime/cuda/executor/weight_upload.h"
 #include "runtime/cuda/kernel_cache.h"
+#include "runtime/cuda/tensor_map.h"
 
 namespace kiln::cuda {
 
@@ -135,6 +137,12 @@ struct BoundStep {
   // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
   bool absorbed = false;
+  // ... and, SwiGLU folded in on Hopper, for batches of at least
+  // kFusedSwiGluMinRows rows: gemm_swiglu_wgmma (one launch for the gate/up
+  // projection and silu_mul, writing fused_y) and its weight's tensor map.
+  CUfunction swiglu_fn = nullptr;
+  unsigned swiglu_smem = 0;
+  kk::TensorMap swiglu_w_map{};
   // gemm: the residual_rms_norm step before it that its single-row
   // (streamed) instance folds in, whose inputs it reads and whose sum it
   // writes; that step is then skipped in batches of one row.
@@ -156,6 +164,14 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
   if (s.fused.fn) return rows == 1 && s.fused_single.fn ? s.fused_single : s.fused;
   return rows == 1 && s.gemv_single.fn ? s.gemv_single : s.gemv;
 }
+
+// Batches of at least this many rows run a gemm with SwiGLU folded in as
+// gemm_swiglu_wgmma where the step has it, not cuBLASLt and silu_mul.
+// Llama-3-8B's MLP on the H200 at the power limit, each timed back to back
+// after a second of heat (kiln_swiglu_bench, 2026-11-30): 2048 rows 742 us
+// against 766 for cuBLASLt's first choice and silu_mul.
+constexpr int64_t kFusedSwiGluMinRows = 1024;
+bool fusedSwiGlu(const BoundStep& s, int64_t rows) { return s.swiglu_fn && rows >= kFusedSwiGluMinRows; }
 
 // Whether cuBLASLt runs gemm step `s` at `rows` rows (else a skinny kernel).
 bool onCublas(const BoundStep& s, int64_t rows) { return rows > kGemvMaxRows || !skinnyKernel(s, rows).fn; }
@@ -612,6 +628,13 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
     kk::GemvRopeParams r{p, input(rope, 1), input(rope, 2), ptr(rope.pools[3]), ptr(rope.pools[4]), num_slots};
     return launch(kernel.fn, kernel.block, gx, 1, gz, &r);
   }
+  if (fusedSwiGlu(s, rows)) {  // x's map is per batch: its rows are the batch's
+    namespace gs = kk::gemm_swiglu;
+    KILN_ASSIGN(x_map, cuda::encodeTensorMap(*d, {s.args[0].ptr, rows, s.k, gs::kBlockM, gs::kBlockK}));
+    kk::GemmSwiGluParams p{x_map, s.swiglu_w_map, reinterpret_cast<void*>(s.fused_y), int(rows)};
+    return launch(s.swiglu_fn, unsigned(gs::kThreads), unsigned(gs::grid_blocks(rows, s.width / 2, sms)), 1, 1, &p,
+                  s.swiglu_smem);
+  }
   KILN_ASSIGN(plan, gemmPlan(s, rows));
   return runGemm(s, *plan, plan->algo);
 }
@@ -969,6 +992,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   cuda_codegen::StepInstanceOptions instance_options;
   instance_options.flash_attention = options.flash_attention;
   instance_options.wgmma = hopper;
+  instance_options.fused_prefill = options.fused_swiglu;
   int smem_optin = 0;  // a block's dynamic shared memory ceiling
   d->cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, st.device);
   instance_options.stream_gemv = options.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch) &&
@@ -1091,6 +1115,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
           if (role == Role::kSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.gemv_single));  // an unfused gemm's
           if (role == Role::kFused) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused));
           if (role == Role::kFusedSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused_single));
+          unsigned block = 0;
+          if (role == Role::kFusedPrefill) KILN_RETURN_IF_ERROR(bindExtra(name, s.swiglu_fn, block, s.swiglu_smem));
         }
       } else if (it != extra_instances.end() && step.kind == StepKind::kResidualRmsNorm) {
         const std::string& name = it->second.at(Role::kNormOfSum);
@@ -1271,8 +1297,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     st.steps.push_back(std::move(s));
   }
-  // 6. The fused skinny gemms write their silu_mul's result, or their
-  //    rope_kv_append's q (in storage of its own) and pools.
+  // 6. The fused skinny gemms (and gemm_swiglu) write their silu_mul's
+  //    result, or their rope_kv_append's q (in storage of its own) and pools.
   for (size_t i = 0; i < st.steps.size(); ++i) {
     st.steps[i].absorbed = fusions[i].absorbed;
     if (fold_norms && fusions[i].absorbed_single_row) {
@@ -1291,6 +1317,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     }
     if (!st.steps[i].fused.fn) continue;
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
+    if (BoundStep& g = st.steps[i]; g.swiglu_fn) {  // the merged [2F, K] bf16 weight, encoded once
+      namespace gs = kk::gemm_swiglu;
+      KILN_ASSIGN(w_map, cuda::encodeTensorMap(*d, {g.weights[1], g.width, g.k, gs::kBlockN, gs::kBlockK}));
+      g.swiglu_w_map = w_map;
+    }
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
   }
   // 7. Greedy batches' argmax and its scratch.
@@ -1369,7 +1400,8 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     float ms = 0;
     d->cuEventElapsedTime_v2(&ms, step_events[i], step_events[i + 1]);
     const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
-    if (s.absorbed && skinny) continue;  // done by the fused gemm before it: nothing ran
+    const int64_t rows = s.args.empty() ? 0 : rowsOf(s.args[0], shape);
+    if (s.absorbed && (skinny || fusedSwiGlu(steps[i - 1], rows))) continue;  // done by the fused gemm before it
     if (s.absorbed_single_row && rowsOf(s.args[0], shape) == 1) continue;  // ... or by the gemm after it
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
     if (s.kind == StepKind::kGemm && !s.fn) {
@@ -1377,7 +1409,7 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     } else if (s.kind == StepKind::kGemm && skinny) {
       name = skinnyKernel(s, rowsOf(s.args[0], shape)).instance;
     }
-    const int64_t rows = s.args.empty() ? 0 : rowsOf(s.args[0], shape);
+    if (s.kind == StepKind::kGemm && fusedSwiGlu(s, rows)) name = "gemm_swiglu_wgmma (gate/up + silu_mul)";
     if (s.kind == StepKind::kGemm && addsResidual(s, rows)) name += " (+ residual, f32 out)";
     if (s.sum_from_gemm && addsResidual(steps[i - 1], rows)) name += " (the sum from the gemm: rms_norm)";
     if (s.kind == StepKind::kPagedAttention) {
@@ -1481,7 +1513,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kMul:
       case StepKind::kSilu: {
         const int64_t r = rows(s.args[0]);
-        if (s.absorbed && r <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
+        if (s.absorbed && (r <= kGemvMaxRows || fusedSwiGlu(steps[i - 1], r))) break;  // the fused gemm did it
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);

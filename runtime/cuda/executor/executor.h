@@ -58,6 +58,10 @@ struct CudaExecutorOptions {
   // the sum, so the residual_rms_norm after them only normalizes
   // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
   bool residual_epilogue = true;
+  // Batches of at least kFusedSwiGluMinRows rows (prefill) run the gate/up
+  // projection with its SwiGLU as one kernel on Hopper (gemm_swiglu_wgmma)
+  // instead of cuBLASLt and silu_mul; false for A/B measurements.
+  bool fused_swiglu = true;
   // Time every step between CUDA events (no graphs, no overlap: for finding
   // where the time goes, not for speed figures) and print the per-instance
   // table (StepProfile) to stderr when the executor is destroyed.
