@@ -211,6 +211,62 @@ TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
   }
 }
 
+// A prefill of 1100 rows (five sequences of 220), past kFusedSwiGluMinRows:
+// on Hopper the gate/up projection and silu_mul run as one gemm_swiglu_wgmma
+// launch. Its logits must match the CPU executor on the fixture's f32 plan
+// (the float reference) to the bf16 plan's tolerance, as the cuBLASLt +
+// silu_mul path's do (--no-fused-swiglu), and differ from that path's (the
+// fused one never rounds gate/up to bf16): both paths really ran.
+TEST(CudaExecutor, FusedSwiGluPrefillMatchesTheCpuExecutor) {
+  auto manifest = bf16Plan();
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  constexpr int kSequences = 5, kLength = 220, kBlocks = (kLength + 15) / 16;
+  constexpr int64_t kMaxTokens = kSequences * kLength;
+  const KvPoolConfig kv = cpu::kvPoolConfigFor(*manifest, kSequences * kBlocks);
+  auto fused = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false});
+  if (!fused.ok()) {
+    EXPECT_NE(fused.error().message.find("no CUDA backend"), std::string::npos) << fused.error().message;
+    std::printf("no GPU: checked the error; the fused prefill needs the GPU machine\n");
+    return;
+  }
+  auto unfused = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false, .fused_swiglu = false});
+  ASSERT_TRUE(unfused.ok()) << unfused.error().message;
+  auto f32_manifest = Manifest::load(kFixture + "/artifact");
+  ASSERT_TRUE(f32_manifest.ok()) << f32_manifest.error().message;
+  auto f32_weights = WeightStore::open(*f32_manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(f32_weights.ok()) << f32_weights.error().message;
+  auto cpu_ex = cpu::CpuExecutor::create(*f32_manifest, *f32_weights, cpu::kvPoolConfigFor(*f32_manifest, kSequences * kBlocks),
+                                         kMaxTokens);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+
+  const int64_t vocab = (*fused)->vocabSize();
+  std::vector<int32_t> tokens, positions, slots, tables(size_t(kSequences * kBlocks)), query_start{0}, kv_lens;
+  for (int b = 0; b < kSequences; ++b) {
+    for (int i = 0; i < kLength; ++i) {
+      tokens.push_back((i * 31 + b * 7 + 3) % int(vocab));
+      positions.push_back(i);
+      slots.push_back((b * kBlocks + i / 16) * 16 + i % 16);
+    }
+    for (int j = 0; j < kBlocks; ++j) tables[size_t(b * kBlocks + j)] = b * kBlocks + j;
+    query_start.push_back(query_start.back() + kLength);
+    kv_lens.push_back(kLength);
+  }
+  cpu::BatchInputs prefill{tokens, positions, slots, tables, kBlocks, query_start, kv_lens};
+  std::vector<float> with(size_t(kSequences * vocab)), without(with.size()), reference(with.size());
+  ASSERT_TRUE((*fused)->forward(prefill, with).ok());
+  ASSERT_TRUE((*unfused)->forward(prefill, without).ok());
+  ASSERT_TRUE((*cpu_ex)->forward(prefill, reference).ok());
+  const double fused_error = relativeL2(with, reference), unfused_error = relativeL2(without, reference);
+  EXPECT_LE(fused_error, 2e-2) << "fused SwiGLU prefill against the CPU executor's f32";
+  EXPECT_LE(unfused_error, 2e-2) << "cuBLASLt + silu_mul prefill against the CPU executor's f32";
+  EXPECT_NE(with, without) << "the fused and unfused prefills gave identical logits: did both paths run?";
+  std::printf("prefill of %lld rows, logits against the CPU executor's f32: fused SwiGLU %.3g, cuBLASLt + "
+              "silu_mul %.3g\n",
+              (long long)kMaxTokens, fused_error, unfused_error);
+}
+
 // Out of GPU memory, two ways: KV pools larger than the card, and a
 // --gpu-memory-fraction too small to leave a KV pool. Each error says what
 // was asked and what was there; the failed executors free what they had
