@@ -65,7 +65,8 @@
 #            b1-host-sampling / b32-host-sampling (logits back, host argmax), b1-profile / b32-profile / prefill-profile (--profile-steps: each step's
 #            GPU time); KILN_BENCH_PEER overrides the peer; KILN_BENCH_ACCURACY=0
 #            skips the fp32 reference, the accuracy check and the start times
-#   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py)
+#   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py), and
+#            kiln_swiglu_bench: gemm_swiglu_wgmma beside cuBLASLt + silu_mul
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -102,6 +103,7 @@ write_report() {
     [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest|match config|tokenizer:|greedy text|margin" "$f"; }
   done
   [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|floor|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU" "$OUT/attention_bench.txt"; }
+  [[ -f "$OUT/swiglu_bench.txt" ]] && { echo "== swiglu"; grep -vE "^round" "$OUT/swiglu_bench.txt"; }
   # A failed test binary's failures, so they come back in this one file.
   for f in "$OUT"/*_test.log; do
     [[ -f "$f" ]] && grep -q "FAILED" "$f" && { echo "== $(basename "$f") failures"; grep -E -B3 -A12 "^\[  FAILED  \]|Failure" "$f" | head -60; }
@@ -349,6 +351,11 @@ if [[ " $PARTS " == *" attention "* ]]; then
   "$BUILD/bin/kiln_attention_bench" ${hbm:+--hbm "$hbm"} 2>&1 | tee -a "$OUT/attention_bench.txt"
   rc=${PIPESTATUS[0]}
   result[attention_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  tests+=("swiglu_bench")
+  echo "== the gate/up projection with SwiGLU: cuBLASLt + silu_mul against gemm_swiglu_wgmma"
+  "$BUILD/bin/kiln_swiglu_bench" 2>&1 | tee "$OUT/swiglu_bench.txt"
+  rc=${PIPESTATUS[0]}
+  result[swiglu_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
 fi
 
 write_report
