@@ -10,6 +10,11 @@
 // swizzle 2). Timing those neighbours in the executor's prefill autotuning
 // still made the 2048-token prefill slower (49.5 against 47.2 ms on the GPU):
 // at the power limit one GEMM's gain did not survive the whole forward.
+// 2026-11-30: gate/up's best here was the heuristic's sixth (0.916 of its
+// first, 670 vs 732 us); forced onto gate/up alone in the forward (no
+// timing), the prefill took 46.73, 46.72, 46.27 ms on the GPU against
+// 46.95, 46.98, 46.65 in one call, and 47.99, 47.50 against 47.50, 47.45 in
+// the next: not kept.
 // GPU machine only:
 //
 //   kiln_gemm_search [--reps N] [--rows R] [--only N]

@@ -167,9 +167,15 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
 
 // Batches of at least this many rows run a gemm with SwiGLU folded in as
 // gemm_swiglu_wgmma where the step has it, not cuBLASLt and silu_mul.
-// Llama-3-8B's MLP on the H200 at the power limit, each timed back to back
-// after a second of heat (kiln_swiglu_bench, 2026-11-30): 2048 rows 742 us
-// against 766 for cuBLASLt's first choice and silu_mul.
+// Llama-3-8B's MLP on the H200 at the power limit, fused / (cuBLASLt's
+// first choice + silu_mul), each timed back to back after a second of heat
+// (kiln_swiglu_bench, 2026-11-30): 512 rows 1.101, 1024 0.985, 2048
+// 0.957-0.978, 4096 1.011. Its logits are closer to float (gate/up is
+// never rounded to bf16): 5.7e-3 against 6.7e-3 of the CPU executor's f32
+// (CudaExecutor.FusedSwiGluPrefillMatchesTheCpuExecutor). A whole 2048-token
+// prefill did not get faster: 47.31, 47.01, 47.20 ms on the GPU against
+// 47.36, 47.25, 47.01 without it, alternated; the card is at its power limit
+// there (docs/performance.md, twelfth and thirteenth sessions).
 constexpr int64_t kFusedSwiGluMinRows = 1024;
 bool fusedSwiGlu(const BoundStep& s, int64_t rows) { return s.swiglu_fn && rows >= kFusedSwiGluMinRows; }
 
@@ -1480,6 +1486,11 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
           status = launch(s.norm_of_sum_fn, s.norm_of_sum_block, unsigned(r), 1, 1, &p);
           break;
         }
+        // Measured and not kept (H200, 2026-11-30): the f32 sum this writes
+        // marked persisting in L2 (an access policy window on the launch,
+        // 16 or 30 MiB set aside) for the next norm to read: a 2048-token
+        // prefill took 47.45 / 47.29 and 47.92 / 48.09 ms on the GPU
+        // against 47.50 / 47.45 without.
         kk::RmsNormParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), ptr(s.weights[2]),
                             s.writes_sum ? ptr(s.results[0].ptr) : nullptr,
                             ptr(s.results.back().ptr), int(r)};
