@@ -84,44 +84,35 @@ inline void fence_shared_for_async() {}
 template <int N>
 inline void pin(float (&)[N]) {}
 
-// Both operands K-major from shared memory.
+// Both operands K-major from shared memory, N columns.
+template <int N>
+inline void wgmma_ss(float (&d)[N / 2], unsigned long long a_desc, unsigned long long b_desc, bool accumulate) {
+  emu::Slot s;
+  s.acc = d;
+  s.desc_a = a_desc;
+  s.desc_b = b_desc;
+  s.accumulate = accumulate;
+  emu::rendezvous(emu::warpgroup(), 128, N == 128 ? "wgmma ss n128" : "wgmma ss n256", emu::current % 128, s,
+                  [](emu::Collective& c) {
+                    const emu::Descriptor a = emu::decodeDescriptor(c.slots[0].desc_a),
+                                          b = emu::decodeDescriptor(c.slots[0].desc_b);
+                    emu::warpgroupMultiply<N>(
+                        c,
+                        [&](emu::Collective&, float (&A)[64][16]) {
+                          for (int r = 0; r < 64; ++r)
+                            for (int k = 0; k < 16; ++k) A[r][k] = emu::kMajor(a, r, k);
+                        },
+                        [&](int k, int n) { return emu::kMajor(b, n, k); });
+                  });
+}
 inline void wgmma_ss_m64n128k16(float (&d)[64], unsigned long long a_desc, unsigned long long b_desc,
                                 bool accumulate) {
-  emu::Slot s;
-  s.acc = d;
-  s.desc_a = a_desc;
-  s.desc_b = b_desc;
-  s.accumulate = accumulate;
-  emu::rendezvous(emu::warpgroup(), 128, "wgmma ss", emu::current % 128, s, [](emu::Collective& c) {
-    const emu::Descriptor a = emu::decodeDescriptor(c.slots[0].desc_a), b = emu::decodeDescriptor(c.slots[0].desc_b);
-    emu::warpgroupMultiply<128>(
-        c,
-        [&](emu::Collective&, float (&A)[64][16]) {
-          for (int r = 0; r < 64; ++r)
-            for (int k = 0; k < 16; ++k) A[r][k] = emu::kMajor(a, r, k);
-        },
-        [&](int k, int n) { return emu::kMajor(b, n, k); });
-  });
+  wgmma_ss<128>(d, a_desc, b_desc, accumulate);
 }
-
-// Both operands K-major from shared memory, 256 columns (gemm_swiglu_wgmma).
+// gemm_swiglu_wgmma's: 256 columns, 128 gate and 128 up rows.
 inline void wgmma_ss_m64n256k16(float (&d)[128], unsigned long long a_desc, unsigned long long b_desc,
                                 bool accumulate) {
-  emu::Slot s;
-  s.acc = d;
-  s.desc_a = a_desc;
-  s.desc_b = b_desc;
-  s.accumulate = accumulate;
-  emu::rendezvous(emu::warpgroup(), 128, "wgmma ss n256", emu::current % 128, s, [](emu::Collective& c) {
-    const emu::Descriptor a = emu::decodeDescriptor(c.slots[0].desc_a), b = emu::decodeDescriptor(c.slots[0].desc_b);
-    emu::warpgroupMultiply<256>(
-        c,
-        [&](emu::Collective&, float (&A)[64][16]) {
-          for (int r = 0; r < 64; ++r)
-            for (int k = 0; k < 16; ++k) A[r][k] = emu::kMajor(a, r, k);
-        },
-        [&](int k, int n) { return emu::kMajor(b, n, k); });
-  });
+  wgmma_ss<256>(d, a_desc, b_desc, accumulate);
 }
 
 // A from each thread's registers, B MN-major from shared memory; accumulates.
