@@ -170,7 +170,8 @@ const GemvKernel& skinnyKernel(const BoundStep& s, int64_t rows) {
 // Llama-3-8B's MLP on the H200 at the power limit, fused / (cuBLASLt's
 // first choice + silu_mul), each timed back to back after a second of heat
 // (kiln_swiglu_bench, 2026-11-30): 512 rows 1.101, 1024 0.985, 2048
-// 0.957-0.978, 4096 1.011. Its logits are closer to float (gate/up is
+// 0.957-0.978, 4096 1.011; Llama-3.2-1B's (K 2048, F 8192): 1024 rows
+// 0.947, 2048 0.964, 4096 0.932. Its logits are closer to float (gate/up is
 // never rounded to bf16): 5.7e-3 against 6.7e-3 of the CPU executor's f32
 // (CudaExecutor.FusedSwiGluPrefillMatchesTheCpuExecutor). A whole 2048-token
 // prefill did not get faster: 47.31, 47.01, 47.20 ms on the GPU against
