@@ -5,10 +5,12 @@
 // sampler and tests use the same function as the sampling kernel).
 #pragma once
 
+// Its own macro: tensor_core.cuh's KILN_HOST_DEVICE is not inline on the
+// host, and a file may include both.
 #if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__ __forceinline__
+#define KILN_PHILOX_FN __host__ __device__ __forceinline__
 #else
-#define KILN_HOST_DEVICE inline
+#define KILN_PHILOX_FN inline
 #endif
 
 namespace kiln {
@@ -18,14 +20,14 @@ struct Philox4 {
   unsigned int x[4];
 };
 
-KILN_HOST_DEVICE unsigned int philox_mulhilo(unsigned int a, unsigned int b, unsigned int* hi) {
+KILN_PHILOX_FN unsigned int philox_mulhilo(unsigned int a, unsigned int b, unsigned int* hi) {
   const unsigned long long product = (unsigned long long)a * b;
   *hi = (unsigned int)(product >> 32);
   return (unsigned int)product;
 }
 
 // counter = {c0, c1, c2, c3}, key = {k0, k1}.
-KILN_HOST_DEVICE Philox4 philox4x32_10(Philox4 c, unsigned int k0, unsigned int k1) {
+KILN_PHILOX_FN Philox4 philox4x32_10(Philox4 c, unsigned int k0, unsigned int k1) {
   for (int round = 0; round < 10; ++round) {
     unsigned int hi0, hi1;
     const unsigned int lo0 = philox_mulhilo(0xD2511F53u, c.x[0], &hi0);
@@ -43,7 +45,7 @@ KILN_HOST_DEVICE Philox4 philox4x32_10(Philox4 c, unsigned int k0, unsigned int 
 }
 
 // Uniform in [0, 1) with 24 random bits, from (seed, counter, stream).
-KILN_HOST_DEVICE float philox_uniform(unsigned long long seed, unsigned long long counter,
+KILN_PHILOX_FN float philox_uniform(unsigned long long seed, unsigned long long counter,
                                       unsigned int stream) {
   Philox4 c;
   c.x[0] = (unsigned int)counter;

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles (host-visible part)
+
 namespace kiln::cuda {
 
 std::string tensorMapProblem(const Bf16MatrixBoxes& m) {
@@ -44,6 +46,16 @@ Result<kernels::TensorMap> encodeTensorMap(const CudaDriver& d, const Bf16Matrix
   kernels::TensorMap out;
   std::memcpy(&out, &map, sizeof out);
   return out;
+}
+
+Result<kernels::TensorMap> gemmSwiGluXMap(const CudaDriver& d, CUdeviceptr x, int64_t rows, int64_t hidden) {
+  namespace gs = kernels::gemm_swiglu;
+  return encodeTensorMap(d, {x, rows, hidden, gs::kBlockM, gs::kBlockK});
+}
+
+Result<kernels::TensorMap> gemmSwiGluWMap(const CudaDriver& d, CUdeviceptr w, int64_t ffn, int64_t hidden) {
+  namespace gs = kernels::gemm_swiglu;
+  return encodeTensorMap(d, {w, 2 * ffn, hidden, gs::kBlockN, gs::kBlockK});
 }
 
 }  // namespace kiln::cuda

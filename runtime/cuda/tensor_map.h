@@ -27,4 +27,10 @@ std::string tensorMapProblem(const Bf16MatrixBoxes& m);
 // (CUDA 12.0+; an error names what is missing or refused).
 Result<kernels::TensorMap> encodeTensorMap(const CudaDriver& d, const Bf16MatrixBoxes& m);
 
+// The two maps gemm_swiglu_wgmma reads, in its tiles' boxes
+// (codegen/kernels/gemm_swiglu_wgmma.cuh): x [rows, hidden], and the merged
+// gate/up weight [2 ffn, hidden].
+Result<kernels::TensorMap> gemmSwiGluXMap(const CudaDriver& d, CUdeviceptr x, int64_t rows, int64_t hidden);
+Result<kernels::TensorMap> gemmSwiGluWMap(const CudaDriver& d, CUdeviceptr w, int64_t ffn, int64_t hidden);
+
 }  // namespace kiln::cuda

@@ -158,6 +158,13 @@ inline unsigned char* shared(unsigned addr, int bytes, const char* what) {
   return kiln::kernels::smem + addr;
 }
 
+// Whether [p, p + bytes) lies inside one of the kernel's buffers (readable).
+inline bool readableBytes(const unsigned char* p, long long bytes) {
+  for (const Range& r : readable)
+    if (p >= r.begin && p + bytes <= r.begin + r.bytes) return true;
+  return false;
+}
+
 inline void land(const Copy& c) {
   if (c.dst % 16) fail("cp.async destination not 16-byte aligned");
   unsigned char* dst = shared(c.dst, 16, "cp.async destination");
@@ -165,9 +172,7 @@ inline void land(const Copy& c) {
     std::memset(dst, 0, 16);
     return;
   }
-  bool ok = false;
-  for (const Range& r : readable) ok |= c.src >= r.begin && c.src + 16 <= r.begin + r.bytes;
-  if (!ok || reinterpret_cast<uintptr_t>(c.src) % 16) {
+  if (!readableBytes(c.src, 16) || reinterpret_cast<uintptr_t>(c.src) % 16) {
     fail("cp.async source outside the kernel's buffers or misaligned");
     return;
   }
@@ -369,19 +374,22 @@ inline void mbarrier_arrive_expect_bytes(unsigned bar, unsigned bytes) {
   b->tx += bytes;
   mbarrier_arrive(bar);
 }
+// `bytes` of an asynchronous copy landed: counted off the bytes barrier
+// `bar` awaits (what: the copy, for the failure).
+inline void mbarrier_complete_bytes(unsigned bar, long long bytes, const char* what) {
+  emu::MBarrier* b = emu::mbarrier(bar, what);
+  if (!b) return;
+  b->tx -= bytes;
+  if (b->tx < 0) return emu::fail(std::string(what) + " landed more bytes than the barrier expected");
+  mbarrier_complete_if_done(b);
+}
 // cp.async.bulk global -> shared, completing `bytes` on `bar`.
 inline void bulk_copy_to_shared(unsigned dst, const void* src, unsigned bytes, unsigned bar, unsigned long long) {
   const unsigned char* from = static_cast<const unsigned char*>(src);
   if (dst % 16 || bytes % 16 || reinterpret_cast<uintptr_t>(from) % 16) return emu::fail("bulk copy not 16-byte aligned");
-  bool ok = false;
-  for (const emu::Range& r : emu::readable) ok |= from >= r.begin && from + bytes <= r.begin + r.bytes;
-  if (!ok) return emu::fail("bulk copy source outside the kernel's buffers");
+  if (!emu::readableBytes(from, bytes)) return emu::fail("bulk copy source outside the kernel's buffers");
   std::memcpy(emu::shared(dst, int(bytes), "bulk copy destination"), from, bytes);
-  emu::MBarrier* b = emu::mbarrier(bar, "cp.async.bulk completion");
-  if (!b) return;
-  b->tx -= bytes;
-  if (b->tx < 0) return emu::fail("bulk copies landed more bytes than the barrier expected");
-  mbarrier_complete_if_done(b);
+  mbarrier_complete_bytes(bar, bytes, "cp.async.bulk");
 }
 
 // cp.async.bulk.tensor.2d: the box at element (x, y) = (column, row) of the
@@ -396,13 +404,10 @@ inline void tensor_copy_2d_to_shared(unsigned dst, const void* map, int x, int y
   if (dst % 1024) return emu::fail("tensor copy with the 128-byte swizzle to shared memory not 1024-byte aligned");
   if (m.box_columns * 2 != 128) return emu::fail("tensor copy box rows are not 128 bytes (the swizzle span)");
   if (x % 8) return emu::fail("tensor copy column not a multiple of 16 bytes");
-  const long long last = (m.rows - 1) * m.row_bytes + m.columns * 2;
-  bool ok = false;
-  for (const emu::Range& r : emu::readable) ok |= m.base >= r.begin && m.base + last <= r.begin + r.bytes;
-  if (!ok) return emu::fail("tensor map over memory outside the kernel's buffers");
+  if (!emu::readableBytes(m.base, (m.rows - 1) * m.row_bytes + m.columns * 2))
+    return emu::fail("tensor map over memory outside the kernel's buffers");
   const int bytes = m.box_rows * 128;
   unsigned char* to = emu::shared(dst, bytes, "tensor copy destination");
-  if (!to) return;
   for (int r = 0; r < m.box_rows; ++r)
     for (int c = 0; c < m.box_columns; ++c) {
       const long long row = (long long)y + r, col = (long long)x + c;
@@ -412,11 +417,7 @@ inline void tensor_copy_2d_to_shared(unsigned dst, const void* map, int x, int y
       const int chunk = (c * 2) / 16, within = (c * 2) % 16;
       std::memcpy(to + r * 128 + ((chunk ^ (r % 8)) << 4) + within, &v, 2);
     }
-  emu::MBarrier* b = emu::mbarrier(bar, "cp.async.bulk.tensor completion");
-  if (!b) return;
-  b->tx -= bytes;
-  if (b->tx < 0) return emu::fail("tensor copies landed more bytes than the barrier expected");
-  mbarrier_complete_if_done(b);
+  mbarrier_complete_bytes(bar, bytes, "cp.async.bulk.tensor");
 }
 
 inline void named_barrier_sync(int id, int threads) { emu::namedBarrier(id, threads, true); }

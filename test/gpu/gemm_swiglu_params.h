@@ -1,6 +1,7 @@
 // gemm_swiglu_wgmma's params for the GPU test and bench: TMA tensor maps
-// of x and the merged gate/up weight, encoded by the driver. Not for the
-// emulation tests, which include the kernel header after the emulation's.
+// of x and the merged gate/up weight, encoded by the driver as the executor
+// encodes them. Not for the emulation tests, which include the kernel
+// header after the emulation's.
 #pragma once
 
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles (host-visible part)
@@ -13,12 +14,11 @@ namespace kiln::gpu_test {
 // weight w [2 ffn, hidden] (both bf16 in device memory) into out [rows, ffn].
 inline Result<kiln::kernels::GemmSwiGluParams> gemmSwiGluParams(const void* x, const void* w, void* out, int rows,
                                                                 int hidden, int ffn) {
-  namespace gs = kiln::kernels::gemm_swiglu;
   const cuda::CudaDriver* d = (*Gpu::get())->d;
   kiln::kernels::GemmSwiGluParams p{};
-  auto x_map = cuda::encodeTensorMap(*d, {CUdeviceptr(x), rows, hidden, gs::kBlockM, gs::kBlockK});
+  auto x_map = cuda::gemmSwiGluXMap(*d, CUdeviceptr(x), rows, hidden);
   if (!x_map) return x_map.error();
-  auto w_map = cuda::encodeTensorMap(*d, {CUdeviceptr(w), 2LL * ffn, hidden, gs::kBlockN, gs::kBlockK});
+  auto w_map = cuda::gemmSwiGluWMap(*d, CUdeviceptr(w), ffn, hidden);
   if (!w_map) return w_map.error();
   p.x_map = *x_map;
   p.w_map = *w_map;

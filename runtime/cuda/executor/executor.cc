@@ -453,6 +453,17 @@ struct CudaExecutor::State {
   // inputs are already in `inputs`.
   Status enqueueSteps(const LaunchShape& shape);
   Status attention(const BoundStep& s, const LaunchShape& shape);
+  // Whether step i, folded into the gemm before it (BoundStep::absorbed:
+  // silu_mul, rope_kv_append), was done there at `rows` rows: by the
+  // skinny fused variant, or by gemm_swiglu_wgmma. Nothing of its own runs.
+  bool doneByGemmBefore(size_t i, int64_t rows) const {
+    return steps[i].absorbed && (rows <= kGemvMaxRows || fusedSwiGlu(steps[i - 1], rows));
+  }
+  // Whether residual_rms_norm step i gets its sum from the gemm before it
+  // at `rows` rows (BoundStep::sum_from_gemm) and only normalizes it.
+  bool sumFromGemmBefore(size_t i, int64_t rows) const {
+    return steps[i].sum_from_gemm && addsResidual(steps[i - 1], rows);
+  }
   // Each logits row's argmax into `tokens` (a greedy shape's last launch).
   Status argmaxLogits(const LaunchShape& shape);
   // Which attention kernels a batch of this shape runs.
@@ -637,7 +648,7 @@ Status CudaExecutor::State::gemm(const BoundStep& s, int64_t rows) {
   }
   if (fusedSwiGlu(s, rows)) {  // x's map is per batch: its rows are the batch's
     namespace gs = kk::gemm_swiglu;
-    KILN_ASSIGN(x_map, cuda::encodeTensorMap(*d, {s.args[0].ptr, rows, s.k, gs::kBlockM, gs::kBlockK}));
+    KILN_ASSIGN(x_map, gemmSwiGluXMap(*d, s.args[0].ptr, rows, s.k));
     kk::GemmSwiGluParams p{x_map, s.swiglu_w_map, reinterpret_cast<void*>(s.fused_y), int(rows)};
     return launch(s.swiglu_fn, unsigned(gs::kThreads), unsigned(gs::grid_blocks(rows, s.width / 2, sms)), 1, 1, &p,
                   s.swiglu_smem);
@@ -1325,8 +1336,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     if (!st.steps[i].fused.fn) continue;
     st.steps[i].fused_y = st.steps[i + 1].results[0].ptr;
     if (BoundStep& g = st.steps[i]; g.swiglu_fn) {  // the merged [2F, K] bf16 weight, encoded once
-      namespace gs = kk::gemm_swiglu;
-      KILN_ASSIGN(w_map, cuda::encodeTensorMap(*d, {g.weights[1], g.width, g.k, gs::kBlockN, gs::kBlockK}));
+      KILN_ASSIGN(w_map, gemmSwiGluWMap(*d, g.weights[1], g.width / 2, g.k));
       g.swiglu_w_map = w_map;
     }
     if (st.steps[i + 1].kind == StepKind::kRopeKvAppend) st.steps[i].fused_rope = int(i + 1);
@@ -1408,7 +1418,7 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     d->cuEventElapsedTime_v2(&ms, step_events[i], step_events[i + 1]);
     const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
     const int64_t rows = s.args.empty() ? 0 : rowsOf(s.args[0], shape);
-    if (s.absorbed && (skinny || fusedSwiGlu(steps[i - 1], rows))) continue;  // done by the fused gemm before it
+    if (doneByGemmBefore(i, rows)) continue;  // done by the gemm before it: nothing ran
     if (s.absorbed_single_row && rowsOf(s.args[0], shape) == 1) continue;  // ... or by the gemm after it
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
     if (s.kind == StepKind::kGemm && !s.fn) {
@@ -1418,7 +1428,7 @@ void CudaExecutor::State::addStepTimes(const LaunchShape& shape) {
     }
     if (s.kind == StepKind::kGemm && fusedSwiGlu(s, rows)) name = "gemm_swiglu_wgmma (gate/up + silu_mul)";
     if (s.kind == StepKind::kGemm && addsResidual(s, rows)) name += " (+ residual, f32 out)";
-    if (s.sum_from_gemm && addsResidual(steps[i - 1], rows)) name += " (the sum from the gemm: rms_norm)";
+    if (sumFromGemmBefore(i, rows)) name += " (the sum from the gemm: rms_norm)";
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
       name = fmt::format("{} (heads {}/{}, head_dim {})", path == kFlashPath ? s.flash_kind.c_str() : path, s.heads,
@@ -1482,7 +1492,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
         if (s.absorbed_single_row && r == 1) break;  // the streamed gemm after it does it
-        if (s.sum_from_gemm && addsResidual(steps[i - 1], r)) {  // the gemm before it wrote the sum
+        if (sumFromGemmBefore(i, r)) {  // the gemm before it wrote the sum
           kk::RmsNormParams p{ptr(s.results[0].ptr), nullptr, ptr(s.weights[2]), nullptr, ptr(s.results[1].ptr), int(r)};
           status = launch(s.norm_of_sum_fn, s.norm_of_sum_block, unsigned(r), 1, 1, &p);
           break;
@@ -1500,7 +1510,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kGemm: status = gemm(s, rows(s.args[0])); break;
       case StepKind::kRopeKvAppend: {
-        if (s.absorbed && n <= kGemvMaxRows) break;  // the fused gemm's epilogue did it
+        if (doneByGemmBefore(i, n)) break;
         const size_t pos = s.merged ? 1 : 3;
         kk::RopeKvAppendParams p{};
         if (s.merged) p.qkv = ptr(s.args[0].ptr);
@@ -1525,7 +1535,7 @@ Status CudaExecutor::State::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kMul:
       case StepKind::kSilu: {
         const int64_t r = rows(s.args[0]);
-        if (s.absorbed && (r <= kGemvMaxRows || fusedSwiGlu(steps[i - 1], r))) break;  // the fused gemm did it
+        if (doneByGemmBefore(i, r)) break;
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
