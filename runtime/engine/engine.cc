@@ -156,21 +156,13 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   cuda::CudaExecutorOptions copt;
   copt.progress = options.progress;
   copt.gpu_memory_fraction = options.gpu_memory_fraction;
-  copt.cuda_graphs = options.cuda_graphs;
-  copt.programmatic_launch = options.cuda_programmatic_launch;
-  copt.gemm_autotune = options.cuda_gemm_autotune;
-  copt.stream_gemv = options.cuda_stream_gemv;
-  copt.fold_norms = options.cuda_fold_norms;
-  copt.residual_epilogue = options.cuda_residual_epilogue;
-  copt.fused_swiglu = options.cuda_fused_swiglu;
-  copt.profile_steps = options.cuda_profile_steps;
-  copt.report_forward_gpu_time = options.cuda_report_forward_gpu_time;
+  copt.tuning = options.cuda;
   auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();
   std::string name = "cuda " + (*ex)->deviceName();
   return std::unique_ptr<Backend>(
-      new ExecutorBackend<cuda::CudaExecutor>(ex.take(), name, options.cuda_device_argmax));
+      new ExecutorBackend<cuda::CudaExecutor>(ex.take(), name, options.cuda.device_argmax));
 #else
   (void)m, (void)weights, (void)blocks, (void)options;
   return makeError("no CUDA backend: this kiln was built without the CUDA toolkit headers");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/chat/chat_template.h"
+#include "runtime/cuda/cuda_tuning.h"
 #include "runtime/sampling/sampling_params.h"
 #include "runtime/support/error.h"
 
@@ -42,31 +43,8 @@ struct EngineOptions {
   // in all (weights, activations and pool, as vLLM's gpu_memory_utilization),
   // instead of kv_cache_tokens; 0 = kv_cache_tokens.
   double gpu_memory_fraction = 0;
-  // CUDA only, for A/B measurements: replay decode steps from CUDA graphs;
-  // launch kernels as programmatic dependents; autotune cuBLASLt
-  // (cuda::CudaExecutorOptions).
-  bool cuda_graphs = true;
-  bool cuda_programmatic_launch = true;
-  bool cuda_gemm_autotune = true;
-  // ... and batch-1 decode's GEMVs streaming W through a bulk-copy ring.
-  bool cuda_stream_gemv = true;
-  // ... and the residual_rms_norms before them folded in.
-  bool cuda_fold_norms = true;
-  // ... and decode batches of 9-512 rows adding the residual in cuBLASLt's epilogue.
-  bool cuda_residual_epilogue = true;
-  // ... and prefill-sized batches running the gate/up projection with its
-  // SwiGLU as one kernel (gemm_swiglu, Hopper) instead of cuBLASLt + silu_mul.
-  bool cuda_fused_swiglu = true;
-  // CUDA only: a step whose sampling rows are all plain greedy takes each
-  // row's argmax on the GPU and copies back ids, not logits (false: logits
-  // back and the host sampler, for A/B measurements).
-  bool cuda_device_argmax = true;
-  // CUDA only: time each step and print where a forward's time goes when
-  // the engine closes (cuda::CudaExecutorOptions::profile_steps).
-  bool cuda_profile_steps = false;
-  // CUDA only: print the forwards' average GPU time when the engine
-  // closes (cuda::CudaExecutorOptions::report_forward_gpu_time).
-  bool cuda_report_forward_gpu_time = false;
+  // CUDA only: the optimizations an A/B measurement may switch off.
+  cuda::CudaTuning cuda;
   // CUDA only: the activation type a model (not an artifact) is compiled
   // with for the GPU: bf16 (fast), or f32 (vLLM's --dtype float32: the
   // numerics of transformers in fp32, at a fraction of the speed).

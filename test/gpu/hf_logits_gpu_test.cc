@@ -393,9 +393,9 @@ int main(int argc, char** argv) {
   const int64_t blocks = kv_tokens / manifest->kv_cache.page_size;
   cuda::CudaExecutorOptions copt;
   copt.verbose = true;
-  copt.cuda_graphs = graphs;
-  copt.flash_attention = flash;
-  copt.programmatic_launch = programmatic;
+  copt.tuning.graphs = graphs;
+  copt.tuning.flash_attention = flash;
+  copt.tuning.programmatic_launch = programmatic;
   auto t0 = std::chrono::steady_clock::now();
   auto cuda_ex = cuda::CudaExecutor::create(*manifest, *weights,
                                             cpu::kvPoolConfigFor(*manifest, blocks), max_tokens, copt);

@@ -285,7 +285,7 @@ int benchCommand(int argc, char** argv) {
 
   // The forwards' GPU time beside their wall time (on stderr when the
   // engine closes): what the host adds between and around them.
-  options->cuda_report_forward_gpu_time = true;
+  options->cuda.report_forward_gpu_time = true;
   auto engine = openEngine(args->positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
   const std::string backend = (*engine)->backendName();
@@ -336,14 +336,14 @@ int benchCommand(int argc, char** argv) {
       !on_cuda ? ""
                : fmt::format(" (cuda graphs {}, programmatic launch {}, gemm autotune {}, streamed gemv {}, norm folding {}, "
                              "residual in the gemm epilogue {}, fused swiglu {}, greedy argmax on {}{})",
-                             options->cuda_graphs ? "on" : "off", options->cuda_programmatic_launch ? "on" : "off",
-                             options->cuda_gemm_autotune ? "on" : "off",
-                             options->cuda_stream_gemv ? "on" : "off",
-                             options->cuda_fold_norms && options->cuda_stream_gemv ? "on" : "off",
-                             options->cuda_residual_epilogue ? "on" : "off",
-                             options->cuda_fused_swiglu ? "on" : "off",
-                             options->cuda_device_argmax ? "the GPU" : "the host",
-                             options->cuda_profile_steps ? "; steps timed one by one: not speed figures" : "");
+                             options->cuda.graphs ? "on" : "off", options->cuda.programmatic_launch ? "on" : "off",
+                             options->cuda.gemm_autotune ? "on" : "off",
+                             options->cuda.stream_gemv ? "on" : "off",
+                             options->cuda.fold_norms && options->cuda.stream_gemv ? "on" : "off",
+                             options->cuda.residual_epilogue ? "on" : "off",
+                             options->cuda.fused_swiglu ? "on" : "off",
+                             options->cuda.device_argmax ? "the GPU" : "the host",
+                             options->cuda.profile_steps ? "; steps timed one by one: not speed figures" : "");
   std::printf("\nkiln bench %s: %s, %s weights, prompt %lld, generate %lld, batch %lld, "
               "%d threads, device %s%s\n",
               workload.c_str(), manifest.model.source.c_str(), manifest.weights.empty() ? "?" : "GGUF/stored",

@@ -47,15 +47,15 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
       return makeError("--gpu-memory-fraction '{}' is invalid: expected a number in (0, 1]", *fraction);
     options.gpu_memory_fraction = f;
   }
-  options.cuda_graphs = !args.has("no-cuda-graphs");
-  options.cuda_programmatic_launch = !args.has("no-programmatic-launch");
-  options.cuda_profile_steps = args.has("profile-steps");
-  options.cuda_gemm_autotune = !args.has("no-gemm-autotune");
-  options.cuda_stream_gemv = !args.has("no-stream-gemv");
-  options.cuda_fold_norms = !args.has("no-norm-folding");
-  options.cuda_residual_epilogue = !args.has("no-residual-epilogue");
-  options.cuda_fused_swiglu = !args.has("no-fused-swiglu");
-  options.cuda_device_argmax = !args.has("host-sampling");
+  options.cuda.graphs = !args.has("no-cuda-graphs");
+  options.cuda.programmatic_launch = !args.has("no-programmatic-launch");
+  options.cuda.profile_steps = args.has("profile-steps");
+  options.cuda.gemm_autotune = !args.has("no-gemm-autotune");
+  options.cuda.stream_gemv = !args.has("no-stream-gemv");
+  options.cuda.fold_norms = !args.has("no-norm-folding");
+  options.cuda.residual_epilogue = !args.has("no-residual-epilogue");
+  options.cuda.fused_swiglu = !args.has("no-fused-swiglu");
+  options.cuda.device_argmax = !args.has("host-sampling");
   options.cuda_dtype = args.get("dtype").value_or("bf16");
   if (options.cuda_dtype != "bf16" && options.cuda_dtype != "f32")
     return makeError("--dtype '{}': expected bf16 or f32 (the CUDA activations)", options.cuda_dtype);

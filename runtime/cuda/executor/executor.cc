@@ -795,15 +795,15 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const bool hopper = cuda_codegen::warpgroupMmaTarget(device_arch);
   const std::string arch = hopper ? "sm_90a" : device_arch;
   d->cuDeviceGetAttribute(&st.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, st.device);
-  st.use_graphs = options.cuda_graphs;
-  st.programmatic_launch = options.programmatic_launch && major >= 9 && extras.launchKernelEx;
-  st.profile = options.profile_steps;
-  if (options.report_forward_gpu_time && !options.profile_steps) {
+  st.use_graphs = options.tuning.graphs;
+  st.programmatic_launch = options.tuning.programmatic_launch && major >= 9 && extras.launchKernelEx;
+  st.profile = options.tuning.profile_steps;
+  if (options.tuning.report_forward_gpu_time && !options.tuning.profile_steps) {
     KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&st.forward_begin, CU_EVENT_DEFAULT), "cuEventCreate"));
     KILN_RETURN_IF_ERROR(d->check(d->cuEventCreate(&st.forward_end, CU_EVENT_DEFAULT), "cuEventCreate"));
   }
-  st.verbose = options.verbose || options.profile_steps;
-  st.gemm_autotune = options.gemm_autotune;
+  st.verbose = options.verbose || options.tuning.profile_steps;
+  st.gemm_autotune = options.tuning.gemm_autotune;
   st.gemm_type = f32_plan ? CUDA_R_32F : CUDA_R_16BF;
   ex->device_name_ = fmt::format("{} ({})", name, device_arch);
   auto lt = loadCublasLt();
@@ -1008,14 +1008,14 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   std::map<size_t, std::map<Role, std::string>> extra_instances;  // step -> the instances beside its own, by role
   std::map<std::string, unsigned> dynamic_smem;                // instance -> kSmemBytes
   cuda_codegen::StepInstanceOptions instance_options;
-  instance_options.flash_attention = options.flash_attention;
+  instance_options.flash_attention = options.tuning.flash_attention;
   instance_options.wgmma = hopper;
-  instance_options.fused_prefill = options.fused_swiglu;
+  instance_options.fused_prefill = options.tuning.fused_swiglu;
   int smem_optin = 0;  // a block's dynamic shared memory ceiling
   d->cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, st.device);
-  instance_options.stream_gemv = options.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch) &&
+  instance_options.stream_gemv = options.tuning.stream_gemv && cuda_codegen::bulkCopyTarget(device_arch) &&
                                  smem_optin >= cuda_codegen::gemvStreamSharedBytes();
-  const bool fold_norms = options.fold_norms && instance_options.stream_gemv;
+  const bool fold_norms = options.tuning.fold_norms && instance_options.stream_gemv;
   instance_options.activation_type = manifest.activation_type;
   const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
   {
@@ -1038,7 +1038,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     for (size_t i = 0; i < fusions.size(); ++i) {
       const std::vector<int64_t>& results = entry->steps[i].results;
       if (fusions[i].own_storage) fused_q.insert(fused_q.end(), results.begin(), results.end());
-      if (options.residual_epilogue && fusions[i].sum_own_storage) moved_sums.push_back(results[0]);
+      if (options.tuning.residual_epilogue && fusions[i].sum_own_storage) moved_sums.push_back(results[0]);
     }
     KILN_RETURN_IF_ERROR(shareOneBuffer(fused_q, "the fused qkv projections' q"));
     KILN_RETURN_IF_ERROR(shareOneBuffer(moved_sums, "the residual sums the gemm epilogues write"));
@@ -1048,7 +1048,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
     instance_options.skinny_fusion = fusions[i].gemm_params;
     instance_options.single_row_fusion = fold_norms ? fusions[i].single_row_params : nlohmann::json();
-    instance_options.norm_of_sum = options.residual_epilogue ? fusions[i].norm_of_sum_params : nlohmann::json();
+    instance_options.norm_of_sum = options.tuning.residual_epilogue ? fusions[i].norm_of_sum_params : nlohmann::json();
     auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
                                                  step.instance, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/cuda/cuda_tuning.h"
 #include "runtime/cpu/executor/executor.h"  // BatchInputs, kvPoolConfigFor
 #include "runtime/kv/block_pool.h"
 #include "runtime/support/error.h"
@@ -33,46 +34,7 @@ struct CudaExecutorOptions {
   int device = 0;
   bool progress = true;  // JIT progress bar on stderr
   bool verbose = false;  // print the loaded libraries, device and memory use
-  // Replay decode batches (one token per sequence) from a CUDA graph
-  // captured per shape (batch size, block-table stride, split-KV count).
-  bool cuda_graphs = true;
-  // Prefill chunks of bf16 pools with head_dim 64 or 128 run the
-  // tensor-core flash_attention; otherwise the CUDA-core paged_attention.
-  bool flash_attention = true;
-  // sm_90+: launch each kernel as a programmatic dependent of the previous
-  // one (codegen/kernels/common.cuh), so launches and weight reads overlap
-  // the previous kernel's tail.
-  bool programmatic_launch = true;
-  // Time cuBLASLt's candidate algorithms for decode-sized GEMMs (more than
-  // the skinny GEMM's rows, at most 512) and keep the fastest; otherwise its
-  // first heuristic choice.
-  bool gemm_autotune = true;
-  // sm_90+: batch-1 decode's GEMVs stream their weights through a bulk-copy
-  // ring (codegen/kernels/gemv_stream.cuh); false for A/B measurements.
-  bool stream_gemv = true;
-  // ... with the residual_rms_norm before qkv and gate/up folded into them
-  // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
-  bool fold_norms = true;
-  // Decode batches cuBLASLt runs (9 to 512 rows): the o_proj and down GEMMs
-  // add their product to the f32 residual stream in the epilogue and write
-  // the sum, so the residual_rms_norm after them only normalizes
-  // (codegen/cuda/skinny_fusion.h); false for A/B measurements.
-  bool residual_epilogue = true;
-  // Batches of at least kFusedSwiGluMinRows rows (prefill) run the gate/up
-  // projection with its SwiGLU as one kernel on Hopper (gemm_swiglu_wgmma)
-  // instead of cuBLASLt and silu_mul; false for A/B measurements.
-  bool fused_swiglu = true;
-  // Time every step between CUDA events (no graphs, no overlap: for finding
-  // where the time goes, not for speed figures) and print the per-instance
-  // table (StepProfile) to stderr when the executor is destroyed.
-  bool profile_steps = false;
-  // Time each forward on the GPU, from its input copy to its output copy,
-  // between two CUDA events, and print the averages beside the counts to
-  // stderr when the executor is destroyed: decode forwards replayed from a
-  // graph, and forwards launched step by step by token count (those that
-  // made no new GEMM plan). What the GPU spends of a step's wall time; the
-  // rest is the host's.
-  bool report_forward_gpu_time = false;
+  CudaTuning tuning;  // the A/B switches (cuda_tuning.h)
   // > 0: the KV pool takes what is left of this fraction of the GPU's memory
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
