@@ -3,6 +3,8 @@
 #include "codegen/ArtifactWriter.h"
 
 #include "dialects/xfmr/IR/XfmrDialect.h"
+#include "runtime/artifact/plan_keys.h"
+#include "runtime/artifact/step_params.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -56,6 +58,65 @@ json::Value attrJson(Attribute attr) {
   llvm::raw_string_ostream os(text);
   attr.print(os);
   return text;
+}
+
+// A kernel param as the plan schema takes it (step_params.h).
+std::optional<ParamValue> paramValue(Attribute attr) {
+  if (auto i = dyn_cast<IntegerAttr>(attr)) {
+    if (i.getType().isInteger(1)) return ParamValue(i.getValue().getBoolValue());
+    return ParamValue(int64_t(i.getInt()));
+  }
+  if (auto b = dyn_cast<BoolAttr>(attr)) return ParamValue(b.getValue());
+  if (auto f = dyn_cast<FloatAttr>(attr)) return ParamValue(f.getValueAsDouble());
+  if (auto s = dyn_cast<StringAttr>(attr)) return ParamValue(s.getValue().str());
+  if (auto t = dyn_cast<TypeAttr>(attr)) return ParamValue(xfmr::elementTypeName(t.getValue()));
+  if (auto a = dyn_cast<DenseI64ArrayAttr>(attr)) return ParamValue(std::vector<int64_t>(a.asArrayRef()));
+  return std::nullopt;
+}
+
+json::Value paramJson(const ParamValue& value) {
+  return std::visit(
+      [](const auto& v) -> json::Value {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          json::Array values;
+          for (int64_t i : v) values.push_back(i);
+          return values;
+        } else {
+          return v;
+        }
+      },
+      value);
+}
+
+// A step's params written through the plan schema: parsed and range-checked
+// as the runtime will read them, so a plan the runtime rejects is a compile
+// error here. Kinds the schema does not have yet (speculative verify's
+// tree_positions, tree_mask, accept) are written as the IR has them.
+std::optional<json::Object> stepParams(Operation* op, llvm::StringRef kind, DictionaryAttr params) {
+  json::Object out;
+  std::optional<StepKind> stepKind = parseStepKind(kind.str());
+  if (!stepKind) {
+    for (NamedAttribute p : params) out[p.getName().str()] = attrJson(p.getValue());
+    return out;
+  }
+  ParamMap values;
+  for (NamedAttribute p : params) {
+    std::optional<ParamValue> value = paramValue(p.getValue());
+    if (!value) {
+      op->emitError() << "param '" << p.getName().str() << "' of a " << kind
+                      << " step is not an integer, number, boolean, string or integer list";
+      return std::nullopt;
+    }
+    values[p.getName().str()] = std::move(*value);
+  }
+  auto typed = parseStepParams(*stepKind, values, (kind + " params").str());
+  if (!typed.ok()) {
+    op->emitError() << typed.error().message;
+    return std::nullopt;
+  }
+  for (const auto& [name, value] : stepParamsMap(*typed)) out[name] = paramJson(value);
+  return out;
 }
 
 std::string paramText(Attribute attr) {
@@ -269,21 +330,26 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
     if (auto kernel = dyn_cast<xfmr::KernelOp>(op)) {
       stepJson["kind"] = kernel.getKind().str();
       stepJson["instance"] = kernelInstanceName(kernel.getKind(), kernel.getParams());
-      for (NamedAttribute p : kernel.getParams()) params[p.getName().str()] = attrJson(p.getValue());
+      std::optional<json::Object> written = stepParams(&op, kernel.getKind(), kernel.getParams());
+      if (!written) return std::nullopt;
+      params = std::move(*written);
     } else if (auto gemm = dyn_cast<xfmr::GemmOp>(op)) {
       auto weight = cast<RankedTensorType>(gemm.getWeight().getType());
       std::string weightType = xfmr::elementTypeName(weight.getElementType());
       Builder b(op.getContext());
       auto paramDict = b.getDictionaryAttr({
-          b.getNamedAttr("n", b.getI64IntegerAttr(weight.getDimSize(0))),
-          b.getNamedAttr("k", b.getI64IntegerAttr(weight.getDimSize(1))),
-          b.getNamedAttr("weight_type", b.getStringAttr(weightType)),
-          b.getNamedAttr("bias", b.getBoolAttr(static_cast<bool>(gemm.getBias()))),
-          b.getNamedAttr("scales", b.getBoolAttr(static_cast<bool>(gemm.getScales())))});
+          b.getNamedAttr(plan_key::kN, b.getI64IntegerAttr(weight.getDimSize(0))),
+          b.getNamedAttr(plan_key::kK, b.getI64IntegerAttr(weight.getDimSize(1))),
+          b.getNamedAttr(plan_key::kWeightType, b.getStringAttr(weightType)),
+          b.getNamedAttr(plan_key::kBias, b.getBoolAttr(static_cast<bool>(gemm.getBias()))),
+          b.getNamedAttr(plan_key::kScales, b.getBoolAttr(static_cast<bool>(gemm.getScales())))});
       stepJson["kind"] = "gemm";
       stepJson["instance"] = kernelInstanceName("gemm", paramDict);
-      for (NamedAttribute p : paramDict) params[p.getName().str()] = attrJson(p.getValue());
-      if (auto role = op.getAttrOfType<StringAttr>("role")) params["role"] = role.str();
+      llvm::SmallVector<NamedAttribute> withRole(paramDict.getValue());
+      if (auto role = op.getAttrOfType<StringAttr>("role")) withRole.push_back(b.getNamedAttr(plan_key::kRole, role));
+      std::optional<json::Object> written = stepParams(&op, "gemm", b.getDictionaryAttr(withRole));
+      if (!written) return std::nullopt;
+      params = std::move(*written);
     } else {
       op.emitError() << "cannot emit '" << op.getName()
                      << "' into the artifact: run xfmr-lower-to-kernels first";

@@ -14,6 +14,8 @@
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // flash_wgmma::smem_bytes (host-visible part)
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"     // gemm_swiglu::smem_bytes (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout
+#include "runtime/artifact/manifest.h"
+#include "runtime/artifact/step_params_json.h"
 
 namespace kiln::cuda_codegen {
 namespace {
@@ -891,33 +893,20 @@ Result<std::string> instanceSource(std::string_view kind, const nlohmann::json& 
 }
 
 Result<WrittenSources> writeInstanceSources(const std::filesystem::path& dir) {
-  const std::filesystem::path manifest_path = dir / "manifest.json";
-  std::ifstream in(manifest_path);
-  if (!in) return makeError("{}: cannot open the manifest", manifest_path.string());
-  json manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (manifest.is_discarded()) return makeError("{}: not valid JSON", manifest_path.string());
-  if (!manifest.contains("entries") || !manifest["entries"].is_object())
-    return makeError("{}: field 'entries' is missing or not an object", manifest_path.string());
-
+  auto manifest = Manifest::load(dir.string());
+  if (!manifest.ok()) return manifest.error();
   WrittenSources out;
   std::set<std::string> seen;
   const std::filesystem::path kernels = dir / "kernels";
   std::error_code ec;
   std::filesystem::create_directories(kernels, ec);
   if (ec) return makeError("{}: cannot create: {}", kernels.string(), ec.message());
-  for (auto& [entry_name, entry] : manifest["entries"].items()) {
-    if (!entry.is_object() || !entry.contains("steps") || !entry["steps"].is_array())
-      return makeError("{}: entries.{}.steps is missing or not an array", manifest_path.string(), entry_name);
-    size_t index = 0;
-    for (const json& step : entry["steps"]) {
-      const std::string where = fmt::format("{}: entries.{}.steps[{}]", manifest_path.string(), entry_name, index++);
-      if (!step.is_object() || !step.contains("kind") || !step["kind"].is_string() ||
-          !step.contains("instance") || !step["instance"].is_string())
-        return makeError("{}: expected an object with string 'kind' and 'instance'", where);
-      const std::string kind = step["kind"], name = step["instance"];
+  for (const auto& [entry_name, entry] : manifest->entries) {
+    for (const Step& step : entry.steps) {
+      const std::string& name = step.instance;
+      const std::string_view kind = stepKindName(step.kind);
       if (!seen.insert(name).second) continue;
-      const json params = step.contains("params") ? step["params"] : json::object();
-      auto inst = instanceSource(kind, params, name);
+      auto inst = instanceSource(kind, toJson(step.params), name);
       if (!inst) {
         out.unsupported.push_back(fmt::format("{} ({}): {}", name, kind, inst.error().message));
         continue;

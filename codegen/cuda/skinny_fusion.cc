@@ -3,8 +3,16 @@
 #include <map>
 
 #include "codegen/cuda/instance_source.h"
+#include "runtime/artifact/step_params_json.h"
 
 namespace kiln::cuda_codegen {
+
+namespace {
+
+// An element type param: its value, or what an absent one means.
+std::string typeOr(const std::string& type, const char* absent) { return type.empty() ? absent : type; }
+
+}  // namespace
 
 std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   const std::vector<PlanStep>& steps = entry.steps;
@@ -20,7 +28,8 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     const PlanStep& r = steps[reader];
     return !pinned.count(value) && readers[value] == 1 && arg < r.value_args.size() && r.value_args[arg] == value;
   };
-  auto isGemm = [&](size_t i) { return steps[i].kind == "gemm" && steps[i].results.size() == 1; };
+  auto isGemm = [&](size_t i) { return steps[i].kind == StepKind::kGemm && steps[i].results.size() == 1; };
+  auto gemmOf = [&](size_t i) -> const GemmParams& { return std::get<GemmParams>(steps[i].params); };
   auto overlap = [&](int64_t a, int64_t b) {
     auto ra = entry.storage.find(a), rb = entry.storage.find(b);
     if (ra == entry.storage.end() || rb == entry.storage.end()) return false;
@@ -28,8 +37,8 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   };
 
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
-    if (!isGemm(i) || steps[i + 1].kind != "silu_mul") continue;
-    if (!steps[i + 1].params.value("merged_gate_up", false) || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
+    if (!isGemm(i) || steps[i + 1].kind != StepKind::kSiluMul) continue;
+    if (!std::get<SiluMulParams>(steps[i + 1].params).merged_gate_up || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
     if (steps[i].value_args.empty() || steps[i + 1].results.empty() ||
         overlap(steps[i].value_args[0], steps[i + 1].results[0]))
       continue;
@@ -42,13 +51,12 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   // storage of its own, so it is neither pinned nor a view.
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     const PlanStep& rope = steps[i + 1];
-    if (!isGemm(i) || rope.kind != "rope_kv_append" || !out[i].gemm_params.is_null()) continue;
-    if (!rope.params.value("merged_qkv", false) || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
-    const int64_t heads = rope.params.value("heads", int64_t(0)), kv_heads = rope.params.value("kv_heads", int64_t(0));
-    const int64_t head_dim = rope.params.value("head_dim", int64_t(0));
-    if (steps[i].params.value("n", int64_t(-1)) != (heads + 2 * kv_heads) * head_dim) continue;
+    if (!isGemm(i) || rope.kind != StepKind::kRopeKvAppend || !out[i].gemm_params.is_null()) continue;
+    const RopeKvAppendParams& q = std::get<RopeKvAppendParams>(rope.params);
+    if (!q.merged_qkv || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
+    if (gemmOf(i).n != (q.attn.heads + 2 * q.attn.kv_heads) * q.attn.head_dim) continue;
     if (rope.results.size() != 1 || pinned.count(rope.results[0]) || entry.views.count(rope.results[0])) continue;
-    nlohmann::json fused = rope.params;
+    nlohmann::json fused = toJson(rope.params);
     fused["rope_kv_append"] = true;
     out[i].gemm_params = std::move(fused);
     out[i + 1].absorbed = true;
@@ -59,13 +67,14 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     const PlanStep& norm = steps[i];
     const size_t g = i + 1;
-    if (norm.kind != "residual_rms_norm" || !isGemm(g) || norm.value_args.size() < 2 || norm.results.empty()) continue;
-    const bool writes_sum = norm.params.value("writes_sum", false);
-    if (norm.results.size() != (writes_sum ? 2u : 1u) || norm.params.value("out_type", "bf16") != "bf16") continue;
+    if (norm.kind != StepKind::kResidualRmsNorm || !isGemm(g) || norm.value_args.size() < 2 || norm.results.empty())
+      continue;
+    const ResidualRmsNormParams& np = std::get<ResidualRmsNormParams>(norm.params);
+    const bool writes_sum = np.writes_sum;
+    if (norm.results.size() != (writes_sum ? 2u : 1u) || typeOr(np.out_type, "bf16") != "bf16") continue;
     const int64_t out_value = norm.results.back();
     if (!onlyReadBy(out_value, g, 0)) continue;
-    const int64_t n = steps[g].params.value("n", int64_t(0)), k = steps[g].params.value("k", int64_t(0));
-    if (!streamsSingleRowGemm(n, k)) continue;
+    if (!streamsSingleRowGemm(gemmOf(g).n, gemmOf(g).k)) continue;
     // What the pair writes: the sum, and the gemm's output (or its fused
     // silu_mul's; a fused rope's q has storage of its own).
     std::vector<int64_t> written;
@@ -77,11 +86,11 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
       for (size_t a = 0; a < 2; ++a) clash = clash || overlap(w, norm.value_args[a]);
     if (clash) continue;
     nlohmann::json fold;
-    fold["norm_epsilon"] = norm.params.value("epsilon", 1e-5);
-    fold["norm_x_type"] = norm.params.value("x_type", "bf16");
-    fold["norm_residual_type"] = norm.params.value("residual_type", "bf16");
-    fold["norm_sum_type"] = norm.params.value("sum_type", "bf16");
-    fold["norm_weight_type"] = norm.params.value("weight_type", "f32");
+    fold["norm_epsilon"] = np.epsilon;
+    fold["norm_x_type"] = typeOr(np.x_type, "bf16");
+    fold["norm_residual_type"] = typeOr(np.residual_type, "bf16");
+    fold["norm_sum_type"] = typeOr(np.sum_type, "bf16");
+    fold["norm_weight_type"] = typeOr(np.weight_type, "f32");
     fold["norm_writes_sum"] = writes_sum;
     out[g].single_row_params = std::move(fold);
     out[i].absorbed_single_row = true;
@@ -96,21 +105,20 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     const PlanStep& gemm = steps[i];
     const PlanStep& norm = steps[i + 1];
-    if (!isGemm(i) || gemm.value_args.empty() || gemm.params.value("bias", false)) continue;
-    if (norm.kind != "residual_rms_norm" || norm.value_args.size() < 2 || norm.results.size() != 2) continue;
-    if (!norm.params.value("writes_sum", false) || norm.params.value("x_type", "bf16") != "f32" ||
-        norm.params.value("sum_type", "bf16") != "f32" || !onlyReadBy(gemm.results[0], i + 1, 1))
+    if (!isGemm(i) || gemm.value_args.empty() || gemmOf(i).bias) continue;
+    if (norm.kind != StepKind::kResidualRmsNorm || norm.value_args.size() < 2 || norm.results.size() != 2) continue;
+    const ResidualRmsNormParams& np = std::get<ResidualRmsNormParams>(norm.params);
+    if (!np.writes_sum || typeOr(np.x_type, "bf16") != "f32" || typeOr(np.sum_type, "bf16") != "f32" ||
+        !onlyReadBy(gemm.results[0], i + 1, 1))
       continue;
     const int64_t x = norm.value_args[0], sum = norm.results[0];
     if (x == sum) continue;  // in place: cuBLASLt's autotuning reruns would add twice
     const bool clash = overlap(sum, x) || overlap(sum, gemm.value_args[0]);
     if (clash && (pinned.count(sum) || entry.views.count(sum) || int64_t(i) <= own_sum_busy_until)) continue;
     if (clash) own_sum_busy_until = int64_t(last_read.count(sum) ? last_read[sum] : i + 1);
-    nlohmann::json rms{{"hidden", norm.params.value("hidden", int64_t(0))},
-                       {"epsilon", norm.params.value("epsilon", 1e-5)},
-                       {"x_type", "f32"}};
-    for (const char* key : {"weight_type", "out_type"})
-      if (norm.params.contains(key)) rms[key] = norm.params[key];
+    RmsNormParams over_sum{.hidden = np.hidden, .epsilon = np.epsilon, .weight_type = np.weight_type,
+                           .x_type = "f32", .out_type = np.out_type};
+    nlohmann::json rms = toJson(over_sum);
     out[i].writes_norm_sum = true;
     out[i + 1].sum_from_gemm = true;
     out[i + 1].norm_of_sum_params = std::move(rms);
@@ -119,52 +127,23 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   return out;
 }
 
-PlanEntry planEntryFromJson(const nlohmann::json& entry) {
+PlanEntry planEntryOf(const Entry& entry, const std::string& activation_type) {
   PlanEntry plan;
-  std::vector<PlanStep>& steps = plan.steps;
-  std::set<int64_t>& pinned = plan.pinned;
-  if (!entry.is_object()) return plan;
-  if (entry.contains("outputs") && entry["outputs"].is_array())
-    for (const nlohmann::json& o : entry["outputs"])
-      if (o.is_object() && o.contains("value") && o["value"].is_number_integer()) pinned.insert(o["value"].get<int64_t>());
-  std::map<int64_t, const nlohmann::json*> values;
-  if (entry.contains("values") && entry["values"].is_array())
-    for (const nlohmann::json& v : entry["values"]) {
-      if (!v.is_object() || !v.contains("id") || !v["id"].is_number_integer()) continue;
-      values[v["id"].get<int64_t>()] = &v;
-      if (v.contains("view_of") && v["view_of"].is_number_integer()) {
-        pinned.insert(v["view_of"].get<int64_t>());
-        plan.views.insert(v["id"].get<int64_t>());
-      }
+  plan.activation_type = activation_type;
+  for (const EntryOutput& out : entry.outputs) plan.pinned.insert(out.value);
+  for (const EntryValue& v : entry.values) {
+    if (v.view_of) {
+      plan.pinned.insert(*v.view_of);
+      plan.views.insert(v.id);
     }
-  for (const auto& [id, value] : values) {
-    const nlohmann::json* v = value;
-    for (int hops = 0; v && v->contains("view_of") && (*v)["view_of"].is_number_integer() && hops < 64; ++hops) {
-      auto it = values.find((*v)["view_of"].get<int64_t>());
-      v = it == values.end() ? nullptr : it->second;
-    }
-    if (!v || !v->contains("offset") || !(*v)["offset"].is_number_integer() || !v->contains("row_bytes") ||
-        !(*v)["row_bytes"].is_number_integer())
-      continue;
-    const int64_t offset = (*v)["offset"].get<int64_t>();
-    plan.storage[id] = {offset, offset + (*v)["row_bytes"].get<int64_t>()};
+    const EntryValue* storage = &v;
+    while (storage && storage->view_of) storage = entry.findValue(*storage->view_of);
+    if (storage) plan.storage[v.id] = {storage->offset, storage->offset + storage->row_bytes};
   }
-  if (!entry.contains("steps") || !entry["steps"].is_array()) return plan;
-  for (const nlohmann::json& s : entry["steps"]) {
-    PlanStep step;
-    if (s.is_object()) {
-      step.kind = s.value("kind", "");
-      step.params = s.contains("params") && s["params"].is_object() ? s["params"] : nlohmann::json::object();
-      if (s.contains("args") && s["args"].is_array())
-        for (const nlohmann::json& a : s["args"])
-          step.value_args.push_back(a.is_object() && a.contains("value") && a["value"].is_number_integer()
-                                        ? a["value"].get<int64_t>()
-                                        : -1);
-      if (s.contains("results") && s["results"].is_array())
-        for (const nlohmann::json& r : s["results"])
-          if (r.is_number_integer()) step.results.push_back(r.get<int64_t>());
-    }
-    steps.push_back(std::move(step));
+  for (const Step& step : entry.steps) {
+    PlanStep p{step.kind, step.params, {}, step.results};
+    for (const StepArg& a : step.args) p.value_args.push_back(a.kind == StepArg::Kind::kValue ? a.id : -1);
+    plan.steps.push_back(std::move(p));
   }
   return plan;
 }

@@ -33,31 +33,9 @@
 // SwiGLU fusion made whose output shares arena rows with its input: the
 // planner may reuse the storage of a value dead after a step, which the
 // fused kernel's other blocks would still be reading.
-// Measured and not kept (2026-11-29, H200): folding residual_rms_norm into
-// the GEMVs around it (residual add in the producer's epilogue, RMSNorm in
-// the consumer's prologue) made Llama-3-8B batch-1 decode 223.8 -> 157.6
-// tok/s: every block of the consumer re-normalized the row before streaming
-// (gate/up 62 -> 114 us). Running residual_rms_norm in the o_proj and down
-// GEMVs' last block instead (an arrival counter) made it 4.323 -> 5.204
-// ms/step: each of their 2048 and 4096 blocks fenced and counted itself in
-// on one address before leaving (down 35.2 -> 60.6 us, o_proj 14.9 -> 22.8).
-// A third form (ninth session): the residual add in the producer's epilogue
-// (writing the f32 sum and the sum in bf16 for the next gemm), and the
-// consumer computing norm(x)·Wᵀ as (x ∘ g)·Wᵀ / rms(x), its sum of squares
-// taken from the x loads it makes anyway and the scale applied in its
-// epilogue. Correct (float64 kernel tests, tiny-llama and Llama-3.2-1B
-// against transformers) but slower: batch-1 decode 3.90 -> 4.59 ms/step,
-// batch 4 6.74 -> 8.75. Every consumer block also loaded the norm's weight
-// g beside x: the single-row gate/up runs 14336 blocks, so its 16 KiB of
-// f32 g added 230 MB of L2 reads to a 235 MB weight stream. A form without
-// that read would have the producer apply g (it knows its columns) and
-// count each row's sum of squares into a fixed-point integer (order-free,
-// so deterministic) that the consumer reads once. That fourth form (branch
-// norm-fusion-v2, tenth session) was slower too: batch 1 3.957 vs 3.836
-// ms/step, batch 4 7.38 vs 6.66; its consumers needed 54-60 registers, not
-// 48, so 4 blocks fit an SM instead of 5. What is kept: the fold into the
-// streamed single-row gemm (gemv_stream.cuh), whose 132 persistent blocks
-// each read the row once: batch 1 3.766 -> 3.676 ms/step.
+// Other placements of the norm (in the GEMVs around it, in their last block,
+// or as a scale in the consumer's epilogue) were slower: docs/performance.md,
+// "Tried and not kept".
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -68,11 +46,15 @@
 #include <string>
 #include <vector>
 
+#include "runtime/artifact/manifest.h"
+
 namespace kiln::cuda_codegen {
 
+// The view of an entry the fusions are decided on: each step's kind, typed
+// params, value args and results, and where values live.
 struct PlanStep {
-  std::string kind;
-  nlohmann::json params;
+  StepKind kind = StepKind::kAdd;
+  StepParams params;
   std::vector<int64_t> value_args;  // per arg: the value id, -1 for weights, inputs and pools
   std::vector<int64_t> results;
 };
@@ -83,7 +65,7 @@ struct PlanEntry {
   std::set<int64_t> views;   // values that are views of another's storage
   // value -> its storage's arena rows [offset, offset + row_bytes) (views resolved)
   std::map<int64_t, std::pair<int64_t, int64_t>> storage;
-  // The manifest's activation_type. The fused kernels are gemv.cuh's, which
+  // The plan's activation_type. The fused kernels are gemv.cuh's, which
   // read and write bf16: an f32 plan gets none.
   std::string activation_type = "bf16";
 };
@@ -116,9 +98,7 @@ struct SkinnyFusion {
 
 std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry);
 
-// The manifest JSON of one entry (its "steps", "outputs", "values"); a step
-// without the expected fields becomes one of no kind, a value without them
-// has no storage (and is taken not to overlap).
-PlanEntry planEntryFromJson(const nlohmann::json& entry);
+// `entry` of a loaded plan as skinnyFusions reads it.
+PlanEntry planEntryOf(const Entry& entry, const std::string& activation_type);
 
 }  // namespace kiln::cuda_codegen

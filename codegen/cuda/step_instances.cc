@@ -4,6 +4,7 @@
 
 #include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
+#include "runtime/artifact/step_params_json.h"
 
 namespace kiln::cuda_codegen {
 
@@ -49,6 +50,14 @@ StepInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
 
 namespace {
 
+// attention_combine's params: the partials' heads and head_dim, and the
+// output's type where the step names one.
+nlohmann::json combineParams(const PagedAttentionParams& attention) {
+  nlohmann::json combine{{"heads", attention.attn.heads}, {"head_dim", attention.attn.head_dim}};
+  if (!attention.out_type.empty()) combine["out_type"] = attention.out_type;
+  return combine;
+}
+
 // The instances of an f32 plan's step: each with its activation types
 // named (activation_types.h), so under a name of its own, not the manifest's.
 // Its GEMMs have none: cuBLASLt runs them in f32 at every batch size, the
@@ -56,8 +65,9 @@ namespace {
 // q and out follow Config: the step's own and its split mode with the
 // combine for decode batches (decode_attention and the tensor-core prefill
 // read bf16 queries).
-Result<std::vector<StepInstance>> typedStepInstances(std::string_view kind, const nlohmann::json& manifest_params,
-                                                     std::string_view activation_type) {
+Result<std::vector<StepInstance>> typedStepInstances(const Step& step, std::string_view activation_type) {
+  const std::string_view kind = stepKindName(step.kind);
+  const nlohmann::json manifest_params = toJson(step.params);
   std::vector<StepInstance> out;
   auto add = [&](InstanceRole role, std::string_view k, const nlohmann::json& manifest) {
     const nlohmann::json p = withActivationTypes(k, manifest, activation_type);
@@ -65,45 +75,46 @@ Result<std::vector<StepInstance>> typedStepInstances(std::string_view kind, cons
   };
   if (activation_type != "f32")
     return makeError("{}: activation type '{}' has no CUDA kernels (bf16 or f32)", kind, activation_type);
-  if (kind == "gemm") return out;
+  if (step.kind == StepKind::kGemm) return out;
   add(InstanceRole::kStep, kind, manifest_params);
-  if (kind != "paged_attention" || manifest_params.value("tree_mask", false)) return out;
+  const auto* attention = std::get_if<PagedAttentionParams>(&step.params);
+  if (!attention || attention->tree_mask) return out;
   add(InstanceRole::kDecode, "paged_attention_split", manifest_params);
-  nlohmann::json combine{{"heads", manifest_params.value("heads", 0)}, {"head_dim", manifest_params.value("head_dim", 0)}};
-  if (manifest_params.contains("out_type")) combine["out_type"] = manifest_params["out_type"];
+  nlohmann::json combine = combineParams(*attention);
   add(InstanceRole::kCombine, "attention_combine", combine);
   return out;
 }
 
 }  // namespace
 
-Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
-                                                const std::string& manifest_instance,
-                                                const StepInstanceOptions& options) {
+Result<std::vector<StepInstance>> stepInstances(const Step& step, const StepInstanceOptions& options) {
+  const std::string_view kind = stepKindName(step.kind);
+  const nlohmann::json params = toJson(step.params);
+  const std::string& manifest_instance = step.instance;
   std::vector<StepInstance> out;
   auto add = [&](InstanceRole role, std::string_view k, const nlohmann::json& p, std::string name) {
     out.push_back({role, std::string(k), p, boundedInstanceName(name)});
   };
-  if (options.activation_type != "bf16") return typedStepInstances(kind, params, options.activation_type);
-  if (kind == "gemm" && params.value("weight_type", "") != "bf16") {
+  if (options.activation_type != "bf16") return typedStepInstances(step, options.activation_type);
+  const auto* gemm = std::get_if<GemmParams>(&step.params);
+  if (gemm && gemm->weight_type != "bf16") {
     nlohmann::json bf16 = params;
     bf16["weight_type"] = "bf16";
     add(InstanceRole::kStep, kind, bf16, instanceName(kind, bf16));
   } else {
     add(InstanceRole::kStep, kind, params, manifest_instance);
   }
-  const bool fused = kind == "gemm" && options.skinny_fusion.is_object() && !options.skinny_fusion.empty();
+  const bool fused = gemm && options.skinny_fusion.is_object() && !options.skinny_fusion.empty();
   // A gemm's instance for batches of one row: streamed where its shape
   // streams, with the norm before it folded in where the plan allows.
-  const bool streams = options.stream_gemv && kind == "gemm" &&
-                       streamsSingleRowGemm(params.value("n", int64_t(0)), params.value("k", int64_t(0)));
+  const bool streams = options.stream_gemv && gemm && streamsSingleRowGemm(gemm->n, gemm->k);
   auto addSingleRow = [&](InstanceRole role, nlohmann::json p) {
     p["gemv_max_rows"] = 1;
     if (streams) p["gemv_stream"] = true;
     if (options.stream_gemv && options.single_row_fusion.is_object()) p.update(options.single_row_fusion);
     add(role, kind, p, instanceName(kind, p));
   };
-  if (kind == "gemm" && !fused) {  // a fused gemm's skinny batches all run the fused variants
+  if (gemm && !fused) {  // a fused gemm's skinny batches all run the fused variants
     nlohmann::json single = params;
     single["weight_type"] = "bf16";
     addSingleRow(InstanceRole::kSingleRow, std::move(single));
@@ -116,25 +127,25 @@ Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlo
     addSingleRow(InstanceRole::kFusedSingleRow, std::move(variant));
     // Larger batches: the gate/up projection with SwiGLU on the warpgroup
     // tensor cores, where its tiles divide the shape (its template says).
-    const int64_t n = params.value("n", int64_t(0)), k = params.value("k", int64_t(0));
-    const nlohmann::json swiglu{{"hidden", k}, {"ffn", n / 2}};
-    if (options.wgmma && options.fused_prefill && options.skinny_fusion.value("silu_mul", false) &&
-        !params.value("bias", false) && n % 2 == 0 && instanceSource("gemm_swiglu", swiglu, "probe").ok())
+    const nlohmann::json swiglu{{"hidden", gemm->k}, {"ffn", gemm->n / 2}};
+    if (options.wgmma && options.fused_prefill && options.skinny_fusion.value("silu_mul", false) && !gemm->bias &&
+        gemm->n % 2 == 0 && instanceSource("gemm_swiglu", swiglu, "probe").ok())
       add(InstanceRole::kFusedPrefill, "gemm_swiglu", swiglu, instanceName("gemm_swiglu", swiglu));
   }
-  if (kind == "residual_rms_norm" && options.norm_of_sum.is_object() && !options.norm_of_sum.empty())
+  if (step.kind == StepKind::kResidualRmsNorm && options.norm_of_sum.is_object() && !options.norm_of_sum.empty())
     add(InstanceRole::kNormOfSum, "rms_norm", options.norm_of_sum, instanceName("rms_norm", options.norm_of_sum));
-  if (kind != "paged_attention" || params.value("tree_mask", false)) return out;
+  const auto* attention = std::get_if<PagedAttentionParams>(&step.params);
+  if (!attention || attention->tree_mask) return out;
 
   // Decode: the bandwidth-bound split-KV kernel where its template serves
   // the pool, else the CUDA-core kernel's split mode.
   const char* decode = instanceSource("decode_attention", params, "probe").ok() ? "decode_attention"
                                                                                : "paged_attention_split";
   add(InstanceRole::kDecode, decode, params, instanceName(decode, params));
-  const nlohmann::json combine{{"heads", params.value("heads", 0)}, {"head_dim", params.value("head_dim", 0)}};
+  const nlohmann::json combine = combineParams(*attention);
   add(InstanceRole::kCombine, "attention_combine", combine, instanceName("attention_combine", combine));
-  const int64_t head_dim = params.value("head_dim", 0);
-  if (options.flash_attention && params.value("kv_type", "") == "bf16" && (head_dim == 64 || head_dim == 128)) {
+  const int64_t head_dim = attention->attn.head_dim;
+  if (options.flash_attention && attention->attn.kv_type == "bf16" && (head_dim == 64 || head_dim == 128)) {
     const char* prefill = options.wgmma ? "flash_attention_wgmma" : "flash_attention";
     add(InstanceRole::kPrefill, prefill, params, instanceName(prefill, params));
   }

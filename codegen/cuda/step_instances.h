@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/artifact/manifest.h"
 #include "runtime/support/error.h"
 
 namespace kiln::cuda_codegen {
@@ -69,11 +70,9 @@ struct StepInstanceOptions {
   std::string activation_type = "bf16";
 };
 
-// `manifest_instance` is the step's instance name in the manifest, kept for
-// the step's own kernel when the runtime does not change its params.
-Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const nlohmann::json& params,
-                                                const std::string& manifest_instance,
-                                                const StepInstanceOptions& options = {});
+// The step's own kernel keeps the plan's instance name where the runtime
+// does not change its params.
+Result<std::vector<StepInstance>> stepInstances(const Step& step, const StepInstanceOptions& options = {});
 
 // The argmax over the `forward` entry's logits ([rows, vocab] of
 // logits_type, bf16 or f32) that greedy batches run instead of copying the

@@ -9,107 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/formats/tensor_info.h"
+#include "runtime/artifact/element_types.h"
 
 namespace kiln {
 
 using json = nlohmann::json;
-
-//===----------------------------------------------------------------------===//
-// Step kinds
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-struct KindName {
-  StepKind kind;
-  std::string_view name;
-};
-constexpr KindName kKindNames[] = {
-    {StepKind::kEmbedding, "embedding"},
-    {StepKind::kRmsNorm, "rms_norm"},
-    {StepKind::kResidualRmsNorm, "residual_rms_norm"},
-    {StepKind::kGemm, "gemm"},
-    {StepKind::kRopeKvAppend, "rope_kv_append"},
-    {StepKind::kPagedAttention, "paged_attention"},
-    {StepKind::kSiluMul, "silu_mul"},
-    {StepKind::kAdd, "add"},
-    {StepKind::kMul, "mul"},
-    {StepKind::kSilu, "silu"},
-    {StepKind::kSplit, "split"},
-    {StepKind::kGatherLastTokens, "gather_last_tokens"},
-};
-
-}  // namespace
-
-std::string_view stepKindName(StepKind kind) {
-  for (const KindName& k : kKindNames)
-    if (k.kind == kind) return k.name;
-  return "?";
-}
-
-std::optional<StepKind> parseStepKind(std::string_view name) {
-  for (const KindName& k : kKindNames)
-    if (k.name == name) return k.kind;
-  return std::nullopt;
-}
-
-std::string supportedStepKinds() {
-  std::string out;
-  for (const KindName& k : kKindNames) {
-    if (!out.empty()) out += ", ";
-    out += k.name;
-  }
-  return out;
-}
-
-//===----------------------------------------------------------------------===//
-// StepParams
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-std::string_view paramTypeName(const ParamValue& value) {
-  switch (value.index()) {
-    case 0: return "an integer";
-    case 1: return "a number";
-    case 2: return "a boolean";
-    case 3: return "a string";
-    default: return "an integer list";
-  }
-}
-
-}  // namespace
-
-bool StepParams::has(std::string_view name) const { return find(name) != nullptr; }
-
-const ParamValue* StepParams::find(std::string_view name) const {
-  auto it = values_.find(name);
-  return it == values_.end() ? nullptr : &it->second;
-}
-
-#define KILN_PARAM_GETTER(Fn, T, Expected)                                                   \
-  Result<T> StepParams::Fn(std::string_view name) const {                                    \
-    const ParamValue* value = find(name);                                                    \
-    if (value == nullptr)                                                                    \
-      return makeError("{}: missing param '{}' (expected {})", path_, name, Expected);       \
-    if (const T* v = std::get_if<T>(value)) return *v;                                       \
-    return makeError("{}.{}: expected {}, got {}", path_, name, Expected,                    \
-                     paramTypeName(*value));                                                 \
-  }
-KILN_PARAM_GETTER(getInt, int64_t, "an integer")
-KILN_PARAM_GETTER(getBool, bool, "a boolean")
-KILN_PARAM_GETTER(getString, std::string, "a string")
-KILN_PARAM_GETTER(getInts, std::vector<int64_t>, "an integer list")
-#undef KILN_PARAM_GETTER
-
-Result<double> StepParams::getDouble(std::string_view name) const {
-  const ParamValue* value = find(name);
-  if (value == nullptr) return makeError("{}: missing param '{}' (expected a number)", path_, name);
-  if (const double* v = std::get_if<double>(value)) return *v;
-  if (const int64_t* v = std::get_if<int64_t>(value)) return double(*v);
-  return makeError("{}.{}: expected a number, got {}", path_, name, paramTypeName(*value));
-}
 
 //===----------------------------------------------------------------------===//
 // Look-ups
@@ -231,16 +135,6 @@ class Reader {
   std::string file_;
 };
 
-// Lower-case manifest spelling ("q4_1") -> the formats enum.
-bool isKnownElementType(const std::string& name) {
-  // kiln's own quantization schemes (xfmr-insert-quantization), beside the
-  // GGUF/safetensors element types.
-  if (name == "int8" || name == "int4" || name == "fp8e4m3") return true;
-  std::string upper = name;
-  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
-  return formats::parseElementTypeName(upper).has_value();
-}
-
 Result<ModelInfo> parseModel(const Reader& r, const json& root) {
   auto model = r.object(root, "", "model");
   if (!model.ok()) return model.error();
@@ -330,7 +224,7 @@ Result<std::vector<ManifestWeight>> parseWeights(const Reader& r, const json& ro
     weight.name = *name;
     auto type = r.string(w, path, "type");
     if (!type.ok()) return type.error();
-    if (!isKnownElementType(*type))
+    if (!isPlanElementType(*type))
       return r.error(path + ".type", fmt::format("unknown element type '{}'", *type));
     weight.type = *type;
     auto shape = r.shape(w, path, "shape", /*allow_dynamic=*/false);
@@ -393,10 +287,10 @@ Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
   return config;
 }
 
-Result<StepParams> parseParams(const Reader& r, const json& step, const std::string& path) {
-  StepParams::Map values;
+Result<ParamMap> parseParams(const Reader& r, const json& step, const std::string& path) {
+  ParamMap values;
   const std::string params_path = path + ".params";
-  if (!step.contains("params")) return StepParams(r.file() + ": " + params_path, {});
+  if (!step.contains("params")) return values;
   auto params = r.object(step, path, "params");
   if (!params.ok()) return params.error();
   for (auto it = (*params)->begin(); it != (*params)->end(); ++it) {
@@ -424,7 +318,24 @@ Result<StepParams> parseParams(const Reader& r, const json& step, const std::str
                                     v.type_name()));
     }
   }
-  return StepParams(r.file() + ": " + params_path, std::move(values));
+  return values;
+}
+
+// A rope_kv_append or paged_attention step reads and writes the pools
+// kv_cache describes.
+Status checkHeadsMatchPool(const Reader& r, const AttentionHeads& a, const std::string& path,
+                           const KvCacheConfig& kv) {
+  auto mismatch = [&](const char* name, int64_t value, int64_t pool) {
+    return r.error(path + ".params." + name,
+                   fmt::format("{} is not kv_cache.{} {}", value, name, pool));
+  };
+  if (a.kv_heads != kv.kv_heads) return mismatch("kv_heads", a.kv_heads, kv.kv_heads);
+  if (a.head_dim != kv.head_dim) return mismatch("head_dim", a.head_dim, kv.head_dim);
+  if (a.page_size != kv.page_size) return mismatch("page_size", a.page_size, kv.page_size);
+  if (a.kv_type != kv.type)
+    return r.error(path + ".params.kv_type",
+                   fmt::format("{} is not kv_cache.type {}", a.kv_type, kv.type));
+  return {};
 }
 
 Result<StepArg> parseArg(const Reader& r, const json& a, const std::string& path,
@@ -531,9 +442,13 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
     if (!instance.ok()) return instance.error();
     step.instance = *instance;
   }
-  auto params = parseParams(r, s, path);
+  auto values = parseParams(r, s, path);
+  if (!values.ok()) return values.error();
+  auto params = parseStepParams(step.kind, *values, r.file() + ": " + path + ".params");
   if (!params.ok()) return params.error();
   step.params = params.take();
+  if (const AttentionHeads* heads = attentionHeads(step.params))
+    KILN_RETURN_IF_ERROR(checkHeadsMatchPool(r, *heads, path, kv));
 
   auto args = r.array(s, path, "args");
   if (!args.ok()) return args.error();
@@ -569,6 +484,25 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
                                : max_results == 2      ? "1 or 2"
                                                        : "1",
                                max_results == 1 ? "" : "s", results->size()));
+  // The param cross-checks that need the step's args and results.
+  if (const auto* w = std::get_if<ResidualRmsNormParams>(&step.params); w && results->size() != (w->writes_sum ? 2u : 1u))
+    return r.error(path + ".results", fmt::format("writes_sum is {}, so expected {} result(s), got {}",
+                                                  w->writes_sum, w->writes_sum ? 2 : 1, results->size()));
+  if (const auto* sp = std::get_if<SplitParams>(&step.params); sp && results->size() != sp->sizes.size())
+    return r.error(path + ".results",
+                   fmt::format("{} sizes for {} results", sp->sizes.size(), results->size()));
+  if (const auto* g = std::get_if<GemmParams>(&step.params)) {
+    const size_t expected = 2 + size_t(g->scales) + size_t(g->bias);
+    if (step.args.size() != expected)
+      return r.error(path + ".args", fmt::format("gemm with scales {} and bias {} takes {} args, got {}", g->scales,
+                                                 g->bias, expected, step.args.size()));
+  }
+  if (const auto* q = std::get_if<RopeKvAppendParams>(&step.params); q && q->merged_qkv != (step.args.size() == 5))
+    return r.error(path + ".args", fmt::format("merged_qkv is {} but the step has {} args", q->merged_qkv,
+                                               step.args.size()));
+  if (const auto* m = std::get_if<SiluMulParams>(&step.params); m && m->merged_gate_up != (step.args.size() == 1))
+    return r.error(path + ".args", fmt::format("merged_gate_up is {} but the step has {} args", m->merged_gate_up,
+                                               step.args.size()));
   step.results = *results;
   return step;
 }

@@ -2,7 +2,9 @@
 // plain structs. Loading checks everything a backend relies on without
 // looking at weights: the format and version, that every id an entry names
 // exists, arena offsets fit the budget, each step's kind is one the runtime
-// executes and its args have the kinds and count that kind takes. Errors name
+// executes, its args have the kinds and count that kind takes, and its
+// params are the kind's (step_params.h), with the attention heads matching
+// kv_cache. Errors name
 // the file, the JSON path and what was expected:
 //   "manifest.json: entries.forward.steps[12].args[1]: unknown weight id 999"
 #pragma once
@@ -16,38 +18,12 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/artifact/step_params.h"
 #include "runtime/support/error.h"
 
 namespace kiln {
 
 inline constexpr int kManifestVersion = 1;
-
-// A step parameter: the compiler writes integers, floats, strings, booleans
-// and integer lists (split sizes).
-using ParamValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
-
-// A step's params with typed look-ups; a missing or mistyped param is an
-// error naming the step ("entries.forward.steps[3].params.epsilon: ...").
-class StepParams {
- public:
-  StepParams() = default;
-  using Map = std::map<std::string, ParamValue, std::less<>>;
-  StepParams(std::string path, Map values) : path_(std::move(path)), values_(std::move(values)) {}
-
-  bool has(std::string_view name) const;
-  Result<int64_t> getInt(std::string_view name) const;
-  // Accepts integers too (a writer may print 10000.0 as 10000).
-  Result<double> getDouble(std::string_view name) const;
-  Result<bool> getBool(std::string_view name) const;
-  Result<std::string> getString(std::string_view name) const;
-  Result<std::vector<int64_t>> getInts(std::string_view name) const;
-  const Map& values() const { return values_; }
-
- private:
-  const ParamValue* find(std::string_view name) const;
-  std::string path_;  // "manifest.json: entries.forward.steps[3].params"
-  Map values_;
-};
 
 // A weight's load-time preparation. concat_rows joins row-blocked tensors
 // along their first dimension; quantize is listed for completeness (the CPU
@@ -114,34 +90,19 @@ struct StepArg {
   PoolRole role = PoolRole::kKey;
 };
 
-enum class StepKind {
-  kEmbedding,
-  kRmsNorm,
-  kResidualRmsNorm,
-  kGemm,
-  kRopeKvAppend,
-  kPagedAttention,
-  kSiluMul,
-  kAdd,
-  kMul,
-  kSilu,
-  kSplit,
-  kGatherLastTokens,
-};
-
-// "embedding", "gemm", ... (the manifest spelling).
-std::string_view stepKindName(StepKind kind);
-std::optional<StepKind> parseStepKind(std::string_view name);
-// "embedding, rms_norm, ..." for error messages.
-std::string supportedStepKinds();
-
 struct Step {
   StepKind kind = StepKind::kGemm;
   std::string instance;
-  StepParams params;
+  StepParams params;  // the kind's struct (step_params.h)
   std::vector<StepArg> args;
   std::vector<int64_t> results;  // value ids
   std::string path;               // "manifest.json: entries.forward.steps[3]" for errors
+
+  // The params as the kind's struct; the kind fixes which (parseStepParams).
+  template <class P>
+  const P& as() const {
+    return std::get<P>(params);
+  }
 };
 
 struct EntryOutput {

@@ -31,6 +31,8 @@
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/skinny_fusion.h"
 #include "codegen/cuda/step_instances.h"
+#include "runtime/artifact/manifest.h"
+#include "runtime/artifact/step_params_json.h"
 #include "runtime/cuda/nvrtc_compiler.h"
 
 namespace fs = std::filesystem;
@@ -58,75 +60,48 @@ int fail(const std::string& message) {
 }
 
 kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, const std::string& arch) {
-  const fs::path path = artifact / "manifest.json";
-  std::ifstream in(path);
-  if (!in) return kiln::makeError("{}: cannot open (expected an artifact folder written by kiln-compile -o)", path.string());
-  json manifest = json::parse(in, nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object()) return kiln::makeError("{}: not valid JSON", path.string());
-  if (!manifest.contains("entries") || !manifest["entries"].is_object())
-    return kiln::makeError("{}: field 'entries' is missing or not an object", path.string());
+  auto manifest = kiln::Manifest::load(artifact.string());
+  if (!manifest.ok()) return manifest.error();
   std::map<std::string, Step> steps;
-  // bf16, or f32: typed instances, no skinny GEMMs (step_instances.h).
-  const std::string activation_type =
-      manifest.contains("activation_type") && manifest["activation_type"].is_string() ? manifest["activation_type"]
-                                                                                       : json("bf16");
-  for (auto& [entry, body] : manifest["entries"].items()) {
-    if (!body.is_object() || !body.contains("steps") || !body["steps"].is_array()) continue;
-    const json& all = body["steps"];
+  auto add = [&](const kiln::cuda_codegen::StepInstance& inst) {
+    Step& step = steps[inst.name];
+    step.kind = inst.kind;
+    step.params = inst.params;
+    step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
+    ++step.uses;
+  };
+  for (const auto& [entry_name, entry] : manifest->entries) {
     // The fused skinny variants the runtime adds (skinny_fusion.h).
-    kiln::cuda_codegen::PlanEntry plan = kiln::cuda_codegen::planEntryFromJson(body);
-    plan.activation_type = activation_type;
-    const auto fusions = kiln::cuda_codegen::skinnyFusions(plan);
-    for (size_t i = 0; i < all.size(); ++i) {
-      const json& s = all[i];
-      if (!s.is_object() || !s.contains("instance") || !s["instance"].is_string() || !s.contains("kind") ||
-          !s["kind"].is_string())
-        return kiln::makeError("{}: entries.{} has a step without string 'kind' and 'instance'", path.string(), entry);
-      const std::string kind = s["kind"], instance = s["instance"];
-      const json params = s.contains("params") ? s["params"] : json::object();
+    const auto fusions =
+        kiln::cuda_codegen::skinnyFusions(kiln::cuda_codegen::planEntryOf(entry, manifest->activation_type));
+    for (size_t i = 0; i < entry.steps.size(); ++i) {
+      const kiln::Step& s = entry.steps[i];
       kiln::cuda_codegen::StepInstanceOptions options;
       options.skinny_fusion = fusions[i].gemm_params;
       options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
       options.stream_gemv = kiln::cuda_codegen::bulkCopyTarget(arch);
       if (options.stream_gemv) options.single_row_fusion = fusions[i].single_row_params;
       options.norm_of_sum = fusions[i].norm_of_sum_params;
-      options.activation_type = activation_type;
-      auto runtime = kiln::cuda_codegen::stepInstances(kind, params, instance, options);
+      options.activation_type = manifest->activation_type;
+      auto runtime = kiln::cuda_codegen::stepInstances(s, options);
       if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
-        Step& step = steps[instance];
-        step.kind = kind;
-        step.params = params;
+        Step& step = steps[s.instance];
+        step.kind = std::string(kiln::stepKindName(s.kind));
+        step.params = kiln::toJson(s.params);
         ++step.uses;
         continue;
       }
-      for (const kiln::cuda_codegen::StepInstance& inst : *runtime) {
-        Step& step = steps[inst.name];
-        step.kind = inst.kind;
-        step.params = inst.params;
-        step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
-        ++step.uses;
-      }
+      for (const kiln::cuda_codegen::StepInstance& inst : *runtime) add(inst);
     }
   }
   // The runtime's greedy argmax over the forward entry's logits.
-  const json& forward = manifest["entries"].contains("forward") ? manifest["entries"]["forward"] : json();
-  if (forward.is_object() && forward.contains("outputs") && forward["outputs"].is_array() &&
-      !forward["outputs"].empty() && forward.contains("values") && forward["values"].is_array()) {
-    const json& output = forward["outputs"][0];
-    for (const json& v : forward["values"]) {
-      if (!output.is_object() || !v.is_object() || v.value("id", -1) != output.value("value", -2)) continue;
-      const std::string type = v.value("type", "");
-      const int64_t elem = type == "f32" ? 4 : type == "bf16" ? 2 : 0;
-      if (elem == 0 || v.value("row_bytes", int64_t(0)) <= 0) break;  // no CUDA argmax for this type
-      const auto inst = kiln::cuda_codegen::greedyInstance(v.value("row_bytes", int64_t(0)) / elem, type);
-      Step& step = steps[inst.name];
-      step.kind = inst.kind;
-      step.params = inst.params;
-      step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
-      ++step.uses;
-      break;
+  const kiln::Entry& forward = *manifest->findEntry("forward");
+  if (!forward.outputs.empty())
+    if (const kiln::EntryValue* v = forward.findValue(forward.outputs[0].value)) {
+      const int64_t elem = v->type == "f32" ? 4 : v->type == "bf16" ? 2 : 0;
+      if (elem > 0 && v->row_bytes > 0)  // else no CUDA argmax for this type
+        add(kiln::cuda_codegen::greedyInstance(v->row_bytes / elem, v->type));
     }
-  }
   return steps;
 }
 

@@ -204,10 +204,6 @@ void printHfTable(const Figures& mine, const nlohmann::json& hf, bool prefill_on
 // or per sequence after gather_last_tokens), and causal attention
 // (QKᵀ and PV, half of the square).
 double planPrefillFlops(const Manifest& manifest, int64_t tokens, int64_t batch) {
-  auto param = [](const Step& step, const char* name) {
-    auto v = step.params.getInt(name);
-    return v.ok() ? double(*v) : 0.0;
-  };
   const Entry* entry = manifest.findEntry("forward");
   if (!entry) return 0;
   double flops = 0;
@@ -215,10 +211,10 @@ double planPrefillFlops(const Manifest& manifest, int64_t tokens, int64_t batch)
     if (step.kind == StepKind::kGemm) {
       const EntryValue* x = step.args.empty() ? nullptr : entry->findValue(step.args[0].id);
       const double rows = x && x->rows == ValueRows::kSequences ? double(batch) : double(tokens * batch);
-      flops += 2.0 * rows * param(step, "n") * param(step, "k");
+      flops += 2.0 * rows * double(step.as<GemmParams>().n) * double(step.as<GemmParams>().k);
     } else if (step.kind == StepKind::kPagedAttention) {
-      const double heads = param(step, "heads"), dim = param(step, "head_dim");
-      flops += double(batch) * 4.0 * heads * dim * double(tokens) * double(tokens + 1) / 2.0;
+      const AttentionHeads& a = step.as<PagedAttentionParams>().attn;
+      flops += double(batch) * 4.0 * double(a.heads) * double(a.head_dim) * double(tokens) * double(tokens + 1) / 2.0;
     }
   }
   return flops;

@@ -90,6 +90,27 @@ CpuExecutor::~CpuExecutor() { std::free(arena_); }
 
 namespace {
 
+// The plan's rope params (their names checked by parseStepParams) as the kernel's.
+RopeParams ropeParamsOf(const RopeKvAppendParams& q) {
+  RopeParams rope;
+  rope.theta = float(q.rope_theta);
+  rope.style = q.rope_style == "interleaved" ? RopeStyle::kInterleaved : RopeStyle::kHalf;
+  rope.scaling = q.rope_scaling == "linear"   ? RopeScaling::kLinear
+                 : q.rope_scaling == "llama3" ? RopeScaling::kLlama3
+                                              : RopeScaling::kNone;
+  if (rope.scaling != RopeScaling::kNone) rope.factor = float(q.rope_factor);
+  if (rope.scaling == RopeScaling::kLlama3) {
+    rope.low_freq_factor = float(q.rope_low_freq_factor);
+    rope.high_freq_factor = float(q.rope_high_freq_factor);
+    rope.original_max_position = int(q.rope_original_max_position);
+  }
+  return rope;
+}
+
+}  // namespace
+
+namespace {
+
 // Binds one step: resolves its operands against the arena, weights and pool
 // and reads the kind's params, checking every shape the kernels rely on.
 class StepBinder {
@@ -201,18 +222,6 @@ Status StepBinder::checkWeight(const Step& step, const Operand& w,
   return {};
 }
 
-std::optional<RopeStyle> parseRopeStyle(const std::string& s) {
-  if (s == "half") return RopeStyle::kHalf;
-  if (s == "interleaved") return RopeStyle::kInterleaved;
-  return std::nullopt;
-}
-std::optional<RopeScaling> parseRopeScaling(const std::string& s) {
-  if (s == "none") return RopeScaling::kNone;
-  if (s == "linear") return RopeScaling::kLinear;
-  if (s == "llama3") return RopeScaling::kLlama3;
-  return std::nullopt;
-}
-
 bool overlaps(const Operand& a, const Operand& b) {
   return a.kind == StepArg::Kind::kValue && b.kind == StepArg::Kind::kValue &&
          a.storage_begin < b.storage_end && b.storage_begin < a.storage_end;
@@ -235,7 +244,6 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
     KILN_ASSIGN(op, value(step, step.results[i], fmt::format("results[{}]", i)));
     s.results.push_back(op);
   }
-  const StepParams& p = step.params;
   const Operand& r0 = s.results[0];
   // Kernels that read whole inputs before writing (or write row by row what
   // they read) may work in place; the others must not alias.
@@ -251,7 +259,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
 
   switch (step.kind) {
     case StepKind::kEmbedding: {
-      KILN_ASSIGN(hidden, p.getInt("hidden"));
+      const int64_t hidden = step.as<EmbeddingParams>().hidden;
       s.width = hidden;
       const BoundWeight& table = *s.args[1].weight;
       if (table.shape.size() != 2 || table.shape[1] != hidden)
@@ -263,20 +271,18 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
     }
     case StepKind::kRmsNorm:
     case StepKind::kResidualRmsNorm: {
-      KILN_ASSIGN(hidden, p.getInt("hidden"));
-      KILN_ASSIGN(eps, p.getDouble("epsilon"));
+      const bool residual = step.kind == StepKind::kResidualRmsNorm;
+      const int64_t hidden = residual ? step.as<ResidualRmsNormParams>().hidden : step.as<RmsNormParams>().hidden;
+      const double eps = residual ? step.as<ResidualRmsNormParams>().epsilon : step.as<RmsNormParams>().epsilon;
       s.width = hidden;
       s.epsilon = float(eps);
       size_t w = s.args.size() - 1;
       for (size_t i = 0; i < w; ++i)
         KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], hidden, fmt::format("args[{}]", i)));
       KILN_RETURN_IF_ERROR(checkWeight(step, s.args[w], {hidden}, "norm", /*want_f32=*/true));
-      if (step.kind == StepKind::kResidualRmsNorm) {
-        KILN_ASSIGN(writes_sum, p.getBool("writes_sum"));
+      if (residual) {
+        const bool writes_sum = step.as<ResidualRmsNormParams>().writes_sum;
         s.writes_sum = writes_sum;
-        if (s.results.size() != (writes_sum ? 2u : 1u))
-          return fail(step, "writes_sum is {}, so expected {} result(s), got {}", writes_sum,
-                      writes_sum ? 2 : 1, s.results.size());
         // The sum is formed first (it may overwrite x or r), the norm reads
         // only the sum; the normed result must not overwrite the sum.
         if (writes_sum && overlaps(s.results[0], s.results[1]))
@@ -287,21 +293,16 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kGemm: {
-      KILN_ASSIGN(n, p.getInt("n"));
-      KILN_ASSIGN(k, p.getInt("k"));
-      KILN_ASSIGN(bias, p.getBool("bias"));
-      bool scales = false;
-      if (p.has("scales")) {
-        KILN_ASSIGN(has_scales, p.getBool("scales"));
-        scales = has_scales;
-      }
+      const GemmParams& g = step.as<GemmParams>();
+      const int64_t n = g.n, k = g.k;
+      const bool bias = g.bias, scales = g.scales;
       s.width = n;
       s.k = k;
       KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], k, "args[0] (x)"));
       KILN_RETURN_IF_ERROR(checkWidth(step, r0, n, "results[0]"));
       KILN_RETURN_IF_ERROR(checkWeight(step, s.args[1], {n, k}, "W", /*want_f32=*/false));
-      if (p.has("weight_type")) {
-        KILN_ASSIGN(wt, p.getString("weight_type"));
+      {
+        const std::string& wt = g.weight_type;
         // kiln's own schemes are bound in the kernels' layouts, scales folded
         // in (runtime/weights/weight_quantization.h): int8 as q8_0 blocks,
         // int4 as q4_0 blocks, fp8 as f32.
@@ -318,11 +319,8 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       if (isBlockQuantized(s.args[1].weight->type) && k % kQuantBlock != 0)
         return fail(step, "k = {} is not a multiple of {} for a {} weight", k, kQuantBlock,
                     weightTypeName(s.args[1].weight->type));
-      // args: x, W, [scales], [bias]. The scales are already folded into W's
-      // blocks, so the GEMM reads only x, W and the bias.
-      if (s.args.size() != size_t(2 + int(scales) + int(bias)))
-        return fail(step, "scales {} and bias {} but the step has {} weight args", scales, bias,
-                    s.args.size() - 1);
+      // args: x, W, [scales], [bias] (counted by the plan). The scales are
+      // already folded into W's blocks, so the GEMM reads only x, W and the bias.
       if (scales && s.args[2].kind != StepArg::Kind::kWeight)
         return fail(step, "the scales operand must be a weight");
       if (bias) {
@@ -337,39 +335,14 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kRopeKvAppend: {
-      KILN_ASSIGN(shape, readStepHeads(step, pool_.config()));
-      const int64_t heads = shape.heads, kv_heads = shape.kv_heads, head_dim = shape.head_dim;
-      KILN_ASSIGN(merged, p.getBool("merged_qkv"));
-      KILN_ASSIGN(theta, p.getDouble("rope_theta"));
-      KILN_ASSIGN(style, p.getString("rope_style"));
-      KILN_ASSIGN(scaling, p.getString("rope_scaling"));
-      if (shape.kv_type != "f32")
-        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", shape.kv_type);
-      if (merged != (s.args.size() == 5))
-        return fail(step, "merged_qkv is {} but the step has {} args", merged, s.args.size());
+      const RopeKvAppendParams& q = step.as<RopeKvAppendParams>();
+      const int64_t heads = q.attn.heads, kv_heads = q.attn.kv_heads, head_dim = q.attn.head_dim;
+      const bool merged = q.merged_qkv;
       s.heads = int(heads);
       s.kv_heads = int(kv_heads);
       s.head_dim = int(head_dim);
       s.merged = merged;
-      auto st = parseRopeStyle(style);
-      if (!st) return fail(step, "rope_style '{}' is not half or interleaved", style);
-      auto sc = parseRopeScaling(scaling);
-      if (!sc) return fail(step, "rope_scaling '{}' is not none, linear or llama3", scaling);
-      s.rope.theta = float(theta);
-      s.rope.style = *st;
-      s.rope.scaling = *sc;
-      if (*sc != RopeScaling::kNone) {
-        KILN_ASSIGN(factor, p.getDouble("rope_factor"));
-        s.rope.factor = float(factor);
-      }
-      if (*sc == RopeScaling::kLlama3) {
-        KILN_ASSIGN(low, p.getDouble("rope_low_freq_factor"));
-        KILN_ASSIGN(high, p.getDouble("rope_high_freq_factor"));
-        KILN_ASSIGN(orig, p.getInt("rope_original_max_position"));
-        s.rope.low_freq_factor = float(low);
-        s.rope.high_freq_factor = float(high);
-        s.rope.original_max_position = int(orig);
-      }
+      s.rope = ropeParamsOf(q);
       auto freqs = ropeInvFreq(s.rope, int(head_dim));
       if (!freqs.ok()) return fail(step, "{}", freqs.error().message);
       const int64_t qd = heads * head_dim, kd = kv_heads * head_dim;
@@ -388,15 +361,10 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kPagedAttention: {
-      KILN_ASSIGN(shape, readStepHeads(step, pool_.config()));
-      const int64_t heads = shape.heads, kv_heads = shape.kv_heads, head_dim = shape.head_dim;
-      KILN_ASSIGN(scale, p.getDouble("scale"));
-      if (p.has("tree_mask")) {
-        KILN_ASSIGN(tree, p.getBool("tree_mask"));
-        if (tree) return fail(step, "tree masks are not supported by the CPU executor yet");
-      }
-      if (shape.kv_type != "f32")
-        return fail(step, "kv_type {} is not supported by the CPU pools (f32 only)", shape.kv_type);
+      const PagedAttentionParams& a = step.as<PagedAttentionParams>();
+      const int64_t heads = a.attn.heads, kv_heads = a.attn.kv_heads, head_dim = a.attn.head_dim;
+      const double scale = a.scale;
+      if (a.tree_mask) return fail(step, "tree masks are not supported by the CPU executor yet");
       s.heads = int(heads);
       s.kv_heads = int(kv_heads);
       s.head_dim = int(head_dim);
@@ -407,12 +375,10 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kSiluMul: {
-      KILN_ASSIGN(ffn, p.getInt("ffn"));
-      KILN_ASSIGN(merged, p.getBool("merged_gate_up"));
+      const int64_t ffn = step.as<SiluMulParams>().ffn;
+      const bool merged = step.as<SiluMulParams>().merged_gate_up;
       s.width = ffn;
       s.merged = merged;
-      if (merged != (s.args.size() == 1))
-        return fail(step, "merged_gate_up is {} but the step has {} args", merged, s.args.size());
       if (merged) {
         KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], 2 * ffn, "args[0] (gate_up)"));
         KILN_RETURN_IF_ERROR(noAlias());
@@ -426,7 +392,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
     case StepKind::kAdd:
     case StepKind::kMul:
     case StepKind::kSilu: {
-      KILN_ASSIGN(width, p.getInt("width"));
+      const int64_t width = step.as<ElementwiseParams>().width;
       s.width = width;
       for (size_t i = 0; i < s.args.size(); ++i)
         KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], width, fmt::format("args[{}]", i)));
@@ -434,16 +400,14 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kSplit: {
-      KILN_ASSIGN(axis, p.getInt("axis"));
-      KILN_ASSIGN(sizes, p.getInts("sizes"));
+      const int64_t axis = step.as<SplitParams>().axis;
+      const std::vector<int64_t>& sizes = step.as<SplitParams>().sizes;
       const EntryValue* x = entry_.findValue(step.args[0].id);
       int64_t rank = int64_t(x->shape.size());
       if (axis != rank - 1 && axis != -1)
         return fail(step, "split along axis {} of a rank-{} value; the CPU executor splits the "
                           "last axis only",
                     axis, rank);
-      if (sizes.size() != s.results.size())
-        return fail(step, "{} sizes for {} results", sizes.size(), s.results.size());
       int64_t total = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {
         KILN_RETURN_IF_ERROR(
@@ -456,7 +420,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       break;
     }
     case StepKind::kGatherLastTokens: {
-      KILN_ASSIGN(hidden, p.getInt("hidden"));
+      const int64_t hidden = step.as<GatherLastTokensParams>().hidden;
       s.width = hidden;
       KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], hidden, "args[0]"));
       KILN_RETURN_IF_ERROR(checkWidth(step, r0, hidden, "results[0]"));
@@ -506,7 +470,7 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   int64_t hidden = manifest.model.hidden_size;
   for (const Step& step : entry->steps)
     if (step.kind == StepKind::kResidualRmsNorm)
-      if (auto h = step.params.getInt("hidden"); h.ok()) hidden = std::max(hidden, *h);
+      hidden = std::max(hidden, step.as<ResidualRmsNormParams>().hidden);
   const int64_t planned = alignUp(entry->bytes_per_token * max_tokens);
   const int64_t k_bytes = alignUp(kd * 4 * max_tokens);
   const int64_t sum_bytes = alignUp(hidden * 4 * max_tokens);
@@ -551,26 +515,13 @@ Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest
 }
 
 Result<StepHeads> readStepHeads(const Step& step, const KvPoolConfig& pool) {
-  const StepParams& p = step.params;
-  auto fail = [&](const std::string& message) {
-    return makeError("{} ({}): {}", step.path, stepKindName(step.kind), message);
-  };
-  StepHeads h;
-  KILN_ASSIGN(heads, p.getInt("heads"));
-  KILN_ASSIGN(kv_heads, p.getInt("kv_heads"));
-  KILN_ASSIGN(head_dim, p.getInt("head_dim"));
-  KILN_ASSIGN(page_size, p.getInt("page_size"));
-  KILN_ASSIGN(kv_type, p.getString("kv_type"));
-  if (kv_heads != pool.kv_heads || head_dim != pool.head_dim || page_size != pool.page_size)
-    return fail(fmt::format("kv_heads {}, head_dim {}, page_size {} do not match the pool's {}, {}, {}", kv_heads,
-                            head_dim, page_size, pool.kv_heads, pool.head_dim, pool.page_size));
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    return fail(fmt::format("heads {} is not a positive multiple of kv_heads {}", heads, kv_heads));
-  h.heads = heads;
-  h.kv_heads = kv_heads;
-  h.head_dim = head_dim;
-  h.kv_type = kv_type;
-  return h;
+  const AttentionHeads* a = attentionHeads(step.params);
+  if (!a) return makeError("{} ({}): not an attention step", step.path, stepKindName(step.kind));
+  if (a->kv_heads != pool.kv_heads || a->head_dim != pool.head_dim || a->page_size != pool.page_size)
+    return makeError("{} ({}): kv_heads {}, head_dim {}, page_size {} are not the pool's ({}, {}, {})", step.path,
+                     stepKindName(step.kind), a->kv_heads, a->head_dim, a->page_size, pool.kv_heads, pool.head_dim,
+                     pool.page_size);
+  return StepHeads{a->heads, a->kv_heads, a->head_dim, a->kv_type};
 }
 
 Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t logits_out_floats) {

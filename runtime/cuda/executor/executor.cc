@@ -17,6 +17,7 @@
 #include "codegen/cuda/step_instances.h"
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles and grid (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"
+#include "runtime/artifact/step_params_json.h"
 #include "runtime/cpu/kernels/quant.h"
 #include "runtime/cpu/kernels/thread_pool.h"
 #include "runtime/cuda/cublaslt.h"
@@ -46,12 +47,6 @@ std::optional<InputId> parseInput(std::string_view name) {
   return std::nullopt;
 }
 
-nlohmann::json paramsJson(const StepParams& params) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [key, value] : params.values())
-    std::visit([&](const auto& v) { j[key] = v; }, value);
-  return j;
-}
 
 constexpr int64_t kAlign = 256;
 int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
@@ -201,27 +196,6 @@ bool addsResidual(const BoundStep& s, int64_t rows) {
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
-// The entry as skinnyFusions reads it.
-std::vector<cuda_codegen::SkinnyFusion> skinnyFusionsOf(const Entry& entry, const std::string& activation_type) {
-  cuda_codegen::PlanEntry plan;
-  plan.activation_type = activation_type;
-  for (const EntryOutput& out : entry.outputs) plan.pinned.insert(out.value);
-  for (const EntryValue& v : entry.values) {
-    if (v.view_of) {
-      plan.pinned.insert(*v.view_of);
-      plan.views.insert(v.id);
-    }
-    const EntryValue* storage = &v;
-    while (storage && storage->view_of) storage = entry.findValue(*storage->view_of);
-    if (storage) plan.storage[v.id] = {storage->offset, storage->offset + storage->row_bytes};
-  }
-  for (const Step& step : entry.steps) {
-    cuda_codegen::PlanStep p{std::string(stepKindName(step.kind)), paramsJson(step.params), {}, step.results};
-    for (const StepArg& a : step.args) p.value_args.push_back(a.kind == StepArg::Kind::kValue ? a.id : -1);
-    plan.steps.push_back(std::move(p));
-  }
-  return cuda_codegen::skinnyFusions(plan);
-}
 
 // A gemm step's optional bias (weight arg 2).
 bool hasBias(const BoundStep& s) { return s.weights.size() > 2 && s.weights[2] != 0; }
@@ -721,6 +695,13 @@ int64_t formBytes(const BoundWeight& w, Form form) {
   return 0;
 }
 
+// A norm step's weight type: the plan's, f32 where it names none.
+std::string normWeightType(const Step& step) {
+  const std::string& type = step.kind == StepKind::kRmsNorm ? step.as<RmsNormParams>().weight_type
+                                                            : step.as<ResidualRmsNormParams>().weight_type;
+  return type.empty() ? "f32" : type;
+}
+
 int parseRowsPerBlock(const std::string& source) {
   return std::max(1, cuda_codegen::configConstant(source, "kRowsPerBlock", 1));
 }
@@ -840,16 +821,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       if (step.args[i].kind != StepArg::Kind::kWeight) continue;
       Form form = gemm_form;
       if (step.kind == StepKind::kEmbedding) {
-        KILN_ASSIGN(t, step.params.getString("table_type"));
+        const std::string& t = step.as<EmbeddingParams>().table_type;
         auto f = formOf(t);
         if (!f) return makeError("{} (embedding): table_type: {}", step.path, f.error().message);
         form = *f;
       } else if (step.kind == StepKind::kRmsNorm || step.kind == StepKind::kResidualRmsNorm) {
-        std::string t = "f32";
-        if (step.params.has("weight_type")) {
-          KILN_ASSIGN(wt, step.params.getString("weight_type"));
-          t = wt;
-        }
+        std::string t = normWeightType(step);
         auto f = formOf(t);
         if (!f || *f == Form::kRaw)
           return makeError("{}: norm weight_type {} has no CUDA kernel", step.path, t);
@@ -1017,7 +994,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                                  smem_optin >= cuda_codegen::gemvStreamSharedBytes();
   const bool fold_norms = options.tuning.fold_norms && instance_options.stream_gemv;
   instance_options.activation_type = manifest.activation_type;
-  const std::vector<cuda_codegen::SkinnyFusion> fusions = skinnyFusionsOf(*entry, manifest.activation_type);
+  const std::vector<cuda_codegen::SkinnyFusion> fusions = cuda_codegen::skinnyFusions(cuda_codegen::planEntryOf(*entry, manifest.activation_type));
   {
     // Values a fusion moves out of the arena, each set into one buffer:
     // every fused rope's q (each layer's is read by its attention before the
@@ -1049,8 +1026,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     instance_options.skinny_fusion = fusions[i].gemm_params;
     instance_options.single_row_fusion = fold_norms ? fusions[i].single_row_params : nlohmann::json();
     instance_options.norm_of_sum = options.tuning.residual_epilogue ? fusions[i].norm_of_sum_params : nlohmann::json();
-    auto instances = cuda_codegen::stepInstances(stepKindName(step.kind), paramsJson(step.params),
-                                                 step.instance, instance_options);
+    auto instances = cuda_codegen::stepInstances(step, instance_options);
     if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
     for (const cuda_codegen::StepInstance& inst : *instances) {
       if (inst.role == Role::kStep) step_instance[i] = inst.name;
@@ -1170,10 +1146,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         }
         case StepArg::Kind::kWeight: {
           Form form = gemm_form;
-          if (step.kind == StepKind::kEmbedding) form = *formOf(*step.params.getString("table_type"));
+          if (step.kind == StepKind::kEmbedding) form = *formOf(step.as<EmbeddingParams>().table_type);
           else if (step.kind != StepKind::kGemm)
-            form = *formOf(step.params.has("weight_type") ? *step.params.getString("weight_type")
-                                                          : std::string("f32"));
+            form = *formOf(normWeightType(step));
           s.weights[a] = weightPtr(arg.id, form);
           break;
         }
@@ -1199,9 +1174,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       s.results.push_back(v);
     }
     if (s.results.empty()) return makeError("{}: no results", step.path);
-    const StepParams& p = step.params;
     KILN_RETURN_IF_ERROR(checkValueTypes(
-        step, cuda_codegen::withActivationTypes(stepKindName(step.kind), paramsJson(p), manifest.activation_type),
+        step, cuda_codegen::withActivationTypes(stepKindName(step.kind), toJson(step.params), manifest.activation_type),
         f32_plan ? 4 : 2, s.args, s.results));
     auto needValue = [&](size_t a) -> Status {
       if (a >= na || !s.args[a].valid)
@@ -1219,7 +1193,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         KILN_RETURN_IF_ERROR(needValue(0));
         if (step.kind == StepKind::kResidualRmsNorm) {
           KILN_RETURN_IF_ERROR(needValue(1));
-          KILN_ASSIGN(ws, p.getBool("writes_sum"));
+          const bool ws = step.as<ResidualRmsNormParams>().writes_sum;
           s.writes_sum = ws;
           if (s.results.size() != (ws ? 2u : 1u))
             return makeError("{}: writes_sum is {} but the step has {} results", step.path, ws,
@@ -1229,8 +1203,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       }
       case StepKind::kGemm: {
         KILN_RETURN_IF_ERROR(needValue(0));
-        KILN_ASSIGN(n, p.getInt("n"));
-        KILN_ASSIGN(k, p.getInt("k"));
+        const int64_t n = step.as<GemmParams>().n, k = step.as<GemmParams>().k;
         s.width = n;
         s.k = k;
         if (s.args[0].width != k || s.results[0].width != n)
@@ -1243,8 +1216,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
       case StepKind::kRopeKvAppend: {
-        KILN_ASSIGN(shape, cpu::readStepHeads(step, kv));
-        KILN_ASSIGN(merged, p.getBool("merged_qkv"));
+        const AttentionHeads& shape = step.as<RopeKvAppendParams>().attn;
+        const bool merged = step.as<RopeKvAppendParams>().merged_qkv;
         if (shape.kv_type != mk.type)
           return makeError("{}: kv_type {} is not the pools' {}", step.path, shape.kv_type, mk.type);
         s.heads = int(shape.heads);
@@ -1257,8 +1230,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
       case StepKind::kPagedAttention: {
-        KILN_ASSIGN(shape, cpu::readStepHeads(step, kv));
-        if (p.has("tree_mask") && *p.getBool("tree_mask"))
+        const AttentionHeads& shape = step.as<PagedAttentionParams>().attn;
+        if (step.as<PagedAttentionParams>().tree_mask)
           return makeError("{}: tree masks are not supported by the CUDA executor yet", step.path);
         if (shape.kv_type != mk.type)
           return makeError("{}: kv_type {} is not the pools' {}", step.path, shape.kv_type, mk.type);
@@ -1272,8 +1245,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
       case StepKind::kSiluMul: {
-        KILN_ASSIGN(ffn, p.getInt("ffn"));
-        KILN_ASSIGN(merged, p.getBool("merged_gate_up"));
+        const int64_t ffn = step.as<SiluMulParams>().ffn;
+        const bool merged = step.as<SiluMulParams>().merged_gate_up;
         s.width = ffn;
         s.merged = merged;
         KILN_RETURN_IF_ERROR(needValue(0));
@@ -1282,13 +1255,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
       case StepKind::kAdd:
       case StepKind::kMul:
       case StepKind::kSilu: {
-        KILN_ASSIGN(width, p.getInt("width"));
+        const int64_t width = step.as<ElementwiseParams>().width;
         s.width = width;
         KILN_RETURN_IF_ERROR(needValue(0));
         break;
       }
       case StepKind::kSplit: {
-        KILN_ASSIGN(sizes, p.getInts("sizes"));
+        const std::vector<int64_t>& sizes = step.as<SplitParams>().sizes;
         KILN_RETURN_IF_ERROR(needValue(0));
         if (sizes.size() != s.results.size())
           return makeError("{}: {} sizes for {} results", step.path, sizes.size(), s.results.size());
@@ -1307,7 +1280,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
         break;
       }
       case StepKind::kGatherLastTokens: {
-        KILN_ASSIGN(hidden, p.getInt("hidden"));
+        const int64_t hidden = step.as<GatherLastTokensParams>().hidden;
         s.width = hidden;
         KILN_RETURN_IF_ERROR(needValue(0));
         break;

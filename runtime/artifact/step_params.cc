@@ -1,0 +1,401 @@
+#include "runtime/artifact/step_params.h"
+
+#include <cmath>
+#include <set>
+#include <type_traits>
+
+#include "runtime/artifact/element_types.h"
+#include "runtime/artifact/plan_keys.h"
+
+namespace kiln {
+
+//===----------------------------------------------------------------------===//
+// Step kinds
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct KindName {
+  StepKind kind;
+  std::string_view name;
+};
+constexpr KindName kKindNames[] = {
+    {StepKind::kEmbedding, "embedding"},
+    {StepKind::kRmsNorm, "rms_norm"},
+    {StepKind::kResidualRmsNorm, "residual_rms_norm"},
+    {StepKind::kGemm, "gemm"},
+    {StepKind::kRopeKvAppend, "rope_kv_append"},
+    {StepKind::kPagedAttention, "paged_attention"},
+    {StepKind::kSiluMul, "silu_mul"},
+    {StepKind::kAdd, "add"},
+    {StepKind::kMul, "mul"},
+    {StepKind::kSilu, "silu"},
+    {StepKind::kSplit, "split"},
+    {StepKind::kGatherLastTokens, "gather_last_tokens"},
+};
+
+}  // namespace
+
+std::string_view stepKindName(StepKind kind) {
+  for (const KindName& k : kKindNames)
+    if (k.kind == kind) return k.name;
+  return "?";
+}
+
+std::optional<StepKind> parseStepKind(std::string_view name) {
+  for (const KindName& k : kKindNames)
+    if (k.name == name) return k.kind;
+  return std::nullopt;
+}
+
+std::string supportedStepKinds() {
+  std::string out;
+  for (const KindName& k : kKindNames) {
+    if (!out.empty()) out += ", ";
+    out += k.name;
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Field tables: each kind's params, their names and whether they must be
+// present. One table per struct serves parsing, writing and the list of
+// names an unknown param's error offers.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+namespace key = plan_key;
+
+// kRequired: read must find it, always written. kDefaulted: absent reads as
+// the struct's default, always written. kOptional: absent reads as the
+// default, written only when it differs from it.
+enum class Presence { kRequired, kDefaulted, kOptional };
+constexpr Presence R = Presence::kRequired, D = Presence::kDefaulted, O = Presence::kOptional;
+
+template <class P, class V>
+void visitAttentionHeads(P& a, V&& v) {
+  v(key::kHeads, a.heads, R);
+  v(key::kKvHeads, a.kv_heads, R);
+  v(key::kHeadDim, a.head_dim, R);
+  v(key::kPageSize, a.page_size, R);
+  v(key::kKvType, a.kv_type, R);
+}
+
+// `P` is a params struct or its const; `v(name, member, presence)`.
+template <class P, class V>
+void visitFields(P& p, V&& v) {
+  using S = std::remove_const_t<P>;
+  if constexpr (std::is_same_v<S, EmbeddingParams>) {
+    v(key::kHidden, p.hidden, R);
+    v(key::kTableType, p.table_type, R);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, RmsNormParams>) {
+    v(key::kHidden, p.hidden, R);
+    v(key::kEpsilon, p.epsilon, R);
+    v(key::kWeightType, p.weight_type, O);
+    v(key::kXType, p.x_type, O);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, ResidualRmsNormParams>) {
+    v(key::kHidden, p.hidden, R);
+    v(key::kEpsilon, p.epsilon, R);
+    v(key::kWritesSum, p.writes_sum, R);
+    v(key::kWeightType, p.weight_type, O);
+    v(key::kXType, p.x_type, O);
+    v(key::kResidualType, p.residual_type, O);
+    v(key::kSumType, p.sum_type, O);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, GemmParams>) {
+    v(key::kN, p.n, R);
+    v(key::kK, p.k, R);
+    v(key::kWeightType, p.weight_type, R);
+    v(key::kBias, p.bias, R);
+    v(key::kScales, p.scales, D);
+    v(key::kRole, p.role, O);
+  } else if constexpr (std::is_same_v<S, RopeKvAppendParams>) {
+    visitAttentionHeads(p.attn, v);
+    v(key::kMergedQkv, p.merged_qkv, R);
+    v(key::kRopeTheta, p.rope_theta, R);
+    v(key::kRopeStyle, p.rope_style, R);
+    v(key::kRopeScaling, p.rope_scaling, R);
+    v(key::kRopeFactor, p.rope_factor, R);
+    v(key::kRopeLowFreqFactor, p.rope_low_freq_factor, R);
+    v(key::kRopeHighFreqFactor, p.rope_high_freq_factor, R);
+    v(key::kRopeOriginalMaxPosition, p.rope_original_max_position, R);
+    v(key::kXType, p.x_type, O);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, PagedAttentionParams>) {
+    visitAttentionHeads(p.attn, v);
+    v(key::kScale, p.scale, R);
+    v(key::kTreeMask, p.tree_mask, D);
+    v(key::kQType, p.q_type, O);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, SiluMulParams>) {
+    v(key::kFfn, p.ffn, R);
+    v(key::kMergedGateUp, p.merged_gate_up, R);
+    v(key::kXType, p.x_type, O);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, ElementwiseParams>) {
+    v(key::kWidth, p.width, R);
+    v(key::kAType, p.a_type, O);
+    v(key::kBType, p.b_type, O);
+    v(key::kOutType, p.out_type, O);
+  } else if constexpr (std::is_same_v<S, SplitParams>) {
+    v(key::kAxis, p.axis, R);
+    v(key::kSizes, p.sizes, R);
+  } else if constexpr (std::is_same_v<S, GatherLastTokensParams>) {
+    v(key::kHidden, p.hidden, R);
+    v(key::kType, p.type, O);
+  } else {
+    static_assert(!sizeof(S), "a params struct without a field table");
+  }
+}
+
+template <class T>
+constexpr std::string_view expectedName() {
+  if constexpr (std::is_same_v<T, int64_t>) return "an integer";
+  else if constexpr (std::is_same_v<T, double>) return "a number";
+  else if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  else if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else return "an integer list";
+}
+
+std::string_view valueName(const ParamValue& value) {
+  switch (value.index()) {
+    case 0: return "an integer";
+    case 1: return "a number";
+    case 2: return "a boolean";
+    case 3: return "a string";
+    default: return "an integer list";
+  }
+}
+
+// Reads `values` into a params struct by its field table.
+template <class S>
+Result<S> readFields(const ParamMap& values, const std::string& path, StepKind kind) {
+  S out;
+  std::optional<Error> error;
+  std::set<std::string_view> known;
+  visitFields(out, [&](const char* name, auto& member, Presence presence) {
+    using T = std::remove_reference_t<decltype(member)>;
+    known.insert(name);
+    if (error) return;
+    auto it = values.find(std::string_view(name));
+    if (it == values.end()) {
+      if (presence == Presence::kRequired)
+        error = makeError("{}: missing param '{}' (expected {})", path, name, expectedName<T>());
+      return;
+    }
+    if (const T* v = std::get_if<T>(&it->second)) {
+      member = *v;
+      return;
+    }
+    if constexpr (std::is_same_v<T, double>) {
+      if (const int64_t* i = std::get_if<int64_t>(&it->second)) {  // 10000.0 written as 10000
+        member = double(*i);
+        return;
+      }
+    }
+    error = makeError("{}.{}: expected {}, got {}", path, name, expectedName<T>(), valueName(it->second));
+  });
+  if (error) return *error;
+  for (const auto& [name, value] : values) {
+    if (known.count(name)) continue;
+    std::string names;
+    for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+    return makeError("{}.{}: {} takes no param '{}' (its params: {})", path, name, stepKindName(kind), name, names);
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Range checks: what every backend relies on, checked once
+//===----------------------------------------------------------------------===//
+
+class RangeCheck {
+ public:
+  explicit RangeCheck(const std::string& path) : path_(path) {}
+
+  Status positive(const char* name, int64_t v) const {
+    if (v <= 0 || v > (int64_t(1) << 40)) return fail(name, "expected a positive size, got {}", v);
+    return {};
+  }
+  Status positiveNumber(const char* name, double v) const {
+    if (!std::isfinite(v) || !(v > 0)) return fail(name, "expected a positive finite number, got {}", v);
+    return {};
+  }
+  // An activation's element type, where the param names one.
+  Status activationType(const char* name, const std::string& type) const {
+    if (type.empty() || type == "f32" || type == "bf16" || type == "f16") return {};
+    return fail(name, "expected f32, bf16 or f16, got '{}'", type);
+  }
+  Status storageType(const char* name, const std::string& type) const {
+    if (isPlanElementType(type)) return {};
+    return fail(name, "unknown element type '{}'", type);
+  }
+  Status oneOf(const char* name, const std::string& value, std::initializer_list<std::string_view> accepted) const {
+    std::string list;
+    for (std::string_view a : accepted) {
+      if (a == value) return {};
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    return fail(name, "expected one of {}, got '{}'", list, value);
+  }
+  template <typename... Args>
+  Error fail(const char* name, fmt::format_string<Args...> format, Args&&... args) const {
+    return makeError("{}.{}: {}", path_, name, fmt::format(format, std::forward<Args>(args)...));
+  }
+
+ private:
+  const std::string& path_;
+};
+
+Status checkHeads(const RangeCheck& c, const AttentionHeads& a) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kHeads, a.heads));
+  KILN_RETURN_IF_ERROR(c.positive(key::kKvHeads, a.kv_heads));
+  KILN_RETURN_IF_ERROR(c.positive(key::kHeadDim, a.head_dim));
+  KILN_RETURN_IF_ERROR(c.positive(key::kPageSize, a.page_size));
+  if (a.heads % a.kv_heads != 0)
+    return c.fail(key::kHeads, "{} is not a multiple of kv_heads {}", a.heads, a.kv_heads);
+  return c.storageType(key::kKvType, a.kv_type);
+}
+
+Status checkRanges(const RangeCheck& c, const EmbeddingParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
+  KILN_RETURN_IF_ERROR(c.storageType(key::kTableType, p.table_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const RmsNormParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
+  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kEpsilon, p.epsilon));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kWeightType, p.weight_type));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const ResidualRmsNormParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
+  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kEpsilon, p.epsilon));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kWeightType, p.weight_type));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kResidualType, p.residual_type));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kSumType, p.sum_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const GemmParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kN, p.n));
+  KILN_RETURN_IF_ERROR(c.positive(key::kK, p.k));
+  KILN_RETURN_IF_ERROR(c.storageType(key::kWeightType, p.weight_type));
+  if (!p.role.empty()) KILN_RETURN_IF_ERROR(c.oneOf(key::kRole, p.role, {"logits"}));
+  return {};
+}
+
+Status checkRanges(const RangeCheck& c, const RopeKvAppendParams& p) {
+  KILN_RETURN_IF_ERROR(checkHeads(c, p.attn));
+  if (p.attn.head_dim % 2 != 0) return c.fail(key::kHeadDim, "expected an even size (rotated pairs), got {}", p.attn.head_dim);
+  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kRopeTheta, p.rope_theta));
+  KILN_RETURN_IF_ERROR(c.oneOf(key::kRopeStyle, p.rope_style, {"half", "interleaved"}));
+  KILN_RETURN_IF_ERROR(c.oneOf(key::kRopeScaling, p.rope_scaling, {"none", "linear", "llama3"}));
+  if (p.rope_scaling != "none") KILN_RETURN_IF_ERROR(c.positiveNumber(key::kRopeFactor, p.rope_factor));
+  if (p.rope_scaling == "llama3" &&
+      (!(p.rope_low_freq_factor > 0) || !(p.rope_high_freq_factor > p.rope_low_freq_factor) ||
+       p.rope_original_max_position <= 0))
+    return c.fail(key::kRopeScaling,
+                  "llama3 scaling with low_freq_factor {}, high_freq_factor {}, original_max_position {}: "
+                  "expected 0 < low < high and a positive position",
+                  p.rope_low_freq_factor, p.rope_high_freq_factor, p.rope_original_max_position);
+  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const PagedAttentionParams& p) {
+  KILN_RETURN_IF_ERROR(checkHeads(c, p.attn));
+  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kScale, p.scale));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kQType, p.q_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const SiluMulParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kFfn, p.ffn));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const ElementwiseParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kWidth, p.width));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kAType, p.a_type));
+  KILN_RETURN_IF_ERROR(c.activationType(key::kBType, p.b_type));
+  return c.activationType(key::kOutType, p.out_type);
+}
+
+Status checkRanges(const RangeCheck& c, const SplitParams& p) {
+  if (p.sizes.empty()) return c.fail(key::kSizes, "expected at least one size");
+  for (int64_t size : p.sizes) KILN_RETURN_IF_ERROR(c.positive(key::kSizes, size));
+  return {};
+}
+
+Status checkRanges(const RangeCheck& c, const GatherLastTokensParams& p) {
+  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
+  return c.activationType(key::kType, p.type);
+}
+
+template <class S>
+Result<StepParams> parseAs(StepKind kind, const ParamMap& values, const std::string& path) {
+  auto parsed = readFields<S>(values, path, kind);
+  if (!parsed.ok()) return parsed.error();
+  KILN_RETURN_IF_ERROR(checkRanges(RangeCheck(path), *parsed));
+  return StepParams(parsed.take());
+}
+
+}  // namespace
+
+Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const std::string& path) {
+  switch (kind) {
+    case StepKind::kEmbedding: return parseAs<EmbeddingParams>(kind, values, path);
+    case StepKind::kRmsNorm: return parseAs<RmsNormParams>(kind, values, path);
+    case StepKind::kResidualRmsNorm: return parseAs<ResidualRmsNormParams>(kind, values, path);
+    case StepKind::kGemm: return parseAs<GemmParams>(kind, values, path);
+    case StepKind::kRopeKvAppend: return parseAs<RopeKvAppendParams>(kind, values, path);
+    case StepKind::kPagedAttention: return parseAs<PagedAttentionParams>(kind, values, path);
+    case StepKind::kSiluMul: return parseAs<SiluMulParams>(kind, values, path);
+    case StepKind::kAdd:
+    case StepKind::kMul:
+    case StepKind::kSilu: return parseAs<ElementwiseParams>(kind, values, path);
+    case StepKind::kSplit: return parseAs<SplitParams>(kind, values, path);
+    case StepKind::kGatherLastTokens: return parseAs<GatherLastTokensParams>(kind, values, path);
+  }
+  return makeError("{}: unknown step kind", path);
+}
+
+ParamMap stepParamsMap(const StepParams& params) {
+  ParamMap out;
+  std::visit(
+      [&](const auto& p) {
+        using S = std::decay_t<decltype(p)>;
+        const S defaults{};
+        visitFields(p, [&](const char* name, const auto& member, Presence presence) {
+          if (presence == Presence::kOptional) {
+            // The same member of a default-made struct: the "absent" value.
+            bool is_default = false;
+            visitFields(defaults, [&](const char* other, const auto& d, Presence) {
+              if constexpr (std::is_same_v<std::decay_t<decltype(d)>, std::decay_t<decltype(member)>>)
+                if (std::string_view(other) == name) is_default = d == member;
+            });
+            if (is_default) return;
+          }
+          out[name] = member;
+        });
+      },
+      params);
+  return out;
+}
+
+const AttentionHeads* attentionHeads(const StepParams& params) {
+  if (const auto* rope = std::get_if<RopeKvAppendParams>(&params)) return &rope->attn;
+  if (const auto* attention = std::get_if<PagedAttentionParams>(&params)) return &attention->attn;
+  return nullptr;
+}
+
+}  // namespace kiln

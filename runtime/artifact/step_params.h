@@ -1,0 +1,148 @@
+// A plan step's params as one typed struct per step kind, parsed and checked
+// in one place (parseStepParams) for every reader: the manifest loader, and
+// through it both executors, codegen/cuda, kiln-kernels and kiln bench; and
+// the compiler's ArtifactWriter, which writes every step through this
+// schema (stepParamsMap) so a plan it writes is one the runtime reads.
+//
+// Element type params (`x_type`, `out_type`, ...) name an activation's type
+// only where it differs from the plan's activation_type; empty means absent
+// (docs/design/artifact.md, "Kernel kinds").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+enum class StepKind {
+  kEmbedding,
+  kRmsNorm,
+  kResidualRmsNorm,
+  kGemm,
+  kRopeKvAppend,
+  kPagedAttention,
+  kSiluMul,
+  kAdd,
+  kMul,
+  kSilu,
+  kSplit,
+  kGatherLastTokens,
+};
+
+// "embedding", "gemm", ... (the manifest spelling).
+std::string_view stepKindName(StepKind kind);
+std::optional<StepKind> parseStepKind(std::string_view name);
+// "embedding, rms_norm, ..." for error messages.
+std::string supportedStepKinds();
+
+struct EmbeddingParams {
+  int64_t hidden = 0;
+  std::string table_type;  // the table's element type, GGUF blocks included
+  std::string out_type;
+};
+
+struct RmsNormParams {
+  int64_t hidden = 0;
+  double epsilon = 0;
+  std::string weight_type;  // empty: f32
+  std::string x_type, out_type;
+};
+
+// rmsnorm(x + r)·w, and x + r itself when writes_sum.
+struct ResidualRmsNormParams {
+  int64_t hidden = 0;
+  double epsilon = 0;
+  bool writes_sum = false;
+  std::string weight_type;  // empty: f32
+  std::string x_type, residual_type, sum_type, out_type;
+};
+
+// y [rows, n] = x [rows, k] · W [n, k]ᵀ (+ bias [n]).
+struct GemmParams {
+  int64_t n = 0, k = 0;
+  std::string weight_type;
+  bool bias = false;
+  bool scales = false;  // kiln's own quantized schemes pass their scales
+  std::string role;     // "logits" for the LM head, else empty
+};
+
+// The heads of an attention layer and its KV pool's layout; the plan checks
+// them against kv_cache (Manifest::parse).
+struct AttentionHeads {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, page_size = 0;
+  std::string kv_type;
+};
+
+struct RopeKvAppendParams {
+  AttentionHeads attn;
+  bool merged_qkv = false;
+  double rope_theta = 0;
+  std::string rope_style;    // "half" | "interleaved"
+  std::string rope_scaling;  // "none" | "linear" | "llama3"
+  double rope_factor = 0, rope_low_freq_factor = 0, rope_high_freq_factor = 0;
+  int64_t rope_original_max_position = 0;
+  std::string x_type, out_type;
+};
+
+struct PagedAttentionParams {
+  AttentionHeads attn;
+  double scale = 0;
+  bool tree_mask = false;
+  std::string q_type, out_type;
+};
+
+struct SiluMulParams {
+  int64_t ffn = 0;
+  bool merged_gate_up = false;
+  std::string x_type, out_type;
+};
+
+// add, mul, silu.
+struct ElementwiseParams {
+  int64_t width = 0;
+  std::string a_type, b_type, out_type;
+};
+
+struct SplitParams {
+  int64_t axis = 0;
+  std::vector<int64_t> sizes;
+};
+
+struct GatherLastTokensParams {
+  int64_t hidden = 0;
+  std::string type;
+};
+
+using StepParams = std::variant<EmbeddingParams, RmsNormParams, ResidualRmsNormParams, GemmParams,
+                                RopeKvAppendParams, PagedAttentionParams, SiluMulParams,
+                                ElementwiseParams, SplitParams, GatherLastTokensParams>;
+
+// A param as the manifest and the IR carry it: integers, numbers, booleans,
+// strings and integer lists (split sizes).
+using ParamValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+using ParamMap = std::map<std::string, ParamValue, std::less<>>;
+
+// The kind's params from `values`: every required param present with its
+// type (an integer is taken for a number), none the kind does not take,
+// and every value in range (positive sizes, heads a multiple of kv_heads,
+// known rope styles and element types, ...). Errors name the param:
+//   "manifest.json: entries.forward.steps[3].params.epsilon: expected a number, got a string"
+// `path` is the params' location ("manifest.json: entries.forward.steps[3].params").
+Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const std::string& path);
+
+// The params as the manifest writes them: required ones always, optional
+// ones when set (an empty type, a false flag that defaults to false).
+ParamMap stepParamsMap(const StepParams& params);
+
+// The attention heads of a rope_kv_append or paged_attention step's params,
+// else null.
+const AttentionHeads* attentionHeads(const StepParams& params);
+
+}  // namespace kiln
