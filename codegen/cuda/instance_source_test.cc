@@ -1,10 +1,12 @@
 #include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/step_instances.h"
+#include "runtime/artifact/step_params_json.h"
 #include "codegen/kernels/decode_attention.cuh"  // decode:: shape helpers (host-visible part)
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <tuple>
@@ -15,6 +17,26 @@ namespace kiln::cuda_codegen {
 namespace {
 
 using nlohmann::json;
+
+// A plan step of `kind` named `instance`, its params read through the plan
+// schema as a loaded manifest's are.
+Step planStep(std::string_view kind, const json& params, const std::string& instance) {
+  Step step;
+  step.kind = *parseStepKind(kind);
+  step.instance = instance;
+  auto values = paramsFromJson(params, "params");
+  EXPECT_TRUE(values.ok()) << values.error().message;
+  if (!values.ok()) return step;
+  auto typed = parseStepParams(step.kind, *values, "params");
+  EXPECT_TRUE(typed.ok()) << typed.error().message;
+  if (typed.ok()) step.params = typed.take();
+  return step;
+}
+
+Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const json& params, const std::string& instance,
+                                                const StepInstanceOptions& options = {}) {
+  return cuda_codegen::stepInstances(planStep(kind, params, instance), options);
+}
 
 TEST(InstanceSource, RmsNormIsAFewReadableLines) {
   auto inst = instanceSource("rms_norm", json{{"hidden", 576}, {"epsilon", 1e-5}}, "rms_norm_h576");
@@ -173,14 +195,33 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   fs::path dir = fs::temp_directory_path() / ("kiln_codegen_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  json manifest = {
-      {"entries",
-       {{"forward",
-         {{"steps",
-           json::array({{{"kind", "rms_norm"}, {"instance", "norm_a"}, {"params", {{"hidden", 64}, {"epsilon", 1e-6}}}},
-                        {{"kind", "rms_norm"}, {"instance", "norm_a"}, {"params", {{"hidden", 64}, {"epsilon", 1e-6}}}},
-                        {{"kind", "gemm"}, {"instance", "gemm_q"}, {"params", {{"n", 64}, {"k", 64}, {"weight_type", "q4_1"}, {"bias", false}}}},
-                        {{"kind", "add"}, {"instance", "add_64"}, {"params", {{"width", 64}}}}})}}}}}};
+  // Two steps of one instance, a weight type with no CUDA kernel, an add.
+  const json manifest = json::parse(R"({
+    "format": "kiln-artifact", "version": 1,
+    "model": {"source": "/models/x.gguf", "source_format": "gguf", "source_size": 1, "source_mtime": 0,
+              "config": {"architecture": "llama", "vocab_size": 64, "hidden_size": 64, "num_layers": 1}},
+    "activation_type": "bf16",
+    "weights": [{"id": 0, "name": "norm", "type": "f32", "shape": [64], "source": "norm"},
+                {"id": 1, "name": "w", "type": "q4_1", "shape": [64, 64], "source": "w"}],
+    "kv_cache": {"layers": 1, "page_size": 16, "kv_heads": 1, "head_dim": 64, "type": "bf16"},
+    "entries": {"forward": {
+      "inputs": [{"name": "tokens", "type": "i32", "shape": [-1]}],
+      "values": [{"id": 0, "type": "bf16", "shape": [-1, 64], "rows": "tokens", "row_bytes": 128, "offset": 0},
+                 {"id": 1, "type": "bf16", "shape": [-1, 64], "rows": "tokens", "row_bytes": 128, "offset": 128},
+                 {"id": 2, "type": "bf16", "shape": [-1, 64], "rows": "tokens", "row_bytes": 128, "offset": 256},
+                 {"id": 3, "type": "bf16", "shape": [-1, 64], "rows": "tokens", "row_bytes": 128, "offset": 0}],
+      "arena": {"bytes_per_token": 384},
+      "steps": [
+        {"kind": "rms_norm", "instance": "norm_a", "params": {"hidden": 64, "epsilon": 1e-6},
+         "args": [{"value": 0}, {"weight": 0}], "results": [1]},
+        {"kind": "rms_norm", "instance": "norm_a", "params": {"hidden": 64, "epsilon": 1e-6},
+         "args": [{"value": 1}, {"weight": 0}], "results": [2]},
+        {"kind": "gemm", "instance": "gemm_q", "params": {"n": 64, "k": 64, "weight_type": "q4_1", "bias": false},
+         "args": [{"value": 2}, {"weight": 1}], "results": [3]},
+        {"kind": "add", "instance": "add_64", "params": {"width": 64},
+         "args": [{"value": 3}, {"value": 2}], "results": [0]}],
+      "outputs": [{"name": "logits", "value": 0}]}}
+  })");
   std::ofstream(dir / "manifest.json") << manifest.dump();
   auto first = writeInstanceSources(dir);
   ASSERT_TRUE(first.ok()) << first.error().message;
@@ -295,11 +336,15 @@ TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
                              no_stream)->at(1).params.contains("gemv_stream"));
   auto streamed = [](int64_t n, int64_t k, nlohmann::json extra = nlohmann::json::object()) {
     nlohmann::json p{{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}};
-    p.update(extra);
-    auto list = stepInstances("gemm", p, "g");
+    StepInstanceOptions fusion;  // `extra`: the fused variant's params (skinny_fusion.h)
+    if (!extra.empty()) fusion.skinny_fusion = extra;
+    auto list = stepInstances("gemm", p, "g", fusion);
     EXPECT_TRUE(list.ok());
-    EXPECT_EQ(list->at(1).params.value("gemv_stream", false), streamsSingleRowGemm(n, k)) << "named only where it streams";
-    auto src = instanceSource("gemm", list->at(1).params, list->at(1).name);
+    const InstanceRole role = extra.empty() ? InstanceRole::kSingleRow : InstanceRole::kFusedSingleRow;
+    auto single = std::find_if(list->begin(), list->end(), [&](const StepInstance& i) { return i.role == role; });
+    EXPECT_NE(single, list->end());
+    EXPECT_EQ(single->params.value("gemv_stream", false), streamsSingleRowGemm(n, k)) << "named only where it streams";
+    auto src = instanceSource("gemm", single->params, single->name);
     EXPECT_TRUE(src.ok()) << src.error().message;
     const bool is_stream = src->source.find("gemv_stream.cuh") != std::string::npos;
     if (is_stream)  // the executor checks the device's opt-in shared memory against this

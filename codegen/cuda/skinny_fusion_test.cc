@@ -2,6 +2,7 @@
 // and on plans where a value the fusion would drop is needed elsewhere or
 // the shapes do not fit it.
 #include "codegen/cuda/skinny_fusion.h"
+#include "runtime/artifact/step_params_json.h"
 
 #include <gtest/gtest.h>
 
@@ -11,15 +12,18 @@
 namespace kiln::cuda_codegen {
 namespace {
 
-nlohmann::json fixtureForward() {
-  std::ifstream in(std::string(KILN_TINY_LLAMA_DIR) + "/artifact/manifest.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str())["entries"]["forward"];
+// The fixture's forward entry as the executor reads it (its own type is f32;
+// the fusions are for bf16 plans).
+PlanEntry fixtureForward(const std::string& activation_type = "bf16") {
+  auto manifest = Manifest::load(std::string(KILN_TINY_LLAMA_DIR) + "/artifact");
+  EXPECT_TRUE(manifest.ok()) << manifest.error().message;
+  return planEntryOf(*manifest->findEntry("forward"), activation_type);
 }
 
+GemmParams gemm(int64_t n, int64_t k = 64) { return {.n = n, .k = k, .weight_type = "bf16"}; }
+
 TEST(SkinnyFusion, FoldsSiluMulAndRopeOfEveryLayer) {
-  const PlanEntry plan = planEntryFromJson(fixtureForward());
+  const PlanEntry plan = fixtureForward();
   ASSERT_EQ(plan.steps.size(), 23u);
   EXPECT_TRUE(plan.pinned.count(27)) << "the logits are an entry output";
   EXPECT_TRUE(plan.pinned.count(4)) << "attention's output is the storage of the o_proj input view";
@@ -34,7 +38,7 @@ TEST(SkinnyFusion, FoldsSiluMulAndRopeOfEveryLayer) {
     nlohmann::json want;
     if (gate_up) want = {{"silu_mul", true}};
     if (qkv) {
-      want = plan.steps[i + 1].params;
+      want = toJson(plan.steps[i + 1].params);
       want["rope_kv_append"] = true;
       EXPECT_EQ(want.value("heads", 0), 4);
     }
@@ -48,8 +52,7 @@ TEST(SkinnyFusion, FoldsSiluMulAndRopeOfEveryLayer) {
 // The fused kernels read and write bf16: the same plan with f32
 // activations (the fixture's own type) folds nothing.
 TEST(SkinnyFusion, NoneInF32Plans) {
-  PlanEntry plan = planEntryFromJson(fixtureForward());
-  plan.activation_type = "f32";
+  PlanEntry plan = fixtureForward("f32");
   const auto f = skinnyFusions(plan);
   ASSERT_EQ(f.size(), plan.steps.size());
   for (size_t i = 0; i < f.size(); ++i) {
@@ -61,28 +64,29 @@ TEST(SkinnyFusion, NoneInF32Plans) {
 
 TEST(SkinnyFusion, RopeOnlyOverTheWholeMergedQkv) {
   // gemm(x=0, y=1, n 8·(2 + 2·1) = 32) -> rope_kv_append(1) -> q 2.
-  const nlohmann::json rope{{"heads", 2}, {"kv_heads", 1}, {"head_dim", 8}, {"merged_qkv", true}};
+  const RopeKvAppendParams rope{.attn = {.heads = 2, .kv_heads = 1, .head_dim = 8, .page_size = 16, .kv_type = "bf16"},
+                                 .merged_qkv = true};
   auto plan = [&] {
     PlanEntry e;
-    e.steps.push_back({"gemm", {{"n", 32}}, {0, -1}, {1}});
-    e.steps.push_back({"rope_kv_append", rope, {1, -1, -1, -1, -1}, {2}});
+    e.steps.push_back({StepKind::kGemm, gemm(32), {0, -1}, {1}});
+    e.steps.push_back({StepKind::kRopeKvAppend, rope, {1, -1, -1, -1, -1}, {2}});
     e.storage = {{0, {0, 64}}, {1, {64, 128}}, {2, {128, 160}}};
     return e;
   };
   auto f = skinnyFusions(plan());
-  nlohmann::json want = rope;
+  nlohmann::json want = toJson(rope);
   want["rope_kv_append"] = true;
   EXPECT_EQ(f[0].gemm_params, want);
   EXPECT_TRUE(f[1].absorbed);
   EXPECT_TRUE(f[1].own_storage) << "q is written by the gemm's blocks while others still read x";
   // The gemm is not the whole merged qkv (n of another layout): not fused.
   auto other_n = plan();
-  other_n.steps[0].params["n"] = 24;
+  std::get<GemmParams>(other_n.steps[0].params).n = 24;
   f = skinnyFusions(other_n);
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
   // Separate q, k, v inputs: not this fusion.
   auto unmerged = plan();
-  unmerged.steps[1].params["merged_qkv"] = false;
+  std::get<RopeKvAppendParams>(unmerged.steps[1].params).merged_qkv = false;
   f = skinnyFusions(unmerged);
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
   // q pinned (an entry output) or a view: it cannot move, so not fused.
@@ -96,7 +100,7 @@ TEST(SkinnyFusion, RopeOnlyOverTheWholeMergedQkv) {
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
   // The qkv read by another step too: not fused.
   auto read_twice = plan();
-  read_twice.steps.push_back({"add", nlohmann::json::object(), {1, 2}, {3}});
+  read_twice.steps.push_back({StepKind::kAdd, ElementwiseParams{.width = 8}, {1, 2}, {3}});
   f = skinnyFusions(read_twice);
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
 }
@@ -105,8 +109,8 @@ TEST(SkinnyFusion, KeepsValuesSomethingElseNeeds) {
   // gemm(y=1) -> silu_mul(1) -> 2.
   auto plan = [] {
     PlanEntry e;
-    e.steps.push_back({"gemm", nlohmann::json::object(), {0, -1}, {1}});
-    e.steps.push_back({"silu_mul", {{"merged_gate_up", true}}, {1}, {2}});
+    e.steps.push_back({StepKind::kGemm, gemm(32), {0, -1}, {1}});
+    e.steps.push_back({StepKind::kSiluMul, SiluMulParams{.ffn = 16, .merged_gate_up = true}, {1}, {2}});
     e.storage = {{0, {0, 64}}, {1, {64, 192}}, {2, {192, 256}}};
     return e;
   };
@@ -115,7 +119,7 @@ TEST(SkinnyFusion, KeepsValuesSomethingElseNeeds) {
   EXPECT_TRUE(f[1].absorbed);
   // y read by a later step too: kept, no fusion.
   auto read_twice = plan();
-  read_twice.steps.push_back({"add", nlohmann::json::object(), {1, 2}, {3}});
+  read_twice.steps.push_back({StepKind::kAdd, ElementwiseParams{.width = 16}, {1, 2}, {3}});
   f = skinnyFusions(read_twice);
   EXPECT_TRUE(f[0].gemm_params.is_null());
   EXPECT_FALSE(f[1].absorbed);
@@ -132,7 +136,7 @@ TEST(SkinnyFusion, KeepsValuesSomethingElseNeeds) {
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
   // Separate gate and up inputs (unmerged): not this fusion.
   auto unmerged = plan();
-  unmerged.steps[1].params["merged_gate_up"] = false;
+  std::get<SiluMulParams>(unmerged.steps[1].params).merged_gate_up = false;
   f = skinnyFusions(unmerged);
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
 }
@@ -141,12 +145,13 @@ TEST(SkinnyFusion, KeepsValuesSomethingElseNeeds) {
 // Llama-3-8B's qkv shape streams, so its single-row instance folds the norm.
 PlanEntry normThenGemm(int64_t k) {
   PlanEntry plan;
-  plan.steps.push_back({"residual_rms_norm",
-                        {{"epsilon", 1e-5}, {"hidden", k}, {"x_type", "f32"}, {"sum_type", "f32"}, {"writes_sum", true}},
+  plan.steps.push_back({StepKind::kResidualRmsNorm,
+                        ResidualRmsNormParams{
+                            .hidden = k, .epsilon = 1e-5, .writes_sum = true, .x_type = "f32", .sum_type = "f32"},
                         {1, 2, -1},
                         {3, 4}});
-  plan.steps.push_back({"gemm", {{"n", 6144}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}}, {4, -1}, {5}});
-  plan.steps.push_back({"add", {}, {5, 3}, {6}});  // reads the gemm's output and the sum
+  plan.steps.push_back({StepKind::kGemm, gemm(6144, k), {4, -1}, {5}});
+  plan.steps.push_back({StepKind::kAdd, ElementwiseParams{.width = 6144}, {5, 3}, {6}});  // reads the gemm's output and the sum
   plan.storage = {{1, {0, 4 * k}}, {2, {4 * k, 6 * k}}, {3, {6 * k, 10 * k}}, {4, {10 * k, 12 * k}},
                   {5, {12 * k, 24 * k}}, {6, {0, 4 * k}}};
   return plan;
@@ -194,16 +199,16 @@ TEST(SkinnyFusion, NoNormFoldWhereItCannotStreamOrWouldClobberItsInputs) {
 //   5 residual_rms_norm(12, 14) -> (15, 16) 15 over 13's rows
 //   6 add(15, 16) -> 17
 PlanEntry residualLayer() {
-  const nlohmann::json norm{{"epsilon", 1e-5}, {"hidden", 64}, {"x_type", "f32"}, {"sum_type", "f32"}, {"writes_sum", true}};
-  const nlohmann::json gemm{{"n", 64}, {"k", 64}, {"bias", false}, {"weight_type", "bf16"}};
+  const ResidualRmsNormParams norm{
+      .hidden = 64, .epsilon = 1e-5, .writes_sum = true, .x_type = "f32", .sum_type = "f32"};
   PlanEntry plan;
-  plan.steps.push_back({"gemm", gemm, {5, -1}, {6}});
-  plan.steps.push_back({"residual_rms_norm", norm, {0, 6, -1}, {7, 8}});
-  plan.steps.push_back({"gemm", gemm, {8, -1}, {11}});
-  plan.steps.push_back({"residual_rms_norm", norm, {7, 11, -1}, {12, 13}});
-  plan.steps.push_back({"gemm", gemm, {13, -1}, {14}});
-  plan.steps.push_back({"residual_rms_norm", norm, {12, 14, -1}, {15, 16}});
-  plan.steps.push_back({"add", nlohmann::json::object(), {15, 16}, {17}});
+  plan.steps.push_back({StepKind::kGemm, gemm(64), {5, -1}, {6}});
+  plan.steps.push_back({StepKind::kResidualRmsNorm, norm, {0, 6, -1}, {7, 8}});
+  plan.steps.push_back({StepKind::kGemm, gemm(64), {8, -1}, {11}});
+  plan.steps.push_back({StepKind::kResidualRmsNorm, norm, {7, 11, -1}, {12, 13}});
+  plan.steps.push_back({StepKind::kGemm, gemm(64), {13, -1}, {14}});
+  plan.steps.push_back({StepKind::kResidualRmsNorm, norm, {12, 14, -1}, {15, 16}});
+  plan.steps.push_back({StepKind::kAdd, ElementwiseParams{.width = 64}, {15, 16}, {17}});
   plan.views = {5};
   plan.pinned = {4, 17};
   plan.storage = {{0, {0, 256}},     {4, {256, 384}},   {5, {256, 384}},   {6, {384, 512}},  {7, {256, 512}},
@@ -252,13 +257,13 @@ TEST(SkinnyFusion, NoResidualEpilogueWhereTheSumCannotBeWrittenThere) {
   read_twice.steps[6].value_args = {15, 11};
   EXPECT_FALSE(fused(read_twice, 2));
   PlanEntry bias = residualLayer();
-  bias.steps[2].params["bias"] = true;
+  std::get<GemmParams>(bias.steps[2].params).bias = true;
   EXPECT_FALSE(fused(bias, 2));
   PlanEntry bf16 = residualLayer();
-  bf16.steps[3].params["x_type"] = "bf16";
+  std::get<ResidualRmsNormParams>(bf16.steps[3].params).x_type = "bf16";
   EXPECT_FALSE(fused(bf16, 2));
   PlanEntry no_sum = residualLayer();
-  no_sum.steps[5].params["writes_sum"] = false;
+  std::get<ResidualRmsNormParams>(no_sum.steps[5].params).writes_sum = false;
   no_sum.steps[5].results = {16};
   EXPECT_FALSE(fused(no_sum, 4));
   // f32 plans: none (their GEMMs' output is the stream's type already).

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/artifact/element_types.h"
+#include "runtime/artifact/step_params_json.h"
 
 namespace kiln {
 
@@ -288,37 +289,10 @@ Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
 }
 
 Result<ParamMap> parseParams(const Reader& r, const json& step, const std::string& path) {
-  ParamMap values;
-  const std::string params_path = path + ".params";
-  if (!step.contains("params")) return values;
+  if (!step.contains("params")) return ParamMap{};
   auto params = r.object(step, path, "params");
   if (!params.ok()) return params.error();
-  for (auto it = (*params)->begin(); it != (*params)->end(); ++it) {
-    const json& v = it.value();
-    const std::string p = params_path + "." + it.key();
-    if (v.is_boolean()) {
-      values[it.key()] = v.get<bool>();
-    } else if (v.is_number_integer()) {
-      values[it.key()] = v.get<int64_t>();
-    } else if (v.is_number_float()) {
-      values[it.key()] = v.get<double>();
-    } else if (v.is_string()) {
-      values[it.key()] = v.get<std::string>();
-    } else if (v.is_array()) {
-      std::vector<int64_t> list;
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (!v[i].is_number_integer())
-          return r.error(Reader::index(p, i),
-                         fmt::format("expected an integer, got {}", v[i].type_name()));
-        list.push_back(v[i].get<int64_t>());
-      }
-      values[it.key()] = std::move(list);
-    } else {
-      return r.error(p, fmt::format("expected a number, boolean, string or integer list, got {}",
-                                    v.type_name()));
-    }
-  }
-  return values;
+  return paramsFromJson(**params, r.file() + ": " + path + ".params");
 }
 
 // A rope_kv_append or paged_attention step reads and writes the pools

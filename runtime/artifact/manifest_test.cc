@@ -1,4 +1,5 @@
 #include "runtime/artifact/manifest.h"
+#include "runtime/artifact/step_params_json.h"
 
 #include <gtest/gtest.h>
 
@@ -82,25 +83,93 @@ TEST(ManifestTest, ParsesAValidManifest) {
   const Step& gemm = forward->steps[2];
   EXPECT_EQ(gemm.kind, StepKind::kGemm);
   EXPECT_EQ(gemm.path, "manifest.json: entries.forward.steps[2]");
-  EXPECT_EQ(*gemm.params.getInt("n"), 8);
-  EXPECT_EQ(*gemm.params.getString("role"), "logits");
-  EXPECT_FALSE(*gemm.params.getBool("bias"));
-  EXPECT_DOUBLE_EQ(*forward->steps[1].params.getDouble("epsilon"), 1e-5);
-  EXPECT_DOUBLE_EQ(*gemm.params.getDouble("n"), 8.0);  // integers read as numbers
+  EXPECT_EQ(gemm.as<GemmParams>().n, 8);
+  EXPECT_EQ(gemm.as<GemmParams>().role, "logits");
+  EXPECT_FALSE(gemm.as<GemmParams>().bias);
+  EXPECT_FALSE(gemm.as<GemmParams>().scales) << "absent: no scales";
+  EXPECT_DOUBLE_EQ(forward->steps[1].as<RmsNormParams>().epsilon, 1e-5);
+  EXPECT_EQ(forward->steps[1].as<RmsNormParams>().weight_type, "") << "absent: f32";
   EXPECT_EQ(forward->steps[0].args[0].kind, StepArg::Kind::kInput);
   EXPECT_EQ(forward->outputs[0].value, 3);
 }
 
-TEST(ManifestTest, ParamErrorsNameTheStep) {
+TEST(ManifestTest, ParamErrorsNameTheStepAndParam) {
+  json missing = validManifest();
+  missing["entries"]["forward"]["steps"][1]["params"].erase("epsilon");
+  EXPECT_EQ(parseError(missing),
+            "manifest.json: entries.forward.steps[1].params: missing param 'epsilon' (expected a number)");
+  json mistyped = validManifest();
+  mistyped["entries"]["forward"]["steps"][2]["params"]["bias"] = 0;
+  EXPECT_EQ(parseError(mistyped),
+            "manifest.json: entries.forward.steps[2].params.bias: expected a boolean, got an integer");
+  json unknown = validManifest();
+  unknown["entries"]["forward"]["steps"][1]["params"]["width"] = 32;
+  EXPECT_EQ(parseError(unknown),
+            "manifest.json: entries.forward.steps[1].params.width: rms_norm takes no param 'width' (its params: "
+            "epsilon, hidden, out_type, weight_type, x_type)");
+  json negative = validManifest();
+  negative["entries"]["forward"]["steps"][2]["params"]["n"] = -8;
+  EXPECT_EQ(parseError(negative),
+            "manifest.json: entries.forward.steps[2].params.n: expected a positive size, got -8");
+  json bad_type = validManifest();
+  bad_type["entries"]["forward"]["steps"][1]["params"]["out_type"] = "q4_0";
+  EXPECT_EQ(parseError(bad_type),
+            "manifest.json: entries.forward.steps[1].params.out_type: expected f32, bf16 or f16, got 'q4_0'");
+  json bad_role = validManifest();
+  bad_role["entries"]["forward"]["steps"][2]["params"]["role"] = "head";
+  EXPECT_EQ(parseError(bad_role),
+            "manifest.json: entries.forward.steps[2].params.role: expected one of logits, got 'head'");
+}
+
+// The heads of an attention step: whole GQA groups, and the pool's layout.
+TEST(StepParamsTest, AttentionHeadsChecked) {
+  ParamMap values{{"heads", int64_t(32)},   {"kv_heads", int64_t(8)},  {"head_dim", int64_t(128)},
+                  {"page_size", int64_t(16)}, {"kv_type", std::string("bf16")}, {"scale", 0.088}};
+  auto good = parseStepParams(StepKind::kPagedAttention, values, "p");
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_EQ(attentionHeads(*good)->heads, 32);
+  EXPECT_FALSE(std::get<PagedAttentionParams>(*good).tree_mask) << "absent: no tree mask";
+  values["heads"] = int64_t(30);
+  EXPECT_EQ(parseStepParams(StepKind::kPagedAttention, values, "p").error().message,
+            "p.heads: 30 is not a multiple of kv_heads 8");
+  values["heads"] = int64_t(32);
+  values.erase("kv_heads");
+  EXPECT_EQ(parseStepParams(StepKind::kPagedAttention, values, "p").error().message,
+            "p: missing param 'kv_heads' (expected an integer)");
+}
+
+TEST(ManifestTest, AttentionHeadsMatchTheKvCache) {
+  json m = validManifest();
+  json& forward = m["entries"]["forward"];
+  forward["inputs"].push_back({{"name", "block_tables"}, {"type", "i32"}, {"shape", {-1, -1}}});
+  forward["inputs"].push_back({{"name", "kv_lens"}, {"type", "i32"}, {"shape", {-1}}});
+  forward["steps"].push_back(json::parse(R"({"kind": "paged_attention",
+      "params": {"heads": 2, "kv_heads": 2, "head_dim": 16, "page_size": 16, "kv_type": "f32", "scale": 0.25},
+      "args": [{"value": 1}, {"pool": {"layer": 0, "role": "k"}}, {"pool": {"layer": 0, "role": "v"}},
+               {"input": "block_tables"}, {"input": "query_start"}, {"input": "kv_lens"}],
+      "results": [0]})"));
+  auto ok = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  forward["steps"][3]["params"]["page_size"] = 32;
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[3].params.page_size: 32 is not kv_cache.page_size 16");
+  forward["steps"][3]["params"]["page_size"] = 16;
+  forward["steps"][3]["params"]["kv_type"] = "bf16";
+  EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[3].params.kv_type: bf16 is not kv_cache.type f32");
+}
+
+// Params the parser takes are written back as they were read: required
+// ones always, optional ones only when set.
+TEST(ManifestTest, StepParamsRoundTrip) {
   auto m = Manifest::parse(validManifest().dump(), "manifest.json");
-  ASSERT_TRUE(m.ok());
-  const StepParams& params = m->findEntry("forward")->steps[1].params;
-  EXPECT_EQ(params.getInt("width").error().message,
-            "manifest.json: entries.forward.steps[1].params: missing param 'width' (expected an "
-            "integer)");
-  EXPECT_EQ(params.getBool("hidden").error().message,
-            "manifest.json: entries.forward.steps[1].params.hidden: expected a boolean, got an "
-            "integer");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const json original = validManifest()["entries"]["forward"]["steps"];
+  const auto& steps = m->findEntry("forward")->steps;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    json written = toJson(steps[i].params);
+    json expected = original[i]["params"];
+    if (steps[i].kind == StepKind::kGemm) expected["scales"] = false;  // defaulted, always written
+    EXPECT_EQ(written, expected) << i;
+  }
 }
 
 TEST(ManifestTest, UnknownWeightId) {

@@ -10,4 +10,9 @@ namespace kiln {
 
 nlohmann::json toJson(const StepParams& params);
 
+// A params object's values as parseStepParams takes them; a value that is
+// not an integer, number, boolean, string or integer list is an error
+// naming it ("PATH.sizes[1]: expected an integer, got string").
+Result<ParamMap> paramsFromJson(const nlohmann::json& params, const std::string& path);
+
 }  // namespace kiln

@@ -128,18 +128,16 @@ TEST_P(F32PlanKernelCompile, CompilesToSm90aCubinWithoutSpills) {
 // executor.cc asks for it, and the greedy argmax over the f32 logits.
 TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
   KILN_REQUIRE_NVRTC();
-  std::ifstream in(std::string(KILN_TINY_LLAMA_DIR) + "/artifact/manifest.json");
-  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
-  ASSERT_FALSE(manifest.is_discarded());
-  ASSERT_EQ(manifest["activation_type"], "f32");
+  auto manifest = Manifest::load(std::string(KILN_TINY_LLAMA_DIR) + "/artifact");
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  ASSERT_EQ(manifest->activation_type, "f32");
   cuda_codegen::StepInstanceOptions options;
   options.activation_type = "f32";
   std::set<std::string> names;
   std::vector<cuda_codegen::StepInstance> instances;
-  for (const nlohmann::json& step : manifest["entries"]["forward"]["steps"]) {
-    if (step["kind"] == "split") continue;
-    auto list = cuda_codegen::stepInstances(step["kind"].get<std::string>(), step["params"],
-                                            step["instance"].get<std::string>(), options);
+  for (const Step& step : manifest->findEntry("forward")->steps) {
+    if (step.kind == StepKind::kSplit) continue;
+    auto list = cuda_codegen::stepInstances(step, options);
     ASSERT_TRUE(list.ok()) << list.error().message;
     for (const cuda_codegen::StepInstance& inst : *list)
       if (names.insert(inst.name).second) instances.push_back(inst);

@@ -347,18 +347,8 @@ int main(int argc, char** argv) {
     const Entry* e = m ? m->findEntry("forward") : nullptr;
     for (const Step& step : e ? e->steps : std::vector<Step>{}) {
       if (step.kind != StepKind::kRopeKvAppend) continue;
-      const StepParams& p = step.params;
-      cpu::RopeParams rp;
-      rp.theta = float(p.getDouble("rope_theta").value());
-      const std::string scaling = p.getString("rope_scaling").value();
-      rp.scaling = scaling == "llama3"   ? cpu::RopeScaling::kLlama3
-                   : scaling == "linear" ? cpu::RopeScaling::kLinear
-                                         : cpu::RopeScaling::kNone;
-      rp.factor = float(p.getDouble("rope_factor").value());
-      rp.low_freq_factor = float(p.getDouble("rope_low_freq_factor").value());
-      rp.high_freq_factor = float(p.getDouble("rope_high_freq_factor").value());
-      rp.original_max_position = int(p.getInt("rope_original_max_position").value());
-      auto mine = cpu::ropeInvFreq(rp, int(p.getInt("head_dim").value()));
+      const RopeKvAppendParams& p = step.as<RopeKvAppendParams>();
+      auto mine = cpu::ropeInvFreq(cpu::ropeParamsOf(p), int(p.attn.head_dim));
       const auto theirs = ref["rope"]["inv_freq"].get<std::vector<double>>();
       double worst = 0;
       if (mine && mine->size() == theirs.size())

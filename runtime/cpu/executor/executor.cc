@@ -88,9 +88,6 @@ KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks) {
 
 CpuExecutor::~CpuExecutor() { std::free(arena_); }
 
-namespace {
-
-// The plan's rope params (their names checked by parseStepParams) as the kernel's.
 RopeParams ropeParamsOf(const RopeKvAppendParams& q) {
   RopeParams rope;
   rope.theta = float(q.rope_theta);
@@ -106,8 +103,6 @@ RopeParams ropeParamsOf(const RopeKvAppendParams& q) {
   }
   return rope;
 }
-
-}  // namespace
 
 namespace {
 
@@ -514,15 +509,6 @@ Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest
   return Status::success();
 }
 
-Result<StepHeads> readStepHeads(const Step& step, const KvPoolConfig& pool) {
-  const AttentionHeads* a = attentionHeads(step.params);
-  if (!a) return makeError("{} ({}): not an attention step", step.path, stepKindName(step.kind));
-  if (a->kv_heads != pool.kv_heads || a->head_dim != pool.head_dim || a->page_size != pool.page_size)
-    return makeError("{} ({}): kv_heads {}, head_dim {}, page_size {} are not the pool's ({}, {}, {})", step.path,
-                     stepKindName(step.kind), a->kv_heads, a->head_dim, a->page_size, pool.kv_heads, pool.head_dim,
-                     pool.page_size);
-  return StepHeads{a->heads, a->kv_heads, a->head_dim, a->kv_type};
-}
 
 Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t logits_out_floats) {
   const int64_t max_tokens = limits.max_tokens, vocab = limits.vocab;

@@ -49,16 +49,9 @@ struct BatchLimits {
 // names the field, the index and the expected range.
 Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t logits_out_floats);
 
-// The heads a rope_kv_append or paged_attention step names, read and checked
-// once for every backend: kv_heads, head_dim and page_size must be the
-// pool's and heads a positive multiple of kv_heads. The error names the step
-// ("PATH (KIND): ...") and what was expected. Each backend checks kv_type
-// against the pool types it keeps.
-struct StepHeads {
-  int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  std::string kv_type;
-};
-Result<StepHeads> readStepHeads(const Step& step, const KvPoolConfig& pool);
+// A rope_kv_append step's rope params (checked by parseStepParams) as the
+// CPU kernels take them; also what the GPU checks compare with transformers.
+RopeParams ropeParamsOf(const RopeKvAppendParams& params);
 
 // A pool must have the artifact's kv_cache shape (layers, page, heads, dim).
 Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest);

@@ -140,40 +140,6 @@ class TinyLlamaTest : public ::testing::Test {
   std::map<std::string, Reference> reference_;
 };
 
-// The head layout both executors read from rope_kv_append and
-// paged_attention steps, checked against the pool.
-TEST(StepHeads, ReadAndCheckedAgainstThePool) {
-  KvPoolConfig pool;
-  pool.layers = 2, pool.num_blocks = 8, pool.page_size = 16, pool.kv_heads = 8, pool.head_dim = 128;
-  auto step = [](int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t page) {
-    Step s;
-    s.kind = StepKind::kPagedAttention;
-    s.path = "manifest.json: entries.forward.steps[4]";
-    s.params = StepParams(s.path + ".params", {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim},
-                                               {"page_size", page}, {"kv_type", std::string("bf16")}});
-    return s;
-  };
-  auto good = readStepHeads(step(32, 8, 128, 16), pool);
-  ASSERT_TRUE(good.ok()) << good.error().message;
-  EXPECT_EQ(good->heads, 32);
-  EXPECT_EQ(good->kv_heads, 8);
-  EXPECT_EQ(good->head_dim, 128);
-  EXPECT_EQ(good->kv_type, "bf16");
-  auto uneven = readStepHeads(step(30, 8, 128, 16), pool);
-  ASSERT_FALSE(uneven.ok());
-  EXPECT_EQ(uneven.error().message, "manifest.json: entries.forward.steps[4] (paged_attention): heads 30 is not a "
-                                    "positive multiple of kv_heads 8");
-  auto page = readStepHeads(step(32, 8, 128, 32), pool);
-  ASSERT_FALSE(page.ok());
-  EXPECT_NE(page.error().message.find("page_size 32 do not match the pool's 8, 128, 16"), std::string::npos)
-      << page.error().message;
-  auto missing = step(32, 8, 128, 16);
-  missing.params = StepParams(missing.path + ".params", {{"heads", int64_t(32)}});
-  auto no_kv_heads = readStepHeads(missing, pool);
-  ASSERT_FALSE(no_kv_heads.ok());
-  EXPECT_NE(no_kv_heads.error().message.find("kv_heads"), std::string::npos) << no_kv_heads.error().message;
-}
-
 TEST_F(TinyLlamaTest, PrefillThenDecode) {
   ASSERT_EQ(executor_->vocabSize(), 128);
   Sequence a = newSequence("a");
