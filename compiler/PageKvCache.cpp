@@ -32,10 +32,8 @@ struct PageKvCachePass : impl::PageKvCacheBase<PageKvCachePass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (pageSize == 0 || pageSize > 256 || (pageSize & (pageSize - 1)) != 0) {
-      module.emitError() << "invalid value '" << static_cast<unsigned>(pageSize)
-                         << "' for page-size, expected a power of two from 1 "
-                            "to 256";
+    if (Status valid = validatePageSize(pageSize, "page-size"); !valid.ok()) {
+      module.emitError() << valid.error().message;
       return signalPassFailure();
     }
     auto forward = module.lookupSymbol<func::FuncOp>("forward");

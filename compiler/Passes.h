@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dialects/xfmr/IR/XfmrDialect.h"
+#include "runtime/artifact/plan_options.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

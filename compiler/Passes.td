@@ -69,7 +69,7 @@ def PageKvCache : Pass<"xfmr-page-kv-cache", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
   let options = [
-    Option<"pageSize", "page-size", "unsigned", "16",
+    Option<"pageSize", "page-size", "unsigned", "::kiln::PlanOptions::kDefaultPageSize",
            "Tokens per KV block (a power of two from 1 to 256)">,
   ];
 }
@@ -99,11 +99,11 @@ def InsertQuantization : Pass<"xfmr-insert-quantization", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
   let options = [
-    Option<"weights", "weights", "std::string", "\"none\"",
+    Option<"weights", "weights", "std::string", "std::string(::kiln::PlanOptions::kDefaultQuantWeights)",
            "Weight quantization: none, int8, int4, fp8">,
-    Option<"groupSize", "group-size", "unsigned", "128",
+    Option<"groupSize", "group-size", "unsigned", "::kiln::PlanOptions::kDefaultQuantGroupSize",
            "Elements per scale for int4 (a multiple of 32)">,
-    Option<"kv", "kv", "std::string", "\"none\"",
+    Option<"kv", "kv", "std::string", "std::string(::kiln::PlanOptions::kDefaultQuantKv)",
            "KV cache type: none (activation type), bf16, int8, fp8">,
   ];
 }
@@ -161,7 +161,7 @@ def LowerToKernels : Pass<"xfmr-lower-to-kernels", "::mlir::ModuleOp"> {
     params are the same as without the option.
   }];
   let options = [
-    Option<"activationType", "activation-type", "std::string", "\"f32\"",
+    Option<"activationType", "activation-type", "std::string", "std::string(::kiln::PlanOptions::kDefaultActivationType)",
            "Element type of activations; params name the types that differ">,
   ];
   let dependentDialects = ["::kiln::xfmr::XfmrDialect"];

@@ -10,54 +10,25 @@
 
 namespace kiln {
 
-namespace {
-llvm::Error invalid(const std::string& option, const std::string& value,
-                    const char* accepted) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "invalid value '" + value + "' for " + option +
-                                     ", expected " + accepted);
-}
-}  // namespace
-
-llvm::Error validateCompileOptions(const CompileOptions& options) {
-  if (!llvm::is_contained({"none", "int8", "int4", "fp8"}, options.quantWeights))
-    return invalid("--quant-weights", options.quantWeights, "one of: none, int8, int4, fp8");
-  if (!llvm::is_contained({"none", "bf16", "int8", "fp8"}, options.quantKv))
-    return invalid("--quant-kv", options.quantKv, "one of: none, bf16, int8, fp8");
-  if (options.quantGroupSize == 0 || options.quantGroupSize % 32 != 0)
-    return invalid("--quant-group-size", std::to_string(options.quantGroupSize),
-                   "a positive multiple of 32 (32, 64, 128, ...)");
-  if (!llvm::isPowerOf2_32(options.pageSize) || options.pageSize > 256)
-    return invalid("--page-size", std::to_string(options.pageSize),
-                   "a power of two from 1 to 256");
-  if (!llvm::is_contained({"greedy", "rejection"}, options.specMode))
-    return invalid("--spec-mode", options.specMode, "one of: greedy, rejection");
-  llvm::StringRef tree = options.specTree;
-  if (tree != "none" && !tree.starts_with("chain:") && !tree.starts_with("widths:"))
-    return invalid("--spec-tree", options.specTree,
-                   "one of: none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
-  return llvm::Error::success();
-}
-
 void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options) {
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(createFuseAttention());
   PageKvCacheOptions paging;
-  paging.pageSize = options.pageSize;
+  paging.pageSize = options.page_size;
   pm.addPass(createPageKvCache(paging));
   InsertQuantizationOptions quant;
-  quant.weights = options.quantWeights;
-  quant.groupSize = options.quantGroupSize;
-  quant.kv = options.quantKv;
+  quant.weights = options.quant_weights;
+  quant.groupSize = options.quant_group_size;
+  quant.kv = options.quant_kv;
   pm.addPass(createInsertQuantization(quant));
-  if (options.specTree != "none") {
+  if (options.spec_tree != "none") {
     ExpandSpecVerifyOptions spec;
-    spec.tree = options.specTree;
-    spec.mode = options.specMode;
+    spec.tree = options.spec_tree;
+    spec.mode = options.spec_mode;
     pm.addPass(createExpandSpecVerify(spec));
   }
   LowerToKernelsOptions lowering;
-  lowering.activationType = options.activationType;
+  lowering.activationType = options.activation_type;
   pm.addPass(createLowerToKernels(lowering));
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
@@ -68,24 +39,24 @@ struct DefaultPipelineOptions
     : public mlir::PassPipelineOptions<DefaultPipelineOptions> {
   Option<std::string> quantWeights{*this, "quant-weights",
                                    llvm::cl::desc("none, int8, int4, fp8"),
-                                   llvm::cl::init("none")};
+                                   llvm::cl::init(std::string(PlanOptions::kDefaultQuantWeights))};
   Option<unsigned> quantGroupSize{*this, "quant-group-size",
                                   llvm::cl::desc("int4 group size"),
-                                  llvm::cl::init(128)};
+                                  llvm::cl::init(PlanOptions::kDefaultQuantGroupSize)};
   Option<std::string> quantKv{*this, "quant-kv",
                               llvm::cl::desc("none, bf16, int8, fp8"),
-                              llvm::cl::init("none")};
+                              llvm::cl::init(std::string(PlanOptions::kDefaultQuantKv))};
   Option<unsigned> pageSize{*this, "page-size", llvm::cl::desc("KV page size"),
-                            llvm::cl::init(16)};
+                            llvm::cl::init(PlanOptions::kDefaultPageSize)};
   Option<std::string> specTree{*this, "spec-tree",
                                llvm::cl::desc("none, chain:K, widths:..."),
-                               llvm::cl::init("none")};
+                               llvm::cl::init(std::string(PlanOptions::kDefaultSpecTree))};
   Option<std::string> specMode{*this, "spec-mode",
                                llvm::cl::desc("greedy, rejection"),
-                               llvm::cl::init("greedy")};
+                               llvm::cl::init(std::string(PlanOptions::kDefaultSpecMode))};
   Option<std::string> activationType{*this, "activation-type",
                                      llvm::cl::desc("f32, bf16, f16"),
-                                     llvm::cl::init("f32")};
+                                     llvm::cl::init(std::string(PlanOptions::kDefaultActivationType))};
 };
 }  // namespace
 
@@ -95,13 +66,13 @@ void registerPipelines() {
       "Fuse, page, quantize, [expand speculative verify] and lower a model",
       [](mlir::OpPassManager& pm, const DefaultPipelineOptions& o) {
         CompileOptions options;
-        options.quantWeights = o.quantWeights;
-        options.quantGroupSize = o.quantGroupSize;
-        options.quantKv = o.quantKv;
-        options.pageSize = o.pageSize;
-        options.specTree = o.specTree;
-        options.specMode = o.specMode;
-        options.activationType = o.activationType;
+        options.quant_weights = o.quantWeights;
+        options.quant_group_size = o.quantGroupSize;
+        options.quant_kv = o.quantKv;
+        options.page_size = o.pageSize;
+        options.spec_tree = o.specTree;
+        options.spec_mode = o.specMode;
+        options.activation_type = o.activationType;
         buildDefaultPipeline(pm, options);
       });
 }

@@ -54,7 +54,7 @@ cl::opt<EmitStage> emit(
 
 cl::opt<std::string> activationType("activation-type",
                                     cl::desc("Activation element type: f32, bf16 or f16"),
-                                    cl::init("f32"));
+                                    cl::init(std::string(kiln::PlanOptions::kDefaultActivationType)));
 cl::opt<std::string> residualType(
     "residual-type",
     cl::desc("Residual-stream element type (embedding output and residual sums): "
@@ -63,18 +63,18 @@ cl::opt<std::string> residualType(
     cl::init(""));
 cl::opt<std::string> quantWeights("quant-weights",
                                   cl::desc("Weight quantization: none, int8, int4, fp8"),
-                                  cl::init("none"));
+                                  cl::init(std::string(kiln::PlanOptions::kDefaultQuantWeights)));
 cl::opt<unsigned> quantGroupSize("quant-group-size", cl::desc("int4 group size"),
-                                 cl::init(128));
+                                 cl::init(kiln::PlanOptions::kDefaultQuantGroupSize));
 cl::opt<std::string> quantKv("quant-kv", cl::desc("KV cache type: none, bf16, int8, fp8"),
-                             cl::init("none"));
+                             cl::init(std::string(kiln::PlanOptions::kDefaultQuantKv)));
 cl::opt<unsigned> pageSize("page-size", cl::desc("KV cache page size in tokens"),
-                           cl::init(16));
+                           cl::init(kiln::PlanOptions::kDefaultPageSize));
 cl::opt<std::string> specTree("spec-tree",
                               cl::desc("Speculative verify tree: none, chain:K, widths:W1,W2,..."),
-                              cl::init("none"));
+                              cl::init(std::string(kiln::PlanOptions::kDefaultSpecTree)));
 cl::opt<std::string> specMode("spec-mode", cl::desc("Speculative acceptance: greedy, rejection"),
-                              cl::init("greedy"));
+                              cl::init(std::string(kiln::PlanOptions::kDefaultSpecMode)));
 cl::opt<bool> printIrAfterAll("print-ir-after-all",
                               cl::desc("Print the IR after every pass (to stderr)"));
 
@@ -108,15 +108,15 @@ int main(int argc, char** argv) {
   cl::ParseCommandLineOptions(argc, argv, "kiln model compiler\n");
 
   kiln::CompileOptions options;
-  options.quantWeights = quantWeights;
-  options.quantGroupSize = quantGroupSize;
-  options.quantKv = quantKv;
-  options.pageSize = pageSize;
-  options.specTree = specTree;
-  options.specMode = specMode;
-  options.activationType = activationType;
-  if (llvm::Error error = kiln::validateCompileOptions(options))
-    return fail(llvm::toString(std::move(error)));
+  options.quant_weights = quantWeights;
+  options.quant_group_size = quantGroupSize;
+  options.quant_kv = quantKv;
+  options.page_size = pageSize;
+  options.spec_tree = specTree;
+  options.spec_mode = specMode;
+  options.activation_type = activationType;
+  if (kiln::Status status = kiln::validatePlanOptions(options); !status.ok())
+    return fail(status.error().message);
   if (emit == EmitStage::Artifact && outputDir.empty())
     return fail("no output: give -o DIR for the artifact, or --emit=xfmr|kernels|manifest");
 

@@ -1,0 +1,46 @@
+#include "runtime/artifact/plan_options.h"
+
+#include <initializer_list>
+
+namespace kiln {
+
+namespace {
+
+Error invalid(std::string_view flag, std::string_view value, std::string_view accepted) {
+  return makeError("invalid value '{}' for {}, expected {}", value, flag, accepted);
+}
+
+bool oneOf(const std::string& value, std::initializer_list<std::string_view> accepted) {
+  for (std::string_view a : accepted)
+    if (value == a) return true;
+  return false;
+}
+
+}  // namespace
+
+Status validatePageSize(unsigned page_size, std::string_view option) {
+  if (page_size == 0 || page_size > PlanOptions::kMaxPageSize || (page_size & (page_size - 1)) != 0)
+    return invalid(option, std::to_string(page_size), "a power of two from 1 to 256");
+  return {};
+}
+
+Status validatePlanOptions(const PlanOptions& options) {
+  if (!oneOf(options.quant_weights, {"none", "int8", "int4", "fp8"}))
+    return invalid("--quant-weights", options.quant_weights, "one of: none, int8, int4, fp8");
+  if (!oneOf(options.quant_kv, {"none", "bf16", "int8", "fp8"}))
+    return invalid("--quant-kv", options.quant_kv, "one of: none, bf16, int8, fp8");
+  if (options.quant_group_size == 0 || options.quant_group_size % 32 != 0)
+    return invalid("--quant-group-size", std::to_string(options.quant_group_size),
+                   "a positive multiple of 32 (32, 64, 128, ...)");
+  KILN_RETURN_IF_ERROR(validatePageSize(options.page_size));
+  if (!oneOf(options.spec_mode, {"greedy", "rejection"}))
+    return invalid("--spec-mode", options.spec_mode, "one of: greedy, rejection");
+  const std::string& tree = options.spec_tree;
+  if (tree != "none" && tree.rfind("chain:", 0) != 0 && tree.rfind("widths:", 0) != 0)
+    return invalid("--spec-tree", tree, "one of: none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
+  if (!oneOf(options.activation_type, {"f32", "bf16", "f16"}))
+    return invalid("--activation-type", options.activation_type, "one of: f32, bf16, f16");
+  return {};
+}
+
+}  // namespace kiln

@@ -1,0 +1,44 @@
+// What a user chooses when a model is compiled into a plan: one default and
+// one validation for each option, shared by kiln-compile's flags, the
+// kiln-opt pipeline's options, the passes' own options and the kiln CLI's
+// compile cache (which passes the flags on to kiln-compile). MLIR-free, so
+// the runtime side can read it too.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+struct PlanOptions {
+  static constexpr unsigned kDefaultPageSize = 16;
+  static constexpr unsigned kMaxPageSize = 256;
+  static constexpr unsigned kDefaultQuantGroupSize = 128;
+  static constexpr std::string_view kDefaultQuantWeights = "none";
+  static constexpr std::string_view kDefaultQuantKv = "none";
+  static constexpr std::string_view kDefaultSpecTree = "none";
+  static constexpr std::string_view kDefaultSpecMode = "greedy";
+  static constexpr std::string_view kDefaultActivationType = "f32";
+
+  std::string quant_weights{kDefaultQuantWeights};  // none | int8 | int4 | fp8
+  unsigned quant_group_size = kDefaultQuantGroupSize;  // int4 only
+  std::string quant_kv{kDefaultQuantKv};            // none | bf16 | int8 | fp8
+  unsigned page_size = kDefaultPageSize;            // tokens per KV block
+  std::string spec_tree{kDefaultSpecTree};          // none | chain:K | widths:W1,W2,...
+  std::string spec_mode{kDefaultSpecMode};          // greedy | rejection
+  // The import's activation type: kernel params name the element type of
+  // every activation operand or result that differs from it.
+  std::string activation_type{kDefaultActivationType};  // f32 | bf16 | f16
+};
+
+// Every option's value; the error names the kiln-compile flag and lists
+// what it accepts: "invalid value '24' for --page-size, expected a power of
+// two from 1 to 256".
+Status validatePlanOptions(const PlanOptions& options);
+// The page size alone; `option` is its spelling where it was given
+// (xfmr-page-kv-cache checks its own `page-size` with it).
+Status validatePageSize(unsigned page_size, std::string_view option = "--page-size");
+
+}  // namespace kiln
