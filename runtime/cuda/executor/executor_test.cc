@@ -231,7 +231,7 @@ TEST(CudaExecutor, FusedSwiGluPrefillMatchesTheCpuExecutor) {
     std::printf("no GPU: checked the error; the fused prefill needs the GPU machine\n");
     return;
   }
-  auto unfused = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false, .fused_swiglu = false});
+  auto unfused = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false, .tuning = {.fused_swiglu = false}});
   ASSERT_TRUE(unfused.ok()) << unfused.error().message;
   auto f32_manifest = Manifest::load(kFixture + "/artifact");
   ASSERT_TRUE(f32_manifest.ok()) << f32_manifest.error().message;
