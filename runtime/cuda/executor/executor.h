@@ -73,8 +73,6 @@ class CudaExecutor {
   int64_t weightBytes() const { return weight_bytes_; }
   int64_t graphCaptures() const;  // decode graphs captured so far
 
-  struct State;  // driver objects, bound steps (executor.cc)
-
  private:
   CudaExecutor() = default;
   // `out_values`: what the caller's output holds, in logits floats.
@@ -85,7 +83,10 @@ class CudaExecutor {
   Result<LaunchShape> launchForward(const cpu::BatchInputs& in, bool greedy);
 
   std::unique_ptr<BlockPool> pool_;
-  std::unique_ptr<State> state_;
+  // What it holds on the device: the owners of the driver objects and
+  // memory, the kernels, the bound steps (executor.cc).
+  struct Backend;
+  std::unique_ptr<Backend> backend_;
   int64_t max_tokens_ = 0;
   int64_t vocab_ = 0;
   bool logits_per_sequence_ = true;
