@@ -88,6 +88,8 @@ struct CudaExecutor::Backend {
   // Every step of `forward` on the stream, for a batch of this shape whose
   // inputs are already in `inputs`; a greedy shape ends in the argmax.
   Status enqueueSteps(const LaunchShape& shape);
+  // The graph of `shape`, captured from enqueueSteps on first use.
+  Result<CUgraphExec> decodeGraph(const LaunchShape& shape);
   // After a forward's launch: copies `bytes` of `from` back to `to`, waits
   // for the stream and adds the forward's times.
   Status copyBackAndWait(void* to, CUdeviceptr from, size_t bytes, const char* what, const LaunchShape& shape);
@@ -317,6 +319,18 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
   return {};
 }
 
+Result<CUgraphExec> CudaExecutor::Backend::decodeGraph(const LaunchShape& shape) {
+  if (CUgraphExec exec = graphs.find(shape)) return exec;
+  auto prepare = [&] { return gemms.prepare(steps, shape); };
+  auto enqueue = [&] {
+    gemms.capturing = true;
+    Status enqueued = enqueueSteps(shape);
+    gemms.capturing = false;
+    return enqueued;
+  };
+  return graphs.capture(shape, prepare, enqueue);
+}
+
 Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool greedy) {
   Backend& backend = *backend_;
   const DeviceContext& gpu = backend.gpu;
@@ -359,14 +373,7 @@ Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool
   const int64_t captures_before = backend.graphs.captures();
   const size_t plans_before = backend.gemms.plans();
   if (graph) {
-    auto prepare = [&] { return backend.gemms.prepare(backend.steps, shape); };
-    auto enqueue = [&] {
-      backend.gemms.capturing = true;
-      Status enqueued = backend.enqueueSteps(shape);
-      backend.gemms.capturing = false;
-      return enqueued;
-    };
-    KILN_ASSIGN(exec, backend.graphs.graphFor(shape, prepare, enqueue));
+    KILN_ASSIGN(exec, backend.decodeGraph(shape));
     KILN_RETURN_IF_ERROR(d->check(gpu.x.graphLaunch(exec, gpu.stream), "cuGraphLaunch"));
   } else {
     KILN_RETURN_IF_ERROR(backend.enqueueSteps(shape));

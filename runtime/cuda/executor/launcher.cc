@@ -24,9 +24,13 @@ GraphCache::~GraphCache() {
   for (auto& [shape, exec] : graphs_) gpu_.x.graphExecDestroy(exec);
 }
 
-Result<CUgraphExec> GraphCache::graphFor(const LaunchShape& shape, const std::function<Status()>& prepare,
-                                         const std::function<Status()>& enqueue) {
-  if (auto it = graphs_.find(shape); it != graphs_.end()) return it->second;
+CUgraphExec GraphCache::find(const LaunchShape& shape) const {
+  auto it = graphs_.find(shape);
+  return it == graphs_.end() ? nullptr : it->second;
+}
+
+Result<CUgraphExec> GraphCache::capture(const LaunchShape& shape, const std::function<Status()>& prepare,
+                                        const std::function<Status()>& enqueue) {
   const CudaDriver* d = gpu_.d;
   const DriverExtras& x = gpu_.x;
   if (graphs_.size() >= kMaxGraphs) {

@@ -33,11 +33,13 @@ class GraphCache {
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
 
-  // The graph of `shape`: captured on first use from what `enqueue` puts
-  // on the stream, after `prepare` (which must not run inside a capture:
-  // cuBLASLt's plans and their autotuning).
-  Result<CUgraphExec> graphFor(const LaunchShape& shape, const std::function<Status()>& prepare,
-                               const std::function<Status()>& enqueue);
+  // The graph captured for `shape`; null if none is.
+  CUgraphExec find(const LaunchShape& shape) const;
+  // Captures the graph of `shape` from what `enqueue` puts on the stream,
+  // after `prepare` (which must not run inside a capture: cuBLASLt's plans
+  // and their autotuning).
+  Result<CUgraphExec> capture(const LaunchShape& shape, const std::function<Status()>& prepare,
+                              const std::function<Status()>& enqueue);
   int64_t captures() const { return captures_; }
 
  private:
