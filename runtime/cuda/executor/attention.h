@@ -2,9 +2,9 @@
 // split ones write. Prefill chunks (kFlashMinQuery tokens or more) run the
 // tensor-core flash attention where the step has it; decode batches split
 // the keys into LaunchShape::splits partitions (decodeSplits) and merge
-// them, decode_attention itself (its last block per head merges, counted in
-// split_arrivals) or attention_combine after paged_attention_split; the
-// rest runs the CUDA-core paged_attention.
+// them: decode_attention itself (the last of a (token, kv head)'s blocks to
+// arrive merges, counted in SplitKvScratch::arrivals), or attention_combine
+// after paged_attention_split; the rest runs the CUDA-core paged_attention.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <span>
 
-#include "runtime/cuda/executor/gemm_planner.h"  // kCublasWorkspace
 #include "runtime/cuda/executor/kiln_assign.h"
 
 namespace kiln::cuda {
@@ -67,10 +66,9 @@ Result<int64_t> ActivationArena::shareOwnBuffer(DeviceMemory& memory, const Entr
 }
 
 Result<int64_t> kvBlocksForMemoryFraction(const DeviceContext& gpu, double fraction, const KvPoolConfig& kv,
-                                          int kv_elem, int64_t max_tokens, bool report) {
+                                          int kv_elem, int64_t max_tokens, int64_t reserve, bool report) {
   size_t free_bytes = 0, total_bytes = 0;
   KILN_RETURN_IF_ERROR(gpu.d->check(gpu.x.memGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo"));
-  const int64_t reserve = int64_t(kCublasWorkspace) + (int64_t(512) << 20);
   const int64_t budget = int64_t(fraction * double(total_bytes)) - int64_t(total_bytes - free_bytes) - reserve;
   const int64_t per_block = 2 * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim * kv_elem +
                             std::min<int64_t>(max_tokens, 256) * 4;

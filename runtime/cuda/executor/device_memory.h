@@ -62,11 +62,12 @@ struct ActivationArena {
 };
 
 // The KV blocks that CudaExecutorOptions::gpu_memory_fraction leaves once
-// weights and arena are allocated, less a reserve for the scratch allocated
-// after, cuBLASLt and graphs; each block also costs its share of the
+// weights and arena are allocated, less `reserve` bytes (for the scratch
+// allocated after them); each block also costs its share of the
 // block-table buffer. Too few (under 16): an error saying how much is left.
+// `report`: the blocks on stderr.
 Result<int64_t> kvBlocksForMemoryFraction(const DeviceContext& gpu, double fraction, const KvPoolConfig& kv,
-                                          int kv_elem, int64_t max_tokens, bool report);
+                                          int kv_elem, int64_t max_tokens, int64_t reserve, bool report);
 
 // [2 x layers] pools of [num_blocks, page_size, kv_heads, head_dim] of
 // kv_elem bytes, one allocation: each layer's K pool, then its V pool.

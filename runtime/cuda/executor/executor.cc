@@ -143,8 +143,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_RETURN_IF_ERROR(backend.arena.allocate(backend.memory, *entry, max_tokens));
   const int kv_elem = manifest.kv_cache.type == "bf16" ? 2 : 4;
   if (options.gpu_memory_fraction > 0) {
+    // The reserve: the scratch allocated below, cuBLASLt's and the graphs'.
+    const int64_t reserve = int64_t(kCublasWorkspace) + (int64_t(512) << 20);
     KILN_ASSIGN(blocks, kvBlocksForMemoryFraction(gpu, options.gpu_memory_fraction, kv, kv_elem, max_tokens,
-                                                  options.verbose || options.progress));
+                                                  reserve, options.verbose || options.progress));
     kv.num_blocks = blocks;
   }
   // The K/V live on the GPU: the host pool keeps only the block bookkeeping.

@@ -19,7 +19,7 @@ constexpr int kGemvMaxRows = 8;
 
 // cuBLASLt GEMMs of at most this many rows (decode batches: shapes that
 // recur) time cuBLASLt's candidate algorithms and keep the fastest; larger
-// ones keep its first heuristic choice, as fast there in the whole prefill.
+// ones keep its first heuristic choice: timing them made no prefill faster.
 constexpr int64_t kAutotuneMaxRows = 512;
 
 // Batches of at least this many rows run a gemm with SwiGLU folded in as

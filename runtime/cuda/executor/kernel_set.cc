@@ -1,12 +1,9 @@
 #include "runtime/cuda/executor/kernel_set.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <variant>
 
 #include "codegen/cuda/instance_source.h"
-#include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/kernel_cache.h"
 
 namespace kiln::cuda {
