@@ -16,7 +16,7 @@
 //     inputs, which other blocks may still be reading.
 // And one fold for batches the skinny kernels do not take (cuBLASLt's; the
 // executor uses it at decode sizes only, where the algorithm is measured:
-// addsResidual in executor.cc says why):
+// addsResidual in runtime/cuda/executor/gemm_dispatch.h says why):
 //   - gemm -> residual_rms_norm of its output (no bias, an f32 stream and
 //     sum): the GEMM's epilogue adds the stream (beta 1, C the norm's x, D
 //     its sum, in f32), so the gemm writes the norm's sum and never its own

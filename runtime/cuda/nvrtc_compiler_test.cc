@@ -125,7 +125,8 @@ TEST_P(F32PlanKernelCompile, CompilesToSm90aCubinWithoutSpills) {
 
 // Every instance the executor compiles for the tiny-llama fixture's plan
 // (f32, kiln-compile's default): each step's list from stepInstances, as
-// executor.cc asks for it, and the greedy argmax over the f32 logits.
+// the executor asks for it (kernel_set.cc), and the greedy argmax over the
+// f32 logits.
 TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
   KILN_REQUIRE_NVRTC();
   auto manifest = Manifest::load(std::string(KILN_TINY_LLAMA_DIR) + "/artifact");

@@ -40,7 +40,7 @@ struct GemmProblem {
 
 // The executor's cuBLASLt layout of a row-major y[rows, n] = x[rows, k] ·
 // W[n, k]ᵀ, bf16 in and out with f32 accumulation: column-major
-// y'[n, rows] = W'ᵀ · x' (runtime/cuda/executor/executor.cc's gemmPlan).
+// y'[n, rows] = W'ᵀ · x' (runtime/cuda/executor/gemm_planner.cc's GemmPlanner::plan).
 inline GemmProblem makeGemmProblem(const CublasLt& lt, cublasLtHandle_t handle, int n, int k, int rows,
                                    size_t workspace_bytes) {
   GemmProblem p;

@@ -3,15 +3,25 @@
 // BatchInputs). At creation it uploads the weights into one device
 // allocation (GEMM weights as bf16, norm weights as f32, embedding tables as
 // bound), allocates one arena (bytes_per_token x T_max) and the paged KV
-// pools, JIT-compiles every step's kernel instance (NVRTC, on-disk cache) and
-// resolves every step's launch arguments. forward() copies the batch inputs
-// through pinned staging, launches the steps on one stream (GEMMs: the
-// skinny `gemm` kernel for <= 8 rows, cuBLASLt bf16 with f32 accumulation
-// above), and copies the logits back as f32, or for greedy batches only
-// each row's argmax. An f32 artifact (activation_type f32) runs in f32
-// throughout instead: f32 GEMM weights, every GEMM in cuBLASLt with f32
-// operands and CUBLAS_COMPUTE_32F, no skinny kernel or fusion. Decode batches split attention
-// over the keys (split-KV) and replay a CUDA graph captured for their shape.
+// pools, JIT-compiles every step's kernel instances (NVRTC, on-disk cache)
+// and resolves every step's launch arguments. forward() copies the batch
+// inputs through pinned staging, launches the steps on one stream (GEMMs:
+// skinny kernels for <= 8 rows, cuBLASLt bf16 with f32 accumulation above,
+// gemm_dispatch.h says which), and copies the logits back as f32, or for
+// greedy batches only each row's argmax. An f32 artifact (activation_type
+// f32) runs in f32 throughout instead: f32 GEMM weights, every GEMM in
+// cuBLASLt with f32 operands and CUBLAS_COMPUTE_32F, no skinny kernel or
+// fusion. Decode batches split attention over the keys (split-KV) and
+// replay a CUDA graph captured for their shape.
+//
+// The parts, a file pair each beside this one: device_context (driver,
+// device, context, stream), device_memory (allocations, arena, KV pools,
+// batch inputs), weight_forms (which weight in which form, the upload),
+// kernel_set (instances, JIT, modules), bound_step (steps bound to all
+// that), gemm_dispatch / gemm_planner / gemm_step (which GEMM kernel,
+// cuBLASLt's plans, the gemm launch), attention, greedy_argmax, launcher
+// (launches, decode graphs) and forward_timer (the timing reports).
+// executor.cc makes them in order and runs the forward over them.
 #pragma once
 
 #include <cstdint>
@@ -73,8 +83,6 @@ class CudaExecutor {
   int64_t weightBytes() const { return weight_bytes_; }
   int64_t graphCaptures() const;  // decode graphs captured so far
 
-  struct State;  // driver objects, bound steps (executor.cc)
-
  private:
   CudaExecutor() = default;
   // `out_values`: what the caller's output holds, in logits floats.
@@ -85,7 +93,10 @@ class CudaExecutor {
   Result<LaunchShape> launchForward(const cpu::BatchInputs& in, bool greedy);
 
   std::unique_ptr<BlockPool> pool_;
-  std::unique_ptr<State> state_;
+  // What it holds on the device: the owners of the driver objects and
+  // memory, the kernels, the bound steps (executor.cc).
+  struct Backend;
+  std::unique_ptr<Backend> backend_;
   int64_t max_tokens_ = 0;
   int64_t vocab_ = 0;
   bool logits_per_sequence_ = true;

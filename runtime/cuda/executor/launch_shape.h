@@ -39,18 +39,14 @@ constexpr int kFlashMinQuery = 16;
 
 // Split-KV partitions for a decode batch, or 0 for the unsplit kernel. The
 // unsplit paged_attention walks a block's keys in 128-key chunks with one
-// (token, kv head) per block: fine for a few dozen keys, but at Llama-3-8B
-// batch 1 it left decode 1.3 ms per token behind the forward-only timing at
-// 128-384 keys (2026-11-29). decode_attention (tensor cores, pipelined
-// copies) reads 8k keys at 1.5 TB/s with 16 partitions. So: past 64 keys,
-// decode_attention with about two blocks per SM (its residency at head_dim
-// 128) and at least kMinSplitKeys keys per partition, a power of two so a
-// growing context re-captures its graph only when the count doubles. A
-// partition costs its block a merge at the end (three round trips to L2,
-// split_kv.cuh) that one partition does without, so up to kOneSplitKeys
-// keys take one. kiln_attention_bench, H200, batch 1, Llama-3-8B heads
-// (2026-11-29): 256 keys 5.2 us in one partition, 7.1 in two; 1024 keys
-// 8.9 us in 4, 8.0 in 8, 8.3 in 16.
+// (token, kv head) per block: fine for a few dozen keys, far slower than
+// decode_attention (tensor cores, pipelined copies, split-KV) past them. So:
+// past 64 keys, decode_attention with about two blocks per SM (its
+// residency at head_dim 128) and at least kMinSplitKeys keys per partition,
+// a power of two so a growing context re-captures its graph only when the
+// count doubles. A partition costs its block a merge at the end (three
+// round trips to L2, split_kv.cuh) that one partition does without, so up
+// to kOneSplitKeys keys take one (docs/performance.md has the timings).
 constexpr int kOneSplitKeys = 256, kMinSplitKeys = 128;
 inline int decodeSplits(int64_t b, int kv_heads, int max_kv_len, int sms) {
   if (max_kv_len <= 64) return 0;

@@ -1,7 +1,7 @@
 // Copies weights from host memory (the mapped checkpoint, or buffers made at
 // load) to their device addresses. A plain cuMemcpyHtoD from pageable memory
 // faults the mapped file in and stages it through the driver one page run at
-// a time, on one thread: about 1.6 GB/s for Llama-3-8B on the H200 machine.
+// a time, on one thread: a small part of what the link carries.
 // Here several threads each copy chunks into their own pinned buffers (the
 // page faults proceed in parallel) and queue async copies on their own
 // stream, double-buffered, so faulting, staging and DMA overlap.

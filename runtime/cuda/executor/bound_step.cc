@@ -1,0 +1,385 @@
+#include "runtime/cuda/executor/bound_step.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "codegen/cuda/activation_types.h"
+#include "runtime/artifact/step_params_json.h"
+#include "runtime/cuda/executor/gemm_dispatch.h"
+#include "runtime/cuda/executor/kiln_assign.h"
+#include "runtime/cuda/tensor_map.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+using Role = cuda_codegen::InstanceRole;
+
+const char* elemName(int elem) { return elem == 4 ? "f32" : "bf16"; }
+
+// The instance's element type for each value operand and result, against
+// the manifest's value types. `typed` are the step's params with the plan's
+// activation types named (activation_types.h): a `*_type` param types its
+// operand, an absent one is bf16 (the templates' default). A gemm's x and y
+// are the plan's activation type (`gemm_elem`), in which cuBLASLt runs it.
+Status checkValueTypes(const Step& step, const nlohmann::json& typed, int gemm_elem,
+                       const std::vector<DeviceValue>& args, const std::vector<DeviceValue>& results) {
+  if (step.kind == StepKind::kSplit) return {};  // a copy: results take x's type
+  auto named = [&](const char* param) -> Result<int> {
+    if (!param || !typed.contains(param)) return 2;
+    const nlohmann::json& type = typed[param];
+    if (type != "bf16" && type != "f32")
+      return makeError("{}: param '{}' is {}, expected bf16 or f32", step.path, param, type.dump());
+    return type == "f32" ? 4 : 2;
+  };
+  const bool gemm = step.kind == StepKind::kGemm;
+  const cuda_codegen::ActivationTypeParams& params = cuda_codegen::activationTypeParams(stepKindName(step.kind));
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (!args[a].valid) continue;
+    const char* param = a < params.args.size() ? params.args[a] : nullptr;
+    KILN_ASSIGN(elem, named(param));
+    if (gemm) elem = gemm_elem;
+    if (args[a].elem != elem)
+      return makeError("{}: args[{}] is {} but the {} reads {}{}", step.path, a, elemName(args[a].elem),
+                       gemm ? "GEMM" : "instance", elemName(elem), param ? fmt::format(" ({})", param) : "");
+  }
+  for (size_t r = 0; r < results.size(); ++r) {
+    const size_t from_last = results.size() - 1 - r;
+    const char* param = from_last < params.results_from_last.size() ? params.results_from_last[from_last] : nullptr;
+    KILN_ASSIGN(elem, named(param));
+    if (gemm) elem = gemm_elem;
+    if (results[r].elem != elem)
+      return makeError("{}: results[{}] is {} but the {} writes {}{}", step.path, r, elemName(results[r].elem),
+                       gemm ? "GEMM" : "instance", elemName(elem), param ? fmt::format(" ({})", param) : "");
+  }
+  return {};
+}
+
+// Step i's kernel instances (none for split and an f32 plan's gemm): its
+// own, and by kind the skinny gemm variants and gemm_swiglu, the norm over
+// a gemm's sum, or the attention kernels for decode and prefill.
+Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
+  const Kernel* own = kernels.stepKernel(i);
+  if (!own) return {};
+  s.instance = own->name;
+  s.fn = own->fn;
+  s.block = own->block;
+  // The kernels with dynamic shared memory above the 48 KiB default must
+  // say so before their first launch.
+  auto bindExtra = [&](const std::string& name, CUfunction& fn, unsigned& block, unsigned& smem) -> Status {
+    const Kernel& k = kernels.kernel(name);
+    fn = k.fn;
+    block = k.block;
+    smem = k.smem;
+    return kernels.optInSharedMemory(k);
+  };
+  auto gemvKernel = [&](const std::string& name, GemvKernel& gemv) -> Status {
+    const Kernel& k = kernels.kernel(name);
+    gemv = GemvKernel{k.fn, name, k.block, k.rows_per_block};
+    gemv.tiles = k.tiles;
+    if (gemv.tiles == 0) return {};
+    unsigned block = 0;
+    return bindExtra(name, gemv.fn, block, gemv.smem);
+  };
+  if (s.kind == StepKind::kGemm) KILN_RETURN_IF_ERROR(gemvKernel(own->name, s.gemv));
+  const std::map<Role, std::string>* extra = kernels.extraInstances(i);
+  if (!extra) return {};
+  if (s.kind == StepKind::kGemm) {
+    for (auto [role, name] : *extra) {
+      if (role == Role::kSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.gemv_single));  // an unfused gemm's
+      if (role == Role::kFused) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused));
+      if (role == Role::kFusedSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused_single));
+      unsigned block = 0;
+      if (role == Role::kFusedPrefill) KILN_RETURN_IF_ERROR(bindExtra(name, s.swiglu_fn, block, s.swiglu_smem));
+    }
+  } else if (s.kind == StepKind::kResidualRmsNorm) {
+    const Kernel& k = kernels.kernel(extra->at(Role::kNormOfSum));
+    s.norm_of_sum_fn = k.fn;
+    s.norm_of_sum_block = k.block;
+  } else {
+    std::map<Role, std::string> by_role = *extra;
+    unsigned combine_smem = 0;
+    KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
+    s.split_merges_itself = kernels.kernel(by_role[Role::kDecode]).kind == "decode_attention";
+    KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kCombine], s.combine_fn, s.combine_block, combine_smem));
+    if (by_role.count(Role::kPrefill)) {
+      const Kernel& flash = kernels.kernel(by_role[Role::kPrefill]);
+      KILN_RETURN_IF_ERROR(bindExtra(flash.name, s.flash_fn, s.flash_block, s.flash_smem));
+      s.flash_block_m = unsigned(flash.block_m);
+      s.flash_kind = flash.kind;
+      if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash.name);
+    }
+  }
+  return {};
+}
+
+// Each kind's operands: the params the forward reads (widths, heads), and
+// their checks against the values, weights and pools.
+Status bindParams(const Step& step, const WeightStore& weights,
+                  BoundStep& s) {
+  const size_t na = step.args.size();
+  auto needValue = [&](size_t a) -> Status {
+    if (a >= na || !s.args[a].valid)
+      return makeError("{} ({}): args[{}] must be a value", step.path, stepKindName(step.kind), a);
+    return {};
+  };
+  switch (step.kind) {
+    case StepKind::kEmbedding: {
+      const BoundWeight* table = weights.find(step.args[1].id);
+      s.vocab = table->shape.empty() ? 0 : table->shape[0];
+      break;
+    }
+    case StepKind::kRmsNorm:
+    case StepKind::kResidualRmsNorm: {
+      KILN_RETURN_IF_ERROR(needValue(0));
+      if (step.kind == StepKind::kResidualRmsNorm) {
+        KILN_RETURN_IF_ERROR(needValue(1));
+        s.writes_sum = step.as<ResidualRmsNormParams>().writes_sum;  // the plan checked its results
+      }
+      break;
+    }
+    case StepKind::kGemm: {
+      KILN_RETURN_IF_ERROR(needValue(0));
+      const int64_t n = step.as<GemmParams>().n, k = step.as<GemmParams>().k;
+      s.width = n;
+      s.k = k;
+      if (s.args[0].width != k || s.results[0].width != n)
+        return makeError("{}: x has rows of {}, y of {}; expected k {} and n {}", step.path, s.args[0].width,
+                         s.results[0].width, k, n);
+      const BoundWeight* w = weights.find(step.args[1].id);
+      if (w->shape != std::vector<int64_t>{n, k})
+        return makeError("{}: weight {} '{}' has shape {}, expected [{}, {}]", step.path, w->id, w->name,
+                         formats::shapeToString(w->shape), n, k);
+      break;
+    }
+    case StepKind::kRopeKvAppend: {
+      const RopeKvAppendParams& q = step.as<RopeKvAppendParams>();  // heads, pools and args checked by the plan
+      s.heads = int(q.attn.heads);
+      s.kv_heads = int(q.attn.kv_heads);
+      s.head_dim = int(q.attn.head_dim);
+      s.merged = q.merged_qkv;
+      KILN_RETURN_IF_ERROR(needValue(0));
+      break;
+    }
+    case StepKind::kPagedAttention: {
+      const PagedAttentionParams& a = step.as<PagedAttentionParams>();
+      if (a.tree_mask) return makeError("{}: tree masks are not supported by the CUDA executor yet", step.path);
+      s.heads = int(a.attn.heads);
+      s.kv_heads = int(a.attn.kv_heads);
+      s.head_dim = int(a.attn.head_dim);
+      KILN_RETURN_IF_ERROR(needValue(0));
+      break;
+    }
+    case StepKind::kSiluMul: {
+      s.width = step.as<SiluMulParams>().ffn;
+      s.merged = step.as<SiluMulParams>().merged_gate_up;
+      KILN_RETURN_IF_ERROR(needValue(0));
+      break;
+    }
+    case StepKind::kAdd:
+    case StepKind::kMul:
+    case StepKind::kSilu: {
+      s.width = step.as<ElementwiseParams>().width;
+      KILN_RETURN_IF_ERROR(needValue(0));
+      break;
+    }
+    case StepKind::kSplit: {
+      const std::vector<int64_t>& sizes = step.as<SplitParams>().sizes;  // one per result (the plan's check)
+      KILN_RETURN_IF_ERROR(needValue(0));
+      int64_t total = 0;
+      for (size_t r = 0; r < sizes.size(); ++r) {
+        if (s.results[r].width != sizes[r] || s.results[r].elem != s.args[0].elem)
+          return makeError("{}: results[{}] has rows of {}, expected {}", step.path, r, s.results[r].width,
+                           sizes[r]);
+        total += sizes[r];
+      }
+      if (total != s.args[0].width)
+        return makeError("{}: sizes add up to {}, x has rows of {} (the CUDA executor splits "
+                         "the last axis only)",
+                         step.path, total, s.args[0].width);
+      s.sizes = sizes;
+      break;
+    }
+    case StepKind::kGatherLastTokens: {
+      s.width = step.as<GatherLastTokensParams>().hidden;
+      KILN_RETURN_IF_ERROR(needValue(0));
+      break;
+    }
+  }
+  return {};
+}
+
+// The fused skinny gemms (and gemm_swiglu) write their silu_mul's result,
+// or their rope_kv_append's q (in storage of its own) and pools; a folded
+// norm is done by the streamed single-row gemm after it, and cuBLASLt's
+// epilogue adds the residual of the norm after a gemm.
+Status markFusions(std::vector<BoundStep>& steps, const std::vector<cuda_codegen::SkinnyFusion>& fusions,
+                   bool fold_norms, const CudaDriver& d) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    steps[i].absorbed = fusions[i].absorbed;
+    if (fold_norms && fusions[i].absorbed_single_row) {
+      const BoundStep& gemm = steps[i + 1];
+      const GemvKernel& single = skinnyKernel(gemm, 1);
+      if (single.tiles == 0)  // skinny_fusion and instance_source disagree on what streams
+        return makeError("{}: its residual_rms_norm is folded into the next gemm, whose single-row instance {} "
+                         "is not the streamed kernel (gemv_stream.cuh) that computes it",
+                         gemm.path, single.instance);
+      steps[i].absorbed_single_row = true;
+      steps[i + 1].folded_norm = int(i);
+    }
+    if (fusions[i].writes_norm_sum && steps[i + 1].norm_of_sum_fn) {  // cuBLASLt's epilogue adds the residual
+      steps[i].sum_norm = int(i + 1);
+      steps[i + 1].sum_from_gemm = true;
+    }
+    if (!steps[i].fused.fn) continue;
+    steps[i].fused_y = steps[i + 1].results[0].ptr;
+    if (BoundStep& g = steps[i]; g.swiglu_fn) {  // the merged [2F, K] bf16 weight, encoded once
+      KILN_ASSIGN(w_map, gemmSwiGluWMap(d, g.weights[1], g.width / 2, g.k));
+      g.swiglu_w_map = w_map;
+    }
+    if (steps[i + 1].kind == StepKind::kRopeKvAppend) steps[i].fused_rope = int(i + 1);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_form) {
+  if (step.kind == StepKind::kEmbedding) {
+    const std::string& t = step.as<EmbeddingParams>().table_type;
+    auto f = weightFormOf(t);
+    if (!f) return makeError("{} (embedding): table_type: {}", step.path, f.error().message);
+    return *f;
+  }
+  if (step.kind == StepKind::kRmsNorm || step.kind == StepKind::kResidualRmsNorm) {
+    std::string t = step.kind == StepKind::kRmsNorm ? step.as<RmsNormParams>().weight_type
+                                                    : step.as<ResidualRmsNormParams>().weight_type;
+    if (t.empty()) t = "f32";
+    auto f = weightFormOf(t);
+    if (!f || *f == WeightForm::kRaw) return makeError("{}: norm weight_type {} has no CUDA kernel", step.path, t);
+    return *f;
+  }
+  if (step.kind != StepKind::kGemm)
+    return makeError("{} ({}): args[{}] is a weight, which this kind does not take", step.path,
+                     stepKindName(step.kind), arg);
+  return gemm_form;
+}
+
+Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weights, WeightForm gemm_form) {
+  WeightLayout layout;
+  for (const Step& step : entry.steps) {
+    for (size_t i = 0; i < step.args.size(); ++i) {
+      if (step.args[i].kind != StepArg::Kind::kWeight) continue;
+      KILN_ASSIGN(form, stepWeightForm(step, i, gemm_form));
+      KILN_RETURN_IF_ERROR(layout.add(step, i, weights, form));
+    }
+  }
+  return layout;
+}
+
+Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, const Entry& entry, int64_t max_tokens,
+                                const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaTuning& tuning) {
+  std::vector<int64_t> fused_q, moved_sums;
+  for (size_t i = 0; i < fusions.size(); ++i) {
+    const std::vector<int64_t>& results = entry.steps[i].results;
+    if (fusions[i].own_storage) fused_q.insert(fused_q.end(), results.begin(), results.end());
+    if (tuning.residual_epilogue && fusions[i].sum_own_storage) moved_sums.push_back(results[0]);
+  }
+  KILN_ASSIGN(q_bytes, arena.shareOwnBuffer(memory, entry, max_tokens, fused_q, "the fused qkv projections' q"));
+  KILN_ASSIGN(sum_bytes, arena.shareOwnBuffer(memory, entry, max_tokens, moved_sums,
+                                              "the residual sums the gemm epilogues write"));
+  return q_bytes + sum_bytes;
+}
+
+Result<DeviceValue> EntryPlacement::value(const std::string& path, int64_t id, const std::string& where) const {
+  const EntryValue* v = entry.findValue(id);
+  const EntryValue* storage = v;
+  while (storage && storage->view_of) storage = entry.findValue(*storage->view_of);
+  if (!v || !storage) return makeError("{}: {}: unknown value id {}", path, where, id);
+  if (v->type != "bf16" && v->type != "f32")
+    return makeError("{}: {}: value {} has type {}; the CUDA executor holds bf16 or f32 values", path, where, id,
+                     v->type);
+  if (v->rows == ValueRows::kFixed)
+    return makeError("{}: {}: value {} has fixed rows; the CUDA executor plans batch rows only", path, where, id);
+  DeviceValue dv;
+  dv.elem = v->type == "bf16" ? 2 : 4;
+  dv.ptr = arena.base + CUdeviceptr(storage->offset * max_tokens);
+  dv.width = v->row_bytes / dv.elem;
+  dv.per_sequence = v->rows == ValueRows::kSequences;
+  dv.valid = true;
+  if (auto own = arena.own_storage.find(storage->id); own != arena.own_storage.end()) {
+    dv.ptr = own->second;
+    return dv;
+  }
+  if (storage->offset * max_tokens + storage->row_bytes * max_tokens > arena.bytes)
+    return makeError("{}: {}: value {} lies past the arena", path, where, id);
+  return dv;
+}
+
+Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPlacement& placement,
+                                         const WeightStore& weights, const KvPoolConfig& kv, const KernelSet& kernels,
+                                         const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaDriver& d) {
+  const bool f32_plan = manifest.activation_type == "f32";
+  const WeightForm gemm_form = f32_plan ? WeightForm::kF32 : WeightForm::kBf16;
+  const std::vector<Step>& entry_steps = placement.entry.steps;
+  std::vector<BoundStep> steps;
+  for (size_t i = 0; i < entry_steps.size(); ++i) {
+    const Step& step = entry_steps[i];
+    BoundStep s;
+    s.kind = step.kind;
+    s.path = step.path;
+    KILN_RETURN_IF_ERROR(bindKernels(kernels, i, s));
+    const size_t na = step.args.size();
+    s.args.resize(na);
+    s.weights.assign(na, 0);
+    s.inputs.assign(na, -1);
+    s.pools.assign(na, 0);
+    for (size_t a = 0; a < na; ++a) {
+      const StepArg& arg = step.args[a];
+      switch (arg.kind) {
+        case StepArg::Kind::kValue: {
+          KILN_ASSIGN(v, placement.value(step.path, arg.id, fmt::format("args[{}]", a)));
+          s.args[a] = v;
+          break;
+        }
+        case StepArg::Kind::kWeight: {
+          KILN_ASSIGN(form, stepWeightForm(step, a, gemm_form));
+          s.weights[a] = placement.weights.at(arg.id, form);
+          break;
+        }
+        case StepArg::Kind::kInput: {
+          auto id = parseInput(arg.input);
+          if (!id)
+            return makeError("{}: args[{}]: input '{}' is not one the CUDA executor provides", step.path, a,
+                             arg.input);
+          s.inputs[a] = *id;
+          break;
+        }
+        case StepArg::Kind::kPool: {
+          if (arg.layer < 0 || arg.layer >= kv.layers)
+            return makeError("{}: args[{}]: pool layer {} is outside the pool's {} layers", step.path, a, arg.layer,
+                             kv.layers);
+          s.pools[a] = placement.pools.pool(arg.layer, arg.role);
+          break;
+        }
+      }
+    }
+    for (size_t r = 0; r < step.results.size(); ++r) {
+      KILN_ASSIGN(v, placement.value(step.path, step.results[r], fmt::format("results[{}]", r)));
+      s.results.push_back(v);
+    }
+    if (s.results.empty()) return makeError("{}: no results", step.path);
+    KILN_RETURN_IF_ERROR(checkValueTypes(
+        step,
+        cuda_codegen::withActivationTypes(stepKindName(step.kind), toJson(step.params), manifest.activation_type),
+        f32_plan ? 4 : 2, s.args, s.results));
+    KILN_RETURN_IF_ERROR(bindParams(step, weights, s));
+    steps.push_back(std::move(s));
+  }
+  KILN_RETURN_IF_ERROR(markFusions(steps, fusions, kernels.foldsNorms(), d));
+  return steps;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,155 @@
+// A manifest step bound to the device (BoundStep): every operand resolved to
+// its address, its kernel instances looked up, and the fusions that fold it
+// into a neighbouring gemm marked; a forward fills in only the row counts.
+// Binding is where the executor reads the steps (their args, and with
+// kernel_set.cc the only place it reads their params): the weight form each
+// step asks for, its values in the arena, its weights, pools and inputs, and
+// the checks of each kind's operands against the instances that run it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/skinny_fusion.h"
+#include "codegen/kernels/kernel_params.cuh"
+#include "runtime/artifact/manifest.h"
+#include "runtime/cuda/cuda_tuning.h"
+#include "runtime/cuda/executor/device_memory.h"
+#include "runtime/cuda/executor/kernel_set.h"
+#include "runtime/cuda/executor/launch_shape.h"
+#include "runtime/cuda/executor/weight_forms.h"
+#include "runtime/weights/weight_store.h"
+
+namespace kiln::cuda {
+
+// A value on the device: rows of `width` elements of `elem` bytes.
+struct DeviceValue {
+  CUdeviceptr ptr = 0;
+  int64_t width = 0;
+  int elem = 2;
+  bool per_sequence = false;
+  bool valid = false;
+};
+
+// Rows of `v` in a batch of this shape: one per sequence or one per token.
+inline int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
+
+// A skinny GEMM instance a gemm step runs for batches of <= kGemvMaxRows
+// rows (gemm_dispatch.h).
+struct GemvKernel {
+  CUfunction fn = nullptr;
+  std::string instance;    // its name (StepProfile's rows)
+  unsigned block = 0;
+  int rows_per_block = 1;  // weight rows; a fused variant's come in pairs (gate/up, or rope's columns)
+  // gemv_stream.cuh's persistent blocks: the matrix's tiles (grid: one
+  // block per SM, at most one per tile) and the ring's dynamic shared memory.
+  int tiles = 0;
+  unsigned smem = 0;
+};
+
+// One step with every pointer resolved; forward() fills only the row counts.
+struct BoundStep {
+  StepKind kind = StepKind::kGemm;
+  std::string path;
+  std::string instance;  // the kernel instance's name (StepProfile's rows)
+  CUfunction fn = nullptr;
+  unsigned block = 0;
+  std::vector<DeviceValue> args;  // value operands by arg index (invalid for non-values)
+  std::vector<DeviceValue> results;
+  std::vector<CUdeviceptr> weights;  // by arg index (0 for non-weights)
+  std::vector<int> inputs;           // by arg index (-1 for non-inputs): InputId
+  std::vector<CUdeviceptr> pools;    // by arg index (0 for non-pools)
+  int64_t width = 0, k = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  bool merged = false, writes_sum = false;
+  // paged_attention: the split-KV instance and its combine, for decode batches.
+  // decode_attention merges its own partials (split_arrivals), so the
+  // combine runs only after the CUDA-core paged_attention_split.
+  bool split_merges_itself = false;
+  CUfunction split_fn = nullptr, combine_fn = nullptr;
+  unsigned split_block = 0, combine_block = 0;
+  unsigned split_smem = 0;
+  // ... and the tensor-core flash_attention instance for prefill batches.
+  CUfunction flash_fn = nullptr;
+  unsigned flash_block = 0, flash_smem = 0, flash_block_m = 0;  // flash_block_m: query rows per block
+  std::string flash_kind;  // flash_attention_wgmma on Hopper, else flash_attention
+  std::vector<int64_t> sizes;   // split
+  int64_t vocab = 0;            // embedding table rows
+  // gemm, skinny batches (skinnyKernel picks): the step's own instance
+  // (gemv), and for batches of one row its single-row instance (gemv_single,
+  // gemv_max_rows 1: more blocks per SM, more loads in flight) ...
+  GemvKernel gemv, gemv_single;
+  // ... or, with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h),
+  // the fused skinny GEMM and its single-row instance, which write the
+  // silu_mul's result (fused_y); the silu_mul step is then skipped (marked
+  // `absorbed`) ...
+  GemvKernel fused, fused_single;
+  CUdeviceptr fused_y = 0;
+  // ... or with the rope_kv_append after it folded in: that step's index,
+  // whose q (fused_y, storage of its own), inputs and pools it writes.
+  int fused_rope = -1;
+  bool absorbed = false;
+  // ... and, SwiGLU folded in on Hopper, for batches of at least
+  // kFusedSwiGluMinRows rows: gemm_swiglu_wgmma (one launch for the gate/up
+  // projection and silu_mul, writing fused_y) and its weight's tensor map.
+  CUfunction swiglu_fn = nullptr;
+  unsigned swiglu_smem = 0;
+  kernels::TensorMap swiglu_w_map{};
+  // gemm: the residual_rms_norm step before it that its single-row
+  // (streamed) instance folds in, whose inputs it reads and whose sum it
+  // writes; that step is then skipped in batches of one row.
+  int folded_norm = -1;
+  bool absorbed_single_row = false;  // residual_rms_norm
+  // gemm, batches cuBLASLt runs: the residual_rms_norm step after it whose
+  // sum its epilogue writes (the norm's x + this product, beta 1); its own
+  // output is then not written. That norm runs norm_of_sum_fn over the sum.
+  int sum_norm = -1;
+  bool sum_from_gemm = false;  // residual_rms_norm
+  CUfunction norm_of_sum_fn = nullptr;
+  unsigned norm_of_sum_block = 0;
+};
+
+// A gemm step's optional bias (weight arg 2).
+inline bool hasBias(const BoundStep& s) { return s.weights.size() > 2 && s.weights[2] != 0; }
+
+// The form weight args[arg] of `step` takes on the device: a gemm's matrix
+// and bias `gemm_form`, a norm's weight its weight_type (f32 unless it
+// says), an embedding table as its table_type names it. Another kind does
+// not take weights: an error.
+Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_form);
+
+// Every weight the entry's steps take, each in its form.
+Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weights, WeightForm gemm_form);
+
+// Moves the values the fusions keep apart from the arena into buffers of
+// their own, each set into one buffer: every fused rope's q (each layer's
+// is read by its attention before the next layer's gemm writes), and with
+// CudaTuning::residual_epilogue every sum the planner put where cuBLASLt
+// could not write it beside its inputs (skinnyFusions moves only sums whose
+// lives do not overlap). Returns the bytes allocated.
+Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, const Entry& entry, int64_t max_tokens,
+                                const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaTuning& tuning);
+
+// Where an entry's values, weights and pools are on the device.
+struct EntryPlacement {
+  const Entry& entry;
+  int64_t max_tokens;
+  const ActivationArena& arena;
+  const WeightLayout& weights;
+  const KvPools& pools;
+
+  // Value `id`, named at `where` of `path` in errors: a bf16 or f32 value
+  // with batch rows, in the arena (or a buffer of its own).
+  Result<DeviceValue> value(const std::string& path, int64_t id, const std::string& where) const;
+};
+
+// Binds every step of `placement.entry` to the loaded `kernels`, checking
+// its operands against them and the manifest (`weights` and `kv` give the
+// shapes), then marks the fusions: the steps a gemm does and the values it
+// writes instead (skinny_fusion.h). `d` encodes gemm_swiglu's weight maps.
+Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPlacement& placement,
+                                         const WeightStore& weights, const KvPoolConfig& kv, const KernelSet& kernels,
+                                         const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaDriver& d);
+
+}  // namespace kiln::cuda

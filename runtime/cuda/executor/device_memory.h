@@ -1,0 +1,111 @@
+// The executor's device and pinned host memory, and what lives at fixed
+// places in it. DeviceMemory owns every allocation and frees it when it goes
+// (device memory, then pinned host memory); the structs below only point
+// into it:
+//   - ActivationArena: every value of the entry at its planned offset
+//     (bytes_per_token x T_max, zeroed), and the buffers of the values a
+//     fusion moves out of it;
+//   - KvPools: the paged K and V pools of every layer, zeroed;
+//   - BatchInputBuffer: the batch inputs at fixed offsets of one i32 buffer
+//     and its pinned mirror, so a forward stages them with one copy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/cpu/executor/executor.h"  // BatchInputs
+#include "runtime/cuda/executor/device_context.h"
+#include "runtime/kv/block_pool.h"
+#include "runtime/support/error.h"
+
+namespace kiln::cuda {
+
+// Offsets in the weight allocation and buffer sizes are multiples of this.
+constexpr int64_t kAlign = 256;
+inline int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(const DeviceContext& gpu) : gpu_(gpu) {}
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  // Out of memory: an error naming `what`, the MiB asked and free.
+  Result<CUdeviceptr> alloc(int64_t bytes, const char* what);
+  // alloc, then every byte set to zero.
+  Result<CUdeviceptr> allocZeroed(int64_t bytes, const char* what);
+  Result<void*> allocHost(int64_t bytes, const char* what);  // pinned
+
+ private:
+  const DeviceContext& gpu_;
+  std::vector<CUdeviceptr> allocations_;
+  std::vector<void*> host_allocations_;
+};
+
+struct ActivationArena {
+  CUdeviceptr base = 0;
+  int64_t bytes = 0;
+  // Storage value id -> the buffer of its own a fusion gave it.
+  std::map<int64_t, CUdeviceptr> own_storage;
+
+  Status allocate(DeviceMemory& memory, const Entry& entry, int64_t max_tokens);
+  // One buffer for all of `values` (their lives must not overlap), as large
+  // as the largest one's T_max rows. Returns its bytes (0: none of them is
+  // a value of `entry`, nothing is allocated).
+  Result<int64_t> shareOwnBuffer(DeviceMemory& memory, const Entry& entry, int64_t max_tokens,
+                                 const std::vector<int64_t>& values, const char* what);
+};
+
+// The KV blocks that CudaExecutorOptions::gpu_memory_fraction leaves once
+// weights and arena are allocated, less `reserve` bytes (for the scratch
+// allocated after them); each block also costs its share of the
+// block-table buffer. Too few (under 16): an error saying how much is left.
+// `report`: the blocks on stderr.
+Result<int64_t> kvBlocksForMemoryFraction(const DeviceContext& gpu, double fraction, const KvPoolConfig& kv,
+                                          int kv_elem, int64_t max_tokens, int64_t reserve, bool report);
+
+// [2 x layers] pools of [num_blocks, page_size, kv_heads, head_dim] of
+// kv_elem bytes, one allocation: each layer's K pool, then its V pool.
+struct KvPools {
+  CUdeviceptr base = 0;
+  int64_t pool_bytes = 0;  // one pool, aligned
+  int layers = 0;
+  int64_t num_slots = 0;  // num_blocks x page_size (rope_kv_append's bound)
+
+  Status allocate(DeviceMemory& memory, const KvPoolConfig& kv, int kv_elem);
+  int64_t bytes() const { return pool_bytes * 2 * layers; }
+  CUdeviceptr pool(int layer, PoolRole role) const {
+    return base + CUdeviceptr(pool_bytes * (2 * layer + (role == PoolRole::kKey ? 0 : 1)));
+  }
+};
+
+enum InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kNumInputs };
+// An entry input's name ("tokens", "slot_mapping", ...); nullopt for one
+// the executor does not provide.
+std::optional<InputId> parseInput(std::string_view name);
+
+// Every input has T_max + 1 elements, block tables (last) the capacity of
+// min(T_max, 256) rows of num_blocks.
+struct BatchInputBuffer {
+  CUdeviceptr device = 0;
+  int32_t* staging = nullptr;  // pinned, mirrors `device`
+  int64_t offset[kNumInputs] = {};  // i32 elements
+  int64_t block_table_capacity = 0;  // i32 elements
+  int64_t elems = 0;
+
+  Status allocate(DeviceMemory& memory, int64_t max_tokens, int64_t num_blocks);  // `device`
+  Status allocateStaging(DeviceMemory& memory);
+  int64_t bytes() const { return elems * 4; }
+  const int* at(int id) const { return reinterpret_cast<const int*>(device + CUdeviceptr(offset[id] * 4)); }
+  // Packs `in` into `staging` at the fixed offsets, block tables in rows of
+  // `max_blocks` (a graph's fixed stride, at least in.max_blocks; the rest
+  // of each row zero). Returns the bytes to copy to `device`.
+  size_t stage(const cpu::BatchInputs& in, int max_blocks);
+};
+
+}  // namespace kiln::cuda

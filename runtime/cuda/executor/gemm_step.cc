@@ -1,0 +1,63 @@
+#include "runtime/cuda/executor/gemm_step.h"
+
+#include <algorithm>
+
+#include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles and grid (host-visible part)
+#include "codegen/kernels/kernel_params.cuh"
+#include "runtime/cuda/executor/gemm_dispatch.h"
+#include "runtime/cuda/executor/kiln_assign.h"
+#include "runtime/cuda/tensor_map.h"
+
+namespace kiln::cuda {
+
+namespace kk = kiln::kernels;
+
+Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInputBuffer& inputs, int64_t num_slots,
+                   const std::vector<BoundStep>& steps, const BoundStep& s, int64_t rows) {
+  const int sms = launch.gpu.sms;
+  const bool bias = hasBias(s);
+  // An f32 plan's gemm has no skinny kernel: cuBLASLt at every row count.
+  if (const GemvKernel& kernel = skinnyKernel(s, rows); rows <= kGemvMaxRows && kernel.fn) {
+    auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
+    const bool fused = s.fused.fn != nullptr;
+    kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr,
+                     fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
+    const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);  // 1 for the single-row instances
+    if (kernel.tiles > 0) {
+      if (s.folded_norm >= 0) {  // the norm's inputs in, its sum out (p.x is not read)
+        const BoundStep& norm = steps[size_t(s.folded_norm)];
+        p.norm_x = ptr(norm.args[0].ptr);
+        p.norm_residual = ptr(norm.args[1].ptr);
+        p.norm_weight = ptr(norm.weights[2]);
+        p.norm_sum = norm.writes_sum ? ptr(norm.results[0].ptr) : nullptr;
+      }
+      const unsigned blocks = unsigned(std::min<int64_t>(kernel.tiles, sms));
+      if (s.fused_rope < 0) return launch(kernel.fn, kernel.block, blocks, 1, 1, &p, kernel.smem);
+      const BoundStep& rope = steps[size_t(s.fused_rope)];
+      kk::GemvRopeParams r{p, inputs.at(rope.inputs[1]), inputs.at(rope.inputs[2]), ptr(rope.pools[3]),
+                           ptr(rope.pools[4]), num_slots};
+      return launch(kernel.fn, kernel.block, blocks, 1, 1, &r, kernel.smem);
+    }
+    if (!fused)
+      return launch(kernel.fn, kernel.block, unsigned((s.width + kernel.rows_per_block - 1) / kernel.rows_per_block),
+                    1, gz, &p);
+    const int64_t pairs = kernel.rows_per_block / 2;  // a block holds row pairs (gate/up, or rope's)
+    const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs);
+    if (s.fused_rope < 0) return launch(kernel.fn, kernel.block, gx, 1, gz, &p);
+    const BoundStep& rope = steps[size_t(s.fused_rope)];  // merged: qkv, positions, slot_mapping, k, v pools
+    kk::GemvRopeParams r{p, inputs.at(rope.inputs[1]), inputs.at(rope.inputs[2]), ptr(rope.pools[3]),
+                         ptr(rope.pools[4]), num_slots};
+    return launch(kernel.fn, kernel.block, gx, 1, gz, &r);
+  }
+  if (fusedSwiGlu(s, rows)) {  // x's map is per batch: its rows are the batch's
+    namespace gs = kk::gemm_swiglu;
+    KILN_ASSIGN(x_map, gemmSwiGluXMap(*launch.gpu.d, s.args[0].ptr, rows, s.k));
+    kk::GemmSwiGluParams p{x_map, s.swiglu_w_map, reinterpret_cast<void*>(s.fused_y), int(rows)};
+    return launch(s.swiglu_fn, unsigned(gs::kThreads), unsigned(gs::grid_blocks(rows, s.width / 2, sms)), 1, 1, &p,
+                  s.swiglu_smem);
+  }
+  KILN_ASSIGN(plan, cublas.plan(steps, s, rows));
+  return cublas.run(steps, s, *plan, plan->algo);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,125 @@
+#include "runtime/cuda/executor/weight_forms.h"
+
+#include <algorithm>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "runtime/cpu/kernels/quant.h"
+#include "runtime/cuda/executor/kiln_assign.h"
+#include "runtime/cuda/executor/weight_upload.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+int64_t elements(const BoundWeight& w) {
+  int64_t n = 1;
+  for (int64_t d : w.shape) n *= d;
+  return n;
+}
+
+// True when the device form is the bound bytes themselves (no conversion).
+bool uploadsAsBound(const BoundWeight& w, WeightForm form) {
+  return form == WeightForm::kRaw || (form == WeightForm::kF32 && w.type == cpu::WeightType::F32) ||
+         (form == WeightForm::kBf16 && w.type == cpu::WeightType::BF16) ||
+         (form == WeightForm::kF16 && w.type == cpu::WeightType::F16);
+}
+
+// The bytes of `w` in `form`, for a form that is not its bound bytes
+// (uploadsAsBound is false): float weights are converted through f32.
+Status convertWeight(const BoundWeight& w, WeightForm form, std::vector<uint8_t>& out) {
+  const int64_t n = elements(w);
+  if (w.type != cpu::WeightType::F32 && w.type != cpu::WeightType::BF16 && w.type != cpu::WeightType::F16)
+    return makeError("weight {} '{}' is {}: GGUF block types are not supported by the CUDA "
+                     "executor yet for this use (compile from a f32/f16/bf16 checkpoint)",
+                     w.id, w.name, weightTypeName(w.type));
+  std::vector<float> f(static_cast<size_t>(n));
+  KILN_RETURN_IF_ERROR(cpu::dequantizeRow(w.type, w.data, f.data(), n));
+  const cpu::WeightType to = form == WeightForm::kF32    ? cpu::WeightType::F32
+                            : form == WeightForm::kBf16 ? cpu::WeightType::BF16
+                                                        : cpu::WeightType::F16;
+  out.resize(size_t(n) * (form == WeightForm::kF32 ? 4 : 2));
+  return cpu::quantizeRow(to, f.data(), out.data(), n);
+}
+
+int64_t formBytes(const BoundWeight& w, WeightForm form) {
+  switch (form) {
+    case WeightForm::kF32: return elements(w) * 4;
+    case WeightForm::kBf16:
+    case WeightForm::kF16: return elements(w) * 2;
+    case WeightForm::kRaw: return int64_t(w.size_bytes);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<WeightForm> weightFormOf(const std::string& type) {
+  if (type == "f32") return WeightForm::kF32;
+  if (type == "bf16") return WeightForm::kBf16;
+  if (type == "f16") return WeightForm::kF16;
+  if (type == "q8_0" || type == "q4_0" || type == "q4_1") return WeightForm::kRaw;
+  return makeError("element type '{}' has no CUDA kernel", type);
+}
+
+Status WeightLayout::add(const Step& step, size_t arg, const WeightStore& weights, WeightForm form) {
+  const StepArg& a = step.args[arg];
+  const BoundWeight* w = weights.find(a.id);
+  if (!w || !w->kernel_ready)
+    return makeError("{} ({}): args[{}]: weight {} is not bound by the weight store", step.path,
+                     stepKindName(step.kind), arg, a.id);
+  auto key = std::make_pair(a.id, form);
+  if (!offset_.count(key)) {
+    offset_[key] = bytes_;
+    bytes_ = alignUp(bytes_ + formBytes(*w, form));
+  }
+  return {};
+}
+
+Status WeightLayout::upload(const DeviceContext& gpu, DeviceMemory& memory, const WeightStore& weights,
+                            bool progress) {
+  KILN_ASSIGN(base, memory.alloc(bytes_, "the weights"));
+  base_ = base;
+  std::vector<HostToDeviceCopy> copies;
+  std::vector<std::vector<uint8_t>> converted;
+  for (const auto& [key, offset] : offset_) {
+    const BoundWeight& w = *weights.find(key.first);
+    const CUdeviceptr dst = base_ + CUdeviceptr(offset);
+    if (uploadsAsBound(w, key.second)) {
+      if (w.data) {
+        copies.push_back({w.data, w.size_bytes, dst});
+        continue;
+      }
+      uint64_t at = 0;
+      for (std::span<const uint8_t> part : w.parts) {
+        copies.push_back({part.data(), part.size(), dst + CUdeviceptr(at)});
+        at += part.size();
+      }
+      continue;
+    }
+    BoundWeight whole = w;
+    std::vector<uint8_t> joined;
+    if (!w.data) {  // conversion reads one buffer
+      for (std::span<const uint8_t> part : w.parts) joined.insert(joined.end(), part.begin(), part.end());
+      whole.data = joined.data();
+      whole.parts.clear();
+    }
+    converted.emplace_back();
+    Status s = convertWeight(whole, key.second, converted.back());
+    if (!s.ok()) return s.error();
+    copies.push_back({converted.back().data(), converted.back().size(), dst});
+  }
+  UploadOptions upload;
+  upload.progress = progress;
+  upload.threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  KILN_RETURN_IF_ERROR(uploadToDevice(*gpu.d, gpu.x, gpu.context, copies, upload));
+  return gpu.d->check(gpu.d->cuCtxSetCurrent(gpu.context), "cuCtxSetCurrent");
+}
+
+CUdeviceptr WeightLayout::at(int64_t id, WeightForm form) const {
+  auto it = offset_.find({id, form});
+  return it == offset_.end() ? 0 : base_ + it->second;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,48 @@
+// Which weights go to the device in which form, and where. A weight may be
+// wanted in several forms (WeightForm); every (weight, form) pair the steps
+// ask for gets an aligned offset in one allocation. A weight bound in its
+// wanted form is copied as it is (from the mapped checkpoint, or its
+// deferred concat_rows parts); any other is converted on the host first,
+// float types through f32. weight_upload.h does the copies. Which form a
+// step's weight takes is the step binding's (bound_step.h: stepWeightForm).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/cuda/executor/device_memory.h"
+#include "runtime/weights/weight_store.h"
+
+namespace kiln::cuda {
+
+// Converted to one element type, or the bound bytes as they are
+// (block-quantized embedding tables).
+enum class WeightForm { kF32, kBf16, kF16, kRaw };
+
+// The form of an element type name ("f32", "bf16", "f16"; "q8_0", "q4_0",
+// "q4_1": raw); another: "element type '...' has no CUDA kernel".
+Result<WeightForm> weightFormOf(const std::string& type);
+
+class WeightLayout {
+ public:
+  // Gives weight args[arg] of `step` in `form` its offset (once per pair);
+  // an error if the weight store has not bound it for kernels.
+  Status add(const Step& step, size_t arg, const WeightStore& weights, WeightForm form);
+  int64_t bytes() const { return bytes_; }
+  // Allocates bytes() and copies every pair to its offset (converting where
+  // needed); `progress`: a progress line on stderr. Leaves the context
+  // current.
+  Status upload(const DeviceContext& gpu, DeviceMemory& memory, const WeightStore& weights, bool progress);
+  // The device address of `id` in `form`; 0 if no step asked for the pair.
+  CUdeviceptr at(int64_t id, WeightForm form) const;
+
+ private:
+  std::map<std::pair<int64_t, WeightForm>, int64_t> offset_;  // -> byte offset
+  int64_t bytes_ = 0;
+  CUdeviceptr base_ = 0;
+};
+
+}  // namespace kiln::cuda
