@@ -14,8 +14,8 @@ BUILD="${1:-$ROOT/build-gpu}"
 out="$BUILD/gpu-bundle"
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-for b in kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln kiln-kernels kiln_attention_bench \
-         hf_logits_gpu_test kiln_gemv_sweep kiln_gemm_search kiln_swiglu_bench; do
+for b in kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln_cuda_vs_cpu_executor_test kiln \
+         kiln-kernels kiln_attention_bench hf_logits_gpu_test kiln_gemv_sweep kiln_gemm_search kiln_swiglu_bench; do
   [[ -x "$BUILD/bin/$b" ]] || { echo "missing $BUILD/bin/$b (build it: ninja -C $BUILD $b)" >&2; exit 1; }
   strip -o "$out/bin/$b" "$BUILD/bin/$b"
 done

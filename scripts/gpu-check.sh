@@ -123,7 +123,8 @@ tests=()
 # ctest files hold the dev machine's absolute paths; run the binaries of the
 # `gpu` label (and the NVRTC compile test) directly when those paths are absent.
 if [[ " $PARTS " == *" kernels "* ]]; then
-tests=("$BUILD/bin/kernels_gpu_test" "$BUILD/bin/kiln_cuda_test" "$BUILD/bin/kiln_cuda_executor_test")
+tests=("$BUILD/bin/kernels_gpu_test" "$BUILD/bin/kiln_cuda_test" "$BUILD/bin/kiln_cuda_executor_test"
+       "$BUILD/bin/kiln_cuda_vs_cpu_executor_test")
 for t in "${tests[@]}"; do
   name="$(basename "$t")"
   if [[ ! -x "$t" ]]; then

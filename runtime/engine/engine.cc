@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/backend/backend.h"
+#include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
-#include "runtime/cpu/kernels/thread_pool.h"
 #ifdef KILN_HAVE_CUDA_EXECUTOR
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/executor/executor.h"
@@ -19,6 +20,7 @@
 #include "runtime/kv/block_pool.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/sampling/stop_checker.h"
+#include "runtime/support/thread_pool.h"
 #include "runtime/tokenizer/gguf_vocab.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/tokenizer/tokenizer_json.h"
@@ -96,55 +98,9 @@ std::optional<std::string> chatTemplateSource(const WeightStore& weights,
   return std::nullopt;
 }
 
-// What the engine needs of a backend: both executors plug in.
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual Status forward(const cpu::BatchInputs& in, std::span<float> logits) = 0;
-  // Whether forwardGreedy runs: each logits row's greedy token computed
-  // where the logits are, so only ids come back.
-  virtual bool greedyOnDevice() const { return false; }
-  virtual Status forwardGreedy(const cpu::BatchInputs&, std::span<int32_t>) {
-    return makeError("this backend computes no greedy tokens itself");
-  }
-  virtual BlockPool& blockPool() = 0;
-  virtual int64_t vocabSize() const = 0;
-  virtual int64_t maxTokens() const = 0;
-  virtual std::string name() const = 0;
-};
-
-template <class Executor>
-class ExecutorBackend final : public Backend {
- public:
-  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name, bool greedy_on_device = false)
-      : ex_(std::move(ex)), name_(std::move(name)), greedy_on_device_(greedy_on_device) {}
-  Status forward(const cpu::BatchInputs& in, std::span<float> logits) override {
-    return ex_->forward(in, logits);
-  }
-  bool greedyOnDevice() const override {
-    if constexpr (kHasGreedy) return greedy_on_device_;
-    return false;
-  }
-  Status forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t> tokens) override {
-    if constexpr (kHasGreedy) return ex_->forwardGreedy(in, tokens);
-    return Backend::forwardGreedy(in, tokens);
-  }
-  BlockPool& blockPool() override { return ex_->blockPool(); }
-  int64_t vocabSize() const override { return ex_->vocabSize(); }
-  int64_t maxTokens() const override { return ex_->maxTokens(); }
-  std::string name() const override { return name_; }
-
- private:
-  static constexpr bool kHasGreedy =
-      requires(Executor& e, const cpu::BatchInputs& in, std::span<int32_t> t) { e.forwardGreedy(in, t); };
-  std::unique_ptr<Executor> ex_;
-  std::string name_;
-  bool greedy_on_device_ = false;
-};
-
 Result<std::unique_ptr<Backend>> createCpuBackend(const Manifest& m, const WeightStore& weights,
                                                   int64_t blocks, const EngineOptions& options) {
-  auto ex = cpu::CpuExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
+  auto ex = cpu::CpuExecutor::create(m, weights, kvPoolConfigFor(m, blocks),
                                      options.max_batch_tokens);
   if (!ex.ok()) return ex.error();
   return std::unique_ptr<Backend>(new ExecutorBackend<cpu::CpuExecutor>(ex.take(), "cpu"));
@@ -157,7 +113,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.progress = options.progress;
   copt.gpu_memory_fraction = options.gpu_memory_fraction;
   copt.tuning = options.cuda;
-  auto ex = cuda::CudaExecutor::create(m, weights, cpu::kvPoolConfigFor(m, blocks),
+  auto ex = cuda::CudaExecutor::create(m, weights, kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();
   std::string name = "cuda " + (*ex)->deviceName();
@@ -352,7 +308,7 @@ Status Engine::Impl::step() {
     batch_kv_lens.push_back(int32_t(begin + count));
   }
   logits.resize(batch.size() * vocab);
-  cpu::BatchInputs in;
+  BatchInputs in;
   in.tokens = batch_tokens;
   in.positions = batch_positions;
   in.slot_mapping = batch_slots;
@@ -387,7 +343,7 @@ Status Engine::Impl::step() {
   // sampler and generator, so the result is the same as one by one: a
   // batch of 32 over a 128k vocabulary is milliseconds of host work on one
   // core), then emit in batch order.
-  cpu::parallelFor(int64_t(batch.size()), 1, [&](int64_t begin, int64_t end) {
+  parallelFor(int64_t(batch.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       Sequence& seq = *batch[size_t(b)].seq;
       if (seq.computed < int64_t(seq.tokens.size())) continue;  // prompt not done yet
@@ -428,7 +384,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
     impl->context_length = std::min(impl->context_length, options.max_context);
 
   progress.stage("weights");
-  if (options.threads > 0) cpu::setKernelThreads(options.threads);
+  if (options.threads > 0) setKernelThreads(options.threads);
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda")
     return makeError("device '{}': expected cpu, cuda or auto", options.device);
   WeightStoreOptions weight_options;

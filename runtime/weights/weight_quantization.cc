@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/cpu/kernels/quant.h"
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/numerics/weight_type.h"
 
 namespace kiln {
 namespace {
@@ -26,18 +26,18 @@ QuantizedWeight int8PerChannel(const float* w, int64_t rows, int64_t cols) {
   QuantizedWeight out;
   const int64_t blocks = cols / kBlock;
   out.packed_type = formats::ElementType::Q8_0;
-  out.packed_bytes = uint64_t(rows * blocks) * sizeof(cpu::BlockQ8_0);
+  out.packed_bytes = uint64_t(rows * blocks) * sizeof(BlockQ8_0);
   out.packed = std::make_unique<uint8_t[]>(out.packed_bytes);
   out.scales.resize(size_t(rows));
-  auto* dst = reinterpret_cast<cpu::BlockQ8_0*>(out.packed.get());
+  auto* dst = reinterpret_cast<BlockQ8_0*>(out.packed.get());
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
     const float scale = absMax(row, cols) / 127.0f;
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     out.scales[size_t(r)] = scale;
     for (int64_t b = 0; b < blocks; ++b) {
-      cpu::BlockQ8_0& block = dst[r * blocks + b];
-      block.d = cpu::f32ToF16(scale);
+      BlockQ8_0& block = dst[r * blocks + b];
+      block.d = f32ToF16(scale);
       for (int64_t j = 0; j < kBlock; ++j)
         block.qs[j] = int8_t(quantizeValue(row[b * kBlock + j], inverse, -127, 127));
     }
@@ -49,10 +49,10 @@ QuantizedWeight int4PerGroup(const float* w, int64_t rows, int64_t cols, int64_t
   QuantizedWeight out;
   const int64_t blocks = cols / kBlock, groups = cols / group;
   out.packed_type = formats::ElementType::Q4_0;
-  out.packed_bytes = uint64_t(rows * blocks) * sizeof(cpu::BlockQ4_0);
+  out.packed_bytes = uint64_t(rows * blocks) * sizeof(BlockQ4_0);
   out.packed = std::make_unique<uint8_t[]>(out.packed_bytes);
   out.scales.resize(size_t(rows * groups));
-  auto* dst = reinterpret_cast<cpu::BlockQ4_0*>(out.packed.get());
+  auto* dst = reinterpret_cast<BlockQ4_0*>(out.packed.get());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* values = w + r * cols + g * group;
@@ -61,8 +61,8 @@ QuantizedWeight int4PerGroup(const float* w, int64_t rows, int64_t cols, int64_t
       const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
       out.scales[size_t(r * groups + g)] = scale;
       for (int64_t b = 0; b < group / kBlock; ++b) {
-        cpu::BlockQ4_0& block = dst[r * blocks + g * (group / kBlock) + b];
-        block.d = cpu::f32ToF16(scale);
+        BlockQ4_0& block = dst[r * blocks + g * (group / kBlock) + b];
+        block.d = f32ToF16(scale);
         const float* x = values + b * kBlock;
         for (int j = 0; j < 16; ++j) {
           const int lo = quantizeValue(x[j], inverse, -8, 7) + 8;

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/cpu/kernels/quant.h"
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/numerics/weight_type.h"
 
 namespace kiln {
 namespace {
@@ -40,9 +40,9 @@ TEST(WeightQuantization, Int8PerChannelPacksQ8BlocksWithTheRowScale) {
     for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[size_t(r * cols + c)]));
     const float scale = amax / 127.0f;
     EXPECT_FLOAT_EQ(q->scales[size_t(r)], scale);
-    const float stored = cpu::f16ToF32(cpu::f32ToF16(scale));
-    const auto* row = q->packed.get() + r * (cols / 32) * sizeof(cpu::BlockQ8_0);
-    ASSERT_TRUE(cpu::dequantizeRow(cpu::WeightType::Q8_0, row, back.data(), cols).ok());
+    const float stored = f16ToF32(f32ToF16(scale));
+    const auto* row = q->packed.get() + r * (cols / 32) * sizeof(BlockQ8_0);
+    ASSERT_TRUE(dequantizeRow(WeightType::Q8_0, row, back.data(), cols).ok());
     for (int64_t c = 0; c < cols; ++c)
       EXPECT_EQ(back[size_t(c)], expectedCode(w[size_t(r * cols + c)], scale, -127, 127) * stored)
           << "row " << r << " col " << c;
@@ -58,15 +58,15 @@ TEST(WeightQuantization, Int4PerGroupPacksQ4BlocksWithTheGroupScale) {
   ASSERT_EQ(q->scales.size(), size_t(rows * cols / group));
   std::vector<float> back(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    const auto* row = q->packed.get() + r * (cols / 32) * sizeof(cpu::BlockQ4_0);
-    ASSERT_TRUE(cpu::dequantizeRow(cpu::WeightType::Q4_0, row, back.data(), cols).ok());
+    const auto* row = q->packed.get() + r * (cols / 32) * sizeof(BlockQ4_0);
+    ASSERT_TRUE(dequantizeRow(WeightType::Q4_0, row, back.data(), cols).ok());
     for (int64_t g = 0; g < cols / group; ++g) {
       float amax = 0;
       for (int64_t c = g * group; c < (g + 1) * group; ++c)
         amax = std::max(amax, std::fabs(w[size_t(r * cols + c)]));
       const float scale = amax / 7.0f;
       EXPECT_FLOAT_EQ(q->scales[size_t(r * (cols / group) + g)], scale);
-      const float stored = cpu::f16ToF32(cpu::f32ToF16(scale));
+      const float stored = f16ToF32(f32ToF16(scale));
       for (int64_t c = g * group; c < (g + 1) * group; ++c)
         EXPECT_EQ(back[size_t(c)], expectedCode(w[size_t(r * cols + c)], scale, -8, 7) * stored)
             << "row " << r << " col " << c;

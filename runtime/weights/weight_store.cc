@@ -11,7 +11,7 @@
 #include <set>
 #include <tuple>
 
-#include "runtime/cpu/kernels/quant.h"
+#include "runtime/numerics/quant.h"
 #include "runtime/weights/weight_quantization.h"
 
 namespace kiln {
@@ -33,14 +33,14 @@ std::optional<ElementType> parseManifestType(const std::string& name) {
   return formats::parseElementTypeName(upper);
 }
 
-std::optional<cpu::WeightType> kernelType(ElementType type) {
+std::optional<WeightType> kernelType(ElementType type) {
   switch (type) {
-    case ElementType::F32: return cpu::WeightType::F32;
-    case ElementType::F16: return cpu::WeightType::F16;
-    case ElementType::BF16: return cpu::WeightType::BF16;
-    case ElementType::Q4_0: return cpu::WeightType::Q4_0;
-    case ElementType::Q4_1: return cpu::WeightType::Q4_1;
-    case ElementType::Q8_0: return cpu::WeightType::Q8_0;
+    case ElementType::F32: return WeightType::F32;
+    case ElementType::F16: return WeightType::F16;
+    case ElementType::BF16: return WeightType::BF16;
+    case ElementType::Q4_0: return WeightType::Q4_0;
+    case ElementType::Q4_1: return WeightType::Q4_1;
+    case ElementType::Q8_0: return WeightType::Q8_0;
     default: return std::nullopt;
   }
 }
@@ -149,13 +149,13 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       store.join(store.weights_[indexOf(input)]);  // quantization reads it whole
       const BoundWeight& ib = store.weights_[indexOf(input)];
       auto ktype = kernelType(ib.format_type);
-      if (ib.shape.size() != 2 || !ktype || cpu::isBlockQuantized(*ktype))
+      if (ib.shape.size() != 2 || !ktype || isBlockQuantized(*ktype))
         return makeError("{}: quantize input {} '{}' must be a float matrix, got {} {}", where,
                          input, ib.name, lower(formats::elementTypeName(ib.format_type)),
                          formats::shapeToString(ib.shape));
       const int64_t rows = ib.shape[0], cols = ib.shape[1];
       std::vector<float> values(size_t(rows * cols));
-      KILN_RETURN_IF_ERROR(cpu::dequantizeRow(*ktype, ib.data, values.data(), rows * cols));
+      KILN_RETURN_IF_ERROR(dequantizeRow(*ktype, ib.data, values.data(), rows * cols));
       auto q = quantizeWeight(prep.scheme, prep.group, values.data(), rows, cols);
       if (!q.ok()) return makeError("{}: {}", where, q.error().message);
       Quantized entry{q.take()};
@@ -294,16 +294,16 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       return makeError("{}: type {} is not supported by the CPU backend (supported: f32, f16, "
                        "bf16, q4_0, q4_1, q8_0)",
                        where, mw.type);
-    if ((*ktype == cpu::WeightType::F16 || *ktype == cpu::WeightType::BF16) &&
+    if ((*ktype == WeightType::F16 || *ktype == WeightType::BF16) &&
         mw.shape.size() <= 1) {
       // Norm weights and biases: the kernels read them as f32.
       auto buffer = std::make_unique<uint8_t[]>(size_t(numel) * 4);
       KILN_RETURN_IF_ERROR(
-          cpu::dequantizeRow(*ktype, bw.data, reinterpret_cast<float*>(buffer.get()), numel));
+          dequantizeRow(*ktype, bw.data, reinterpret_cast<float*>(buffer.get()), numel));
       bw.data = buffer.get();
       bw.size_bytes = uint64_t(numel) * 4;
       bw.format_type = ElementType::F32;
-      *ktype = cpu::WeightType::F32;
+      *ktype = WeightType::F32;
       store.owned_.push_back(std::move(buffer));
     }
     bw.type = *ktype;

@@ -20,7 +20,7 @@
 
 #include "models/formats/model_source.h"
 #include "runtime/artifact/manifest.h"
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/weight_type.h"
 #include "runtime/support/error.h"
 
 namespace kiln {
@@ -30,7 +30,7 @@ struct BoundWeight {
   std::string name;
   formats::ElementType format_type = formats::ElementType::F32;  // type of `data`
   // The kernels' view of `data`; only meaningful when `kernel_ready`.
-  cpu::WeightType type = cpu::WeightType::F32;
+  WeightType type = WeightType::F32;
   bool kernel_ready = false;
   std::vector<int64_t> shape;  // outermost first; [n, k] for a GEMM weight
   const uint8_t* data = nullptr;

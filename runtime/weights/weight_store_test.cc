@@ -9,7 +9,7 @@
 
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/temp_dir.h"
-#include "runtime/cpu/kernels/quant.h"
+#include "runtime/numerics/quant.h"
 
 namespace kiln {
 namespace {
@@ -29,7 +29,7 @@ std::vector<uint8_t> q41Rows(int rows, float start) {
   for (int r = 0; r < rows; ++r) {
     std::vector<float> row(64);
     for (int i = 0; i < 64; ++i) row[size_t(i)] = start + 0.01f * float(r * 64 + i);
-    EXPECT_TRUE(cpu::quantizeRow(cpu::WeightType::Q4_1, row.data(), out.data() + r * 40, 64).ok());
+    EXPECT_TRUE(quantizeRow(WeightType::Q4_1, row.data(), out.data() + r * 40, 64).ok());
   }
   return out;
 }
@@ -53,7 +53,7 @@ class WeightStoreTest : public ::testing::Test {
     d_ = {9, 10, 11, 12};
     std::vector<uint8_t> norm(4 * 2);
     for (int i = 0; i < 4; ++i) {
-      uint16_t bits = cpu::f32ToBf16(0.5f + float(i));
+      uint16_t bits = f32ToBf16(0.5f + float(i));
       std::memcpy(norm.data() + 2 * i, &bits, 2);
     }
     w.addTensor("a.weight", {2, 64}, ElementType::Q4_1, a_)
@@ -133,7 +133,7 @@ TEST_F(WeightStoreTest, ConcatRowsJoinsQuantizedAndPlainRows) {
   const BoundWeight* ab = store->find(2);
   ASSERT_NE(ab, nullptr);
   ASSERT_TRUE(ab->kernel_ready);
-  EXPECT_EQ(ab->type, cpu::WeightType::Q4_1);
+  EXPECT_EQ(ab->type, WeightType::Q4_1);
   EXPECT_EQ(ab->shape, (std::vector<int64_t>{5, 64}));
   ASSERT_EQ(ab->size_bytes, a_.size() + b_.size());
   EXPECT_EQ(std::memcmp(ab->data, a_.data(), a_.size()), 0);
@@ -141,7 +141,7 @@ TEST_F(WeightStoreTest, ConcatRowsJoinsQuantizedAndPlainRows) {
 
   const BoundWeight* cd = store->find(5);
   ASSERT_NE(cd, nullptr);
-  EXPECT_EQ(cd->type, cpu::WeightType::F32);
+  EXPECT_EQ(cd->type, WeightType::F32);
   std::vector<float> got(12);
   ASSERT_EQ(cd->size_bytes, 48u);
   std::memcpy(got.data(), cd->data, 48);
@@ -185,7 +185,7 @@ TEST_F(WeightStoreTest, OneDimensionalBf16BecomesF32) {
   auto store = open(manifest());
   ASSERT_TRUE(store.ok()) << store.error().message;
   const BoundWeight* norm = store->find(6);
-  EXPECT_EQ(norm->type, cpu::WeightType::F32);
+  EXPECT_EQ(norm->type, WeightType::F32);
   const float* v = reinterpret_cast<const float*>(norm->data);
   EXPECT_EQ(std::vector<float>(v, v + 4), (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
 }

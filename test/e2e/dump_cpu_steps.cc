@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/weights/weight_store.h"
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   if (!weights.ok()) return fail(weights.error().message);
   const int64_t budget = int64_t(tokens.size() + decode.size());
   auto executor =
-      cpu::CpuExecutor::create(*manifest, *weights, cpu::kvPoolConfigFor(*manifest, 64), budget);
+      cpu::CpuExecutor::create(*manifest, *weights, kvPoolConfigFor(*manifest, 64), budget);
   if (!executor.ok()) return fail(executor.error().message);
   cpu::CpuExecutor& ex = **executor;
 
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
     if (!table.slots(begin, slots).ok()) return false;
     std::vector<int32_t> blocks(table.blocks().begin(), table.blocks().end());
     std::vector<int32_t> query_start = {0, int32_t(end - begin)}, kv_lens = {int32_t(end)};
-    cpu::BatchInputs in{ids, positions, slots, blocks, int(blocks.size()), query_start, kv_lens};
+    BatchInputs in{ids, positions, slots, blocks, int(blocks.size()), query_start, kv_lens};
     Status status = ex.forward(in, logits);
     if (!status.ok()) std::fprintf(stderr, "%s\n", status.error().message.c_str());
     return status.ok();

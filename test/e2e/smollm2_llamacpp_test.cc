@@ -23,11 +23,12 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/cpu/kernels/ggml_vec.h"
 #include "runtime/cpu/kernels/linear.h"
-#include "runtime/cpu/kernels/quant.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/numerics/quant.h"
 #include "runtime/weights/weight_store.h"
 
 namespace kiln {
@@ -73,7 +74,7 @@ std::vector<float> referenceLogits(const std::string& encoded, size_t vocab) {
   EXPECT_EQ(rc, Z_OK);
   EXPECT_EQ(size, vocab * 2);
   std::vector<float> out(vocab);
-  for (size_t i = 0; i < vocab; ++i) out[i] = cpu::f16ToF32(halves[i]);
+  for (size_t i = 0; i < vocab; ++i) out[i] = f16ToF32(halves[i]);
   return out;
 }
 
@@ -105,7 +106,7 @@ class SmolLM2 : public ::testing::Test {
     }
     weights_ = new WeightStore(weights.take());
     auto executor = cpu::CpuExecutor::create(*manifest_, *weights_,
-                                             cpu::kvPoolConfigFor(*manifest_, 256), 256);
+                                             kvPoolConfigFor(*manifest_, 256), 256);
     if (!executor.ok()) {
       setup_error_ = executor.error().message;
       return;
@@ -136,7 +137,7 @@ class SmolLM2 : public ::testing::Test {
     EXPECT_TRUE(table.slots(begin, slots).ok());
     std::vector<int32_t> blocks(table.blocks().begin(), table.blocks().end());
     std::vector<int32_t> query_start = {0, int32_t(end - begin)}, kv_lens = {int32_t(end)};
-    cpu::BatchInputs in{ids, positions, slots, blocks, int(blocks.size()), query_start, kv_lens};
+    BatchInputs in{ids, positions, slots, blocks, int(blocks.size()), query_start, kv_lens};
     std::vector<float> logits(executor_->vocabSize());
     Status status = executor_->forward(in, logits);
     EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/cpu/kernels/rope.h"
 #include "runtime/cuda/executor/executor.h"
@@ -91,7 +92,7 @@ Status forward(Ex& ex, std::vector<Sequence*>& seqs, std::vector<float>& logits)
   }
   (void)page;
   logits.assign(seqs.size() * size_t(ex.vocabSize()), 0.0f);
-  cpu::BatchInputs in;
+  BatchInputs in;
   in.tokens = tokens;
   in.positions = positions;
   in.slot_mapping = slots;
@@ -388,7 +389,7 @@ int main(int argc, char** argv) {
   copt.tuning.programmatic_launch = programmatic;
   auto t0 = std::chrono::steady_clock::now();
   auto cuda_ex = cuda::CudaExecutor::create(*manifest, *weights,
-                                            cpu::kvPoolConfigFor(*manifest, blocks), max_tokens, copt);
+                                            kvPoolConfigFor(*manifest, blocks), max_tokens, copt);
   if (!cuda_ex) {
     fmt::print(stderr, "SKIP or FAIL: {}\n", cuda_ex.error().message);
     return cuda_ex.error().message.find("no CUDA backend") != std::string::npos ? 77 : 1;
@@ -427,7 +428,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "{}\n", cw.error().message);
       return 1;
     }
-    auto cpu_ex = cpu::CpuExecutor::create(*cm, *cw, cpu::kvPoolConfigFor(*cm, blocks), max_tokens);
+    auto cpu_ex = cpu::CpuExecutor::create(*cm, *cw, kvPoolConfigFor(*cm, blocks), max_tokens);
     if (!cpu_ex) {
       fmt::print(stderr, "cpu: {}\n", cpu_ex.error().message);
       return 1;

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/backend/plan_kv_pool.h"
+
 namespace kiln::cpu {
 namespace {
 

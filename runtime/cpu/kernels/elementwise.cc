@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "runtime/cpu/kernels/ggml_vec.h"
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
 

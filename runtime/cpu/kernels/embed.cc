@@ -1,7 +1,7 @@
 #include "runtime/cpu/kernels/embed.h"
 
-#include "runtime/cpu/kernels/quant.h"
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/weight_type.h"
 #include "runtime/support/error.h"
 
 namespace kiln::cpu {

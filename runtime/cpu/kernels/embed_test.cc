@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/cpu/kernels/kernel_test_util.h"
-#include "runtime/cpu/kernels/quant.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/numerics/testing.h"
 
 namespace kiln::cpu {
 namespace {

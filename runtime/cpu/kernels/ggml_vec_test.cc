@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/cpu/kernels/kernel_test_util.h"
+#include "runtime/numerics/testing.h"
 
 namespace kiln::cpu {
 namespace {

@@ -10,9 +10,9 @@
 #include "runtime/cpu/kernels/embed.h"
 #include "runtime/cpu/kernels/linear.h"
 #include "runtime/cpu/kernels/paged_attention.h"
-#include "runtime/cpu/kernels/quant.h"
 #include "runtime/cpu/kernels/quant_dot.h"
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
 namespace {

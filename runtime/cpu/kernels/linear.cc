@@ -8,9 +8,9 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/cpu/kernels/quant.h"
 #include "runtime/cpu/kernels/quant_dot.h"
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
 namespace {

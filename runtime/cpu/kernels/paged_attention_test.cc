@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "runtime/cpu/kernels/ggml_vec.h"
-#include "runtime/cpu/kernels/kernel_test_util.h"
+#include "runtime/numerics/testing.h"
 
 namespace kiln::cpu {
 namespace {

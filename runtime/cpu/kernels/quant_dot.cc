@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "runtime/cpu/kernels/cpu_isa.h"
-#include "runtime/cpu/kernels/quant.h"
+#include "runtime/numerics/quant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KILN_DOT_X86 1

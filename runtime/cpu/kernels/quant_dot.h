@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/weight_type.h"
 
 namespace kiln::cpu {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
 

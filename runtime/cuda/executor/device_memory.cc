@@ -125,7 +125,7 @@ Status BatchInputBuffer::allocateStaging(DeviceMemory& memory) {
   return {};
 }
 
-size_t BatchInputBuffer::stage(const cpu::BatchInputs& in, int max_blocks) {
+size_t BatchInputBuffer::stage(const BatchInputs& in, int max_blocks) {
   const int64_t b = int64_t(in.kv_lens.size());
   auto put = [&](InputId id, std::span<const int32_t> v) {
     std::memcpy(staging + offset[id], v.data(), v.size() * 4);

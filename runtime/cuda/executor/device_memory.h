@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "runtime/artifact/manifest.h"
-#include "runtime/cpu/executor/executor.h"  // BatchInputs
+#include "runtime/backend/batch.h"
 #include "runtime/cuda/executor/device_context.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/support/error.h"
@@ -105,7 +105,7 @@ struct BatchInputBuffer {
   // Packs `in` into `staging` at the fixed offsets, block tables in rows of
   // `max_blocks` (a graph's fixed stride, at least in.max_blocks; the rest
   // of each row zero). Returns the bytes to copy to `device`.
-  size_t stage(const cpu::BatchInputs& in, int max_blocks);
+  size_t stage(const BatchInputs& in, int max_blocks);
 };
 
 }  // namespace kiln::cuda

@@ -29,7 +29,7 @@ TEST(BatchInputBuffer, StagesBlockTablesAtAGraphsWiderStride) {
   buffer.staging = staging.data();
   const std::vector<int32_t> tokens{7, 8}, positions{3, 5}, slots{3, 5}, tables{1, 2, 4, 6}, starts{0, 1, 2},
       lens{4, 6};
-  cpu::BatchInputs in{tokens, positions, slots, tables, 2, starts, lens};
+  BatchInputs in{tokens, positions, slots, tables, 2, starts, lens};
   EXPECT_EQ(buffer.stage(in, 4), size_t(25 + 2 * 4) * 4);  // two rows of 4: [1 2 0 0] [4 6 0 0]
   EXPECT_EQ(staging[buffer.offset[kTokens] + 1], 8);
   EXPECT_EQ(staging[buffer.offset[kKvLens] + 1], 6);

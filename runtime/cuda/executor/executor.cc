@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "codegen/kernels/kernel_params.cuh"
-#include "runtime/cpu/kernels/quant.h"
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cuda/executor/attention.h"
 #include "runtime/cuda/executor/bound_step.h"
 #include "runtime/cuda/executor/device_context.h"
@@ -23,6 +22,8 @@
 #include "runtime/cuda/executor/launch_shape.h"
 #include "runtime/cuda/executor/launcher.h"
 #include "runtime/cuda/executor/weight_forms.h"
+#include "runtime/numerics/quant.h"
+#include "runtime/support/thread_pool.h"
 
 namespace kiln::cuda {
 
@@ -47,7 +48,7 @@ Result<const Entry*> forwardEntry(const Manifest& manifest, const KvPoolConfig& 
   const KvCacheConfig& mk = manifest.kv_cache;
   if (mk.type != "bf16" && mk.type != "f32")
     return makeError("{}: kv_cache.type: the CUDA pools hold bf16 or f32, got {}", mpath, mk.type);
-  KILN_RETURN_IF_ERROR(cpu::checkPoolMatchesManifest(kv, manifest));
+  KILN_RETURN_IF_ERROR(checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 20))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 20);
   if (entry->outputs.size() != 1 || entry->outputs[0].name != "logits")
@@ -201,9 +202,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   return ex;
 }
 
-Status CudaExecutor::checkBatch(const cpu::BatchInputs& in, size_t out_values) const {
+Status CudaExecutor::checkBatch(const BatchInputs& in, size_t out_values) const {
   const KvPoolConfig& pool = pool_->config();
-  KILN_RETURN_IF_ERROR(cpu::checkBatchInputs(
+  KILN_RETURN_IF_ERROR(checkBatchInputs(
       in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size, logits_per_sequence_}, out_values));
   if (int64_t(in.block_tables.size()) > backend_->inputs.block_table_capacity)
     return makeError("forward: block_tables has {} entries; the CUDA executor's buffer holds {}",
@@ -333,7 +334,7 @@ Result<CUgraphExec> CudaExecutor::Backend::decodeGraph(const LaunchShape& shape)
   return graphs.capture(shape, prepare, enqueue);
 }
 
-Result<LaunchShape> CudaExecutor::launchForward(const cpu::BatchInputs& in, bool greedy) {
+Result<LaunchShape> CudaExecutor::launchForward(const BatchInputs& in, bool greedy) {
   Backend& backend = *backend_;
   const DeviceContext& gpu = backend.gpu;
   const CudaDriver* d = gpu.d;
@@ -395,7 +396,7 @@ Status CudaExecutor::Backend::copyBackAndWait(void* to, CUdeviceptr from, size_t
   return {};
 }
 
-Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits_out) {
+Status CudaExecutor::forward(const BatchInputs& in, std::span<float> logits_out) {
   KILN_RETURN_IF_ERROR(checkBatch(in, logits_out.size()));
   KILN_ASSIGN(shape, launchForward(in, /*greedy=*/false));
   Backend& backend = *backend_;
@@ -408,14 +409,14 @@ Status CudaExecutor::forward(const cpu::BatchInputs& in, std::span<float> logits
     std::memcpy(logits_out.data(), backend.logits_host, bytes);
   } else {
     const uint16_t* h = static_cast<const uint16_t*>(backend.logits_host);
-    cpu::parallelFor(out_rows * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = cpu::bf16ToF32(h[i]);
+    parallelFor(out_rows * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = bf16ToF32(h[i]);
     });
   }
   return {};
 }
 
-Status CudaExecutor::forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t> tokens_out) {
+Status CudaExecutor::forwardGreedy(const BatchInputs& in, std::span<int32_t> tokens_out) {
   const int64_t out_rows = int64_t(logits_per_sequence_ ? in.kv_lens.size() : in.tokens.size());
   if (int64_t(tokens_out.size()) < out_rows)
     return makeError("forward: tokens_out holds {} ids; expected one per logits row ({})", tokens_out.size(),

@@ -1,5 +1,5 @@
 // The CUDA backend's executor: runs an artifact's `forward` entry on one GPU
-// with the same contract as cpu::CpuExecutor (same manifest, step kinds and
+// with the same contract as the CPU executor (same manifest, step kinds and
 // BatchInputs). At creation it uploads the weights into one device
 // allocation (GEMM weights as bf16, norm weights as f32, embedding tables as
 // bound), allocates one arena (bytes_per_token x T_max) and the paged KV
@@ -30,8 +30,8 @@
 #include <string>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/backend/batch.h"
 #include "runtime/cuda/cuda_tuning.h"
-#include "runtime/cpu/executor/executor.h"  // BatchInputs, kvPoolConfigFor
 #include "runtime/kv/block_pool.h"
 #include "runtime/support/error.h"
 #include "runtime/weights/weight_store.h"
@@ -68,11 +68,11 @@ class CudaExecutor {
 
   // Runs `forward`. logits_out: [B, vocab] f32, each sequence's last-token
   // logits. A bad batch is an error before anything is launched.
-  Status forward(const cpu::BatchInputs& in, std::span<float> logits_out);
+  Status forward(const BatchInputs& in, std::span<float> logits_out);
   // Runs `forward` and each logits row's argmax on the GPU (largest logit,
   // NaN ignored, lowest id on ties: sampling::Sampler's greedy rule), so
   // only tokens_out ([B] ids) comes back. Same batch checks as forward.
-  Status forwardGreedy(const cpu::BatchInputs& in, std::span<int32_t> tokens_out);
+  Status forwardGreedy(const BatchInputs& in, std::span<int32_t> tokens_out);
 
   BlockPool& blockPool() { return *pool_; }
   int64_t vocabSize() const { return vocab_; }
@@ -86,11 +86,11 @@ class CudaExecutor {
  private:
   CudaExecutor() = default;
   // `out_values`: what the caller's output holds, in logits floats.
-  Status checkBatch(const cpu::BatchInputs& in, size_t out_values) const;
+  Status checkBatch(const BatchInputs& in, size_t out_values) const;
   // Stages the inputs and launches the forward (graph or steps) for `in`,
   // ending in the argmax when `greedy`; nothing is synchronized. Returns the
   // shape launched.
-  Result<LaunchShape> launchForward(const cpu::BatchInputs& in, bool greedy);
+  Result<LaunchShape> launchForward(const BatchInputs& in, bool greedy);
 
   std::unique_ptr<BlockPool> pool_;
   // What it holds on the device: the owners of the driver objects and

@@ -5,9 +5,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cpu/kernels/quant.h"
 #include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/executor/weight_upload.h"
+#include "runtime/numerics/quant.h"
 
 namespace kiln::cuda {
 
@@ -21,26 +21,26 @@ int64_t elements(const BoundWeight& w) {
 
 // True when the device form is the bound bytes themselves (no conversion).
 bool uploadsAsBound(const BoundWeight& w, WeightForm form) {
-  return form == WeightForm::kRaw || (form == WeightForm::kF32 && w.type == cpu::WeightType::F32) ||
-         (form == WeightForm::kBf16 && w.type == cpu::WeightType::BF16) ||
-         (form == WeightForm::kF16 && w.type == cpu::WeightType::F16);
+  return form == WeightForm::kRaw || (form == WeightForm::kF32 && w.type == WeightType::F32) ||
+         (form == WeightForm::kBf16 && w.type == WeightType::BF16) ||
+         (form == WeightForm::kF16 && w.type == WeightType::F16);
 }
 
 // The bytes of `w` in `form`, for a form that is not its bound bytes
 // (uploadsAsBound is false): float weights are converted through f32.
 Status convertWeight(const BoundWeight& w, WeightForm form, std::vector<uint8_t>& out) {
   const int64_t n = elements(w);
-  if (w.type != cpu::WeightType::F32 && w.type != cpu::WeightType::BF16 && w.type != cpu::WeightType::F16)
+  if (w.type != WeightType::F32 && w.type != WeightType::BF16 && w.type != WeightType::F16)
     return makeError("weight {} '{}' is {}: GGUF block types are not supported by the CUDA "
                      "executor yet for this use (compile from a f32/f16/bf16 checkpoint)",
                      w.id, w.name, weightTypeName(w.type));
   std::vector<float> f(static_cast<size_t>(n));
-  KILN_RETURN_IF_ERROR(cpu::dequantizeRow(w.type, w.data, f.data(), n));
-  const cpu::WeightType to = form == WeightForm::kF32    ? cpu::WeightType::F32
-                            : form == WeightForm::kBf16 ? cpu::WeightType::BF16
-                                                        : cpu::WeightType::F16;
+  KILN_RETURN_IF_ERROR(dequantizeRow(w.type, w.data, f.data(), n));
+  const WeightType to = form == WeightForm::kF32    ? WeightType::F32
+                        : form == WeightForm::kBf16 ? WeightType::BF16
+                                                    : WeightType::F16;
   out.resize(size_t(n) * (form == WeightForm::kF32 ? 4 : 2));
-  return cpu::quantizeRow(to, f.data(), out.data(), n);
+  return quantizeRow(to, f.data(), out.data(), n);
 }
 
 int64_t formBytes(const BoundWeight& w, WeightForm form) {

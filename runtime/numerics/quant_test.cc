@@ -1,4 +1,4 @@
-#include "runtime/cpu/kernels/quant.h"
+#include "runtime/numerics/quant.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -7,9 +7,9 @@
 #include <iterator>
 #include <string>
 
-#include "runtime/cpu/kernels/kernel_test_util.h"
+#include "runtime/numerics/testing.h"
 
-namespace kiln::cpu {
+namespace kiln {
 namespace {
 
 using testing::kAllWeightTypes;
@@ -181,4 +181,4 @@ TEST(QuantizeTest, RoundTripErrorIsWithinHalfAStep) {
 }
 
 }  // namespace
-}  // namespace kiln::cpu
+}  // namespace kiln

@@ -1,4 +1,4 @@
-// Test-only helpers shared by the kernel tests: random data, NaN poisoning to
+// Test-only helpers shared by the numerics and CPU kernel tests: random data, NaN poisoning to
 // catch unwritten outputs, and naive float64 decoders of the ggml block
 // formats written straight from the format description (independent of
 // quant.cc).
@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/weight_type.h"
 
-namespace kiln::cpu::testing {
+namespace kiln::testing {
 
 inline std::vector<float> randomFloats(std::mt19937& rng, size_t n, float lo = -1.0f,
                                        float hi = 1.0f) {
@@ -88,4 +88,4 @@ inline constexpr WeightType kAllWeightTypes[] = {WeightType::F32,  WeightType::F
                                                  WeightType::BF16, WeightType::Q4_0,
                                                  WeightType::Q4_1, WeightType::Q8_0};
 
-}  // namespace kiln::cpu::testing
+}  // namespace kiln::testing

@@ -1,11 +1,13 @@
-// A small persistent thread pool for the CPU kernels. Kernels split their
-// outer loop (output columns, (sequence, head) pairs, rows) with parallelFor;
-// workers park on a condition variable between calls so a decode step does
-// not pay thread creation. One job runs at a time; a parallelFor issued from
-// inside a job (or from a second thread while one runs) executes inline, so
-// nested calls are safe and never deadlock. Waiting threads spin for a few
-// tens of microseconds before blocking: a decode step issues kernels back to
-// back, and a condition-variable wake-up costs about as much as a small GEMV.
+// A small persistent thread pool for host loops. The CPU kernels split their
+// outer loop (output columns, (sequence, head) pairs, rows) with parallelFor,
+// the engine its per-sequence sampling and the CUDA executor its logits
+// conversion to f32. Workers park on a condition variable between calls so a
+// decode step does not pay thread creation. One job runs at a time; a
+// parallelFor issued from inside a job (or from a second thread while one
+// runs) executes inline, so nested calls are safe and never deadlock.
+// Waiting threads spin for a few tens of microseconds before blocking: a
+// decode step issues kernels back to back, and a condition-variable wake-up
+// costs about as much as a small GEMV.
 #pragma once
 
 #include <atomic>
@@ -16,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-namespace kiln::cpu {
+namespace kiln {
 
 class ThreadPool {
  public:
@@ -53,7 +55,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
-// The process-wide pool the kernels use. Its size starts at the hardware core
+// The process-wide pool parallelFor uses. Its size starts at the hardware core
 // count (std::thread::hardware_concurrency) or KILN_CPU_THREADS if set.
 ThreadPool& kernelThreadPool();
 // Rebuilds the process-wide pool with n threads (0 = hardware cores). Not safe
@@ -64,4 +66,4 @@ int kernelThreads();
 // Shorthand for kernelThreadPool().parallelFor(...).
 void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-}  // namespace kiln::cpu
+}  // namespace kiln

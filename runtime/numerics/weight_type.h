@@ -1,14 +1,15 @@
-// Weight element types the CPU kernels read, with ggml's block layouts.
-// Activations are always f32; weights may be stored as plain rows (f32, f16,
-// bf16) or as 32-element quantized blocks. The full model-format enum lives in
-// models/formats/tensor_info.h; the step executor maps it onto this one.
+// Weight element types the weight store binds and the backends read, with
+// ggml's block layouts. Activations are always f32 on the CPU; weights may be
+// stored as plain rows (f32, f16, bf16) or as 32-element quantized blocks. The
+// full model-format enum lives in models/formats/tensor_info.h; the weight
+// store maps it onto this one.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-namespace kiln::cpu {
+namespace kiln {
 
 enum class WeightType { F32, F16, BF16, Q4_0, Q4_1, Q8_0 };
 
@@ -63,4 +64,4 @@ constexpr std::string_view weightTypeName(WeightType type) {
   return "?";
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln

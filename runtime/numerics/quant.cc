@@ -1,11 +1,11 @@
-#include "runtime/cpu/kernels/quant.h"
+#include "runtime/numerics/quant.h"
 
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
-namespace kiln::cpu {
+namespace kiln {
 namespace {
 
 uint32_t floatBits(float f) {
@@ -220,4 +220,4 @@ Status quantizeRow(WeightType type, const float* src, void* dst, int64_t n) {
   return Status::success();
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln

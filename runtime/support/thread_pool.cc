@@ -1,4 +1,4 @@
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/support/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-namespace kiln::cpu {
+namespace kiln {
 namespace {
 
 // Set while a thread executes a chunk, so nested parallelFor runs inline.
@@ -136,4 +136,4 @@ void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
   kernelThreadPool().parallelFor(n, grain, fn);
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln

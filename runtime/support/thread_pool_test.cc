@@ -1,11 +1,11 @@
-#include "runtime/cpu/kernels/thread_pool.h"
+#include "runtime/support/thread_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <vector>
 
-namespace kiln::cpu {
+namespace kiln {
 namespace {
 
 TEST(ThreadPoolTest, CoversEveryIndexOnce) {
@@ -48,4 +48,4 @@ TEST(ThreadPoolTest, KernelThreadsAreSettable) {
 }
 
 }  // namespace
-}  // namespace kiln::cpu
+}  // namespace kiln

@@ -1,15 +1,16 @@
 // Conversions between f32 and the weight formats of weight_type.h: scalar
-// half-precision conversions, row dequantization (used for embeddings and for
-// the f32 tiles fed to sgemm), and ggml-compatible row quantization (used by
-// tests and for load-time weight preparation).
+// half-precision conversions, row dequantization (used by the CPU kernels for
+// embeddings and for the f32 tiles fed to sgemm), and ggml-compatible row
+// quantization (used by tests and for load-time weight preparation: the weight
+// store's, and the CUDA executor's rows in the form its GEMMs read).
 #pragma once
 
 #include <cstdint>
 
-#include "runtime/cpu/kernels/weight_type.h"
+#include "runtime/numerics/weight_type.h"
 #include "runtime/support/error.h"
 
-namespace kiln::cpu {
+namespace kiln {
 
 // IEEE binary16 <-> f32. toF16 rounds to nearest even, like numpy's astype.
 float f16ToF32(uint16_t bits);
@@ -34,4 +35,4 @@ Status dequantizeRow(WeightType type, const void* src, float* dst, int64_t n);
 // numpy quantizers (which ggml's C reference quantizers also match).
 Status quantizeRow(WeightType type, const float* src, void* dst, int64_t n);
 
-}  // namespace kiln::cpu
+}  // namespace kiln

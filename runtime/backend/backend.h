@@ -1,0 +1,65 @@
+// What the engine drives: one executor behind a small virtual interface, so
+// the scheduler is written once for every backend. An executor plugs in
+// through ExecutorBackend; which one runs is the engine's choice.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "runtime/backend/batch.h"
+#include "runtime/kv/block_pool.h"
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Status forward(const BatchInputs& in, std::span<float> logits) = 0;
+  // Whether forwardGreedy runs: each logits row's greedy token computed
+  // where the logits are, so only ids come back.
+  virtual bool greedyOnDevice() const { return false; }
+  virtual Status forwardGreedy(const BatchInputs&, std::span<int32_t>) {
+    return makeError("this backend computes no greedy tokens itself");
+  }
+  virtual BlockPool& blockPool() = 0;
+  virtual int64_t vocabSize() const = 0;
+  virtual int64_t maxTokens() const = 0;
+  virtual std::string name() const = 0;
+};
+
+// An executor with forward, blockPool, vocabSize and maxTokens (and, if it
+// has one, forwardGreedy) as a Backend.
+template <class Executor>
+class ExecutorBackend final : public Backend {
+ public:
+  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name, bool greedy_on_device = false)
+      : ex_(std::move(ex)), name_(std::move(name)), greedy_on_device_(greedy_on_device) {}
+  Status forward(const BatchInputs& in, std::span<float> logits) override {
+    return ex_->forward(in, logits);
+  }
+  bool greedyOnDevice() const override {
+    if constexpr (kHasGreedy) return greedy_on_device_;
+    return false;
+  }
+  Status forwardGreedy(const BatchInputs& in, std::span<int32_t> tokens) override {
+    if constexpr (kHasGreedy) return ex_->forwardGreedy(in, tokens);
+    return Backend::forwardGreedy(in, tokens);
+  }
+  BlockPool& blockPool() override { return ex_->blockPool(); }
+  int64_t vocabSize() const override { return ex_->vocabSize(); }
+  int64_t maxTokens() const override { return ex_->maxTokens(); }
+  std::string name() const override { return name_; }
+
+ private:
+  static constexpr bool kHasGreedy =
+      requires(Executor& e, const BatchInputs& in, std::span<int32_t> t) { e.forwardGreedy(in, t); };
+  std::unique_ptr<Executor> ex_;
+  std::string name_;
+  bool greedy_on_device_ = false;
+};
+
+}  // namespace kiln

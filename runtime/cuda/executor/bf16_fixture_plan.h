@@ -1,0 +1,39 @@
+// Test-only: a fixture's f32 plan with every activation and the KV cache in
+// bf16 (rows half as wide in bytes, the planned offsets kept); weights stay
+// f32. The bf16 plan the executor tests run on the tiny-llama fixture, here
+// and in test/gpu/cuda_vs_cpu_executor_test.cc.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/support/error.h"
+
+namespace kiln::cuda::testing {
+
+// `fixture`: a folder with artifact/manifest.json.
+inline Result<Manifest> bf16Plan(const std::string& fixture) {
+  const std::string path = fixture + "/artifact/manifest.json";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded()) return makeError("fixture manifest is not JSON");
+  j["activation_type"] = "bf16";
+  j["kv_cache"]["type"] = "bf16";
+  for (auto& [name, entry] : j["entries"].items()) {
+    for (auto& v : entry["values"]) {
+      v["type"] = "bf16";
+      v["row_bytes"] = v["row_bytes"].get<int64_t>() / 2;
+    }
+    for (auto& step : entry["steps"])
+      if (step["params"].contains("kv_type")) step["params"]["kv_type"] = "bf16";
+  }
+  return Manifest::parse(j.dump(), path);
+}
+
+}  // namespace kiln::cuda::testing

@@ -1,0 +1,182 @@
+// The CUDA executor against the CPU executor on the tiny-llama fixture: the
+// fixture's f32 plan through both, and a bf16 prefill long enough for the
+// fused SwiGLU GEMM against the CPU's f32. Without a GPU each test checks the
+// CUDA executor's error and stops, so ctest runs it everywhere; the runs need
+// the GPU machine (scripts/gpu-check.sh).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "runtime/backend/plan_kv_pool.h"
+#include "runtime/cpu/executor/executor.h"
+#include "runtime/cuda/executor/bf16_fixture_plan.h"
+#include "runtime/cuda/executor/executor.h"
+
+namespace kiln::cuda {
+namespace {
+
+const std::string kFixture = KILN_TINY_LLAMA_DIR;
+
+// ||got - want|| / ||want|| over the whole vector.
+double relativeL2(std::span<const float> got, std::span<const float> want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// The fixture's own plan, f32 (vLLM's --dtype float32): past the type
+// checks, and with a GPU its logits are the CPU executor's on the same
+// artifact to f32 rounding, through the CUDA-core attention (prefill, and
+// decode split over 4 key partitions with the combine), cuBLASLt f32 GEMMs
+// at every row count, and the argmax over f32 logits.
+TEST(CudaExecutor, RunsTheF32FixtureAsTheCpuExecutorDoes) {
+  auto manifest = Manifest::load(kFixture + "/artifact");
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  ASSERT_EQ(manifest->activation_type, "f32");
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const KvPoolConfig kv = kvPoolConfigFor(*manifest, 64);
+  constexpr int64_t kMaxTokens = 640;
+  auto ex = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false});
+  if (!ex.ok()) {
+    EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+    std::printf("no GPU: checked the error (%s); the f32 run needs the GPU machine\n",
+                ex.error().message.substr(0, ex.error().message.find('\n')).c_str());
+    return;
+  }
+  auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, kMaxTokens);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+  const int64_t vocab = (*ex)->vocabSize();
+  ASSERT_EQ(vocab, (*cpu_ex)->vocabSize());
+  constexpr double kTolerance = 1e-4;
+
+  // Prefill: sequence 0 a 600-token prompt in blocks 0..37, sequence 1 five
+  // tokens in block 40.
+  std::vector<int32_t> tokens, positions, slots;
+  for (int i = 0; i < 600; ++i) {
+    tokens.push_back((i * 37 + 11) % int(vocab));
+    positions.push_back(i);
+    slots.push_back(i);
+  }
+  for (int i = 0; i < 5; ++i) {
+    tokens.push_back((i * 5 + 3) % int(vocab));
+    positions.push_back(i);
+    slots.push_back(40 * 16 + i);
+  }
+  std::vector<int32_t> tables(2 * 40, 0), query_start{0, 600, 605}, kv_lens{600, 5};
+  for (int b = 0; b < 38; ++b) tables[size_t(b)] = b;
+  tables[40] = 40;
+  BatchInputs prefill{tokens, positions, slots, tables, 40, query_start, kv_lens};
+  std::vector<float> gpu(size_t(2 * vocab)), cpu(size_t(2 * vocab));
+  Status s = (*ex)->forward(prefill, gpu);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  s = (*cpu_ex)->forward(prefill, cpu);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const double prefill_error = relativeL2(gpu, cpu);
+  EXPECT_LE(prefill_error, kTolerance) << "prefill";
+
+  // Decode both (graph replays; 601+ keys split 4 ways), the next token the
+  // GPU's greedy pick, which must be the argmax of its logits.
+  auto hostArgmax = [&](const float* row) {
+    return int32_t(std::max_element(row, row + vocab) - row);
+  };
+  std::vector<int32_t> next{hostArgmax(gpu.data()), hostArgmax(gpu.data() + vocab)};
+  double decode_error = 0;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<int32_t> dp{600 + step, 5 + step}, ds{600 + step, 40 * 16 + 5 + step};
+    std::vector<int32_t> dq{0, 1, 2}, dkv{601 + step, 6 + step};
+    BatchInputs decode{next, dp, ds, tables, 40, dq, dkv};
+    ASSERT_TRUE((*ex)->forward(decode, gpu).ok());
+    ASSERT_TRUE((*cpu_ex)->forward(decode, cpu).ok());
+    decode_error = std::max(decode_error, relativeL2(gpu, cpu));
+    EXPECT_LE(relativeL2(gpu, cpu), kTolerance) << "decode step " << step;
+    std::vector<int32_t> greedy(2, -1);
+    s = (*ex)->forwardGreedy(decode, greedy);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(greedy[0], hostArgmax(gpu.data())) << "step " << step;
+    EXPECT_EQ(greedy[1], hostArgmax(gpu.data() + vocab)) << "step " << step;
+    next = greedy;
+  }
+
+  // A second prefill of another row count (525, after 605 and the decode
+  // steps): new GEMM plans beside the cached ones. Sequence 0 starts over
+  // with 520 tokens in its blocks; sequence 1's five are written again.
+  tokens.erase(tokens.begin() + 520, tokens.begin() + 600);
+  positions.erase(positions.begin() + 520, positions.begin() + 600);
+  slots.erase(slots.begin() + 520, slots.begin() + 600);
+  std::vector<int32_t> query_start2{0, 520, 525}, kv_lens2{520, 5};
+  BatchInputs prefill2{tokens, positions, slots, tables, 40, query_start2, kv_lens2};
+  ASSERT_TRUE((*ex)->forward(prefill2, gpu).ok());
+  ASSERT_TRUE((*cpu_ex)->forward(prefill2, cpu).ok());
+  const double second_prefill_error = relativeL2(gpu, cpu);
+  EXPECT_LE(second_prefill_error, kTolerance) << "second prefill";
+  std::printf("f32 plan: CUDA vs CPU executor logits, relative L2 %.3g (prefill), %.3g (worst decode step), "
+              "%.3g (a second prefill of another length)\n",
+              prefill_error, decode_error, second_prefill_error);
+}
+
+// A prefill of 1100 rows (five sequences of 220), past kFusedSwiGluMinRows:
+// on Hopper the gate/up projection and silu_mul run as one gemm_swiglu_wgmma
+// launch. Its logits must match the CPU executor on the fixture's f32 plan
+// (the float reference) to the bf16 plan's tolerance, as the cuBLASLt +
+// silu_mul path's do (--no-fused-swiglu), and differ from that path's (the
+// fused one never rounds gate/up to bf16): both paths really ran.
+TEST(CudaExecutor, FusedSwiGluPrefillMatchesTheCpuExecutor) {
+  auto manifest = testing::bf16Plan(kFixture);
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  constexpr int kSequences = 5, kLength = 220, kBlocks = (kLength + 15) / 16;
+  constexpr int64_t kMaxTokens = kSequences * kLength;
+  const KvPoolConfig kv = kvPoolConfigFor(*manifest, kSequences * kBlocks);
+  auto fused = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false});
+  if (!fused.ok()) {
+    EXPECT_NE(fused.error().message.find("no CUDA backend"), std::string::npos) << fused.error().message;
+    std::printf("no GPU: checked the error; the fused prefill needs the GPU machine\n");
+    return;
+  }
+  auto unfused = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false, .tuning = {.fused_swiglu = false}});
+  ASSERT_TRUE(unfused.ok()) << unfused.error().message;
+  auto f32_manifest = Manifest::load(kFixture + "/artifact");
+  ASSERT_TRUE(f32_manifest.ok()) << f32_manifest.error().message;
+  auto f32_weights = WeightStore::open(*f32_manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(f32_weights.ok()) << f32_weights.error().message;
+  auto cpu_ex = cpu::CpuExecutor::create(*f32_manifest, *f32_weights, kvPoolConfigFor(*f32_manifest, kSequences * kBlocks),
+                                         kMaxTokens);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+
+  const int64_t vocab = (*fused)->vocabSize();
+  std::vector<int32_t> tokens, positions, slots, tables(size_t(kSequences * kBlocks)), query_start{0}, kv_lens;
+  for (int b = 0; b < kSequences; ++b) {
+    for (int i = 0; i < kLength; ++i) {
+      tokens.push_back((i * 31 + b * 7 + 3) % int(vocab));
+      positions.push_back(i);
+      slots.push_back((b * kBlocks + i / 16) * 16 + i % 16);
+    }
+    for (int j = 0; j < kBlocks; ++j) tables[size_t(b * kBlocks + j)] = b * kBlocks + j;
+    query_start.push_back(query_start.back() + kLength);
+    kv_lens.push_back(kLength);
+  }
+  BatchInputs prefill{tokens, positions, slots, tables, kBlocks, query_start, kv_lens};
+  std::vector<float> with(size_t(kSequences * vocab)), without(with.size()), reference(with.size());
+  ASSERT_TRUE((*fused)->forward(prefill, with).ok());
+  ASSERT_TRUE((*unfused)->forward(prefill, without).ok());
+  ASSERT_TRUE((*cpu_ex)->forward(prefill, reference).ok());
+  const double fused_error = relativeL2(with, reference), unfused_error = relativeL2(without, reference);
+  EXPECT_LE(fused_error, 2e-2) << "fused SwiGLU prefill against the CPU executor's f32";
+  EXPECT_LE(unfused_error, 2e-2) << "cuBLASLt + silu_mul prefill against the CPU executor's f32";
+  EXPECT_NE(with, without) << "the fused and unfused prefills gave identical logits: did both paths run?";
+  std::printf("prefill of %lld rows, logits against the CPU executor's f32: fused SwiGLU %.3g, cuBLASLt + "
+              "silu_mul %.3g\n",
+              (long long)kMaxTokens, fused_error, unfused_error);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
