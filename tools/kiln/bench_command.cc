@@ -15,6 +15,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/engine/engine.h"
+#include "runtime/support/data_dir.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/kiln/cli_args.h"
 #include "tools/kiln/commands.h"
@@ -99,15 +100,16 @@ Result<Figures> benchKiln(Engine& engine, const std::vector<int32_t>& prompt, in
   return measured[measured.size() / 2];
 }
 
-// Runs a peer script (under scripts/) with the prompt ids in a temporary
+// Runs a peer script (share/kiln/scripts beside the binary) with the prompt ids in a temporary
 // file after `--prompt-ids`; returns the JSON object it prints on stdout,
 // which must hold `required`. `needs` says what the peer needs when it fails.
 Result<nlohmann::json> runPeerScript(const char* name, const std::vector<int32_t>& prompt,
                                      const std::string& args, const char* required, const char* needs) {
-  const std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/" + name;
+  auto script = helperScript(name);
+  if (!script.ok()) return script.error();
   const std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
   std::ofstream(ids_path) << nlohmann::json(prompt).dump();
-  const std::string command = fmt::format("python3 {} --prompt-ids {} {}", script, ids_path, args);
+  const std::string command = fmt::format("python3 '{}' --prompt-ids {} {}", script->string(), ids_path, args);
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) {
     std::remove(ids_path.c_str());
