@@ -14,16 +14,16 @@
 # and the build travels as its small gpu-bundle (scripts/gpu-bundle.sh build-gpu,
 # which builds build-gpu and the artifacts first):
 #   call 1, carry [".xfer/1", "build-gpu/gpu-bundle"]:
-#     mkdir -p /tmp/kiln-xfer /tmp/kiln-build && cp .xfer/1/* /tmp/kiln-xfer/ &&
-#     cp -r build-gpu/gpu-bundle/. /tmp/kiln-build/ &&
+#     mkdir -p /tmp/kiln-xfer /tmp/build-gpu && cp .xfer/1/* /tmp/kiln-xfer/ &&
+#     cp -r build-gpu/gpu-bundle/. /tmp/build-gpu/ &&
 #     KILN_GPU_PARTS="kernels attention sanitizer bench" KILN_BENCH_RUNS="b1 b32 prefill" \
-#       scripts/gpu-check.sh /tmp/kiln-build
+#       scripts/gpu-check.sh /tmp/build-gpu
 #   call 2, within 30 s of call 1's end (/tmp is kept while the machine is warm),
 #   carry [".xfer/2", ".whl"]:
 #     cp .xfer/2/* /tmp/kiln-xfer/ && scripts/split-for-device.sh --join /tmp/kiln-xfer &&
 #     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
-#     KILN_GPU_PARTS="hf trained" scripts/gpu-check.sh /tmp/kiln-build
+#     KILN_GPU_PARTS="hf trained" scripts/gpu-check.sh /tmp/build-gpu
 # $OUT/0-report.txt collects every figure (written even when a limit stops the run).
 #
 # Parts (KILN_GPU_PARTS, default "kernels hf"):
@@ -175,9 +175,9 @@ fi
 
 # The HBM read ceiling beside torch's sum over 4 GiB: kiln's own single-row
 # GEMV over 4 GB of weights (kiln_gemv_sweep --read-probe) reads faster than
-# the sum on the H200 (4585 vs 4184 GB/s, 2026-11-29), and a ceiling a kernel
-# beats is no ceiling. kiln bench's roofline (scripts/hf_bench.py, through
-# KILN_READ_PROBE_GBPS) and the attention part take the higher of the two.
+# the sum on the H200, and a ceiling a kernel beats is no ceiling. kiln
+# bench's roofline (scripts/hf_bench.py, through KILN_READ_PROBE_GBPS) and
+# the attention part take the higher of the two.
 write_report
 if [[ " $PARTS " == *" bench "* || " $PARTS " == *" attention "* || " $PARTS " == *" hf "* ]]; then
   echo "== HBM read probe (kiln's GEMV)"

@@ -23,8 +23,8 @@
 # about 10 MiB), which call 2 finds in /tmp; each call under 61 MiB:
 #   scripts/split-for-device.sh ~/.cache/kiln/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 #   call 1, carry [.xfer/1, build-gpu/gpu-bundle]:
-#     mkdir -p /tmp/kiln-xfer /tmp/kiln-build && cp .xfer/1/* /tmp/kiln-xfer/ &&
-#     cp -r build-gpu/gpu-bundle/. /tmp/kiln-build/ && scripts/gpu-check.sh /tmp/kiln-build ...
+#     mkdir -p /tmp/kiln-xfer /tmp/build-gpu && cp .xfer/1/* /tmp/kiln-xfer/ &&
+#     cp -r build-gpu/gpu-bundle/. /tmp/build-gpu/ && scripts/gpu-check.sh /tmp/build-gpu ...
 #   call 2, carry [.xfer/2, .whl]:
 #     cp .xfer/2/* /tmp/kiln-xfer/ && scripts/split-for-device.sh --join /tmp/kiln-xfer && ...
 #     (scripts/gpu-check.sh's part `trained` reads /tmp/kiln-xfer/<the GGUF>)
