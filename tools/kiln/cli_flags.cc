@@ -1,7 +1,7 @@
 // Every flag of every kiln subcommand, once: the parser (CliArgs) accepts
 // exactly these and --help lists them (test/lit/cli/kiln-help.test checks
-// both). The flags shared by run and bench are spelled once below and
-// listed in both tables.
+// both). The flags run and bench share are spelled once, in kGeneralFlags
+// and kEngineFlags.
 #include <cstdlib>
 
 #include "tools/kiln/commands.h"
@@ -11,21 +11,29 @@ namespace {
 
 using cuda::CudaTuning;
 
-constexpr CliFlag kHelp{"help", "", "general", "print this help and exit (also -h)"};
-constexpr CliFlag kListFlags{"list-flags", "", "general",
-                             "print every accepted flag one a line (--name or --name=VALUE) and exit"};
+constexpr CliFlag kGeneralFlags[] = {
+    {"help", "", "general", "print this help and exit (also -h)"},
+    {"list-flags", "", "general", "print every accepted flag one a line (--name or --name=VALUE) and exit"},
+};
 
 // The engine: which backend, with what memory and threads (engineOptionsFrom).
 constexpr const char* kEngine = "engine";
-constexpr CliFlag kDevice{"device", "cpu|cuda|auto", kEngine, "the backend (default auto: CUDA when it loads, else CPU)"};
-constexpr CliFlag kDtype{"dtype", "bf16|f32", kEngine,
-                         "CUDA activations (default bf16; f32 for transformers-fp32 numerics, far slower)"};
-constexpr CliFlag kGpuMemoryFraction{"gpu-memory-fraction", "F", kEngine,
-                                     "CUDA: size the KV cache to this fraction (0, 1] of the GPU's memory"};
-constexpr CliFlag kThreads{"threads", "N", kEngine, "CPU threads (default: every core)"};
-constexpr CliFlag kModelSource{"model-source", "PATH", kEngine,
-                               "weights and tokenizer from this copy of the checkpoint (no stamp check)"};
-constexpr CliFlag kQuiet{"quiet", "", kEngine, "no loading progress on stderr"};
+constexpr CliFlag kEngineFlags[] = {
+    {"device", "cpu|cuda|auto", kEngine, "the backend (default auto: CUDA when it loads, else CPU)"},
+    {"dtype", "bf16|f32", kEngine, "CUDA activations (default bf16; f32 for transformers-fp32 numerics, far slower)"},
+    {"gpu-memory-fraction", "F", kEngine, "CUDA: size the KV cache to this fraction (0, 1] of the GPU's memory"},
+    {"threads", "N", kEngine, "CPU threads (default: every core)"},
+    {"model-source", "PATH", kEngine, "weights and tokenizer from this copy of the checkpoint (no stamp check)"},
+    {"quiet", "", kEngine, "no loading progress on stderr"},
+};
+
+// A subcommand's table: the general flags, its own, then the engine's.
+std::vector<CliFlag> tableOf(std::initializer_list<CliFlag> own) {
+  std::vector<CliFlag> flags(std::begin(kGeneralFlags), std::end(kGeneralFlags));
+  flags.insert(flags.end(), own);
+  flags.insert(flags.end(), std::begin(kEngineFlags), std::end(kEngineFlags));
+  return flags;
+}
 
 }  // namespace
 
@@ -37,9 +45,7 @@ const CliCommand& runCli() {
       "cached name such as smollm2; compiled on first use into $KILN_HOME/artifacts/. The prompt is\n"
       "read from stdin when PROMPT is left out. The answer streams to stdout; progress and a tokens/s\n"
       "summary go to stderr. Ctrl-C stops generation (exit 130).",
-      {
-          kHelp,
-          kListFlags,
+      tableOf({
           {"chat", "", "generation", "wrap the prompt in the model's chat template"},
           {"system", "TEXT", "generation", "a system message before the prompt (with --chat)"},
           {"max-tokens", "N", "generation", "tokens to generate at most (default 256)"},
@@ -53,13 +59,7 @@ const CliCommand& runCli() {
           {"ignore-eos", "", "generation", "keep generating past the end-of-sequence token"},
           {"max-context", "N", "generation", "limit the context to N tokens (default: the model's)"},
           {"truncate", "", "generation", "keep a too-long prompt's last tokens instead of failing"},
-          kDevice,
-          kDtype,
-          kGpuMemoryFraction,
-          kThreads,
-          kModelSource,
-          kQuiet,
-      }};
+      })};
   return command;
 }
 
@@ -74,9 +74,7 @@ const CliCommand& benchCli() {
       "torch.compile) beside the roofline from the card's HBM and GEMM ceilings measured in that run.\n"
       "decode: prefill and decode tok/s. prefill: time to first token and TFLOP/s by the plan's FLOPs.\n"
       "The figures are those of the run with the median time to first token of --runs.",
-      {
-          kHelp,
-          kListFlags,
+      tableOf({
           {"prompt-tokens", "P", kWorkload, "prompt length in tokens (default 128; prefill 2048)"},
           {"gen-tokens", "G", kWorkload, "tokens to generate per request, >= 2 (default 64; prefill 2)"},
           {"batch", "B", kWorkload, "concurrent requests (default 1)"},
@@ -84,12 +82,6 @@ const CliCommand& benchCli() {
           {"peer", "llama.cpp|hf|hf-eager|none", kWorkload,
            "default: llama.cpp for a GGUF; hf for a checkpoint directory (hf-eager for prefill)"},
           {"json", "FILE", kWorkload, "also write the figures as JSON to FILE"},
-          kDevice,
-          kDtype,
-          kGpuMemoryFraction,
-          kThreads,
-          kModelSource,
-          kQuiet,
           {"no-cuda-graphs", "", kCuda, "decode steps launched one by one, not replayed from CUDA graphs",
            &CudaTuning::graphs, false},
           {"no-flash-attention", "", kCuda, "prefill attention on the CUDA-core paged_attention kernel",
@@ -112,7 +104,7 @@ const CliCommand& benchCli() {
           {"profile-steps", "", "CUDA profiling",
            "print each kernel instance's GPU time per forward (steps one by one: not speed figures)",
            &CudaTuning::profile_steps, true},
-      }};
+      })};
   return command;
 }
 
