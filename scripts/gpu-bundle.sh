@@ -12,8 +12,10 @@
 #       artifacts with the MLIR build's kiln-compile (KILN_COMPILE, default
 #       build/bin/kiln-compile; without it the artifacts already in
 #       BUILD_DIR/artifacts are used), and writes BUILD_DIR/gpu-bundle/
-#       {bin,lib,share,artifacts}: a build folder gpu-check.sh takes as it is
-#       (carry it, or copy it to /tmp there so that a later call finds it too).
+#       {bin,lib,share,artifacts}, a build folder gpu-check.sh takes as it is,
+#       and the same as BUILD_DIR/gpu-bundle.tar.gz (about 5 MiB) to carry:
+#       there, `tar -xzf build-gpu/gpu-bundle.tar.gz -C /tmp/build-gpu` (in
+#       /tmp, a later call finds it too).
 #
 # Libraries: every one the binaries load (ldd), except glibc's, libstdc++,
 # libgcc_s (the GPU machine's are newer) and those KILN_GPU_HOST_LIBS names
@@ -24,8 +26,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-gpu}"
 KILN_COMPILE="${KILN_COMPILE:-$ROOT/build/bin/kiln-compile}"
-# On the GPU machine (Ubuntu 24.04), checked with ldconfig -p on 2026-12-02.
-HOST_LIBS="${KILN_GPU_HOST_LIBS:-libpcre2-8.so.0 libz.so.1}"
+# On the GPU machine (Ubuntu 24.04.3): ldconfig -p listed these there on 2026-12-01.
+HOST_LIBS="${KILN_GPU_HOST_LIBS:-libfmt.so.9 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libpcre2-8.so.0 libz.so.1}"
 binaries=(kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln_cuda_vs_cpu_executor_test kiln kiln-kernels
           kiln_attention_bench hf_logits_gpu_test kiln_gemv_sweep kiln_gemm_search kiln_swiglu_bench)
 
@@ -66,4 +68,5 @@ for b in "${binaries[@]}"; do
     carried[$name]=1
   done < <(ldd "$BUILD/bin/$b")
 done
-echo "$out: $(du -sh "$out" | cut -f1); libraries carried: ${!carried[*]}"
+tar -C "$out" -czf "$out.tar.gz" .
+echo "$out.tar.gz: $(du -sh "$out.tar.gz" | cut -f1) ($(du -sh "$out" | cut -f1) unpacked); libraries carried: ${!carried[*]:-none (all are on the GPU machine)}"

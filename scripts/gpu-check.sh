@@ -13,9 +13,9 @@
 # MiB, so it comes in two halves (scripts/split-for-device.sh, here, first),
 # and the build travels as its small gpu-bundle (scripts/gpu-bundle.sh build-gpu,
 # which builds build-gpu and the artifacts first):
-#   call 1, carry [".xfer/1", "build-gpu/gpu-bundle"]:
+#   call 1, carry [".xfer/1", "build-gpu/gpu-bundle.tar.gz"]:
 #     mkdir -p /tmp/kiln-xfer /tmp/build-gpu && cp .xfer/1/* /tmp/kiln-xfer/ &&
-#     cp -r build-gpu/gpu-bundle/. /tmp/build-gpu/ &&
+#     tar -xzf build-gpu/gpu-bundle.tar.gz -C /tmp/build-gpu &&
 #     KILN_GPU_PARTS="kernels attention sanitizer bench" KILN_BENCH_RUNS="b1 b32 prefill" \
 #       scripts/gpu-check.sh /tmp/build-gpu
 #   call 2, within 30 s of call 1's end (/tmp is kept while the machine is warm),
