@@ -2,26 +2,71 @@
 # The part of a build folder the GPU machine runs, small enough to travel
 # beside half of the trained model's GGUF (64 MiB a device call, the working
 # tree included; ../shared/GPU.md): the binaries scripts/gpu-check.sh starts,
-# stripped, the shared libraries they load (libfmt) and the artifacts.
+# stripped, share/kiln (the kernel templates and helper scripts they find
+# beside bin/), the shared libraries they load that the GPU machine lacks,
+# and the artifacts.
 #
 #   scripts/gpu-bundle.sh [BUILD_DIR]     (default: build-gpu)
-#       writes BUILD_DIR/gpu-bundle/{bin,lib,artifacts}, a build folder
-#       gpu-check.sh takes as it is (carry it, or copy it to /tmp there so
-#       that a later call finds it too).
+#       configures BUILD_DIR when it has no build.ninja (an MLIR-free build:
+#       the GPU machine has no LLVM/MLIR), builds the binaries, compiles the
+#       artifacts with the MLIR build's kiln-compile (KILN_COMPILE, default
+#       build/bin/kiln-compile; without it the artifacts already in
+#       BUILD_DIR/artifacts are used), and writes BUILD_DIR/gpu-bundle/
+#       {bin,lib,share,artifacts}, a build folder gpu-check.sh takes as it is,
+#       and the same as BUILD_DIR/gpu-bundle.tar.gz (about 5 MiB) to carry:
+#       there, `tar -xzf build-gpu/gpu-bundle.tar.gz -C /tmp/build-gpu` (in
+#       /tmp, a later call finds it too).
+#
+# Libraries: every one the binaries load (ldd), except glibc's, libstdc++,
+# libgcc_s (the GPU machine's are newer) and those KILN_GPU_HOST_LIBS names
+# as present there. The CUDA libraries are dlopen'd, never linked, so ldd
+# does not list them. gpu-check.sh first checks that every binary's
+# libraries resolve there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-gpu}"
+KILN_COMPILE="${KILN_COMPILE:-$ROOT/build/bin/kiln-compile}"
+# On the GPU machine (Ubuntu 24.04.3): ldconfig -p listed these there on 2026-12-01.
+HOST_LIBS="${KILN_GPU_HOST_LIBS:-libfmt.so.9 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libpcre2-8.so.0 libz.so.1}"
+binaries=(kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln_cuda_vs_cpu_executor_test kiln kiln-kernels
+          kiln_attention_bench hf_logits_gpu_test kiln_gemv_sweep kiln_gemm_search kiln_swiglu_bench)
+
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_ENABLE_COMPILER=OFF "${launcher[@]}"
+fi
+ninja -C "$BUILD" "${binaries[@]}" kiln_data
+
+# The artifacts gpu-check.sh runs: model-bf16 for the CUDA executor, model-f32
+# for the CPU executor and the f32 CUDA check; Llama-3-8B for the bench part.
+if [[ -x "$KILN_COMPILE" ]]; then
+  for m in tiny-llama llama3.2-1b smollm2-135m llama3-8b; do
+    "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-bf16" --activation-type=bf16
+    [[ $m == llama3-8b ]] || "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-f32"
+  done
+fi
+[[ -d "$BUILD/artifacts" ]] ||
+  { echo "no $BUILD/artifacts and no $KILN_COMPILE to make them (build it: ninja -C build kiln-compile)" >&2; exit 1; }
+
 out="$BUILD/gpu-bundle"
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-for b in kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln_cuda_vs_cpu_executor_test kiln \
-         kiln-kernels kiln_attention_bench hf_logits_gpu_test kiln_gemv_sweep kiln_gemm_search kiln_swiglu_bench; do
-  [[ -x "$BUILD/bin/$b" ]] || { echo "missing $BUILD/bin/$b (build it: ninja -C $BUILD $b)" >&2; exit 1; }
-  strip -o "$out/bin/$b" "$BUILD/bin/$b"
+for b in "${binaries[@]}"; do strip -o "$out/bin/$b" "$BUILD/bin/$b"; done
+cp -r "$BUILD/share" "$BUILD/artifacts" "$out/"
+
+declare -A carried
+for b in "${binaries[@]}"; do
+  while read -r name arrow path _; do
+    [[ "$arrow" == "=>" ]] || continue
+    [[ "$path" == "not" ]] && { echo "$b: $name not found here (ldd)" >&2; exit 1; }
+    case "$name" in
+      libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) continue ;;
+    esac
+    [[ " $HOST_LIBS " == *" $name "* || -n "${carried[$name]:-}" ]] && continue
+    cp -L "$path" "$out/lib/$name"
+    carried[$name]=1
+  done < <(ldd "$BUILD/bin/$b")
 done
-shopt -s nullglob
-libs=("$BUILD"/lib/*.so*)
-[[ ${#libs[@]} -gt 0 ]] && cp -L "${libs[@]}" "$out/lib/"
-[[ -d "$BUILD/artifacts" ]] || { echo "missing $BUILD/artifacts (see scripts/gpu-check.sh: kiln-compile)" >&2; exit 1; }
-cp -r "$BUILD/artifacts" "$out/"
-echo "$out: $(du -sh "$out" | cut -f1)"
+tar -C "$out" -czf "$out.tar.gz" .
+echo "$out.tar.gz: $(du -sh "$out.tar.gz" | cut -f1) ($(du -sh "$out" | cut -f1) unpacked); libraries carried: ${!carried[*]:-none (all are on the GPU machine)}"

@@ -3,23 +3,27 @@
 # from a build folder made on the dev machine and carried along (nothing heavy
 # is built here), logs under $OUT, a short table last.
 #
-#   scripts/gpu-check.sh [BUILD_DIR]     (default: build-cuda)
+#   scripts/gpu-check.sh [BUILD_DIR]     (default: build-gpu)
+#
+# Exits non-zero when any part it ran failed or could not run; the summary
+# table at the end (and $OUT/0-report.txt) says which.
 #
 # Everything docs/performance.md reports, in two device calls, each under the
 # 10-minute limit. The trained model's GGUF (94 MiB) is over one call's 64
 # MiB, so it comes in two halves (scripts/split-for-device.sh, here, first),
-# and the build travels as its small gpu-bundle (scripts/gpu-bundle.sh):
-#   call 1, carry [".xfer/1", "build-gpu/gpu-bundle"]:
-#     mkdir -p /tmp/kiln-xfer /tmp/kiln-build && cp .xfer/1/* /tmp/kiln-xfer/ &&
-#     cp -r build-gpu/gpu-bundle/. /tmp/kiln-build/ &&
+# and the build travels as its small gpu-bundle (scripts/gpu-bundle.sh build-gpu,
+# which builds build-gpu and the artifacts first):
+#   call 1, carry [".xfer/1", "build-gpu/gpu-bundle.tar.gz"]:
+#     mkdir -p /tmp/kiln-xfer /tmp/build-gpu && cp .xfer/1/* /tmp/kiln-xfer/ &&
+#     tar -xzf build-gpu/gpu-bundle.tar.gz -C /tmp/build-gpu &&
 #     KILN_GPU_PARTS="kernels attention sanitizer bench" KILN_BENCH_RUNS="b1 b32 prefill" \
-#       scripts/gpu-check.sh /tmp/kiln-build
+#       scripts/gpu-check.sh /tmp/build-gpu
 #   call 2, within 30 s of call 1's end (/tmp is kept while the machine is warm),
 #   carry [".xfer/2", ".whl"]:
 #     cp .xfer/2/* /tmp/kiln-xfer/ && scripts/split-for-device.sh --join /tmp/kiln-xfer &&
 #     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
-#     KILN_GPU_PARTS="hf trained" scripts/gpu-check.sh /tmp/kiln-build
+#     KILN_GPU_PARTS="hf trained" scripts/gpu-check.sh /tmp/build-gpu
 # $OUT/0-report.txt collects every figure (written even when a limit stops the run).
 #
 # Parts (KILN_GPU_PARTS, default "kernels hf"):
@@ -33,9 +37,7 @@
 #            activations as vLLM's --dtype float32, logits within KILN_F32_TOLERANCE,
 #            default 1e-4, of transformers fp32 and at least KILN_F32_MIN_GREEDY, default 9,
 #            of the 10 greedy continuations identical):
-#              for m in tiny-llama llama3.2-1b; do
-#                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-bf16 --activation-type=bf16
-#                build/bin/kiln-compile test/models/$m -o build-cuda/artifacts/$m-f32; done
+#            (scripts/gpu-bundle.sh compiles every artifact this script runs).
 #            KILN_HF_BENCH_MODEL (default llama3.2-1b) also gets the batch-1 decode timing,
 #            transformers' eager decode and an HBM read probe in the same run.
 #   trained  the same on a trained model, SmolLM2-135M-Instruct, with fewer near-ties than
@@ -48,10 +50,8 @@
 #            the `gguf` package (carry .whl and install it first:
 #              python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 #                --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site),
-#            saves it in fp32 and writes the reference; the artifacts, from the header-only
-#            test/models/smollm2-135m:
-#              build/bin/kiln-compile test/models/smollm2-135m -o build-gpu/artifacts/smollm2-135m-bf16 --activation-type=bf16
-#              build/bin/kiln-compile test/models/smollm2-135m -o build-gpu/artifacts/smollm2-135m-f32
+#            saves it in fp32 and writes the reference; the artifacts are from the
+#            header-only test/models/smollm2-135m.
 #            Without the GGUF or gguf it says why and counts as not run.
 #   sweep    kiln_gemv_sweep: every skinny-GEMM tiling on the shipped decode shapes
 #   bench    `kiln bench decode` on KILN_BENCH_MODEL (default llama3-8b; a random
@@ -70,13 +70,14 @@
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-cuda}}"
+BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
 OUT="${OUT:-$ROOT/gpu-check-out}"
 mkdir -p "$OUT"
-# The kernel templates of this checkout, whatever path the build recorded.
-# libfmt.so.9 is copied into the build's lib/ on the dev machine (the GPU machine has no fmt).
+# The shared libraries the GPU machine lacks travel in the bundle's lib/
+# (scripts/gpu-bundle.sh); the binaries find the kernel templates in the
+# build's share/kiln themselves, and the tests their fixtures in this checkout.
 export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export KILN_KERNELS_DIR="$ROOT/codegen/kernels"
+export KILN_SOURCE_ROOT="$ROOT"
 export KILN_HOME="${KILN_HOME:-/tmp/kiln-home}"
 # The driver's own JIT cache could answer repeated compiles without a ptxas report.
 export CUDA_CACHE_DISABLE=1
@@ -119,31 +120,51 @@ PARTS="${KILN_GPU_PARTS:-kernels hf}"
 status=0
 declare -A result
 tests=()
+# record NAME RC: a part's result; any failure makes the exit status 1.
+record() {
+  [[ " ${tests[*]} " == *" $1 "* ]] || tests+=("$1")
+  result[$1]=$([[ $2 == 0 ]] && echo PASS || echo "FAIL (rc $2)")
+  [[ $2 == 0 ]] || status=1
+}
+# fail NAME WHY: a part that could not run.
+fail() {
+  [[ " ${tests[*]} " == *" $1 "* ]] || tests+=("$1")
+  result[$1]="$2"
+  status=1
+}
+for part in $PARTS; do
+  [[ " kernels hf trained sweep bench attention sanitizer " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer"
+done
+
+# Every binary's shared libraries resolve here (the bundle's lib/ included).
+for b in "$BUILD"/bin/*; do
+  missing="$(ldd "$b" 2>&1 | awk '/not found/{print $1}' | tr '\n' ' ')"
+  [[ -z "$missing" ]] || fail "libs_$(basename "$b")" "MISSING ${missing}(scripts/gpu-bundle.sh carries what ldd lists)"
+done
 
 # ctest files hold the dev machine's absolute paths; run the binaries of the
 # `gpu` label (and the NVRTC compile test) directly when those paths are absent.
 if [[ " $PARTS " == *" kernels "* ]]; then
-tests=("$BUILD/bin/kernels_gpu_test" "$BUILD/bin/kiln_cuda_test" "$BUILD/bin/kiln_cuda_executor_test"
-       "$BUILD/bin/kiln_cuda_vs_cpu_executor_test")
-for t in "${tests[@]}"; do
-  name="$(basename "$t")"
+for name in kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln_cuda_vs_cpu_executor_test; do
+  t="$BUILD/bin/$name"
   if [[ ! -x "$t" ]]; then
-    echo "missing $t (build it on the dev machine: ninja -C build-cuda $name)" | tee -a "$OUT/summary.txt"
-    result[$name]="MISSING"; status=1; continue
+    fail "$name" "MISSING $t (scripts/gpu-bundle.sh builds it)"; continue
   fi
   "$t" --gtest_output="xml:$OUT/$name.xml" >"$OUT/$name.log" 2>&1
-  rc=$?
-  result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-  [[ $rc == 0 ]] || status=1
+  record "$name" $?
 done
 
 # kiln-kernels on a real artifact: resources and the first SASS lines of one attention instance.
 if [[ -x "$BUILD/bin/kiln-kernels" ]]; then
   art="$ROOT/test/fixtures/tiny-llama/artifact"
   inst="$("$BUILD/bin/kiln-kernels" "$art" list | awk 'NR>1 && $2=="paged_attention"{print $1; exit}')"
-  { "$BUILD/bin/kiln-kernels" "$art" show "$inst" --resources; "$BUILD/bin/kiln-kernels" "$art" show "$inst" --sass | head -25; } \
+  { "$BUILD/bin/kiln-kernels" "$art" show "$inst" --resources && "$BUILD/bin/kiln-kernels" "$art" show "$inst" --sass | head -25; } \
     >"$OUT/kiln_kernels.txt" 2>&1
+  record kiln_kernels $?
   echo "== kiln-kernels show $inst --resources / --sass (head)"; head -40 "$OUT/kiln_kernels.txt"
+else
+  fail kiln_kernels "MISSING $BUILD/bin/kiln-kernels"
 fi
 
 echo "== measurements (kernels_gpu_test)"
@@ -154,13 +175,14 @@ fi
 
 # The HBM read ceiling beside torch's sum over 4 GiB: kiln's own single-row
 # GEMV over 4 GB of weights (kiln_gemv_sweep --read-probe) reads faster than
-# the sum on the H200 (4585 vs 4184 GB/s, 2026-11-29), and a ceiling a kernel
-# beats is no ceiling. kiln bench's roofline (scripts/hf_bench.py, through
-# KILN_READ_PROBE_GBPS) and the attention part take the higher of the two.
+# the sum on the H200, and a ceiling a kernel beats is no ceiling. kiln
+# bench's roofline (scripts/hf_bench.py, through KILN_READ_PROBE_GBPS) and
+# the attention part take the higher of the two.
 write_report
 if [[ " $PARTS " == *" bench "* || " $PARTS " == *" attention "* || " $PARTS " == *" hf "* ]]; then
   echo "== HBM read probe (kiln's GEMV)"
   "$BUILD/bin/kiln_gemv_sweep" --read-probe --reps 40 2>&1 | tee "$OUT/read_probe.txt"
+  record read_probe "${PIPESTATUS[0]}"
   KILN_READ_PROBE_GBPS="$(awk '/^kiln_read_probe_GBps:/{print $2}' "$OUT/read_probe.txt")"
   export KILN_READ_PROBE_GBPS
 fi
@@ -171,18 +193,15 @@ fi
 # (nearly) every near-tie.   run_f32_cuda MODEL CHECKPOINT REFERENCE
 run_f32_cuda() {
   local model=$1 name="hf_$1_f32_cuda"
-  tests+=("$name")
   echo "== $name"
   if [[ ! -f "$BUILD/artifacts/$model-f32/manifest.json" ]]; then
-    result[$name]="MISSING ($BUILD/artifacts/$model-f32: kiln-compile test/models/$model -o it)"; status=1
+    fail "$name" "MISSING $BUILD/artifacts/$model-f32 (scripts/gpu-bundle.sh compiles it)"
     return
   fi
   timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-f32" \
     --model-source "$2" --reference "$3" --tolerance "${KILN_F32_TOLERANCE:-1e-4}" \
     --min-greedy-identical "${KILN_F32_MIN_GREEDY:-9}" --summary "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
-  local rc=${PIPESTATUS[0]}
-  result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-  [[ $rc == 0 ]] || status=1
+  record "$name" "${PIPESTATUS[0]}"
 }
 
 # kiln vs Hugging Face transformers on random-weight checkpoints made here.
@@ -192,7 +211,6 @@ if [[ " $PARTS " == *" hf "* ]]; then
   mkdir -p "$HF_DIR"
   for model in ${KILN_HF_MODELS:-tiny-llama llama3.2-1b}; do
     name="hf_$model"
-    tests+=("$name")
     bench_py=() bench_cc=()
     if [[ "$model" == "${KILN_HF_BENCH_MODEL:-llama3.2-1b}" ]]; then
       bench_py=(--bench "$OUT/hf_bench_$model.json"); bench_cc=(--bench 128)
@@ -204,13 +222,11 @@ if [[ " $PARTS " == *" hf "* ]]; then
       --header "$ROOT/test/models/$model/model.safetensors" --out "$HF_DIR/$model" \
       --reference "$HF_DIR/$model.ref.json" "${bench_py[@]}" 2>&1 | tee "$OUT/$name.log"
     rc=${PIPESTATUS[0]}
-    if [[ $rc != 0 ]]; then result[$name]="FAIL (make_random_llama.py rc $rc)"; status=1; continue; fi
+    if [[ $rc != 0 ]]; then fail "$name" "FAIL (make_random_llama.py rc $rc)"; continue; fi
     timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-bf16" \
       --model-source "$HF_DIR/$model" --reference "$HF_DIR/$model.ref.json" "${cpu[@]}" "${bench_cc[@]}" \
       --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
-    rc=${PIPESTATUS[0]}
-    result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-    [[ $rc == 0 ]] || status=1
+    record "$name" "${PIPESTATUS[0]}"
     run_f32_cuda "$model" "$HF_DIR/$model" "$HF_DIR/$model.ref.json"
   done
 fi
@@ -221,13 +237,12 @@ if [[ " $PARTS " == *" trained "* ]]; then
   HF_DIR="${KILN_HF_DIR:-/tmp/kiln-hf}"
   model=smollm2-135m
   name="hf_$model"
-  tests+=("$name")
   gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
   echo "== $name"
   if [[ ! -f "$gguf_file" ]]; then
-    result[$name]="NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"; status=1
+    fail "$name" "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
   elif ! gguf_error="$(python3 -c "import gguf" 2>&1)"; then
-    result[$name]="NOT RUN: python3 cannot import gguf ($(tail -1 <<<"$gguf_error"); install the carried .whl, PYTHONPATH=/tmp/site)"; status=1
+    fail "$name" "NOT RUN: python3 cannot import gguf ($(tail -1 <<<"$gguf_error"); install the carried .whl, PYTHONPATH=/tmp/site)"
   else
     mkdir -p "$HF_DIR"
     cpu=()
@@ -237,14 +252,12 @@ if [[ " $PARTS " == *" trained "* ]]; then
       2>&1 | tee "$OUT/$name.log"
     rc=${PIPESTATUS[0]}
     if [[ $rc != 0 ]]; then
-      result[$name]="FAIL (make_gguf_reference.py rc $rc)"; status=1
+      fail "$name" "FAIL (make_gguf_reference.py rc $rc)"
     else
       timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-bf16" \
         --model-source "$HF_DIR/$model" --reference "$HF_DIR/$model.ref.json" "${cpu[@]}" \
         --min-greedy-identical "${KILN_TRAINED_MIN_GREEDY:-9}" --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
-      rc=${PIPESTATUS[0]}
-      result[$name]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-      [[ $rc == 0 ]] || status=1
+      record "$name" "${PIPESTATUS[0]}"
       run_f32_cuda "$model" "$HF_DIR/$model" "$HF_DIR/$model.ref.json"
     fi
   fi
@@ -254,12 +267,9 @@ fi
 
 write_report
 if [[ " $PARTS " == *" sweep "* ]]; then
-  tests+=("gemv_sweep")
   echo "== kiln_gemv_sweep"
   "$BUILD/bin/kiln_gemv_sweep" 2>&1 | tee "$OUT/gemv_sweep.txt"
-  rc=${PIPESTATUS[0]}
-  result[gemv_sweep]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-  [[ $rc == 0 ]] || status=1
+  record gemv_sweep "${PIPESTATUS[0]}"
 fi
 
 write_report
@@ -276,16 +286,16 @@ if [[ " $PARTS " == *" bench "* ]]; then
     echo "== checkpoint $ckpt (no reference)"
     PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
       --header "$header" --out "$ckpt" 2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+    record "checkpoint_$model" "${PIPESTATUS[0]}"
   elif [[ ! -f "$ckpt/tokenizer.json" ]]; then
     echo "== checkpoint $ckpt"
     PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
       --header "$header" --out "$ckpt" --reference "$ckpt.ref.json" --prompts 4 --new 32 --logit-cases 2 \
       2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
-    tests+=("accuracy_$model")
+    record "checkpoint_$model" "${PIPESTATUS[0]}"
     timeout 300 "$BUILD/bin/hf_logits_gpu_test" --artifact "$art" --model-source "$ckpt" \
       --reference "$ckpt.ref.json" --summary "$OUT/accuracy_$model.json" 2>&1 | tee "$OUT/accuracy_$model.log"
-    rc=${PIPESTATUS[0]}
-    result[accuracy_$model]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+    record "accuracy_$model" "${PIPESTATUS[0]}"
   fi
   # KILN_HF_PROFILE=1: transformers' eager decode alone under torch's profiler,
   # so a peer figure far from the card's ceiling can be explained.
@@ -294,6 +304,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
     echo "== transformers eager decode under the torch profiler"
     timeout 180 python3 "$ROOT/scripts/hf_bench.py" --model "$ckpt" --prompt-ids /tmp/kiln-profile-prompt.json \
       --gen 32 --batch 1 --modes eager --profile >"$OUT/hf_profile.json" 2>"$OUT/hf_profile.txt"
+    record hf_profile $?
     tail -3 "$OUT/hf_profile.txt"; cat "$OUT/hf_profile.json"
   fi
   # Cold start: an empty JIT cache (the artifact is compiled on the dev
@@ -305,6 +316,7 @@ if [[ " $PARTS " == *" bench "* ]]; then
       >"$OUT/${start}_start.out" 2>"$OUT/${start}_start.err"
     rc=$?
     t1=$(date +%s.%N)
+    record "start_$start" $rc
     echo "$start start ($model, kiln run to exit, rc $rc): $(python3 -c "print(round($t1 - $t0, 2))") s" | tee -a "$OUT/start_times.txt"
     tail -2 "$OUT/${start}_start.err"
   done
@@ -324,45 +336,40 @@ if [[ " $PARTS " == *" bench "* ]]; then
       b1-profile) flags=(--batch 1 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       b32-profile) flags=(--batch 32 --prompt-tokens 128 --gen-tokens 32 --peer none --profile-steps); limit=60 ;;
       prefill-profile) flags=(--prompt-tokens 2048 --peer none --profile-steps); limit=90 ;;
-      *) echo "unknown bench run $run"; continue ;;
+      *) fail "bench_$run" "unknown bench run (KILN_BENCH_RUNS)"; continue ;;
     esac
     [[ -n "${KILN_BENCH_PEER:-}" ]] && flags+=(--peer "$KILN_BENCH_PEER")
     workload=decode; [[ $run == prefill* ]] && workload=prefill
     echo "== kiln bench $workload $model ${flags[*]}"
-    tests+=("bench_$run")
     timeout "$limit" "$BUILD/bin/kiln" bench $workload "$art" --model-source "$ckpt" --device cuda "${flags[@]}" \
       --json "$OUT/bench_${model}_$run.json" 2>"$OUT/bench_${model}_$run.err" | tee "$OUT/bench_${model}_$run.txt"
     rc=${PIPESTATUS[0]}
     grep -E "kiln bench: kiln prefill|^step profile|^  |decode forwards|launched step by step" "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
-    result[bench_$run]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-    [[ $rc == 0 ]] || { status=1; tail -5 "$OUT/bench_${model}_$run.err"; }
+    record "bench_$run" "$rc"
+    [[ $rc == 0 ]] || tail -5 "$OUT/bench_${model}_$run.err"
   done
 fi
 
 write_report
 if [[ " $PARTS " == *" attention "* ]]; then
-  tests+=("attention_bench")
   echo "== attention kernels alone beside torch SDPA"
   # SDPA first: its run ends with the HBM read probe, kiln's ceiling.
   python3 "$ROOT/test/gpu/sdpa_bench.py" 2>&1 | tee "$OUT/attention_bench.txt"
+  record sdpa_bench "${PIPESTATUS[0]}"
   hbm="$(awk '/^hbm_read_probe:/{print $2}' "$OUT/attention_bench.txt")"
   # The ceiling: the higher of torch's sum and kiln's GEMV read (above).
   hbm="$(python3 -c "import sys; print(max(float(v) for v in sys.argv[1:] if v))" "$hbm" "${KILN_READ_PROBE_GBPS:-}")"
   echo "attention ceiling: HBM read $hbm GB/s (the higher of torch's sum and kiln's GEMV read)" | tee -a "$OUT/attention_bench.txt"
   "$BUILD/bin/kiln_attention_bench" ${hbm:+--hbm "$hbm"} 2>&1 | tee -a "$OUT/attention_bench.txt"
-  rc=${PIPESTATUS[0]}
-  result[attention_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-  tests+=("swiglu_bench")
+  record attention_bench "${PIPESTATUS[0]}"
   echo "== the gate/up projection with SwiGLU: cuBLASLt + silu_mul against gemm_swiglu_wgmma"
   "$BUILD/bin/kiln_swiglu_bench" 2>&1 | tee "$OUT/swiglu_bench.txt"
-  rc=${PIPESTATUS[0]}
-  result[swiglu_bench]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
+  record swiglu_bench "${PIPESTATUS[0]}"
 fi
 
 write_report
 if [[ " $PARTS " == *" sanitizer "* ]]; then
   for tool in memcheck racecheck; do
-    tests+=("sanitizer_$tool")
     echo "== compute-sanitizer --tool $tool kernels_gpu_test"
     sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
     # The kernels at the test's smaller shapes (the bandwidth and 8k-context
@@ -373,8 +380,7 @@ if [[ " $PARTS " == *" sanitizer "* ]]; then
       >"$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     tail -3 "$OUT/sanitizer_$tool.log"
-    result[sanitizer_$tool]=$([[ $rc == 0 ]] && echo PASS || echo "FAIL (rc $rc)")
-    [[ $rc == 0 ]] || status=1
+    record "sanitizer_$tool" $rc
   done
 fi
 

@@ -78,10 +78,9 @@ def kiln_read_probe_gbps():
 
 
 def sustained_tflops(fn, flops, seconds=1.0, reps=100):
-    """fn's rate once the card has run it back to back for `seconds`: on the
-    H200 a 2048-token prefill of Llama-3-8B runs at the 700 W power cap, SM
-    clock ~1.6 GHz of 1.98 (nvidia-smi, 2026-11-29), while a short burst of
-    runs may still see boost clocks."""
+    """fn's rate once the card has run it back to back for `seconds`: a long
+    prefill runs at the card's power cap, while a short burst of runs may
+    still see boost clocks (docs/performance.md)."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(10):
@@ -173,15 +172,12 @@ def roofline(config, weights, prompt, gen, batch, hbm_gbps, gemm_tflops, gemm_su
 def bench_eager(model, ids, gen, profile=False):
     batch, prompt = ids.shape
     # torch 2.11 picks cuDNN's SDPA on the H200, which builds a new execution
-    # plan for every key length it has not seen: each decode step paid one
-    # (0.47 s per step at batch 1 and 32 on 2026-11-29; the torch profiler over
-    # steps of lengths already seen showed 9 ms of GPU time per step). Flash
-    # and memory-efficient SDPA have no such cost.
+    # plan for every key length it has not seen, so each decode step paid one.
+    # Flash and memory-efficient SDPA have no such cost.
     torch.backends.cuda.enable_cudnn_sdp(False)
 
     # The model makes its own cache, as test/gpu/make_random_llama.py's
-    # eager loop does (21 tok/s for Llama-3-8B there); passing a bare
-    # DynamicCache() here measured 1.5-1.9 tok/s (2026-11-29), not yet explained.
+    # eager loop does: a bare DynamicCache() passed in ran ~15x slower, not yet explained.
     def prefill():
         return model(input_ids=ids, use_cache=True, logits_to_keep=1)
 

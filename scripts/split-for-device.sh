@@ -20,11 +20,11 @@
 # fit the SmolLM2 GGUF (93.8 MiB: parts of 44 and 49.8 MiB) into the two
 # calls that run everything docs/performance.md reports, beside a tree of
 # about 7 MiB and, in call 1, the build's gpu-bundle (scripts/gpu-bundle.sh,
-# about 10 MiB), which call 2 finds in /tmp; each call under 61 MiB:
+# about 5 MiB packed), which call 2 finds in /tmp; each call under 61 MiB:
 #   scripts/split-for-device.sh ~/.cache/kiln/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-#   call 1, carry [.xfer/1, build-gpu/gpu-bundle]:
-#     mkdir -p /tmp/kiln-xfer /tmp/kiln-build && cp .xfer/1/* /tmp/kiln-xfer/ &&
-#     cp -r build-gpu/gpu-bundle/. /tmp/kiln-build/ && scripts/gpu-check.sh /tmp/kiln-build ...
+#   call 1, carry [.xfer/1, build-gpu/gpu-bundle.tar.gz]:
+#     mkdir -p /tmp/kiln-xfer /tmp/build-gpu && cp .xfer/1/* /tmp/kiln-xfer/ &&
+#     tar -xzf build-gpu/gpu-bundle.tar.gz -C /tmp/build-gpu && scripts/gpu-check.sh /tmp/build-gpu ...
 #   call 2, carry [.xfer/2, .whl]:
 #     cp .xfer/2/* /tmp/kiln-xfer/ && scripts/split-for-device.sh --join /tmp/kiln-xfer && ...
 #     (scripts/gpu-check.sh's part `trained` reads /tmp/kiln-xfer/<the GGUF>)

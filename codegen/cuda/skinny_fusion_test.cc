@@ -3,6 +3,7 @@
 // the shapes do not fit it.
 #include "codegen/cuda/skinny_fusion.h"
 #include "runtime/artifact/step_params_json.h"
+#include "test/source_root.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@ namespace {
 // The fixture's forward entry as the executor reads it (its own type is f32;
 // the fusions are for bf16 plans).
 PlanEntry fixtureForward(const std::string& activation_type = "bf16") {
-  auto manifest = Manifest::load(std::string(KILN_TINY_LLAMA_DIR) + "/artifact");
+  auto manifest = Manifest::load(checkoutPath("test/fixtures/tiny-llama/artifact"));
   EXPECT_TRUE(manifest.ok()) << manifest.error().message;
   return planEntryOf(*manifest->findEntry("forward"), activation_type);
 }

@@ -56,9 +56,7 @@ __device__ __forceinline__ void load8_nc(const T* p, float (&out)[8]) {
 // L2 policies for loads that name one (load8_stream). A kernel that reads
 // each byte of a weight once marks it evict-first, so the stream does not
 // push out what the next kernels read again (activations, the KV pages,
-// the weights of a grid that walks them twice): batch-1 decode of a
-// Llama-3-8B layer's four GEMVs with small kernels between them, H200,
-// 120.3 -> 114.5 us per layer (docs/performance.md, tenth session).
+// the weights of a grid that walks them twice).
 __device__ __forceinline__ unsigned long long l2_policy_evict_first() {
   unsigned long long policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));

@@ -600,10 +600,7 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
     cp_async_commit();
     ++issued;
   }
-  // Measured and not kept (H200, 2026-11-29): asking L2 for the rest of the
-  // warp's older keys here too (prefetch.global.L2, a half-warp a sub-tile)
-  // made 8k keys slower, 12.6 -> 13.5 us programmatic at 32 splits and
-  // 14.0 -> 17.0 at 16, and batch 32 at 8 splits 258 -> 384 us.
+  // No L2 prefetch of the warp's older keys here: it measured slower (docs/performance.md).
   wait_for_previous_kernel();
   allow_next_kernel();
 #pragma unroll

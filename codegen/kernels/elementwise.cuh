@@ -19,10 +19,7 @@ namespace kiln {
 namespace kernels {
 
 // Config: using X, Out; static constexpr int kFfn, kThreads; static constexpr bool kMerged.
-// One vector a thread (the grid covers them all). Measured and not kept
-// (H200, 2026-11-29, Llama-3-8B's 2048-token prefill): 4 vectors a thread
-// with their loads issued together and gate/up read evict-first, 49.9 ->
-// 90.6 us a launch.
+// One vector a thread (the grid covers them all): more a thread, loads batched, measured slower.
 template <class Config>
 __device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {
   static_assert(Config::kFfn % 8 == 0, "16-byte vectors");

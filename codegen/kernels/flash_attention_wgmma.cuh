@@ -175,10 +175,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
         cp_async_16(v_dst + off, v_pool + at, bytes);
       }
       cp_async_commit();
-      // Measured and not kept: arriving a tile behind (cp_async_wait<1>),
-      // so two tiles' copies fly at once, ran S=4096 at 387 TFLOP/s against
-      // 430 (H200, 2026-11-29): the arrive then waits for the next stage's
-      // release too.
+      // Arrive now, not a tile behind: behind, the arrive also waits for the next stage's release.
       cp_async_wait<0>();
       wgmma::fence_shared_for_async();
       mbarrier_arrive(full_bar + 8 * st);

@@ -215,8 +215,7 @@ __device__ __forceinline__ void gemv(const Params& params) {
   };
   // The first step's weights are requested before waiting for the kernel
   // that writes x: weights never change, so their latency overlaps its tail.
-  // (Asking L2 for the block's whole rows there too, by bulk prefetch, was
-  // measured slower: docs/performance.md, seventh session.)
+  // (A bulk L2 prefetch of the block's whole rows there too measured slower.)
   load_weights(split * 32 + lane);
   wait_for_previous_kernel();
   allow_next_kernel();

@@ -10,13 +10,8 @@
 // the previous kernel, since weights never change: the first 17 MB of W are
 // on their way while that kernel finishes. The blocks are persistent (one
 // per SM, each a contiguous range of tiles), so no block start-up or tail
-// wave repeats per row. H200, docs/performance.md (tenth session):
-//   - a Llama-3-8B layer's four GEMVs with small kernels between them,
-//     programmatic launches in a graph: 114.5 us with gemv.cuh, 110.6 with this;
-//   - Llama-3-8B batch-1 decode: 3.869 -> 3.821 ms per step on the GPU
-//     (same call, two runs each; `kiln bench --no-stream-gemv` is the A).
-// Timed one launch at a time it is no faster (13.6 us for o_proj where
-// gemv.cuh takes 13.2): the gain is the overlap with the kernel before.
+// wave repeats per row. The gain is the overlap with the kernel before:
+// timed one launch at a time it is no faster than gemv.cuh.
 //
 // Tile: kRowsPerBlock weight rows (row slots as gemv.cuh's blocks have,
 // pairs included); a stage is the tile's rows x kGemvStreamChunk columns,
@@ -33,8 +28,7 @@
 // registers, rounding as rms_norm.cuh does; block 0 also writes the sum.
 // With one block per SM that is 132 reads of the row from L2 (an earlier
 // fold into gemv.cuh's thousands of blocks cost more than it saved:
-// skinny_fusion.h). The ring is filling meanwhile. Llama-3-8B batch 1:
-// 3.766 -> 3.676 ms per step on the GPU (H200, `--no-norm-folding` the A).
+// skinny_fusion.h). The ring is filling meanwhile.
 //
 // The kernel body also runs on the host under KILN_CUDA_EMULATION
 // (test/gpu/cuda_emulation.h: fibers, mbarriers, bulk copies landing at
@@ -216,11 +210,9 @@ __device__ __forceinline__ void gemv_stream(const Params& params) {
       for (int r = 0; r < kR; ++r)
         dot8_bf16(*reinterpret_cast<const uint4*>(ring + (s * kR + r) * kGemvStreamChunk + tid * 8), xv[c], acc[r]);
       // Every consumer thread counts in its own reads of the stage (the
-      // empty barriers expect all 256), as flash_attention_wgmma's do. One
-      // arrival a warp after __syncwarp made racecheck report each lane's
-      // read as racing the stage's next bulk copy (4 hazards, 95232 times
-      // each, H200, 2026-11-29); with these it reports none, and batch-1
-      // decode of Llama-3-8B went 3.737 / 3.731 -> 3.700 / 3.706 ms per step.
+      // empty barriers expect all 256), as flash_attention_wgmma's do: one
+      // arrival a warp after __syncwarp leaves each lane's read racing the
+      // stage's next bulk copy.
       mbarrier_arrive(empty + 8 * s);
     }
     float (*partial)[1] = reinterpret_cast<float (*)[1]>(partials + buffer * kR * kWarps);

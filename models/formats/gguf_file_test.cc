@@ -8,6 +8,7 @@
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/model_files.h"
 #include "models/formats/testing/temp_dir.h"
+#include "test/source_root.h"
 
 namespace kiln::formats {
 namespace {
@@ -430,7 +431,7 @@ TEST(GgufFileBadInputTest, NamesInMessagesAreEscaped) {
 // one line that names the file.
 TEST(GgufFileBadInputTest, FuzzerRegressions) {
   const std::filesystem::path dir =
-      std::filesystem::path(KILN_SOURCE_DIR) / "test/bad-input/formats/gguf";
+      std::filesystem::path(checkoutPath("test/bad-input/formats/gguf"));
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     SCOPED_TRACE(entry.path().string());

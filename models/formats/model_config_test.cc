@@ -5,11 +5,12 @@
 #include "models/formats/gguf_file.h"
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/model_files.h"
+#include "test/source_root.h"
 
 namespace kiln::formats {
 namespace {
 
-const std::string kFixtures = std::string(KILN_SOURCE_DIR) + "/test/models";
+const std::string kFixtures = checkoutPath("test/models");
 
 // A minimal valid llama config with `extra` spliced into the object.
 std::string llamaJson(const std::string& extra = "") {

@@ -8,11 +8,12 @@
 #include "models/formats/testing/model_files.h"
 #include "models/formats/testing/safetensors_writer.h"
 #include "models/formats/testing/temp_dir.h"
+#include "test/source_root.h"
 
 namespace kiln::formats {
 namespace {
 
-const std::string kFixtures = std::string(KILN_SOURCE_DIR) + "/test/models";
+const std::string kFixtures = checkoutPath("test/models");
 
 // A 2-layer llama GGUF: hidden 64, 4 heads / 2 kv heads of 16, ffn 96, vocab 50.
 testing::GgufWriter tinyLlama(bool tied, bool drop_q1 = false, bool bad_k0 = false) {

@@ -1,4 +1,5 @@
 #include "runtime/chat/chat_template.h"
+#include "test/source_root.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,7 +12,7 @@ namespace {
 // testdata/chat_templates.json: real templates rendered by jinja2
 // (test/reference/make_chat_fixtures.py).
 nlohmann::json loadFixture() {
-  std::ifstream in(std::string(KILN_CHAT_TESTDATA_DIR) + "/chat_templates.json");
+  std::ifstream in(checkoutPath("runtime/chat/testdata/chat_templates.json"));
   EXPECT_TRUE(in) << "missing chat_templates.json";
   return nlohmann::json::parse(in, nullptr, false);
 }

@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include "runtime/support/data_dir.h"
+
 namespace kiln::cuda {
 
 std::string Nvrtc::versionText() const { return fmt::format("{}.{}", major, minor); }
@@ -136,8 +138,15 @@ Status compileOnce(const Nvrtc& nvrtc, const std::string& name, const std::strin
   if (r != NVRTC_SUCCESS) {
     std::string joined;
     for (const std::string& o : options) joined += " " + o;
-    return makeError("kernel {} failed to compile ({}) with NVRTC {}.{} and options{}:\n{}", name,
-                     nvrtc.nvrtcGetErrorString(r), nvrtc.major, nvrtc.minor, joined, log);
+    // A missing template is most often a binary moved without its share/kiln.
+    const std::string hint =
+        log.find("cannot open source file") == std::string::npos
+            ? ""
+            : fmt::format("\n(kernel templates are read from {}: share/kiln/kernels beside the executable's "
+                          "folder, or $KILN_KERNELS_DIR)",
+                          kernelTemplatesDir().string());
+    return makeError("kernel {} failed to compile ({}) with NVRTC {}.{} and options{}:\n{}{}", name,
+                     nvrtc.nvrtcGetErrorString(r), nvrtc.major, nvrtc.minor, joined, log, hint);
   }
   size_t size = 0;
   if (cubin) {
@@ -172,10 +181,7 @@ Result<CompiledKernel> compileKernel(const std::string& name, const std::string&
 
 std::vector<std::string> defaultKernelIncludeDirs() {
   std::vector<std::string> dirs;
-  if (const char* dir = std::getenv("KILN_KERNELS_DIR"); dir && *dir) dirs.push_back(dir);
-#ifdef KILN_KERNELS_SOURCE_DIR
-  else dirs.push_back(KILN_KERNELS_SOURCE_DIR);
-#endif
+  dirs.push_back(kernelTemplatesDir().string());
   // cuda_bf16.h / cuda_fp16.h: the toolkit's include folder, found next to
   // the NVRTC that was loaded first, then the usual roots.
   std::vector<std::filesystem::path> roots;

@@ -77,9 +77,10 @@ struct CompiledKernel {
 Result<CompiledKernel> compileKernel(const std::string& name, const std::string& source,
                                      const CompileOptions& options);
 
-// Include directories for kernels: $KILN_KERNELS_DIR if set, else the source
-// tree's codegen/kernels (baked in at build time), plus the toolkit include/
-// folder when it exists (CUB/libcu++ headers; NVRTC has its own cuda_bf16.h).
+// Include directories for kernels: the kernel templates (kernelTemplatesDir():
+// $KILN_KERNELS_DIR, else share/kiln/kernels beside the executable), plus the
+// toolkit include/ folder when it exists (CUB/libcu++ headers; NVRTC has its
+// own cuda_bf16.h).
 std::vector<std::string> defaultKernelIncludeDirs();
 
 }  // namespace kiln::cuda

@@ -20,6 +20,7 @@
 #include "codegen/kernels/flash_attention.cuh"  // the host-visible layout helpers only
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // the same
 #include "runtime/cuda/kernel_test_cases.h"
+#include "test/source_root.h"
 
 namespace kiln::cuda {
 namespace {
@@ -129,7 +130,7 @@ TEST_P(F32PlanKernelCompile, CompilesToSm90aCubinWithoutSpills) {
 // f32 logits.
 TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
   KILN_REQUIRE_NVRTC();
-  auto manifest = Manifest::load(std::string(KILN_TINY_LLAMA_DIR) + "/artifact");
+  auto manifest = Manifest::load(checkoutPath("test/fixtures/tiny-llama/artifact"));
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
   ASSERT_EQ(manifest->activation_type, "f32");
   cuda_codegen::StepInstanceOptions options;

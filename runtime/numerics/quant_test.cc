@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/numerics/testing.h"
+#include "test/source_root.h"
 
 namespace kiln {
 namespace {
@@ -118,7 +119,7 @@ TEST(DequantizeTest, RejectsPartialBlocks) {
 // Fixtures from test/reference/make_quant_fixtures.py (gguf-py's numpy
 // quantizers): our bytes and decoded values must be identical.
 TEST(QuantFixtureTest, MatchesGgufPyBitForBit) {
-  const std::string dir = KILN_QUANT_FIXTURE_DIR;
+  const std::string dir = checkoutPath("test/fixtures/quant");
   std::ifstream meta_in(dir + "/quant_fixtures.json");
   ASSERT_TRUE(meta_in) << "missing " << dir << "/quant_fixtures.json";
   nlohmann::json meta = nlohmann::json::parse(meta_in);

@@ -13,6 +13,7 @@
 #include "models/formats/gguf_file.h"
 #include "runtime/tokenizer/gguf_vocab.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "test/source_root.h"
 
 namespace kiln {
 namespace {
@@ -55,8 +56,8 @@ class SmolLM2TokenizerTest : public ::testing::Test {
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     tokenizer_ = std::make_unique<Tokenizer>(tok.take());
 
-    std::ifstream in(std::string(KILN_LLAMACPP_FIXTURE_DIR) + "/tokenize.json");
-    ASSERT_TRUE(in) << "missing fixture " << KILN_LLAMACPP_FIXTURE_DIR
+    std::ifstream in(checkoutPath("test/fixtures/llamacpp/tokenize.json"));
+    ASSERT_TRUE(in) << "missing fixture " << checkoutPath("test/fixtures/llamacpp")
                     << "/tokenize.json";
     fixture_ = nlohmann::json::parse(in, nullptr, false);
     ASSERT_FALSE(fixture_.is_discarded());

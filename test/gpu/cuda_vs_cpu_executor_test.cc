@@ -15,11 +15,12 @@
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/cuda/executor/bf16_fixture_plan.h"
 #include "runtime/cuda/executor/executor.h"
+#include "test/source_root.h"
 
 namespace kiln::cuda {
 namespace {
 
-const std::string kFixture = KILN_TINY_LLAMA_DIR;
+const std::string kFixture = checkoutPath("test/fixtures/tiny-llama");
 
 // ||got - want|| / ||want|| over the whole vector.
 double relativeL2(std::span<const float> got, std::span<const float> want) {

@@ -4,17 +4,8 @@
 // heuristic's list leaves speed behind. Each configuration is timed in the
 // state a prefill runs in: the card already at its power limit from a second
 // of the same GEMM, then `reps` runs back to back between two events.
-//
-// H200, 2026-11-29: qkv, o_proj and down within 0.4% of the heuristic's
-// first; gate/up 0.949 of it (690 vs 727 us: a neighbour of its sixth, CTA
-// swizzle 2). Timing those neighbours in the executor's prefill autotuning
-// still made the 2048-token prefill slower (49.5 against 47.2 ms on the GPU):
-// at the power limit one GEMM's gain did not survive the whole forward.
-// 2026-11-30: gate/up's best here was the heuristic's sixth (0.916 of its
-// first, 670 vs 732 us); forced onto gate/up alone in the forward (no
-// timing), the prefill took 46.73, 46.72, 46.27 ms on the GPU against
-// 46.95, 46.98, 46.65 in one call, and 47.99, 47.50 against 47.50, 47.45 in
-// the next: not kept.
+// The executor keeps the heuristic's first: at the power limit one GEMM's
+// gain here did not survive the whole forward (docs/performance.md).
 // GPU machine only:
 //
 //   kiln_gemm_search [--reps N] [--rows R] [--only N]

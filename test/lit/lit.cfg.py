@@ -13,6 +13,8 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
 config.substitutions.append(("%kiln_src", config.kiln_source_dir))
+config.substitutions.append(("%kiln_build", config.kiln_binary_dir))
+config.substitutions.append(("%kiln_tools", config.kiln_tools_dir))
 config.substitutions.append(("%models", os.path.join(config.kiln_source_dir, "test", "models")))
 
 # The real SmolLM2 model, fetched by scripts/setup.sh. Tests that need it say

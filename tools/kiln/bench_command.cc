@@ -1,18 +1,13 @@
-// kiln bench decode MODEL [--prompt-tokens P] [--gen-tokens G] [--batch B]
-//   [--threads N] [--device cpu|cuda|auto] [--model-source PATH]
-//   [--peer llama.cpp|hf|hf-eager|none]
-// The peer defaults to llama.cpp for a GGUF model and to Hugging Face
-// transformers (eager and static cache + torch.compile, with the card's HBM
-// and GEMM ceilings; scripts/hf_bench.py) for a checkpoint directory.
-//   [--json FILE]
-// Measures prefill and decode on kiln and, in the same run, on the peer
-// (llama.cpp through llama-cpp-python, on the same GGUF, prompt and threads),
+// kiln bench decode|prefill MODEL [options]; the options are in benchCli()'s
+// table (cli_flags.cc). Measures prefill and decode on kiln and, in the same
+// run, on the peer (llama.cpp through llama-cpp-python on the same GGUF,
+// prompt and threads; or Hugging Face transformers, eager and static cache +
+// torch.compile, with the card's HBM and GEMM ceilings: scripts/hf_bench.py),
 // and prints one table with the ratio last.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +15,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/engine/engine.h"
+#include "runtime/support/data_dir.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/kiln/cli_args.h"
 #include "tools/kiln/commands.h"
@@ -104,15 +100,16 @@ Result<Figures> benchKiln(Engine& engine, const std::vector<int32_t>& prompt, in
   return measured[measured.size() / 2];
 }
 
-// Runs a peer script (under scripts/) with the prompt ids in a temporary
+// Runs a peer script (share/kiln/scripts beside the binary) with the prompt ids in a temporary
 // file after `--prompt-ids`; returns the JSON object it prints on stdout,
 // which must hold `required`. `needs` says what the peer needs when it fails.
 Result<nlohmann::json> runPeerScript(const char* name, const std::vector<int32_t>& prompt,
                                      const std::string& args, const char* required, const char* needs) {
-  const std::string script = std::string(KILN_SOURCE_DIR) + "/scripts/" + name;
+  auto script = helperScript(name);
+  if (!script.ok()) return script.error();
   const std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
   std::ofstream(ids_path) << nlohmann::json(prompt).dump();
-  const std::string command = fmt::format("python3 {} --prompt-ids {} {}", script, ids_path, args);
+  const std::string command = fmt::format("python3 '{}' --prompt-ids {} {}", script->string(), ids_path, args);
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) {
     std::remove(ids_path.c_str());
@@ -226,45 +223,24 @@ double planPrefillFlops(const Manifest& manifest, int64_t tokens, int64_t batch)
 Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options);
 
 int benchCommand(int argc, char** argv) {
-  const std::string workload = argc >= 3 ? argv[2] : "";
+  CliArgs args;
+  if (auto done = parseCommandLine(argc, argv, 2, benchCli(), args)) return *done;
+  const std::string workload = args.positionals().empty() ? "" : args.positionals()[0];
   if (workload != "decode" && workload != "prefill")
-    return fail("usage: kiln bench decode|prefill MODEL [--prompt-tokens P] [--gen-tokens G] "
-                "[--batch B] [--threads N] [--device cpu|cuda|auto] [--dtype bf16|f32] [--peer llama.cpp|hf|hf-eager|none] "
-                "[--json FILE] [--no-cuda-graphs] [--no-programmatic-launch] [--no-gemm-autotune] [--no-stream-gemv] [--no-norm-folding] [--no-residual-epilogue] [--no-fused-swiglu] [--runs N] "
-                "[--host-sampling]"
-                " [--profile-steps]\n  prefill: time to first token of --prompt-tokens (default 2048) and its "
-                "TFLOP/s, beside the peer and the roofline; the run with the median time to first token of --runs "
-                "(default 5 for prefill, 1 for decode)");
+    return fail("usage: kiln bench decode|prefill MODEL [options]; `kiln bench --help` lists them");
   const bool prefill_only = workload == "prefill";
-  // The CUDA executor's switches (engineOptionsFrom reads them).
-  const std::set<std::string> cuda_switches = {"no-cuda-graphs", "no-programmatic-launch", "no-gemm-autotune",
-                                               "no-stream-gemv", "no-norm-folding", "no-residual-epilogue", "no-fused-swiglu", "host-sampling",
-                                               "profile-steps"};
-  std::set<std::string> switches = cuda_switches;
-  switches.insert("quiet");
-  auto args = CliArgs::parse(argc, argv, 3,
-                             {"prompt-tokens", "gen-tokens", "batch", "threads", "device",
-                              "peer", "json", "model-source", "gpu-memory-fraction", "dtype", "runs"},
-                             switches);
-  if (!args.ok()) return fail(args.error().message);
-  if (args->positionals().size() != 1) return fail("kiln bench " + workload + " needs one MODEL");
-  auto options = engineOptionsFrom(*args);
+  if (args.positionals().size() != 2) return fail("kiln bench " + workload + " needs one MODEL");
+  auto options = engineOptionsFrom(args);
   if (!options.ok()) return fail(options.error().message);
-  // The CUDA executor's switches mean nothing to the CPU backend: an error
-  // rather than figures that look like an A/B and are not.
-  std::string cuda_flag;
-  for (const std::string& flag : cuda_switches)
-    if (args->has(flag)) cuda_flag = flag;
-  if (!cuda_flag.empty() && options->device == "cpu")
-    return fail("--" + cuda_flag + " is for the CUDA backend; --device cpu was asked for");
+  const std::vector<const CliFlag*> cuda_switches = args.cudaSwitchesGiven();
   // Checked before loading anything: a mistyped peer must not cost a whole kiln run.
-  if (auto peer = args->get("peer"); peer && *peer != "llama.cpp" && *peer != "hf" && *peer != "hf-eager" &&
+  if (auto peer = args.get("peer"); peer && *peer != "llama.cpp" && *peer != "hf" && *peer != "hf-eager" &&
                                      *peer != "none")
     return fail("--peer '" + *peer + "': expected llama.cpp, hf, hf-eager or none");
-  auto prompt_tokens = args->getInt("prompt-tokens", prefill_only ? 2048 : 128);
-  auto gen_tokens = args->getInt("gen-tokens", prefill_only ? 2 : 64);
-  auto batch = args->getInt("batch", 1);
-  auto runs = args->getInt("runs", prefill_only ? 5 : 1);
+  auto prompt_tokens = args.getInt("prompt-tokens", prefill_only ? 2048 : 128);
+  auto gen_tokens = args.getInt("gen-tokens", prefill_only ? 2 : 64);
+  auto batch = args.getInt("batch", 1);
+  auto runs = args.getInt("runs", prefill_only ? 5 : 1);
   if (!runs.ok()) return fail(runs.error().message);
   if (*runs < 1 || *runs > 100) return fail(fmt::format("--runs {}: expected 1 to 100 measured runs", *runs));
   if (!prompt_tokens.ok()) return fail(prompt_tokens.error().message);
@@ -282,12 +258,12 @@ int benchCommand(int argc, char** argv) {
   // The forwards' GPU time beside their wall time (on stderr when the
   // engine closes): what the host adds between and around them.
   options->cuda.report_forward_gpu_time = true;
-  auto engine = openEngine(args->positionals()[0], *options);
+  auto engine = openEngine(args.positionals()[1], *options);
   if (!engine.ok()) return fail(engine.error().message);
   const std::string backend = (*engine)->backendName();
   const bool on_cuda = backend.rfind("cuda", 0) == 0;
-  if (!cuda_flag.empty() && !on_cuda)
-    return fail("--" + cuda_flag + " is for the CUDA backend; this run got " + backend);
+  if (!cuda_switches.empty() && !on_cuda)
+    return fail(fmt::format("--{} is for the CUDA backend; this run got {}", cuda_switches.back()->name, backend));
   std::vector<int32_t> prompt = benchPrompt((*engine)->tokenizer(), *prompt_tokens);
 
   std::fprintf(stderr, "kiln bench: kiln (%s, %d threads)...\n", backend.c_str(),
@@ -305,7 +281,7 @@ int benchCommand(int argc, char** argv) {
   engine->reset();
   // The peer a user of this model would otherwise run: llama.cpp for a
   // GGUF, Hugging Face transformers for a checkpoint directory.
-  std::string peer = args->get("peer").value_or(
+  std::string peer = args.get("peer").value_or(
       manifest.model.source_format == "gguf" ? "llama.cpp" : prefill_only ? "hf-eager" : "hf");
   std::optional<Figures> theirs;
   std::optional<nlohmann::json> hf;
@@ -369,7 +345,7 @@ int benchCommand(int argc, char** argv) {
       row("decode tok/s", mine->decode_tps, theirs ? std::optional(theirs->decode_tps) : std::nullopt);
   }
 
-  if (auto path = args->get("json")) {
+  if (auto path = args.get("json")) {
     nlohmann::json out = {{"model", manifest.model.source}, {"prompt_tokens", *prompt_tokens},
                           {"gen_tokens", *gen_tokens}, {"batch", *batch}, {"threads", threads},
                           {"kiln", {{"prefill_tps", mine->prefill_tps},

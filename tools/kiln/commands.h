@@ -1,6 +1,7 @@
 // The kiln CLI's subcommands.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "runtime/engine/engine.h"
@@ -12,7 +13,18 @@ namespace kiln {
 int runCommand(int argc, char** argv);
 int benchCommand(int argc, char** argv);
 
-// Shared option handling: --device, --threads.
+// The subcommands' flag tables (cli_flags.cc).
+const CliCommand& runCli();
+const CliCommand& benchCli();
+
+// Parses a subcommand's arguments from argv[first]; when they ask for
+// --help or --list-flags, prints it to stdout. Returns the exit status when
+// the command is done (help, list, or an error already printed).
+std::optional<int> parseCommandLine(int argc, char** argv, int first, const CliCommand& command, CliArgs& args);
+
+// The engine flags both subcommands share (--device, --dtype, --threads,
+// --gpu-memory-fraction, --model-source) and the CUDA A/B switches, which
+// are an error with --device cpu.
 Result<EngineOptions> engineOptionsFrom(const CliArgs& args);
 
 // Prints "kiln: error: MESSAGE" on stderr and returns exit status 1.

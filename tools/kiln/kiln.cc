@@ -12,20 +12,43 @@ int fail(const std::string& message) {
   return 1;
 }
 
+std::optional<int> parseCommandLine(int argc, char** argv, int first, const CliCommand& command, CliArgs& args) {
+  auto parsed = CliArgs::parse(argc, argv, first, command);
+  if (!parsed.ok()) return fail(parsed.error().message);
+  args = parsed.take();
+  if (args.has("help")) {
+    command.printHelp(stdout);
+    return 0;
+  }
+  if (args.has("list-flags")) {
+    command.printFlagList(stdout);
+    return 0;
+  }
+  return std::nullopt;
+}
+
 }  // namespace kiln
 
 int main(int argc, char** argv) {
   const char* usage =
-      "usage: kiln <command> ...\n"
-      "  run MODEL [PROMPT]   generate text (MODEL: a .gguf, an HF checkpoint directory,\n"
-      "                       a compiled artifact, or a cached name such as smollm2)\n"
-      "  bench decode MODEL   measure prefill and decode speed\n";
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 1 : 0;
+      "usage: kiln <command> [options]\n"
+      "  run MODEL [PROMPT]          generate text\n"
+      "  bench decode|prefill MODEL  measure decode or prefill speed beside a peer\n"
+      "`kiln <command> --help` lists a command's options.\n";
+  if (argc < 2) {
+    std::fputs(usage, stderr);
+    return 1;
   }
   std::string command = argv[1];
+  if (command == "--help" || command == "-h") {
+    std::fputs(usage, stdout);
+    for (const kiln::CliCommand* sub : {&kiln::runCli(), &kiln::benchCli()}) {
+      std::fputc('\n', stdout);
+      sub->printHelp(stdout);
+    }
+    return 0;
+  }
   if (command == "run") return kiln::runCommand(argc, argv);
   if (command == "bench") return kiln::benchCommand(argc, argv);
-  return kiln::fail("unknown command '" + command + "'; expected run or bench");
+  return kiln::fail("unknown command '" + command + "'; expected run or bench (`kiln --help` lists them)");
 }

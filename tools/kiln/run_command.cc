@@ -1,10 +1,7 @@
-// kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T]
-//   [--top-p P] [--top-k K] [--seed S] [--device cpu|cuda|auto] [--threads N]
-//   [--truncate] [--ignore-eos] [--stop TEXT] [--system TEXT] [--max-context N] [--model-source PATH]
-// --model-source: weights (and tokenizer) from another copy of the same
-// checkpoint than the one the artifact was compiled from (no stamp check).
-// Streams the answer to stdout; loading progress and the closing tokens/s
-// summary go to stderr. Ctrl-C stops generation cleanly, with the summary.
+// kiln run MODEL [PROMPT] [options]; the options are in runCli()'s table
+// (cli_flags.cc). Streams the answer to stdout; loading progress and the
+// closing tokens/s summary go to stderr. Ctrl-C stops generation cleanly,
+// with the summary.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -23,44 +20,6 @@ std::atomic<bool> interrupted{false};
 void onInterrupt(int) { interrupted = true; }
 
 }  // namespace
-
-Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
-  EngineOptions options;
-  auto device = args.get("device").value_or("auto");
-  if (device != "auto" && device != "cpu" && device != "cuda")
-    return makeError("--device '{}': expected cpu, cuda or auto", device);
-  options.device = device;
-  options.model_source = args.get("model-source").value_or("");
-  auto threads = args.getInt("threads", 0);
-  if (!threads.ok()) return threads.error();
-  if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);
-  options.threads = int(*threads);
-  auto max_context = args.getInt("max-context", 0);
-  if (!max_context.ok()) return max_context.error();
-  if (*max_context < 0)
-    return makeError("--max-context {} is invalid: expected a positive token count", *max_context);
-  options.max_context = *max_context;
-  if (auto fraction = args.get("gpu-memory-fraction")) {
-    char* end = nullptr;
-    const double f = std::strtod(fraction->c_str(), &end);
-    if (end == fraction->c_str() || *end != '\0' || !(f > 0.0 && f <= 1.0))
-      return makeError("--gpu-memory-fraction '{}' is invalid: expected a number in (0, 1]", *fraction);
-    options.gpu_memory_fraction = f;
-  }
-  options.cuda.graphs = !args.has("no-cuda-graphs");
-  options.cuda.programmatic_launch = !args.has("no-programmatic-launch");
-  options.cuda.profile_steps = args.has("profile-steps");
-  options.cuda.gemm_autotune = !args.has("no-gemm-autotune");
-  options.cuda.stream_gemv = !args.has("no-stream-gemv");
-  options.cuda.fold_norms = !args.has("no-norm-folding");
-  options.cuda.residual_epilogue = !args.has("no-residual-epilogue");
-  options.cuda.fused_swiglu = !args.has("no-fused-swiglu");
-  options.cuda.device_argmax = !args.has("host-sampling");
-  options.cuda_dtype = args.get("dtype").value_or("bf16");
-  if (options.cuda_dtype != "bf16" && options.cuda_dtype != "f32")
-    return makeError("--dtype '{}': expected bf16 or f32 (the CUDA activations)", options.cuda_dtype);
-  return options;
-}
 
 Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options) {
   // The CUDA kernels take bf16 activations, the CPU executor f32: a model
@@ -94,37 +53,37 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
 }
 
 int runCommand(int argc, char** argv) {
-  auto args = CliArgs::parse(argc, argv, 2,
-                             {"max-tokens", "temperature", "top-p", "top-k", "min-p", "seed",
-                              "device", "threads", "system", "repetition-penalty", "stop",
-                              "model-source", "max-context", "gpu-memory-fraction", "dtype"},
-                             {"chat", "truncate", "quiet", "ignore-eos"});
-  if (!args.ok()) return fail(args.error().message);
-  if (args->positionals().empty() || args->positionals().size() > 2)
-    return fail("usage: kiln run MODEL [PROMPT] [--chat] [--max-tokens N] [--temperature T] "
-                "[--top-p P] [--seed S] [--device cpu|cuda|auto] [--dtype bf16|f32] [--gpu-memory-fraction F] [--model-source PATH]");
-  auto options = engineOptionsFrom(*args);
+  CliArgs args;
+  if (auto done = parseCommandLine(argc, argv, 2, runCli(), args)) return *done;
+  if (args.positionals().empty() || args.positionals().size() > 2)
+    return fail("usage: kiln run MODEL [PROMPT] [options]; `kiln run --help` lists them");
+  auto options = engineOptionsFrom(args);
   if (!options.ok()) return fail(options.error().message);
-  options->progress = !args->has("quiet");
+  options->progress = !args.has("quiet");
+  auto max_context = args.getInt("max-context", 0);
+  if (!max_context.ok()) return fail(max_context.error().message);
+  if (*max_context < 0)
+    return fail(fmt::format("--max-context {} is invalid: expected a positive token count", *max_context));
+  options->max_context = *max_context;
 
   GenerationRequest request;
-  if (args->positionals().size() == 2) {
-    request.prompt = args->positionals()[1];
+  if (args.positionals().size() == 2) {
+    request.prompt = args.positionals()[1];
   } else {
     request.prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
   }
-  request.chat = args->has("chat");
-  if (auto system = args->get("system"))
+  request.chat = args.has("chat");
+  if (auto system = args.get("system"))
     request.messages = {{"system", *system}, {"user", request.prompt}};
-  request.truncate_prompt = args->has("truncate");
+  request.truncate_prompt = args.has("truncate");
   auto& s = request.sampling;
-  auto max_tokens = args->getInt("max-tokens", 256);
-  auto temperature = args->getDouble("temperature", 0.0);
-  auto top_p = args->getDouble("top-p", 1.0);
-  auto top_k = args->getInt("top-k", 0);
-  auto min_p = args->getDouble("min-p", 0.0);
-  auto seed = args->getInt("seed", 0);
-  auto repetition = args->getDouble("repetition-penalty", 1.0);
+  auto max_tokens = args.getInt("max-tokens", 256);
+  auto temperature = args.getDouble("temperature", 0.0);
+  auto top_p = args.getDouble("top-p", 1.0);
+  auto top_k = args.getInt("top-k", 0);
+  auto min_p = args.getDouble("min-p", 0.0);
+  auto seed = args.getInt("seed", 0);
+  auto repetition = args.getDouble("repetition-penalty", 1.0);
   for (const Error* e : {max_tokens.ok() ? nullptr : &max_tokens.error(),
                          temperature.ok() ? nullptr : &temperature.error(),
                          top_p.ok() ? nullptr : &top_p.error(),
@@ -140,11 +99,11 @@ int runCommand(int argc, char** argv) {
   s.min_p = float(*min_p);
   s.seed = uint64_t(*seed);
   s.repetition_penalty = float(*repetition);
-  if (auto stop = args->get("stop")) s.stop_strings.push_back(*stop);
-  s.ignore_eos = args->has("ignore-eos");
+  if (auto stop = args.get("stop")) s.stop_strings.push_back(*stop);
+  s.ignore_eos = args.has("ignore-eos");
   if (Status valid = s.validate(); !valid.ok()) return fail(valid.error().message);
 
-  auto engine = openEngine(args->positionals()[0], *options);
+  auto engine = openEngine(args.positionals()[0], *options);
   if (!engine.ok()) return fail(engine.error().message);
 
   auto id = (*engine)->submit(std::move(request), [](int64_t, int32_t, std::string_view text) {

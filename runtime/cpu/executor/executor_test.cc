@@ -5,6 +5,7 @@
 // mixed ragged batches through the paged pool and compares each sequence's
 // last-token logits with the reference.
 #include "runtime/cpu/executor/executor.h"
+#include "test/source_root.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@
 namespace kiln::cpu {
 namespace {
 
-const std::string kFixture = KILN_TINY_LLAMA_DIR;
+const std::string kFixture = checkoutPath("test/fixtures/tiny-llama");
 
 struct Reference {
   std::vector<int32_t> tokens;
@@ -230,7 +231,7 @@ namespace {
 // pages (16) and spill into the next while another sequence shares the batch.
 class TinyLlama3Test : public TinyLlamaTest {
  protected:
-  std::string fixtureDir() const override { return KILN_TINY_LLAMA3_DIR; }
+  std::string fixtureDir() const override { return checkoutPath("test/fixtures/tiny-llama3"); }
 };
 
 TEST_F(TinyLlama3Test, ChunkedPrefillAndDecodeAcrossPages) {

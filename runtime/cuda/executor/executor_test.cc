@@ -5,6 +5,7 @@
 // test/gpu/cuda_vs_cpu_executor_test; the full check against transformers is
 // test/gpu/hf_logits_gpu_test (GPU machine).
 #include "runtime/cuda/executor/executor.h"
+#include "test/source_root.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +21,7 @@
 namespace kiln::cuda {
 namespace {
 
-const std::string kFixture = KILN_TINY_LLAMA_DIR;
+const std::string kFixture = checkoutPath("test/fixtures/tiny-llama");
 
 TEST(CudaExecutor, RunsTheFixtureOrSaysWhatIsMissing) {
   auto manifest = testing::bf16Plan(kFixture);
