@@ -13,7 +13,7 @@
 #       build/bin/kiln-compile; without it the artifacts already in
 #       BUILD_DIR/artifacts are used), and writes BUILD_DIR/gpu-bundle/
 #       {bin,lib,share,artifacts}, a build folder gpu-check.sh takes as it is,
-#       and the same as BUILD_DIR/gpu-bundle.tar.gz (about 5 MiB) to carry:
+#       and the same as BUILD_DIR/gpu-bundle.tar.gz (about 6 MiB) to carry:
 #       there, `tar -xzf build-gpu/gpu-bundle.tar.gz -C /tmp/build-gpu` (in
 #       /tmp, a later call finds it too).
 #

@@ -20,7 +20,7 @@
 # fit the SmolLM2 GGUF (93.8 MiB: parts of 44 and 49.8 MiB) into the two
 # calls that run everything docs/performance.md reports, beside a tree of
 # about 7 MiB and, in call 1, the build's gpu-bundle (scripts/gpu-bundle.sh,
-# about 5 MiB packed), which call 2 finds in /tmp; each call under 61 MiB:
+# about 6 MiB packed), which call 2 finds in /tmp; each call under 61 MiB:
 #   scripts/split-for-device.sh ~/.cache/kiln/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 #   call 1, carry [.xfer/1, build-gpu/gpu-bundle.tar.gz]:
 #     mkdir -p /tmp/kiln-xfer /tmp/build-gpu && cp .xfer/1/* /tmp/kiln-xfer/ &&
