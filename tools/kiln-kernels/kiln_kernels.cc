@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -47,10 +48,17 @@ struct Step {
   int uses = 0;
 };
 
+constexpr const char* kUsage =
+    "usage: kiln-kernels ARTIFACT list [--arch sm_90]\n"
+    "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90]\n"
+    "  list   every kernel instance the CUDA runtime compiles for ARTIFACT on a device of --arch\n"
+    "         (default sm_90), with its role, kind and uses\n"
+    "  show   one instance: its generated source (--source, the default), PTX, SASS (nvdisasm),\n"
+    "         or registers, shared memory, spills and launch shape (--resources)\n";
+
+// A usage error: the usage on stderr, exit 2.
 int usage() {
-  std::fprintf(stderr,
-               "usage: kiln-kernels ARTIFACT list [--arch sm_90]\n"
-               "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90]\n");
+  std::fputs(kUsage, stderr);
   return 2;
 }
 
@@ -121,6 +129,11 @@ std::string findTool(const char* name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
   if (argc < 3) return usage();
   const fs::path artifact = argv[1];
   const std::string command = argv[2];
