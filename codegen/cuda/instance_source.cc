@@ -193,13 +193,12 @@ Result<Body> rmsNorm(const Params& p, bool residual) {
   return b;
 }
 
-// How the skinny GEMM tiles a weight of n rows of k. The table is
-// kiln_gemv_sweep (test/gpu/gemv_sweep.cc) on an NVIDIA H200, 2026-11-29:
-// the fastest of 32 tilings at one row of x for the decode shapes of
-// Llama-3-8B and Llama-3.2-1B, timed back to back over copies of W that
-// together exceed L2 several times, so W comes from HBM as in a forward pass
-// (the first sweep repeated one W, which the 50 MB L2 held for the small
-// matrices). Other shapes take the rule the table mostly follows: long rows
+// How the skinny GEMM tiles a weight of n rows of k. The tables are
+// kiln_gemv_sweep's choice (test/gpu/gemv_sweep.cc): the fastest of 32
+// tilings at one row of x for the decode shapes of Llama-3-8B and
+// Llama-3.2-1B, timed over copies of W that together exceed L2 several
+// times, so W comes from HBM as in a forward pass (docs/performance.md,
+// "Skinny GEMM tilings", has the rates). Other shapes take the rule the table mostly follows: long rows
 // split K over warps so a block's warps finish together, short ones keep 4
 // loads in flight per lane.
 struct GemvTiling {
@@ -217,10 +216,7 @@ GemvTiling ruleTiling(int64_t k) {
 }
 // `max_rows` 1: the single-row instances' table. Holding one row's
 // accumulators and x, a thread needs fewer registers (5 blocks per SM
-// instead of 4), and the fastest tilings split K over all 8 warps: on the
-// Llama-3-8B shapes 3.23 / 2.91 / 4.28 / 3.84 / 4.59 TB/s (qkv, o_proj,
-// gate/up, down, LM head) where the 8-row instances reach 2.76 / 2.59 /
-// 3.90 / 3.47 / 4.28 at one row (kiln_gemv_sweep, H200, 2026-11-29, one call).
+// instead of 4), and the fastest tilings split K over all 8 warps.
 GemvTiling gemvTiling(int64_t n, int64_t k, int64_t max_rows) {
   static constexpr MeasuredTiling kSingleRow[] = {
       {6144, 4096, {8, 1, 4}},     {4096, 4096, {8, 1, 4}},  {28672, 4096, {8, 1, 4}},
@@ -228,18 +224,17 @@ GemvTiling gemvTiling(int64_t n, int64_t k, int64_t max_rows) {
       {2048, 2048, {2, 1, 2}},     {16384, 2048, {4, 1, 8}}, {2048, 8192, {2, 1, 4}},
       {128256, 2048, {4, 1, 8}},
   };
-  // TB/s of weights from HBM; in parentheses the previous table's tiling.
   static constexpr MeasuredTiling kMeasured[] = {
-      {6144, 4096, {4, 1, 4}},     // 2.74 TB/s (2.75, the same tiling)
-      {4096, 4096, {4, 1, 4}},     // 2.58 TB/s (2/2/2: 2.32)
-      {28672, 4096, {4, 1, 4}},    // 3.88 TB/s (3.87, the same)
-      {4096, 14336, {8, 1, 8}},    // 3.45 TB/s (2/4/2: 2.80)
-      {128256, 4096, {4, 1, 4}},   // 4.27 TB/s (2/1/4: 3.98)
-      {3072, 2048, {1, 1, 4}},     // 1.64 TB/s (1.61, the same)
-      {2048, 2048, {2, 1, 4}},     // 1.34 TB/s (1.30, the same)
-      {16384, 2048, {2, 1, 4}},    // 3.03 TB/s (3.04, the same)
-      {2048, 8192, {8, 1, 4}},     // 2.51 TB/s (4/2/2: 2.33)
-      {128256, 2048, {2, 1, 4}},   // 4.17 TB/s (3.84, the same)
+      {6144, 4096, {4, 1, 4}},
+      {4096, 4096, {4, 1, 4}},
+      {28672, 4096, {4, 1, 4}},
+      {4096, 14336, {8, 1, 8}},
+      {128256, 4096, {4, 1, 4}},
+      {3072, 2048, {1, 1, 4}},
+      {2048, 2048, {2, 1, 4}},
+      {16384, 2048, {2, 1, 4}},
+      {2048, 8192, {8, 1, 4}},
+      {128256, 2048, {2, 1, 4}},
   };
   if (max_rows == 1) {
     for (const MeasuredTiling& m : kSingleRow)
@@ -306,9 +301,8 @@ Result<RopeStep> ropeStep(const Params& p) {
 // kernel_params.cuh).
 using kernels::kGemvStreamChunk;
 constexpr int64_t kGemvStreamMaxWeightBytes = int64_t(256) << 20;
-// 4 rows a tile, 8 stages (128 KiB a block): of the tilings measured in a
-// Llama-3-8B layer's chain (H200, 2026-11-29), 4 x 8 110.6 us, 8 x 4 111.5,
-// 4 x 6 112.5, 2 x 8 122.1.
+// 4 rows a tile, 8 stages (128 KiB a block): the fastest of the ring shapes
+// measured in a Llama-3-8B layer's chain (docs/performance.md).
 constexpr int kGemvStreamRows = 4, kGemvStreamStages = 8;
 
 }  // namespace
@@ -440,11 +434,8 @@ Result<Body> gemm(const Params& p) {
         norm_x, norm_residual, norm_sum, norm_weight, floatLiteral(epsilon), boolLiteral(writes_sum));
   }
   if (stream) return gemvStream(n, k, bias, silu_mul, rope, rope_config + norm_config);
-  // A single-row pair of rows takes K split over 4 warps, not 8 (which
-  // doubles the rows a warp holds): batch-1 decode on Llama-3-8B (H200,
-  // 2026-11-29, ms per step, each beside the 8-row instances' 4.320)
-  // measured gate/up 4/1/4 4.154 where the doubled 8/2/2 took 4.689, and
-  // qkv with rope 4/1/4 4.246 where the doubled 8/2/4 took 4.296.
+  // A single-row pair of rows takes K split over 4 warps, not 8, which
+  // would double the rows a warp holds (slower: docs/performance.md).
   if (paired && max_rows == 1 && !p.has("gemv_split") && t.split == 8) t = {4, 1, 4};
   if (paired && (8 / t.split * t.rows_per_warp) % 2 != 0) t.rows_per_warp *= 2;
   const int rows_per_block = 8 / t.split * t.rows_per_warp;

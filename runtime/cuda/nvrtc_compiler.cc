@@ -115,8 +115,8 @@ Status compileOnce(const Nvrtc& nvrtc, const std::string& name, const std::strin
   const std::string file = name + ".cu";
   // A unique empty kernel appended: on the GPU machine (driver present),
   // repeating a compile whose PTX was seen before -- even from another
-  // process -- came back without ptxas' resource report (seen 2026-11-29,
-  // CUDA 13.0), so some PTX-keyed cache answered it. A comment did not
+  // process -- came back without ptxas' resource report (CUDA 13.0), so
+  // some PTX-keyed cache answered it. A comment did not
   // help (comments leave the PTX unchanged); a distinct entry changes the
   // PTX. kiln caches compiles itself (kernel_cache.h).
   static std::atomic<uint64_t> serial{0};
