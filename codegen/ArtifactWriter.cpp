@@ -346,7 +346,7 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
       stepJson["kind"] = "gemm";
       stepJson["instance"] = kernelInstanceName("gemm", paramDict);
       llvm::SmallVector<NamedAttribute> withRole(paramDict.getValue());
-      if (auto role = op.getAttrOfType<StringAttr>("role")) withRole.push_back(b.getNamedAttr(plan_key::kRole, role));
+      if (auto role = op.getAttrOfType<StringAttr>(plan_key::kRole)) withRole.push_back(b.getNamedAttr(plan_key::kRole, role));
       std::optional<json::Object> written = stepParams(&op, "gemm", b.getDictionaryAttr(withRole));
       if (!written) return std::nullopt;
       params = std::move(*written);

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Passes.h"
+#include "runtime/artifact/plan_keys.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -101,15 +102,15 @@ class Lowering {
 
 void Lowering::appendRopeParams(llvm::SmallVector<NamedAttribute>& params,
                                 xfmr::RopeAttr rope) {
-  params.push_back(param("rope_theta", rope.getTheta().convertToDouble()));
-  params.push_back(param("rope_style", rope.getStyle()));
-  params.push_back(param("rope_scaling", rope.getScaling()));
-  params.push_back(param("rope_factor", rope.getFactor().convertToDouble()));
-  params.push_back(param("rope_low_freq_factor",
+  params.push_back(param(plan_key::kRopeTheta, rope.getTheta().convertToDouble()));
+  params.push_back(param(plan_key::kRopeStyle, rope.getStyle()));
+  params.push_back(param(plan_key::kRopeScaling, rope.getScaling()));
+  params.push_back(param(plan_key::kRopeFactor, rope.getFactor().convertToDouble()));
+  params.push_back(param(plan_key::kRopeLowFreqFactor,
                          rope.getLowFreqFactor().convertToDouble()));
-  params.push_back(param("rope_high_freq_factor",
+  params.push_back(param(plan_key::kRopeHighFreqFactor,
                          rope.getHighFreqFactor().convertToDouble()));
-  params.push_back(param("rope_original_max_position",
+  params.push_back(param(plan_key::kRopeOriginalMaxPosition,
                          rope.getOriginalMaxPosition()));
 }
 
@@ -165,12 +166,12 @@ LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
   auto q = cast<RankedTensorType>(ropeQ.getType());
   auto pool = cast<xfmr::KvPoolType>(append.getKeyPool().getType());
   llvm::SmallVector<NamedAttribute> params = {
-      param("heads", q.getDimSize(1)),
-      param("kv_heads", static_cast<int64_t>(pool.getKvHeads())),
-      param("head_dim", static_cast<int64_t>(pool.getHeadDim())),
-      param("page_size", static_cast<int64_t>(pool.getPageSize())),
-      param("merged_qkv", static_cast<bool>(split)),
-      param("kv_type", xfmr::elementTypeName(pool.getElementType())),
+      param(plan_key::kHeads, q.getDimSize(1)),
+      param(plan_key::kKvHeads, static_cast<int64_t>(pool.getKvHeads())),
+      param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
+      param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
+      param(plan_key::kMergedQkv, static_cast<bool>(split)),
+      param(plan_key::kKvType, xfmr::elementTypeName(pool.getElementType())),
   };
   appendRopeParams(params, ropeQ.getRope());
   replaceWithKernel(region, "rope_kv_append", args, params);
@@ -190,23 +191,23 @@ LogicalResult Lowering::lowerRegion(xfmr::FusionRegionOp region) {
     }
     // results: (sum, normed) when the sum is used later, else (normed).
     llvm::SmallVector<NamedAttribute> params = {
-        param("hidden", lastDim(norm.getInput())),
-        param("epsilon", norm.getEpsilon().convertToDouble()),
-        param("writes_sum", region.getNumResults() == 2)};
+        param(plan_key::kHidden, lastDim(norm.getInput())),
+        param(plan_key::kEpsilon, norm.getEpsilon().convertToDouble()),
+        param(plan_key::kWritesSum, region.getNumResults() == 2)};
     // x and residual are the kernel's args 0 and 1 (the add's operands, in
     // the region's input order); the sum is kept, and normed, in sum_type.
-    appendType(params, "x_type", region.getInputs()[0]);
-    appendType(params, "residual_type", region.getInputs()[1]);
-    appendType(params, "sum_type", add.getResult());
-    appendType(params, "out_type", norm.getResult());
+    appendType(params, plan_key::kXType, region.getInputs()[0]);
+    appendType(params, plan_key::kResidualType, region.getInputs()[1]);
+    appendType(params, plan_key::kSumType, add.getResult());
+    appendType(params, plan_key::kOutType, norm.getResult());
     replaceWithKernel(region, "residual_rms_norm", region.getInputs(), params);
     return success();
   }
   if (kind == "silu_mul") {
     bool merged = llvm::any_of(body, [](Operation& op) { return isa<xfmr::SplitOp>(op); });
     replaceWithKernel(region, "silu_mul", region.getInputs(),
-                      {param("ffn", lastDim(region.getResult(0))),
-                       param("merged_gate_up", merged)});
+                      {param(plan_key::kFfn, lastDim(region.getResult(0))),
+                       param(plan_key::kMergedGateUp, merged)});
     return success();
   }
   return region.emitError() << "cannot lower fusion region '" << kind << "'";
@@ -227,18 +228,18 @@ LogicalResult Lowering::lower(func::FuncOp func) {
             .Case([&](xfmr::FusionRegionOp region) { return lowerRegion(region); })
             .Case([&](xfmr::EmbedOp embed) {
               llvm::SmallVector<NamedAttribute> params = {
-                  param("hidden", lastDim(embed.getResult())),
-                  param("table_type", elementOf(embed.getTable()))};
-              appendType(params, "out_type", embed.getResult());
+                  param(plan_key::kHidden, lastDim(embed.getResult())),
+                  param(plan_key::kTableType, elementOf(embed.getTable()))};
+              appendType(params, plan_key::kOutType, embed.getResult());
               replaceWithKernel(embed, "embedding", embed->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::RmsNormOp norm) {
               llvm::SmallVector<NamedAttribute> params = {
-                  param("hidden", lastDim(norm.getInput())),
-                  param("epsilon", norm.getEpsilon().convertToDouble())};
-              appendType(params, "x_type", norm.getInput());
-              appendType(params, "out_type", norm.getResult());
+                  param(plan_key::kHidden, lastDim(norm.getInput())),
+                  param(plan_key::kEpsilon, norm.getEpsilon().convertToDouble())};
+              appendType(params, plan_key::kXType, norm.getInput());
+              appendType(params, plan_key::kOutType, norm.getResult());
               replaceWithKernel(norm, "rms_norm", norm->getOperands(), params);
               return success();
             })
@@ -264,7 +265,7 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               auto gemm = builder_.create<xfmr::GemmOp>(
                   logits.getLoc(), logits.getType(), logits.getHidden(),
                   logits.getWeight(), /*scales=*/Value(), /*bias=*/Value());
-              gemm->setAttr("role", builder_.getStringAttr("logits"));
+              gemm->setAttr(plan_key::kRole, builder_.getStringAttr("logits"));
               logits.getResult().replaceAllUsesWith(gemm.getResult());
               logits.erase();
               return success();
@@ -274,46 +275,46 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               auto q = cast<RankedTensorType>(attention.getQuery().getType());
               replaceWithKernel(
                   attention, "paged_attention", attention->getOperands(),
-                  {param("heads", q.getDimSize(1)),
-                   param("kv_heads", static_cast<int64_t>(pool.getKvHeads())),
-                   param("head_dim", static_cast<int64_t>(pool.getHeadDim())),
-                   param("page_size", static_cast<int64_t>(pool.getPageSize())),
-                   param("scale", attention.getScale().convertToDouble()),
-                   param("kv_type", xfmr::elementTypeName(pool.getElementType())),
-                   param("tree_mask", static_cast<bool>(attention.getTreeMask()))});
+                  {param(plan_key::kHeads, q.getDimSize(1)),
+                   param(plan_key::kKvHeads, static_cast<int64_t>(pool.getKvHeads())),
+                   param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
+                   param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
+                   param(plan_key::kScale, attention.getScale().convertToDouble()),
+                   param(plan_key::kKvType, xfmr::elementTypeName(pool.getElementType())),
+                   param(plan_key::kTreeMask, static_cast<bool>(attention.getTreeMask()))});
               return success();
             })
             .Case([&](xfmr::GatherLastTokensOp gather) {
               llvm::SmallVector<NamedAttribute> params = {
-                  param("hidden", lastDim(gather.getHidden()))};
-              appendType(params, "type", gather.getResult());
+                  param(plan_key::kHidden, lastDim(gather.getHidden()))};
+              appendType(params, plan_key::kType, gather.getResult());
               replaceWithKernel(gather, "gather_last_tokens", gather->getOperands(),
                                 params);
               return success();
             })
             .Case([&](xfmr::AddOp add) {
               llvm::SmallVector<NamedAttribute> params = {
-                  param("width", lastDim(add.getResult()))};
-              appendType(params, "a_type", add.getLhs());
-              appendType(params, "b_type", add.getRhs());
-              appendType(params, "out_type", add.getResult());
+                  param(plan_key::kWidth, lastDim(add.getResult()))};
+              appendType(params, plan_key::kAType, add.getLhs());
+              appendType(params, plan_key::kBType, add.getRhs());
+              appendType(params, plan_key::kOutType, add.getResult());
               replaceWithKernel(add, "add", add->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::MulOp mul) {
               replaceWithKernel(mul, "mul", mul->getOperands(),
-                                {param("width", lastDim(mul.getResult()))});
+                                {param(plan_key::kWidth, lastDim(mul.getResult()))});
               return success();
             })
             .Case([&](xfmr::SiluOp silu) {
               replaceWithKernel(silu, "silu", silu->getOperands(),
-                                {param("width", lastDim(silu.getResult()))});
+                                {param(plan_key::kWidth, lastDim(silu.getResult()))});
               return success();
             })
             .Case([&](xfmr::SplitOp split) {
               llvm::SmallVector<NamedAttribute> params = {
-                  param("axis", static_cast<int64_t>(split.getAxis())),
-                  builder_.getNamedAttr("sizes", split.getSizesAttr())};
+                  param(plan_key::kAxis, static_cast<int64_t>(split.getAxis())),
+                  builder_.getNamedAttr(plan_key::kSizes, split.getSizesAttr())};
               replaceWithKernel(split, "split", split->getOperands(), params);
               return success();
             })
