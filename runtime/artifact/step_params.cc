@@ -73,79 +73,89 @@ namespace key = plan_key;
 enum class Presence { kRequired, kDefaulted, kOptional };
 constexpr Presence R = Presence::kRequired, D = Presence::kDefaulted, O = Presence::kOptional;
 
+// What a field's value must be, checked for every kind alike (checkRule);
+// what relates two fields is each kind's checkKind.
+enum class Rule {
+  kAny,
+  kPositive,        // a size (each of a list's)
+  kPositiveNumber,  // finite and > 0
+  kElementType,     // a weight, table or pool type: GGUF/safetensors or kiln's schemes
+  kActivationType,  // f32, bf16 or f16; empty: the plan's activation type
+};
+
 template <class P, class V>
 void visitAttentionHeads(P& a, V&& v) {
-  v(key::kHeads, a.heads, R);
-  v(key::kKvHeads, a.kv_heads, R);
-  v(key::kHeadDim, a.head_dim, R);
-  v(key::kPageSize, a.page_size, R);
-  v(key::kKvType, a.kv_type, R);
+  v(key::kHeads, a.heads, R, Rule::kPositive);
+  v(key::kKvHeads, a.kv_heads, R, Rule::kPositive);
+  v(key::kHeadDim, a.head_dim, R, Rule::kPositive);
+  v(key::kPageSize, a.page_size, R, Rule::kPositive);
+  v(key::kKvType, a.kv_type, R, Rule::kElementType);
 }
 
-// `P` is a params struct or its const; `v(name, member, presence)`.
+// `P` is a params struct or its const; `v(name, member, presence, rule)`.
 template <class P, class V>
 void visitFields(P& p, V&& v) {
   using S = std::remove_const_t<P>;
   if constexpr (std::is_same_v<S, EmbeddingParams>) {
-    v(key::kHidden, p.hidden, R);
-    v(key::kTableType, p.table_type, R);
-    v(key::kOutType, p.out_type, O);
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kTableType, p.table_type, R, Rule::kElementType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, RmsNormParams>) {
-    v(key::kHidden, p.hidden, R);
-    v(key::kEpsilon, p.epsilon, R);
-    v(key::kWeightType, p.weight_type, O);
-    v(key::kXType, p.x_type, O);
-    v(key::kOutType, p.out_type, O);
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kEpsilon, p.epsilon, R, Rule::kPositiveNumber);
+    v(key::kWeightType, p.weight_type, O, Rule::kActivationType);
+    v(key::kXType, p.x_type, O, Rule::kActivationType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, ResidualRmsNormParams>) {
-    v(key::kHidden, p.hidden, R);
-    v(key::kEpsilon, p.epsilon, R);
-    v(key::kWritesSum, p.writes_sum, R);
-    v(key::kWeightType, p.weight_type, O);
-    v(key::kXType, p.x_type, O);
-    v(key::kResidualType, p.residual_type, O);
-    v(key::kSumType, p.sum_type, O);
-    v(key::kOutType, p.out_type, O);
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kEpsilon, p.epsilon, R, Rule::kPositiveNumber);
+    v(key::kWritesSum, p.writes_sum, R, Rule::kAny);
+    v(key::kWeightType, p.weight_type, O, Rule::kActivationType);
+    v(key::kXType, p.x_type, O, Rule::kActivationType);
+    v(key::kResidualType, p.residual_type, O, Rule::kActivationType);
+    v(key::kSumType, p.sum_type, O, Rule::kActivationType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, GemmParams>) {
-    v(key::kN, p.n, R);
-    v(key::kK, p.k, R);
-    v(key::kWeightType, p.weight_type, R);
-    v(key::kBias, p.bias, R);
-    v(key::kScales, p.scales, D);
-    v(key::kRole, p.role, O);
+    v(key::kN, p.n, R, Rule::kPositive);
+    v(key::kK, p.k, R, Rule::kPositive);
+    v(key::kWeightType, p.weight_type, R, Rule::kElementType);
+    v(key::kBias, p.bias, R, Rule::kAny);
+    v(key::kScales, p.scales, D, Rule::kAny);
+    v(key::kRole, p.role, O, Rule::kAny);
   } else if constexpr (std::is_same_v<S, RopeKvAppendParams>) {
     visitAttentionHeads(p.attn, v);
-    v(key::kMergedQkv, p.merged_qkv, R);
-    v(key::kRopeTheta, p.rope_theta, R);
-    v(key::kRopeStyle, p.rope_style, R);
-    v(key::kRopeScaling, p.rope_scaling, R);
-    v(key::kRopeFactor, p.rope_factor, R);
-    v(key::kRopeLowFreqFactor, p.rope_low_freq_factor, R);
-    v(key::kRopeHighFreqFactor, p.rope_high_freq_factor, R);
-    v(key::kRopeOriginalMaxPosition, p.rope_original_max_position, R);
-    v(key::kXType, p.x_type, O);
-    v(key::kOutType, p.out_type, O);
+    v(key::kMergedQkv, p.merged_qkv, R, Rule::kAny);
+    v(key::kRopeTheta, p.rope_theta, R, Rule::kPositiveNumber);
+    v(key::kRopeStyle, p.rope_style, R, Rule::kAny);
+    v(key::kRopeScaling, p.rope_scaling, R, Rule::kAny);
+    v(key::kRopeFactor, p.rope_factor, R, Rule::kAny);
+    v(key::kRopeLowFreqFactor, p.rope_low_freq_factor, R, Rule::kAny);
+    v(key::kRopeHighFreqFactor, p.rope_high_freq_factor, R, Rule::kAny);
+    v(key::kRopeOriginalMaxPosition, p.rope_original_max_position, R, Rule::kAny);
+    v(key::kXType, p.x_type, O, Rule::kActivationType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, PagedAttentionParams>) {
     visitAttentionHeads(p.attn, v);
-    v(key::kScale, p.scale, R);
-    v(key::kTreeMask, p.tree_mask, D);
-    v(key::kQType, p.q_type, O);
-    v(key::kOutType, p.out_type, O);
+    v(key::kScale, p.scale, R, Rule::kPositiveNumber);
+    v(key::kTreeMask, p.tree_mask, D, Rule::kAny);
+    v(key::kQType, p.q_type, O, Rule::kActivationType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, SiluMulParams>) {
-    v(key::kFfn, p.ffn, R);
-    v(key::kMergedGateUp, p.merged_gate_up, R);
-    v(key::kXType, p.x_type, O);
-    v(key::kOutType, p.out_type, O);
+    v(key::kFfn, p.ffn, R, Rule::kPositive);
+    v(key::kMergedGateUp, p.merged_gate_up, R, Rule::kAny);
+    v(key::kXType, p.x_type, O, Rule::kActivationType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, ElementwiseParams>) {
-    v(key::kWidth, p.width, R);
-    v(key::kAType, p.a_type, O);
-    v(key::kBType, p.b_type, O);
-    v(key::kOutType, p.out_type, O);
+    v(key::kWidth, p.width, R, Rule::kPositive);
+    v(key::kAType, p.a_type, O, Rule::kActivationType);
+    v(key::kBType, p.b_type, O, Rule::kActivationType);
+    v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, SplitParams>) {
-    v(key::kAxis, p.axis, R);
-    v(key::kSizes, p.sizes, R);
+    v(key::kAxis, p.axis, R, Rule::kAny);
+    v(key::kSizes, p.sizes, R, Rule::kPositive);
   } else if constexpr (std::is_same_v<S, GatherLastTokensParams>) {
-    v(key::kHidden, p.hidden, R);
-    v(key::kType, p.type, O);
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kType, p.type, O, Rule::kActivationType);
   } else {
     static_assert(!sizeof(S), "a params struct without a field table");
   }
@@ -176,7 +186,7 @@ Result<S> readFields(const ParamMap& values, const std::string& path, StepKind k
   S out;
   std::optional<Error> error;
   std::set<std::string_view> known;
-  visitFields(out, [&](const char* name, auto& member, Presence presence) {
+  visitFields(out, [&](const char* name, auto& member, Presence presence, Rule) {
     using T = std::remove_reference_t<decltype(member)>;
     known.insert(name);
     if (error) return;
@@ -216,22 +226,24 @@ class RangeCheck {
  public:
   explicit RangeCheck(const std::string& path) : path_(path) {}
 
-  Status positive(const char* name, int64_t v) const {
-    if (v <= 0 || v > (int64_t(1) << 40)) return fail(name, "expected a positive size, got {}", v);
+  template <class T>
+  Status rule(const char* name, const T& value, Rule rule) const {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      if (rule == Rule::kPositive && (value <= 0 || value > (int64_t(1) << 40)))
+        return fail(name, "expected a positive size, got {}", value);
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (rule == Rule::kPositiveNumber && (!std::isfinite(value) || !(value > 0)))
+        return fail(name, "expected a positive finite number, got {}", value);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (rule == Rule::kActivationType && !value.empty() && value != "f32" && value != "bf16" && value != "f16")
+        return fail(name, "expected f32, bf16 or f16, got '{}'", value);
+      if (rule == Rule::kElementType && !isPlanElementType(value))
+        return fail(name, "unknown element type '{}'", value);
+    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+      if (rule == Rule::kPositive && value.empty()) return fail(name, "expected at least one size");
+      for (int64_t v : value) KILN_RETURN_IF_ERROR(this->rule(name, v, rule));
+    }
     return {};
-  }
-  Status positiveNumber(const char* name, double v) const {
-    if (!std::isfinite(v) || !(v > 0)) return fail(name, "expected a positive finite number, got {}", v);
-    return {};
-  }
-  // An activation's element type, where the param names one.
-  Status activationType(const char* name, const std::string& type) const {
-    if (type.empty() || type == "f32" || type == "bf16" || type == "f16") return {};
-    return fail(name, "expected f32, bf16 or f16, got '{}'", type);
-  }
-  Status storageType(const char* name, const std::string& type) const {
-    if (isPlanElementType(type)) return {};
-    return fail(name, "unknown element type '{}'", type);
   }
   Status oneOf(const char* name, const std::string& value, std::initializer_list<std::string_view> accepted) const {
     std::string list;
@@ -251,54 +263,28 @@ class RangeCheck {
 };
 
 Status checkHeads(const RangeCheck& c, const AttentionHeads& a) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kHeads, a.heads));
-  KILN_RETURN_IF_ERROR(c.positive(key::kKvHeads, a.kv_heads));
-  KILN_RETURN_IF_ERROR(c.positive(key::kHeadDim, a.head_dim));
-  KILN_RETURN_IF_ERROR(c.positive(key::kPageSize, a.page_size));
   if (a.heads % a.kv_heads != 0)
     return c.fail(key::kHeads, "{} is not a multiple of kv_heads {}", a.heads, a.kv_heads);
-  return c.storageType(key::kKvType, a.kv_type);
-}
-
-Status checkRanges(const RangeCheck& c, const EmbeddingParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
-  KILN_RETURN_IF_ERROR(c.storageType(key::kTableType, p.table_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const RmsNormParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
-  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kEpsilon, p.epsilon));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kWeightType, p.weight_type));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const ResidualRmsNormParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
-  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kEpsilon, p.epsilon));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kWeightType, p.weight_type));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kResidualType, p.residual_type));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kSumType, p.sum_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const GemmParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kN, p.n));
-  KILN_RETURN_IF_ERROR(c.positive(key::kK, p.k));
-  KILN_RETURN_IF_ERROR(c.storageType(key::kWeightType, p.weight_type));
-  if (!p.role.empty()) KILN_RETURN_IF_ERROR(c.oneOf(key::kRole, p.role, {"logits"}));
   return {};
 }
 
-Status checkRanges(const RangeCheck& c, const RopeKvAppendParams& p) {
+// What relates a kind's fields, after each field's own rule.
+template <class S>
+Status checkKind(const RangeCheck&, const S&) {
+  return {};
+}
+
+Status checkKind(const RangeCheck& c, const GemmParams& p) {
+  if (!p.role.empty()) return c.oneOf(key::kRole, p.role, {"logits"});
+  return {};
+}
+
+Status checkKind(const RangeCheck& c, const RopeKvAppendParams& p) {
   KILN_RETURN_IF_ERROR(checkHeads(c, p.attn));
   if (p.attn.head_dim % 2 != 0) return c.fail(key::kHeadDim, "expected an even size (rotated pairs), got {}", p.attn.head_dim);
-  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kRopeTheta, p.rope_theta));
   KILN_RETURN_IF_ERROR(c.oneOf(key::kRopeStyle, p.rope_style, {"half", "interleaved"}));
   KILN_RETURN_IF_ERROR(c.oneOf(key::kRopeScaling, p.rope_scaling, {"none", "linear", "llama3"}));
-  if (p.rope_scaling != "none") KILN_RETURN_IF_ERROR(c.positiveNumber(key::kRopeFactor, p.rope_factor));
+  if (p.rope_scaling != "none") KILN_RETURN_IF_ERROR(c.rule(key::kRopeFactor, p.rope_factor, Rule::kPositiveNumber));
   if (p.rope_scaling == "llama3" &&
       (!(p.rope_low_freq_factor > 0) || !(p.rope_high_freq_factor > p.rope_low_freq_factor) ||
        p.rope_original_max_position <= 0))
@@ -306,39 +292,19 @@ Status checkRanges(const RangeCheck& c, const RopeKvAppendParams& p) {
                   "llama3 scaling with low_freq_factor {}, high_freq_factor {}, original_max_position {}: "
                   "expected 0 < low < high and a positive position",
                   p.rope_low_freq_factor, p.rope_high_freq_factor, p.rope_original_max_position);
-  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const PagedAttentionParams& p) {
-  KILN_RETURN_IF_ERROR(checkHeads(c, p.attn));
-  KILN_RETURN_IF_ERROR(c.positiveNumber(key::kScale, p.scale));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kQType, p.q_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const SiluMulParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kFfn, p.ffn));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kXType, p.x_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const ElementwiseParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kWidth, p.width));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kAType, p.a_type));
-  KILN_RETURN_IF_ERROR(c.activationType(key::kBType, p.b_type));
-  return c.activationType(key::kOutType, p.out_type);
-}
-
-Status checkRanges(const RangeCheck& c, const SplitParams& p) {
-  if (p.sizes.empty()) return c.fail(key::kSizes, "expected at least one size");
-  for (int64_t size : p.sizes) KILN_RETURN_IF_ERROR(c.positive(key::kSizes, size));
   return {};
 }
 
-Status checkRanges(const RangeCheck& c, const GatherLastTokensParams& p) {
-  KILN_RETURN_IF_ERROR(c.positive(key::kHidden, p.hidden));
-  return c.activationType(key::kType, p.type);
+Status checkKind(const RangeCheck& c, const PagedAttentionParams& p) { return checkHeads(c, p.attn); }
+
+template <class S>
+Status checkRanges(const RangeCheck& c, const S& p) {
+  Status status;
+  visitFields(p, [&](const char* name, const auto& member, Presence, Rule rule) {
+    if (status.ok()) status = c.rule(name, member, rule);
+  });
+  KILN_RETURN_IF_ERROR(status);
+  return checkKind(c, p);
 }
 
 template <class S>
@@ -375,11 +341,11 @@ ParamMap stepParamsMap(const StepParams& params) {
       [&](const auto& p) {
         using S = std::decay_t<decltype(p)>;
         const S defaults{};
-        visitFields(p, [&](const char* name, const auto& member, Presence presence) {
+        visitFields(p, [&](const char* name, const auto& member, Presence presence, Rule) {
           if (presence == Presence::kOptional) {
             // The same member of a default-made struct: the "absent" value.
             bool is_default = false;
-            visitFields(defaults, [&](const char* other, const auto& d, Presence) {
+            visitFields(defaults, [&](const char* other, const auto& d, Presence, Rule) {
               if constexpr (std::is_same_v<std::decay_t<decltype(d)>, std::decay_t<decltype(member)>>)
                 if (std::string_view(other) == name) is_default = d == member;
             });
