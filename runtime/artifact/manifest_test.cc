@@ -115,6 +115,10 @@ TEST(ManifestTest, ParamErrorsNameTheStepAndParam) {
   bad_type["entries"]["forward"]["steps"][1]["params"]["out_type"] = "q4_0";
   EXPECT_EQ(parseError(bad_type),
             "manifest.json: entries.forward.steps[1].params.out_type: expected f32, bf16 or f16, got 'q4_0'");
+  json unscaled = validManifest();
+  unscaled["entries"]["forward"]["steps"][2]["params"]["weight_type"] = "int8";
+  EXPECT_EQ(parseError(unscaled),
+            "manifest.json: entries.forward.steps[2].params.scales: weight_type int8 needs a scales operand");
   json bad_role = validManifest();
   bad_role["entries"]["forward"]["steps"][2]["params"]["role"] = "head";
   EXPECT_EQ(parseError(bad_role),

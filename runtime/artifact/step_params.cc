@@ -275,6 +275,12 @@ Status checkKind(const RangeCheck&, const S&) {
 }
 
 Status checkKind(const RangeCheck& c, const GemmParams& p) {
+  // kiln's own schemes (xfmr-insert-quantization) keep their scales apart;
+  // float weights have none and GGUF blocks carry theirs.
+  const bool kiln_scheme = p.weight_type == "int8" || p.weight_type == "int4" || p.weight_type == "fp8e4m3";
+  if (p.scales != kiln_scheme)
+    return c.fail(key::kScales, "weight_type {} {} a scales operand", p.weight_type,
+                  p.scales ? "does not take" : "needs");
   if (!p.role.empty()) return c.oneOf(key::kRole, p.role, {"logits"});
   return {};
 }
@@ -339,19 +345,14 @@ ParamMap stepParamsMap(const StepParams& params) {
   ParamMap out;
   std::visit(
       [&](const auto& p) {
-        using S = std::decay_t<decltype(p)>;
-        const S defaults{};
+        // A default-made struct's values: what an absent optional param reads as.
+        const std::decay_t<decltype(p)> defaults{};
+        ParamMap absent;
+        visitFields(defaults, [&](const char* name, const auto& d, Presence, Rule) { absent[name] = d; });
         visitFields(p, [&](const char* name, const auto& member, Presence presence, Rule) {
-          if (presence == Presence::kOptional) {
-            // The same member of a default-made struct: the "absent" value.
-            bool is_default = false;
-            visitFields(defaults, [&](const char* other, const auto& d, Presence, Rule) {
-              if constexpr (std::is_same_v<std::decay_t<decltype(d)>, std::decay_t<decltype(member)>>)
-                if (std::string_view(other) == name) is_default = d == member;
-            });
-            if (is_default) return;
-          }
-          out[name] = member;
+          ParamValue value = member;
+          if (presence == Presence::kOptional && value == absent[name]) return;
+          out[name] = std::move(value);
         });
       },
       params);

@@ -289,21 +289,16 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], k, "args[0] (x)"));
       KILN_RETURN_IF_ERROR(checkWidth(step, r0, n, "results[0]"));
       KILN_RETURN_IF_ERROR(checkWeight(step, s.args[1], {n, k}, "W", /*want_f32=*/false));
-      {
-        const std::string& wt = g.weight_type;
-        // kiln's own schemes are bound in the kernels' layouts, scales folded
-        // in (runtime/weights/weight_quantization.h): int8 as q8_0 blocks,
-        // int4 as q4_0 blocks, fp8 as f32.
-        std::string bound_as = wt == "int8" ? "q8_0" : wt == "int4" ? "q4_0"
-                               : wt == "fp8e4m3" ? "f32" : wt;
-        if (scales != (wt == "int8" || wt == "int4" || wt == "fp8e4m3"))
-          return fail(step, "weight_type {} {} a scales operand", wt,
-                      scales ? "does not take" : "needs");
-        if (bound_as != weightTypeName(s.args[1].weight->type) &&
-            !(s.args[1].weight->format_type == formats::ElementType::F32 && bound_as == "f32"))
-          return fail(step, "weight_type is {} but weight {} is bound as {}", wt,
-                      s.args[1].weight->id, weightTypeName(s.args[1].weight->type));
-      }
+      // kiln's own schemes are bound in the kernels' layouts, scales folded
+      // in (runtime/weights/weight_quantization.h): int8 as q8_0 blocks,
+      // int4 as q4_0 blocks, fp8 as f32. (The plan checked that exactly
+      // these take a scales operand.)
+      const std::string& wt = g.weight_type;
+      const std::string bound_as = wt == "int8" ? "q8_0" : wt == "int4" ? "q4_0" : wt == "fp8e4m3" ? "f32" : wt;
+      if (bound_as != weightTypeName(s.args[1].weight->type) &&
+          !(s.args[1].weight->format_type == formats::ElementType::F32 && bound_as == "f32"))
+        return fail(step, "weight_type is {} but weight {} is bound as {}", wt, s.args[1].weight->id,
+                    weightTypeName(s.args[1].weight->type));
       if (isBlockQuantized(s.args[1].weight->type) && k % kQuantBlock != 0)
         return fail(step, "k = {} is not a multiple of {} for a {} weight", k, kQuantBlock,
                     weightTypeName(s.args[1].weight->type));
