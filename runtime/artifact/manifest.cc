@@ -442,6 +442,16 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
                                                describeSignature(letters)));
   }
 
+  if (s.contains("variants")) {
+    auto variants = r.array(s, path, "variants");
+    if (!variants.ok()) return variants.error();
+    for (size_t i = 0; i < (*variants)->size(); ++i) {
+      auto v = variantFromJson((**variants)[i], step.kind, r.file() + ": " + Reader::index(path + ".variants", i));
+      if (!v.ok()) return v.error();
+      step.variants.push_back(v.take());
+    }
+  }
+
   auto results = r.shape(s, path, "results", /*allow_dynamic=*/false);
   if (!results.ok()) return results.error();
   for (size_t i = 0; i < results->size(); ++i)
@@ -651,6 +661,8 @@ Result<Manifest> Manifest::parse(std::string_view json_text, const std::string& 
     for (auto it = (*options)->begin(); it != (*options)->end(); ++it)
       m.options[it.key()] = scalarText(it.value());
   }
+  if (auto target = m.options.find("target"); target != m.options.end()) m.target = target->second;
+  else m.target = "cpu";
   auto activation = r.string(root, "", "activation_type");
   if (!activation.ok()) return activation.error();
   m.activation_type = *activation;

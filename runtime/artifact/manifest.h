@@ -18,12 +18,13 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/artifact/kernel_variant.h"
 #include "runtime/artifact/step_params.h"
 #include "runtime/support/error.h"
 
 namespace kiln {
 
-inline constexpr int kManifestVersion = 1;
+inline constexpr int kManifestVersion = 2;
 
 // A weight's load-time preparation. concat_rows joins row-blocked tensors
 // along their first dimension; quantize is listed for completeness (the CPU
@@ -97,6 +98,9 @@ struct Step {
   std::vector<StepArg> args;
   std::vector<int64_t> results;  // value ids
   std::string path;               // "manifest.json: entries.forward.steps[3]" for errors
+  // The kernels the CUDA backend may run for it, chosen by the compiler for
+  // the plan's target (kernel_variant.h); empty for a CPU-only plan.
+  std::vector<KernelVariant> variants;
 
   // The params as the kind's struct; the kind fixes which (parseStepParams).
   template <class P>
@@ -141,6 +145,9 @@ struct Manifest {
   ModelInfo model;
   std::map<std::string, std::string> options;  // scalar options, printed as text
   std::string activation_type;                  // "f32"
+  // What the kernel variants were chosen for: "sm_90a", "sm_80", ..., or
+  // "cpu" (no variants: the CUDA backend does not run the plan).
+  std::string target;
   int world_size = 1;
   int rank = 0;
   std::vector<ManifestWeight> weights;  // sorted by id

@@ -1,5 +1,7 @@
 #include "runtime/artifact/plan_options.h"
 
+#include <fmt/format.h>
+
 #include <initializer_list>
 
 namespace kiln {
@@ -24,6 +26,12 @@ Status validatePageSize(unsigned page_size, std::string_view option) {
   return {};
 }
 
+Status validateTarget(const std::string& target, std::string_view option) {
+  if (!oneOf(target, {"cpu", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120"}))
+    return invalid(option, target, fmt::format("one of: {}", kTargets));
+  return {};
+}
+
 Status validatePlanOptions(const PlanOptions& options) {
   if (!oneOf(options.quant_weights, {"none", "int8", "int4", "fp8"}))
     return invalid("--quant-weights", options.quant_weights, "one of: none, int8, int4, fp8");
@@ -40,7 +48,7 @@ Status validatePlanOptions(const PlanOptions& options) {
     return invalid("--spec-tree", tree, "one of: none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
   if (!oneOf(options.activation_type, {"f32", "bf16", "f16"}))
     return invalid("--activation-type", options.activation_type, "one of: f32, bf16, f16");
-  return {};
+  return validateTarget(options.target);
 }
 
 }  // namespace kiln

@@ -21,6 +21,7 @@ struct PlanOptions {
   static constexpr std::string_view kDefaultSpecTree = "none";
   static constexpr std::string_view kDefaultSpecMode = "greedy";
   static constexpr std::string_view kDefaultActivationType = "f32";
+  static constexpr std::string_view kDefaultTarget = "sm_90a";
 
   std::string quant_weights{kDefaultQuantWeights};  // none | int8 | int4 | fp8
   unsigned quant_group_size = kDefaultQuantGroupSize;  // int4 only
@@ -31,6 +32,10 @@ struct PlanOptions {
   // The import's activation type: kernel params name the element type of
   // every activation operand or result that differs from it.
   std::string activation_type{kDefaultActivationType};  // f32 | bf16 | f16
+  // The device the CUDA kernel variants are chosen for (xfmr-select-kernels):
+  // an sm_XY architecture, sm_90a for Hopper's wgmma kernels, or cpu for a
+  // plan only the CPU backend runs.
+  std::string target{kDefaultTarget};
 };
 
 // Every option's value; the error names the kiln-compile flag and lists
@@ -40,5 +45,9 @@ Status validatePlanOptions(const PlanOptions& options);
 // The page size alone; `option` is its spelling where it was given
 // (xfmr-page-kv-cache checks its own `page-size` with it).
 Status validatePageSize(unsigned page_size, std::string_view option = "--page-size");
+// The target alone, likewise.
+Status validateTarget(const std::string& target, std::string_view option = "--target");
+// The targets kiln chooses kernels for, as --help lists them.
+inline constexpr std::string_view kTargets = "cpu, sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, sm_120";
 
 }  // namespace kiln

@@ -1,0 +1,220 @@
+#include "codegen/cuda/kernel_selection.h"
+
+#include <fmt/format.h>
+
+#include "codegen/cuda/activation_types.h"
+#include "codegen/cuda/instance_source.h"
+#include "runtime/artifact/step_params_json.h"
+
+namespace kiln::cuda_codegen {
+
+std::string boundedInstanceName(const std::string& name) {
+  if (name.size() <= 160) return name;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{}_{:016x}", name.substr(0, 96), h);
+}
+
+bool warpgroupMmaTarget(std::string_view arch) { return arch == "sm_90" || arch == "sm_90a"; }
+
+bool bulkCopyTarget(std::string_view arch) {
+  if (arch.substr(0, 3) != "sm_") return false;
+  int version = 0;
+  for (char c : arch.substr(3)) {
+    if (c < '0' || c > '9') break;
+    version = version * 10 + (c - '0');
+  }
+  return version >= 90;
+}
+
+GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
+  const nlohmann::json params{{"vocab", vocab}, {"logits_type", std::string(logits_type)}};
+  return {"argmax", params, boundedInstanceName(instanceName("argmax", params))};
+}
+
+namespace {
+
+using F = KernelFeature;
+using R = VariantRole;
+constexpr RowRange kAnyRows{1, RowRange::kUnbounded};
+constexpr RowRange kSkinnyRows{2, kSkinnyMaxRows};
+constexpr RowRange kOneRow{1, 1};
+constexpr RowRange kCublasRows{kSkinnyMaxRows + 1, RowRange::kUnbounded};
+
+// One step's list, built in order of preference.
+class VariantList {
+ public:
+  void kernel(R role, RowRange rows, std::vector<F> needs, std::string_view kind, nlohmann::json params,
+              std::string name = "") {
+    KernelVariant v{role, rows, std::move(needs), std::string(kind), std::move(params), ""};
+    v.instance = boundedInstanceName(name.empty() ? instanceName(kind, v.params) : name);
+    list_.push_back(std::move(v));
+  }
+  // Work done elsewhere: a library call or a neighbouring kernel.
+  void elsewhere(R role, RowRange rows, std::vector<F> needs = {}, bool own_storage = false) {
+    list_.push_back({role, rows, std::move(needs), "", nullptr, "", own_storage});
+  }
+  // The last variant's step results live apart from the arena.
+  void ownStorage() { list_.back().own_storage = true; }
+  std::vector<KernelVariant> take() { return std::move(list_); }
+
+ private:
+  std::vector<KernelVariant> list_;
+};
+
+// attention_combine's params: the partials' heads and head_dim, and the
+// output's type where the step names one.
+nlohmann::json combineParams(const PagedAttentionParams& attention, std::string_view activation_type) {
+  nlohmann::json combine{{"heads", attention.attn.heads}, {"head_dim", attention.attn.head_dim}};
+  if (!attention.out_type.empty()) combine["out_type"] = attention.out_type;
+  return withActivationTypes("attention_combine", std::move(combine), activation_type);
+}
+
+// An f32 plan's step: its instance with its activation types named
+// (activation_types.h), under a name of its own. Its GEMMs run on cuBLASLt
+// in f32 (the skinny kernels are bf16's); attention takes the CUDA-core
+// kernel and its split mode with the combine (decode_attention and the
+// tensor-core prefill read bf16 queries).
+std::vector<KernelVariant> f32Variants(const PlanStep& step) {
+  VariantList out;
+  const std::string_view kind = stepKindName(step.kind);
+  if (step.kind == StepKind::kSplit) return {};
+  if (step.kind == StepKind::kGemm) {
+    out.elsewhere(R::kCublasLt, kAnyRows);
+    return out.take();
+  }
+  const nlohmann::json params = toJson(step.params);
+  out.kernel(R::kStep, kAnyRows, {}, kind, withActivationTypes(kind, params, "f32"));
+  const auto* attention = std::get_if<PagedAttentionParams>(&step.params);
+  if (!attention || attention->tree_mask) return out.take();
+  out.kernel(R::kDecode, kAnyRows, {}, "paged_attention_split", withActivationTypes("paged_attention_split", params, "f32"));
+  out.kernel(R::kCombine, kAnyRows, {}, "attention_combine", combineParams(*attention, "f32"));
+  return out.take();
+}
+
+// A bf16 gemm's instances for one row, best first: streamed with the norm
+// before it folded in, streamed, plain.
+void addSingleRow(VariantList& out, R role, const nlohmann::json& params, const GemmParams& gemm,
+                  const SkinnyFusion& fusion, const KernelTarget& target) {
+  nlohmann::json plain = params;
+  plain["gemv_max_rows"] = 1;
+  const bool streams = bulkCopyTarget(target.arch) && streamsSingleRowGemm(gemm.n, gemm.k);
+  if (streams) {
+    nlohmann::json streamed = plain;
+    streamed["gemv_stream"] = true;
+    if (fusion.single_row_params.is_object()) {
+      nlohmann::json folded = streamed;
+      folded.update(fusion.single_row_params);
+      out.kernel(role, kOneRow, {F::kStreamGemv, F::kFoldNorms}, "gemm", std::move(folded));
+    }
+    out.kernel(role, kOneRow, {F::kStreamGemv}, "gemm", std::move(streamed));
+  }
+  out.kernel(role, kOneRow, {}, "gemm", std::move(plain));
+}
+
+std::vector<KernelVariant> gemmVariants(const PlanStep& step, const SkinnyFusion& fusion, const KernelTarget& target) {
+  VariantList out;
+  const GemmParams& gemm = std::get<GemmParams>(step.params);
+  // The skinny kernels read bf16 weights: the runtime converts float ones at load.
+  nlohmann::json params = toJson(step.params);
+  const bool bf16_weights = gemm.weight_type == "bf16";
+  params["weight_type"] = "bf16";
+  const bool fused = fusion.gemm_params.is_object() && !fusion.gemm_params.empty();
+  if (!fused) {
+    addSingleRow(out, R::kSingleRow, params, gemm, fusion, target);
+    out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, bf16_weights ? step.instance : "");
+  } else {
+    nlohmann::json variant = params;
+    variant.update(fusion.gemm_params);
+    addSingleRow(out, R::kFusedSingleRow, variant, gemm, fusion, target);
+    out.kernel(R::kFused, kSkinnyRows, {}, "gemm", variant);
+    // Larger batches: the gate/up projection with SwiGLU on the warpgroup
+    // tensor cores, where its tiles divide the shape (its template says).
+    const nlohmann::json swiglu{{"hidden", gemm.k}, {"ffn", gemm.n / 2}};
+    if (warpgroupMmaTarget(target.arch) && fusion.gemm_params.value("silu_mul", false) && !gemm.bias &&
+        gemm.n % 2 == 0 && instanceSource("gemm_swiglu", swiglu, "probe").ok())
+      out.kernel(R::kFusedPrefill, {kFusedSwiGluMinRows, RowRange::kUnbounded}, {F::kFusedSwiGlu}, "gemm_swiglu",
+                 swiglu);
+  }
+  if (fusion.writes_norm_sum)
+    out.elsewhere(R::kCublasLtResidual, {kSkinnyMaxRows + 1, kResidualEpilogueMaxRows}, {F::kResidualEpilogue});
+  out.elsewhere(R::kCublasLt, kCublasRows);
+  return out.take();
+}
+
+std::vector<KernelVariant> attentionVariants(const PlanStep& step, const KernelTarget& target) {
+  VariantList out;
+  const PagedAttentionParams& attention = std::get<PagedAttentionParams>(step.params);
+  const nlohmann::json params = toJson(step.params);
+  out.kernel(R::kStep, kAnyRows, {}, "paged_attention", params, step.instance);
+  if (attention.tree_mask) return out.take();
+  // Decode: the bandwidth-bound split-KV kernel where its template serves
+  // the pool, else the CUDA-core kernel's split mode.
+  const char* decode = instanceSource("decode_attention", params, "probe").ok() ? "decode_attention"
+                                                                               : "paged_attention_split";
+  out.kernel(R::kDecode, kAnyRows, {}, decode, params);
+  out.kernel(R::kCombine, kAnyRows, {}, "attention_combine", combineParams(attention, "bf16"));
+  const int64_t head_dim = attention.attn.head_dim;
+  if (attention.attn.kv_type == "bf16" && (head_dim == 64 || head_dim == 128)) {
+    const char* prefill = warpgroupMmaTarget(target.arch) ? "flash_attention_wgmma" : "flash_attention";
+    out.kernel(R::kPrefill, {kFlashMinQuery, RowRange::kUnbounded}, {F::kFlashAttention}, prefill, params);
+  }
+  return out.take();
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& entry, const KernelTarget& target) {
+  std::vector<std::vector<KernelVariant>> out;
+  if (target.activation_type == "f32") {
+    for (const PlanStep& step : entry.steps) out.push_back(f32Variants(step));
+    return out;
+  }
+  if (target.activation_type != "bf16")
+    return makeError("activation type '{}' has no CUDA kernels (bf16 or f32); compile for target cpu to run it on "
+                     "the CPU backend",
+                     target.activation_type);
+  PlanEntry bf16 = entry;
+  bf16.activation_type = "bf16";
+  const std::vector<SkinnyFusion> fusions = skinnyFusions(bf16);
+  const bool streams = bulkCopyTarget(target.arch);
+  for (size_t i = 0; i < entry.steps.size(); ++i) {
+    const PlanStep& step = entry.steps[i];
+    const SkinnyFusion& fusion = fusions[i];
+    const std::string_view kind = stepKindName(step.kind);
+    if (step.kind == StepKind::kSplit) {
+      out.emplace_back();
+      continue;
+    }
+    if (step.kind == StepKind::kGemm) {
+      out.push_back(gemmVariants(step, fusion, target));
+      continue;
+    }
+    if (step.kind == StepKind::kPagedAttention) {
+      out.push_back(attentionVariants(step, target));
+      continue;
+    }
+    VariantList list;
+    list.kernel(R::kStep, kAnyRows, {}, kind, toJson(step.params), step.instance);
+    if (fusion.absorbed_single_row && streams)
+      list.elsewhere(R::kFoldedIntoNext, kOneRow, {F::kStreamGemv, F::kFoldNorms});
+    if (fusion.sum_from_gemm) {
+      list.kernel(R::kNormOfSum, {kSkinnyMaxRows + 1, kResidualEpilogueMaxRows}, {F::kResidualEpilogue}, "rms_norm",
+                  fusion.norm_of_sum_params);
+      if (fusion.sum_own_storage) list.ownStorage();
+    }
+    if (fusion.absorbed) {
+      list.elsewhere(R::kAbsorbed, {1, kSkinnyMaxRows}, {}, fusion.own_storage);
+      const bool by_swiglu = i > 0 && [&] {
+        for (const KernelVariant& v : out[i - 1])
+          if (v.role == R::kFusedPrefill) return true;
+        return false;
+      }();
+      if (by_swiglu) list.elsewhere(R::kAbsorbedPrefill, {kFusedSwiGluMinRows, RowRange::kUnbounded}, {F::kFusedSwiGlu});
+    }
+    out.push_back(list.take());
+  }
+  return out;
+}
+
+}  // namespace kiln::cuda_codegen

@@ -1,0 +1,82 @@
+// Which kernels the CUDA backend may run for each step of an entry, by the
+// batch's row count, for one target: the choice xfmr-select-kernels records
+// in the IR and the plan (runtime/artifact/kernel_variant.h). MLIR-free, so
+// the pass and the tests ask the same code.
+//
+// For a bf16 plan:
+//   - gemm: up to kSkinnyMaxRows rows a skinny GEMM (gemv.cuh), fused with
+//     the silu_mul or rope_kv_append after it where skinny_fusion.h allows;
+//     for one row its single-row instance, streamed on sm_90+ where the
+//     shape streams (gemv_stream.cuh), folding in the residual_rms_norm
+//     before it where allowed; from kFusedSwiGluMinRows rows on Hopper,
+//     gemm_swiglu for a gemm with SwiGLU folded in; otherwise cuBLASLt, up to
+//     kResidualEpilogueMaxRows adding the residual of the norm after it;
+//   - paged_attention: the CUDA-core kernel, decode_attention (split-KV
+//     decode) and its combine, and for bf16 pools at head_dim 64 or 128 the
+//     tensor-core flash attention from kFlashMinQuery query rows (wgmma on
+//     Hopper);
+//   - the steps the gemms absorb say where: absorbed, absorbed_prefill,
+//     folded_into_next, norm_of_sum.
+// An f32 plan (vLLM's --dtype float32) runs its GEMMs on cuBLASLt in f32 at
+// every row count and each other step's instance with its activation types
+// named; attention adds the CUDA-core kernel's split mode and combine.
+// A split is a strided copy: no variants.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/cuda/skinny_fusion.h"
+#include "runtime/artifact/kernel_variant.h"
+#include "runtime/support/error.h"
+
+namespace kiln::cuda_codegen {
+
+// The row thresholds, in one place.
+// Skinny GEMMs take up to this many rows (a decode batch of 8).
+constexpr int64_t kSkinnyMaxRows = 8;
+// gemm_swiglu from here up: about as fast as cuBLASLt and silu_mul, and
+// closer to float (gate/up never rounded to bf16).
+constexpr int64_t kFusedSwiGluMinRows = 1024;
+// cuBLASLt adds the norm's residual only in decode-sized batches (whose
+// algorithm the runtime times); at prefill sizes f32 C and D cost more
+// than the norm saves.
+constexpr int64_t kResidualEpilogueMaxRows = 512;
+// Prefill chunks from this many query rows run the tensor-core flash
+// attention; shorter ones waste no rows of its kBlockM-row tiles.
+constexpr int64_t kFlashMinQuery = 16;
+
+struct KernelTarget {
+  std::string arch = "sm_90a";            // PlanOptions::target (not "cpu")
+  std::string activation_type = "bf16";  // the plan's
+};
+
+// Every step's variants, in step order. Errors name the step.
+Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& entry, const KernelTarget& target);
+
+// The argmax over the `forward` entry's logits ([rows, vocab] of
+// logits_type, bf16 or f32) that greedy batches run instead of copying the
+// logits back: a runtime kernel beside the plan's.
+struct GreedyInstance {
+  std::string kind;
+  nlohmann::json params;
+  std::string name;
+};
+GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type);
+
+// Whether `arch` ("sm_90", "sm_80", ...) runs the wgmma kernels: Hopper,
+// 9.0, whose instances are then all compiled for the arch-specific sm_90a.
+bool warpgroupMmaTarget(std::string_view arch);
+
+// Whether `arch` has sm_90's bulk copies and their barriers: 9.0 and later.
+bool bulkCopyTarget(std::string_view arch);
+
+// Names above 160 characters keep their first 96 and gain a hash of the
+// whole: kernel symbols may be long, the JIT cache's file names may not.
+std::string boundedInstanceName(const std::string& name);
+
+}  // namespace kiln::cuda_codegen
