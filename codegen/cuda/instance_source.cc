@@ -892,32 +892,33 @@ Result<WrittenSources> writeInstanceSources(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(kernels, ec);
   if (ec) return makeError("{}: cannot create: {}", kernels.string(), ec.message());
-  for (const auto& [entry_name, entry] : manifest->entries) {
-    for (const Step& step : entry.steps) {
-      const std::string& name = step.instance;
-      const std::string_view kind = stepKindName(step.kind);
-      if (!seen.insert(name).second) continue;
-      auto inst = instanceSource(kind, toJson(step.params), name);
-      if (!inst) {
-        out.unsupported.push_back(fmt::format("{} ({}): {}", name, kind, inst.error().message));
-        continue;
-      }
-      const std::filesystem::path file = kernels / (name + ".cu");
-      std::ifstream existing(file, std::ios::binary);
-      if (existing) {
-        std::stringstream ss;
-        ss << existing.rdbuf();
-        if (ss.str() == inst->source) {
-          out.unchanged.push_back(name);
-          continue;
-        }
-      }
-      std::ofstream os(file, std::ios::binary | std::ios::trunc);
-      os << inst->source;
-      if (!os) return makeError("{}: cannot write", file.string());
-      out.written.push_back(name);
+  auto write = [&](const KernelVariant& variant) -> Status {
+    const std::string& name = variant.instance;
+    if (name.empty() || !seen.insert(name).second) return {};
+    auto inst = instanceSource(variant.kind, variant.params, name);
+    if (!inst) {
+      out.unsupported.push_back(fmt::format("{} ({}): {}", name, variant.kind, inst.error().message));
+      return {};
     }
-  }
+    const std::filesystem::path file = kernels / (name + ".cu");
+    std::ifstream existing(file, std::ios::binary);
+    if (existing) {
+      std::stringstream ss;
+      ss << existing.rdbuf();
+      if (ss.str() == inst->source) {
+        out.unchanged.push_back(name);
+        return {};
+      }
+    }
+    std::ofstream os(file, std::ios::binary | std::ios::trunc);
+    os << inst->source;
+    if (!os) return makeError("{}: cannot write", file.string());
+    out.written.push_back(name);
+    return {};
+  };
+  for (const auto& [entry_name, entry] : manifest->entries)
+    for (const Step& step : entry.steps)
+      for (const KernelVariant& variant : step.variants) KILN_RETURN_IF_ERROR(write(variant));
   return out;
 }
 

@@ -1,6 +1,6 @@
 #include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
-#include "codegen/cuda/step_instances.h"
+#include "codegen/cuda/kernel_selection.h"
 #include "runtime/artifact/step_params_json.h"
 #include "codegen/kernels/decode_attention.cuh"  // decode:: shape helpers (host-visible part)
 
@@ -17,26 +17,6 @@ namespace kiln::cuda_codegen {
 namespace {
 
 using nlohmann::json;
-
-// A plan step of `kind` named `instance`, its params read through the plan
-// schema as a loaded manifest's are.
-Step planStep(std::string_view kind, const json& params, const std::string& instance) {
-  Step step;
-  step.kind = *parseStepKind(kind);
-  step.instance = instance;
-  auto values = paramsFromJson(params, "params");
-  EXPECT_TRUE(values.ok()) << values.error().message;
-  if (!values.ok()) return step;
-  auto typed = parseStepParams(step.kind, *values, "params");
-  EXPECT_TRUE(typed.ok()) << typed.error().message;
-  if (typed.ok()) step.params = typed.take();
-  return step;
-}
-
-Result<std::vector<StepInstance>> stepInstances(std::string_view kind, const json& params, const std::string& instance,
-                                                const StepInstanceOptions& options = {}) {
-  return cuda_codegen::stepInstances(planStep(kind, params, instance), options);
-}
 
 TEST(InstanceSource, RmsNormIsAFewReadableLines) {
   auto inst = instanceSource("rms_norm", json{{"hidden", 576}, {"epsilon", 1e-5}}, "rms_norm_h576");
@@ -197,7 +177,8 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   fs::create_directories(dir);
   // Two steps of one instance, a weight type with no CUDA kernel, an add.
   const json manifest = json::parse(R"({
-    "format": "kiln-artifact", "version": 1,
+    "format": "kiln-artifact", "version": 2,
+    "options": {"target": "sm_90a"},
     "model": {"source": "/models/x.gguf", "source_format": "gguf", "source_size": 1, "source_mtime": 0,
               "config": {"architecture": "llama", "vocab_size": 64, "hidden_size": 64, "num_layers": 1}},
     "activation_type": "bf16",
@@ -213,13 +194,22 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
       "arena": {"bytes_per_token": 384},
       "steps": [
         {"kind": "rms_norm", "instance": "norm_a", "params": {"hidden": 64, "epsilon": 1e-6},
-         "args": [{"value": 0}, {"weight": 0}], "results": [1]},
+         "args": [{"value": 0}, {"weight": 0}], "results": [1],
+         "variants": [{"role": "step", "rows": [1, -1], "kind": "rms_norm",
+                       "params": {"hidden": 64, "epsilon": 1e-6}, "instance": "norm_a"}]},
         {"kind": "rms_norm", "instance": "norm_a", "params": {"hidden": 64, "epsilon": 1e-6},
-         "args": [{"value": 1}, {"weight": 0}], "results": [2]},
+         "args": [{"value": 1}, {"weight": 0}], "results": [2],
+         "variants": [{"role": "step", "rows": [1, -1], "kind": "rms_norm",
+                       "params": {"hidden": 64, "epsilon": 1e-6}, "instance": "norm_a"}]},
         {"kind": "gemm", "instance": "gemm_q", "params": {"n": 64, "k": 64, "weight_type": "q4_1", "bias": false},
-         "args": [{"value": 2}, {"weight": 1}], "results": [3]},
+         "args": [{"value": 2}, {"weight": 1}], "results": [3],
+         "variants": [{"role": "skinny", "rows": [1, 8], "kind": "gemm",
+                       "params": {"n": 64, "k": 64, "weight_type": "q4_1", "bias": false}, "instance": "gemm_q"},
+                      {"role": "cublaslt", "rows": [9, -1]}]},
         {"kind": "add", "instance": "add_64", "params": {"width": 64},
-         "args": [{"value": 3}, {"value": 2}], "results": [0]}],
+         "args": [{"value": 3}, {"value": 2}], "results": [0],
+         "variants": [{"role": "step", "rows": [1, -1], "kind": "add", "params": {"width": 64},
+                       "instance": "add_64"}]}],
       "outputs": [{"name": "logits", "value": 0}]}}
   })");
   std::ofstream(dir / "manifest.json") << manifest.dump();
@@ -240,121 +230,11 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   EXPECT_NE(missing.error().message.find("manifest.json"), std::string::npos);
 }
 
-// A residual_rms_norm whose sum the gemm before it writes (cuBLASLt
-// batches) also gets the rms_norm over that sum, which generates and reads
-// only x (no residual, no sum written).
-TEST(StepInstances, ResidualNormGetsTheNormOfTheGemmsSum) {
-  const json norm = {{"epsilon", 1e-5}, {"hidden", 4096}, {"x_type", "f32"}, {"sum_type", "f32"}, {"writes_sum", true}};
-  auto plain = stepInstances("residual_rms_norm", norm, "norm_l0");
-  ASSERT_TRUE(plain.ok()) << plain.error().message;
-  EXPECT_EQ(plain->size(), 1u);
-  StepInstanceOptions options;
-  options.norm_of_sum = {{"epsilon", 1e-5}, {"hidden", 4096}, {"x_type", "f32"}};
-  auto list = stepInstances("residual_rms_norm", norm, "norm_l0", options);
-  ASSERT_TRUE(list.ok()) << list.error().message;
-  ASSERT_EQ(list->size(), 2u);
-  EXPECT_EQ((*list)[1].kind, "rms_norm");
-  EXPECT_STREQ(instanceRoleName((*list)[1].role), "norm_of_sum");
-  EXPECT_EQ((*list)[1].name, "rms_norm_epsilon1em05_hidden4096_x_typef32") << "the final norm's instance: compiled once";
-  auto generated = instanceSource((*list)[1].kind, (*list)[1].params, (*list)[1].name);
-  ASSERT_TRUE(generated.ok()) << generated.error().message;
-  EXPECT_NE(generated->source.find("kResidual = false"), std::string::npos);
-  EXPECT_NE(generated->source.find("kWritesSum = false"), std::string::npos);
-  EXPECT_NE(generated->source.find("using X = float"), std::string::npos);
-}
-
-TEST(StepInstances, AttentionGetsDecodeCombineAndPrefillKernels) {
-  const json attention = {{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
-                          {"scale", 0.08838834764831845}, {"kv_type", "bf16"}, {"tree_mask", false}};
-  auto list = stepInstances("paged_attention", attention, "attn_l0");
-  ASSERT_TRUE(list.ok()) << list.error().message;
-  ASSERT_EQ(list->size(), 4u);
-  EXPECT_EQ((*list)[0].role, InstanceRole::kStep);
-  EXPECT_EQ((*list)[0].name, "attn_l0");
-  EXPECT_EQ((*list)[1].kind, "decode_attention");
-  EXPECT_EQ((*list)[2].kind, "attention_combine");
-  EXPECT_EQ((*list)[2].params, (json{{"heads", 32}, {"head_dim", 128}}));
-  // Hopper (the default target) gets the warpgroup kernel, other targets mma.sync's.
-  EXPECT_EQ((*list)[3].kind, "flash_attention_wgmma");
-  EXPECT_STREQ(instanceRoleName((*list)[3].role), "prefill");
-  for (const StepInstance& inst : *list) {  // each one generates; only the wgmma one needs sm_90a
-    auto generated = instanceSource(inst.kind, inst.params, inst.name);
-    ASSERT_TRUE(generated.ok()) << inst.kind;
-    EXPECT_EQ(generated->arch, inst.kind == "flash_attention_wgmma" ? "sm_90a" : "") << inst.kind;
-  }
-  EXPECT_TRUE(warpgroupMmaTarget("sm_90"));
-  EXPECT_TRUE(warpgroupMmaTarget("sm_90a"));
-  EXPECT_FALSE(warpgroupMmaTarget("sm_80"));
-  EXPECT_FALSE(warpgroupMmaTarget("sm_100"));
-  EXPECT_TRUE(bulkCopyTarget("sm_90"));
-  EXPECT_TRUE(bulkCopyTarget("sm_90a"));
-  EXPECT_TRUE(bulkCopyTarget("sm_100"));
-  EXPECT_FALSE(bulkCopyTarget("sm_89"));
-  EXPECT_FALSE(bulkCopyTarget("compute_90"));
-  auto pre_hopper = stepInstances("paged_attention", attention, "attn_l0", {.wgmma = false, .skinny_fusion = {}});
-  ASSERT_TRUE(pre_hopper.ok());
-  ASSERT_EQ(pre_hopper->size(), 4u);
-  EXPECT_EQ((*pre_hopper)[3].kind, "flash_attention");
-
-  // No tensor-core prefill for f32 pools or when it is turned off; tree
-  // masks keep the step's own kernel only.
-  json f32 = attention;
-  f32["kv_type"] = "f32";
-  auto f32_list = stepInstances("paged_attention", f32, "attn_f32");
-  ASSERT_TRUE(f32_list.ok());
-  EXPECT_EQ(f32_list->size(), 3u);
-  auto no_flash = stepInstances("paged_attention", attention, "attn_l0", {.flash_attention = false, .skinny_fusion = {}});
-  EXPECT_EQ(no_flash->size(), 3u);
-  json tree = attention;
-  tree["tree_mask"] = true;
-  EXPECT_EQ(stepInstances("paged_attention", tree, "attn_tree")->size(), 1u);
-}
-
-TEST(StepInstances, GemmWeightsBecomeBf16AndLongNamesAreBounded) {
-  auto list = stepInstances("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "f32"}, {"bias", false}}, "gemm_f32");
-  ASSERT_TRUE(list.ok());
-  ASSERT_EQ(list->size(), 2u);  // the step's instance and its single-row twin
-  for (const StepInstance& inst : *list) {
-    EXPECT_EQ(inst.params["weight_type"], "bf16");
-    EXPECT_EQ(inst.name, instanceName("gemm", inst.params));
-  }
-  EXPECT_EQ((*list)[0].role, InstanceRole::kStep);
-  EXPECT_EQ((*list)[1].role, InstanceRole::kSingleRow);
-  EXPECT_EQ((*list)[1].params["gemv_max_rows"], 1);
-  auto single = instanceSource("gemm", (*list)[1].params, (*list)[1].name);
-  ASSERT_TRUE(single.ok()) << single.error().message;
-  EXPECT_NE(single->source.find("kMaxRows = 1;"), std::string::npos) << single->source;
+TEST(InstanceSource, GemmRowCountsStreamingAndNormFold) {
   auto three = instanceSource("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "bf16"}, {"bias", false}, {"gemv_max_rows", 3}});
   ASSERT_FALSE(three.ok());
   EXPECT_NE(three.error().message.find("expected 1 or 8"), std::string::npos) << three.error().message;
 
-  // Streamed (gemv_stream.cuh) where asked and where W fits the rule: bf16
-  // rows of whole 2048-column chunks, at most 256 MiB; else gemv.cuh.
-  StepInstanceOptions no_stream;
-  no_stream.stream_gemv = false;
-  EXPECT_FALSE(stepInstances("gemm", {{"n", 64}, {"k", 2048}, {"weight_type", "bf16"}, {"bias", false}}, "g",
-                             no_stream)->at(1).params.contains("gemv_stream"));
-  auto streamed = [](int64_t n, int64_t k, nlohmann::json extra = nlohmann::json::object()) {
-    nlohmann::json p{{"n", n}, {"k", k}, {"weight_type", "bf16"}, {"bias", false}};
-    StepInstanceOptions fusion;  // `extra`: the fused variant's params (skinny_fusion.h)
-    if (!extra.empty()) fusion.skinny_fusion = extra;
-    auto list = stepInstances("gemm", p, "g", fusion);
-    EXPECT_TRUE(list.ok());
-    const InstanceRole role = extra.empty() ? InstanceRole::kSingleRow : InstanceRole::kFusedSingleRow;
-    auto single = std::find_if(list->begin(), list->end(), [&](const StepInstance& i) { return i.role == role; });
-    EXPECT_NE(single, list->end());
-    EXPECT_EQ(single->params.value("gemv_stream", false), streamsSingleRowGemm(n, k)) << "named only where it streams";
-    auto src = instanceSource("gemm", single->params, single->name);
-    EXPECT_TRUE(src.ok()) << src.error().message;
-    const bool is_stream = src->source.find("gemv_stream.cuh") != std::string::npos;
-    if (is_stream)  // the executor checks the device's opt-in shared memory against this
-      EXPECT_NE(src->source.find(fmt::format("kSmemBytes = {};", gemvStreamSharedBytes())), std::string::npos);
-    return is_stream;
-  };
-  EXPECT_TRUE(streamed(4096, 14336));
-  EXPECT_TRUE(streamed(28672, 4096, {{"silu_mul", true}}));
-  EXPECT_FALSE(streamed(128256, 4096));  // the LM head: 1 GB
-  EXPECT_FALSE(streamed(960, 576));      // rows of less than a chunk
   auto eight = instanceSource("gemm", {{"n", 4096}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false},
                                        {"gemv_stream", true}});
   ASSERT_TRUE(eight.ok());
@@ -456,95 +336,6 @@ TEST(InstanceSource, AttentionRopeAndSiluMulTypesComeFromConfig) {
                                      ": param 'q_type' is 'f32'; the kernel takes bf16 q and out (paged_attention "
                                      "takes f32)");
   }
-}
-
-// A gate/up gemm with its silu_mul folded in gets, on Hopper, the
-// gemm_swiglu instance that prefill batches run (sm_90a, params as a
-// __grid_constant__ for its tensor maps); not elsewhere, nor where its tiles
-// do not divide the shape, nor with a bias.
-TEST(StepInstances, SwiGluGemmGetsFusedPrefillOnHopper) {
-  const json gate_up{{"n", 28672}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}};
-  StepInstanceOptions hopper;
-  hopper.skinny_fusion = {{"silu_mul", true}};
-  auto fusedPrefill = [](const Result<std::vector<StepInstance>>& list) -> const StepInstance* {
-    for (const StepInstance& inst : *list)
-      if (inst.role == InstanceRole::kFusedPrefill) return &inst;
-    return nullptr;
-  };
-  auto list = stepInstances("gemm", gate_up, "gate_up_l0", hopper);
-  ASSERT_TRUE(list.ok()) << list.error().message;
-  const StepInstance* swiglu = fusedPrefill(list);
-  ASSERT_NE(swiglu, nullptr);
-  EXPECT_EQ(swiglu->kind, "gemm_swiglu");
-  EXPECT_EQ(swiglu->params, (json{{"hidden", 4096}, {"ffn", 14336}}));
-  EXPECT_STREQ(instanceRoleName(swiglu->role), "fused_prefill");
-  auto generated = instanceSource(swiglu->kind, swiglu->params, swiglu->name);
-  ASSERT_TRUE(generated.ok()) << generated.error().message;
-  EXPECT_EQ(generated->arch, "sm_90a");
-  EXPECT_NE(generated->source.find("(const __grid_constant__ kiln::kernels::GemmSwiGluParams p)"), std::string::npos)
-      << generated->source;
-
-  StepInstanceOptions pre_hopper = hopper, off = hopper;
-  pre_hopper.wgmma = false;
-  off.fused_prefill = false;
-  EXPECT_EQ(fusedPrefill(stepInstances("gemm", gate_up, "gate_up_l0", pre_hopper)), nullptr);
-  EXPECT_EQ(fusedPrefill(stepInstances("gemm", gate_up, "gate_up_l0", off)), nullptr);
-  json odd = gate_up, biased = gate_up;
-  odd["n"] = 2 * 200;  // 200 outputs: not a multiple of the kernel's 128
-  biased["bias"] = true;
-  EXPECT_EQ(fusedPrefill(stepInstances("gemm", odd, "gate_up_l0", hopper)), nullptr);
-  EXPECT_EQ(fusedPrefill(stepInstances("gemm", biased, "gate_up_l0", hopper)), nullptr);
-  StepInstanceOptions unfused;
-  EXPECT_EQ(fusedPrefill(stepInstances("gemm", gate_up, "gate_up_l0", unfused)), nullptr);
-  // The template's own refusals name the param.
-  auto bad = instanceSource("gemm_swiglu", json{{"hidden", 4096}, {"ffn", 200}});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message, "gemm_swiglu: param 'ffn' is 200, expected a positive multiple of 128");
-}
-
-// An f32 plan's steps: typed instances under names of their own, no gemm
-// instance (cuBLASLt), CUDA-core attention with its split mode and combine.
-TEST(StepInstances, F32PlanGetsTypedInstancesAndNoGemmKernel) {
-  StepInstanceOptions f32;
-  f32.activation_type = "f32";
-  f32.skinny_fusion = {{"silu_mul", true}};  // ignored: the skinny kernels are bf16's
-  auto gemm = stepInstances("gemm", {{"n", 64}, {"k", 64}, {"weight_type", "bf16"}, {"bias", false}}, "gemm_a", f32);
-  ASSERT_TRUE(gemm.ok()) << gemm.error().message;
-  EXPECT_TRUE(gemm->empty());
-
-  f32.skinny_fusion = nullptr;
-  const json norm{{"hidden", 64}, {"epsilon", 1e-5}};
-  auto rms = stepInstances("rms_norm", norm, "rms_norm_epsilon1em05_hidden64", f32);
-  ASSERT_TRUE(rms.ok());
-  ASSERT_EQ(rms->size(), 1u);
-  EXPECT_EQ((*rms)[0].name, "rms_norm_epsilon1em05_hidden64_out_typef32_x_typef32");
-  EXPECT_EQ((*rms)[0].params, withActivationTypes("rms_norm", norm, "f32"));
-  auto bf16_rms = stepInstances("rms_norm", norm, "rms_norm_epsilon1em05_hidden64");
-  EXPECT_EQ((*bf16_rms)[0].name, "rms_norm_epsilon1em05_hidden64") << "a bf16 plan keeps the manifest's name";
-
-  const json attention{{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
-                       {"scale", 0.08838834764831845}, {"kv_type", "f32"}, {"tree_mask", false}};
-  auto list = stepInstances("paged_attention", attention, "attn_l0", f32);
-  ASSERT_TRUE(list.ok()) << list.error().message;
-  ASSERT_EQ(list->size(), 3u);
-  const std::vector<std::pair<InstanceRole, std::string>> want = {{InstanceRole::kStep, "paged_attention"},
-                                                                  {InstanceRole::kDecode, "paged_attention_split"},
-                                                                  {InstanceRole::kCombine, "attention_combine"}};
-  for (size_t i = 0; i < want.size(); ++i) {
-    const StepInstance& inst = (*list)[i];
-    EXPECT_EQ(inst.role, want[i].first) << i;
-    EXPECT_EQ(inst.kind, want[i].second) << i;
-    EXPECT_EQ(inst.params.value("out_type", ""), "f32") << inst.kind;
-    EXPECT_EQ(inst.name, instanceName(inst.kind, inst.params));
-    auto generated = instanceSource(inst.kind, inst.params, inst.name);
-    ASSERT_TRUE(generated.ok()) << generated.error().message;
-    EXPECT_NE(generated->source.find("using Out = float;"), std::string::npos) << generated->source;
-  }
-  StepInstanceOptions f16_options;
-  f16_options.activation_type = "f16";
-  auto f16 = stepInstances("rms_norm", norm, "n", f16_options);
-  ASSERT_FALSE(f16.ok());
-  EXPECT_EQ(f16.error().message, "rms_norm: activation type 'f16' has no CUDA kernels (bf16 or f32)");
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ PlanEntry planEntryOf(const Entry& entry, const std::string& activation_type) {
     if (storage) plan.storage[v.id] = {storage->offset, storage->offset + storage->row_bytes};
   }
   for (const Step& step : entry.steps) {
-    PlanStep p{step.kind, step.params, step.instance, {}, step.results};
+    PlanStep p{step.kind, step.params, {}, step.results, step.instance};
     for (const StepArg& a : step.args) p.value_args.push_back(a.kind == StepArg::Kind::kValue ? a.id : -1);
     plan.steps.push_back(std::move(p));
   }

@@ -55,9 +55,9 @@ namespace kiln::cuda_codegen {
 struct PlanStep {
   StepKind kind = StepKind::kAdd;
   StepParams params;
-  std::string instance;  // the plan's name for the step's own kernel
   std::vector<int64_t> value_args;  // per arg: the value id, -1 for weights, inputs and pools
   std::vector<int64_t> results;
+  std::string instance;  // the plan's name for the step's own kernel
 };
 
 struct PlanEntry {

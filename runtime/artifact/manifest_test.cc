@@ -14,12 +14,12 @@ using json = nlohmann::json;
 // concat_rows-prepared head, with a view and a pool-free plan.
 json validManifest() {
   return json::parse(R"({
-    "format": "kiln-artifact", "version": 1,
+    "format": "kiln-artifact", "version": 2,
     "model": {"source": "/models/tiny.gguf", "source_format": "gguf",
               "source_size": 1000, "source_mtime": 1738911720,
               "config": {"architecture": "llama", "hidden_size": 32, "num_layers": 1,
                          "vocab_size": 8}},
-    "options": {"quant_weights": "none", "page_size": 16},
+    "options": {"quant_weights": "none", "page_size": 16, "target": "sm_90a"},
     "activation_type": "f32", "world_size": 1, "rank": 0,
     "weights": [
       {"id": 0, "name": "token_embd.weight", "type": "q8_0", "shape": [8, 32],
@@ -47,7 +47,9 @@ json validManifest() {
          "params": {"hidden": 32, "table_type": "q8_0"},
          "args": [{"input": "tokens"}, {"weight": 0}], "results": [0]},
         {"kind": "rms_norm", "params": {"hidden": 32, "epsilon": 1e-5},
-         "args": [{"value": 0}, {"weight": 1}], "results": [1]},
+         "args": [{"value": 0}, {"weight": 1}], "results": [1],
+         "variants": [{"role": "step", "rows": [1, -1], "kind": "rms_norm",
+                       "params": {"hidden": 32, "epsilon": 1e-5}, "instance": "rms_norm_h32"}]},
         {"kind": "gemm", "params": {"n": 8, "k": 32, "weight_type": "f32", "bias": false,
                                     "role": "logits"},
          "args": [{"value": 2}, {"weight": 2}], "results": [3]}
@@ -91,6 +93,42 @@ TEST(ManifestTest, ParsesAValidManifest) {
   EXPECT_EQ(forward->steps[1].as<RmsNormParams>().weight_type, "") << "absent: f32";
   EXPECT_EQ(forward->steps[0].args[0].kind, StepArg::Kind::kInput);
   EXPECT_EQ(forward->outputs[0].value, 3);
+}
+
+TEST(ManifestTest, KernelVariantsAndTarget) {
+  auto m = Manifest::parse(validManifest().dump(), "manifest.json");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->target, "sm_90a");
+  const Step& norm = m->findEntry("forward")->steps[1];
+  ASSERT_EQ(norm.variants.size(), 1u);
+  EXPECT_EQ(norm.variants[0].role, VariantRole::kStep);
+  EXPECT_EQ(norm.variants[0].rows.min, 1);
+  EXPECT_EQ(norm.variants[0].rows.max, RowRange::kUnbounded);
+  EXPECT_EQ(norm.variants[0].instance, "rms_norm_h32");
+  EXPECT_TRUE(m->findEntry("forward")->steps[2].variants.empty());
+  json no_target = validManifest();
+  no_target["options"].erase("target");
+  EXPECT_EQ(Manifest::parse(no_target.dump(), "manifest.json")->target, "cpu");
+
+  auto variantError = [](const std::string& variant) {
+    json bad = validManifest();
+    bad["entries"]["forward"]["steps"][1]["variants"][0] = json::parse(variant);
+    return parseError(bad);
+  };
+  const std::string at = "manifest.json: entries.forward.steps[1].variants[0]";
+  EXPECT_EQ(variantError(R"({"role": "fused", "rows": [1, 8]})"),
+            at + ".role: 'fused' is not a variant of a rms_norm step (expected one of step)");
+  EXPECT_EQ(variantError(R"({"role": "step", "rows": [4, 2], "kind": "rms_norm", "params": {}, "instance": "x"})"),
+            at + ".rows: [4, 2] is not a range of row counts (min >= 1, max >= min or -1)");
+  EXPECT_EQ(variantError(R"({"role": "step", "rows": [1, -1], "kind": "rms_norm", "params": {}})"),
+            at + ": a 'step' variant runs a kernel and needs 'instance'");
+  EXPECT_EQ(variantError(R"({"role": "step", "rows": [1, -1], "needs": ["warp_drive"], "kind": "rms_norm",
+                            "params": {}, "instance": "x"})"),
+            at + ".needs[0]: \"warp_drive\" is not a feature (stream_gemv, fold_norms, residual_epilogue, "
+                 "fused_swiglu, flash_attention)");
+  EXPECT_EQ(variantError(R"({"role": "step", "rows": [1, -1], "kind": "rms_norm", "params": {},
+                            "instance": "x; rm -rf"})"),
+            at + ".instance: 'x; rm -rf' is not a kernel symbol (letters, digits and _)");
 }
 
 TEST(ManifestTest, ParamErrorsNameTheStepAndParam) {
@@ -237,9 +275,9 @@ TEST(ManifestTest, PoolArguments) {
 
 TEST(ManifestTest, HeaderErrors) {
   json m = validManifest();
-  m["version"] = 2;
-  EXPECT_EQ(parseError(m), "manifest.json: version: unsupported version 2 (this runtime reads "
-                           "version 1)");
+  m["version"] = 1;
+  EXPECT_EQ(parseError(m), "manifest.json: version: unsupported version 1 (this runtime reads "
+                           "version 2)");
   m = validManifest();
   m["format"] = "gguf";
   EXPECT_EQ(parseError(m), "manifest.json: format: expected \"kiln-artifact\", got \"gguf\"");

@@ -32,6 +32,15 @@ Status validateTarget(const std::string& target, std::string_view option) {
   return {};
 }
 
+std::optional<std::string> targetForDevice(int major, int minor) {
+  const int version = major * 10 + minor;
+  if (version == 90) return "sm_90a";
+  std::optional<std::string> best;
+  for (int listed : {80, 86, 89, 90, 100, 120})
+    if (listed <= version) best = fmt::format("sm_{}", listed);
+  return best;
+}
+
 Status validatePlanOptions(const PlanOptions& options) {
   if (!oneOf(options.quant_weights, {"none", "int8", "int4", "fp8"}))
     return invalid("--quant-weights", options.quant_weights, "one of: none, int8, int4, fp8");

@@ -5,6 +5,7 @@
 // the runtime side can read it too.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,10 @@ Status validatePlanOptions(const PlanOptions& options);
 Status validatePageSize(unsigned page_size, std::string_view option = "--page-size");
 // The target alone, likewise.
 Status validateTarget(const std::string& target, std::string_view option = "--target");
+// The target to compile for a device of compute capability major.minor:
+// sm_90a on Hopper (9.0), else the newest listed target it runs; none below
+// sm_80.
+std::optional<std::string> targetForDevice(int major, int minor);
 // The targets kiln chooses kernels for, as --help lists them.
 inline constexpr std::string_view kTargets = "cpu, sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, sm_120";
 

@@ -3,6 +3,10 @@
 // what each one changes is in docs/design/runtime.md). One struct, filled by
 // the CLI, carried unchanged through EngineOptions into the executor.
 // Defaults are the fast path; no field changes results beyond rounding.
+// The kernel switches (flash_attention, stream_gemv, fold_norms,
+// residual_epilogue, fused_swiglu) are the features the plan's kernel
+// variants need (runtime/artifact/kernel_variant.h): off, the backend takes
+// each role's next alternative in the plan.
 #pragma once
 
 namespace kiln::cuda {
@@ -25,7 +29,7 @@ struct CudaTuning {
   // bulk-copy ring (codegen/kernels/gemv_stream.cuh).
   bool stream_gemv = true;
   // ... with the residual_rms_norm before qkv and gate/up folded into them
-  // (codegen/cuda/skinny_fusion.h); needs stream_gemv.
+  // (codegen/cuda/skinny_fusion.h); its variants also need stream_gemv.
   bool fold_norms = true;
   // Decode batches cuBLASLt runs add the residual in its epilogue, so the
   // residual_rms_norm after o_proj and down only normalizes.

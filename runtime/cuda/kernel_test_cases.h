@@ -47,7 +47,7 @@ inline nlohmann::json attentionParams(int heads, int kv_heads, int head_dim, boo
 }
 
 // An f32 plan's instances (--activation-type=f32, vLLM's --dtype float32):
-// what codegen/cuda/step_instances.h gives its steps, with every activation
+// what codegen/cuda/kernel_selection.h gives its steps, with every activation
 // type named f32 and the KV cache f32. Its GEMMs run in cuBLASLt.
 inline std::vector<KernelCase> f32PlanKernelCases() {
   std::vector<KernelCase> cases;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "codegen/cuda/instance_source.h"
-#include "codegen/cuda/step_instances.h"
+#include "codegen/cuda/kernel_selection.h"
 #include "codegen/kernels/flash_attention.cuh"  // the host-visible layout helpers only
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // the same
 #include "runtime/cuda/kernel_test_cases.h"
@@ -124,34 +124,29 @@ TEST_P(F32PlanKernelCompile, CompilesToSm90aCubinWithoutSpills) {
   expectCompilesWithoutSpills(c.kind, c.params, cuda_codegen::instanceName(c.kind, c.params), "sm_90a");
 }
 
-// Every instance the executor compiles for the tiny-llama fixture's plan
-// (f32, kiln-compile's default): each step's list from stepInstances, as
-// the executor asks for it (kernel_set.cc), and the greedy argmax over the
-// f32 logits.
+// Every kernel instance among the tiny-llama fixture plan's variants (f32,
+// kiln-compile's default, chosen for sm_90a), as the executor generates
+// them (kernel_set.cc), and the greedy argmax over the f32 logits.
 TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
   KILN_REQUIRE_NVRTC();
   auto manifest = Manifest::load(checkoutPath("test/fixtures/tiny-llama/artifact"));
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
   ASSERT_EQ(manifest->activation_type, "f32");
-  cuda_codegen::StepInstanceOptions options;
-  options.activation_type = "f32";
+  ASSERT_EQ(manifest->target, "sm_90a");
   std::set<std::string> names;
-  std::vector<cuda_codegen::StepInstance> instances;
-  for (const Step& step : manifest->findEntry("forward")->steps) {
-    if (step.kind == StepKind::kSplit) continue;
-    auto list = cuda_codegen::stepInstances(step, options);
-    ASSERT_TRUE(list.ok()) << list.error().message;
-    for (const cuda_codegen::StepInstance& inst : *list)
-      if (names.insert(inst.name).second) instances.push_back(inst);
-  }
-  instances.push_back(cuda_codegen::greedyInstance(128, "f32"));
+  std::vector<KernelVariant> instances;
+  for (const Step& step : manifest->findEntry("forward")->steps)
+    for (const KernelVariant& v : step.variants)
+      if (!v.instance.empty() && names.insert(v.instance).second) instances.push_back(v);
+  const cuda_codegen::GreedyInstance greedy = cuda_codegen::greedyInstance(128, "f32");
+  instances.push_back({VariantRole::kStep, {}, {}, greedy.kind, greedy.params, greedy.name});
   // embedding, rms_norm, residual_rms_norm, rope_kv_append, paged_attention
   // (+ split and combine), silu_mul, add, gather_last_tokens, argmax; no gemm.
   EXPECT_EQ(instances.size(), 11u);
-  for (const cuda_codegen::StepInstance& inst : instances) {
-    SCOPED_TRACE(inst.name);
+  for (const KernelVariant& inst : instances) {
+    SCOPED_TRACE(inst.instance);
     EXPECT_NE(inst.kind, "gemm");
-    expectCompilesWithoutSpills(inst.kind, inst.params, inst.name, "sm_90a");
+    expectCompilesWithoutSpills(inst.kind, inst.params, inst.instance, "sm_90a");
   }
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/engine/engine.h"
 
+#include "runtime/artifact/plan_options.h"
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -9,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/artifact/manifest.h"
+#include "runtime/artifact/plan_options.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
@@ -127,20 +130,36 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
 
 }  // namespace
 
-bool cudaAvailable(std::string* why) {
+bool cudaAvailable(std::string* why, std::string* target) {
 #ifdef KILN_HAVE_CUDA_EXECUTOR
   auto driver = cuda::loadCudaDriver();
   if (!driver) {
     if (why) *why = driver.error().message;
     return false;
   }
+  const cuda::CudaDriver& d = **driver;
   int count = 0;
-  if ((*driver)->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
-    if (why) *why = fmt::format("the CUDA driver at {} sees no GPU", (*driver)->library.path());
+  if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+    if (why) *why = fmt::format("the CUDA driver at {} sees no GPU", d.library.path());
     return false;
   }
+  CUdevice device = 0;
+  int major = 0, minor = 0;
+  if (d.cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
+      d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) != CUDA_SUCCESS ||
+      d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device) != CUDA_SUCCESS) {
+    if (why) *why = fmt::format("the CUDA driver at {} gives no compute capability for GPU 0", d.library.path());
+    return false;
+  }
+  const std::optional<std::string> compile_target = targetForDevice(major, minor);
+  if (!compile_target) {
+    if (why) *why = fmt::format("GPU 0 has compute capability {}.{}; kiln's CUDA kernels need 8.0 or later", major, minor);
+    return false;
+  }
+  if (target) *target = *compile_target;
   return true;
 #else
+  (void)target;
   if (why) *why = "this kiln was built without the CUDA toolkit headers";
   return false;
 #endif

@@ -52,8 +52,9 @@ struct EngineOptions {
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is
-// visible); on false, `why` says what is missing.
-bool cudaAvailable(std::string* why = nullptr);
+// visible, one kiln has kernels for); on false, `why` says what is missing.
+// `target` gets the kiln-compile --target for the first GPU.
+bool cudaAvailable(std::string* why = nullptr, std::string* target = nullptr);
 
 enum class FinishReason { kRunning, kLength, kStop, kEos, kCancelled, kError };
 std::string_view finishReasonName(FinishReason reason);

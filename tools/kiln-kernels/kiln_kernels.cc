@@ -1,18 +1,17 @@
 // kiln-kernels: inspect the CUDA kernel instances of a compiled artifact
 // without MLIR and without a GPU.
 //
-//   kiln-kernels ARTIFACT list [--arch sm_90]
-//   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90]
+//   kiln-kernels ARTIFACT list
+//   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90a]
 //
-// `list` shows every instance the CUDA runtime compiles for the artifact on
-// a device of --arch (default sm_90, Hopper): each step's own (role "step")
-// and those the runtime runs beside it, chosen per batch
-// (codegen/cuda/step_instances.h: "decode", "combine", "prefill" for
-// attention; the prefill kernel is flash_attention_wgmma on Hopper,
-// flash_attention elsewhere). The source is ARTIFACT/kernels/INSTANCE.cu
-// when present, else generated (codegen/cuda). PTX, SASS and resources come
-// from NVRTC, for the instance's own target when it needs one (sm_90a for
-// the wgmma kernels) unless --arch names another.
+// `list` shows every kernel instance among the plan's variants (chosen by
+// the compiler for its target, runtime/artifact/kernel_variant.h): its
+// role, the rows it runs at, the features it needs (the CUDA backend runs,
+// per role, the first variant whose features are on), and how many steps
+// use it; then the greedy argmax the runtime adds over the logits. The
+// source is ARTIFACT/kernels/INSTANCE.cu when present, else generated
+// (codegen/cuda). PTX, SASS and resources come from NVRTC, for the plan's
+// target (sm_90a for Hopper's wgmma kernels) unless --arch names another.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -30,8 +29,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/instance_source.h"
-#include "codegen/cuda/skinny_fusion.h"
-#include "codegen/cuda/step_instances.h"
+#include "codegen/cuda/kernel_selection.h"
 #include "runtime/artifact/manifest.h"
 #include "runtime/artifact/step_params_json.h"
 #include "runtime/cuda/nvrtc_compiler.h"
@@ -41,18 +39,26 @@ using nlohmann::json;
 
 namespace {
 
-struct Step {
+// One kernel instance and the variants that name it.
+struct Instance {
   std::string kind;
   json params;
-  std::string role = "step";
+  std::string role;
+  std::string rows;   // "1", "2-8", "16+"
+  std::string needs;  // "stream_gemv,fold_norms", "-" for none
   int uses = 0;
 };
 
+struct PlanKernels {
+  std::string target;
+  std::map<std::string, Instance> instances;
+};
+
 constexpr const char* kUsage =
-    "usage: kiln-kernels ARTIFACT list [--arch sm_90]\n"
-    "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90]\n"
-    "  list   every kernel instance the CUDA runtime compiles for ARTIFACT on a device of --arch\n"
-    "         (default sm_90), with its role, kind and uses\n"
+    "usage: kiln-kernels ARTIFACT list\n"
+    "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90a]\n"
+    "  list   every kernel instance among the plan's variants (chosen for its --target), with its\n"
+    "         kind, role, rows, the features it needs and how many steps use it\n"
     "  show   one instance: its generated source (--source, the default), PTX, SASS (nvdisasm),\n"
     "         or registers, shared memory, spills and launch shape (--resources)\n";
 
@@ -67,50 +73,45 @@ int fail(const std::string& message) {
   return 1;
 }
 
-kiln::Result<std::map<std::string, Step>> readSteps(const fs::path& artifact, const std::string& arch) {
+std::string rowsText(const kiln::RowRange& rows) {
+  if (rows.max == kiln::RowRange::kUnbounded) return fmt::format("{}+", rows.min);
+  return rows.min == rows.max ? fmt::format("{}", rows.min) : fmt::format("{}-{}", rows.min, rows.max);
+}
+
+kiln::Result<PlanKernels> readPlan(const fs::path& artifact) {
   auto manifest = kiln::Manifest::load(artifact.string());
   if (!manifest.ok()) return manifest.error();
-  std::map<std::string, Step> steps;
-  auto add = [&](const kiln::cuda_codegen::StepInstance& inst) {
-    Step& step = steps[inst.name];
-    step.kind = inst.kind;
-    step.params = inst.params;
-    step.role = kiln::cuda_codegen::instanceRoleName(inst.role);
-    ++step.uses;
-  };
-  for (const auto& [entry_name, entry] : manifest->entries) {
-    // The fused skinny variants the runtime adds (skinny_fusion.h).
-    const auto fusions =
-        kiln::cuda_codegen::skinnyFusions(kiln::cuda_codegen::planEntryOf(entry, manifest->activation_type));
-    for (size_t i = 0; i < entry.steps.size(); ++i) {
-      const kiln::Step& s = entry.steps[i];
-      kiln::cuda_codegen::StepInstanceOptions options;
-      options.skinny_fusion = fusions[i].gemm_params;
-      options.wgmma = kiln::cuda_codegen::warpgroupMmaTarget(arch);
-      options.stream_gemv = kiln::cuda_codegen::bulkCopyTarget(arch);
-      if (options.stream_gemv) options.single_row_fusion = fusions[i].single_row_params;
-      options.norm_of_sum = fusions[i].norm_of_sum_params;
-      options.activation_type = manifest->activation_type;
-      auto runtime = kiln::cuda_codegen::stepInstances(s, options);
-      if (!runtime) {  // a kind with no CUDA kernel: list the manifest's instance as it is
-        Step& step = steps[s.instance];
-        step.kind = std::string(kiln::stepKindName(s.kind));
-        step.params = kiln::toJson(s.params);
-        ++step.uses;
-        continue;
+  if (manifest->target == "cpu")
+    return kiln::makeError("{}: the plan was compiled for target cpu and has no CUDA kernels (kiln-compile "
+                           "--target sm_90a, or the device's sm_XY, chooses them)",
+                           manifest->path);
+  PlanKernels plan;
+  plan.target = manifest->target;
+  for (const auto& [entry_name, entry] : manifest->entries)
+    for (const kiln::Step& s : entry.steps)
+      for (const kiln::KernelVariant& v : s.variants) {
+        if (v.instance.empty()) continue;  // cuBLASLt, or a neighbour's work
+        Instance& inst = plan.instances[v.instance];
+        inst.kind = v.kind;
+        inst.params = v.params;
+        inst.role = kiln::variantRoleName(v.role);
+        inst.rows = rowsText(v.rows);
+        inst.needs.clear();
+        for (kiln::KernelFeature f : v.needs) inst.needs += (inst.needs.empty() ? "" : ",") + std::string(kiln::kernelFeatureName(f));
+        if (inst.needs.empty()) inst.needs = "-";
+        ++inst.uses;
       }
-      for (const kiln::cuda_codegen::StepInstance& inst : *runtime) add(inst);
-    }
-  }
   // The runtime's greedy argmax over the forward entry's logits.
   const kiln::Entry& forward = *manifest->findEntry("forward");
   if (!forward.outputs.empty())
     if (const kiln::EntryValue* v = forward.findValue(forward.outputs[0].value)) {
       const int64_t elem = v->type == "f32" ? 4 : v->type == "bf16" ? 2 : 0;
-      if (elem > 0 && v->row_bytes > 0)  // else no CUDA argmax for this type
-        add(kiln::cuda_codegen::greedyInstance(v->row_bytes / elem, v->type));
+      if (elem > 0 && v->row_bytes > 0) {  // else no CUDA argmax for this type
+        const auto greedy = kiln::cuda_codegen::greedyInstance(v->row_bytes / elem, v->type);
+        plan.instances[greedy.name] = {greedy.kind, greedy.params, "greedy", "1+", "-", 1};
+      }
     }
-  return steps;
+  return plan;
 }
 
 std::string findTool(const char* name) {
@@ -137,32 +138,33 @@ int main(int argc, char** argv) {
   if (argc < 3) return usage();
   const fs::path artifact = argv[1];
   const std::string command = argv[2];
-  std::string what = "--source", arch;  // arch: --arch, else the instance's own target or sm_90
+  std::string what = "--source", arch;  // arch: --arch, else the plan's target
   for (int i = command == "show" ? 4 : 3; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--arch" && i + 1 < argc) arch = argv[++i];
+    if (a == "--arch" && i + 1 < argc && command == "show") arch = argv[++i];
     else if (command == "show" && (a == "--source" || a == "--ptx" || a == "--sass" || a == "--resources")) what = a;
     else return usage();
   }
-  auto steps = readSteps(artifact, arch.empty() ? "sm_90" : arch);
-  if (!steps) return fail(steps.error().message);
+  auto plan = readPlan(artifact);
+  if (!plan) return fail(plan.error().message);
 
   if (command == "list") {
     size_t width = 8;
-    for (auto& [name, step] : *steps) width = std::max(width, name.size());
-    std::printf("%-*s  %-20s  %-7s  %5s  %s\n", int(width), "instance", "kind", "role", "steps", "params");
-    for (auto& [name, step] : *steps)
-      std::printf("%-*s  %-20s  %-7s  %5d  %s\n", int(width), name.c_str(), step.kind.c_str(), step.role.c_str(),
-                  step.uses, step.params.dump().c_str());
+    for (auto& [name, inst] : plan->instances) width = std::max(width, name.size());
+    std::printf("%-*s  %-21s  %-16s  %-5s  %-28s  %5s  %s\n", int(width), "instance", "kind", "role", "rows", "needs",
+                "steps", "params");
+    for (auto& [name, inst] : plan->instances)
+      std::printf("%-*s  %-21s  %-16s  %-5s  %-28s  %5d  %s\n", int(width), name.c_str(), inst.kind.c_str(),
+                  inst.role.c_str(), inst.rows.c_str(), inst.needs.c_str(), inst.uses, inst.params.dump().c_str());
     return 0;
   }
   if (command != "show" || argc < 4) return usage();
   const std::string instance = argv[3];
-  auto it = steps->find(instance);
-  if (it == steps->end())
-    return fail(fmt::format("{}: no step uses instance '{}' (kiln-kernels {} list shows them)",
+  auto it = plan->instances.find(instance);
+  if (it == plan->instances.end())
+    return fail(fmt::format("{}: the plan has no instance '{}' (kiln-kernels {} list shows them)",
                             (artifact / "manifest.json").string(), instance, artifact.string()));
-  const Step& step = it->second;
+  const Instance& step = it->second;
   auto generated = kiln::cuda_codegen::instanceSource(step.kind, step.params, instance);
   std::string source;
   const fs::path file = artifact / "kernels" / (instance + ".cu");
@@ -180,7 +182,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (arch.empty()) arch = generated && !generated->arch.empty() ? generated->arch : "sm_90";
+  if (arch.empty()) arch = generated && !generated->arch.empty() ? generated->arch : plan->target;
   kiln::cuda::CompileOptions options;
   options.arch = arch;
   options.include_dirs = kiln::cuda::defaultKernelIncludeDirs();

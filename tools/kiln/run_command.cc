@@ -24,12 +24,13 @@ void onInterrupt(int) { interrupted = true; }
 Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options) {
   // The CUDA kernels take bf16 activations, the CPU executor f32: a model
   // (not an artifact) is compiled for the backend that will run it.
-  std::string why;
-  const bool cuda = options.device != "cpu" && cudaAvailable(&why);
+  // Its kernel variants are chosen for the GPU's target, or none for the CPU.
+  std::string why, target;
+  const bool cuda = options.device != "cpu" && cudaAvailable(&why, &target);
   if (options.device == "cuda" && !cuda) return makeError("--device cuda: no CUDA backend: {}", why);
   if (cuda) {
     // f32: kiln-compile's default activation type.
-    std::vector<std::string> flags;
+    std::vector<std::string> flags{"--target=" + target};
     if (options.cuda_dtype == "bf16") flags.push_back("--activation-type=bf16");
     auto artifact = artifactFor({model, flags, options.progress});
     if (!artifact.ok()) return artifact.error();
@@ -46,7 +47,7 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
     if (reason.size() > 8 && reason.compare(reason.size() - 8, 8, "; tried:") == 0) reason.resize(reason.size() - 8);
     std::fprintf(stderr, "kiln: CUDA backend unavailable (%s); running on the CPU\n", reason.c_str());
   }
-  auto artifact = artifactFor({model, {}, options.progress});
+  auto artifact = artifactFor({model, {"--target=cpu"}, options.progress});
   if (!artifact.ok()) return artifact.error();
   options.device = "cpu";
   return Engine::open(*artifact, options);

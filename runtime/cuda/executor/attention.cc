@@ -10,7 +10,7 @@ namespace kiln::cuda {
 namespace kk = kiln::kernels;
 
 const char* attentionPath(const BoundStep& s, const LaunchShape& shape) {
-  if (s.flash_fn && shape.max_q_len >= kFlashMinQuery) return kFlashPath;
+  if (s.flash_fn && s.flash_rows.contains(shape.max_q_len)) return kFlashPath;
   if (shape.splits < 1 || !s.split_fn) return kPagedPath;
   return s.split_merges_itself ? kMergingSplitPath : kSplitPath;
 }

@@ -1,6 +1,6 @@
 // Which kernels run a paged_attention step for a batch, and the scratch the
-// split ones write. Prefill chunks (kFlashMinQuery tokens or more) run the
-// tensor-core flash attention where the step has it; decode batches split
+// split ones write. Prefill chunks (the prefill variant's query rows) run
+// the tensor-core flash attention where the step has it; decode batches split
 // the keys into LaunchShape::splits partitions (decodeSplits) and merge
 // them: decode_attention itself (the last of a (token, kv head)'s blocks to
 // arrive merges, counted in SplitKvScratch::arrivals), or attention_combine

@@ -15,7 +15,7 @@ namespace kiln::cuda {
 
 namespace {
 
-using Role = cuda_codegen::InstanceRole;
+using Role = VariantRole;
 
 const char* elemName(int elem) { return elem == 4 ? "f32" : "bf16"; }
 
@@ -57,61 +57,77 @@ Status checkValueTypes(const Step& step, const nlohmann::json& typed, int gemm_e
   return {};
 }
 
-// Step i's kernel instances (none for split and an f32 plan's gemm): its
-// own, and by kind the skinny gemm variants and gemm_swiglu, the norm over
-// a gemm's sum, or the attention kernels for decode and prefill.
+// Step i's chosen variants bound: by role, its own kernel, the skinny gemm
+// variants and gemm_swiglu, the norm over a gemm's sum, the attention
+// kernels for decode and prefill, and the rows of the work a neighbour does.
 Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
-  const Kernel* own = kernels.stepKernel(i);
-  if (!own) return {};
-  s.instance = own->name;
-  s.fn = own->fn;
-  s.block = own->block;
   // The kernels with dynamic shared memory above the 48 KiB default must
   // say so before their first launch.
-  auto bindExtra = [&](const std::string& name, CUfunction& fn, unsigned& block, unsigned& smem) -> Status {
+  auto bind = [&](const std::string& name, CUfunction& fn, unsigned& block, unsigned& smem) -> Status {
     const Kernel& k = kernels.kernel(name);
     fn = k.fn;
     block = k.block;
     smem = k.smem;
     return kernels.optInSharedMemory(k);
   };
-  auto gemvKernel = [&](const std::string& name, GemvKernel& gemv) -> Status {
-    const Kernel& k = kernels.kernel(name);
-    gemv = GemvKernel{k.fn, name, k.block, k.rows_per_block};
-    gemv.tiles = k.tiles;
-    if (gemv.tiles == 0) return {};
+  auto gemv = [&](const ChosenVariant& v, GemvKernel& g) -> Status {
+    const Kernel& k = kernels.kernel(v.instance);
+    g = GemvKernel{k.fn, v.instance, v.rows, k.block, k.rows_per_block};
+    g.tiles = k.tiles;
     unsigned block = 0;
-    return bindExtra(name, gemv.fn, block, gemv.smem);
+    return g.tiles == 0 ? Status{} : bind(v.instance, g.fn, block, g.smem);
   };
-  if (s.kind == StepKind::kGemm) KILN_RETURN_IF_ERROR(gemvKernel(own->name, s.gemv));
-  const std::map<Role, std::string>* extra = kernels.extraInstances(i);
-  if (!extra) return {};
-  if (s.kind == StepKind::kGemm) {
-    for (auto [role, name] : *extra) {
-      if (role == Role::kSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.gemv_single));  // an unfused gemm's
-      if (role == Role::kFused) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused));
-      if (role == Role::kFusedSingleRow) KILN_RETURN_IF_ERROR(gemvKernel(name, s.fused_single));
-      unsigned block = 0;
-      if (role == Role::kFusedPrefill) KILN_RETURN_IF_ERROR(bindExtra(name, s.swiglu_fn, block, s.swiglu_smem));
-    }
-  } else if (s.kind == StepKind::kResidualRmsNorm) {
-    const Kernel& k = kernels.kernel(extra->at(Role::kNormOfSum));
-    s.norm_of_sum_fn = k.fn;
-    s.norm_of_sum_block = k.block;
-  } else {
-    std::map<Role, std::string> by_role = *extra;
-    unsigned combine_smem = 0;
-    KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kDecode], s.split_fn, s.split_block, s.split_smem));
-    s.split_merges_itself = kernels.kernel(by_role[Role::kDecode]).kind == "decode_attention";
-    KILN_RETURN_IF_ERROR(bindExtra(by_role[Role::kCombine], s.combine_fn, s.combine_block, combine_smem));
-    if (by_role.count(Role::kPrefill)) {
-      const Kernel& flash = kernels.kernel(by_role[Role::kPrefill]);
-      KILN_RETURN_IF_ERROR(bindExtra(flash.name, s.flash_fn, s.flash_block, s.flash_smem));
-      s.flash_block_m = unsigned(flash.block_m);
-      s.flash_kind = flash.kind;
-      if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash.name);
+  unsigned smem = 0;
+  for (const ChosenVariant& v : kernels.chosen(i)) {
+    switch (v.role) {
+      case Role::kStep:
+        s.instance = v.instance;
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.fn, s.block, smem));
+        break;
+      case Role::kSkinny: KILN_RETURN_IF_ERROR(gemv(v, s.skinny)); break;
+      case Role::kSingleRow: KILN_RETURN_IF_ERROR(gemv(v, s.single)); break;
+      case Role::kFused:
+        s.fused = true;
+        KILN_RETURN_IF_ERROR(gemv(v, s.skinny));
+        break;
+      case Role::kFusedSingleRow:
+        s.fused = true;
+        KILN_RETURN_IF_ERROR(gemv(v, s.single));
+        break;
+      case Role::kFusedPrefill:
+        s.swiglu_rows = v.rows;
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.swiglu_fn, smem, s.swiglu_smem));
+        break;
+      case Role::kCublasLt: break;  // what no other variant covers
+      case Role::kCublasLtResidual: s.residual_rows = v.rows; break;
+      case Role::kNormOfSum:
+        s.norm_of_sum_rows = v.rows;
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.norm_of_sum_fn, s.norm_of_sum_block, smem));
+        break;
+      case Role::kFoldedIntoNext: s.folded_rows = v.rows; break;
+      case Role::kAbsorbed: s.absorbed_rows = v.rows; break;
+      case Role::kAbsorbedPrefill: s.absorbed_prefill_rows = v.rows; break;
+      case Role::kDecode:
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.split_fn, s.split_block, s.split_smem));
+        s.split_merges_itself = kernels.kernel(v.instance).kind == "decode_attention";
+        break;
+      case Role::kCombine: KILN_RETURN_IF_ERROR(bind(v.instance, s.combine_fn, s.combine_block, smem)); break;
+      case Role::kPrefill: {
+        const Kernel& flash = kernels.kernel(v.instance);
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.flash_fn, s.flash_block, s.flash_smem));
+        s.flash_block_m = unsigned(flash.block_m);
+        s.flash_kind = flash.kind;
+        s.flash_rows = v.rows;
+        if (s.flash_block_m == 0) return makeError("instance {}: no kBlockM in its Config", flash.name);
+        break;
+      }
     }
   }
+  if (s.kind == StepKind::kPagedAttention && (!s.fn || (s.split_fn && !s.combine_fn)))
+    return makeError("{}: paged_attention's variants need its own kernel, and a combine beside a decode kernel",
+                     s.path);
+  if (s.kind != StepKind::kGemm && s.kind != StepKind::kSplit && !s.fn)
+    return makeError("{} ({}): no 'step' variant: nothing runs it", s.path, stepKindName(s.kind));
   return {};
 }
 
@@ -211,35 +227,71 @@ Status bindParams(const Step& step, const WeightStore& weights,
   return {};
 }
 
+// Whether every row count in `inner` lies in `outer`.
+bool within(const RowRange& inner, const std::optional<RowRange>& outer) {
+  if (!outer || inner.min < outer->min) return false;
+  if (outer->max == RowRange::kUnbounded) return true;
+  return inner.max != RowRange::kUnbounded && inner.max <= outer->max;
+}
+
+std::optional<RowRange> rowsOfKernel(const GemvKernel& g) {
+  return g.fn ? std::optional<RowRange>(g.rows) : std::nullopt;
+}
+
 // The fused skinny gemms (and gemm_swiglu) write their silu_mul's result,
 // or their rope_kv_append's q (in storage of its own) and pools; a folded
 // norm is done by the streamed single-row gemm after it, and cuBLASLt's
-// epilogue adds the residual of the norm after a gemm.
-Status markFusions(std::vector<BoundStep>& steps, const std::vector<cuda_codegen::SkinnyFusion>& fusions,
-                   bool fold_norms, const CudaDriver& d) {
+// epilogue adds the residual of the norm after a gemm. Each step a
+// neighbour does names the rows; the neighbour must run the fused kernel
+// at all of them, or the step's work would be lost.
+Status linkFusions(std::vector<BoundStep>& steps, const CudaDriver& d) {
+  auto mismatch = [&](size_t i, const char* what) {
+    return makeError("{}: the plan's variants disagree: {}", steps[i].path, what);
+  };
   for (size_t i = 0; i < steps.size(); ++i) {
-    steps[i].absorbed = fusions[i].absorbed;
-    if (fold_norms && fusions[i].absorbed_single_row) {
-      const BoundStep& gemm = steps[i + 1];
-      const GemvKernel& single = skinnyKernel(gemm, 1);
-      if (single.tiles == 0)  // skinny_fusion and instance_source disagree on what streams
-        return makeError("{}: its residual_rms_norm is folded into the next gemm, whose single-row instance {} "
-                         "is not the streamed kernel (gemv_stream.cuh) that computes it",
-                         gemm.path, single.instance);
-      steps[i].absorbed_single_row = true;
-      steps[i + 1].folded_norm = int(i);
+    BoundStep& s = steps[i];
+    if (s.absorbed_rows || s.absorbed_prefill_rows) {
+      BoundStep* gemm = i > 0 && steps[i - 1].kind == StepKind::kGemm ? &steps[i - 1] : nullptr;
+      if (!gemm || !gemm->fused) return mismatch(i, "absorbed, but the step before is not a fused gemm");
+      if (s.absorbed_rows) {
+        const bool covered = [&] {
+          for (int64_t r = s.absorbed_rows->min; r <= s.absorbed_rows->max; ++r)
+            if (!covers(rowsOfKernel(gemm->single), r) && !covers(rowsOfKernel(gemm->skinny), r)) return false;
+          return s.absorbed_rows->max != RowRange::kUnbounded;
+        }();
+        if (!covered) return mismatch(i, "absorbed at rows the gemm before runs no fused skinny kernel");
+      }
+      if (s.absorbed_prefill_rows &&
+          (!gemm->swiglu_fn || gemm->swiglu_rows.min != s.absorbed_prefill_rows->min ||
+           gemm->swiglu_rows.max != s.absorbed_prefill_rows->max))
+        return mismatch(i, "absorbed_prefill's rows are not the gemm_swiglu's before it");
+      if (gemm->swiglu_fn && !s.absorbed_prefill_rows)
+        return mismatch(i, "the gemm before runs gemm_swiglu, which this step's variants do not know");
+      gemm->fused_y = s.results[0].ptr;
+      if (s.kind == StepKind::kRopeKvAppend) gemm->fused_rope = int(i);
+      if (gemm->swiglu_fn) {  // the merged [2F, K] bf16 weight, encoded once
+        KILN_ASSIGN(w_map, gemmSwiGluWMap(d, gemm->weights[1], gemm->width / 2, gemm->k));
+        gemm->swiglu_w_map = w_map;
+      }
     }
-    if (fusions[i].writes_norm_sum && steps[i + 1].norm_of_sum_fn) {  // cuBLASLt's epilogue adds the residual
-      steps[i].sum_norm = int(i + 1);
-      steps[i + 1].sum_from_gemm = true;
+    if (s.fused && !(i + 1 < steps.size() && steps[i + 1].absorbed_rows))
+      return mismatch(i, "a fused gemm whose next step is not absorbed");
+    if (s.folded_rows) {
+      BoundStep* gemm = i + 1 < steps.size() && steps[i + 1].kind == StepKind::kGemm ? &steps[i + 1] : nullptr;
+      if (!gemm || !within(*s.folded_rows, rowsOfKernel(gemm->single)) || gemm->single.tiles == 0)
+        return mismatch(i, "folded into the next gemm, whose single-row instance is not the streamed kernel "
+                           "(gemv_stream.cuh) that computes it");
+      gemm->folded_norm = int(i);
     }
-    if (!steps[i].fused.fn) continue;
-    steps[i].fused_y = steps[i + 1].results[0].ptr;
-    if (BoundStep& g = steps[i]; g.swiglu_fn) {  // the merged [2F, K] bf16 weight, encoded once
-      KILN_ASSIGN(w_map, gemmSwiGluWMap(d, g.weights[1], g.width / 2, g.k));
-      g.swiglu_w_map = w_map;
+    if (s.norm_of_sum_rows) {
+      BoundStep* gemm = i > 0 && steps[i - 1].kind == StepKind::kGemm ? &steps[i - 1] : nullptr;
+      if (!gemm || !gemm->residual_rows || gemm->residual_rows->min != s.norm_of_sum_rows->min ||
+          gemm->residual_rows->max != s.norm_of_sum_rows->max)
+        return mismatch(i, "norm_of_sum's rows are not those at which the gemm before adds the residual");
+      gemm->sum_norm = int(i);
+    } else if (s.residual_rows && !(i + 1 < steps.size() && steps[i + 1].norm_of_sum_rows)) {
+      return mismatch(i, "cublaslt_residual, but the norm after it does not take the sum");
     }
-    if (steps[i + 1].kind == StepKind::kRopeKvAppend) steps[i].fused_rope = int(i + 1);
   }
   return {};
 }
@@ -280,12 +332,14 @@ Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weight
 }
 
 Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, const Entry& entry, int64_t max_tokens,
-                                const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaTuning& tuning) {
+                                const KernelSet& kernels) {
   std::vector<int64_t> fused_q, moved_sums;
-  for (size_t i = 0; i < fusions.size(); ++i) {
-    const std::vector<int64_t>& results = entry.steps[i].results;
-    if (fusions[i].own_storage) fused_q.insert(fused_q.end(), results.begin(), results.end());
-    if (tuning.residual_epilogue && fusions[i].sum_own_storage) moved_sums.push_back(results[0]);
+  for (size_t i = 0; i < entry.steps.size(); ++i) {
+    for (const ChosenVariant& v : kernels.chosen(i)) {
+      if (!v.own_storage) continue;
+      if (v.role == Role::kNormOfSum) moved_sums.push_back(entry.steps[i].results[0]);
+      else fused_q.push_back(entry.steps[i].results[0]);
+    }
   }
   KILN_ASSIGN(q_bytes, arena.shareOwnBuffer(memory, entry, max_tokens, fused_q, "the fused qkv projections' q"));
   KILN_ASSIGN(sum_bytes, arena.shareOwnBuffer(memory, entry, max_tokens, moved_sums,
@@ -320,7 +374,7 @@ Result<DeviceValue> EntryPlacement::value(const std::string& path, int64_t id, c
 
 Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPlacement& placement,
                                          const WeightStore& weights, const KvPoolConfig& kv, const KernelSet& kernels,
-                                         const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaDriver& d) {
+                                         const CudaDriver& d) {
   const bool f32_plan = manifest.activation_type == "f32";
   const WeightForm gemm_form = f32_plan ? WeightForm::kF32 : WeightForm::kBf16;
   const std::vector<Step>& entry_steps = placement.entry.steps;
@@ -378,7 +432,7 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
     KILN_RETURN_IF_ERROR(bindParams(step, weights, s));
     steps.push_back(std::move(s));
   }
-  KILN_RETURN_IF_ERROR(markFusions(steps, fusions, kernels.foldsNorms(), d));
+  KILN_RETURN_IF_ERROR(linkFusions(steps, d));
   return steps;
 }
 

@@ -8,10 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "codegen/cuda/skinny_fusion.h"
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/artifact/manifest.h"
 #include "runtime/cuda/cuda_tuning.h"
@@ -35,24 +35,30 @@ struct DeviceValue {
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
 inline int64_t rowsOf(const DeviceValue& v, const LaunchShape& shape) { return v.per_sequence ? shape.b : shape.n; }
 
-// A skinny GEMM instance a gemm step runs for batches of <= kGemvMaxRows
-// rows (gemm_dispatch.h).
+// Whether `range` (a variant's rows, absent where the step has no such
+// variant) holds a batch of `rows` rows.
+inline bool covers(const std::optional<RowRange>& range, int64_t rows) { return range && range->contains(rows); }
+
+// A skinny GEMM instance a gemm step runs for the row counts in `rows`.
 struct GemvKernel {
-  CUfunction fn = nullptr;
-  std::string instance;    // its name (StepProfile's rows)
+  CUfunction fn = nullptr;  // null: the step has none
+  std::string instance;     // its name (StepProfile's rows)
+  RowRange rows;
   unsigned block = 0;
-  int rows_per_block = 1;  // weight rows; a fused variant's come in pairs (gate/up, or rope's columns)
+  int rows_per_block = 1;  // weight rows; a fused variant's come in pairs (gate/up, or rope's)
   // gemv_stream.cuh's persistent blocks: the matrix's tiles (grid: one
   // block per SM, at most one per tile) and the ring's dynamic shared memory.
   int tiles = 0;
   unsigned smem = 0;
 };
 
-// One step with every pointer resolved; forward() fills only the row counts.
+// One step with every pointer resolved, and the row counts at which each of
+// its chosen variants (kernel_set.h) runs; forward() fills only the row
+// counts.
 struct BoundStep {
   StepKind kind = StepKind::kGemm;
   std::string path;
-  std::string instance;  // the kernel instance's name (StepProfile's rows)
+  std::string instance;  // the step's own kernel (role step; StepProfile's rows)
   CUfunction fn = nullptr;
   unsigned block = 0;
   std::vector<DeviceValue> args;  // value operands by arg index (invalid for non-values)
@@ -70,44 +76,47 @@ struct BoundStep {
   CUfunction split_fn = nullptr, combine_fn = nullptr;
   unsigned split_block = 0, combine_block = 0;
   unsigned split_smem = 0;
-  // ... and the tensor-core flash_attention instance for prefill batches.
+  // ... and the tensor-core flash attention for batches whose longest
+  // query is in flash_rows (prefill chunks).
   CUfunction flash_fn = nullptr;
   unsigned flash_block = 0, flash_smem = 0, flash_block_m = 0;  // flash_block_m: query rows per block
   std::string flash_kind;  // flash_attention_wgmma on Hopper, else flash_attention
+  RowRange flash_rows;
   std::vector<int64_t> sizes;   // split
   int64_t vocab = 0;            // embedding table rows
-  // gemm, skinny batches (skinnyKernel picks): the step's own instance
-  // (gemv), and for batches of one row its single-row instance (gemv_single,
-  // gemv_max_rows 1: more blocks per SM, more loads in flight) ...
-  GemvKernel gemv, gemv_single;
-  // ... or, with the silu_mul after it folded in (codegen/cuda/skinny_fusion.h),
-  // the fused skinny GEMM and its single-row instance, which write the
-  // silu_mul's result (fused_y); the silu_mul step is then skipped (marked
-  // `absorbed`) ...
-  GemvKernel fused, fused_single;
+  // gemm, skinny batches (skinnyKernel picks): the skinny instance and,
+  // for one row, the single-row instance (gemv_max_rows 1: more blocks per
+  // SM, more loads in flight) ...
+  GemvKernel skinny, single;
+  // ... which, in the fused variants, also do the step after it and write
+  // its result (fused_y): the silu_mul, or the rope_kv_append (fused_rope:
+  // its index, whose q (storage of its own), inputs and pools it writes).
+  bool fused = false;
   CUdeviceptr fused_y = 0;
-  // ... or with the rope_kv_append after it folded in: that step's index,
-  // whose q (fused_y, storage of its own), inputs and pools it writes.
   int fused_rope = -1;
-  bool absorbed = false;
-  // ... and, SwiGLU folded in on Hopper, for batches of at least
-  // kFusedSwiGluMinRows rows: gemm_swiglu_wgmma (one launch for the gate/up
-  // projection and silu_mul, writing fused_y) and its weight's tensor map.
+  // silu_mul, rope_kv_append: the rows at which the gemm before does it.
+  std::optional<RowRange> absorbed_rows, absorbed_prefill_rows;
+  // gemm with SwiGLU folded in on Hopper, batches in swiglu_rows:
+  // gemm_swiglu_wgmma (one launch for the gate/up projection and silu_mul,
+  // writing fused_y) and its weight's tensor map.
   CUfunction swiglu_fn = nullptr;
   unsigned swiglu_smem = 0;
+  RowRange swiglu_rows;
   kernels::TensorMap swiglu_w_map{};
   // gemm: the residual_rms_norm step before it that its single-row
   // (streamed) instance folds in, whose inputs it reads and whose sum it
-  // writes; that step is then skipped in batches of one row.
+  // writes; that step skips the rows in its folded_rows.
   int folded_norm = -1;
-  bool absorbed_single_row = false;  // residual_rms_norm
-  // gemm, batches cuBLASLt runs: the residual_rms_norm step after it whose
-  // sum its epilogue writes (the norm's x + this product, beta 1); its own
-  // output is then not written. That norm runs norm_of_sum_fn over the sum.
+  std::optional<RowRange> folded_rows;  // residual_rms_norm
+  // gemm, cuBLASLt batches in residual_rows: the residual_rms_norm step
+  // after it whose sum its epilogue writes (the norm's x + this product,
+  // beta 1); its own output is then not written. That norm runs
+  // norm_of_sum_fn over the sum at the rows in norm_of_sum_rows.
   int sum_norm = -1;
-  bool sum_from_gemm = false;  // residual_rms_norm
+  std::optional<RowRange> residual_rows;
   CUfunction norm_of_sum_fn = nullptr;
   unsigned norm_of_sum_block = 0;
+  std::optional<RowRange> norm_of_sum_rows;
 };
 
 // A gemm step's optional bias (weight arg 2).
@@ -122,14 +131,14 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
 // Every weight the entry's steps take, each in its form.
 Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weights, WeightForm gemm_form);
 
-// Moves the values the fusions keep apart from the arena into buffers of
-// their own, each set into one buffer: every fused rope's q (each layer's
-// is read by its attention before the next layer's gemm writes), and with
-// CudaTuning::residual_epilogue every sum the planner put where cuBLASLt
-// could not write it beside its inputs (skinnyFusions moves only sums whose
-// lives do not overlap). Returns the bytes allocated.
+// Moves the values the chosen variants keep apart from the arena
+// (own_storage) into buffers of their own, each set into one buffer: every
+// fused rope's q (each layer's is read by its attention before the next
+// layer's gemm writes), and every sum the planner put where cuBLASLt could
+// not write it beside its inputs (the compiler moves only sums whose lives
+// do not overlap). Returns the bytes allocated.
 Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, const Entry& entry, int64_t max_tokens,
-                                const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaTuning& tuning);
+                                const KernelSet& kernels);
 
 // Where an entry's values, weights and pools are on the device.
 struct EntryPlacement {
@@ -144,12 +153,13 @@ struct EntryPlacement {
   Result<DeviceValue> value(const std::string& path, int64_t id, const std::string& where) const;
 };
 
-// Binds every step of `placement.entry` to the loaded `kernels`, checking
-// its operands against them and the manifest (`weights` and `kv` give the
-// shapes), then marks the fusions: the steps a gemm does and the values it
-// writes instead (skinny_fusion.h). `d` encodes gemm_swiglu's weight maps.
+// Binds every step of `placement.entry` to its chosen variants in the
+// loaded `kernels`, checking its operands against them and the manifest
+// (`weights` and `kv` give the shapes), then links the fusions: the steps a
+// gemm does and the values it writes instead, checking that the variants
+// of both sides agree on the rows. `d` encodes gemm_swiglu's weight maps.
 Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPlacement& placement,
                                          const WeightStore& weights, const KvPoolConfig& kv, const KernelSet& kernels,
-                                         const std::vector<cuda_codegen::SkinnyFusion>& fusions, const CudaDriver& d);
+                                         const CudaDriver& d);
 
 }  // namespace kiln::cuda

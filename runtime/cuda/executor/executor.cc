@@ -125,6 +125,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   Backend& backend = *ex->backend_;
   const DeviceContext& gpu = backend.gpu;
   KILN_RETURN_IF_ERROR(backend.gpu.open(**driver, options.device));
+  KILN_RETURN_IF_ERROR(backend.kernels.configure(tuning, manifest.target));  // before the weights' upload
   backend.launch.programmatic = tuning.programmatic_launch && gpu.major >= 9 && gpu.x.launchKernelEx;
   if (tuning.report_forward_gpu_time && !tuning.profile_steps)
     KILN_RETURN_IF_ERROR(backend.forward_timer.createEvents());
@@ -167,14 +168,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_ASSIGN(logits, placement.value(logits_path, entry->outputs[0].value, "value"));
   backend.logits = logits;
 
-  // 4. Kernel instances, once the fusions have moved what they keep apart
-  //    from the arena.
-  backend.kernels.configure(tuning, manifest.activation_type);
-  const std::vector<cuda_codegen::SkinnyFusion> fusions = cuda_codegen::skinnyFusions(cuda_codegen::planEntryOf(*entry, manifest.activation_type));
-  KILN_ASSIGN(moved_bytes, moveFusedValues(backend.memory, backend.arena, *entry, max_tokens, fusions, tuning));
-  ex->device_bytes_ += moved_bytes;
-  KILN_RETURN_IF_ERROR(backend.kernels.load(manifest, *entry, fusions, logits_path, logits.width,
+  // 4. The kernel variants chosen and their instances loaded; the values
+  //    they keep apart from the arena moved.
+  KILN_RETURN_IF_ERROR(backend.kernels.load(manifest, *entry, logits_path, logits.width,
                                             logits.elem == 4 ? "f32" : "bf16", options.progress));
+  KILN_ASSIGN(moved_bytes, moveFusedValues(backend.memory, backend.arena, *entry, max_tokens, backend.kernels));
+  ex->device_bytes_ += moved_bytes;
   if (options.verbose)
     fmt::print(stderr, "cuda: {} kernel instances ({} compiled, {} from the cache), {:.1f} MiB of "
                "weights, {:.1f} MiB on the device in all\n",
@@ -182,7 +181,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                double(weight_layout.bytes()) / (1 << 20), double(ex->device_bytes_) / (1 << 20));
 
   // 5. Every step bound, its fusions marked.
-  KILN_ASSIGN(steps, bindSteps(manifest, placement, weights, kv, backend.kernels, fusions, *gpu.d));
+  KILN_ASSIGN(steps, bindSteps(manifest, placement, weights, kv, backend.kernels, *gpu.d));
   backend.steps = std::move(steps);
 
   // 6. Greedy batches' argmax, the step profile's events, the split-KV
@@ -239,7 +238,7 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
       }
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
-        if (s.absorbed_single_row && r == 1) break;  // the streamed gemm after it does it
+        if (doneByGemmAfter(s, r)) break;  // the streamed gemm after it does it
         if (sumFromGemmBefore(steps, i, r)) {  // the gemm before it wrote the sum
           kk::RmsNormParams p{ptr(s.results[0].ptr), nullptr, ptr(s.weights[2]), nullptr, ptr(s.results[1].ptr), int(r)};
           status = launch(s.norm_of_sum_fn, s.norm_of_sum_block, unsigned(r), 1, 1, &p);

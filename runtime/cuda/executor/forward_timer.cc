@@ -79,15 +79,13 @@ void StepTimer::addForward(const std::vector<BoundStep>& steps, const LaunchShap
     const BoundStep& s = steps[i];
     float ms = 0;
     gpu_.d->cuEventElapsedTime_v2(&ms, events_[i], events_[i + 1]);
-    const bool skinny = !s.args.empty() && s.args[0].valid && rowsOf(s.args[0], shape) <= kGemvMaxRows;
     const int64_t rows = s.args.empty() ? 0 : rowsOf(s.args[0], shape);
     if (doneByGemmBefore(steps, i, rows)) continue;  // done by the gemm before it: nothing ran
-    if (s.absorbed_single_row && rowsOf(s.args[0], shape) == 1) continue;  // ... or by the gemm after it
+    if (doneByGemmAfter(s, rows)) continue;           // ... or by the gemm after it
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
-    if (s.kind == StepKind::kGemm && !s.fn) {
-      name = fmt::format("cuBLASLt f32 gemm n {} k {}", s.width, s.k);
-    } else if (s.kind == StepKind::kGemm && skinny) {
-      name = skinnyKernel(s, rowsOf(s.args[0], shape)).instance;
+    if (s.kind == StepKind::kGemm) {
+      const GemvKernel* skinny = skinnyKernel(s, rows);
+      name = skinny ? skinny->instance : fmt::format("cuBLASLt gemm n {} k {}", s.width, s.k);
     }
     if (s.kind == StepKind::kGemm && fusedSwiGlu(s, rows)) name = "gemm_swiglu_wgmma (gate/up + silu_mul)";
     if (s.kind == StepKind::kGemm && addsResidual(s, rows)) name += " (+ residual, f32 out)";

@@ -170,7 +170,7 @@ Status GemmPlanner::prepare(const std::vector<BoundStep>& steps, const LaunchSha
   for (const BoundStep& s : steps) {
     if (s.kind != StepKind::kGemm) continue;
     const int64_t rows = rowsOf(s.args[0], shape);
-    if (rows <= kGemvMaxRows && s.fn) continue;  // the skinny kernel's
+    if (!onCublas(s, rows)) continue;  // a kernel of kiln's
     if (auto p = plan(steps, s, rows); !p.ok()) return p.error();
   }
   return {};

@@ -12,17 +12,26 @@ namespace kiln::cuda {
 
 namespace kk = kiln::kernels;
 
+namespace {
+
+// gemv.cuh's rows a block (its gemv_max_rows, 8 unless an instance says 1).
+constexpr int64_t kGemvSliceRows = 8;
+
+}  // namespace
+
 Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInputBuffer& inputs, int64_t num_slots,
                    const std::vector<BoundStep>& steps, const BoundStep& s, int64_t rows) {
   const int sms = launch.gpu.sms;
   const bool bias = hasBias(s);
   // An f32 plan's gemm has no skinny kernel: cuBLASLt at every row count.
-  if (const GemvKernel& kernel = skinnyKernel(s, rows); rows <= kGemvMaxRows && kernel.fn) {
+  if (const GemvKernel* skinny = skinnyKernel(s, rows)) {
+    const GemvKernel& kernel = *skinny;
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
-    const bool fused = s.fused.fn != nullptr;
+    const bool fused = s.fused;
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr,
                      fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
-    const unsigned gz = unsigned((rows + kGemvMaxRows - 1) / kGemvMaxRows);  // 1 for the single-row instances
+    // gemv.cuh's blocks take up to kGemvSliceRows rows each along z.
+    const unsigned gz = unsigned((rows + kGemvSliceRows - 1) / kGemvSliceRows);
     if (kernel.tiles > 0) {
       if (s.folded_norm >= 0) {  // the norm's inputs in, its sum out (p.x is not read)
         const BoundStep& norm = steps[size_t(s.folded_norm)];

@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "codegen/cuda/instance_source.h"
+#include "codegen/cuda/kernel_selection.h"
 #include "runtime/cuda/kernel_cache.h"
 
 namespace kiln::cuda {
@@ -14,26 +15,47 @@ KernelSet::~KernelSet() {
   for (CUmodule m : modules_) gpu_.d->cuModuleUnload(m);
 }
 
-void KernelSet::configure(const CudaTuning& tuning, const std::string& activation_type) {
-  tuning_ = tuning;
-  // Hopper (9.0) compiles every instance for sm_90a, the arch-specific
-  // target, so the wgmma attention kernel can run there (instance_source).
-  const bool hopper = cg::warpgroupMmaTarget(gpu_.arch);
-  arch_ = hopper ? "sm_90a" : gpu_.arch;
-  options_.flash_attention = tuning.flash_attention;
-  options_.wgmma = hopper;
-  options_.fused_prefill = tuning.fused_swiglu;
-  const int smem_optin = gpu_.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-  options_.stream_gemv = tuning.stream_gemv && cg::bulkCopyTarget(gpu_.arch) &&
-                         smem_optin >= cg::gemvStreamSharedBytes();
-  fold_norms_ = tuning.fold_norms && options_.stream_gemv;
-  options_.activation_type = activation_type;
+namespace {
+
+// "sm_90a" -> 90; 0 for anything else.
+int archVersion(std::string_view arch) {
+  if (arch.substr(0, 3) != "sm_") return 0;
+  int version = 0;
+  for (char c : arch.substr(3)) {
+    if (c < '0' || c > '9') break;
+    version = version * 10 + (c - '0');
+  }
+  return version;
 }
 
-Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::vector<cg::SkinnyFusion>& fusions,
-                       const std::string& logits_path, int64_t vocab, const char* logits_type, bool progress) {
+}  // namespace
+
+Status KernelSet::configure(const CudaTuning& tuning, const std::string& target) {
+  // A plan's variants run on its target's architecture and later ones,
+  // except sm_90a's (Hopper's wgmma), which runs on 9.0 only.
+  const int device = archVersion(gpu_.arch), wanted = archVersion(target);
+  const bool runs = wanted > 0 && (target == "sm_90a" ? device == 90 : device >= wanted);
+  if (!runs)
+    return makeError("the plan's kernels were chosen for target {}, which does not run on this {} ({}); compile it "
+                     "with --target {}",
+                     target, gpu_.name, gpu_.arch, gpu_.arch == "sm_90" ? "sm_90a" : gpu_.arch);
+  // Hopper (9.0) compiles every instance for sm_90a, the arch-specific
+  // target, so the wgmma kernels can run there (instance_source).
+  arch_ = cg::warpgroupMmaTarget(gpu_.arch) ? "sm_90a" : gpu_.arch;
+  const int smem_optin = gpu_.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+  features_.stream_gemv =
+      tuning.stream_gemv && cg::bulkCopyTarget(gpu_.arch) && smem_optin >= cg::gemvStreamSharedBytes();
+  features_.fold_norms = tuning.fold_norms;
+  features_.residual_epilogue = tuning.residual_epilogue;
+  features_.fused_swiglu = tuning.fused_swiglu;
+  features_.flash_attention = tuning.flash_attention;
+  return {};
+}
+
+Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::string& logits_path, int64_t vocab,
+                       const char* logits_type, bool progress) {
   std::vector<KernelSource> sources;
-  step_instance_.assign(entry.steps.size(), "");
+  chosen_.assign(entry.steps.size(), {});
   auto add = [&](const std::string& name, const std::string& kind, const cg::Instance& generated) {
     Kernel k;
     k.name = name;
@@ -49,24 +71,18 @@ Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::
   };
   for (size_t i = 0; i < entry.steps.size(); ++i) {
     const Step& step = entry.steps[i];
-    if (step.kind == StepKind::kSplit) continue;  // a strided copy, no kernel
-    cg::StepInstanceOptions options = options_;
-    options.skinny_fusion = fusions[i].gemm_params;
-    options.single_row_fusion = fold_norms_ ? fusions[i].single_row_params : nlohmann::json();
-    options.norm_of_sum = tuning_.residual_epilogue ? fusions[i].norm_of_sum_params : nlohmann::json();
-    auto instances = cg::stepInstances(step, options);
-    if (!instances) return makeError("{} ({}): {}", step.path, stepKindName(step.kind), instances.error().message);
-    for (const cg::StepInstance& inst : *instances) {
-      if (inst.role == cg::InstanceRole::kStep) step_instance_[i] = inst.name;
-      else extra_instances_[i][inst.role] = inst.name;
-      if (index_.count(inst.name)) continue;
-      auto generated = cg::instanceSource(inst.kind, inst.params, inst.name);
+    if (step.variants.empty() && step.kind != StepKind::kSplit)  // a split is a strided copy
+      return makeError("{} ({}): the plan lists no kernel variants for it", step.path, stepKindName(step.kind));
+    for (const KernelVariant* v : chooseVariants(step.variants, features_)) {
+      chosen_[i].push_back({v->role, v->rows, v->instance, v->own_storage});
+      if (v->instance.empty() || index_.count(v->instance)) continue;
+      auto generated = cg::instanceSource(v->kind, v->params, v->instance);
       if (!generated)
-        return makeError("{} ({}): instance {}: {}", step.path, inst.kind, inst.name, generated.error().message);
-      add(inst.name, inst.kind, *generated);
+        return makeError("{} ({}): instance {}: {}", step.path, v->kind, v->instance, generated.error().message);
+      add(v->instance, v->kind, *generated);
     }
   }
-  const cg::StepInstance greedy = cg::greedyInstance(vocab, logits_type);
+  const cg::GreedyInstance greedy = cg::greedyInstance(vocab, logits_type);
   auto generated = cg::instanceSource(greedy.kind, greedy.params, greedy.name);
   if (!generated) return makeError("{}: instance {}: {}", logits_path, greedy.name, generated.error().message);
   add(greedy.name, greedy.kind, *generated);
@@ -90,15 +106,6 @@ Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::
                                   "cuModuleGetFunction"));
   }
   return {};
-}
-
-const Kernel* KernelSet::stepKernel(size_t i) const {
-  return step_instance_[i].empty() ? nullptr : &kernel(step_instance_[i]);
-}
-
-const std::map<cg::InstanceRole, std::string>* KernelSet::extraInstances(size_t i) const {
-  auto it = extra_instances_.find(i);
-  return it == extra_instances_.end() ? nullptr : &it->second;
 }
 
 Status KernelSet::optInSharedMemory(const Kernel& k) const {

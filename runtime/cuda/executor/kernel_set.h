@@ -1,13 +1,10 @@
 // The kernel instances a forward runs, generated, compiled and loaded: for
-// each step those codegen/cuda/step_instances.h lists (the step's own and,
-// by role, those run beside it or in its place, with the neighbours
-// skinny_fusion.h folds into skinny gemms; kiln-kernels shows the same
-// list), and the greedy argmax over the logits. Each instance is generated
-// once, compiled through the JIT cache (kernel_cache.h) for the device
-// (sm_90a on Hopper, for the wgmma kernels) and loaded as a module of its
-// own, which the set unloads when it goes. Besides instance_source.h's
-// generator, this is the one place that reads the steps' params to choose
-// kernels.
+// each step, per role, the first of the plan's variants (kernel_variant.h,
+// chosen by the compiler for the plan's target) whose features this device
+// and the user's CudaTuning switch on, and the greedy argmax over the
+// logits. Each instance is generated once, compiled through the JIT cache
+// (kernel_cache.h) for the device (sm_90a on Hopper, for the wgmma kernels)
+// and loaded as a module of its own, which the set unloads when it goes.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,13 +14,21 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda/skinny_fusion.h"
-#include "codegen/cuda/step_instances.h"
 #include "runtime/artifact/manifest.h"
 #include "runtime/cuda/cuda_tuning.h"
 #include "runtime/cuda/executor/device_context.h"
 
 namespace kiln::cuda {
+
+// A variant the backend runs for a step: its role and rows, and its
+// instance's name where it has one ("" for cuBLASLt and work done by a
+// neighbouring step).
+struct ChosenVariant {
+  VariantRole role = VariantRole::kStep;
+  RowRange rows;
+  std::string instance;
+  bool own_storage = false;
+};
 
 // A loaded instance and the launch constants of its generated Config.
 struct Kernel {
@@ -44,26 +49,22 @@ class KernelSet {
   KernelSet(const KernelSet&) = delete;
   KernelSet& operator=(const KernelSet&) = delete;
 
-  // Which instances this device and `tuning` take: the JIT target, the
-  // tensor-core prefill kernels, the streamed single-row gemms (sm_90's
-  // bulk copies and enough shared memory a block) and the folds.
-  void configure(const CudaTuning& tuning, const std::string& activation_type);
-  // The residual_rms_norm before a gemm is folded into its streamed
-  // single-row instance (CudaTuning::fold_norms, where gemms stream).
-  bool foldsNorms() const { return fold_norms_; }
+  // Checks the plan's target runs on this device and sets the JIT target
+  // and the features the variants may need: `tuning`'s switches, where the
+  // device has them (sm_90's bulk copies and enough shared memory a block
+  // for the streamed gemms).
+  Status configure(const CudaTuning& tuning, const std::string& target);
+  const KernelFeatures& features() const { return features_; }
 
-  // Gathers every step's instances and the argmax over `logits_path`'s
-  // [rows, vocab] logits of `logits_type`, generates, compiles (`progress`:
-  // a bar on stderr) and loads them. Errors name the step (or the logits)
-  // and instance.
-  Status load(const Manifest& manifest, const Entry& entry, const std::vector<cuda_codegen::SkinnyFusion>& fusions,
-              const std::string& logits_path, int64_t vocab, const char* logits_type, bool progress);
+  // Chooses every step's variants, and with the argmax over `logits_path`'s
+  // [rows, vocab] logits of `logits_type` generates, compiles (`progress`:
+  // a bar on stderr) and loads their instances. Errors name the step (or
+  // the logits) and instance.
+  Status load(const Manifest& manifest, const Entry& entry, const std::string& logits_path, int64_t vocab,
+              const char* logits_type, bool progress);
 
-  // Step i's own instance; null for a step without one (split, a copy; an
-  // f32 plan's gemm, cuBLASLt's).
-  const Kernel* stepKernel(size_t i) const;
-  // The instances step i runs beside its own or in its place, by role.
-  const std::map<cuda_codegen::InstanceRole, std::string>* extraInstances(size_t i) const;
+  // Step i's chosen variants, in the plan's order.
+  const std::vector<ChosenVariant>& chosen(size_t i) const { return chosen_[i]; }
   const Kernel& kernel(const std::string& name) const { return kernels_[index_.at(name)]; }
   const Kernel& greedy() const { return kernels_.back(); }
   // Lets `k` use its dynamic shared memory above the 48 KiB default (a
@@ -77,13 +78,10 @@ class KernelSet {
  private:
   const DeviceContext& gpu_;
   std::string arch_;  // the JIT target
-  cuda_codegen::StepInstanceOptions options_;
-  CudaTuning tuning_;
-  bool fold_norms_ = false;
-  std::vector<Kernel> kernels_;            // in compile order, the argmax last
-  std::map<std::string, size_t> index_;    // name -> kernels_
-  std::vector<std::string> step_instance_;  // per step; "" for none
-  std::map<size_t, std::map<cuda_codegen::InstanceRole, std::string>> extra_instances_;  // by step
+  KernelFeatures features_;
+  std::vector<Kernel> kernels_;          // in compile order, the argmax last
+  std::map<std::string, size_t> index_;  // name -> kernels_
+  std::vector<std::vector<ChosenVariant>> chosen_;  // per step
   std::vector<CUmodule> modules_;
   int compiled_ = 0, cached_ = 0;
 };

@@ -31,12 +31,6 @@ struct LaunchShape {
   }
 };
 
-// Batches whose longest sequence has at least kFlashMinQuery tokens
-// (prefill chunks) run the tensor-core prefill kernel (its instance's
-// kBlockM query rows a block), shorter ones the CUDA-core paged_attention,
-// which wastes no rows on a one-token query.
-constexpr int kFlashMinQuery = 16;
-
 // Split-KV partitions for a decode batch, or 0 for the unsplit kernel. The
 // unsplit paged_attention walks a block's keys in 128-key chunks with one
 // (token, kv head) per block: fine for a few dozen keys, far slower than
