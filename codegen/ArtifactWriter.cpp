@@ -2,31 +2,22 @@
 
 #include "codegen/ArtifactWriter.h"
 
+#include "codegen/EntryLayout.h"
+#include "codegen/KernelVariantAttr.h"
+#include "codegen/StepParamAttrs.h"
 #include "dialects/xfmr/IR/XfmrDialect.h"
-#include "runtime/artifact/plan_keys.h"
-#include "runtime/artifact/step_params.h"
+#include "runtime/artifact/manifest.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
-#include <cstdio>
 
 using namespace mlir;
 namespace json = llvm::json;
 
 namespace kiln {
 namespace {
-
-// Arena offsets are planned in bytes per row; 64-byte rows keep every value
-// aligned for vector loads whatever the token budget.
-constexpr int64_t kRowAlignment = 64;
-
-std::optional<int64_t> elementBytes(Type type) {
-  if (type.isIntOrFloat()) return (type.getIntOrFloatBitWidth() + 7) / 8;
-  return std::nullopt;
-}
 
 json::Array shapeJson(RankedTensorType type) {
   json::Array shape;
@@ -59,95 +50,6 @@ json::Value attrJson(Attribute attr) {
   attr.print(os);
   return text;
 }
-
-// A kernel param as the plan schema takes it (step_params.h).
-std::optional<ParamValue> paramValue(Attribute attr) {
-  if (auto i = dyn_cast<IntegerAttr>(attr)) {
-    if (i.getType().isInteger(1)) return ParamValue(i.getValue().getBoolValue());
-    return ParamValue(int64_t(i.getInt()));
-  }
-  if (auto b = dyn_cast<BoolAttr>(attr)) return ParamValue(b.getValue());
-  if (auto f = dyn_cast<FloatAttr>(attr)) return ParamValue(f.getValueAsDouble());
-  if (auto s = dyn_cast<StringAttr>(attr)) return ParamValue(s.getValue().str());
-  if (auto t = dyn_cast<TypeAttr>(attr)) return ParamValue(xfmr::elementTypeName(t.getValue()));
-  if (auto a = dyn_cast<DenseI64ArrayAttr>(attr)) return ParamValue(std::vector<int64_t>(a.asArrayRef()));
-  return std::nullopt;
-}
-
-json::Value paramJson(const ParamValue& value) {
-  return std::visit(
-      [](const auto& v) -> json::Value {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-          json::Array values;
-          for (int64_t i : v) values.push_back(i);
-          return values;
-        } else {
-          return v;
-        }
-      },
-      value);
-}
-
-// A step's params written through the plan schema: parsed and range-checked
-// as the runtime will read them, so a plan the runtime rejects is a compile
-// error here. Kinds the schema does not have yet (speculative verify's
-// tree_positions, tree_mask, accept) are written as the IR has them.
-std::optional<json::Object> stepParams(Operation* op, llvm::StringRef kind, DictionaryAttr params) {
-  json::Object out;
-  std::optional<StepKind> stepKind = parseStepKind(kind.str());
-  if (!stepKind) {
-    for (NamedAttribute p : params) out[p.getName().str()] = attrJson(p.getValue());
-    return out;
-  }
-  ParamMap values;
-  for (NamedAttribute p : params) {
-    std::optional<ParamValue> value = paramValue(p.getValue());
-    if (!value) {
-      op->emitError() << "param '" << p.getName().str() << "' of a " << kind
-                      << " step is not an integer, number, boolean, string or integer list";
-      return std::nullopt;
-    }
-    values[p.getName().str()] = std::move(*value);
-  }
-  auto typed = parseStepParams(*stepKind, values, (kind + " params").str());
-  if (!typed.ok()) {
-    op->emitError() << typed.error().message;
-    return std::nullopt;
-  }
-  for (const auto& [name, value] : stepParamsMap(*typed)) out[name] = paramJson(value);
-  return out;
-}
-
-std::string paramText(Attribute attr) {
-  if (auto i = dyn_cast<IntegerAttr>(attr))
-    return i.getType().isInteger(1) ? (i.getValue().getBoolValue() ? "1" : "0")
-                                    : std::to_string(i.getInt());
-  if (auto b = dyn_cast<BoolAttr>(attr)) return b.getValue() ? "1" : "0";
-  if (auto f = dyn_cast<FloatAttr>(attr)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", f.getValueAsDouble());
-    return text;
-  }
-  if (auto s = dyn_cast<StringAttr>(attr)) return s.getValue().str();
-  if (auto a = dyn_cast<DenseI64ArrayAttr>(attr)) {
-    std::string joined;
-    for (int64_t v : a.asArrayRef()) joined += (joined.empty() ? "" : "x") + std::to_string(v);
-    return joined;
-  }
-  return "attr";
-}
-
-// One value of an entry's arena.
-struct PlannedValue {
-  int id = 0;
-  RankedTensorType type;
-  bool perSequence = false;  // rows are sequences (after gather_last_tokens)
-  int64_t rowBytes = 0;      // bytes of one row (all of it for fixed-shape values)
-  int viewOf = -1;           // aliases another value's storage
-  int defined = 0, lastUse = 0;  // step indices
-  int64_t offset = 0;        // bytes per row of the token budget
-};
 
 class ManifestBuilder {
  public:
@@ -259,170 +161,55 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
     blockArgs.try_emplace(arg, json::Object{{"input", name}});
   }
 
-  // Values and steps, in program order.
-  std::vector<PlannedValue> values;
-  llvm::DenseMap<Value, int> valueIds;
-  json::Array steps;
-  auto defineValue = [&](Value v, int step, bool perSequence, int viewOf) -> bool {
-    auto type = cast<RankedTensorType>(v.getType());
-    std::optional<int64_t> bytes = elementBytes(type.getElementType());
-    if (!bytes) {
-      v.getDefiningOp()->emitError() << "cannot plan a buffer of element type "
-                                     << type.getElementType();
-      return false;
-    }
-    int64_t rowBytes = *bytes;
-    bool rowMajorDynamic = type.getRank() > 0 && type.isDynamicDim(0);
-    for (int64_t d = rowMajorDynamic ? 1 : 0; d < type.getRank(); ++d) {
-      if (type.isDynamicDim(d)) {
-        v.getDefiningOp()->emitError()
-            << "cannot plan " << type << ": only the first dimension (rows) may "
-               "be dynamic";
-        return false;
-      }
-      rowBytes *= type.getDimSize(d);
-    }
-    PlannedValue planned;
-    planned.id = static_cast<int>(values.size());
-    planned.type = type;
-    planned.perSequence = perSequence;
-    planned.rowBytes = rowBytes;
-    planned.viewOf = viewOf;
-    planned.defined = planned.lastUse = step;
-    valueIds[v] = planned.id;
-    values.push_back(planned);
-    return true;
-  };
-  auto reference = [&](Value v, int step) -> std::optional<json::Value> {
-    if (auto it = blockArgs.find(v); it != blockArgs.end()) return it->second;
-    if (auto it = valueIds.find(v); it != valueIds.end()) {
-      int id = it->second;
-      values[id].lastUse = std::max(values[id].lastUse, step);
-      return json::Object{{"value", id}};
-    }
-    if (std::optional<int> id = weightId(v)) return json::Object{{"weight", *id}};
-    return std::nullopt;
-  };
-  auto perSequenceOperand = [&](Operation* op) {
-    return llvm::any_of(op->getOperands(), [&](Value operand) {
-      auto it = valueIds.find(operand);
-      return it != valueIds.end() && values[it->second].perSequence;
-    });
-  };
-
-  for (Operation& op : body) {
-    int step = static_cast<int>(steps.size());
-    if (auto reshape = dyn_cast<xfmr::ReshapeOp>(op)) {
-      auto source = valueIds.find(reshape.getInput());
-      if (source == valueIds.end()) continue;  // a reshape of weights
-      int root = values[source->second].viewOf >= 0 ? values[source->second].viewOf
-                                                    : source->second;
-      values[source->second].lastUse = std::max(values[source->second].lastUse, step);
-      if (!defineValue(reshape.getResult(), step, values[root].perSequence, root))
-        return std::nullopt;
-      continue;
-    }
-    if (isa<func::ReturnOp, xfmr::WeightOp>(op)) continue;
-    if (op.getNumResults() > 0 && weightId(op.getResult(0))) continue;
-
-    json::Object stepJson;
-    json::Object params;
-    if (auto kernel = dyn_cast<xfmr::KernelOp>(op)) {
-      stepJson["kind"] = kernel.getKind().str();
-      stepJson["instance"] = kernelInstanceName(kernel.getKind(), kernel.getParams());
-      std::optional<json::Object> written = stepParams(&op, kernel.getKind(), kernel.getParams());
-      if (!written) return std::nullopt;
-      params = std::move(*written);
-    } else if (auto gemm = dyn_cast<xfmr::GemmOp>(op)) {
-      auto weight = cast<RankedTensorType>(gemm.getWeight().getType());
-      std::string weightType = xfmr::elementTypeName(weight.getElementType());
-      Builder b(op.getContext());
-      auto paramDict = b.getDictionaryAttr({
-          b.getNamedAttr(plan_key::kN, b.getI64IntegerAttr(weight.getDimSize(0))),
-          b.getNamedAttr(plan_key::kK, b.getI64IntegerAttr(weight.getDimSize(1))),
-          b.getNamedAttr(plan_key::kWeightType, b.getStringAttr(weightType)),
-          b.getNamedAttr(plan_key::kBias, b.getBoolAttr(static_cast<bool>(gemm.getBias()))),
-          b.getNamedAttr(plan_key::kScales, b.getBoolAttr(static_cast<bool>(gemm.getScales())))});
-      stepJson["kind"] = "gemm";
-      stepJson["instance"] = kernelInstanceName("gemm", paramDict);
-      llvm::SmallVector<NamedAttribute> withRole(paramDict.getValue());
-      if (auto role = op.getAttrOfType<StringAttr>(plan_key::kRole)) withRole.push_back(b.getNamedAttr(plan_key::kRole, role));
-      std::optional<json::Object> written = stepParams(&op, "gemm", b.getDictionaryAttr(withRole));
-      if (!written) return std::nullopt;
-      params = std::move(*written);
-    } else {
-      op.emitError() << "cannot emit '" << op.getName()
-                     << "' into the artifact: run xfmr-lower-to-kernels first";
+  FailureOr<EntryLayout> layout = layoutEntry(func);
+  if (failed(layout)) return std::nullopt;
+  // Weights are numbered in the order the entry first uses them.
+  for (Value weight : layout->weights) {
+    if (!weightId(weight)) {
+      weight.getDefiningOp()->emitError() << "cannot write this weight's load-time preparation";
       return std::nullopt;
     }
+  }
+
+  json::Array steps;
+  for (const PlannedStep& step : layout->steps) {
+    // Params as the plan schema writes them (the runtime reads what it
+    // checked at compile time); kinds it does not have yet (speculative
+    // verify's) as the IR has them.
+    json::Object params;
+    if (step.typedParams) {
+      for (const auto& [name, value] : stepParamsMap(*step.typedParams)) params[name] = paramJson(value);
+    } else {
+      for (NamedAttribute p : step.params) params[p.getName().str()] = attrJson(p.getValue());
+    }
     json::Array args;
-    for (Value operand : op.getOperands()) {
-      std::optional<json::Value> ref = reference(operand, step);
-      if (!ref) {
-        op.emitError() << "operand of '" << op.getName()
-                       << "' is neither an entry input, a weight nor a planned value";
-        return std::nullopt;
+    for (const StepOperand& operand : step.operands) {
+      switch (operand.kind) {
+        case StepOperand::Kind::kArgument: args.push_back(blockArgs.find(operand.value)->second); break;
+        case StepOperand::Kind::kWeight: args.push_back(json::Object{{"weight", *weightId(operand.value)}}); break;
+        case StepOperand::Kind::kValue: args.push_back(json::Object{{"value", operand.valueId}}); break;
       }
-      args.push_back(std::move(*ref));
     }
-    bool perSequence = perSequenceOperand(&op) ||
-                       (isa<xfmr::KernelOp>(op) &&
-                        cast<xfmr::KernelOp>(op).getKind() == "gather_last_tokens");
     json::Array results;
-    for (Value result : op.getResults()) {
-      if (!defineValue(result, step, perSequence, -1)) return std::nullopt;
-      results.push_back(valueIds[result]);
+    for (int id : step.results) results.push_back(id);
+    json::Object stepJson{{"kind", step.kind},
+                          {"instance", step.instance},
+                          {"params", std::move(params)},
+                          {"args", std::move(args)},
+                          {"results", std::move(results)}};
+    if (Attribute variants = step.op->getAttr(kVariantsAttrName)) {
+      std::optional<json::Array> written = variantsJson(step.op, variants);
+      if (!written) return std::nullopt;
+      stepJson["variants"] = std::move(*written);
     }
-    stepJson["params"] = std::move(params);
-    stepJson["args"] = std::move(args);
-    stepJson["results"] = std::move(results);
     steps.push_back(std::move(stepJson));
   }
 
-  // Outputs stay live to the end.
   json::Array outputs;
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  for (auto [i, operand] : llvm::enumerate(ret.getOperands())) {
-    auto it = valueIds.find(operand);
-    if (it == valueIds.end()) {
-      ret.emitError() << "result " << i << " of @" << func.getName()
-                      << " is not computed by a step";
-      return std::nullopt;
-    }
-    values[it->second].lastUse = static_cast<int>(steps.size());
-    std::string name = i == 0 ? "logits" : "result" + std::to_string(i);
-    if (auto named = func.getResultAttrOfType<StringAttr>(i, "xfmr.name"))
-      name = named.str();
-    outputs.push_back(json::Object{{"name", name}, {"value", it->second}});
-  }
-  // A view keeps its source alive for as long as the view is used.
-  for (PlannedValue& v : values)
-    if (v.viewOf >= 0)
-      values[v.viewOf].lastUse = std::max(values[v.viewOf].lastUse, v.lastUse);
-
-  // First fit over live ranges, in bytes per row.
-  std::vector<const PlannedValue*> placed;
-  int64_t bytesPerToken = 0;
-  for (PlannedValue& v : values) {
-    if (v.viewOf >= 0) continue;
-    int64_t size = llvm::alignTo(v.rowBytes, kRowAlignment);
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (const PlannedValue* other : placed)
-      if (other->lastUse >= v.defined && v.lastUse >= other->defined)
-        busy.push_back({other->offset, other->offset + llvm::alignTo(other->rowBytes, kRowAlignment)});
-    llvm::sort(busy);
-    int64_t offset = 0;
-    for (auto [begin, end] : busy) {
-      if (offset + size <= begin) break;
-      offset = std::max(offset, end);
-    }
-    v.offset = offset;
-    bytesPerToken = std::max(bytesPerToken, offset + size);
-    placed.push_back(&v);
-  }
-
+  for (const PlannedOutput& output : layout->outputs)
+    outputs.push_back(json::Object{{"name", output.name}, {"value", output.value}});
   json::Array valuesJson;
-  for (const PlannedValue& v : values) {
+  for (const PlannedValue& v : layout->values) {
     json::Object object{{"id", v.id},
                         {"type", xfmr::elementTypeName(v.type.getElementType())},
                         {"shape", shapeJson(v.type)},
@@ -438,7 +225,7 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
   }
   return json::Object{{"inputs", std::move(inputs)},
                       {"values", std::move(valuesJson)},
-                      {"arena", json::Object{{"bytes_per_token", bytesPerToken}}},
+                      {"arena", json::Object{{"bytes_per_token", layout->bytesPerToken}}},
                       {"steps", std::move(steps)},
                       {"outputs", std::move(outputs)}};
 }
@@ -446,6 +233,18 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
 std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                                                   const CompileOptions& options,
                                                   llvm::StringRef activationType) {
+  // The plan says which target its variants are for; a module whose
+  // variants were chosen for another (or none, a CPU plan's) would mislead
+  // the backend.
+  auto chosen = module_->getAttrOfType<StringAttr>(kTargetAttrName);
+  llvm::StringRef chosenTarget = chosen ? chosen.getValue() : "cpu";
+  if (chosenTarget != options.target) {
+    module_.emitError() << "the module's kernel variants are for target '" << chosenTarget
+                        << "' (" << kTargetAttrName << "), the options' target is '"
+                        << options.target << "': run xfmr-select-kernels with target="
+                        << options.target;
+    return std::nullopt;
+  }
   json::Object entries;
   for (auto func : module_.getOps<func::FuncOp>()) {
     std::optional<json::Object> e = entry(func);
@@ -462,7 +261,7 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
   if (kvCache_) (*kvCache_)["layers"] = poolLayers_;
   return json::Object{
       {"format", "kiln-artifact"},
-      {"version", 1},
+      {"version", kManifestVersion},
       {"model", json::Object{{"source", model.path},
                              {"source_format", model.format},
                              {"source_size", int64_t(model.sizeBytes)},
@@ -473,7 +272,8 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                                {"quant_kv", options.quant_kv},
                                {"page_size", int64_t(options.page_size)},
                                {"spec_tree", options.spec_tree},
-                               {"spec_mode", options.spec_mode}}},
+                               {"spec_mode", options.spec_mode},
+                               {"target", options.target}}},
       {"activation_type", activationType.str()},
       {"world_size", 1},
       {"rank", 0},
@@ -484,21 +284,6 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
 }
 
 }  // namespace
-
-std::string kernelInstanceName(llvm::StringRef kind, DictionaryAttr params) {
-  std::string name = kind.str();
-  for (NamedAttribute p : params) {
-    name += "_";
-    name += p.getName().str();
-    name += paramText(p.getValue());
-  }
-  for (char& c : name) {
-    if (c == '.') c = 'p';
-    else if (c == '-') c = 'm';
-    else if (!llvm::isAlnum(c) && c != '_') c = '_';
-  }
-  return name;
-}
 
 std::optional<json::Value> buildManifest(ModuleOp module, const ModelIdentity& model,
                                          const CompileOptions& options,

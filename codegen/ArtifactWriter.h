@@ -1,9 +1,10 @@
 //===- ArtifactWriter.h - lowered xfmr module -> manifest.json -*- C++ -*-===//
 //
-// Turns the kernel-level module (after xfmr-lower-to-kernels) into the
-// artifact's manifest: weight bindings with load-time preparation, the KV
-// cache shape, and per entry its inputs, arena plan and steps. The format is
-// docs/design/artifact.md.
+// Turns the kernel-level module (after xfmr-lower-to-kernels and
+// xfmr-select-kernels) into the artifact's manifest: weight bindings with
+// load-time preparation, the KV cache shape, the target, and per entry its
+// inputs, arena plan (EntryLayout.h) and steps with their kernel variants.
+// The format is docs/design/artifact.md.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -29,13 +30,10 @@ struct ModelIdentity {
 };
 
 /// Builds the manifest; emits a diagnostic at the offending op and returns
-/// nullopt if the module is not fully lowered.
+/// nullopt if the module is not fully lowered or its kernel variants were
+/// not chosen for `options.target`.
 std::optional<llvm::json::Value>
 buildManifest(mlir::ModuleOp module, const ModelIdentity& model,
               const CompileOptions& options, llvm::StringRef activationType);
-
-/// A readable, file-name-safe name for one kernel instance: its kind and
-/// compile-time parameters, e.g. "rms_norm_epsilon1e-05_hidden576".
-std::string kernelInstanceName(llvm::StringRef kind, mlir::DictionaryAttr params);
 
 }  // namespace kiln

@@ -167,4 +167,42 @@ def LowerToKernels : Pass<"xfmr-lower-to-kernels", "::mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
 }
 
+def SelectKernels : Pass<"xfmr-select-kernels", "::mlir::ModuleOp"> {
+  let summary = "Choose each step's CUDA kernel variants for a target";
+  let description = [{
+    The compiler's choice of kernels, made once for the artifact: for every
+    entry at kernel level, lays out its values and arena as the artifact
+    will, asks the CUDA kernel selection (`codegen/cuda/kernel_selection.h`)
+    which kernels may run each step by the batch's row count, and records
+    them on the step's op as `xfmr.variants`, in the manifest's shape
+    (`runtime/artifact/kernel_variant.h`). The module records the target as
+    `xfmr.target`. The CUDA backend dispatches only among the variants.
+
+    ```mlir
+    // after (target=sm_90a, activation-type=bf16)
+    %gu = xfmr.gemm %h, %w {xfmr.variants = [
+        {role = "fused_single_row", rows = array<i64: 1, 1>, needs = ["stream_gemv"],
+         kind = "gemm", params = {gemv_max_rows = 1 : i64, gemv_stream = true, silu_mul = true, ...},
+         instance = "gemm_..."},
+        {role = "fused", rows = array<i64: 2, 8>, kind = "gemm", params = {...}, instance = "gemm_..."},
+        {role = "cublaslt", rows = array<i64: 9, -1>} ]} : ...
+    %a = xfmr.kernel "silu_mul"(%gu) {params = {...}, xfmr.variants = [
+        {role = "step", ...}, {role = "absorbed", rows = array<i64: 1, 8>} ]} : ...
+    ```
+
+    Which kernels the target has: the wgmma kernels (flash attention's
+    prefill, gemm_swiglu) on sm_90 and sm_90a; the streamed single-row GEMV
+    from sm_90 on; an f32 plan runs every GEMM on cuBLASLt. `target=cpu`
+    chooses nothing: the plan is the CPU backend's, and any earlier choice
+    is removed. Entries with steps outside the plan schema (speculative
+    verify) get no variants.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "std::string(::kiln::PlanOptions::kDefaultTarget)",
+           "GPU architecture to choose kernels for (sm_80, ..., sm_90a), or cpu for none">,
+    Option<"activationType", "activation-type", "std::string", "std::string(::kiln::PlanOptions::kDefaultActivationType)",
+           "The plan's activation type (bf16 or f32 have CUDA kernels)">,
+  ];
+}
+
 #endif // KILN_PASSES

@@ -32,6 +32,11 @@ void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options
   pm.addPass(createLowerToKernels(lowering));
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
+  // Last: the choice reads the final values' numbering and arena rows.
+  SelectKernelsOptions selection;
+  selection.target = options.target;
+  selection.activationType = options.activation_type;
+  pm.addPass(createSelectKernels(selection));
 }
 
 namespace {
@@ -57,13 +62,16 @@ struct DefaultPipelineOptions
   Option<std::string> activationType{*this, "activation-type",
                                      llvm::cl::desc("f32, bf16, f16"),
                                      llvm::cl::init(std::string(PlanOptions::kDefaultActivationType))};
+  Option<std::string> target{*this, "target",
+                             llvm::cl::desc(llvm::StringRef(kTargets.data(), kTargets.size())),
+                             llvm::cl::init(std::string(PlanOptions::kDefaultTarget))};
 };
 }  // namespace
 
 void registerPipelines() {
   mlir::PassPipelineRegistration<DefaultPipelineOptions>(
       "kiln-default-pipeline",
-      "Fuse, page, quantize, [expand speculative verify] and lower a model",
+      "Fuse, page, quantize, [expand speculative verify], lower a model and choose its kernels",
       [](mlir::OpPassManager& pm, const DefaultPipelineOptions& o) {
         CompileOptions options;
         options.quant_weights = o.quantWeights;
@@ -73,6 +81,7 @@ void registerPipelines() {
         options.spec_tree = o.specTree;
         options.spec_mode = o.specMode;
         options.activation_type = o.activationType;
+        options.target = o.target;
         buildDefaultPipeline(pm, options);
       });
 }

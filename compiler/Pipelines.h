@@ -13,7 +13,8 @@ namespace kiln {
 using CompileOptions = PlanOptions;
 
 /// canonicalize → fuse-attention → page-kv-cache → insert-quantization →
-/// [expand-spec-verify] → lower-to-kernels → canonicalize/CSE.
+/// [expand-spec-verify] → lower-to-kernels → canonicalize/CSE →
+/// select-kernels.
 void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options);
 
 /// Registers `kiln-default-pipeline` for kiln-opt.

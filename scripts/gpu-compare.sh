@@ -9,9 +9,11 @@
 #
 # Each build folder is a gpu-bundle (scripts/gpu-bundle.sh): bin/, lib/ and
 # the kernel templates, in share/kiln/kernels or, for builds from before
-# share/ existed, in kernels/ (passed as KILN_KERNELS_DIR). The artifact and
-# the checkpoint are AFTER_BUILD's (KILN_BENCH_MODEL, default llama3-8b),
-# made as gpu-check.sh's bench part makes them. KILN_COMPARE_RUNS (default
+# share/ existed, in kernels/ (passed as KILN_KERNELS_DIR). Each build runs
+# its own artifact (artifacts/MODEL-bf16, KILN_BENCH_MODEL, default
+# llama3-8b) where it has one, so that a change of the plan's format can be
+# compared, else AFTER_BUILD's; the checkpoint is made as gpu-check.sh's
+# bench part makes it. KILN_COMPARE_RUNS (default
 # "b1 b32 prefill") and KILN_COMPARE_ROUNDS (default 2) pick the workloads
 # and how often each pair repeats. Results: $OUT/compare.txt, one line a run
 # (tok/s, time to first token, and the forwards' GPU time from stderr).
@@ -23,7 +25,6 @@ OUT="${OUT:-$ROOT/gpu-check-out}"
 mkdir -p "$OUT"
 model="${KILN_BENCH_MODEL:-llama3-8b}"
 ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
-art="$AFTER/artifacts/$model-bf16"
 status=0
 
 if [[ ! -f "$ckpt/tokenizer.json" ]]; then
@@ -46,6 +47,8 @@ bench() {
   esac
   local kernels="$build/share/kiln/kernels"
   [[ -d "$kernels" ]] || kernels="$build/kernels"
+  local art="$build/artifacts/$model-bf16"
+  [[ -f "$art/manifest.json" ]] || art="$AFTER/artifacts/$model-bf16"
   local log="$OUT/compare_${label}_$run"
   LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" KILN_KERNELS_DIR="$kernels" \
     KILN_HOME="/tmp/kiln-home-$label" CUDA_CACHE_DISABLE=1 \

@@ -71,7 +71,7 @@ class WeightStoreTest : public ::testing::Test {
 
   json manifest() const {
     json m = json::parse(R"({
-      "format": "kiln-artifact", "version": 1,
+      "format": "kiln-artifact", "version": 2,
       "model": {"source": "", "source_format": "gguf", "source_size": 0, "source_mtime": 0,
                 "config": {"architecture": "llama", "hidden_size": 64, "num_layers": 1,
                            "vocab_size": 8}},

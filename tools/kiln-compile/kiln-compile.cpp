@@ -75,6 +75,12 @@ cl::opt<std::string> specTree("spec-tree",
                               cl::init(std::string(kiln::PlanOptions::kDefaultSpecTree)));
 cl::opt<std::string> specMode("spec-mode", cl::desc("Speculative acceptance: greedy, rejection"),
                               cl::init(std::string(kiln::PlanOptions::kDefaultSpecMode)));
+// The help text names every accepted target (kTargets, the list the
+// validation checks).
+const std::string targetHelp = "Device the CUDA kernel variants are chosen for: " +
+                               std::string(kiln::kTargets) + " (cpu: none, a CPU-only plan)";
+cl::opt<std::string> target("target", cl::desc(targetHelp),
+                            cl::init(std::string(kiln::PlanOptions::kDefaultTarget)));
 cl::opt<bool> printIrAfterAll("print-ir-after-all",
                               cl::desc("Print the IR after every pass (to stderr)"));
 
@@ -115,6 +121,7 @@ int main(int argc, char** argv) {
   options.spec_tree = specTree;
   options.spec_mode = specMode;
   options.activation_type = activationType;
+  options.target = target;
   if (kiln::Status status = kiln::validatePlanOptions(options); !status.ok())
     return fail(status.error().message);
   if (emit == EmitStage::Artifact && outputDir.empty())

@@ -1,7 +1,8 @@
 // Test-only: a fixture's f32 plan with every activation and the KV cache in
 // bf16 (rows half as wide in bytes, the planned offsets kept); weights stay
-// f32. The bf16 plan the executor tests run on the tiny-llama fixture, here
-// and in test/gpu/cuda_vs_cpu_executor_test.cc.
+// f32. Its kernel variants are chosen again for bf16, as the compiler would
+// (kernel_selection.h). The bf16 plan the executor tests run on the
+// tiny-llama fixture, here and in test/gpu/cuda_vs_cpu_executor_test.cc.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "codegen/cuda/kernel_selection.h"
 #include "runtime/artifact/manifest.h"
 #include "runtime/support/error.h"
 
@@ -33,7 +35,14 @@ inline Result<Manifest> bf16Plan(const std::string& fixture) {
     for (auto& step : entry["steps"])
       if (step["params"].contains("kv_type")) step["params"]["kv_type"] = "bf16";
   }
-  return Manifest::parse(j.dump(), path);
+  auto manifest = Manifest::parse(j.dump(), path);
+  if (!manifest.ok()) return manifest;
+  for (auto& [name, entry] : manifest->entries) {
+    auto variants = cuda_codegen::selectKernels(cuda_codegen::planEntryOf(entry, "bf16"), {manifest->target, "bf16"});
+    if (!variants.ok()) return variants.error();
+    for (size_t i = 0; i < entry.steps.size(); ++i) entry.steps[i].variants = (*variants)[i];
+  }
+  return manifest;
 }
 
 }  // namespace kiln::cuda::testing
