@@ -45,6 +45,10 @@ if [[ -x "$KILN_COMPILE" ]]; then
     "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-bf16" --activation-type=bf16
     [[ $m == llama3-8b ]] || "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-f32"
   done
+  # SmolLM2's Q4_1 GGUF itself, its blocks run by the GPU's quantized
+  # kernels (gpu-check.sh's trained part brings the GGUF over).
+  gguf="${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+  [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-bf16" --activation-type=bf16
 fi
 [[ -d "$BUILD/artifacts" ]] ||
   { echo "no $BUILD/artifacts and no $KILN_COMPILE to make them (build it: ninja -C build kiln-compile)" >&2; exit 1; }

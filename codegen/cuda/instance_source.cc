@@ -131,6 +131,15 @@ Result<std::string> activationType(const Params& p, const char* name) {
 
 int roundUp32(int64_t n) { return int((n + 31) / 32 * 32); }
 
+// The packed type of a block-quantized GEMM weight (quant_blocks.cuh), or
+// "" for a plain element type.
+std::string packedWeightType(const std::string& type) {
+  if (type == "q4_0") return "kiln::kernels::PackedQ4_0";
+  if (type == "q4_1") return "kiln::kernels::PackedQ4_1";
+  if (type == "q8_0") return "kiln::kernels::PackedQ8_0";
+  return "";
+}
+
 struct Body {
   std::string header;      // .cuh file
   std::string config;      // members of struct Config
@@ -347,9 +356,18 @@ Result<Body> gemm(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 8));
   KILN_TRY(weight_name, p.text("weight_type"));
-  if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16")
-    return makeError("gemm: weight_type '{}' has no CUDA kernel yet (only f32, bf16, f16 weights)", weight_name);
-  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  const std::string packed = packedWeightType(weight_name);
+  if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16" && packed.empty())
+    return makeError("gemm: weight_type '{}' has no CUDA kernel yet (f32, bf16, f16, q4_0, q4_1, q8_0 weights)",
+                     weight_name);
+  if (!packed.empty() && k % 32 != 0)
+    return makeError("gemm: param 'k' is {} with {} weights, expected a multiple of 32 (whole blocks a row)", k,
+                     weight_name);
+  std::string weight = packed;
+  if (packed.empty()) {
+    KILN_TRY(plain, elementType(p, "weight_type", weight_name, false));
+    weight = plain;
+  }
   KILN_TRY(bias, p.boolean("bias"));
   if (auto scales = p.boolean("scales"); scales.ok() && *scales)
     return makeError("gemm: weights with scales (quantized by xfmr-insert-quantization) have no CUDA kernel yet");
@@ -392,6 +410,8 @@ Result<Body> gemm(const Params& p) {
     KILN_TRY(fused, p.boolean("rope_kv_append"));
     rope = fused;
   }
+  if (!packed.empty() && (silu_mul || rope))
+    return makeError("gemm: {} weights take the plain epilogue only (no silu_mul or rope_kv_append)", weight_name);
   if (rope) {
     if (silu_mul) return makeError("gemm: params 'silu_mul' and 'rope_kv_append' both set, expected one epilogue");
     KILN_TRY(step, ropeStep(p));
@@ -771,6 +791,23 @@ Result<Body> gemmSwiGlu(const Params& p) {
   return b;
 }
 
+// A packed block-quantized weight expanded to bf16 for cuBLASLt (dequantize.cuh).
+Result<Body> dequantize(const Params& p) {
+  KILN_TRY(n, p.positive("n"));
+  KILN_TRY(k, p.positive("k", 32));
+  KILN_TRY(weight_name, p.text("weight_type"));
+  const std::string packed = packedWeightType(weight_name);
+  if (packed.empty()) return p.bad("weight_type", weight_name, "one of q4_0, q4_1, q8_0");
+  constexpr int kThreads = 256;
+  Body b{"dequantize.cuh", "", "dequantize",
+         {kThreads, fmt::format("[ceil(n={} * k={} / 8 / {})]", n, k, kThreads), "DequantizeParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+                         "  static constexpr int kThreads = {};\n",
+                         packed, n, k, kThreads);
+  return b;
+}
+
 Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "embedding") return embedding(p);
   if (kind == "rms_norm") return rmsNorm(p, false);
@@ -785,6 +822,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "decode_attention") return decodeAttention(p);
   if (kind == "silu_mul") return siluMul(p);
   if (kind == "gemm_swiglu") return gemmSwiGlu(p);
+  if (kind == "dequantize") return dequantize(p);
   if (kind == "add") return elementwise(p, "OpAdd");
   if (kind == "mul") return elementwise(p, "OpMul");
   if (kind == "silu") return elementwise(p, "OpSilu");
@@ -809,7 +847,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
   static const std::vector<std::string_view> kinds = {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
-      "silu_mul", "gemm_swiglu", "add",
+      "silu_mul", "gemm_swiglu", "dequantize", "add",
       "mul", "silu", "gather_last_tokens", "sample", "argmax"};
   return kinds;
 }

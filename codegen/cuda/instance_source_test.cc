@@ -79,9 +79,16 @@ TEST(InstanceSource, BadParamsNameKindAndParam) {
   auto style = instanceSource("embedding", json{{"hidden", 576}, {"table_type", "q5_k"}});
   ASSERT_FALSE(style.ok());
   EXPECT_NE(style.error().message.find("'q5_k'"), std::string::npos);
-  auto quant = instanceSource("gemm", json{{"n", 960}, {"k", 576}, {"weight_type", "q4_1"}, {"bias", false}});
+  auto quant = instanceSource("gemm", json{{"n", 960}, {"k", 576}, {"weight_type", "q5_1"}, {"bias", false}});
   ASSERT_FALSE(quant.ok());
-  EXPECT_NE(quant.error().message.find("q4_1"), std::string::npos);
+  EXPECT_NE(quant.error().message.find("q5_1"), std::string::npos);
+  auto partial = instanceSource("gemm", json{{"n", 960}, {"k", 40}, {"weight_type", "q4_1"}, {"bias", false}});
+  ASSERT_FALSE(partial.ok());
+  EXPECT_NE(partial.error().message.find("whole blocks"), std::string::npos) << partial.error().message;
+  auto fused = instanceSource("gemm", json{{"n", 960}, {"k", 576}, {"weight_type", "q4_1"}, {"bias", false},
+                                           {"silu_mul", true}});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_NE(fused.error().message.find("plain epilogue"), std::string::npos) << fused.error().message;
   auto name = instanceSource("add", json{{"width", 64}}, "bad name;");
   ASSERT_FALSE(name.ok());
   // The qkv gemm with rope as its epilogue: n must be the whole merged
@@ -204,7 +211,7 @@ TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
         {"kind": "gemm", "instance": "gemm_q", "params": {"n": 64, "k": 64, "weight_type": "q4_1", "bias": false},
          "args": [{"value": 2}, {"weight": 1}], "results": [3],
          "variants": [{"role": "skinny", "rows": [1, 8], "kind": "gemm",
-                       "params": {"n": 64, "k": 64, "weight_type": "q4_1", "bias": false}, "instance": "gemm_q"},
+                       "params": {"n": 64, "k": 64, "weight_type": "q5_1", "bias": false}, "instance": "gemm_q"},
                       {"role": "cublaslt", "rows": [9, -1]}]},
         {"kind": "add", "instance": "add_64", "params": {"width": 64},
          "args": [{"value": 3}, {"value": 2}], "results": [0],

@@ -80,7 +80,9 @@ std::vector<KernelVariant> f32Variants(const PlanStep& step) {
   const std::string_view kind = stepKindName(step.kind);
   if (step.kind == StepKind::kSplit) return {};
   if (step.kind == StepKind::kGemm) {
-    out.elsewhere(R::kCublasLt, kAnyRows);
+    // Weights with separate scales have no CUDA GEMM; blocks are expanded
+    // to f32 at load.
+    if (!std::get<GemmParams>(step.params).scales) out.elsewhere(R::kCublasLt, kAnyRows);
     return out.take();
   }
   const nlohmann::json params = toJson(step.params);
@@ -112,9 +114,36 @@ void addSingleRow(VariantList& out, R role, const nlohmann::json& params, const 
   out.kernel(role, kOneRow, {}, "gemm", std::move(plain));
 }
 
+bool blockQuantized(const std::string& weight_type) {
+  return weight_type == "q4_0" || weight_type == "q4_1" || weight_type == "q8_0";
+}
+
+// A gemm of ggml blocks (q4_0, q4_1, q8_0): the skinny kernels read the
+// blocks (repacked at load, quant_blocks.cuh) and dequantize in registers;
+// larger batches expand the weight to bf16 for cuBLASLt.
+std::vector<KernelVariant> blockGemmVariants(const PlanStep& step) {
+  VariantList out;
+  const GemmParams& gemm = std::get<GemmParams>(step.params);
+  const nlohmann::json params = toJson(step.params);
+  nlohmann::json single = params;
+  single["gemv_max_rows"] = 1;
+  out.kernel(R::kSingleRow, kOneRow, {}, "gemm", std::move(single));
+  out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, step.instance);
+  out.kernel(R::kDequantize, kCublasRows, {}, "dequantize",
+             {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", gemm.weight_type}});
+  out.elsewhere(R::kCublasLt, kCublasRows);
+  return out.take();
+}
+
 std::vector<KernelVariant> gemmVariants(const PlanStep& step, const SkinnyFusion& fusion, const KernelTarget& target) {
   VariantList out;
   const GemmParams& gemm = std::get<GemmParams>(step.params);
+  // Weights quantized by xfmr-insert-quantization (separate scales) and
+  // block types without a CUDA kernel get none: the CUDA backend refuses
+  // the plan and names the step.
+  if (gemm.scales) return {};
+  if (blockQuantized(gemm.weight_type)) return blockGemmVariants(step);
+  if (gemm.weight_type != "f32" && gemm.weight_type != "bf16" && gemm.weight_type != "f16") return {};
   // The skinny kernels read bf16 weights: the runtime converts float ones at load.
   nlohmann::json params = toJson(step.params);
   const bool bf16_weights = gemm.weight_type == "bf16";

@@ -201,6 +201,33 @@ TEST(KernelSelection, SwiGluFoldsIntoTheGemmAndGemmSwiGluOnHopper) {
   }
 }
 
+TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
+  PlanEntry plan = gateUp(1536, 576);
+  std::get<GemmParams>(plan.steps[0].params).weight_type = "q4_1";
+  const auto list = select(plan, "sm_90a");
+  const std::vector<KernelVariant>& gemm = list[0];
+  ASSERT_EQ(gemm.size(), 4u);
+  EXPECT_EQ(gemm[0].role, R::kSingleRow);
+  EXPECT_EQ(gemm[0].params["weight_type"], "q4_1") << "the blocks, not bf16";
+  EXPECT_FALSE(gemm[0].params.contains("gemv_stream")) << "the bulk-copy ring streams bf16 only";
+  EXPECT_EQ(gemm[1].role, R::kSkinny);
+  expectRows(gemm[1], 2, kSkinnyMaxRows);
+  EXPECT_EQ(gemm[2].role, R::kDequantize);
+  EXPECT_EQ(gemm[2].params, (json{{"n", 3072}, {"k", 576}, {"weight_type", "q4_1"}}));
+  expectRows(gemm[2], kSkinnyMaxRows + 1, RowRange::kUnbounded);
+  EXPECT_EQ(gemm[3].role, R::kCublasLt);
+  EXPECT_EQ(list[1].size(), 1u) << "no SwiGLU fold into a block-quantized gemm";
+  expectAllGenerate(list);
+  // Weights with separate scales (xfmr-insert-quantization) and block types
+  // without kernels get no variants: the CUDA backend refuses the step.
+  std::get<GemmParams>(plan.steps[0].params).weight_type = "q6_k";
+  EXPECT_TRUE(select(plan, "sm_90a")[0].empty());
+  PlanEntry scaled = gemmOnly(64, 64, "f32");
+  std::get<GemmParams>(scaled.steps[0].params).scales = true;
+  EXPECT_TRUE(select(scaled, "sm_90a")[0].empty());
+  EXPECT_TRUE(select(scaled, "sm_90a", "f32")[0].empty());
+}
+
 // residual_rms_norm (x 1, residual 2) -> (sum 3, out 4), then gemm(4) -> 5,
 // then add(5, 3): Llama-3-8B's qkv shape streams, so its single-row
 // instance may fold the norm in.

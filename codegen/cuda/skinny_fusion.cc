@@ -28,7 +28,13 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     const PlanStep& r = steps[reader];
     return !pinned.count(value) && readers[value] == 1 && arg < r.value_args.size() && r.value_args[arg] == value;
   };
-  auto isGemm = [&](size_t i) { return steps[i].kind == StepKind::kGemm && steps[i].results.size() == 1; };
+  // Only gemms of float weights fuse: the block-quantized skinny kernels
+  // take the plain epilogue.
+  auto isGemm = [&](size_t i) {
+    if (steps[i].kind != StepKind::kGemm || steps[i].results.size() != 1) return false;
+    const std::string& w = std::get<GemmParams>(steps[i].params).weight_type;
+    return w == "f32" || w == "bf16" || w == "f16";
+  };
   auto gemmOf = [&](size_t i) -> const GemmParams& { return std::get<GemmParams>(steps[i].params); };
   auto overlap = [&](int64_t a, int64_t b) {
     auto ra = entry.storage.find(a), rb = entry.storage.find(b);

@@ -9,6 +9,10 @@
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
 //
+// W is f32, bf16 or f16 rows, or block-quantized (q4_0, q4_1, q8_0) in the
+// packed planes of quant_blocks.cuh, dequantized in registers 8 elements
+// at a time (whose bias is bf16).
+//
 // With kSiluMul (SwiGLU's gate/up projection, W = [gate; up] with N = 2F),
 // y [rows, F] = silu(x · gateᵀ) · (x · upᵀ) straight from the f32 sums: a
 // block's first half of rows are gate rows j.., its second half the up rows
@@ -34,10 +38,26 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
 #endif
+#include "quant_blocks.cuh"    // packed block-quantized weights
 #include "rope_kv_append.cuh"  // the rope epilogue
 
 namespace kiln {
 namespace kernels {
+
+// A gemm's bias type: its weight's, bf16 for packed block weights.
+template <class W, bool kPacked = IsPacked<W>::value> struct GemvBias { using type = W; };
+template <class W> struct GemvBias<W, true> { using type = bf16; };
+
+// Elements v·8 .. v·8 + 7 of weight row `row` as f32, under L2 `policy`.
+template <class Config>
+__device__ __forceinline__ void load8_weight(const void* w, long long row, int v, float (&out)[8],
+                                             unsigned long long policy) {
+  using W = typename Config::Weight;
+  if constexpr (IsPacked<W>::value)
+    load8_packed<W, Config::kN, Config::kK>(w, row, v, out, policy);
+  else
+    load8_stream(static_cast<const W*>(w) + row * Config::kK + v * 8, out, policy);
+}
 
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvParams& p) { return p; }
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvRopeParams& p) { return p.gemv; }
@@ -111,14 +131,14 @@ template <class Config, int kSplit, class Params>
 __device__ __forceinline__ void gemv_epilogue(const Params& params, int tile, int m0, int m_count,
                                               const float (*partial)[Config::kMaxRows], const GemvRopeLane& rope) {
   const GemvParams& p = gemv_args(params);
-  using W = typename Config::Weight;
+  using Bias = typename GemvBias<typename Config::Weight>::type;
   constexpr int kM = Config::kMaxRows, kHalf = Config::kRowsPerBlock / 2, kF = Config::kN / 2, kThreads = 256;
   auto weight_row = [&](int slot) { return gemv_weight_row<Config>(tile, slot); };
   // The sum of row slot `slot` for x row m (plus its bias).
   auto row_sum = [&](int slot, int m) {
     float sum = 0.0f;
     for (int s = 0; s < kSplit; ++s) sum += partial[slot * kSplit + s][m];
-    if (Config::kBias) sum += to_float(static_cast<const W*>(p.bias)[weight_row(slot)]);
+    if (Config::kBias) sum += to_float(static_cast<const Bias*>(p.bias)[weight_row(slot)]);
     return sum;
   };
   if constexpr (Config::kRope) {
@@ -162,7 +182,6 @@ __device__ __forceinline__ void gemv_epilogue(const Params& params, int tile, in
 template <class Config, class Params>
 __device__ __forceinline__ void gemv(const Params& params) {
   const GemvParams& p = gemv_args(params);
-  using W = typename Config::Weight;
   constexpr int kK = Config::kK, kM = Config::kMaxRows, kSplit = Config::kSplitK;
   constexpr int kUnroll = Config::kUnroll, kR = Config::kRowsPerWarp;
   constexpr int kVecs = kK / 8;                    // 8-element vectors per row
@@ -192,12 +211,9 @@ __device__ __forceinline__ void gemv(const Params& params) {
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
-  const W* w[kR];  // this warp's weight rows
+  int w_row[kR];  // this warp's weight rows (-1: past the matrix)
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    const int row = weight_row(group * kR + r);
-    w[r] = row < 0 ? nullptr : static_cast<const W*>(p.w) + (long long)row * kK;
-  }
+  for (int r = 0; r < kR; ++r) w_row[r] = weight_row(group * kR + r);
   float wv[kUnroll][kR][8];
   // One grid of x rows reads each weight byte once: evict-first keeps the
   // stream from pushing the activations and KV pages out of L2 (common.cuh).
@@ -210,7 +226,7 @@ __device__ __forceinline__ void gemv(const Params& params) {
       const int v = v0 + u * kStride;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        if (v < kVecs && w[r] != nullptr) load8_stream(w[r] + v * 8, wv[u][r], w_policy);
+        if (v < kVecs && w_row[r] >= 0) load8_weight<Config>(p.w, w_row[r], v, wv[u][r], w_policy);
     }
   };
   // The first step's weights are requested before waiting for the kernel

@@ -21,6 +21,14 @@ struct EmbeddingParams {
   int vocab;
 };
 
+// dequantize: out = the packed block-quantized [n, k] weight w
+// (quant_blocks.cuh) as bf16, for the cuBLASLt GEMM of batches the skinny
+// kernels do not take.
+struct DequantizeParams {
+  const void* w;  // packed planes of the instance's weight type
+  void* out;      // [n, k] bf16
+};
+
 // rms_norm / residual_rms_norm (one row per block).
 struct RmsNormParams {
   const void* x;          // [rows, hidden] x_type

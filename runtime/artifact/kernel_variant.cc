@@ -10,7 +10,7 @@ namespace kiln {
 
 namespace {
 
-constexpr std::array<std::pair<VariantRole, const char*>, 15> kRoles{{
+constexpr std::array<std::pair<VariantRole, const char*>, 16> kRoles{{
     {VariantRole::kStep, "step"},
     {VariantRole::kSkinny, "skinny"},
     {VariantRole::kSingleRow, "single_row"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<VariantRole, const char*>, 15> kRoles{{
     {VariantRole::kFusedPrefill, "fused_prefill"},
     {VariantRole::kCublasLt, "cublaslt"},
     {VariantRole::kCublasLtResidual, "cublaslt_residual"},
+    {VariantRole::kDequantize, "dequantize"},
     {VariantRole::kNormOfSum, "norm_of_sum"},
     {VariantRole::kFoldedIntoNext, "folded_into_next"},
     {VariantRole::kAbsorbed, "absorbed"},
@@ -41,8 +42,8 @@ std::vector<VariantRole> rolesOf(StepKind kind) {
   using R = VariantRole;
   switch (kind) {
     case StepKind::kGemm:
-      return {R::kSkinny, R::kSingleRow, R::kFused, R::kFusedSingleRow, R::kFusedPrefill, R::kCublasLt,
-              R::kCublasLtResidual};
+      return {R::kSkinny,   R::kSingleRow,        R::kFused,     R::kFusedSingleRow, R::kFusedPrefill,
+              R::kCublasLt, R::kCublasLtResidual, R::kDequantize};
     case StepKind::kResidualRmsNorm: return {R::kStep, R::kNormOfSum, R::kFoldedIntoNext};
     case StepKind::kSiluMul: return {R::kStep, R::kAbsorbed, R::kAbsorbedPrefill};
     case StepKind::kRopeKvAppend: return {R::kStep, R::kAbsorbed};

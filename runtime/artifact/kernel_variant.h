@@ -39,6 +39,7 @@ enum class VariantRole {
   kFusedPrefill,     // gemm: gemm_swiglu, SwiGLU in its epilogue, for large batches
   kCublasLt,         // gemm: cuBLASLt (no kernel of kiln's)
   kCublasLtResidual, // gemm: cuBLASLt adding the residual of the norm after it (its sum)
+  kDequantize,       // gemm: its block-quantized weight expanded to bf16 for cuBLASLt
   kNormOfSum,        // residual_rms_norm: only normalizes the sum the gemm before it wrote
   kFoldedIntoNext,   // residual_rms_norm: done by the gemm after it (its single-row instance)
   kAbsorbed,         // silu_mul, rope_kv_append: done by the fused gemm before it

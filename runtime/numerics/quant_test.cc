@@ -1,6 +1,9 @@
+#include "runtime/numerics/packed_blocks.h"
 #include "runtime/numerics/quant.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -179,6 +182,45 @@ TEST(QuantizeTest, RoundTripErrorIsWithinHalfAStep) {
             << weightTypeName(type);
     }
   }
+}
+
+// The packed planes (packed_blocks.h) read back by the layout they
+// document give each block's values exactly as dequantizeRow does.
+TEST(PackedBlocks, PlanesHoldTheBlocksValues) {
+  const int64_t n = 3, k = 64;
+  std::vector<float> x(size_t(n * k));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * double(i)) * (1 + i % 5);
+  for (WeightType type : {WeightType::Q4_0, WeightType::Q4_1, WeightType::Q8_0}) {
+    std::vector<uint8_t> blocks(size_t(n * rowBytes(type, k)));
+    ASSERT_TRUE(quantizeRow(type, x.data(), blocks.data(), n * k).ok());
+    std::vector<float> want(x.size());
+    ASSERT_TRUE(dequantizeRow(type, blocks.data(), want.data(), n * k).ok());
+    std::vector<uint8_t> packed;
+    ASSERT_TRUE(packBlocks(type, blocks.data(), n, k, packed).ok());
+    ASSERT_EQ(int64_t(packed.size()), packedBlockBytes(type, n, k));
+    const bool four = type != WeightType::Q8_0;
+    const int64_t quant_bytes = n * k * (four ? 1 : 2) / 2, nblocks = n * k / 32;
+    auto f16At = [&](int64_t offset) {
+      uint16_t bits;
+      std::memcpy(&bits, packed.data() + offset, 2);
+      return f16ToF32(bits);
+    };
+    for (int64_t e = 0; e < n * k; ++e) {
+      const int64_t b = e / 32;
+      const float d = f16At(quant_bytes + 2 * b);
+      float got;
+      if (four) {
+        const int q = (packed[size_t(e / 2)] >> (4 * (e % 2))) & 15;
+        got = type == WeightType::Q4_0 ? d * float(q - 8) : d * float(q) + f16At(quant_bytes + 2 * nblocks + 2 * b);
+      } else {
+        got = d * float(int8_t(packed[size_t(e)]));
+      }
+      ASSERT_EQ(got, want[size_t(e)]) << weightTypeName(type) << " element " << e;
+    }
+  }
+  std::vector<uint8_t> out;
+  EXPECT_FALSE(packBlocks(WeightType::BF16, nullptr, 1, 32, out).ok());
+  EXPECT_FALSE(packBlocks(WeightType::Q4_0, nullptr, 1, 48, out).ok());
 }
 
 }  // namespace

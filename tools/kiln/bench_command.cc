@@ -287,7 +287,8 @@ int benchCommand(int argc, char** argv) {
   std::optional<nlohmann::json> hf;
   std::string peer_note;
   if (peer == "hf" || peer == "hf-eager") {
-    const std::string checkpoint = options->model_source.empty() ? manifest.model.source : options->model_source;
+    std::string checkpoint = options->model_source.empty() ? manifest.model.source : options->model_source;
+    if (auto peer_model = args.get("peer-model")) checkpoint = *peer_model;
     std::fprintf(stderr, "kiln bench: Hugging Face transformers peers on %s...\n", checkpoint.c_str());
     auto figures = benchHf(checkpoint, prompt, *gen_tokens, *batch,
                            peer == "hf" ? "eager,compiled" : "eager");

@@ -81,6 +81,9 @@ const CliCommand& benchCli() {
           {"runs", "N", kWorkload, "measured runs after a warm-up, 1 to 100 (default 1; prefill 5)"},
           {"peer", "llama.cpp|hf|hf-eager|none", kWorkload,
            "default: llama.cpp for a GGUF; hf for a checkpoint directory (hf-eager for prefill)"},
+          {"peer-model", "DIR", kWorkload,
+           "the checkpoint the Hugging Face peers load (default: the model; for a GGUF, its dequantized "
+           "checkpoint)"},
           {"json", "FILE", kWorkload, "also write the figures as JSON to FILE"},
           {"no-cuda-graphs", "", kCuda, "decode steps launched one by one, not replayed from CUDA graphs",
            &CudaTuning::graphs, false},

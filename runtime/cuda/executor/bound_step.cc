@@ -100,6 +100,10 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
         break;
       case Role::kCublasLt: break;  // what no other variant covers
       case Role::kCublasLtResidual: s.residual_rows = v.rows; break;
+      case Role::kDequantize:
+        s.dequantize_rows = v.rows;
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.dequantize_fn, s.dequantize_block, smem));
+        break;
       case Role::kNormOfSum:
         s.norm_of_sum_rows = v.rows;
         KILN_RETURN_IF_ERROR(bind(v.instance, s.norm_of_sum_fn, s.norm_of_sum_block, smem));
@@ -316,6 +320,11 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
   if (step.kind != StepKind::kGemm)
     return makeError("{} ({}): args[{}] is a weight, which this kind does not take", step.path,
                      stepKindName(step.kind), arg);
+  // ggml blocks stay blocks for a bf16 plan's kernels (repacked); an f32
+  // plan's cuBLASLt takes them expanded to f32. The bias takes the plan's form.
+  const std::string& type = step.as<GemmParams>().weight_type;
+  const bool blocks = type == "q4_0" || type == "q4_1" || type == "q8_0";
+  if (arg == 1 && blocks && gemm_form == WeightForm::kBf16) return WeightForm::kPacked;
   return gemm_form;
 }
 
@@ -345,6 +354,17 @@ Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, co
   KILN_ASSIGN(sum_bytes, arena.shareOwnBuffer(memory, entry, max_tokens, moved_sums,
                                               "the residual sums the gemm epilogues write"));
   return q_bytes + sum_bytes;
+}
+
+Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::vector<BoundStep>& steps) {
+  int64_t bytes = 0;
+  for (const BoundStep& s : steps)
+    if (s.dequantize_fn) bytes = std::max(bytes, s.width * s.k * 2);
+  if (bytes == 0) return int64_t(0);
+  KILN_ASSIGN(buffer, memory.alloc(bytes, "the block-quantized weights expanded for cuBLASLt"));
+  for (BoundStep& s : steps)
+    if (s.dequantize_fn) s.dequantized = buffer;
+  return bytes;
 }
 
 Result<DeviceValue> EntryPlacement::value(const std::string& path, int64_t id, const std::string& where) const {

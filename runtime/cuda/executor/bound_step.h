@@ -114,6 +114,13 @@ struct BoundStep {
   // norm_of_sum_fn over the sum at the rows in norm_of_sum_rows.
   int sum_norm = -1;
   std::optional<RowRange> residual_rows;
+  // gemm of block-quantized weights, cuBLASLt batches in dequantize_rows:
+  // dequantize_fn first expands the packed weight into `dequantized` (bf16
+  // [n, k], scratch every such gemm shares), which cuBLASLt then reads.
+  CUfunction dequantize_fn = nullptr;
+  unsigned dequantize_block = 0;
+  std::optional<RowRange> dequantize_rows;
+  CUdeviceptr dequantized = 0;
   CUfunction norm_of_sum_fn = nullptr;
   unsigned norm_of_sum_block = 0;
   std::optional<RowRange> norm_of_sum_rows;
@@ -139,6 +146,11 @@ Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weight
 // do not overlap). Returns the bytes allocated.
 Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, const Entry& entry, int64_t max_tokens,
                                 const KernelSet& kernels);
+
+// One bf16 buffer for the largest block-quantized weight cuBLASLt batches
+// expand (BoundStep::dequantized; the gemms run one after another), set
+// on every step that expands one. Returns the bytes allocated.
+Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::vector<BoundStep>& steps);
 
 // Where an entry's values, weights and pools are on the device.
 struct EntryPlacement {

@@ -193,6 +193,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                tuning.gemm_autotune ? "on" : "off");
   if (tuning.profile_steps) KILN_RETURN_IF_ERROR(backend.step_timer.createEvents(backend.steps.size()));
   KILN_ASSIGN(split_bytes, backend.split_kv.allocate(backend.memory, backend.steps, max_tokens));
+  KILN_ASSIGN(expanded_bytes, allocateExpandedWeights(backend.memory, backend.steps));
+  ex->device_bytes_ += expanded_bytes;
   ex->device_bytes_ += split_bytes;
   ex->vocab_ = logits.width;
   ex->logits_per_sequence_ = logits.per_sequence;

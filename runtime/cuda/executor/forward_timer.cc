@@ -89,6 +89,7 @@ void StepTimer::addForward(const std::vector<BoundStep>& steps, const LaunchShap
     }
     if (s.kind == StepKind::kGemm && fusedSwiGlu(s, rows)) name = "gemm_swiglu_wgmma (gate/up + silu_mul)";
     if (s.kind == StepKind::kGemm && addsResidual(s, rows)) name += " (+ residual, f32 out)";
+    if (s.kind == StepKind::kGemm && expandsWeight(s, rows)) name = "dequantize + " + name;
     if (sumFromGemmBefore(steps, i, rows)) name += " (the sum from the gemm: rms_norm)";
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);

@@ -5,7 +5,8 @@
 //     rows: the single-row instance, or the skinny (or fused) one;
 //   - gemm_swiglu_wgmma where its range does (fusedSwiGlu);
 //   - otherwise cuBLASLt, which in its residual range also adds the
-//     residual of the norm after the gemm (addsResidual).
+//     residual of the norm after the gemm (addsResidual), and reads a
+//     block-quantized weight expanded to bf16 first (expandsWeight).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,12 @@ inline bool onCublas(const BoundStep& s, int64_t rows) { return !skinnyKernel(s,
 // after it (BoundStep::sum_norm).
 inline bool addsResidual(const BoundStep& s, int64_t rows) {
   return s.sum_norm >= 0 && covers(s.residual_rows, rows) && onCublas(s, rows);
+}
+
+// Whether gemm step `s` at `rows` rows first expands its block-quantized
+// weight to bf16 for cuBLASLt (BoundStep::dequantize_fn).
+inline bool expandsWeight(const BoundStep& s, int64_t rows) {
+  return s.dequantize_fn && covers(s.dequantize_rows, rows) && onCublas(s, rows);
 }
 
 // Whether step i, folded into the gemm before it (silu_mul,

@@ -109,7 +109,7 @@ Status GemmPlanner::run(const std::vector<BoundStep>& steps, const BoundStep& s,
   }
   const float alpha = 1.0f, beta = plan.adds_residual ? 1.0f : 0.0f;
   cublasStatus_t st = lt_->cublasLtMatmul(
-      handle_, plan.desc, &alpha, reinterpret_cast<const void*>(s.weights[1]), plan.a,
+      handle_, plan.desc, &alpha, reinterpret_cast<const void*>(s.dequantized ? s.dequantized : s.weights[1]), plan.a,
       reinterpret_cast<const void*>(s.args[0].ptr), plan.b, &beta, reinterpret_cast<const void*>(c), plan.c,
       reinterpret_cast<void*>(y), plan.c, &algo, reinterpret_cast<void*>(workspace_), kCublasWorkspace, gpu_.stream);
   if (st != CUBLAS_STATUS_SUCCESS)

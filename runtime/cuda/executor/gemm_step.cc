@@ -65,6 +65,12 @@ Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInput
     return launch(s.swiglu_fn, unsigned(gs::kThreads), unsigned(gs::grid_blocks(rows, s.width / 2, sms)), 1, 1, &p,
                   s.swiglu_smem);
   }
+  if (expandsWeight(s, rows)) {
+    kk::DequantizeParams p{reinterpret_cast<const void*>(s.weights[1]), reinterpret_cast<void*>(s.dequantized)};
+    const int64_t vecs = s.width * s.k / 8;
+    KILN_RETURN_IF_ERROR(launch(s.dequantize_fn, s.dequantize_block,
+                                unsigned((vecs + s.dequantize_block - 1) / s.dequantize_block), 1, 1, &p));
+  }
   KILN_ASSIGN(plan, cublas.plan(steps, s, rows));
   return cublas.run(steps, s, *plan, plan->algo);
 }

@@ -7,6 +7,7 @@
 
 #include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/executor/weight_upload.h"
+#include "runtime/numerics/packed_blocks.h"
 #include "runtime/numerics/quant.h"
 
 namespace kiln::cuda {
@@ -27,13 +28,16 @@ bool uploadsAsBound(const BoundWeight& w, WeightForm form) {
 }
 
 // The bytes of `w` in `form`, for a form that is not its bound bytes
-// (uploadsAsBound is false): float weights are converted through f32.
+// (uploadsAsBound is false): blocks repacked, or any type converted
+// through f32.
 Status convertWeight(const BoundWeight& w, WeightForm form, std::vector<uint8_t>& out) {
   const int64_t n = elements(w);
-  if (w.type != WeightType::F32 && w.type != WeightType::BF16 && w.type != WeightType::F16)
-    return makeError("weight {} '{}' is {}: GGUF block types are not supported by the CUDA "
-                     "executor yet for this use (compile from a f32/f16/bf16 checkpoint)",
-                     w.id, w.name, weightTypeName(w.type));
+  if (form == WeightForm::kPacked) {
+    if (w.shape.size() != 2)
+      return makeError("weight {} '{}' has {} dimensions; packed GEMM weights are matrices", w.id, w.name,
+                       w.shape.size());
+    return packBlocks(w.type, w.data, w.shape[0], w.shape[1], out);
+  }
   std::vector<float> f(static_cast<size_t>(n));
   KILN_RETURN_IF_ERROR(dequantizeRow(w.type, w.data, f.data(), n));
   const WeightType to = form == WeightForm::kF32    ? WeightType::F32
@@ -49,6 +53,8 @@ int64_t formBytes(const BoundWeight& w, WeightForm form) {
     case WeightForm::kBf16:
     case WeightForm::kF16: return elements(w) * 2;
     case WeightForm::kRaw: return int64_t(w.size_bytes);
+    case WeightForm::kPacked:
+      return w.shape.size() == 2 ? packedBlockBytes(w.type, w.shape[0], w.shape[1]) : 0;
   }
   return 0;
 }

@@ -18,9 +18,10 @@
 
 namespace kiln::cuda {
 
-// Converted to one element type, or the bound bytes as they are
-// (block-quantized embedding tables).
-enum class WeightForm { kF32, kBf16, kF16, kRaw };
+// Converted to one element type, the bound bytes as they are
+// (block-quantized embedding tables), or ggml blocks repacked into the
+// planes the GEMM kernels read (runtime/numerics/packed_blocks.h).
+enum class WeightForm { kF32, kBf16, kF16, kRaw, kPacked };
 
 // The form of an element type name ("f32", "bf16", "f16"; "q8_0", "q4_0",
 // "q4_1": raw); another: "element type '...' has no CUDA kernel".
