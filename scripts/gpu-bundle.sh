@@ -45,6 +45,12 @@ if [[ -x "$KILN_COMPILE" ]]; then
     "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-bf16" --activation-type=bf16
     [[ $m == llama3-8b ]] || "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-f32"
   done
+  # kiln's own int8 (per channel) and int4 (groups of 128) weights, quantized at load.
+  for m in llama3.2-1b llama3-8b; do
+    "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-int8-bf16" --activation-type=bf16 --quant-weights=int8
+    "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-int4-bf16" --activation-type=bf16 \
+      --quant-weights=int4 --quant-group-size=128
+  done
   # SmolLM2's Q4_1 GGUF itself, its blocks run by the GPU's quantized
   # kernels (gpu-check.sh's trained part brings the GGUF over).
   gguf="${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -118,19 +118,23 @@ bool blockQuantized(const std::string& weight_type) {
   return weight_type == "q4_0" || weight_type == "q4_1" || weight_type == "q8_0";
 }
 
-// A gemm of ggml blocks (q4_0, q4_1, q8_0): the skinny kernels read the
-// blocks (repacked at load, quant_blocks.cuh) and dequantize in registers;
-// larger batches expand the weight to bf16 for cuBLASLt.
-std::vector<KernelVariant> blockGemmVariants(const PlanStep& step) {
+// A gemm of ggml blocks (`blocks`: q4_0, q4_1, q8_0): the skinny kernels
+// read the blocks (repacked at load, quant_blocks.cuh) and dequantize in
+// registers; larger batches expand the weight to bf16 for cuBLASLt.
+// kiln's int8 and int4 weights are such blocks once the weight store has
+// quantized them (q8_0 per channel, q4_0 per group, scales folded in).
+std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::string& blocks) {
   VariantList out;
   const GemmParams& gemm = std::get<GemmParams>(step.params);
-  const nlohmann::json params = toJson(step.params);
+  const bool plan_blocks = blocks == gemm.weight_type;  // else the params differ from the plan's
+  nlohmann::json params = toJson(step.params);
+  if (gemm.scales) params.erase("scales");  // folded into the blocks
+  params["weight_type"] = blocks;
   nlohmann::json single = params;
   single["gemv_max_rows"] = 1;
   out.kernel(R::kSingleRow, kOneRow, {}, "gemm", std::move(single));
-  out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, step.instance);
-  out.kernel(R::kDequantize, kCublasRows, {}, "dequantize",
-             {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", gemm.weight_type}});
+  out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, plan_blocks ? step.instance : "");
+  out.kernel(R::kDequantize, kCublasRows, {}, "dequantize", {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}});
   out.elsewhere(R::kCublasLt, kCublasRows);
   return out.take();
 }
@@ -138,11 +142,12 @@ std::vector<KernelVariant> blockGemmVariants(const PlanStep& step) {
 std::vector<KernelVariant> gemmVariants(const PlanStep& step, const SkinnyFusion& fusion, const KernelTarget& target) {
   VariantList out;
   const GemmParams& gemm = std::get<GemmParams>(step.params);
-  // Weights quantized by xfmr-insert-quantization (separate scales) and
-  // block types without a CUDA kernel get none: the CUDA backend refuses
-  // the plan and names the step.
+  // fp8 weights and block types without a CUDA kernel get none: the CUDA
+  // backend refuses the plan and names the step.
+  if (gemm.scales && gemm.weight_type == "int8") return blockGemmVariants(step, "q8_0");
+  if (gemm.scales && gemm.weight_type == "int4") return blockGemmVariants(step, "q4_0");
   if (gemm.scales) return {};
-  if (blockQuantized(gemm.weight_type)) return blockGemmVariants(step);
+  if (blockQuantized(gemm.weight_type)) return blockGemmVariants(step, gemm.weight_type);
   if (gemm.weight_type != "f32" && gemm.weight_type != "bf16" && gemm.weight_type != "f16") return {};
   // The skinny kernels read bf16 weights: the runtime converts float ones at load.
   nlohmann::json params = toJson(step.params);

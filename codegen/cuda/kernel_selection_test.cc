@@ -222,8 +222,18 @@ TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
   // without kernels get no variants: the CUDA backend refuses the step.
   std::get<GemmParams>(plan.steps[0].params).weight_type = "q6_k";
   EXPECT_TRUE(select(plan, "sm_90a")[0].empty());
-  PlanEntry scaled = gemmOnly(64, 64, "f32");
-  std::get<GemmParams>(scaled.steps[0].params).scales = true;
+  // kiln's int4 (and int8) weights run as the q4_0 (q8_0) blocks the weight
+  // store quantizes them into; fp8 has no CUDA GEMM yet.
+  PlanEntry scaled;
+  scaled.steps.push_back(step(StepKind::kGemm,
+                              {{"n", 64}, {"k", 64}, {"weight_type", "int4"}, {"bias", false}, {"scales", true}},
+                              {1, -1, -1}, {2}));
+  const auto int4 = select(scaled, "sm_90a")[0];
+  ASSERT_EQ(int4.size(), 4u);
+  EXPECT_EQ(int4[1].params, (json{{"n", 64}, {"k", 64}, {"weight_type", "q4_0"}, {"bias", false}}));
+  EXPECT_EQ(int4[2].params["weight_type"], "q4_0");
+  expectAllGenerate({int4});
+  std::get<GemmParams>(scaled.steps[0].params).weight_type = "fp8";
   EXPECT_TRUE(select(scaled, "sm_90a")[0].empty());
   EXPECT_TRUE(select(scaled, "sm_90a", "f32")[0].empty());
 }

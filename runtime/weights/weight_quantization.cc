@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "runtime/numerics/quant.h"
 #include "runtime/numerics/weight_type.h"
@@ -11,6 +13,21 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kBlock = 32;
+
+// Runs row(r) for every r < rows, rows split over the machine's cores (rows
+// are independent: a large model's weights quantize in seconds, not minutes).
+template <class Row>
+void forEachRow(int64_t rows, const Row& row) {
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 32);
+  const int64_t chunk = std::max<int64_t>((rows + threads - 1) / threads, 64);
+  std::vector<std::thread> workers;
+  for (int64_t begin = chunk; begin < rows; begin += chunk)
+    workers.emplace_back([&row, begin, end = std::min(rows, begin + chunk)] {
+      for (int64_t r = begin; r < end; ++r) row(r);
+    });
+  for (int64_t r = 0; r < std::min(rows, chunk); ++r) row(r);
+  for (std::thread& t : workers) t.join();
+}
 
 float absMax(const float* x, int64_t n) {
   float m = 0.0f;
@@ -30,7 +47,7 @@ QuantizedWeight int8PerChannel(const float* w, int64_t rows, int64_t cols) {
   out.packed = std::make_unique<uint8_t[]>(out.packed_bytes);
   out.scales.resize(size_t(rows));
   auto* dst = reinterpret_cast<BlockQ8_0*>(out.packed.get());
-  for (int64_t r = 0; r < rows; ++r) {
+  forEachRow(rows, [&](int64_t r) {
     const float* row = w + r * cols;
     const float scale = absMax(row, cols) / 127.0f;
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
@@ -41,7 +58,7 @@ QuantizedWeight int8PerChannel(const float* w, int64_t rows, int64_t cols) {
       for (int64_t j = 0; j < kBlock; ++j)
         block.qs[j] = int8_t(quantizeValue(row[b * kBlock + j], inverse, -127, 127));
     }
-  }
+  });
   return out;
 }
 
@@ -53,7 +70,7 @@ QuantizedWeight int4PerGroup(const float* w, int64_t rows, int64_t cols, int64_t
   out.packed = std::make_unique<uint8_t[]>(out.packed_bytes);
   out.scales.resize(size_t(rows * groups));
   auto* dst = reinterpret_cast<BlockQ4_0*>(out.packed.get());
-  for (int64_t r = 0; r < rows; ++r) {
+  forEachRow(rows, [&](int64_t r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* values = w + r * cols + g * group;
       // Symmetric: the largest magnitude maps to 7 (the code's range is -8..7).
@@ -71,7 +88,7 @@ QuantizedWeight int4PerGroup(const float* w, int64_t rows, int64_t cols, int64_t
         }
       }
     }
-  }
+  });
   return out;
 }
 
@@ -82,13 +99,13 @@ QuantizedWeight fp8PerChannel(const float* w, int64_t rows, int64_t cols) {
   out.packed = std::make_unique<uint8_t[]>(out.packed_bytes);
   out.scales.resize(size_t(rows));
   auto* dst = reinterpret_cast<float*>(out.packed.get());
-  for (int64_t r = 0; r < rows; ++r) {
+  forEachRow(rows, [&](int64_t r) {
     const float* row = w + r * cols;
     const float scale = absMax(row, cols) / 448.0f;  // e4m3's largest finite value
     out.scales[size_t(r)] = scale;
     for (int64_t c = 0; c < cols; ++c)
       dst[r * cols + c] = scale > 0 ? roundToE4m3(row[c] / scale) * scale : 0.0f;
-  }
+  });
   return out;
 }
 

@@ -165,6 +165,7 @@ Status bindParams(const Step& step, const WeightStore& weights,
       const int64_t n = step.as<GemmParams>().n, k = step.as<GemmParams>().k;
       s.width = n;
       s.k = k;
+      s.scales = step.as<GemmParams>().scales;
       if (s.args[0].width != k || s.results[0].width != n)
         return makeError("{}: x has rows of {}, y of {}; expected k {} and n {}", step.path, s.args[0].width,
                          s.results[0].width, k, n);
@@ -320,11 +321,17 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
   if (step.kind != StepKind::kGemm)
     return makeError("{} ({}): args[{}] is a weight, which this kind does not take", step.path,
                      stepKindName(step.kind), arg);
-  // ggml blocks stay blocks for a bf16 plan's kernels (repacked); an f32
-  // plan's cuBLASLt takes them expanded to f32. The bias takes the plan's form.
-  const std::string& type = step.as<GemmParams>().weight_type;
-  const bool blocks = type == "q4_0" || type == "q4_1" || type == "q8_0";
+  // ggml blocks stay blocks for a bf16 plan's kernels (repacked), as do
+  // kiln's int8/int4 weights, which the weight store quantizes into q8_0
+  // and q4_0 blocks with their scales folded in (their scales arg stays
+  // f32, unread); an f32 plan's cuBLASLt takes blocks expanded to f32. The
+  // bias takes the plan's form.
+  const GemmParams& gemm = step.as<GemmParams>();
+  const std::string& type = gemm.weight_type;
+  const bool blocks = type == "q4_0" || type == "q4_1" || type == "q8_0" ||
+                      (gemm.scales && (type == "int8" || type == "int4"));
   if (arg == 1 && blocks && gemm_form == WeightForm::kBf16) return WeightForm::kPacked;
+  if (arg == 2 && gemm.scales) return WeightForm::kF32;
   return gemm_form;
 }
 

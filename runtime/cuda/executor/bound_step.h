@@ -69,6 +69,7 @@ struct BoundStep {
   int64_t width = 0, k = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false, writes_sum = false;
+  bool scales = false;  // gemm: kiln's int8/int4 weights, with their scales as weight arg 2
   // paged_attention: the split-KV instance and its combine, for decode batches.
   // decode_attention merges its own partials (split_arrivals), so the
   // combine runs only after the CUDA-core paged_attention_split.
@@ -126,8 +127,13 @@ struct BoundStep {
   std::optional<RowRange> norm_of_sum_rows;
 };
 
-// A gemm step's optional bias (weight arg 2).
-inline bool hasBias(const BoundStep& s) { return s.weights.size() > 2 && s.weights[2] != 0; }
+// A gemm step's optional bias: weight arg 2, or 3 after the scales of
+// kiln's int8/int4 weights (folded into their blocks; not read on the GPU).
+inline CUdeviceptr gemmBias(const BoundStep& s) {
+  const size_t arg = s.scales ? 3 : 2;
+  return s.weights.size() > arg ? s.weights[arg] : 0;
+}
+inline bool hasBias(const BoundStep& s) { return gemmBias(s) != 0; }
 
 // The form weight args[arg] of `step` takes on the device: a gemm's matrix
 // and bias `gemm_form`, a norm's weight its weight_type (f32 unless it

@@ -97,7 +97,7 @@ Result<GemmPlan*> GemmPlanner::plan(const std::vector<BoundStep>& steps, const B
 Status GemmPlanner::run(const std::vector<BoundStep>& steps, const BoundStep& s, GemmPlan& plan,
                         const cublasLtMatmulAlgo_t& algo) {
   if (hasBias(s)) {
-    void* ptr = reinterpret_cast<void*>(s.weights[2]);
+    void* ptr = reinterpret_cast<void*>(gemmBias(s));
     lt_->cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
   }
   // y = x·Wᵀ, or with the norm after it: its sum = its x + x·Wᵀ.

@@ -28,7 +28,7 @@ Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInput
     const GemvKernel& kernel = *skinny;
     auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
     const bool fused = s.fused;
-    kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(s.weights[2]) : nullptr,
+    kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(gemmBias(s)) : nullptr,
                      fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
     // gemv.cuh's blocks take up to kGemvSliceRows rows each along z.
     const unsigned gz = unsigned((rows + kGemvSliceRows - 1) / kGemvSliceRows);
