@@ -51,6 +51,9 @@ if [[ -x "$KILN_COMPILE" ]]; then
     "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-int4-bf16" --activation-type=bf16 \
       --quant-weights=int4 --quant-group-size=128
   done
+  # The CPU executor's int4 plan of the same weights, beside the GPU's (hf_logits_gpu_test --cpu-artifact).
+  "$KILN_COMPILE" "$ROOT/test/models/llama3.2-1b" -o "$BUILD/artifacts/llama3.2-1b-int4-f32" \
+    --quant-weights=int4 --quant-group-size=128
   # SmolLM2's Q4_1 GGUF itself, its blocks run by the GPU's quantized
   # kernels (gpu-check.sh's trained part brings the GGUF over).
   gguf="${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
