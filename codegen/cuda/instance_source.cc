@@ -382,9 +382,7 @@ Result<Body> gemm(const Params& p) {
     if (rows != 1 && rows != 8) return makeError("gemm: param 'gemv_max_rows' is {}, expected 1 or 8", rows);
     max_rows = rows;
   }
-  // Packed block weights move a quarter (4-bit) or half the bytes of bf16
-  // per 8-element vector: more rows a warp keep as many bytes in flight.
-  GemvTiling t = packed.empty() ? gemvTiling(n, k, max_rows) : GemvTiling{2, max_rows == 1 ? 4 : 2, 4};
+  GemvTiling t = gemvTiling(n, k, max_rows);
   if (p.has("gemv_split")) {
     KILN_TRY(split, p.positive("gemv_split"));
     KILN_TRY(rows_per_warp, p.positive("gemv_rows_per_warp"));

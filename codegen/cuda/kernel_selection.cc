@@ -133,10 +133,9 @@ std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::st
   nlohmann::json single = params;
   single["gemv_max_rows"] = 1;
   out.kernel(R::kSingleRow, kOneRow, {}, "gemm", std::move(single));
-  constexpr RowRange kCublas{kBlockSkinnyMaxRows + 1, RowRange::kUnbounded};
-  out.kernel(R::kSkinny, {2, kBlockSkinnyMaxRows}, {}, "gemm", params, plan_blocks ? step.instance : "");
-  out.kernel(R::kDequantize, kCublas, {}, "dequantize", {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}});
-  out.elsewhere(R::kCublasLt, kCublas);
+  out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, plan_blocks ? step.instance : "");
+  out.kernel(R::kDequantize, kCublasRows, {}, "dequantize", {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}});
+  out.elsewhere(R::kCublasLt, kCublasRows);
   return out.take();
 }
 

@@ -13,8 +13,8 @@
 //     kResidualEpilogueMaxRows adding the residual of the norm after it;
 //   - gemm of ggml blocks (q4_0, q4_1, q8_0, and kiln's int8/int4 as the
 //     q8_0/q4_0 blocks the weight store makes): the skinny kernels read the
-//     blocks up to kBlockSkinnyMaxRows rows; cuBLASLt batches expand the
-//     weight to bf16 first (dequantize);
+//     blocks up to kSkinnyMaxRows rows; cuBLASLt batches expand the weight
+//     to bf16 first (dequantize);
 //   - paged_attention: the CUDA-core kernel, decode_attention (split-KV
 //     decode) and its combine, and for bf16 pools at head_dim 64 or 128 the
 //     tensor-core flash attention from kFlashMinQuery query rows (wgmma on
@@ -43,11 +43,6 @@ namespace kiln::cuda_codegen {
 // The row thresholds, in one place.
 // Skinny GEMMs take up to this many rows (a decode batch of 8).
 constexpr int64_t kSkinnyMaxRows = 8;
-// ... and over block-quantized weights up to this many (two groups of 8
-// rows, the second reading W again mostly from L2): at 4 or 8 bits a
-// weight that is still far fewer bytes than cuBLASLt on the weight
-// expanded to bf16.
-constexpr int64_t kBlockSkinnyMaxRows = 16;
 // gemm_swiglu from here up: about as fast as cuBLASLt and silu_mul, and
 // closer to float (gate/up never rounded to bf16).
 constexpr int64_t kFusedSwiGluMinRows = 1024;

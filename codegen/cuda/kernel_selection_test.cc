@@ -211,11 +211,11 @@ TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
   EXPECT_EQ(gemm[0].params["weight_type"], "q4_1") << "the blocks, not bf16";
   EXPECT_FALSE(gemm[0].params.contains("gemv_stream")) << "the bulk-copy ring streams bf16 only";
   EXPECT_EQ(gemm[1].role, R::kSkinny);
-  expectRows(gemm[1], 2, kBlockSkinnyMaxRows);
+  expectRows(gemm[1], 2, kSkinnyMaxRows);
   EXPECT_EQ(gemm[2].role, R::kDequantize);
   EXPECT_EQ(gemm[2].params, (json{{"n", 3072}, {"k", 576}, {"weight_type", "q4_1"}}));
-  expectRows(gemm[2], kBlockSkinnyMaxRows + 1, RowRange::kUnbounded);
-  expectRows(gemm[3], kBlockSkinnyMaxRows + 1, RowRange::kUnbounded);
+  expectRows(gemm[2], kSkinnyMaxRows + 1, RowRange::kUnbounded);
+  expectRows(gemm[3], kSkinnyMaxRows + 1, RowRange::kUnbounded);
   EXPECT_EQ(gemm[3].role, R::kCublasLt);
   EXPECT_EQ(list[1].size(), 1u) << "no SwiGLU fold into a block-quantized gemm";
   expectAllGenerate(list);
