@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <initializer_list>
+#include <utility>
 
 namespace kiln {
 
@@ -57,7 +58,14 @@ Status validatePlanOptions(const PlanOptions& options) {
     return invalid("--spec-tree", tree, "one of: none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
   if (!oneOf(options.activation_type, {"f32", "bf16", "f16"}))
     return invalid("--activation-type", options.activation_type, "one of: f32, bf16, f16");
-  return validateTarget(options.target);
+  KILN_RETURN_IF_ERROR(validateTarget(options.target));
+  // fp8 e4m3 arithmetic needs Ada's or Hopper's tensor cores (sm_89 and later).
+  for (auto [flag, value] : {std::pair<std::string_view, const std::string&>{"--quant-weights", options.quant_weights},
+                             {"--quant-kv", options.quant_kv}})
+    if (value == "fp8" && (options.target == "sm_80" || options.target == "sm_86"))
+      return makeError("{} fp8 needs a target of sm_89 or later (fp8 tensor cores), got --target {}", flag,
+                       options.target);
+  return {};
 }
 
 }  // namespace kiln

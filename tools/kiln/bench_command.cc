@@ -220,7 +220,6 @@ double planPrefillFlops(const Manifest& manifest, int64_t tokens, int64_t batch)
 }  // namespace
 
 // run_command.cc: compiles MODEL for the backend --device picks and opens it.
-Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options);
 
 int benchCommand(int argc, char** argv) {
   CliArgs args;
@@ -258,7 +257,9 @@ int benchCommand(int argc, char** argv) {
   // The forwards' GPU time beside their wall time (on stderr when the
   // engine closes): what the host adds between and around them.
   options->cuda.report_forward_gpu_time = true;
-  auto engine = openEngine(args.positionals()[1], *options);
+  auto compile_flags = compileFlagsFrom(args);
+  if (!compile_flags.ok()) return fail(compile_flags.error().message);
+  auto engine = openEngine(args.positionals()[1], *options, *compile_flags);
   if (!engine.ok()) return fail(engine.error().message);
   const std::string backend = (*engine)->backendName();
   const bool on_cuda = backend.rfind("cuda", 0) == 0;

@@ -2,7 +2,10 @@
 // exactly these and --help lists them (test/lit/cli/kiln-help.test checks
 // both). The flags run and bench share are spelled once, in kGeneralFlags
 // and kEngineFlags.
+#include <algorithm>
 #include <cstdlib>
+
+#include "runtime/artifact/plan_options.h"
 
 #include "tools/kiln/commands.h"
 
@@ -27,11 +30,21 @@ constexpr CliFlag kEngineFlags[] = {
     {"quiet", "", kEngine, "no loading progress on stderr"},
 };
 
-// A subcommand's table: the general flags, its own, then the engine's.
+// How a model (not an artifact) is compiled: kiln-compile's own flags (compileFlagsFrom).
+constexpr const char* kCompile = "compiling a model";
+constexpr CliFlag kCompileFlags[] = {
+    {"quant-weights", "none|int8|int4|fp8", kCompile, "quantize the weights at load (default none)"},
+    {"quant-group-size", "G", kCompile, "int4 group size, a multiple of 32 (default 128)"},
+    {"quant-kv", "none|bf16|int8|fp8", kCompile, "the KV cache's type (default none: the activations')"},
+};
+
+// A subcommand's table: the general flags, its own, then the engine's and
+// the compile options'.
 std::vector<CliFlag> tableOf(std::initializer_list<CliFlag> own) {
   std::vector<CliFlag> flags(std::begin(kGeneralFlags), std::end(kGeneralFlags));
   flags.insert(flags.end(), own);
   flags.insert(flags.end(), std::begin(kEngineFlags), std::end(kEngineFlags));
+  flags.insert(flags.end(), std::begin(kCompileFlags), std::end(kCompileFlags));
   return flags;
 }
 
@@ -139,6 +152,27 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   if (options.cuda_dtype != "bf16" && options.cuda_dtype != "f32")
     return makeError("--dtype '{}': expected bf16 or f32 (the CUDA activations)", options.cuda_dtype);
   return options;
+}
+
+Result<std::vector<std::string>> compileFlagsFrom(const CliArgs& args) {
+  PlanOptions plan;  // validated as kiln-compile validates them
+  std::vector<std::string> flags;
+  if (auto v = args.get("quant-weights")) {
+    plan.quant_weights = *v;
+    flags.push_back("--quant-weights=" + *v);
+  }
+  if (auto v = args.get("quant-group-size")) {
+    auto group = args.getInt("quant-group-size", 0);
+    if (!group.ok()) return group.error();
+    plan.quant_group_size = unsigned(std::clamp<int64_t>(*group, 0, 1 << 20));
+    flags.push_back("--quant-group-size=" + *v);
+  }
+  if (auto v = args.get("quant-kv")) {
+    plan.quant_kv = *v;
+    flags.push_back("--quant-kv=" + *v);
+  }
+  KILN_RETURN_IF_ERROR(validatePlanOptions(plan));
+  return flags;
 }
 
 }  // namespace kiln

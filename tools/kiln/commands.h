@@ -2,7 +2,9 @@
 #pragma once
 
 #include <optional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/engine/engine.h"
 #include "runtime/support/error.h"
@@ -26,6 +28,17 @@ std::optional<int> parseCommandLine(int argc, char** argv, int first, const CliC
 // --gpu-memory-fraction, --model-source) and the CUDA A/B switches, which
 // are an error with --device cpu.
 Result<EngineOptions> engineOptionsFrom(const CliArgs& args);
+
+// The kiln-compile flags a model (not an artifact) is compiled with
+// (--quant-weights, --quant-group-size, --quant-kv), validated as
+// kiln-compile validates them.
+Result<std::vector<std::string>> compileFlagsFrom(const CliArgs& args);
+
+// Opens `model` (an artifact directory, or a model compiled through the
+// compile cache with `compile_flags`, for the GPU's target when the CUDA
+// backend runs it) on the backend `options` asks for.
+Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options,
+                                           const std::vector<std::string>& compile_flags);
 
 // Prints "kiln: error: MESSAGE" on stderr and returns exit status 1.
 int fail(const std::string& message);

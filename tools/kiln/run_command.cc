@@ -4,6 +4,7 @@
 // with the summary.
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -21,7 +22,14 @@ void onInterrupt(int) { interrupted = true; }
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options) {
+Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options,
+                                           const std::vector<std::string>& compile_flags) {
+  // Compile options mean nothing to an artifact, already compiled: an error
+  // rather than a run that silently ignores them.
+  std::error_code ec;
+  if (!compile_flags.empty() && std::filesystem::exists(std::filesystem::path(model) / "manifest.json", ec))
+    return makeError("{} is a compiled artifact: {} applies when compiling a model (pass the model instead)", model,
+                     compile_flags.front().substr(0, compile_flags.front().find('=')));
   // The CUDA kernels take bf16 activations, the CPU executor f32: a model
   // (not an artifact) is compiled for the backend that will run it.
   // Its kernel variants are chosen for the GPU's target, or none for the CPU.
@@ -32,6 +40,7 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
     // f32: kiln-compile's default activation type.
     std::vector<std::string> flags{"--target=" + target};
     if (options.cuda_dtype == "bf16") flags.push_back("--activation-type=bf16");
+    flags.insert(flags.end(), compile_flags.begin(), compile_flags.end());
     auto artifact = artifactFor({model, flags, options.progress});
     if (!artifact.ok()) return artifact.error();
     EngineOptions gpu = options;
@@ -47,7 +56,9 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
     if (reason.size() > 8 && reason.compare(reason.size() - 8, 8, "; tried:") == 0) reason.resize(reason.size() - 8);
     std::fprintf(stderr, "kiln: CUDA backend unavailable (%s); running on the CPU\n", reason.c_str());
   }
-  auto artifact = artifactFor({model, {"--target=cpu"}, options.progress});
+  std::vector<std::string> cpu_flags{"--target=cpu"};
+  cpu_flags.insert(cpu_flags.end(), compile_flags.begin(), compile_flags.end());
+  auto artifact = artifactFor({model, cpu_flags, options.progress});
   if (!artifact.ok()) return artifact.error();
   options.device = "cpu";
   return Engine::open(*artifact, options);
@@ -104,7 +115,9 @@ int runCommand(int argc, char** argv) {
   s.ignore_eos = args.has("ignore-eos");
   if (Status valid = s.validate(); !valid.ok()) return fail(valid.error().message);
 
-  auto engine = openEngine(args.positionals()[0], *options);
+  auto compile_flags = compileFlagsFrom(args);
+  if (!compile_flags.ok()) return fail(compile_flags.error().message);
+  auto engine = openEngine(args.positionals()[0], *options, *compile_flags);
   if (!engine.ok()) return fail(engine.error().message);
 
   auto id = (*engine)->submit(std::move(request), [](int64_t, int32_t, std::string_view text) {
