@@ -21,7 +21,7 @@
 // but no time, and the LM head is a single GEMM whose errors go straight
 // into every logit (and with tied embeddings it is the same tensor).
 //
-// KV cache. kv=bf16|int8|fp8 changes the element type of every
+// KV cache. kv=f16|bf16|int8|fp8 changes the element type of every
 // `!xfmr.kv_pool` of a float type (in function signatures, block arguments
 // and fusion regions alike) to bf16, i8 or f8E4M3FN. There is no
 // calibration data to fix static scales, so the int8/fp8 pools use dynamic
@@ -202,10 +202,8 @@ struct InsertQuantizationPass
                              "of 32 (32, 64, 128, ...)";
       return signalPassFailure();
     }
-    if (!llvm::is_contained({"none", "bf16", "int8", "fp8"}, kv)) {
-      module->emitError() << "invalid value '" << kv
-                          << "' for kv, expected one of: none, bf16, int8, "
-                             "fp8";
+    if (Status valid = validateQuantKv(kv, "kv"); !valid.ok()) {
+      module->emitError() << valid.error().message;
       return signalPassFailure();
     }
 
@@ -222,11 +220,13 @@ struct InsertQuantizationPass
     if (kv == "none") return;
     MLIRContext* context = &getContext();
     Type element = kv == "bf16"   ? Type(BFloat16Type::get(context))
+                   : kv == "f16"  ? Type(Float16Type::get(context))
                    : kv == "int8" ? Type(IntegerType::get(context, 8))
                                   : Type(Float8E4M3FNType::get(context));
+    const bool half = kv == "bf16" || kv == "f16";  // float types: no scales
     bool found = false;
     for (auto func : module.getOps<func::FuncOp>())
-      found |= convertKvPools(func, element, /*dynamicScales=*/kv != "bf16");
+      found |= convertKvPools(func, element, /*dynamicScales=*/!half);
     // Not an error: the weights may still have been quantized.
     if (!found)
       module->emitWarning() << "kv=" << kv

@@ -104,7 +104,7 @@ def InsertQuantization : Pass<"xfmr-insert-quantization", "::mlir::ModuleOp"> {
     Option<"groupSize", "group-size", "unsigned", "::kiln::PlanOptions::kDefaultQuantGroupSize",
            "Elements per scale for int4 (a multiple of 32)">,
     Option<"kv", "kv", "std::string", "std::string(::kiln::PlanOptions::kDefaultQuantKv)",
-           "KV cache type: none (activation type), bf16, int8, fp8">,
+           "KV cache type: none (activation type), f16, bf16, int8, fp8">,
   ];
 }
 

@@ -49,7 +49,7 @@ struct DefaultPipelineOptions
                                   llvm::cl::desc("int4 group size"),
                                   llvm::cl::init(PlanOptions::kDefaultQuantGroupSize)};
   Option<std::string> quantKv{*this, "quant-kv",
-                              llvm::cl::desc("none, bf16, int8, fp8"),
+                              llvm::cl::desc("none, f16, bf16, int8, fp8"),
                               llvm::cl::init(std::string(PlanOptions::kDefaultQuantKv))};
   Option<unsigned> pageSize{*this, "page-size", llvm::cl::desc("KV page size"),
                             llvm::cl::init(PlanOptions::kDefaultPageSize)};

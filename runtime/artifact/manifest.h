@@ -52,7 +52,7 @@ struct KvCacheConfig {
   int page_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  std::string type;  // "f32" (the CPU pools' only type today)
+  std::string type;  // "f32", "f16", "bf16" (CPU pools), f32 and bf16 (CUDA pools); int8 and fp8 pools run nowhere yet
 };
 
 struct EntryInput {

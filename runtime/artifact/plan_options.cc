@@ -27,6 +27,11 @@ Status validatePageSize(unsigned page_size, std::string_view option) {
   return {};
 }
 
+Status validateQuantKv(const std::string& kv, std::string_view option) {
+  if (!oneOf(kv, {"none", "f16", "bf16", "int8", "fp8"})) return invalid(option, kv, "one of: none, f16, bf16, int8, fp8");
+  return {};
+}
+
 Status validateTarget(const std::string& target, std::string_view option) {
   if (!oneOf(target, {"cpu", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120"}))
     return invalid(option, target, fmt::format("one of: {}", kTargets));
@@ -45,8 +50,7 @@ std::optional<std::string> targetForDevice(int major, int minor) {
 Status validatePlanOptions(const PlanOptions& options) {
   if (!oneOf(options.quant_weights, {"none", "int8", "int4", "fp8"}))
     return invalid("--quant-weights", options.quant_weights, "one of: none, int8, int4, fp8");
-  if (!oneOf(options.quant_kv, {"none", "bf16", "int8", "fp8"}))
-    return invalid("--quant-kv", options.quant_kv, "one of: none, bf16, int8, fp8");
+  KILN_RETURN_IF_ERROR(validateQuantKv(options.quant_kv));
   if (options.quant_group_size == 0 || options.quant_group_size % 32 != 0)
     return invalid("--quant-group-size", std::to_string(options.quant_group_size),
                    "a positive multiple of 32 (32, 64, 128, ...)");

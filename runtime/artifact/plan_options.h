@@ -26,7 +26,7 @@ struct PlanOptions {
 
   std::string quant_weights{kDefaultQuantWeights};  // none | int8 | int4 | fp8
   unsigned quant_group_size = kDefaultQuantGroupSize;  // int4 only
-  std::string quant_kv{kDefaultQuantKv};            // none | bf16 | int8 | fp8
+  std::string quant_kv{kDefaultQuantKv};            // none | f16 | bf16 | int8 | fp8
   unsigned page_size = kDefaultPageSize;            // tokens per KV block
   std::string spec_tree{kDefaultSpecTree};          // none | chain:K | widths:W1,W2,...
   std::string spec_mode{kDefaultSpecMode};          // greedy | rejection
@@ -46,6 +46,8 @@ Status validatePlanOptions(const PlanOptions& options);
 // The page size alone; `option` is its spelling where it was given
 // (xfmr-page-kv-cache checks its own `page-size` with it).
 Status validatePageSize(unsigned page_size, std::string_view option = "--page-size");
+// The KV cache type alone, likewise (xfmr-insert-quantization's `kv`).
+Status validateQuantKv(const std::string& kv, std::string_view option = "--quant-kv");
 // The target alone, likewise.
 Status validateTarget(const std::string& target, std::string_view option = "--target");
 // The target to compile for a device of compute capability major.minor:

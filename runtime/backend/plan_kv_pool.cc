@@ -7,7 +7,10 @@ KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks) {
                       .num_blocks = num_blocks,
                       .page_size = manifest.kv_cache.page_size,
                       .kv_heads = manifest.kv_cache.kv_heads,
-                      .head_dim = manifest.kv_cache.head_dim};
+                      .head_dim = manifest.kv_cache.head_dim,
+                      .element = manifest.kv_cache.type == "f16"    ? KvElement::kF16
+                                 : manifest.kv_cache.type == "bf16" ? KvElement::kBf16
+                                                                    : KvElement::kF32};
 }
 
 Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest) {

@@ -14,19 +14,20 @@ Result<BlockPool> BlockPool::create(const KvPoolConfig& config, KvStorage storag
                      config.head_dim);
   if (config.num_blocks > std::numeric_limits<int32_t>::max())
     return makeError("kv pool: num_blocks {} does not fit the i32 block ids", config.num_blocks);
-  // 2 * layers * num_blocks * page * heads * dim f32 must fit in memory sizes.
+  // 2 * layers * num_blocks * page * heads * dim elements must fit in memory sizes.
   __int128 elems = __int128(2) * config.layers * config.num_blocks * config.page_size *
                    config.kv_heads * config.head_dim;
-  if (elems * 4 > __int128(std::numeric_limits<int64_t>::max()) ||
+  const int elem_bytes = kvElementBytes(config.element);
+  if (elems * elem_bytes > __int128(std::numeric_limits<int64_t>::max()) ||
       config.num_blocks * config.page_size > std::numeric_limits<int32_t>::max())
     return makeError("kv pool: {} blocks of {} tokens overflow the slot range", config.num_blocks,
                      config.page_size);
   BlockPool pool;
   pool.config_ = config;
-  if (storage == KvStorage::kHost) pool.storage_.reset(new (std::nothrow) float[size_t(elems)]());
+  if (storage == KvStorage::kHost) pool.storage_.reset(new (std::nothrow) uint8_t[size_t(elems * elem_bytes)]());
   if (storage == KvStorage::kHost && !pool.storage_)
     return makeError("kv pool: cannot allocate {} bytes for {} layers x {} blocks",
-                     int64_t(elems * 4), config.layers, config.num_blocks);
+                     int64_t(elems * elem_bytes), config.layers, config.num_blocks);
   pool.refs_.assign(size_t(config.num_blocks), 0);
   pool.free_.reserve(size_t(config.num_blocks));
   for (int64_t b = config.num_blocks - 1; b >= 0; --b) pool.free_.push_back(int32_t(b));

@@ -1,5 +1,6 @@
 // Memory of the paged KV cache. A BlockPool owns, for every layer, a K pool
-// and a V pool of shape [num_blocks, page_size, kv_heads, head_dim] f32, and
+// and a V pool of shape [num_blocks, page_size, kv_heads, head_dim] of its
+// element type (f32, or f16/bf16: half the memory, llama.cpp's default), and
 // hands out block ids from a free list with reference counts (a block shared
 // by two sequences, e.g. a common prefix, is freed when both release it).
 // A BlockTable maps one sequence's token positions to slots in the pools:
@@ -17,15 +18,22 @@
 
 namespace kiln {
 
+// A pool's element type; keys and values are computed in f32 and rounded
+// to it (to nearest even) when appended.
+enum class KvElement { kF32, kF16, kBf16 };
+inline int kvElementBytes(KvElement e) { return e == KvElement::kF32 ? 4 : 2; }
+
 struct KvPoolConfig {
   int layers = 0;
   int64_t num_blocks = 0;
   int page_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
+  KvElement element = KvElement::kF32;
 
-  // f32 elements of one layer's K (or V) pool.
+  // Elements of one layer's K (or V) pool.
   int64_t poolElems() const { return num_blocks * page_size * int64_t(kv_heads) * head_dim; }
+  int64_t poolBytes() const { return poolElems() * kvElementBytes(element); }
 };
 
 // Where a pool's K/V live: in the pool itself (the CPU executor), or
@@ -43,11 +51,11 @@ class BlockPool {
   BlockPool& operator=(BlockPool&&) noexcept = default;
 
   const KvPoolConfig& config() const { return config_; }
-  // [num_blocks, page_size, kv_heads, head_dim] f32 of `layer`; null when
-  // the pool was created with KvStorage::kElsewhere.
-  float* keys(int layer) { return storage_ ? storage_.get() + (2 * int64_t(layer)) * config_.poolElems() : nullptr; }
-  float* values(int layer) {
-    return storage_ ? storage_.get() + (2 * int64_t(layer) + 1) * config_.poolElems() : nullptr;
+  // [num_blocks, page_size, kv_heads, head_dim] of config().element for
+  // `layer`; null when the pool was created with KvStorage::kElsewhere.
+  void* keys(int layer) { return storage_ ? storage_.get() + (2 * int64_t(layer)) * config_.poolBytes() : nullptr; }
+  void* values(int layer) {
+    return storage_ ? storage_.get() + (2 * int64_t(layer) + 1) * config_.poolBytes() : nullptr;
   }
 
   int64_t numBlocks() const { return config_.num_blocks; }
@@ -67,7 +75,7 @@ class BlockPool {
   BlockPool() = default;
 
   KvPoolConfig config_;
-  std::unique_ptr<float[]> storage_;
+  std::unique_ptr<uint8_t[]> storage_;
   // Free block ids, popped from the back; the lowest ids go out first.
   std::vector<int32_t> free_;
   std::vector<int32_t> refs_;  // [num_blocks]

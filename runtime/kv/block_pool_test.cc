@@ -11,12 +11,18 @@ KvPoolConfig smallConfig(int64_t blocks = 4) {
 }
 
 TEST(BlockPoolTest, PoolsAreSeparateAndZeroed) {
-  auto pool = BlockPool::create(smallConfig());
-  ASSERT_TRUE(pool.ok()) << pool.error().message;
-  int64_t elems = smallConfig().poolElems();
-  EXPECT_EQ(pool->values(0) - pool->keys(0), elems);
-  EXPECT_EQ(pool->keys(1) - pool->values(0), elems);
-  for (int64_t i = 0; i < elems; ++i) ASSERT_EQ(pool->values(1)[i], 0.0f);
+  for (KvElement element : {KvElement::kF32, KvElement::kF16, KvElement::kBf16}) {
+    KvPoolConfig config = smallConfig();
+    config.element = element;
+    auto pool = BlockPool::create(config);
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    const int64_t bytes = config.poolElems() * (element == KvElement::kF32 ? 4 : 2);
+    EXPECT_EQ(config.poolBytes(), bytes);
+    auto at = [](void* p) { return static_cast<uint8_t*>(p); };
+    EXPECT_EQ(at(pool->values(0)) - at(pool->keys(0)), bytes);
+    EXPECT_EQ(at(pool->keys(1)) - at(pool->values(0)), bytes);
+    for (int64_t i = 0; i < bytes; ++i) ASSERT_EQ(at(pool->values(1))[i], 0);
+  }
 }
 
 // The CUDA executor's pool: block bookkeeping only, its K/V on the GPU. A

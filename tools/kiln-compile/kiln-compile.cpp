@@ -66,7 +66,7 @@ cl::opt<std::string> quantWeights("quant-weights",
                                   cl::init(std::string(kiln::PlanOptions::kDefaultQuantWeights)));
 cl::opt<unsigned> quantGroupSize("quant-group-size", cl::desc("int4 group size"),
                                  cl::init(kiln::PlanOptions::kDefaultQuantGroupSize));
-cl::opt<std::string> quantKv("quant-kv", cl::desc("KV cache type: none, bf16, int8, fp8"),
+cl::opt<std::string> quantKv("quant-kv", cl::desc("KV cache type: none, f16, bf16, int8, fp8"),
                              cl::init(std::string(kiln::PlanOptions::kDefaultQuantKv)));
 cl::opt<unsigned> pageSize("page-size", cl::desc("KV cache page size in tokens"),
                            cl::init(kiln::PlanOptions::kDefaultPageSize));

@@ -35,7 +35,7 @@ constexpr const char* kCompile = "compiling a model";
 constexpr CliFlag kCompileFlags[] = {
     {"quant-weights", "none|int8|int4|fp8", kCompile, "quantize the weights at load (default none)"},
     {"quant-group-size", "G", kCompile, "int4 group size, a multiple of 32 (default 128)"},
-    {"quant-kv", "none|bf16|int8|fp8", kCompile, "the KV cache's type (default none: the activations')"},
+    {"quant-kv", "none|f16|bf16|int8|fp8", kCompile, "the KV cache's type (default none: the activations')"},
 };
 
 // A subcommand's table: the general flags, its own, then the engine's and

@@ -58,7 +58,7 @@ struct Operand {
   bool per_sequence = false;
   int64_t storage_begin = 0, storage_end = 0;  // arena bytes, for alias checks
   const BoundWeight* weight = nullptr;         // kWeight
-  float* pool = nullptr;                       // kPool
+  void* pool = nullptr;                        // kPool
   InputId input = InputId::kTokens;            // kInput
 };
 
@@ -433,8 +433,8 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
     return makeError("{}: world_size: the CPU executor runs world_size 1, got {}", mpath,
                      manifest.world_size);
   const KvCacheConfig& mk = manifest.kv_cache;
-  if (mk.type != "f32")
-    return makeError("{}: kv_cache.type: the CPU pools hold f32, got {}", mpath, mk.type);
+  if (mk.type != "f32" && mk.type != "f16" && mk.type != "bf16")
+    return makeError("{}: kv_cache.type: the CPU pools hold f32, f16 or bf16, got {}", mpath, mk.type);
   KILN_RETURN_IF_ERROR(checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 24))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 24);
@@ -558,8 +558,8 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       const int64_t qd = int64_t(s.heads) * s.head_dim, kd = int64_t(s.kv_heads) * s.head_dim;
       const size_t pos_arg = s.merged ? 1 : 3;
       const int32_t* positions = inputData(in, s.args[pos_arg].input);
-      float* k_pool = s.args[pos_arg + 2].pool;
-      float* v_pool = s.args[pos_arg + 3].pool;
+      void* k_pool = s.args[pos_arg + 2].pool;
+      void* v_pool = s.args[pos_arg + 3].pool;
       const float* v_src;
       if (s.merged) {
         const float* qkv = s.args[0].data;
@@ -578,7 +578,7 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       KILN_RETURN_IF_ERROR(applyRope(scratch_k_, n, s.kv_heads, s.head_dim, positions, s.rope));
       const KvPoolConfig& pc = pool_->config();
       KvPoolShape shape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
-                        .kv_heads = pc.kv_heads, .head_dim = pc.head_dim};
+                        .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
       return appendKvPaged(scratch_k_, v_src, n, scratch_slots_, shape, k_pool, v_pool);
     }
     case StepKind::kPagedAttention: {
@@ -596,7 +596,7 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       args.k_pool = s.args[1].pool;
       args.v_pool = s.args[2].pool;
       args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
-                              .kv_heads = pc.kv_heads, .head_dim = pc.head_dim};
+                              .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
       args.scale = s.scale;
       return pagedAttention(args);
     }

@@ -1,5 +1,7 @@
 #include "runtime/cpu/kernels/paged_attention.h"
 
+#include "runtime/numerics/quant.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -62,7 +64,8 @@ Status checkArgs(const PagedAttentionArgs& a) {
 // The order depends only on this sequence's own token count, never on other
 // sequences in the batch.
 void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<float>& scores,
-                        std::vector<float>& probs, std::vector<const float*>& values) {
+                        std::vector<float>& probs, std::vector<const float*>& values,
+                        std::vector<const float*>& keys, std::vector<float>& widened) {
   const GgmlVec& vec = ggmlVec();
   const KvPoolShape& p = a.pool;
   const int d = p.head_dim;
@@ -84,8 +87,22 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
     probs.resize(size_t(padded));
   }
   values.resize(size_t(kv_len));
-  for (int32_t j = 0; j < kv_len; ++j)
-    values[size_t(j)] = a.v_pool + slotOf(j) * slot_elems + int64_t(kv_head) * d;
+  keys.resize(size_t(kv_len));
+  const bool f32 = p.element == KvElement::kF32;
+  if (!f32) widened.resize(size_t(2) * kv_len * d);  // this head's keys, then its values, as f32
+  // Row j of `pool` for this head: in the pool itself (f32), or widened.
+  auto row = [&](const void* pool, int32_t j, int64_t widened_at) -> const float* {
+    const int64_t at = slotOf(j) * slot_elems + int64_t(kv_head) * d;
+    if (f32) return static_cast<const float*>(pool) + at;
+    const uint16_t* half = static_cast<const uint16_t*>(pool) + at;
+    float* out = widened.data() + widened_at;
+    for (int e = 0; e < d; ++e) out[e] = p.element == KvElement::kF16 ? f16ToF32(half[e]) : bf16ToF32(half[e]);
+    return out;
+  };
+  for (int32_t j = 0; j < kv_len; ++j) {
+    keys[size_t(j)] = row(a.k_pool, j, int64_t(j) * d);
+    values[size_t(j)] = row(a.v_pool, j, (int64_t(kv_len) + j) * d);
+  }
 
   for (int32_t i = 0; i < q_len; ++i) {
     const int64_t token = q_begin + i;
@@ -99,8 +116,7 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
         scores[size_t(j)] = -INFINITY;
         continue;
       }
-      const float* k = a.k_pool + slotOf(j) * slot_elems + int64_t(kv_head) * d;
-      scores[size_t(j)] = vec.dot(q, k, d) * a.scale;
+      scores[size_t(j)] = vec.dot(q, keys[size_t(j)], d) * a.scale;
       max = std::max(max, scores[size_t(j)]);
     }
     if (max == -INFINITY) {  // sees no key
@@ -123,11 +139,11 @@ Status pagedAttention(const PagedAttentionArgs& args) {
   const int64_t items = int64_t(args.num_seqs) * args.num_heads;
   parallelFor(items, 1, [&](int64_t w0, int64_t w1) {
     // [kv_len] scratch, grown to the longest context and then reused.
-    thread_local std::vector<float> scores, probs;
-    thread_local std::vector<const float*> values;
+    thread_local std::vector<float> scores, probs, widened;
+    thread_local std::vector<const float*> values, keys;
     for (int64_t w = w0; w < w1; ++w)
-      attendSequenceHead(args, int(w / args.num_heads), int(w % args.num_heads), scores, probs,
-                         values);
+      attendSequenceHead(args, int(w / args.num_heads), int(w % args.num_heads), scores, probs, values, keys,
+                         widened);
   });
   return Status::success();
 }

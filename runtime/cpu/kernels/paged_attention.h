@@ -27,9 +27,10 @@ struct PagedAttentionArgs {
   const int32_t* block_table = nullptr;
   int max_blocks_per_seq = 0;
 
-  // k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] f32
-  const float* k_pool = nullptr;
-  const float* v_pool = nullptr;
+  // k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] of
+  //   pool.element (f32, f16, bf16)
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
   KvPoolShape pool;
 
   float scale = 0.0f;  // logits = q·k * scale, usually 1/sqrt(head_dim)
@@ -47,7 +48,9 @@ struct PagedAttentionArgs {
 // step by step as llama.cpp's (non-flash) attention: ggml's q·k dot, its
 // softmax (vectorized expf, f64 sum), and V^T·p in the order llama.cpp uses
 // for a batch of this sequence's size (>= 2 tokens or 1); see
-// attendSequenceHead. A query that sees no key gets zeros.
+// attendSequenceHead. A query that sees no key gets zeros. f16 and bf16
+// pools are widened to f32 a (sequence, head) at a time; the arithmetic is
+// the same.
 Status pagedAttention(const PagedAttentionArgs& args);
 
 }  // namespace kiln::cpu

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "runtime/cpu/kernels/ggml_vec.h"
+#include "runtime/numerics/quant.h"
 #include "runtime/numerics/testing.h"
 
 namespace kiln::cpu {
@@ -143,6 +144,37 @@ TEST(PagedAttentionTest, RaggedBatchPrefillChunksAndDecode) {
     PagedAttentionArgs args = argsFor(batch, out, masks);
     Status s = pagedAttention(args);
     ASSERT_TRUE(s.ok()) << s.error().message;
+    expectMatchesReference(batch, out, args.scale);
+  }
+}
+
+// f16 and bf16 pools: the kernel attends to the values the pool holds, the
+// keys and values rounded to the pool's type (the reference takes those
+// rounded values in float64).
+TEST(PagedAttentionTest, HalfPrecisionPoolsAttendToTheirValues) {
+  std::mt19937 rng(72);
+  for (KvElement element : {KvElement::kF16, KvElement::kBf16}) {
+    Batch batch = makeBatch(rng, {{6, 6}, {3, 21}, {1, 17}, {1, 1}}, 4, 2, 16, 4);
+    auto round = [&](float x) {
+      return element == KvElement::kF16 ? f16ToF32(f32ToF16(x)) : bf16ToF32(f32ToBf16(x));
+    };
+    for (auto& rows : {&batch.keys, &batch.values})
+      for (std::vector<float>& seq : *rows)
+        for (float& x : seq) x = round(x);
+    auto half = [&](const std::vector<float>& pool) {
+      std::vector<uint16_t> out(pool.size());
+      for (size_t i = 0; i < pool.size(); ++i)
+        out[i] = element == KvElement::kF16 ? f32ToF16(pool[i]) : f32ToBf16(pool[i]);
+      return out;
+    };
+    const std::vector<uint16_t> k_half = half(batch.k_pool), v_half = half(batch.v_pool);
+    std::vector<float> out = testing::poisoned(batch.q.size());
+    std::vector<const uint8_t*> masks;
+    PagedAttentionArgs args = argsFor(batch, out, masks);
+    args.pool.element = element;
+    args.k_pool = k_half.data();
+    args.v_pool = v_half.data();
+    ASSERT_TRUE(pagedAttention(args).ok());
     expectMatchesReference(batch, out, args.scale);
   }
 }

@@ -2,10 +2,26 @@
 
 #include <cstring>
 
+#include "runtime/numerics/quant.h"
+
 namespace kiln::cpu {
 
+namespace {
+
+// `count` f32 values stored at `dst` as `element`.
+void storeRow(const float* src, int64_t count, KvElement element, uint8_t* dst) {
+  if (element == KvElement::kF32) {
+    std::memcpy(dst, src, size_t(count) * 4);
+    return;
+  }
+  auto* half = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < count; ++i) half[i] = element == KvElement::kF16 ? f32ToF16(src[i]) : f32ToBf16(src[i]);
+}
+
+}  // namespace
+
 Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64_t* slot_mapping,
-                     const KvPoolShape& pool, float* k_pool, float* v_pool) {
+                     const KvPoolShape& pool, void* k_pool, void* v_pool) {
   if (tokens < 0 || pool.num_blocks <= 0 || pool.page_size <= 0 || pool.kv_heads <= 0 ||
       pool.head_dim <= 0)
     return makeError("append_kv_paged: shape tokens={} pool=[{}, {}, {}, {}] is invalid", tokens,
@@ -16,12 +32,12 @@ Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64
                        "slots ({} blocks of {})",
                        slot_mapping[t], t, pool.slots(), pool.num_blocks, pool.page_size);
   // A row copy per token: memory traffic is tiny next to the GEMMs.
-  const int64_t elems = pool.slotElems();
+  const int64_t elems = pool.slotElems(), bytes = elems * kvElementBytes(pool.element);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
-    std::memcpy(k_pool + slot * elems, k + t * elems, size_t(elems) * 4);
-    std::memcpy(v_pool + slot * elems, v + t * elems, size_t(elems) * 4);
+    storeRow(k + t * elems, elems, pool.element, static_cast<uint8_t*>(k_pool) + slot * bytes);
+    storeRow(v + t * elems, elems, pool.element, static_cast<uint8_t*>(v_pool) + slot * bytes);
   }
   return Status::success();
 }

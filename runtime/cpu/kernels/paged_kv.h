@@ -5,28 +5,32 @@
 
 #include <cstdint>
 
+#include "runtime/kv/block_pool.h"
 #include "runtime/support/error.h"
 
 namespace kiln::cpu {
 
-// Shape of one layer's K or V pool: [num_blocks, page_size, kv_heads, head_dim] f32.
+// Shape of one layer's K or V pool: [num_blocks, page_size, kv_heads, head_dim]
+// of `element` (f32, f16 or bf16).
 struct KvPoolShape {
   int64_t num_blocks = 0;
   int page_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
+  KvElement element = KvElement::kF32;
 
   int64_t slots() const { return num_blocks * page_size; }
-  // f32 elements per token slot.
+  // Elements per token slot.
   int64_t slotElems() const { return int64_t(kv_heads) * head_dim; }
 };
 
 // k, v:         [tokens, kv_heads, head_dim] f32 (this step's new keys/values)
 // slot_mapping: [tokens] i64; slot < 0 skips the token (padding), otherwise
 //               it must be < num_blocks * page_size
-// k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] f32
+// k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] of pool.element,
+//               written rounded to it (nearest even)
 // All slots are checked before anything is written.
 Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64_t* slot_mapping,
-                     const KvPoolShape& pool, float* k_pool, float* v_pool);
+                     const KvPoolShape& pool, void* k_pool, void* v_pool);
 
 }  // namespace kiln::cpu

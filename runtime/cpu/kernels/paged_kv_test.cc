@@ -3,12 +3,46 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
+#include "runtime/numerics/quant.h"
 #include "runtime/numerics/testing.h"
 
 namespace kiln::cpu {
 namespace {
+
+// f16 and bf16 pools hold each value rounded to nearest: within half an
+// ulp of the pool's type (2^-11 relative for f16, 2^-8 for bf16); slots no
+// token maps stay as they were.
+TEST(AppendKvPagedTest, HalfPrecisionPoolsRoundToNearest) {
+  std::mt19937 rng(61);
+  for (KvElement element : {KvElement::kF16, KvElement::kBf16}) {
+    KvPoolShape pool{3, 4, 2, 24, element};
+    const int64_t elems = pool.slotElems(), tokens = 5;
+    const std::vector<int64_t> slots{7, -1, 0, 11, 3};
+    std::vector<float> k = testing::randomFloats(rng, size_t(tokens * elems), -30.0f, 30.0f);
+    std::vector<float> v = testing::randomFloats(rng, size_t(tokens * elems), -30.0f, 30.0f);
+    std::vector<uint16_t> k_pool(size_t(pool.slots() * elems), 0xabcd), v_pool(k_pool);
+    ASSERT_TRUE(appendKvPaged(k.data(), v.data(), tokens, slots.data(), pool, k_pool.data(), v_pool.data()).ok());
+    const double ulp = element == KvElement::kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    auto widen = [&](uint16_t bits) { return element == KvElement::kF16 ? f16ToF32(bits) : bf16ToF32(bits); };
+    std::vector<bool> written(size_t(pool.slots()), false);
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (slots[size_t(t)] < 0) continue;
+      written[size_t(slots[size_t(t)])] = true;
+      for (int64_t e = 0; e < elems; ++e) {
+        const size_t at = size_t(slots[size_t(t)] * elems + e);
+        const double x = k[size_t(t * elems + e)], y = v[size_t(t * elems + e)];
+        ASSERT_LE(std::fabs(widen(k_pool[at]) - x), 0.5 * ulp * std::fabs(x) + 1e-7);
+        ASSERT_LE(std::fabs(widen(v_pool[at]) - y), 0.5 * ulp * std::fabs(y) + 1e-7);
+      }
+    }
+    for (int64_t slot = 0; slot < pool.slots(); ++slot)
+      if (!written[size_t(slot)])
+        for (int64_t e = 0; e < elems; ++e) ASSERT_EQ(k_pool[size_t(slot * elems + e)], 0xabcd);
+  }
+}
 
 TEST(AppendKvPagedTest, WritesExactlyTheMappedSlots) {
   std::mt19937 rng(60);

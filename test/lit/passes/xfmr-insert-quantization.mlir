@@ -5,13 +5,14 @@
 // RUN: kiln-opt %s -split-input-file --xfmr-insert-quantization=kv=int8 | kiln-opt -split-input-file | FileCheck %s --check-prefix=KVI8
 // RUN: kiln-opt %s -split-input-file --xfmr-insert-quantization=kv=fp8 | kiln-opt -split-input-file | FileCheck %s --check-prefix=KVF8
 // RUN: kiln-opt %s -split-input-file --xfmr-insert-quantization=kv=bf16 | kiln-opt -split-input-file | FileCheck %s --check-prefix=KVBF16
+// RUN: kiln-opt %s -split-input-file --xfmr-insert-quantization=kv=f16 | kiln-opt -split-input-file | FileCheck %s --check-prefix=KVF16
 // RUN: kiln-opt %s -split-input-file --xfmr-insert-quantization="weights=int8 kv=int8" | kiln-opt -split-input-file --xfmr-insert-quantization="weights=int8 kv=int8" | kiln-opt -split-input-file | FileCheck %s --check-prefix=TWICE
 // RUN: not kiln-opt %s -split-input-file --xfmr-insert-quantization=weights=int3 2>&1 | FileCheck %s --check-prefix=BADW
 // RUN: not kiln-opt %s -split-input-file --xfmr-insert-quantization=kv=int4 2>&1 | FileCheck %s --check-prefix=BADKV
 // RUN: not kiln-opt %s -split-input-file --xfmr-insert-quantization="weights=int4 group-size=48" 2>&1 | FileCheck %s --check-prefix=BADG
 
 // BADW: invalid value 'int3' for weights, expected one of: none, int8, int4, fp8
-// BADKV: invalid value 'int4' for kv, expected one of: none, bf16, int8, fp8
+// BADKV: invalid value 'int4' for kv, expected one of: none, f16, bf16, int8, fp8
 // BADG: invalid value '48' for group-size, expected a positive multiple of 32 (32, 64, 128, ...)
 
 // A paged one-layer model with float weights: hidden 64, 4 heads, 2 kv
@@ -69,6 +70,11 @@
 // KVBF16-LABEL: func.func @forward
 // KVBF16-SAME: !xfmr.kv_pool<16, 2, 16, bf16> {xfmr.name = "k_pool.0"}
 // KVBF16: xfmr.paged_attention {{.*}} !xfmr.kv_pool<16, 2, 16, bf16>, !xfmr.kv_pool<16, 2, 16, bf16>
+// f16 (llama.cpp's default KV type) likewise: a float type, no scales.
+// KVF16-LABEL: func.func @forward
+// KVF16-SAME: !xfmr.kv_pool<16, 2, 16, f16> {xfmr.name = "k_pool.0"}
+// KVF16-NOT: xfmr.kv_scales
+// KVF16: xfmr.paged_attention {{.*}} !xfmr.kv_pool<16, 2, 16, f16>, !xfmr.kv_pool<16, 2, 16, f16>
 
 // Running the pass again changes nothing.
 // TWICE-LABEL: func.func @forward
