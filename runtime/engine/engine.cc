@@ -3,6 +3,7 @@
 #include "runtime/artifact/plan_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <optional>
@@ -373,6 +374,63 @@ Status Engine::Impl::step() {
   for (size_t b = 0; b < batch.size(); ++b)
     if (sampled[b] >= 0) emitToken(*batch[b].seq, sampled[b]);
   return Status::success();
+}
+
+Result<std::vector<double>> Engine::scoreTokens(std::span<const int32_t> tokens) {
+  Impl& im = *impl_;
+  if (!idle()) return makeError("scoreTokens: the engine has requests running; score when it is idle");
+  const int64_t n = int64_t(tokens.size());
+  if (n < 2) return makeError("scoreTokens: {} token(s); scoring needs at least 2", n);
+  if (n > im.context_length)
+    return makeError("scoreTokens: {} tokens exceed the context length {}", n, im.context_length);
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= im.vocab)
+      return makeError("scoreTokens: token {} at index {} is outside the vocabulary [0, {})", tokens[size_t(i)], i,
+                       im.vocab);
+  BlockPool& pool = im.executor->blockPool();
+  BlockTable table(im.page_size);
+  KILN_RETURN_IF_ERROR(table.append(pool, n));
+  std::vector<double> logprobs;
+  // Positions [begin, end) per forward, as many as the token budget takes:
+  // sequence i is token begin + i alone, over the first begin + i + 1 keys,
+  // all of which are in the blocks once this forward has appended its own.
+  const std::span<const int32_t> blocks = table.blocks();
+  const int64_t budget = im.executor->maxTokens();
+  std::vector<int32_t> positions, slots, query_start, kv_lens, tables;
+  std::vector<float> logits;
+  Status status;
+  for (int64_t begin = 0; begin + 1 < n && status.ok(); begin += budget) {
+    const int64_t end = std::min(n - 1, begin + budget), count = end - begin;
+    positions.resize(size_t(count));
+    slots.resize(size_t(count));
+    query_start.resize(size_t(count) + 1);
+    kv_lens.resize(size_t(count));
+    tables.resize(size_t(count) * blocks.size());
+    for (int64_t i = 0; i < count; ++i) {
+      positions[size_t(i)] = int32_t(begin + i);
+      query_start[size_t(i)] = int32_t(i);
+      kv_lens[size_t(i)] = int32_t(begin + i + 1);
+      std::copy(blocks.begin(), blocks.end(), tables.begin() + i * int64_t(blocks.size()));
+    }
+    query_start[size_t(count)] = int32_t(count);
+    status = table.slots(begin, slots);
+    if (!status.ok()) break;
+    BatchInputs in{tokens.subspan(size_t(begin), size_t(count)), positions, slots, tables, int(blocks.size()),
+                   query_start, kv_lens};
+    logits.resize(size_t(count * im.vocab));
+    status = im.executor->forward(in, logits);
+    if (!status.ok()) break;
+    for (int64_t i = 0; i < count; ++i) {
+      const float* row = logits.data() + i * im.vocab;
+      double max = -INFINITY, sum = 0.0;
+      for (int64_t v = 0; v < im.vocab; ++v) max = std::max(max, double(row[v]));
+      for (int64_t v = 0; v < im.vocab; ++v) sum += std::exp(double(row[v]) - max);
+      logprobs.push_back(double(row[tokens[size_t(begin + i + 1)]]) - max - std::log(sum));
+    }
+  }
+  table.release(pool);
+  if (!status.ok()) return status.error();
+  return logprobs;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

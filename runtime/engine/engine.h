@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -106,6 +107,13 @@ class Engine {
   Status runUntilIdle(const std::function<bool()>& should_stop = {});
 
   const RequestStats* stats(int64_t request_id) const;
+
+  // The natural log of the probability of each of tokens[1..] given the
+  // tokens before it (tokens.size() - 1 values), from one causal pass: each
+  // position is a sequence of its own over shared KV blocks, so a forward
+  // yields every position's logits (perplexity; kiln bench ppl). Needs an
+  // idle engine and tokens.size() <= contextLength().
+  Result<std::vector<double>> scoreTokens(std::span<const int32_t> tokens);
   const Tokenizer& tokenizer() const;
   const Manifest& manifest() const;
   int64_t contextLength() const;

@@ -25,6 +25,7 @@
 #include "runtime/artifact/manifest.h"
 #include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
+#include "runtime/engine/engine.h"
 #include "runtime/cpu/kernels/ggml_vec.h"
 #include "runtime/cpu/kernels/linear.h"
 #include "runtime/kv/block_pool.h"
@@ -282,6 +283,38 @@ TEST_F(SmolLM2, F32ActivationsMatchExactReference) {
   });
   cpu::setQuantizedWeightPath(cpu::LinearPath::kQuantDot);
   EXPECT_EQ(checked, 12);
+}
+
+// Engine::scoreTokens (kiln bench ppl's pass: each position a sequence of
+// its own over shared KV blocks) against llama.cpp's logits: at every
+// recorded position the log-probability of the token that follows equals
+// llama.cpp's log-softmax there, within the fixture's f16 rounding.
+TEST_F(SmolLM2, ScoredTokensMatchLlamaCppLogSoftmax) {
+  auto engine = Engine::open(std::getenv("KILN_SMOLLM2_ARTIFACT"),
+                             EngineOptions{.threads = 2, .progress = false, .device = "cpu"});
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  nlohmann::json fixture = loadFixture("logits.json");
+  const size_t vocab = size_t(executor_->vocabSize());
+  int checked = 0;
+  for (const auto& prompt : fixture["prompts"]) {
+    std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
+    for (int32_t t : prompt["generated_ids"].get<std::vector<int32_t>>()) tokens.push_back(t);
+    for (const auto& at : prompt["positions"]) {
+      const int64_t position = at["position"].get<int64_t>();
+      if (position + 1 >= int64_t(tokens.size())) continue;
+      const std::vector<float> llama = referenceLogits(at["logits_f16_zlib_b64"].get<std::string>(), vocab);
+      double max = -INFINITY, sum = 0.0;
+      for (float x : llama) max = std::max(max, double(x));
+      for (float x : llama) sum += std::exp(double(x) - max);
+      const double want = double(llama[size_t(tokens[size_t(position) + 1])]) - max - std::log(sum);
+      auto scored = (*engine)->scoreTokens(std::span(tokens).first(size_t(position) + 2));
+      ASSERT_TRUE(scored.ok()) << scored.error().message;
+      ASSERT_EQ(scored->size(), size_t(position) + 1);
+      EXPECT_NEAR(scored->back(), want, 0.03) << prompt["name"] << " @" << at["label"];
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
 }
 
 TEST_F(SmolLM2, GreedyContinuationsMatchLlamaCpp) {

@@ -225,8 +225,9 @@ int benchCommand(int argc, char** argv) {
   CliArgs args;
   if (auto done = parseCommandLine(argc, argv, 2, benchCli(), args)) return *done;
   const std::string workload = args.positionals().empty() ? "" : args.positionals()[0];
+  if (workload == "ppl") return perplexityCommand(args);
   if (workload != "decode" && workload != "prefill")
-    return fail("usage: kiln bench decode|prefill MODEL [options]; `kiln bench --help` lists them");
+    return fail("usage: kiln bench decode|prefill|ppl MODEL [options]; `kiln bench --help` lists them");
   const bool prefill_only = workload == "prefill";
   if (args.positionals().size() != 2) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(args);

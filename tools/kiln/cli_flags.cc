@@ -81,12 +81,14 @@ const CliCommand& benchCli() {
   constexpr const char* kCuda = "CUDA A/B switches (each turns one optimization off, to compare in one session)";
   static const CliCommand command{
       "bench",
-      "kiln bench decode|prefill MODEL [options]",
+      "kiln bench decode|prefill|ppl MODEL [options]",
       "Measures kiln and, in the same run, its peer: llama.cpp on the same GGUF, prompt and threads, or\n"
       "for a checkpoint directory on the GPU Hugging Face transformers (eager, and static cache +\n"
       "torch.compile) beside the roofline from the card's HBM and GEMM ceilings measured in that run.\n"
       "decode: prefill and decode tok/s. prefill: time to first token and TFLOP/s by the plan's FLOPs.\n"
-      "The figures are those of the run with the median time to first token of --runs.",
+      "The figures are those of the run with the median time to first token of --runs.\n"
+      "ppl: the perplexity of --text FILE in windows of --ctx tokens, each window's second half\n"
+      "scored, as llama.cpp's perplexity tool windows it.",
       tableOf({
           {"prompt-tokens", "P", kWorkload, "prompt length in tokens (default 128; prefill 2048)"},
           {"gen-tokens", "G", kWorkload, "tokens to generate per request, >= 2 (default 64; prefill 2)"},
@@ -98,6 +100,8 @@ const CliCommand& benchCli() {
            "the checkpoint the Hugging Face peers load (default: the model; for a GGUF, its dequantized "
            "checkpoint)"},
           {"json", "FILE", kWorkload, "also write the figures as JSON to FILE"},
+          {"text", "FILE", kWorkload, "ppl: the text to score"},
+          {"ctx", "N", kWorkload, "ppl: tokens a window (default 512)"},
           {"no-cuda-graphs", "", kCuda, "decode steps launched one by one, not replayed from CUDA graphs",
            &CudaTuning::graphs, false},
           {"no-flash-attention", "", kCuda, "prefill attention on the CUDA-core paged_attention kernel",

@@ -40,6 +40,10 @@ Result<std::vector<std::string>> compileFlagsFrom(const CliArgs& args);
 Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptions options,
                                            const std::vector<std::string>& compile_flags);
 
+// kiln bench ppl MODEL --text FILE (perplexity.cc), after the bench
+// arguments are parsed.
+int perplexityCommand(const CliArgs& args);
+
 // Prints "kiln: error: MESSAGE" on stderr and returns exit status 1.
 int fail(const std::string& message);
 
