@@ -41,9 +41,11 @@
 #            KILN_HF_BENCH_MODEL (default llama3.2-1b) also gets the batch-1 decode timing,
 #            transformers' eager decode and an HBM read probe in the same run.
 #   trained  the same on a trained model, SmolLM2-135M-Instruct, with fewer near-ties than
-#            random weights: issue #5's check, at least 9 of 10 CUDA greedy continuations
-#            (64 tokens) equal to transformers fp32's (KILN_TRAINED_MIN_GREEDY, default 9),
-#            on top of the logits', and the f32 CUDA check as in `hf`.
+#            random weights: the logits' bound, and issue #5's check, at least 9 of 10 CUDA
+#            greedy continuations (64 tokens) equal to transformers fp32's, on the f32 CUDA
+#            run (KILN_F32_MIN_GREEDY); the bf16 runs report theirs (KILN_TRAINED_MIN_GREEDY,
+#            default 0: bf16 rounding flips the prompts' near-ties, docs/performance.md).
+#            Then the GGUF itself on the GPU (its q4_1/q8_0 blocks) and its batch-1 decode.
 #            test/gpu/make_gguf_reference.py loads the Q4_1 GGUF
 #            (KILN_TRAINED_GGUF, default /tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf,
 #            brought in parts by scripts/split-for-device.sh) with transformers, which needs
@@ -258,7 +260,7 @@ if [[ " $PARTS " == *" trained "* ]]; then
     else
       timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/$model-bf16" \
         --model-source "$HF_DIR/$model" --reference "$HF_DIR/$model.ref.json" "${cpu[@]}" \
-        --min-greedy-identical "${KILN_TRAINED_MIN_GREEDY:-9}" --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
+        --min-greedy-identical "${KILN_TRAINED_MIN_GREEDY:-0}" --summary "$OUT/$name.json" 2>&1 | tee -a "$OUT/$name.log"
       record "$name" "${PIPESTATUS[0]}"
       run_f32_cuda "$model" "$HF_DIR/$model" "$HF_DIR/$model.ref.json"
       # The GGUF itself on the GPU: its q4_1 and q8_0 blocks through the
@@ -270,7 +272,7 @@ if [[ " $PARTS " == *" trained "* ]]; then
       echo "== $q4"
       timeout "${KILN_HF_TIMEOUT:-240}" "$BUILD/bin/hf_logits_gpu_test" --artifact "$BUILD/artifacts/smollm2-q4_1-bf16" \
         --model-source "$gguf_file" --reference "$HF_DIR/$model.ref.json" \
-        --min-greedy-identical 0 --summary "$OUT/$q4.json" 2>&1 | tee "$OUT/$q4.log"
+        --min-greedy-identical "${KILN_TRAINED_MIN_GREEDY:-0}" --summary "$OUT/$q4.json" 2>&1 | tee "$OUT/$q4.log"
       record "$q4" "${PIPESTATUS[0]}"
       timeout 300 "$BUILD/bin/kiln" bench decode "$BUILD/artifacts/smollm2-q4_1-bf16" --model-source "$gguf_file" \
         --device cuda --batch 1 --peer hf --peer-model "$HF_DIR/$model" >"$OUT/bench_${model}_q4_1.txt" \
