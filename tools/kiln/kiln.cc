@@ -32,8 +32,8 @@ std::optional<int> parseCommandLine(int argc, char** argv, int first, const CliC
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln <command> [options]\n"
-      "  run MODEL [PROMPT]          generate text\n"
-      "  bench decode|prefill MODEL  measure decode or prefill speed beside a peer\n"
+      "  run MODEL [PROMPT]              generate text\n"
+      "  bench decode|prefill|ppl MODEL  measure decode or prefill speed beside a peer, or perplexity\n"
       "`kiln <command> --help` lists a command's options.\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
