@@ -52,6 +52,20 @@ std::vector<VariantRole> rolesOf(StepKind kind) {
   }
 }
 
+// An enum value's name in a {value, name} table, and back.
+template <class E, size_t N>
+const char* nameIn(const std::array<std::pair<E, const char*>, N>& table, E value) {
+  for (const auto& [v, name] : table)
+    if (v == value) return name;
+  return "?";
+}
+template <class E, size_t N>
+std::optional<E> valueIn(const std::array<std::pair<E, const char*>, N>& table, std::string_view name) {
+  for (const auto& [v, n] : table)
+    if (name == n) return v;
+  return std::nullopt;
+}
+
 bool symbolName(const std::string& name) {
   if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -61,17 +75,9 @@ bool symbolName(const std::string& name) {
 
 }  // namespace
 
-const char* variantRoleName(VariantRole role) {
-  for (const auto& [r, name] : kRoles)
-    if (r == role) return name;
-  return "?";
-}
+const char* variantRoleName(VariantRole role) { return nameIn(kRoles, role); }
 
-std::optional<VariantRole> parseVariantRole(std::string_view name) {
-  for (const auto& [r, n] : kRoles)
-    if (name == n) return r;
-  return std::nullopt;
-}
+std::optional<VariantRole> parseVariantRole(std::string_view name) { return valueIn(kRoles, name); }
 
 bool roleHasKernel(VariantRole role) {
   switch (role) {
@@ -84,17 +90,9 @@ bool roleHasKernel(VariantRole role) {
   }
 }
 
-const char* kernelFeatureName(KernelFeature feature) {
-  for (const auto& [f, name] : kFeatures)
-    if (f == feature) return name;
-  return "?";
-}
+const char* kernelFeatureName(KernelFeature feature) { return nameIn(kFeatures, feature); }
 
-std::optional<KernelFeature> parseKernelFeature(std::string_view name) {
-  for (const auto& [f, n] : kFeatures)
-    if (name == n) return f;
-  return std::nullopt;
-}
+std::optional<KernelFeature> parseKernelFeature(std::string_view name) { return valueIn(kFeatures, name); }
 
 nlohmann::json toJson(const KernelVariant& variant) {
   nlohmann::json out{{"role", variantRoleName(variant.role)}, {"rows", {variant.rows.min, variant.rows.max}}};
