@@ -17,14 +17,27 @@ std::string boundedInstanceName(const std::string& name) {
 
 bool warpgroupMmaTarget(std::string_view arch) { return arch == "sm_90" || arch == "sm_90a"; }
 
-bool bulkCopyTarget(std::string_view arch) {
-  if (arch.substr(0, 3) != "sm_") return false;
+int archVersion(std::string_view arch) {
+  if (arch.substr(0, 3) != "sm_") return 0;
   int version = 0;
   for (char c : arch.substr(3)) {
     if (c < '0' || c > '9') break;
     version = version * 10 + (c - '0');
   }
-  return version >= 90;
+  return version;
+}
+
+bool bulkCopyTarget(std::string_view arch) { return archVersion(arch) >= 90; }
+
+std::optional<std::string> gemmBlockType(const GemmParams& gemm) {
+  const std::string& type = gemm.weight_type;
+  if (gemm.scales) {
+    if (type == "int8") return "q8_0";
+    if (type == "int4") return "q4_0";
+    return std::nullopt;
+  }
+  if (type == "q4_0" || type == "q4_1" || type == "q8_0") return type;
+  return std::nullopt;
 }
 
 GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
@@ -114,10 +127,6 @@ void addSingleRow(VariantList& out, R role, const nlohmann::json& params, const 
   out.kernel(role, kOneRow, {}, "gemm", std::move(plain));
 }
 
-bool blockQuantized(const std::string& weight_type) {
-  return weight_type == "q4_0" || weight_type == "q4_1" || weight_type == "q8_0";
-}
-
 // A gemm of ggml blocks (`blocks`: q4_0, q4_1, q8_0): the skinny kernels
 // read the blocks (repacked at load, quant_blocks.cuh) and dequantize in
 // registers; larger batches expand the weight to bf16 for cuBLASLt.
@@ -142,13 +151,11 @@ std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::st
 std::vector<KernelVariant> gemmVariants(const PlanStep& step, const SkinnyFusion& fusion, const KernelTarget& target) {
   VariantList out;
   const GemmParams& gemm = std::get<GemmParams>(step.params);
+  if (std::optional<std::string> blocks = gemmBlockType(gemm)) return blockGemmVariants(step, *blocks);
   // fp8 weights and block types without a CUDA kernel get none: the CUDA
   // backend refuses the plan and names the step.
-  if (gemm.scales && gemm.weight_type == "int8") return blockGemmVariants(step, "q8_0");
-  if (gemm.scales && gemm.weight_type == "int4") return blockGemmVariants(step, "q4_0");
-  if (gemm.scales) return {};
-  if (blockQuantized(gemm.weight_type)) return blockGemmVariants(step, gemm.weight_type);
-  if (gemm.weight_type != "f32" && gemm.weight_type != "bf16" && gemm.weight_type != "f16") return {};
+  if (gemm.scales || (gemm.weight_type != "f32" && gemm.weight_type != "bf16" && gemm.weight_type != "f16"))
+    return {};
   // The skinny kernels read bf16 weights: the runtime converts float ones at load.
   nlohmann::json params = toJson(step.params);
   const bool bf16_weights = gemm.weight_type == "bf16";

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +72,15 @@ struct GreedyInstance {
   std::string name;
 };
 GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type);
+
+// The ggml blocks a gemm's weight runs as on the GPU: its own q4_0, q4_1 or
+// q8_0, or for kiln's int8 and int4 (separate scales) the q8_0 and q4_0
+// blocks the weight store quantizes them into; nullopt for every other
+// weight. The selection and the runtime's weight forms both ask here.
+std::optional<std::string> gemmBlockType(const GemmParams& gemm);
+
+// "sm_90a" -> 90, "sm_120" -> 120; 0 for anything else.
+int archVersion(std::string_view arch);
 
 // Whether `arch` ("sm_90", "sm_80", ...) runs the wgmma kernels: Hopper,
 // 9.0, whose instances are then all compiled for the arch-specific sm_90a.

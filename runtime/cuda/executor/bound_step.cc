@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "codegen/cuda/activation_types.h"
+#include "codegen/cuda/kernel_selection.h"
 #include "runtime/artifact/step_params_json.h"
 #include "runtime/cuda/executor/gemm_dispatch.h"
 #include "runtime/cuda/executor/kiln_assign.h"
@@ -327,9 +328,7 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
   // f32, unread); an f32 plan's cuBLASLt takes blocks expanded to f32. The
   // bias takes the plan's form.
   const GemmParams& gemm = step.as<GemmParams>();
-  const std::string& type = gemm.weight_type;
-  const bool blocks = type == "q4_0" || type == "q4_1" || type == "q8_0" ||
-                      (gemm.scales && (type == "int8" || type == "int4"));
+  const bool blocks = cuda_codegen::gemmBlockType(gemm).has_value();
   if (arg == 1 && blocks && gemm_form == WeightForm::kBf16) return WeightForm::kPacked;
   if (arg == 2 && gemm.scales) return WeightForm::kF32;
   return gemm_form;

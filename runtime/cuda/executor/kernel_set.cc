@@ -5,6 +5,7 @@
 
 #include "codegen/cuda/instance_source.h"
 #include "codegen/cuda/kernel_selection.h"
+#include "runtime/artifact/plan_options.h"
 #include "runtime/cuda/kernel_cache.h"
 
 namespace kiln::cuda {
@@ -15,30 +16,15 @@ KernelSet::~KernelSet() {
   for (CUmodule m : modules_) gpu_.d->cuModuleUnload(m);
 }
 
-namespace {
-
-// "sm_90a" -> 90; 0 for anything else.
-int archVersion(std::string_view arch) {
-  if (arch.substr(0, 3) != "sm_") return 0;
-  int version = 0;
-  for (char c : arch.substr(3)) {
-    if (c < '0' || c > '9') break;
-    version = version * 10 + (c - '0');
-  }
-  return version;
-}
-
-}  // namespace
-
 Status KernelSet::configure(const CudaTuning& tuning, const std::string& target) {
   // A plan's variants run on its target's architecture and later ones,
   // except sm_90a's (Hopper's wgmma), which runs on 9.0 only.
-  const int device = archVersion(gpu_.arch), wanted = archVersion(target);
+  const int device = cg::archVersion(gpu_.arch), wanted = cg::archVersion(target);
   const bool runs = wanted > 0 && (target == "sm_90a" ? device == 90 : device >= wanted);
   if (!runs)
     return makeError("the plan's kernels were chosen for target {}, which does not run on this {} ({}); compile it "
                      "with --target {}",
-                     target, gpu_.name, gpu_.arch, gpu_.arch == "sm_90" ? "sm_90a" : gpu_.arch);
+                     target, gpu_.name, gpu_.arch, targetForDevice(gpu_.major, gpu_.minor).value_or("cpu"));
   // Hopper (9.0) compiles every instance for sm_90a, the arch-specific
   // target, so the wgmma kernels can run there (instance_source).
   arch_ = cg::warpgroupMmaTarget(gpu_.arch) ? "sm_90a" : gpu_.arch;
