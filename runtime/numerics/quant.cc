@@ -45,9 +45,9 @@ const float* f16Table() {
 
 Status checkBlocks(WeightType type, int64_t n) {
   if (n < 0) return makeError("row length {} is invalid: expected >= 0", n);
-  if (isBlockQuantized(type) && n % kQuantBlock != 0)
+  if (n % quantBlockElements(type) != 0)
     return makeError("{} row length {} is invalid: expected a multiple of {}",
-                     weightTypeName(type), n, kQuantBlock);
+                     weightTypeName(type), n, quantBlockElements(type));
   return Status::success();
 }
 
@@ -82,6 +82,56 @@ void dequantizeQ8_0(const BlockQ8_0* blocks, float* dst, int64_t nb) {
     const float d = table[blocks[b].d];
     float* out = dst + b * kQuantBlock;
     for (int j = 0; j < 32; ++j) out[j] = float(blocks[b].qs[j]) * d;
+  }
+}
+
+// K-quants: each value is (d * scale) * q - (dmin * min), every product
+// rounded to f32 on its own, in gguf-py's (and ggml's) order.
+void dequantizeQ4_K(const BlockQ4_K* blocks, float* dst, int64_t nb) {
+  const float* table = f16Table();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ4_K& blk = blocks[b];
+    const float d = table[blk.d], dmin = table[blk.dmin];
+    float* out = dst + b * kSuperBlock;
+    for (int j = 0; j < 8; ++j) {
+      const KQuantScale s = kQuantScale(blk.scales, j);
+      const float scale = d * float(s.scale), offset = dmin * float(s.min);
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) out[32 * j + l] = scale * float((qs[l] >> shift) & 0x0f) - offset;
+    }
+  }
+}
+
+void dequantizeQ5_K(const BlockQ5_K* blocks, float* dst, int64_t nb) {
+  const float* table = f16Table();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ5_K& blk = blocks[b];
+    const float d = table[blk.d], dmin = table[blk.dmin];
+    float* out = dst + b * kSuperBlock;
+    for (int j = 0; j < 8; ++j) {
+      const KQuantScale s = kQuantScale(blk.scales, j);
+      const float scale = d * float(s.scale), offset = dmin * float(s.min);
+      const uint8_t* qs = blk.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) {
+        const int q = ((qs[l] >> shift) & 0x0f) | (((blk.qh[l] >> j) & 1) << 4);
+        out[32 * j + l] = scale * float(q) - offset;
+      }
+    }
+  }
+}
+
+void dequantizeQ6_K(const BlockQ6_K* blocks, float* dst, int64_t nb) {
+  const float* table = f16Table();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& blk = blocks[b];
+    const float d = table[blk.d];
+    float* out = dst + b * kSuperBlock;
+    for (int e = 0; e < 256; ++e) {
+      const int q = q6kQuant(blk, e);
+      out[e] = (d * float(blk.scales[e / 16])) * float(q - 32);
+    }
   }
 }
 
@@ -192,6 +242,15 @@ Status dequantizeRow(WeightType type, const void* src, float* dst, int64_t n) {
     case WeightType::Q4_0: dequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb); break;
     case WeightType::Q4_1: dequantizeQ4_1(static_cast<const BlockQ4_1*>(src), dst, nb); break;
     case WeightType::Q8_0: dequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb); break;
+    case WeightType::Q4_K:
+      dequantizeQ4_K(static_cast<const BlockQ4_K*>(src), dst, n / kSuperBlock);
+      break;
+    case WeightType::Q5_K:
+      dequantizeQ5_K(static_cast<const BlockQ5_K*>(src), dst, n / kSuperBlock);
+      break;
+    case WeightType::Q6_K:
+      dequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, n / kSuperBlock);
+      break;
   }
   return Status::success();
 }
@@ -216,6 +275,12 @@ Status quantizeRow(WeightType type, const float* src, void* dst, int64_t n) {
     case WeightType::Q4_0: quantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), nb); break;
     case WeightType::Q4_1: quantizeQ4_1(src, static_cast<BlockQ4_1*>(dst), nb); break;
     case WeightType::Q8_0: quantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), nb); break;
+    case WeightType::Q4_K:
+    case WeightType::Q5_K:
+    case WeightType::Q6_K:
+      return makeError("{} has no quantizer in kiln: K-quant weights arrive quantized in GGUF "
+                       "files",
+                       weightTypeName(type));
   }
   return Status::success();
 }

@@ -27,12 +27,34 @@ inline float bf16ToF32(uint16_t bits) {
 uint16_t f32ToBf16(float value);
 
 // src: one row of n elements stored as `type` (rowBytes(type, n) bytes)
-// dst: [n] f32
-// n must be a multiple of kQuantBlock for quantized types.
+// dst: [n] f32, bit-identical to gguf-py's numpy dequantizers.
+// n must be a multiple of quantBlockElements(type).
 Status dequantizeRow(WeightType type, const void* src, float* dst, int64_t n);
 
 // src: [n] f32 -> dst: rowBytes(type, n) bytes, bit-identical to gguf-py's
-// numpy quantizers (which ggml's C reference quantizers also match).
+// numpy quantizers (which ggml's C reference quantizers also match). The
+// K-quants have none (an error): they are read from GGUF files, never made.
 Status quantizeRow(WeightType type, const float* src, void* dst, int64_t n);
+
+// Sub-block j (0..7) of a q4_k/q5_k super-block: its 6-bit scale and min,
+// unpacked from the 12 packed bytes (layout in weight_type.h).
+struct KQuantScale {
+  uint8_t scale;
+  uint8_t min;
+};
+inline KQuantScale kQuantScale(const uint8_t* scales, int j) {
+  if (j < 4) return {uint8_t(scales[j] & 63), uint8_t(scales[j + 4] & 63)};
+  return {uint8_t((scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4)),
+          uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
+}
+
+// The unsigned 6-bit quant (0..63) of element e (0..255) of a q6_k block.
+inline int q6kQuant(const BlockQ6_K& blk, int e) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t low = blk.ql[64 * h + 32 * (k & 1) + l];
+  const int low4 = k < 2 ? low & 0x0f : low >> 4;
+  const int high2 = (blk.qh[32 * h + l] >> (2 * k)) & 3;
+  return low4 | (high2 << 4);
+}
 
 }  // namespace kiln

@@ -1,4 +1,3 @@
-#include "runtime/numerics/packed_blocks.h"
 #include "runtime/numerics/quant.h"
 
 #include <gtest/gtest.h>
@@ -111,6 +110,67 @@ TEST(DequantizeTest, MatchesNaiveDecodeOfRandomBytes) {
   }
 }
 
+TEST(DequantizeTest, KQuantsMatchNaiveDecodeOfRandomBytes) {
+  std::mt19937 rng(12);
+  for (WeightType type : testing::kKQuantTypes) {
+    const int64_t n = 256 * testing::randomInt(rng, 1, 4);
+    std::vector<uint8_t> bytes = testing::randomBlocks(rng, type, 1, n);
+    std::vector<float> out = testing::poisoned(size_t(n));
+    ASSERT_TRUE(dequantizeRow(type, bytes.data(), out.data(), n).ok());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(double(out[i]), double(float(naiveElement(type, bytes.data(), i))))
+          << weightTypeName(type) << " element " << i;
+  }
+}
+
+TEST(DequantizeTest, KQuantRowsAreWholeSuperBlocks) {
+  std::vector<uint8_t> bytes(210 * 2);
+  std::vector<float> out(512);
+  for (WeightType type : testing::kKQuantTypes) {
+    Status s = dequantizeRow(type, bytes.data(), out.data(), 288);
+    ASSERT_FALSE(s.ok()) << weightTypeName(type);
+    EXPECT_EQ(s.error().message, std::string(weightTypeName(type)) +
+                                     " row length 288 is invalid: expected a multiple of 256");
+    s = quantizeRow(type, out.data(), bytes.data(), 256);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("no quantizer"), std::string::npos) << s.error().message;
+  }
+  EXPECT_EQ(rowBytes(WeightType::Q4_K, 512), 288);
+  EXPECT_EQ(rowBytes(WeightType::Q5_K, 512), 352);
+  EXPECT_EQ(rowBytes(WeightType::Q6_K, 512), 420);
+  EXPECT_EQ(weightTypeName(WeightType::Q5_K), "q5_k");
+}
+
+// Fixtures from test/reference/make_kquant_fixtures.py: random valid
+// super-blocks and gguf-py's numpy decoding of them. kiln's values must be
+// the same f32 bits.
+TEST(QuantFixtureTest, KQuantsDecodeLikeGgufPy) {
+  const std::string dir = checkoutPath("test/fixtures/quant/kquant");
+  std::ifstream meta_in(dir + "/kquant_fixtures.json");
+  ASSERT_TRUE(meta_in) << "missing " << dir << "/kquant_fixtures.json";
+  nlohmann::json meta = nlohmann::json::parse(meta_in);
+  int checked = 0;
+  for (const auto& fixture : meta["fixtures"]) {
+    const std::string name = fixture["type"];
+    const WeightType type = name == "q4_k"   ? WeightType::Q4_K
+                            : name == "q5_k" ? WeightType::Q5_K
+                                             : WeightType::Q6_K;
+    const int64_t rows = fixture["rows"], k = fixture["k"];
+    std::vector<uint8_t> blocks = readFile(dir + "/" + fixture["blocks"].get<std::string>());
+    std::vector<float> expected = readF32(dir + "/" + fixture["dequantized"].get<std::string>());
+    ASSERT_EQ(int64_t(blocks.size()), rows * rowBytes(type, k)) << name;
+    ASSERT_EQ(int64_t(expected.size()), rows * k);
+    std::vector<float> got = testing::poisoned(size_t(rows * k));
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_TRUE(
+          dequantizeRow(type, blocks.data() + r * rowBytes(type, k), got.data() + r * k, k).ok());
+    for (int64_t i = 0; i < rows * k; ++i)
+      ASSERT_EQ(bitsOf(got[i]), bitsOf(expected[i])) << name << " element " << i;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+}
+
 TEST(DequantizeTest, RejectsPartialBlocks) {
   std::vector<uint8_t> bytes(64);
   std::vector<float> out(40);
@@ -182,45 +242,6 @@ TEST(QuantizeTest, RoundTripErrorIsWithinHalfAStep) {
             << weightTypeName(type);
     }
   }
-}
-
-// The packed planes (packed_blocks.h) read back by the layout they
-// document give each block's values exactly as dequantizeRow does.
-TEST(PackedBlocks, PlanesHoldTheBlocksValues) {
-  const int64_t n = 3, k = 64;
-  std::vector<float> x(size_t(n * k));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * double(i)) * (1 + i % 5);
-  for (WeightType type : {WeightType::Q4_0, WeightType::Q4_1, WeightType::Q8_0}) {
-    std::vector<uint8_t> blocks(size_t(n * rowBytes(type, k)));
-    ASSERT_TRUE(quantizeRow(type, x.data(), blocks.data(), n * k).ok());
-    std::vector<float> want(x.size());
-    ASSERT_TRUE(dequantizeRow(type, blocks.data(), want.data(), n * k).ok());
-    std::vector<uint8_t> packed;
-    ASSERT_TRUE(packBlocks(type, blocks.data(), n, k, packed).ok());
-    ASSERT_EQ(int64_t(packed.size()), packedBlockBytes(type, n, k));
-    const bool four = type != WeightType::Q8_0;
-    const int64_t quant_bytes = n * k * (four ? 1 : 2) / 2, nblocks = n * k / 32;
-    auto f16At = [&](int64_t offset) {
-      uint16_t bits;
-      std::memcpy(&bits, packed.data() + offset, 2);
-      return f16ToF32(bits);
-    };
-    for (int64_t e = 0; e < n * k; ++e) {
-      const int64_t b = e / 32;
-      const float d = f16At(quant_bytes + 2 * b);
-      float got;
-      if (four) {
-        const int q = (packed[size_t(e / 2)] >> (4 * (e % 2))) & 15;
-        got = type == WeightType::Q4_0 ? d * float(q - 8) : d * float(q) + f16At(quant_bytes + 2 * nblocks + 2 * b);
-      } else {
-        got = d * float(int8_t(packed[size_t(e)]));
-      }
-      ASSERT_EQ(got, want[size_t(e)]) << weightTypeName(type) << " element " << e;
-    }
-  }
-  std::vector<uint8_t> out;
-  EXPECT_FALSE(packBlocks(WeightType::BF16, nullptr, 1, 32, out).ok());
-  EXPECT_FALSE(packBlocks(WeightType::Q4_0, nullptr, 1, 48, out).ok());
 }
 
 }  // namespace

@@ -80,6 +80,36 @@ inline double naiveElement(WeightType type, const uint8_t* row, int64_t i) {
       const int q = j < 16 ? (block[4 + j] & 0x0f) : (block[4 + j - 16] >> 4);
       return double(q) * naiveF16(readU16(block)) + naiveF16(readU16(block + 2));
     }
+    case WeightType::Q4_K:
+    case WeightType::Q5_K: {
+      const bool five = type == WeightType::Q5_K;
+      const uint8_t* block = row + (i / 256) * (five ? 176 : 144);
+      const int j = int(i % 256), sub = j / 32, l = j % 32;
+      const uint8_t* scales = block + 4;
+      const uint8_t* qh = block + 16;
+      const uint8_t* qs = block + (five ? 48 : 16);
+      // 6-bit scale and min of sub-block `sub`: the low 4 sub-blocks keep
+      // theirs in bytes 0-7, the high 4 split theirs over bytes 8-11 (low
+      // bits) and the top two bits of bytes 0-7.
+      int scale, min;
+      if (sub < 4) {
+        scale = scales[sub] & 63;
+        min = scales[sub + 4] & 63;
+      } else {
+        scale = (scales[sub + 4] & 15) + 16 * (scales[sub - 4] >> 6);
+        min = (scales[sub + 4] >> 4) + 16 * (scales[sub] >> 6);
+      }
+      int q = sub % 2 == 0 ? qs[32 * (sub / 2) + l] % 16 : qs[32 * (sub / 2) + l] / 16;
+      if (five) q += 16 * ((qh[l] >> sub) & 1);
+      return naiveF16(readU16(block)) * scale * q - naiveF16(readU16(block + 2)) * min;
+    }
+    case WeightType::Q6_K: {
+      const uint8_t* block = row + (i / 256) * 210;
+      const int j = int(i % 256), half = j / 128, k = (j % 128) / 32, l = j % 32;
+      const uint8_t low = block[64 * half + 32 * (k % 2) + l];
+      const int q = (k < 2 ? low % 16 : low / 16) + 16 * ((block[128 + 32 * half + l] >> (2 * k)) % 4);
+      return naiveF16(readU16(block + 208)) * double(int8_t(block[192 + j / 16])) * (q - 32);
+    }
   }
   return 0.0;
 }
@@ -87,5 +117,31 @@ inline double naiveElement(WeightType type, const uint8_t* row, int64_t i) {
 inline constexpr WeightType kAllWeightTypes[] = {WeightType::F32,  WeightType::F16,
                                                  WeightType::BF16, WeightType::Q4_0,
                                                  WeightType::Q4_1, WeightType::Q8_0};
+// No quantizer makes these (quantizeRow refuses): tests fill them with
+// randomBlocks.
+inline constexpr WeightType kKQuantTypes[] = {WeightType::Q4_K, WeightType::Q5_K,
+                                              WeightType::Q6_K};
+
+// Random bytes of `rows` rows of k elements of `type` (32- or 256-element
+// blocks) whose f16 block scales are finite and below 1 in magnitude.
+inline std::vector<uint8_t> randomBlocks(std::mt19937& rng, WeightType type, int64_t rows,
+                                         int64_t k) {
+  const int64_t elements = quantBlockElements(type);
+  const int64_t block_bytes = rowBytes(type, elements);
+  std::vector<uint8_t> bytes(size_t(rowBytes(type, k) * rows));
+  for (auto& b : bytes) b = uint8_t(rng());
+  // Offsets of the high bytes of the f16 scales in a block.
+  std::vector<int64_t> scale_high_bytes;
+  switch (type) {
+    case WeightType::Q4_1:
+    case WeightType::Q4_K:
+    case WeightType::Q5_K: scale_high_bytes = {1, 3}; break;
+    case WeightType::Q6_K: scale_high_bytes = {209}; break;
+    default: scale_high_bytes = {1}; break;
+  }
+  for (size_t blk = 0; blk < bytes.size() / size_t(block_bytes); ++blk)
+    for (int64_t at : scale_high_bytes) bytes[blk * size_t(block_bytes) + size_t(at)] &= 0xbb;
+  return bytes;
+}
 
 }  // namespace kiln::testing
