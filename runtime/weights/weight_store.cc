@@ -41,6 +41,9 @@ std::optional<WeightType> kernelType(ElementType type) {
     case ElementType::Q4_0: return WeightType::Q4_0;
     case ElementType::Q4_1: return WeightType::Q4_1;
     case ElementType::Q8_0: return WeightType::Q8_0;
+    case ElementType::Q4_K: return WeightType::Q4_K;
+    case ElementType::Q5_K: return WeightType::Q5_K;
+    case ElementType::Q6_K: return WeightType::Q6_K;
     default: return std::nullopt;
   }
 }
@@ -149,7 +152,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       store.join(store.weights_[indexOf(input)]);  // quantization reads it whole
       const BoundWeight& ib = store.weights_[indexOf(input)];
       auto ktype = kernelType(ib.format_type);
-      if (ib.shape.size() != 2 || !ktype || isBlockQuantized(*ktype))
+      if (ib.shape.size() != 2 || !ktype || isQuantized(*ktype))
         return makeError("{}: quantize input {} '{}' must be a float matrix, got {} {}", where,
                          input, ib.name, lower(formats::elementTypeName(ib.format_type)),
                          formats::shapeToString(ib.shape));
@@ -292,7 +295,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     auto ktype = kernelType(bw.format_type);
     if (!ktype)
       return makeError("{}: type {} is not supported by the CPU backend (supported: f32, f16, "
-                       "bf16, q4_0, q4_1, q8_0)",
+                       "bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k)",
                        where, mw.type);
     if ((*ktype == WeightType::F16 || *ktype == WeightType::BF16) &&
         mw.shape.size() <= 1) {

@@ -6,7 +6,8 @@
 //   - a prepared weight: built once here (concat_rows joins row-blocked
 //     tensors byte-wise, valid for plain types and ggml block types).
 // Weights that steps read are then put in a form the kernels take: f32,
-// f16, bf16, q4_0, q4_1 and q8_0 matrices stay as they are; 1-D f16/bf16
+// f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k and q6_k matrices stay as they
+// are; 1-D f16/bf16
 // tensors (norm weights, biases) become f32, because the norm and bias paths
 // read f32. Any other type is rejected with the tensor's name.
 #pragma once

@@ -61,7 +61,8 @@ class WeightStoreTest : public ::testing::Test {
         .addTensor("c.weight", {2, 4}, ElementType::F32, bytesOf(c_))
         .addTensor("d.weight", {1, 4}, ElementType::F32, bytesOf(d_))
         .addTensor("norm.weight", {4}, ElementType::BF16, norm)
-        .addTensorFilled("k.weight", {1, 256}, ElementType::Q4_K);
+        .addTensorFilled("k.weight", {1, 256}, ElementType::Q4_K)
+        .addTensorFilled("k3.weight", {1, 256}, ElementType::Q3_K);
     path_ = dir_.file("model.gguf");
     ASSERT_TRUE(w.writeFile(path_).ok());
     auto stamp = sourceStamp(path_);
@@ -232,14 +233,28 @@ TEST_F(WeightStoreTest, TypeShapeAndConcatMismatches) {
                         path_));
 }
 
-TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
+TEST_F(WeightStoreTest, KQuantTensorsBindAsTheirKernelType) {
   json m = manifest();
   m["weights"].push_back(json::parse(
       R"({"id": 7, "name": "k.weight", "type": "q4_k", "shape": [1, 256], "source": "k.weight"})"));
   m["entries"]["forward"]["steps"][1]["args"][1]["weight"] = 7;
+  auto store = open(m);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const BoundWeight* k = store->find(7);
+  ASSERT_NE(k, nullptr);
+  EXPECT_TRUE(k->kernel_ready);
+  EXPECT_EQ(k->type, WeightType::Q4_K);
+  EXPECT_EQ(k->size_bytes, 144u);
+}
+
+TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
+  json m = manifest();
+  m["weights"].push_back(json::parse(
+      R"({"id": 7, "name": "k3.weight", "type": "q3_k", "shape": [1, 256], "source": "k3.weight"})"));
+  m["entries"]["forward"]["steps"][1]["args"][1]["weight"] = 7;
   EXPECT_EQ(open(m).error().message,
-            "manifest.json: weight 7 'k.weight': type q4_k is not supported by the CPU backend "
-            "(supported: f32, f16, bf16, q4_0, q4_1, q8_0)");
+            "manifest.json: weight 7 'k3.weight': type q3_k is not supported by the CPU backend "
+            "(supported: f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k)");
   // A quantize preparation whose rows are not whole 32-element blocks.
   m = manifest();
   m["weights"][5]["prepare"] = json::parse(R"({"op": "quantize", "inputs": [3], "scheme": "int8"})");

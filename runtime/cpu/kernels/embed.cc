@@ -10,9 +10,9 @@ Status embed(const int32_t* tokens, int64_t num_tokens, const void* table, Weigh
   if (num_tokens < 0 || vocab <= 0 || hidden <= 0)
     return makeError("embed: shape tokens={} vocab={} hidden={} is invalid", num_tokens, vocab,
                      hidden);
-  if (isBlockQuantized(table_type) && hidden % kQuantBlock != 0)
+  if (hidden % quantBlockElements(table_type) != 0)
     return makeError("embed: {} table with hidden={} is invalid: expected a multiple of {}",
-                     weightTypeName(table_type), hidden, kQuantBlock);
+                     weightTypeName(table_type), hidden, quantBlockElements(table_type));
   // Validate every id before writing anything, so a bad request leaves the
   // output untouched.
   for (int64_t i = 0; i < num_tokens; ++i)

@@ -33,6 +33,29 @@ TEST(EmbedTest, GathersDequantizedRows) {
   }
 }
 
+TEST(EmbedTest, GathersKQuantRows) {
+  std::mt19937 rng(24);
+  for (WeightType type : testing::kKQuantTypes) {
+    const int64_t vocab = 9, hidden = 512, row_bytes = rowBytes(type, hidden);
+    const std::vector<uint8_t> table = testing::randomBlocks(rng, type, vocab, hidden);
+    const std::vector<int32_t> ids = {3, 0, 8, 3};
+    std::vector<float> out = testing::poisoned(ids.size() * size_t(hidden));
+    Status s = embed(ids.data(), int64_t(ids.size()), table.data(), type, vocab, hidden, out.data());
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    for (size_t t = 0; t < ids.size(); ++t)
+      for (int64_t i = 0; i < hidden; ++i)
+        ASSERT_EQ(double(out[t * size_t(hidden) + size_t(i)]),
+                  double(float(testing::naiveElement(type, table.data() + ids[t] * row_bytes, i))))
+            << weightTypeName(type) << " token " << t << " element " << i;
+  }
+  std::vector<float> out(256);
+  const std::vector<uint8_t> table(210);
+  const int32_t id = 0;
+  Status s = embed(&id, 1, table.data(), WeightType::Q6_K, 1, 128, out.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "embed: q6_k table with hidden=128 is invalid: expected a multiple of 256");
+}
+
 TEST(EmbedTest, OutOfRangeIdNamesIdAndVocab) {
   std::vector<float> table(10 * 4, 1.0f);
   std::vector<float> out = testing::poisoned(3 * 4);

@@ -36,8 +36,24 @@ void addBias(float* y, int64_t tokens, int64_t n, const float* bias) {
     for (int64_t j = 0; j < n; ++j) y[t * n + j] += bias[j];
 }
 
+// K-quant weights: the same split over W rows, against 256-element
+// activation blocks.
+void linearKQuantDot(const float* x, int64_t tokens, int64_t k, const void* w, WeightType w_type,
+                     int64_t n, float* y) {
+  thread_local std::vector<ActivationQ8K> activation_buffer;
+  const int64_t nsb = k / kSuperBlock;
+  ActivationQ8K* a = scratch(activation_buffer, size_t(tokens * nsb));
+  for (int64_t t = 0; t < tokens; ++t) quantizeActivationQ8K(x + t * k, a + t * nsb, k);
+  const int64_t row_bytes = rowBytes(w_type, k);
+  const auto* wbytes = static_cast<const uint8_t*>(w);
+  parallelFor(n, 16, [&](int64_t r0, int64_t r1) {
+    kQuantDotRows(w_type, wbytes + r0 * row_bytes, r1 - r0, k, a, tokens, y + r0, n);
+  });
+}
+
 void linearQuantDot(const float* x, int64_t tokens, int64_t k, const void* w, WeightType w_type,
                     int64_t n, float* y) {
+  if (isKQuant(w_type)) return linearKQuantDot(x, tokens, k, w, w_type, n, y);
   thread_local std::vector<ActivationQ8> activation_buffer;
   const int64_t nb = k / kQuantBlock;
   ActivationQ8* a = scratch(activation_buffer, size_t(tokens * nb));
@@ -96,18 +112,19 @@ Status linearWithPath(const float* x, int64_t tokens, int64_t k, const void* w,
   if (tokens < 0 || k <= 0 || n <= 0)
     return makeError("linear: shape tokens={} k={} n={} is invalid: expected tokens >= 0, k > 0, n > 0",
                      tokens, k, n);
-  if (isBlockQuantized(w_type) && k % kQuantBlock != 0)
+  if (k % quantBlockElements(w_type) != 0)
     return makeError("linear: {} weight with k={} is invalid: expected k a multiple of {}",
-                     weightTypeName(w_type), k, kQuantBlock);
+                     weightTypeName(w_type), k, quantBlockElements(w_type));
   if (k > INT32_MAX || n > INT32_MAX || tokens > INT32_MAX)
     return makeError("linear: shape tokens={} k={} n={} exceeds the BLAS int range", tokens, k, n);
   if (tokens == 0) return Status::success();
   if (!x || !w || !y) return makeError("linear: x, w and y must be non-null");
 
   if (path == LinearPath::kAuto)
-    path = isBlockQuantized(w_type) ? quantizedWeightPath() : LinearPath::kDequantSgemm;
-  if (path == LinearPath::kQuantDot && !isBlockQuantized(w_type))
-    return makeError("linear: the quantized dot path needs a q4_0/q4_1/q8_0 weight, got {}",
+    path = isQuantized(w_type) ? quantizedWeightPath() : LinearPath::kDequantSgemm;
+  if (path == LinearPath::kQuantDot && !isQuantized(w_type))
+    return makeError("linear: the quantized dot path needs a q4_0/q4_1/q8_0/q4_k/q5_k/q6_k "
+                     "weight, got {}",
                      weightTypeName(w_type));
   if (path == LinearPath::kQuantDot)
     linearQuantDot(x, tokens, k, w, w_type, n, y);

@@ -1,8 +1,9 @@
 // Dense layer y = x · Wᵀ (+ bias), the CPU backend's GEMM for every weight
 // format. Two paths, chosen by weight format:
-//  - block-quantized W (q4_0, q4_1, q8_0): x is quantized once to 8-bit
-//    blocks and each W row is dotted with integer SIMD (quant_dot.h);
-//    parallel over W rows. This is llama.cpp's arithmetic, for every token
+//  - block-quantized W (q4_0, q4_1, q8_0; the K-quants q4_k, q5_k, q6_k):
+//    x is quantized once to 8-bit blocks (of 32; of 256 for the K-quants)
+//    and each W row is dotted with integer SIMD (quant_dot.h); parallel over
+//    W rows. This is llama.cpp's arithmetic, for every token
 //    count: prefill and decode round the same way, so a sequence's logits do
 //    not depend on how many tokens share its batch.
 //  - float W (f32, f16, bf16): tiles of W rows are converted to f32 and
@@ -21,7 +22,8 @@ namespace kiln::cpu {
 // w:    [n, k] stored as w_type, rows rowBytes(w_type, k) bytes apart
 // bias: [n] f32, or null
 // y:    [tokens, n] f32 (must not alias x)
-// k must be a multiple of 32 when w_type is quantized.
+// k must be a multiple of quantBlockElements(w_type): 32, or 256 for the
+// K-quants.
 Status linear(const float* x, int64_t tokens, int64_t k, const void* w, WeightType w_type,
               int64_t n, const float* bias, float* y);
 
