@@ -388,6 +388,14 @@ TEST(GgufFileBadInputTest, BadTensorInfos) {
   EXPECT_EQ(one({33, 2}, 2, 0),
             "t.gguf: tensor 'w': innermost dimension 33 is not a multiple of the Q4_0 block size "
             "32");
+  // K-quant rows are whole 256-element super-blocks, even when the tensor's
+  // element count is (2 rows of 128 would be 256 elements).
+  EXPECT_EQ(one({128, 2}, 12, 0),
+            "t.gguf: tensor 'w': innermost dimension 128 is not a multiple of the Q4_K block size "
+            "256");
+  EXPECT_EQ(one({384, 2}, 14, 0),
+            "t.gguf: tensor 'w': innermost dimension 384 is not a multiple of the Q6_K block size "
+            "256");
   EXPECT_EQ(one({8}, 0, 4), "t.gguf: tensor 'w': offset 4 is not a multiple of the alignment 32");
 
   // Offset past the end, including one whose end overflows 64 bits.

@@ -40,7 +40,9 @@ namespace {
 
 constexpr int64_t kDynamic = ShapedType::kDynamic;
 
-// xfmr element type for a stored tensor type; nullopt where kiln has none.
+// xfmr element type for a stored tensor type the backends run; nullopt for
+// the rest (q5_0, q5_1, q2_k, q3_k, iq*, ...), which import refuses by name
+// rather than leave to a failure at load.
 std::optional<Type> elementTypeFor(MLIRContext& context, ElementType type) {
   auto quant = [&](llvm::StringRef kind, unsigned block) -> Type {
     return xfmr::QuantType::get(&context, kind, block);
@@ -51,8 +53,6 @@ std::optional<Type> elementTypeFor(MLIRContext& context, ElementType type) {
   case ElementType::BF16: return BFloat16Type::get(&context);
   case ElementType::Q4_0: return quant("q4_0", 32);
   case ElementType::Q4_1: return quant("q4_1", 32);
-  case ElementType::Q5_0: return quant("q5_0", 32);
-  case ElementType::Q5_1: return quant("q5_1", 32);
   case ElementType::Q8_0: return quant("q8_0", 32);
   case ElementType::Q4_K: return quant("q4_k", 256);
   case ElementType::Q5_K: return quant("q5_k", 256);
@@ -114,8 +114,8 @@ Value LlamaBuilder::weight(WeightRole role, int layer) {
   if (!element) {
     emitError(location) << source_.path() << ": tensor '" << name
                         << "' has type " << formats::elementTypeName(info->type)
-                        << ", expected F32, F16, BF16 or a GGUF Q4/Q5/Q8/K "
-                           "block type";
+                        << ", which kiln does not run; expected F32, F16, BF16, "
+                           "Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K";
     failed_ = true;
     return {};
   }
