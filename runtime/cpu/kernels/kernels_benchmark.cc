@@ -12,6 +12,7 @@
 #include "runtime/cpu/kernels/paged_attention.h"
 #include "runtime/cpu/kernels/quant_dot.h"
 #include "runtime/numerics/quant.h"
+#include "runtime/numerics/testing.h"
 #include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
@@ -60,6 +61,35 @@ BENCHMARK(BM_LinearQ4_1)
     ->ArgNames({"k", "n", "T", "threads"})
     ->ArgsProduct({{576}, {1536}, {1, 64}, {1, 2, 4, 8}})
     ->ArgsProduct({{1536}, {576}, {1, 64}, {1, 2, 4, 8}})
+    ->UseRealTime();
+
+// The quantized GEMMs side by side on one Llama-like shape, 32-element
+// blocks against the K-quants (random super-blocks: kiln has no K-quant
+// quantizer). Args: {type, k, n, tokens, threads}, type indexing kTypes.
+constexpr WeightType kQuantizedTypes[] = {WeightType::Q4_0, WeightType::Q8_0, WeightType::Q4_K,
+                                          WeightType::Q5_K, WeightType::Q6_K};
+void BM_LinearQuantized(benchmark::State& state) {
+  const WeightType type = kQuantizedTypes[state.range(0)];
+  const int64_t k = state.range(1), n = state.range(2), tokens = state.range(3);
+  setThreads(state, 4);
+  std::mt19937 rng(5);
+  std::vector<uint8_t> w = isKQuant(type) ? testing::randomBlocks(rng, type, n, k)
+                                          : quantizedMatrix(type, n, k, 1);
+  std::vector<float> x = randomFloats(size_t(tokens * k), 2), y(size_t(tokens * n));
+  for (auto _ : state) {
+    Status s = linear(x.data(), tokens, k, w.data(), type, n, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+    if (!s.ok()) state.SkipWithError(s.error().message.c_str());
+  }
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(double(w.size()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * k * n * tokens * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(weightTypeName(type)) + " " + quantDotIsa());
+}
+BENCHMARK(BM_LinearQuantized)
+    ->ArgNames({"type", "k", "n", "T", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {2048}, {2048}, {1, 16}, {1}})
     ->UseRealTime();
 
 // Args: {tokens, threads}; SmolLM2 vocab 49152 x 576, Q8_0 (a typical GGUF
