@@ -22,7 +22,10 @@ def Xfmr_QuantType : Xfmr_Type<"Quant", "quant"> {
     | `q4_0`    | GGUF   | f16 scale, 32 × 4-bit (value = (q-8)·d)   |
     | `q4_1`    | GGUF   | f16 scale, f16 min, 32 × 4-bit            |
     | `q8_0`    | GGUF   | f16 scale, 32 × int8                      |
-    | `q5_0`, `q5_1`, `q4_k`, `q5_k`, `q6_k` | GGUF | recognised, dequantized at load |
+    | `q4_k`    | GGUF   | 256-element super-block: f16 d, f16 dmin, 8 × 6-bit scale and min, 256 × 4-bit (value = d·scale·q − dmin·min per 32) |
+    | `q5_k`    | GGUF   | as `q4_k`, 256 × 5-bit                    |
+    | `q6_k`    | GGUF   | 256-element super-block: 16 int8 scales, f16 d, 256 × 6-bit (value = d·scale·(q−32) per 16) |
+    | `q5_0`, `q5_1` | GGUF | recognised in IR; no backend runs them, the importer refuses them |
     | `int8`    | kiln   | int8, one f32 scale per output channel (block = 0) |
     | `int4`    | kiln   | 4-bit, one scale per `block` elements     |
     | `fp8e4m3` | kiln   | fp8 e4m3, one f32 scale per channel or head |
