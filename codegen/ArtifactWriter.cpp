@@ -148,10 +148,20 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
       blockArgs.try_emplace(arg, json::Object{{"pool", json::Object{
                                          {"layer", layerIndex}, {"role", role.str()}}}});
       poolLayers_ = std::max(poolLayers_, layerIndex + 1);
+      // int8/fp8 pools hold a scale per (token slot, kv head) beside their values.
+      const std::string type = xfmr::kvPoolTypeName(pool);
       kvCache_ = json::Object{{"page_size", int64_t(pool.getPageSize())},
                               {"kv_heads", int64_t(pool.getKvHeads())},
                               {"head_dim", int64_t(pool.getHeadDim())},
-                              {"type", xfmr::elementTypeName(pool.getElementType())}};
+                              {"type", type}};
+      auto scales = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "xfmr.kv_scales");
+      if ((type == "int8" || type == "fp8e4m3") != bool(scales) || (scales && scales.getValue() != "token_head")) {
+        func.emitError() << "kv pool argument '" << name << "' of type " << type << " has xfmr.kv_scales "
+                         << (scales ? "'" + scales.getValue().str() + "'" : std::string("absent"))
+                         << ", expected 'token_head' for int8/fp8e4m3 pools and none for float pools";
+        return std::nullopt;
+      }
+      if (scales) (*kvCache_)["scales"] = scales.getValue().str();
       continue;
     }
     auto type = cast<RankedTensorType>(arg.getType());

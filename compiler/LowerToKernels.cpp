@@ -171,7 +171,7 @@ LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
       param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
       param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
       param(plan_key::kMergedQkv, static_cast<bool>(split)),
-      param(plan_key::kKvType, xfmr::elementTypeName(pool.getElementType())),
+      param(plan_key::kKvType, xfmr::kvPoolTypeName(pool)),
   };
   appendRopeParams(params, ropeQ.getRope());
   replaceWithKernel(region, "rope_kv_append", args, params);
@@ -280,7 +280,7 @@ LogicalResult Lowering::lower(func::FuncOp func) {
                    param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
                    param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
                    param(plan_key::kScale, attention.getScale().convertToDouble()),
-                   param(plan_key::kKvType, xfmr::elementTypeName(pool.getElementType())),
+                   param(plan_key::kKvType, xfmr::kvPoolTypeName(pool)),
                    param(plan_key::kTreeMask, static_cast<bool>(attention.getTreeMask()))});
               return success();
             })

@@ -285,6 +285,23 @@ Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
   config.kv_heads = int(*heads);
   config.head_dim = int(*dim);
   config.type = *type;
+  // The pool types either backend may hold, and the scales each needs.
+  const bool scaled = config.type == "int8" || config.type == "fp8e4m3";
+  if (!scaled && config.type != "f32" && config.type != "f16" && config.type != "bf16")
+    return r.error("kv_cache.type", fmt::format("unknown KV cache type '{}', expected one of: f32, f16, bf16, "
+                                                "int8, fp8e4m3",
+                                                config.type));
+  if (kv.value()->contains("scales")) {
+    auto scales = r.string(**kv, "kv_cache", "scales");
+    if (!scales.ok()) return scales.error();
+    config.scales = *scales;
+  }
+  if (scaled && config.scales != "token_head")
+    return r.error("kv_cache.scales",
+                   fmt::format("{} pools need \"token_head\" scales (an f32 per token slot and kv head), got '{}'",
+                               config.type, config.scales));
+  if (!scaled && !config.scales.empty())
+    return r.error("kv_cache.scales", fmt::format("{} pools take no scales, got '{}'", config.type, config.scales));
   return config;
 }
 

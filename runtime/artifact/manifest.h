@@ -52,7 +52,11 @@ struct KvCacheConfig {
   int page_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  std::string type;  // "f32", "f16", "bf16" (CPU pools), f32 and bf16 (CUDA pools); int8 and fp8 pools run nowhere yet
+  std::string type;  // "f32", "f16", "bf16", "int8", "fp8e4m3"
+  // How an int8/fp8e4m3 pool's rows are scaled: "token_head", one f32 per
+  // (token slot, kv head), [num_blocks, page_size, kv_heads] beside each
+  // pool; empty for the float types, whose values need none.
+  std::string scales;
 };
 
 struct EntryInput {

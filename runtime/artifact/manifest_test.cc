@@ -180,6 +180,33 @@ TEST(StepParamsTest, AttentionHeadsChecked) {
             "p: missing param 'kv_heads' (expected an integer)");
 }
 
+// int8 and fp8 pools carry a scale per (token slot, kv head) and say so;
+// the float pools carry none; any other type is unknown.
+TEST(ManifestTest, KvCacheTypeAndScales) {
+  json m = validManifest();
+  m["kv_cache"]["type"] = "int8";
+  m["kv_cache"]["scales"] = "token_head";
+  auto ok = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->kv_cache.type, "int8");
+  EXPECT_EQ(ok->kv_cache.scales, "token_head");
+  m["kv_cache"]["type"] = "fp8e4m3";
+  EXPECT_EQ(parseError(m), "(parsed)");
+  m["kv_cache"].erase("scales");
+  EXPECT_EQ(parseError(m), "manifest.json: kv_cache.scales: fp8e4m3 pools need \"token_head\" scales (an f32 per "
+                           "token slot and kv head), got ''");
+  m["kv_cache"]["scales"] = "token";
+  EXPECT_EQ(parseError(m), "manifest.json: kv_cache.scales: fp8e4m3 pools need \"token_head\" scales (an f32 per "
+                           "token slot and kv head), got 'token'");
+  m["kv_cache"]["type"] = "bf16";
+  m["kv_cache"]["scales"] = "token_head";
+  EXPECT_EQ(parseError(m), "manifest.json: kv_cache.scales: bf16 pools take no scales, got 'token_head'");
+  m["kv_cache"].erase("scales");
+  m["kv_cache"]["type"] = "i8";
+  EXPECT_EQ(parseError(m), "manifest.json: kv_cache.type: unknown KV cache type 'i8', expected one of: f32, f16, "
+                           "bf16, int8, fp8e4m3");
+}
+
 TEST(ManifestTest, AttentionHeadsMatchTheKvCache) {
   json m = validManifest();
   json& forward = m["entries"]["forward"];

@@ -8,9 +8,12 @@ KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks) {
                       .page_size = manifest.kv_cache.page_size,
                       .kv_heads = manifest.kv_cache.kv_heads,
                       .head_dim = manifest.kv_cache.head_dim,
-                      .element = manifest.kv_cache.type == "f16"    ? KvElement::kF16
-                                 : manifest.kv_cache.type == "bf16" ? KvElement::kBf16
-                                                                    : KvElement::kF32};
+                      .element = parseKvElement(manifest.kv_cache.type).value_or(KvElement::kF32)};
+}
+
+int64_t kvBlocksInBytes(const KvPoolConfig& kv, int64_t bytes) {
+  const int64_t block = kv.blockBytes();
+  return block > 0 && bytes > 0 ? bytes / block : 0;
 }
 
 Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest) {
@@ -21,6 +24,12 @@ Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest
                      "match {}: kv_cache (layers {}, page_size {}, kv_heads {}, head_dim {})",
                      kv.layers, kv.page_size, kv.kv_heads, kv.head_dim, manifest.path, mk.layers,
                      mk.page_size, mk.kv_heads, mk.head_dim);
+  if (kvElementName(kv.element) != mk.type)
+    return makeError("kv pool type {} does not match {}: kv_cache.type {}", kvElementName(kv.element),
+                     manifest.path, mk.type);
+  if (kvElementHasScales(kv.element) != (mk.scales == "token_head"))
+    return makeError("kv pool type {} {} scales, but {}: kv_cache.scales is '{}'", kvElementName(kv.element),
+                     kvElementHasScales(kv.element) ? "has" : "has no", manifest.path, mk.scales);
   return Status::success();
 }
 

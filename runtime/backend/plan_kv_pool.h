@@ -1,5 +1,6 @@
 // The KV pool a plan asks for: its manifest's kv_cache shape (layers, page
-// size, KV heads, head dim) with as many blocks as the caller can afford.
+// size, KV heads, head dim) and element (with its scales for int8/fp8) with
+// as many blocks as the caller can afford.
 #pragma once
 
 #include <cstdint>
@@ -11,9 +12,16 @@
 namespace kiln {
 
 // The pool shape an artifact's kv_cache asks for, with `num_blocks` blocks.
+// A type Manifest::parse would refuse maps to f32, which
+// checkPoolMatchesManifest then refuses.
 KvPoolConfig kvPoolConfigFor(const Manifest& manifest, int64_t num_blocks);
 
-// A pool must have the artifact's kv_cache shape (layers, page, heads, dim).
+// How many blocks of `kv`'s shape fit in `bytes` of K and V pools, their
+// scales included (KvPoolConfig::blockBytes).
+int64_t kvBlocksInBytes(const KvPoolConfig& kv, int64_t bytes);
+
+// A pool must have the artifact's kv_cache shape (layers, page, heads, dim)
+// and type, and hold scales exactly where kv_cache.scales says.
 Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest);
 
 }  // namespace kiln

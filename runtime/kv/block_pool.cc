@@ -5,6 +5,34 @@
 
 namespace kiln {
 
+int kvElementBytes(KvElement element) {
+  switch (element) {
+    case KvElement::kF32: return 4;
+    case KvElement::kF16:
+    case KvElement::kBf16: return 2;
+    case KvElement::kInt8:
+    case KvElement::kFp8E4M3: return 1;
+  }
+  return 0;
+}
+
+std::string_view kvElementName(KvElement element) {
+  switch (element) {
+    case KvElement::kF32: return "f32";
+    case KvElement::kF16: return "f16";
+    case KvElement::kBf16: return "bf16";
+    case KvElement::kInt8: return "int8";
+    case KvElement::kFp8E4M3: return "fp8e4m3";
+  }
+  return "";
+}
+
+std::optional<KvElement> parseKvElement(std::string_view name) {
+  for (KvElement e : {KvElement::kF32, KvElement::kF16, KvElement::kBf16, KvElement::kInt8, KvElement::kFp8E4M3})
+    if (kvElementName(e) == name) return e;
+  return std::nullopt;
+}
+
 Result<BlockPool> BlockPool::create(const KvPoolConfig& config, KvStorage storage) {
   if (config.layers <= 0 || config.num_blocks <= 0 || config.page_size <= 0 ||
       config.kv_heads <= 0 || config.head_dim <= 0)
@@ -14,20 +42,23 @@ Result<BlockPool> BlockPool::create(const KvPoolConfig& config, KvStorage storag
                      config.head_dim);
   if (config.num_blocks > std::numeric_limits<int32_t>::max())
     return makeError("kv pool: num_blocks {} does not fit the i32 block ids", config.num_blocks);
-  // 2 * layers * num_blocks * page * heads * dim elements must fit in memory sizes.
-  __int128 elems = __int128(2) * config.layers * config.num_blocks * config.page_size *
-                   config.kv_heads * config.head_dim;
-  const int elem_bytes = kvElementBytes(config.element);
-  if (elems * elem_bytes > __int128(std::numeric_limits<int64_t>::max()) ||
-      config.num_blocks * config.page_size > std::numeric_limits<int32_t>::max())
+  // 2 * layers pools of num_blocks * page * heads * (dim values + a scale)
+  // must fit in memory sizes.
+  const __int128 bytes = __int128(config.num_blocks) * 2 * config.layers * config.page_size * config.kv_heads *
+                             (int64_t(config.head_dim) * kvElementBytes(config.element) + kKvScaleBytes) +
+                         64;
+  if (bytes > __int128(std::numeric_limits<int64_t>::max()) ||
+      __int128(config.num_blocks) * config.page_size > std::numeric_limits<int32_t>::max())
     return makeError("kv pool: {} blocks of {} tokens overflow the slot range", config.num_blocks,
                      config.page_size);
   BlockPool pool;
   pool.config_ = config;
-  if (storage == KvStorage::kHost) pool.storage_.reset(new (std::nothrow) uint8_t[size_t(elems * elem_bytes)]());
+  const int64_t total = config.scaleElems() > 0 ? pool.scalesOffset() + 2 * int64_t(config.layers) * config.scaleBytes()
+                                                : 2 * int64_t(config.layers) * config.poolBytes();
+  if (storage == KvStorage::kHost) pool.storage_.reset(new (std::nothrow) uint8_t[size_t(total)]());
   if (storage == KvStorage::kHost && !pool.storage_)
-    return makeError("kv pool: cannot allocate {} bytes for {} layers x {} blocks",
-                     int64_t(elems * elem_bytes), config.layers, config.num_blocks);
+    return makeError("kv pool: cannot allocate {} bytes for {} layers x {} blocks", total, config.layers,
+                     config.num_blocks);
   pool.refs_.assign(size_t(config.num_blocks), 0);
   pool.free_.reserve(size_t(config.num_blocks));
   for (int64_t b = config.num_blocks - 1; b >= 0; --b) pool.free_.push_back(int32_t(b));

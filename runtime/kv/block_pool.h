@@ -1,6 +1,8 @@
 // Memory of the paged KV cache. A BlockPool owns, for every layer, a K pool
 // and a V pool of shape [num_blocks, page_size, kv_heads, head_dim] of its
-// element type (f32, or f16/bf16: half the memory, llama.cpp's default), and
+// element type (f32; f16/bf16: half the memory, llama.cpp's default; int8 or
+// fp8 e4m3: a quarter, plus an f32 scale per (slot, kv head) in a
+// [num_blocks, page_size, kv_heads] array beside each pool), and
 // hands out block ids from a free list with reference counts (a block shared
 // by two sequences, e.g. a common prefix, is freed when both release it).
 // A BlockTable maps one sequence's token positions to slots in the pools:
@@ -11,17 +13,29 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "runtime/support/error.h"
 
 namespace kiln {
 
-// A pool's element type; keys and values are computed in f32 and rounded
-// to it (to nearest even) when appended.
-enum class KvElement { kF32, kF16, kBf16 };
-inline int kvElementBytes(KvElement e) { return e == KvElement::kF32 ? 4 : 2; }
+// A pool's element type. Keys and values are computed in f32; f16 and bf16
+// pools round them (to nearest even) when appended, int8 and fp8 e4m3 pools
+// quantize each (token, kv head) row with its own scale (kv_quant.h).
+enum class KvElement { kF32, kF16, kBf16, kInt8, kFp8E4M3 };
+int kvElementBytes(KvElement element);
+// int8 and fp8 e4m3 rows carry a scale.
+inline bool kvElementHasScales(KvElement e) { return e == KvElement::kInt8 || e == KvElement::kFp8E4M3; }
+// The manifest's kv_cache.type spelling: "f32", "f16", "bf16", "int8", "fp8e4m3".
+std::string_view kvElementName(KvElement element);
+std::optional<KvElement> parseKvElement(std::string_view name);
+// One f32 scale per (token slot, kv head): f32 rather than f16 keeps any
+// head's absmax / qmax exact and in range, and costs 4 bytes against the
+// head_dim bytes of the row (6% at head_dim 64).
+inline constexpr int kKvScaleBytes = 4;
 
 struct KvPoolConfig {
   int layers = 0;
@@ -34,6 +48,18 @@ struct KvPoolConfig {
   // Elements of one layer's K (or V) pool.
   int64_t poolElems() const { return num_blocks * page_size * int64_t(kv_heads) * head_dim; }
   int64_t poolBytes() const { return poolElems() * kvElementBytes(element); }
+  // Scales of one layer's K (or V) pool: one per (slot, kv head) for int8
+  // and fp8, none for the float elements.
+  int64_t scaleElems() const {
+    return kvElementHasScales(element) ? num_blocks * page_size * int64_t(kv_heads) : 0;
+  }
+  int64_t scaleBytes() const { return scaleElems() * kKvScaleBytes; }
+  // What one block costs in all layers' K and V pools, scales included: the
+  // unit a memory budget is divided by.
+  int64_t blockBytes() const {
+    const int64_t row = int64_t(head_dim) * kvElementBytes(element) + (kvElementHasScales(element) ? kKvScaleBytes : 0);
+    return 2 * int64_t(layers) * page_size * kv_heads * row;
+  }
 };
 
 // Where a pool's K/V live: in the pool itself (the CPU executor), or
@@ -43,8 +69,8 @@ enum class KvStorage { kHost, kElsewhere };
 
 class BlockPool {
  public:
-  // With KvStorage::kHost, allocates 2 * layers pools at once (zeroed);
-  // fails on non-positive sizes or a size that overflows.
+  // With KvStorage::kHost, allocates 2 * layers pools and their scales at
+  // once (zeroed); fails on non-positive sizes or a size that overflows.
   static Result<BlockPool> create(const KvPoolConfig& config, KvStorage storage = KvStorage::kHost);
 
   BlockPool(BlockPool&&) noexcept = default;
@@ -57,6 +83,10 @@ class BlockPool {
   void* values(int layer) {
     return storage_ ? storage_.get() + (2 * int64_t(layer) + 1) * config_.poolBytes() : nullptr;
   }
+  // [num_blocks, page_size, kv_heads] f32 scales of `layer`'s K (or V) pool;
+  // null for the float elements and with KvStorage::kElsewhere.
+  float* keyScales(int layer) { return scales(2 * int64_t(layer)); }
+  float* valueScales(int layer) { return scales(2 * int64_t(layer) + 1); }
 
   int64_t numBlocks() const { return config_.num_blocks; }
   int64_t numFree() const { return int64_t(free_.size()); }
@@ -73,6 +103,12 @@ class BlockPool {
 
  private:
   BlockPool() = default;
+  // The scales follow all the values, at a 64-byte boundary.
+  int64_t scalesOffset() const { return (2 * int64_t(config_.layers) * config_.poolBytes() + 63) / 64 * 64; }
+  float* scales(int64_t pool) {
+    if (!storage_ || config_.scaleElems() == 0) return nullptr;
+    return reinterpret_cast<float*>(storage_.get() + scalesOffset()) + pool * config_.scaleElems();
+  }
 
   KvPoolConfig config_;
   std::unique_ptr<uint8_t[]> storage_;

@@ -25,6 +25,46 @@ TEST(BlockPoolTest, PoolsAreSeparateAndZeroed) {
   }
 }
 
+// int8 and fp8 pools: a byte a value, and an f32 scale per (slot, kv head)
+// beside each pool, all zeroed; a block costs about half a bf16 block.
+TEST(BlockPoolTest, ScaledPoolsKeepAScalePerSlotAndHead) {
+  for (KvElement element : {KvElement::kInt8, KvElement::kFp8E4M3}) {
+    KvPoolConfig config = smallConfig();
+    config.element = element;
+    auto pool = BlockPool::create(config);
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    EXPECT_EQ(config.poolBytes(), config.poolElems());
+    EXPECT_EQ(config.scaleElems(), 4 * 4 * 2);
+    EXPECT_EQ(config.blockBytes(), 2 * 2 * 4 * 2 * (8 + 4));
+    auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    // Four distinct scale arrays, none overlapping the values or each other.
+    std::vector<float*> scales{pool->keyScales(0), pool->valueScales(0), pool->keyScales(1), pool->valueScales(1)};
+    for (size_t i = 0; i < scales.size(); ++i) {
+      ASSERT_NE(scales[i], nullptr);
+      EXPECT_EQ(at(scales[i]) % 4, 0u);
+      EXPECT_GE(at(scales[i]), at(pool->values(1)) + uintptr_t(config.poolBytes()));
+      if (i > 0) EXPECT_EQ(scales[i] - scales[i - 1], config.scaleElems());
+      for (int64_t j = 0; j < config.scaleElems(); ++j) ASSERT_EQ(scales[i][j], 0.0f);
+    }
+  }
+  KvPoolConfig bf16 = smallConfig(), int8 = smallConfig();
+  bf16.element = KvElement::kBf16;
+  int8.element = KvElement::kInt8;
+  bf16.head_dim = int8.head_dim = 64;
+  EXPECT_NEAR(double(bf16.blockBytes()) / double(int8.blockBytes()), 128.0 / 68.0, 1e-12);
+  auto f32 = BlockPool::create(smallConfig());
+  ASSERT_TRUE(f32.ok());
+  EXPECT_EQ(f32->keyScales(0), nullptr);
+  EXPECT_EQ(smallConfig().scaleBytes(), 0);
+}
+
+TEST(BlockPoolTest, ElementNamesRoundTrip) {
+  for (KvElement e : {KvElement::kF32, KvElement::kF16, KvElement::kBf16, KvElement::kInt8, KvElement::kFp8E4M3})
+    EXPECT_EQ(parseKvElement(kvElementName(e)), e);
+  EXPECT_EQ(parseKvElement("i8"), std::nullopt);
+  EXPECT_EQ(parseKvElement("q4_0"), std::nullopt);
+}
+
 // The CUDA executor's pool: block bookkeeping only, its K/V on the GPU. A
 // Llama-3-8B-sized pool of 2^20 blocks would be 4 TiB of f32 here.
 TEST(BlockPoolTest, ElsewhereKeepsOnlyTheBookkeeping) {

@@ -39,4 +39,8 @@ namespace kiln::xfmr {
 /// The element-type spelling kernels and the manifest use: a quantization
 /// kind ("q4_1", "int8") or the builtin type ("f32", "bf16", "i32").
 std::string elementTypeName(mlir::Type type);
+/// A KV pool's type as kernels and the manifest's kv_cache spell it: the
+/// i8 and f8E4M3FN pools, whose rows carry scales, by kiln's scheme names
+/// "int8" and "fp8e4m3"; the float pools by elementTypeName.
+std::string kvPoolTypeName(KvPoolType pool);
 }  // namespace kiln::xfmr

@@ -401,7 +401,9 @@ def Xfmr_PagedKvAppendOp : Xfmr_Op<"paged_kv_append"> {
   let description = [{
     `key`/`value [N, Hkv, D]` for the N flattened tokens of a ragged batch
     are written to `slot_mapping [N]` (slot = block · page_size + offset) of
-    the layer's pools.
+    the layer's pools. Into an `i8` or `f8E4M3FN` pool each (token, kv head)
+    row goes quantized, with its scale absmax / qmax (127, or 448 for e4m3)
+    written to the pool's scales.
 
     ```mlir
     xfmr.paged_kv_append %k, %v, %k_pool, %v_pool, %slots : tensor<?x3x64xf32>, tensor<?x3x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?xi32>

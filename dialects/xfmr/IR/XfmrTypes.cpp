@@ -92,6 +92,13 @@ std::string kiln::xfmr::elementTypeName(Type type) {
 // KvPoolType
 //===----------------------------------------------------------------------===//
 
+std::string kiln::xfmr::kvPoolTypeName(KvPoolType pool) {
+  Type element = pool.getElementType();
+  if (element.isInteger(8)) return "int8";
+  if (isa<Float8E4M3FNType>(element)) return "fp8e4m3";
+  return elementTypeName(element);
+}
+
 LogicalResult KvPoolType::verify(function_ref<InFlightDiagnostic()> emitError,
                                  unsigned pageSize, unsigned kvHeads,
                                  unsigned headDim, Type elementType) {

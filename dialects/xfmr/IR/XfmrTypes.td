@@ -55,6 +55,13 @@ def Xfmr_KvPoolType : Xfmr_Type<"KvPool", "kv_pool"> {
     chosen by the runtime from free memory; the compiler fixes the rest.
     Operations that read or write a pool carry memory effects on it.
 
+    An `i8` or `f8E4M3FN` pool (xfmr-insert-quantization's kv=int8|fp8)
+    also holds one f32 scale per (token slot, kv head),
+    `[num_blocks, page_size, kv_heads]` beside the values: a row decodes as
+    code · scale. The @forward argument says so with
+    `xfmr.kv_scales = "token_head"`, which the manifest's kv_cache carries
+    as `"scales"`.
+
     Example:
     ```mlir
     func.func @f(%k_pool: !xfmr.kv_pool<16, 3, 64, f32>) 

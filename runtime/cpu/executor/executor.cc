@@ -59,6 +59,7 @@ struct Operand {
   int64_t storage_begin = 0, storage_end = 0;  // arena bytes, for alias checks
   const BoundWeight* weight = nullptr;         // kWeight
   void* pool = nullptr;                        // kPool
+  float* pool_scales = nullptr;                // kPool of int8/fp8: its [slots, kv_heads] scales
   InputId input = InputId::kTokens;            // kInput
 };
 
@@ -173,6 +174,7 @@ Result<Operand> StepBinder::operand(const Step& step, const StepArg& arg, size_t
         return fail(step, "{}: pool layer {} is outside the pool's {} layers", where, arg.layer,
                     pool_.config().layers);
       op.pool = arg.role == PoolRole::kKey ? pool_.keys(arg.layer) : pool_.values(arg.layer);
+      op.pool_scales = arg.role == PoolRole::kKey ? pool_.keyScales(arg.layer) : pool_.valueScales(arg.layer);
       return op;
     }
     case StepArg::Kind::kInput: {
@@ -434,8 +436,6 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
     return makeError("{}: world_size: the CPU executor runs world_size 1, got {}", mpath,
                      manifest.world_size);
   const KvCacheConfig& mk = manifest.kv_cache;
-  if (mk.type != "f32" && mk.type != "f16" && mk.type != "bf16")
-    return makeError("{}: kv_cache.type: the CPU pools hold f32, f16 or bf16, got {}", mpath, mk.type);
   KILN_RETURN_IF_ERROR(checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 24))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 24);
@@ -559,8 +559,8 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       const int64_t qd = int64_t(s.heads) * s.head_dim, kd = int64_t(s.kv_heads) * s.head_dim;
       const size_t pos_arg = s.merged ? 1 : 3;
       const int32_t* positions = inputData(in, s.args[pos_arg].input);
-      void* k_pool = s.args[pos_arg + 2].pool;
-      void* v_pool = s.args[pos_arg + 3].pool;
+      const Operand& k_pool = s.args[pos_arg + 2];
+      const Operand& v_pool = s.args[pos_arg + 3];
       const float* v_src;
       if (s.merged) {
         const float* qkv = s.args[0].data;
@@ -580,7 +580,8 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       const KvPoolConfig& pc = pool_->config();
       KvPoolShape shape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
                         .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
-      return appendKvPaged(scratch_k_, v_src, n, scratch_slots_, shape, k_pool, v_pool);
+      return appendKvPaged(scratch_k_, v_src, n, scratch_slots_, shape, k_pool.pool, v_pool.pool,
+                           k_pool.pool_scales, v_pool.pool_scales);
     }
     case StepKind::kPagedAttention: {
       const KvPoolConfig& pc = pool_->config();
@@ -596,6 +597,8 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       args.max_blocks_per_seq = in.max_blocks;
       args.k_pool = s.args[1].pool;
       args.v_pool = s.args[2].pool;
+      args.k_scales = s.args[1].pool_scales;
+      args.v_scales = s.args[2].pool_scales;
       args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
                               .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
       args.scale = s.scale;

@@ -289,7 +289,10 @@ INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedTinyLlamaTest,
                                            QuantizedCase{"artifact-fp8", 0.1},
                                            // KV pools in f16 (llama.cpp's default) and bf16.
                                            QuantizedCase{"artifact-kvf16", 2e-3},
-                                           QuantizedCase{"artifact-kvbf16", 1e-2}),
+                                           QuantizedCase{"artifact-kvbf16", 1e-2},
+                                           // KV pools of int8 and fp8 e4m3 codes with a scale per (token, head).
+                                           QuantizedCase{"artifact-kvint8", 1e-2},
+                                           QuantizedCase{"artifact-kvfp8", 5e-2}),
                          [](const auto& info) { return std::string(info.param.artifact + 9); });
 
 TEST(CpuExecutorLoadTest, MismatchedGemmIsRejectedAtCreation) {
@@ -310,6 +313,23 @@ TEST(CpuExecutorLoadTest, MismatchedGemmIsRejectedAtCreation) {
             fmt::format("manifest.json: entries.forward.steps[{}] (gemm): results[0] has rows of "
                         "128 f32, expected 96",
                         gemm));
+}
+
+// An int8 plan's pool must be an int8 pool with its scales: a pool of
+// another type is refused before anything is allocated.
+TEST(CpuExecutorLoadTest, PoolOfAnotherKvTypeIsRejected) {
+  auto manifest = Manifest::load(kFixture + "/artifact-kvint8");
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  EXPECT_EQ(manifest->kv_cache.scales, "token_head");
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  KvPoolConfig kv = kvPoolConfigFor(*manifest, 4);
+  EXPECT_EQ(kv.element, KvElement::kInt8);
+  kv.element = KvElement::kBf16;
+  auto executor = CpuExecutor::create(*manifest, *weights, kv, 8);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_EQ(executor.error().message,
+            fmt::format("kv pool type bf16 does not match {}: kv_cache.type int8", manifest->path));
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include "runtime/cpu/kernels/paged_attention.h"
 
-#include "runtime/numerics/quant.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "runtime/cpu/kernels/ggml_vec.h"
+#include "runtime/kv/kv_quant.h"
+#include "runtime/numerics/quant.h"
 #include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
@@ -25,6 +25,7 @@ Status checkArgs(const PagedAttentionArgs& a) {
   if (a.num_heads % p.kv_heads != 0)
     return makeError("paged_attention: num_heads {} is invalid: expected a multiple of kv_heads {}",
                      a.num_heads, p.kv_heads);
+  KILN_RETURN_IF_ERROR(checkKvScales("paged_attention", p.element, a.k_scales, a.v_scales));
   if (a.num_seqs == 0) return Status::success();
   if (a.query_start[0] != 0 || a.query_start[a.num_seqs] != a.num_tokens)
     return makeError("paged_attention: query_start runs from {} to {}: expected 0 to num_tokens {}",
@@ -90,18 +91,23 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
   keys.resize(size_t(kv_len));
   const bool f32 = p.element == KvElement::kF32;
   if (!f32) widened.resize(size_t(2) * kv_len * d);  // this head's keys, then its values, as f32
-  // Row j of `pool` for this head: in the pool itself (f32), or widened.
-  auto row = [&](const void* pool, int32_t j, int64_t widened_at) -> const float* {
-    const int64_t at = slotOf(j) * slot_elems + int64_t(kv_head) * d;
+  // Row j of `pool` for this head: in the pool itself (f32), or widened
+  // (f16, bf16), or decoded with the row's scale (int8, fp8).
+  auto row = [&](const void* pool, const float* scales, int32_t j, int64_t widened_at) -> const float* {
+    const int64_t slot = slotOf(j), at = slot * slot_elems + int64_t(kv_head) * d;
     if (f32) return static_cast<const float*>(pool) + at;
-    const uint16_t* half = static_cast<const uint16_t*>(pool) + at;
     float* out = widened.data() + widened_at;
+    if (scales) {
+      dequantizeKvRow(static_cast<const uint8_t*>(pool) + at, scales[slot * p.kv_heads + kv_head], d, p.element, out);
+      return out;
+    }
+    const uint16_t* half = static_cast<const uint16_t*>(pool) + at;
     for (int e = 0; e < d; ++e) out[e] = p.element == KvElement::kF16 ? f16ToF32(half[e]) : bf16ToF32(half[e]);
     return out;
   };
   for (int32_t j = 0; j < kv_len; ++j) {
-    keys[size_t(j)] = row(a.k_pool, j, int64_t(j) * d);
-    values[size_t(j)] = row(a.v_pool, j, (int64_t(kv_len) + j) * d);
+    keys[size_t(j)] = row(a.k_pool, a.k_scales, j, int64_t(j) * d);
+    values[size_t(j)] = row(a.v_pool, a.v_scales, j, (int64_t(kv_len) + j) * d);
   }
 
   for (int32_t i = 0; i < q_len; ++i) {

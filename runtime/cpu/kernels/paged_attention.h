@@ -28,9 +28,13 @@ struct PagedAttentionArgs {
   int max_blocks_per_seq = 0;
 
   // k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] of
-  //   pool.element (f32, f16, bf16)
+  //   pool.element (f32, f16, bf16, int8, fp8 e4m3)
   const void* k_pool = nullptr;
   const void* v_pool = nullptr;
+  // k_scales, v_scales: [num_blocks, page_size, kv_heads] f32, the scale of
+  //   each (slot, kv head) row of an int8/fp8 pool; null for the float pools.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   KvPoolShape pool;
 
   float scale = 0.0f;  // logits = q·k * scale, usually 1/sqrt(head_dim)
@@ -49,7 +53,8 @@ struct PagedAttentionArgs {
 // softmax (vectorized expf, f64 sum), and V^T·p in the order llama.cpp uses
 // for a batch of this sequence's size (>= 2 tokens or 1); see
 // attendSequenceHead. A query that sees no key gets zeros. f16 and bf16
-// pools are widened to f32 a (sequence, head) at a time; the arithmetic is
+// pools are widened to f32 a (sequence, head) at a time, int8 and fp8 rows
+// decoded with their own scales (code * scale) likewise; the arithmetic is
 // the same.
 Status pagedAttention(const PagedAttentionArgs& args);
 

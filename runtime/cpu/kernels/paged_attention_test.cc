@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "runtime/cpu/kernels/ggml_vec.h"
+#include "runtime/kv/kv_quant.h"
 #include "runtime/numerics/quant.h"
 #include "runtime/numerics/testing.h"
 
@@ -94,9 +95,11 @@ PagedAttentionArgs argsFor(Batch& batch, std::vector<float>& out,
   return args;
 }
 
-// Plain softmax(q·Kᵀ·scale)·V in float64 over the visible keys.
-void expectMatchesReference(const Batch& batch, const std::vector<float>& out, float scale) {
+// Plain softmax(q·Kᵀ·scale)·V in float64 over the visible keys, with the
+// batch's keys and values: [tokens, heads, head_dim].
+std::vector<double> referenceAttention(const Batch& batch, float scale) {
   const int d = batch.pool.head_dim, kvh = batch.pool.kv_heads;
+  std::vector<double> out(size_t(batch.tokens() * batch.heads * d));
   for (size_t b = 0; b < batch.kv_len.size(); ++b) {
     const int q_len = batch.qLen(int(b)), kv_len = batch.kv_len[b];
     for (int i = 0; i < q_len; ++i) {
@@ -123,12 +126,17 @@ void expectMatchesReference(const Batch& batch, const std::vector<float>& out, f
           double expected = 0.0;
           for (size_t n = 0; n < keys.size(); ++n)
             expected += scores[n] / sum * batch.values[b][size_t((keys[n] * kvh + g) * d + e)];
-          const float got = out[size_t((token * batch.heads + h) * d + e)];
-          ASSERT_NEAR(got, expected, 2e-5) << "seq " << b << " query " << i << " head " << h << " dim " << e;
+          out[size_t((token * batch.heads + h) * d + e)] = expected;
         }
       }
     }
   }
+  return out;
+}
+
+void expectMatchesReference(const Batch& batch, const std::vector<float>& out, float scale) {
+  const std::vector<double> expected = referenceAttention(batch, scale);
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_NEAR(out[i], expected[i], 2e-5) << "output element " << i;
 }
 
 TEST(PagedAttentionTest, RaggedBatchPrefillChunksAndDecode) {
@@ -177,6 +185,156 @@ TEST(PagedAttentionTest, HalfPrecisionPoolsAttendToTheirValues) {
     ASSERT_TRUE(pagedAttention(args).ok());
     expectMatchesReference(batch, out, args.scale);
   }
+}
+
+// An int8 or fp8 pool filled from the batch through appendKvPaged (codes
+// poisoned and scales NaN where no token goes), and the batch's keys and
+// values replaced by what the pool holds: code * scale of each row.
+struct ScaledPools {
+  std::vector<uint8_t> k, v;
+  std::vector<float> k_scales, v_scales;
+};
+
+ScaledPools appendScaled(Batch& batch, KvElement element) {
+  const KvPoolShape shape{batch.pool.num_blocks, batch.pool.page_size, batch.pool.kv_heads, batch.pool.head_dim, element};
+  const int64_t elems = shape.slotElems();
+  const int d = shape.head_dim;
+  ScaledPools pools{std::vector<uint8_t>(size_t(shape.slots() * elems), 0xff), {}, testing::poisoned(size_t(shape.slots() * shape.kv_heads)), {}};
+  pools.v = pools.k;
+  pools.v_scales = pools.k_scales;
+  for (size_t b = 0; b < batch.kv_len.size(); ++b) {
+    std::vector<int64_t> slots;
+    for (int j = 0; j < batch.kv_len[b]; ++j)
+      slots.push_back(int64_t(batch.block_table[b * size_t(batch.max_blocks) + size_t(j / shape.page_size)]) * shape.page_size + j % shape.page_size);
+    EXPECT_TRUE(appendKvPaged(batch.keys[b].data(), batch.values[b].data(), int64_t(slots.size()), slots.data(), shape, pools.k.data(),
+                              pools.v.data(), pools.k_scales.data(), pools.v_scales.data())
+                    .ok());
+    for (int j = 0; j < batch.kv_len[b]; ++j)
+      for (int g = 0; g < shape.kv_heads; ++g) {
+        const int64_t row = (slots[size_t(j)] * shape.kv_heads + g);
+        dequantizeKvRow(pools.k.data() + row * d, pools.k_scales[size_t(row)], d, element, &batch.keys[b][size_t((j * shape.kv_heads + g) * d)]);
+        dequantizeKvRow(pools.v.data() + row * d, pools.v_scales[size_t(row)], d, element, &batch.values[b][size_t((j * shape.kv_heads + g) * d)]);
+      }
+  }
+  return pools;
+}
+
+PagedAttentionArgs scaledArgs(Batch& batch, const ScaledPools& pools, KvElement element, std::vector<float>& out,
+                              std::vector<const uint8_t*>& masks) {
+  PagedAttentionArgs args = argsFor(batch, out, masks);
+  args.pool.element = element;
+  args.k_pool = pools.k.data();
+  args.v_pool = pools.v.data();
+  args.k_scales = pools.k_scales.data();
+  args.v_scales = pools.v_scales.data();
+  return args;
+}
+
+// Against float64 attention over the keys and values before quantization,
+// within a bound derived from the quantization step: each key element is off
+// by at most half a step (int8: scale / 2; e4m3: |x| / 16, or 2^-10 scale
+// among the subnormals), so a score by at most
+//   delta = scale_qk * sum_e |q_e| * err_e,
+// the probabilities by a factor within e^(±2 delta), and the output by at
+// most (e^(2 delta) - 1) * max|v| + the values' own half step.
+TEST(PagedAttentionTest, ScaledPoolsStayWithinTheQuantizationBound) {
+  std::mt19937 rng(75);
+  for (KvElement element : {KvElement::kInt8, KvElement::kFp8E4M3}) {
+    Batch batch = makeBatch(rng, {{7, 7}, {3, 21}, {1, 17}, {1, 1}}, 6, 2, 32, 4);
+    const Batch original = batch;
+    const ScaledPools pools = appendScaled(batch, element);
+    std::vector<float> out = testing::poisoned(batch.q.size());
+    std::vector<const uint8_t*> masks;
+    const PagedAttentionArgs args = scaledArgs(batch, pools, element, out, masks);
+    ASSERT_TRUE(pagedAttention(args).ok());
+    // What the pool holds, attended in float64: only f32 rounding apart.
+    expectMatchesReference(batch, out, args.scale);
+
+    const std::vector<double> exact = referenceAttention(original, args.scale);
+    const int d = batch.pool.head_dim, kvh = batch.pool.kv_heads;
+    auto halfStep = [&](double x, double absmax) {
+      const double scale = absmax / kvQuantMax(element);
+      return element == KvElement::kInt8 ? scale / 2 : std::max(std::fabs(x) / 16, std::ldexp(scale, -10));
+    };
+    for (size_t b = 0; b < batch.kv_len.size(); ++b)
+      for (int i = 0; i < batch.qLen(int(b)); ++i)
+        for (int h = 0; h < batch.heads; ++h) {
+          const int64_t token = batch.query_start[b] + i, g = h / (batch.heads / kvh);
+          const float* q = batch.q.data() + (token * batch.heads + h) * d;
+          double delta = 0, v_max = 0, v_err = 0;
+          for (int j = 0; j < batch.kv_len[b]; ++j) {
+            const float* k = &original.keys[b][size_t((j * kvh + g) * d)];
+            const float* v = &original.values[b][size_t((j * kvh + g) * d)];
+            double k_absmax = 0, v_absmax = 0, score_err = 0;
+            for (int e = 0; e < d; ++e) {
+              k_absmax = std::max(k_absmax, std::fabs(double(k[e])));
+              v_absmax = std::max(v_absmax, std::fabs(double(v[e])));
+            }
+            for (int e = 0; e < d; ++e) {
+              score_err += std::fabs(q[e]) * halfStep(k[e], k_absmax);
+              v_err = std::max(v_err, halfStep(v[e], v_absmax));
+            }
+            delta = std::max(delta, score_err * args.scale);
+            v_max = std::max(v_max, v_absmax);
+          }
+          const double bound = std::expm1(2 * delta) * v_max + v_err + 1e-5;
+          for (int e = 0; e < d; ++e) {
+            const size_t at = size_t((token * batch.heads + h) * d + e);
+            ASSERT_LE(std::fabs(out[at] - exact[at]), bound) << kvElementName(element) << " token " << token << " head " << h;
+          }
+        }
+  }
+}
+
+// Every (token, head) row at its own magnitude, spread over six orders for
+// the values and four for the keys: a kernel that ignores the scales, or
+// takes another token's, head's, or the other pool's, is off by orders of
+// magnitude.
+TEST(PagedAttentionTest, ScaledPoolsUseEachRowsOwnScale) {
+  std::mt19937 rng(76);
+  std::uniform_real_distribution<float> decades(-3.0f, 3.0f);
+  for (KvElement element : {KvElement::kInt8, KvElement::kFp8E4M3}) {
+    Batch batch = makeBatch(rng, {{5, 5}, {2, 19}, {1, 33}}, 4, 2, 16, 4);
+    const int d = batch.pool.head_dim;
+    double v_max = 0;
+    for (size_t b = 0; b < batch.kv_len.size(); ++b)
+      for (size_t row = 0; row < batch.keys[b].size() / size_t(d); ++row) {
+        const float k_gain = std::pow(10.0f, decades(rng) * 2.0f / 3.0f - 1.0f);  // 1e-3 .. 1e1
+        const float v_gain = std::pow(10.0f, decades(rng));                       // 1e-3 .. 1e3
+        for (int e = 0; e < d; ++e) {
+          batch.keys[b][row * size_t(d) + size_t(e)] *= k_gain;
+          batch.values[b][row * size_t(d) + size_t(e)] *= v_gain;
+          v_max = std::max(v_max, std::fabs(double(batch.values[b][row * size_t(d) + size_t(e)])));
+        }
+      }
+    const ScaledPools pools = appendScaled(batch, element);
+    std::vector<float> out = testing::poisoned(batch.q.size());
+    std::vector<const uint8_t*> masks;
+    ASSERT_TRUE(pagedAttention(scaledArgs(batch, pools, element, out, masks)).ok());
+    const std::vector<double> expected = referenceAttention(batch, 1.0f / std::sqrt(float(d)));
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) worst = std::max(worst, std::fabs(out[i] - expected[i]));
+    EXPECT_LE(worst, 1e-4 * v_max) << kvElementName(element);
+  }
+}
+
+TEST(PagedAttentionTest, ScaledPoolsNeedTheirScales) {
+  std::mt19937 rng(77);
+  Batch batch = makeBatch(rng, {{2, 6}}, 2, 1, 4, 4);
+  const ScaledPools pools = appendScaled(batch, KvElement::kInt8);
+  std::vector<float> out = testing::poisoned(batch.q.size());
+  std::vector<const uint8_t*> masks;
+  PagedAttentionArgs args = scaledArgs(batch, pools, KvElement::kInt8, out, masks);
+  args.v_scales = nullptr;
+  Status s = pagedAttention(args);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            "paged_attention: int8 pools need their K and V scales ([num_blocks, page_size, kv_heads] f32)");
+  PagedAttentionArgs f32 = argsFor(batch, out, masks);
+  f32.k_scales = pools.k_scales.data();
+  s = pagedAttention(f32);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "paged_attention: f32 pools have no scales, but scales were given");
 }
 
 TEST(PagedAttentionTest, TreeMaskReplacesCausalRule) {

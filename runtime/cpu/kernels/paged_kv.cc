@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "runtime/kv/kv_quant.h"
 #include "runtime/numerics/quant.h"
 
 namespace kiln::cpu {
@@ -18,10 +19,28 @@ void storeRow(const float* src, int64_t count, KvElement element, uint8_t* dst) 
   for (int64_t i = 0; i < count; ++i) half[i] = element == KvElement::kF16 ? f32ToF16(src[i]) : f32ToBf16(src[i]);
 }
 
+// One token's [kv_heads, head_dim] row quantized a head at a time, each
+// head's scale to `scales` [kv_heads].
+void storeScaledRow(const float* src, const KvPoolShape& pool, uint8_t* dst, float* scales) {
+  for (int h = 0; h < pool.kv_heads; ++h)
+    scales[h] = quantizeKvRow(src + int64_t(h) * pool.head_dim, pool.head_dim, pool.element,
+                              dst + int64_t(h) * pool.head_dim);
+}
+
 }  // namespace
 
+Status checkKvScales(const char* kernel, KvElement element, const void* k_scales, const void* v_scales) {
+  const bool scaled = kvElementHasScales(element);
+  if (scaled && (!k_scales || !v_scales))
+    return makeError("{}: {} pools need their K and V scales ([num_blocks, page_size, kv_heads] f32)", kernel,
+                     kvElementName(element));
+  if (!scaled && (k_scales || v_scales))
+    return makeError("{}: {} pools have no scales, but scales were given", kernel, kvElementName(element));
+  return Status::success();
+}
+
 Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64_t* slot_mapping,
-                     const KvPoolShape& pool, void* k_pool, void* v_pool) {
+                     const KvPoolShape& pool, void* k_pool, void* v_pool, float* k_scales, float* v_scales) {
   if (tokens < 0 || pool.num_blocks <= 0 || pool.page_size <= 0 || pool.kv_heads <= 0 ||
       pool.head_dim <= 0)
     return makeError("append_kv_paged: shape tokens={} pool=[{}, {}, {}, {}] is invalid", tokens,
@@ -31,11 +50,17 @@ Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64
       return makeError("append_kv_paged: slot {} of token {} is out of range: the pool has {} "
                        "slots ({} blocks of {})",
                        slot_mapping[t], t, pool.slots(), pool.num_blocks, pool.page_size);
+  KILN_RETURN_IF_ERROR(checkKvScales("append_kv_paged", pool.element, k_scales, v_scales));
   // A row copy per token: memory traffic is tiny next to the GEMMs.
   const int64_t elems = pool.slotElems(), bytes = elems * kvElementBytes(pool.element);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
+    if (kvElementHasScales(pool.element)) {
+      storeScaledRow(k + t * elems, pool, static_cast<uint8_t*>(k_pool) + slot * bytes, k_scales + slot * pool.kv_heads);
+      storeScaledRow(v + t * elems, pool, static_cast<uint8_t*>(v_pool) + slot * bytes, v_scales + slot * pool.kv_heads);
+      continue;
+    }
     storeRow(k + t * elems, elems, pool.element, static_cast<uint8_t*>(k_pool) + slot * bytes);
     storeRow(v + t * elems, elems, pool.element, static_cast<uint8_t*>(v_pool) + slot * bytes);
   }
