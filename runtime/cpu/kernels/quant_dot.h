@@ -36,10 +36,11 @@ void quantDotRows(WeightType type, const void* weights, int64_t rows, int64_t k,
                   const ActivationQ8* a, int64_t tokens, float* y, int64_t ldy);
 
 // Activation super-block for the K-quant dots, ggml's block_q8_K arithmetic:
-// one f32 scale per 256 values (qs = round(x * -127 / x_absmax_signed), so
-// the largest-magnitude value maps to -/+127) and the sum of each run of 16
-// quants, which the weights' minimums (q4_k, q5_k) and q6_k's -32 offset
-// multiply instead of every element.
+// one f32 scale per 256 values (with `max` the first value of largest
+// magnitude, qs = round-to-even(x * (-127 / max)), so `max` itself becomes
+// -127, and d = max / -127) and the sum of each run of 16 quants, which the
+// weights' minimums (q4_k, q5_k) and q6_k's -32 offset multiply instead of
+// every element.
 struct ActivationQ8K {
   float d;
   int8_t qs[256];
