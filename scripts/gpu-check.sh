@@ -69,6 +69,8 @@
 #            skips the fp32 reference, the accuracy check and the start times
 #   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py), and
 #            kiln_swiglu_bench: gemm_swiglu_wgmma beside cuBLASLt + silu_mul
+#   quant    decode speed of the int8 and int4 artifacts beside bf16 (and the HF peers) on
+#            the bench model's random checkpoint, batches KILN_QUANT_BATCHES
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -367,6 +369,43 @@ if [[ " $PARTS " == *" bench "* ]]; then
     grep -E "kiln bench: kiln prefill|^step profile|^  |decode forwards|launched step by step" "$OUT/bench_${model}_$run.err" | tee -a "$OUT/bench_${model}_$run.txt"
     record "bench_$run" "$rc"
     [[ $rc == 0 ]] || tail -5 "$OUT/bench_${model}_$run.err"
+  done
+fi
+
+write_report
+# quant: decode speed of kiln's quantized weights beside its bf16 plan on
+# the same random checkpoint (the bench part's, written here when missing),
+# each scheme's artifact from gpu-bundle.sh: KILN_QUANT_SCHEMES (default
+# "bf16 int8 int4") x KILN_QUANT_BATCHES (default "1 16"), 128 prompt
+# tokens, 64 generated; the batch-1 bf16 run also times the HF peers
+# (KILN_QUANT_PEER, default hf: eager and compiled).
+if [[ " $PARTS " == *" quant "* ]]; then
+  model="${KILN_BENCH_MODEL:-llama3-8b}"
+  ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
+  header="$ROOT/test/models/$model"
+  [[ -f "$header/model.safetensors" ]] && header="$header/model.safetensors"
+  if [[ ! -f "$ckpt/tokenizer.json" ]]; then
+    echo "== checkpoint $ckpt (no reference)"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$header" --out "$ckpt" 2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+    record "checkpoint_$model" "${PIPESTATUS[0]}"
+  fi
+  for batch in ${KILN_QUANT_BATCHES:-1 16}; do
+    for scheme in ${KILN_QUANT_SCHEMES:-bf16 int8 int4}; do
+      art="$BUILD/artifacts/$model-$scheme-bf16"
+      [[ $scheme == bf16 ]] && art="$BUILD/artifacts/$model-bf16"
+      peer=none
+      [[ $scheme == bf16 && $batch == 1 ]] && peer="${KILN_QUANT_PEER:-hf}"
+      name="quant_${scheme}_b$batch"
+      echo "== kiln bench decode $model $scheme batch $batch (peer $peer)"
+      timeout 240 "$BUILD/bin/kiln" bench decode "$art" --model-source "$ckpt" --device cuda --batch "$batch" \
+        --prompt-tokens 128 --gen-tokens 64 --peer "$peer" --json "$OUT/bench_$name.json" \
+        2>"$OUT/bench_$name.err" | tee "$OUT/bench_$name.txt"
+      rc=${PIPESTATUS[0]}
+      grep -E "ms/step|weights|uploaded" "$OUT/bench_$name.err" | tee -a "$OUT/bench_$name.txt"
+      record "$name" "$rc"
+      [[ $rc == 0 ]] || tail -5 "$OUT/bench_$name.err"
+    done
   done
 fi
 

@@ -352,6 +352,71 @@ Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const
   return b;
 }
 
+// The quant group of a packed weight's params: its scales' columns, 32
+// (ggml's blocks) unless the params name another; gemm_quant.cuh takes 32
+// or a multiple of 64 dividing k.
+Result<int64_t> quantGroup(const Params& p, int64_t k) {
+  int64_t group = 32;
+  if (p.has("group")) {
+    KILN_TRY(named, p.positive("group"));
+    group = named;
+  }
+  if (group != 32 && (group % 64 != 0 || k % group != 0))
+    return p.bad("group", std::to_string(group), "32 or a multiple of 64 dividing k");
+  return group;
+}
+
+// A gemm of packed block-quantized weights: gemm_quant.cuh on the tensor
+// cores, up to gemv_max_rows (8 or 16) rows of x a block. The split of K
+// over a block's warps gives the grid about 16 warps an SM of an H200
+// (132 SMs) at least; each warp keeps up to kUnroll tiles in flight.
+Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const std::string& weight_name,
+                       const std::string& packed) {
+  if (k % 32 != 0)
+    return makeError("gemm: param 'k' is {} with {} weights, expected a multiple of 32 (whole blocks a row)", k,
+                     weight_name);
+  for (const char* epilogue : {"silu_mul", "rope_kv_append", "gemv_stream", "norm_epsilon"})
+    if (p.has(epilogue))
+      if (auto set = p.boolean(epilogue); !set.ok() || *set)
+        return makeError("gemm: {} weights take the plain epilogue only (param '{}' is set)", weight_name, epilogue);
+  KILN_TRY(bias, p.boolean("bias"));
+  KILN_TRY(group, quantGroup(p, k));
+  int64_t max_rows = 8;
+  if (p.has("gemv_max_rows")) {
+    KILN_TRY(rows, p.positive("gemv_max_rows"));
+    if (rows != 8 && rows != 16) return p.bad("gemv_max_rows", std::to_string(rows), "8 or 16 with packed weights");
+    max_rows = rows;
+  }
+  const int bits = weight_name == "q8_0" ? 8 : 4;
+  const int64_t row_tiles = (n + 15) / 16, k_tiles = (k + 63) / 64;
+  constexpr int64_t kWantedWarps = 132 * 16;
+  int split = 1;
+  while (split < 8 && row_tiles * split < kWantedWarps && split * 2 <= k_tiles) split *= 2;
+  const int64_t tiles_per_warp = (k_tiles + split - 1) / split;
+  int unroll = int(std::min<int64_t>(tiles_per_warp, bits == 8 || max_rows == 16 ? 2 : 4));
+  if (p.has("quant_split")) {
+    KILN_TRY(wanted_split, p.positive("quant_split"));
+    KILN_TRY(wanted_unroll, p.positive("quant_unroll"));
+    if (8 % wanted_split != 0 || wanted_unroll > 8)
+      return makeError("gemm: quant tiling split {} unroll {}: expected split in {{1, 2, 4, 8}}, unroll <= 8",
+                       wanted_split, wanted_unroll);
+    split = int(wanted_split);
+    unroll = int(wanted_unroll);
+  }
+  const int rows_per_block = 8 / split * 16;
+  Body b{"gemm_quant.cuh", "", "gemm_quant",
+         {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / {})]", n, rows_per_block, max_rows), "GemvParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format(
+      "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+      "  static constexpr int kGroup = {};\n  static constexpr int kMaxRows = {};\n"
+      "  static constexpr int kRowsPerBlock = {};\n  static constexpr int kSplitK = {};\n"
+      "  static constexpr int kUnroll = {};\n  static constexpr bool kBias = {};\n"
+      "  static constexpr bool kSiluMul = false;\n  static constexpr bool kRope = false;\n",
+      packed, n, k, group, max_rows, rows_per_block, split, unroll, boolLiteral(bias));
+  return b;
+}
+
 Result<Body> gemm(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 8));
@@ -360,9 +425,7 @@ Result<Body> gemm(const Params& p) {
   if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16" && packed.empty())
     return makeError("gemm: weight_type '{}' has no CUDA kernel yet (f32, bf16, f16, q4_0, q4_1, q8_0 weights)",
                      weight_name);
-  if (!packed.empty() && k % 32 != 0)
-    return makeError("gemm: param 'k' is {} with {} weights, expected a multiple of 32 (whole blocks a row)", k,
-                     weight_name);
+  if (!packed.empty()) return gemmQuant(p, n, k, weight_name, packed);
   std::string weight = packed;
   if (packed.empty()) {
     KILN_TRY(plain, elementType(p, "weight_type", weight_name, false));
@@ -410,8 +473,6 @@ Result<Body> gemm(const Params& p) {
     KILN_TRY(fused, p.boolean("rope_kv_append"));
     rope = fused;
   }
-  if (!packed.empty() && (silu_mul || rope))
-    return makeError("gemm: {} weights take the plain epilogue only (no silu_mul or rope_kv_append)", weight_name);
   if (rope) {
     if (silu_mul) return makeError("gemm: params 'silu_mul' and 'rope_kv_append' both set, expected one epilogue");
     KILN_TRY(step, ropeStep(p));
@@ -798,13 +859,15 @@ Result<Body> dequantize(const Params& p) {
   KILN_TRY(weight_name, p.text("weight_type"));
   const std::string packed = packedWeightType(weight_name);
   if (packed.empty()) return p.bad("weight_type", weight_name, "one of q4_0, q4_1, q8_0");
+  KILN_TRY(group, quantGroup(p, k));
   constexpr int kThreads = 256;
   Body b{"dequantize.cuh", "", "dequantize",
-         {kThreads, fmt::format("[ceil(n={} * k={} / 8 / {})]", n, k, kThreads), "DequantizeParams"}};
+         {kThreads, fmt::format("[ceil(ceil(n={} / 16) * ceil(k={} / 64) * 128 / {})]", n, k, kThreads),
+          "DequantizeParams"}};
   b.waits_itself = true;
   b.config = fmt::format("  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
-                         "  static constexpr int kThreads = {};\n",
-                         packed, n, k, kThreads);
+                         "  static constexpr int kGroup = {};\n  static constexpr int kThreads = {};\n",
+                         packed, n, k, group, kThreads);
   return b;
 }
 

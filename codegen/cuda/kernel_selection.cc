@@ -127,9 +127,11 @@ void addSingleRow(VariantList& out, R role, const nlohmann::json& params, const 
   out.kernel(role, kOneRow, {}, "gemm", std::move(plain));
 }
 
-// A gemm of ggml blocks (`blocks`: q4_0, q4_1, q8_0): the skinny kernels
-// read the blocks (repacked at load, quant_blocks.cuh) and dequantize in
-// registers; larger batches expand the weight to bf16 for cuBLASLt.
+// A gemm of ggml blocks (`blocks`: q4_0, q4_1, q8_0), repacked at load
+// into tensor-core tiles (quant_blocks.cuh): gemm_quant.cuh reads them up
+// to kQuantGemmMaxRows rows of x, one 8-row x tile a block for up to 8 rows
+// (the single-row role's range), two from there on (grid.z walks further
+// groups of 16); larger batches expand the weight to bf16 for cuBLASLt.
 // kiln's int8 and int4 weights are such blocks once the weight store has
 // quantized them (q8_0 per channel, q4_0 per group, scales folded in).
 std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::string& blocks) {
@@ -139,12 +141,14 @@ std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::st
   nlohmann::json params = toJson(step.params);
   if (gemm.scales) params.erase("scales");  // folded into the blocks
   params["weight_type"] = blocks;
-  nlohmann::json single = params;
-  single["gemv_max_rows"] = 1;
-  out.kernel(R::kSingleRow, kOneRow, {}, "gemm", std::move(single));
-  out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, plan_blocks ? step.instance : "");
-  out.kernel(R::kDequantize, kCublasRows, {}, "dequantize", {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}});
-  out.elsewhere(R::kCublasLt, kCublasRows);
+  // One x tile is the instance's default: the plan's own name fits it.
+  out.kernel(R::kSingleRow, {1, kSkinnyMaxRows}, {}, "gemm", params, plan_blocks ? step.instance : "");
+  nlohmann::json two_tiles = params;
+  two_tiles["gemv_max_rows"] = 2 * kSkinnyMaxRows;
+  out.kernel(R::kSkinny, {kSkinnyMaxRows + 1, kQuantGemmMaxRows}, {}, "gemm", std::move(two_tiles));
+  const RowRange expanded{kQuantGemmMaxRows + 1, RowRange::kUnbounded};
+  out.kernel(R::kDequantize, expanded, {}, "dequantize", {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}});
+  out.elsewhere(R::kCublasLt, expanded);
   return out.take();
 }
 

@@ -12,8 +12,9 @@
 //     gemm_swiglu for a gemm with SwiGLU folded in; otherwise cuBLASLt, up to
 //     kResidualEpilogueMaxRows adding the residual of the norm after it;
 //   - gemm of ggml blocks (q4_0, q4_1, q8_0, and kiln's int8/int4 as the
-//     q8_0/q4_0 blocks the weight store makes): the skinny kernels read the
-//     blocks up to kSkinnyMaxRows rows; cuBLASLt batches expand the weight
+//     q8_0/q4_0 blocks the weight store makes): gemm_quant.cuh reads their
+//     tensor-core tiles up to kQuantGemmMaxRows rows (one 8-row x tile a
+//     block up to 8 rows, two beyond); cuBLASLt batches expand the weight
 //     to bf16 first (dequantize);
 //   - paged_attention: the CUDA-core kernel, decode_attention (split-KV
 //     decode) and its combine, and for bf16 pools at head_dim 64 or 128 the
@@ -44,6 +45,9 @@ namespace kiln::cuda_codegen {
 // The row thresholds, in one place.
 // Skinny GEMMs take up to this many rows (a decode batch of 8).
 constexpr int64_t kSkinnyMaxRows = 8;
+// gemm_quant (block-quantized weights on the tensor cores) up to here;
+// larger batches expand the weight to bf16 for cuBLASLt.
+constexpr int64_t kQuantGemmMaxRows = 64;
 // gemm_swiglu from here up: about as fast as cuBLASLt and silu_mul, and
 // closer to float (gate/up never rounded to bf16).
 constexpr int64_t kFusedSwiGluMinRows = 1024;

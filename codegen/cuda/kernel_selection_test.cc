@@ -207,15 +207,18 @@ TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
   const auto list = select(plan, "sm_90a");
   const std::vector<KernelVariant>& gemm = list[0];
   ASSERT_EQ(gemm.size(), 4u);
+  // gemm_quant: one 8-row x tile a block up to 8 rows, two up to kQuantGemmMaxRows.
   EXPECT_EQ(gemm[0].role, R::kSingleRow);
+  expectRows(gemm[0], 1, kSkinnyMaxRows);
   EXPECT_EQ(gemm[0].params["weight_type"], "q4_1") << "the blocks, not bf16";
   EXPECT_FALSE(gemm[0].params.contains("gemv_stream")) << "the bulk-copy ring streams bf16 only";
   EXPECT_EQ(gemm[1].role, R::kSkinny);
-  expectRows(gemm[1], 2, kSkinnyMaxRows);
+  expectRows(gemm[1], kSkinnyMaxRows + 1, kQuantGemmMaxRows);
+  EXPECT_EQ(gemm[1].params["gemv_max_rows"], 2 * kSkinnyMaxRows);
   EXPECT_EQ(gemm[2].role, R::kDequantize);
   EXPECT_EQ(gemm[2].params, (json{{"n", 3072}, {"k", 576}, {"weight_type", "q4_1"}}));
-  expectRows(gemm[2], kSkinnyMaxRows + 1, RowRange::kUnbounded);
-  expectRows(gemm[3], kSkinnyMaxRows + 1, RowRange::kUnbounded);
+  expectRows(gemm[2], kQuantGemmMaxRows + 1, RowRange::kUnbounded);
+  expectRows(gemm[3], kQuantGemmMaxRows + 1, RowRange::kUnbounded);
   EXPECT_EQ(gemm[3].role, R::kCublasLt);
   EXPECT_EQ(list[1].size(), 1u) << "no SwiGLU fold into a block-quantized gemm";
   expectAllGenerate(list);
@@ -231,7 +234,7 @@ TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
                               {1, -1, -1}, {2}));
   const auto int4 = select(scaled, "sm_90a")[0];
   ASSERT_EQ(int4.size(), 4u);
-  EXPECT_EQ(int4[1].params, (json{{"n", 64}, {"k", 64}, {"weight_type", "q4_0"}, {"bias", false}}));
+  EXPECT_EQ(int4[0].params, (json{{"n", 64}, {"k", 64}, {"weight_type", "q4_0"}, {"bias", false}}));
   EXPECT_EQ(int4[2].params["weight_type"], "q4_0");
   expectAllGenerate({int4});
   std::get<GemmParams>(scaled.steps[0].params).weight_type = "fp8";

@@ -9,9 +9,8 @@
 //
 //   x [rows, K] bf16, W [N, K] (Config::Weight), bias [N], y [rows, N] bf16
 //
-// W is f32, bf16 or f16 rows, or block-quantized (q4_0, q4_1, q8_0) in the
-// packed planes of quant_blocks.cuh, dequantized in registers 8 elements
-// at a time (whose bias is bf16).
+// W is f32, bf16 or f16 rows (block-quantized weights run gemm_quant.cuh,
+// which shares the epilogue below).
 //
 // With kSiluMul (SwiGLU's gate/up projection, W = [gate; up] with N = 2F),
 // y [rows, F] = silu(x · gateᵀ) · (x · upᵀ) straight from the f32 sums: a
@@ -38,7 +37,7 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
 #endif
-#include "quant_blocks.cuh"    // packed block-quantized weights
+#include "quant_blocks.cuh"    // IsPacked: gemm_quant.cuh's bias type
 #include "rope_kv_append.cuh"  // the rope epilogue
 
 namespace kiln {
@@ -53,10 +52,8 @@ template <class Config>
 __device__ __forceinline__ void load8_weight(const void* w, long long row, int v, float (&out)[8],
                                              unsigned long long policy) {
   using W = typename Config::Weight;
-  if constexpr (IsPacked<W>::value)
-    load8_packed<W, Config::kN, Config::kK>(w, row, v, out, policy);
-  else
-    load8_stream(static_cast<const W*>(w) + row * Config::kK + v * 8, out, policy);
+  static_assert(!IsPacked<W>::value, "packed block weights run gemm_quant.cuh");
+  load8_stream(static_cast<const W*>(w) + row * Config::kK + v * 8, out, policy);
 }
 
 __device__ __forceinline__ const GemvParams& gemv_args(const GemvParams& p) { return p; }

@@ -101,17 +101,19 @@ inline std::vector<KernelCase> representativeKernelCases() {
     cases.push_back({"residual_rms_norm", {{"hidden", hidden}, {"epsilon", 1e-5}, {"writes_sum", true},
                                            {"x_type", "f32"}, {"sum_type", "f32"}}});
   }
-  // GEMMs over packed ggml blocks (SmolLM2 Q4_1's shapes, its q8_0 LM head,
-  // Llama-3-8B's gate/up in q4_0), 8-row and single-row, and their
+  // GEMMs over packed ggml blocks on the tensor cores (SmolLM2 Q4_1's
+  // shapes, its q8_0 LM head, Llama-3-8B's gate/up in q4_0 and its down
+  // projection in int8 per channel), one and two x tiles a block, and their
   // expansion to bf16 for cuBLASLt.
-  for (auto [type, n, k] : {std::tuple{"q4_1", 3072, 576}, std::tuple{"q4_1", 576, 1536},
-                            std::tuple{"q8_0", 49152, 576}, std::tuple{"q4_0", 28672, 4096}}) {
-    const json gemm{{"n", n}, {"k", k}, {"weight_type", type}, {"bias", false}};
+  for (auto [type, n, k, group] : {std::tuple{"q4_1", 3072, 576, 32}, std::tuple{"q4_1", 576, 1536, 32},
+                                   std::tuple{"q8_0", 49152, 576, 32}, std::tuple{"q4_0", 28672, 4096, 128},
+                                   std::tuple{"q8_0", 4096, 14336, 14336}}) {
+    const json gemm{{"n", n}, {"k", k}, {"weight_type", type}, {"bias", false}, {"group", group}};
     cases.push_back({"gemm", gemm});
-    json single = gemm;
-    single["gemv_max_rows"] = 1;
-    cases.push_back({"gemm", single});
-    cases.push_back({"dequantize", {{"n", n}, {"k", k}, {"weight_type", type}}});
+    json two_tiles = gemm;
+    two_tiles["gemv_max_rows"] = 16;
+    cases.push_back({"gemm", two_tiles});
+    cases.push_back({"dequantize", {{"n", n}, {"k", k}, {"weight_type", type}, {"group", group}}});
   }
   cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, true, "interleaved", "none", 100000.0)});
   cases.push_back({"rope_kv_append", ropeParams(9, 3, 64, false, "half", "linear", 10000.0)});

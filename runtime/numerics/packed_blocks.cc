@@ -2,64 +2,96 @@
 
 #include <cstring>
 
+#include "codegen/kernels/quant_blocks.cuh"
+
 namespace kiln {
 
 namespace {
 
+namespace kk = kiln::kernels;
+
 int quantBits(WeightType type) { return type == WeightType::Q8_0 ? 8 : 4; }
+
+kk::QuantTiles tilesOf(WeightType type, int64_t n, int64_t k, int64_t group) {
+  return kk::QuantTiles{n, k, quantBits(type), int(group)};
+}
+
+// One block's quants as stored in the tiles (q4: 0..15; q8: q + 128), its
+// scale and minimum as f16 bits.
+struct BlockValues {
+  uint8_t q[32];
+  uint16_t d = 0, m = 0;
+};
+
+BlockValues readBlock(WeightType type, const uint8_t* at) {
+  BlockValues v;
+  if (type == WeightType::Q8_0) {
+    BlockQ8_0 b;
+    std::memcpy(&b, at, sizeof b);
+    for (int i = 0; i < 32; ++i) v.q[i] = uint8_t(int(b.qs[i]) + 128);
+    v.d = b.d;
+    return v;
+  }
+  const uint8_t* qs;
+  BlockQ4_0 b0;
+  BlockQ4_1 b1;
+  if (type == WeightType::Q4_0) {
+    std::memcpy(&b0, at, sizeof b0);
+    qs = b0.qs;
+    v.d = b0.d;
+  } else {
+    std::memcpy(&b1, at, sizeof b1);
+    qs = b1.qs;
+    v.d = b1.d;
+    v.m = b1.m;
+  }
+  // ggml: element i is qs[i]'s low nibble, element 16 + i its high one.
+  for (int i = 0; i < 16; ++i) {
+    v.q[i] = qs[i] & 15;
+    v.q[16 + i] = qs[i] >> 4;
+  }
+  return v;
+}
 
 }  // namespace
 
-int64_t packedBlockBytes(WeightType type, int64_t n, int64_t k) {
-  const int64_t blocks = n * (k / kQuantBlock);
-  return n * k * quantBits(type) / 8 + blocks * 2 * (type == WeightType::Q4_1 ? 2 : 1);
+int64_t packedBlockBytes(WeightType type, int64_t n, int64_t k, int64_t group) {
+  return tilesOf(type, n, k, group).bytes(type == WeightType::Q4_1);
 }
 
-Status packBlocks(WeightType type, const uint8_t* blocks, int64_t n, int64_t k, std::vector<uint8_t>& out) {
+Status packBlocks(WeightType type, const uint8_t* blocks, int64_t n, int64_t k, int64_t group,
+                  std::vector<uint8_t>& out) {
   if (!isBlockQuantized(type))
     return makeError("packBlocks: {} is not a block-quantized type (q4_0, q4_1, q8_0)", weightTypeName(type));
   if (k % kQuantBlock != 0)
     return makeError("packBlocks: rows of {} elements are not whole {}-element blocks", k, kQuantBlock);
-  out.assign(size_t(packedBlockBytes(type, n, k)), 0);
-  const int64_t count = n * (k / kQuantBlock);  // blocks in row-major order
-  const int64_t block_quant_bytes = kQuantBlock * quantBits(type) / 8;
-  uint8_t* quants = out.data();
-  uint8_t* scales = quants + count * block_quant_bytes;
-  uint8_t* mins = scales + count * 2;
-  for (int64_t b = 0; b < count; ++b) {
-    uint8_t* q = quants + b * block_quant_bytes;
-    switch (type) {
-      case WeightType::Q8_0: {
-        BlockQ8_0 blk;
-        std::memcpy(&blk, blocks + b * sizeof blk, sizeof blk);
-        std::memcpy(q, blk.qs, 32);
-        std::memcpy(scales + b * 2, &blk.d, 2);
-        break;
+  if (!(group == kQuantBlock || (group % kk::kQuantTileCols == 0 && k % group == 0)))
+    return makeError("packBlocks: a group of {} columns, expected 32 or a multiple of 64 dividing k = {}", group, k);
+  const kk::QuantTiles tiles = tilesOf(type, n, k, group);
+  out.assign(size_t(tiles.bytes(type == WeightType::Q4_1)), 0);
+  const int64_t block_bytes = rowBytes(type, kQuantBlock);
+  for (int64_t row = 0; row < n; ++row) {
+    BlockValues first;  // the group's first block, whose scale the group keeps
+    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+      const BlockValues v = readBlock(type, blocks + (row * (k / kQuantBlock) + b) * block_bytes);
+      const int64_t col0 = b * kQuantBlock;
+      if (col0 % group == 0) {
+        first = v;
+        const int64_t at = tiles.scale_offset(row, col0 / group);
+        std::memcpy(out.data() + tiles.scales_at() + at, &v.d, 2);
+        if (type == WeightType::Q4_1) std::memcpy(out.data() + tiles.mins_at() + at, &v.m, 2);
+      } else if (v.d != first.d || v.m != first.m) {
+        return makeError("packBlocks: row {} block {} has its own scale, expected the one of its {}-column group",
+                         row, b, group);
       }
-      case WeightType::Q4_0:
-      case WeightType::Q4_1: {
-        const uint8_t* qs;
-        uint16_t d, m = 0;
-        BlockQ4_0 b0;
-        BlockQ4_1 b1;
-        if (type == WeightType::Q4_0) {
-          std::memcpy(&b0, blocks + b * sizeof b0, sizeof b0);
-          qs = b0.qs;
-          d = b0.d;
-        } else {
-          std::memcpy(&b1, blocks + b * sizeof b1, sizeof b1);
-          qs = b1.qs;
-          d = b1.d;
-          m = b1.m;
-        }
-        // ggml: element i is qs[i]'s low nibble, element 16 + i its high one.
-        auto element = [&](int i) { return i < 16 ? qs[i] & 15 : qs[i - 16] >> 4; };
-        for (int j = 0; j < 16; ++j) q[j] = uint8_t(element(2 * j) | element(2 * j + 1) << 4);
-        std::memcpy(scales + b * 2, &d, 2);
-        if (type == WeightType::Q4_1) std::memcpy(mins + b * 2, &m, 2);
-        break;
+      for (int i = 0; i < kQuantBlock; ++i) {
+        const kk::QuantSlot slot = kk::quant_slot(tiles, row, col0 + i);
+        uint8_t& byte = out[size_t(slot.byte)];
+        if (tiles.bits == 8)
+          byte = v.q[i];
+        else
+          byte = uint8_t(byte | (v.q[i] << (4 * slot.nibble)));
       }
-      default: break;
     }
   }
   return {};

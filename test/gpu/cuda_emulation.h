@@ -544,6 +544,16 @@ inline void load_u32x2_stream(const void* p, unsigned& lo, unsigned& hi, unsigne
   std::memcpy(&lo, p, 4);
   std::memcpy(&hi, static_cast<const unsigned char*>(p) + 4, 4);
 }
+inline uint4 load_u128_stream(const void* p, unsigned long long) {
+  uint4 q;
+  std::memcpy(&q, p, 16);
+  return q;
+}
+inline unsigned load_u32_nc(const void* p) {
+  unsigned q;
+  std::memcpy(&q, p, 4);
+  return q;
+}
 inline float load_f16_nc(const void* p) {
   unsigned short bits;
   std::memcpy(&bits, p, 2);

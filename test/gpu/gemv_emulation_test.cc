@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/numerics/packed_blocks.h"
 #include "runtime/numerics/quant.h"
 #include "test/gpu/cuda_emulation.h"
 #include "test/gpu/rope_reference.h"
@@ -190,54 +189,6 @@ TEST(GemvEmulation, RopeEpilogue) {
   // SmolLM2's (interleaved pairs, bias) into an f32 pool.
   using Interleaved = RopeGemvConfig<3, 1, 16, 512, 8, 2, 2, true, true, kk::kRopeNone, float>;
   runRopeCase<Interleaved>(rng, 5, "gemm+rope 3/1/16 interleaved, bias, 5 rows, f32 pool");
-}
-
-// Block-quantized weights in the packed planes (quant_blocks.cuh): random
-// f32 weights quantized to ggml blocks on the host, packed as the runtime
-// packs them, against float64 over the blocks' own dequantized values.
-template <class W, int N, int K, int MaxRows, int Split, int RowsPerWarp, bool Bias>
-struct PackedGemvConfig {
-  using Weight = W;
-  static constexpr int kN = N, kK = K, kMaxRows = MaxRows, kRowsPerWarp = RowsPerWarp;
-  static constexpr int kRowsPerBlock = 8 / Split * RowsPerWarp, kSplitK = Split, kUnroll = 4;
-  static constexpr bool kBias = Bias, kSiluMul = false, kRope = false;
-};
-
-template <class C>
-void runPackedCase(std::mt19937& rng, WeightType type, int rows, const std::string& what) {
-  constexpr int n = C::kN, k = C::kK;
-  std::vector<float> x, bias, w_f32(size_t(n) * k);
-  const std::vector<uint16_t> xb = randomBf16(rng, size_t(rows) * k, 1.0f, &x);
-  const std::vector<uint16_t> bb = randomBf16(rng, size_t(n), 1.0f, &bias);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  for (float& v : w_f32) v = normal(rng);
-  std::vector<uint8_t> blocks(size_t(n * rowBytes(type, k)));
-  for (int r = 0; r < n; ++r)
-    ASSERT_TRUE(quantizeRow(type, w_f32.data() + size_t(r) * k, blocks.data() + r * rowBytes(type, k), k).ok());
-  std::vector<float> w(size_t(n) * k);  // the blocks' values: what the kernel must multiply by
-  ASSERT_TRUE(dequantizeRow(type, blocks.data(), w.data(), int64_t(n) * k).ok());
-  std::vector<uint8_t> packed;
-  ASSERT_TRUE(packBlocks(type, blocks.data(), n, k, packed).ok());
-  ASSERT_EQ(int64_t(packed.size()), kk::PackedPlanes<typename C::Weight>::bytes(n, k));
-  std::vector<uint16_t> y(size_t(rows) * n + kPoison, 0xffff);
-  kk::GemvParams p{xb.data(), packed.data(), C::kBias ? bb.data() : nullptr, y.data(), rows};
-  launchGemv<C>(p, unsigned((n + C::kRowsPerBlock - 1) / C::kRowsPerBlock),
-                unsigned((rows + C::kMaxRows - 1) / C::kMaxRows), 0, nullptr, 0);
-  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
-  expectOutputs(y, skinnyGemmReference(x, w, C::kBias ? &bias : nullptr, rows, n, k, false), what);
-}
-
-TEST(GemvEmulation, PackedBlockWeights) {
-  std::mt19937 rng(16);
-  // SmolLM2's shapes in small: k 576 (18 blocks, a partial last step), bias, 8-row and single-row tilings.
-  runPackedCase<PackedGemvConfig<kk::PackedQ4_1, 20, 576, 8, 2, 2, true>>(rng, WeightType::Q4_1, 5,
-                                                                          "q4_1, k 576, 5 rows, bias");
-  runPackedCase<PackedGemvConfig<kk::PackedQ4_1, 24, 1536, 1, 8, 1, false>>(rng, WeightType::Q4_1, 1,
-                                                                            "q4_1 single row, K over 8 warps");
-  runPackedCase<PackedGemvConfig<kk::PackedQ4_0, 18, 1024, 8, 4, 1, false>>(rng, WeightType::Q4_0, 9,
-                                                                            "q4_0, 9 rows (two groups)");
-  runPackedCase<PackedGemvConfig<kk::PackedQ8_0, 33, 576, 8, 1, 2, true>>(rng, WeightType::Q8_0, 3,
-                                                                          "q8_0, n 33 past the last block");
 }
 
 // gemv_stream.cuh: tiles of 4 rows (2 pairs), stages of 2048 columns.

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "codegen/kernels/kernel_params.cuh"
 #include "codegen/kernels/philox.cuh"
 #include "runtime/cuda/kernel_test_cases.h"
+#include "runtime/numerics/packed_blocks.h"
+#include "runtime/numerics/quant.h"
 #include "test/gpu/attention_reference.h"
 #include "test/gpu/gemm_swiglu_params.h"
 #include "test/gpu/gpu_harness.h"
@@ -671,6 +674,57 @@ TEST_F(KernelsGpu, SkinnyGemm) {
     expectClose(bf16ToFloat(d_y.download<uint16_t>()), ref, 5e-3, 1.0 / 64,
                 fmt::format("gemm rows {} n {} k {}{}, max_rows {}{}", c.rows, c.n, c.k, c.bias ? " +bias" : "",
                             c.max_rows, c.stream ? ", streamed" : ""));
+  }
+}
+
+// Block-quantized weights on the tensor cores (gemm_quant.cuh) at the
+// shapes they run at (Llama-3-8B's q/o projection in q4_0 groups of 128, its
+// down projection in int8 per channel, SmolLM2's q4_1 MLP), one and two x
+// tiles a block, against float64 over the blocks' dequantized values; and
+// dequantize.cuh's expansion of the same tiles, exactly.
+TEST_F(KernelsGpu, QuantGemm) {
+  struct Case { WeightType type; int n, k, group, rows, max_rows; bool bias; };
+  for (const Case& c : {Case{WeightType::Q4_0, 4096, 4096, 128, 1, 8, false}, Case{WeightType::Q8_0, 4096, 14336, 14336, 7, 8, false},
+                        Case{WeightType::Q4_1, 1536, 576, 32, 16, 16, true}, Case{WeightType::Q4_0, 1024, 4096, 32, 37, 16, false}}) {
+    const std::string type(weightTypeName(c.type));
+    std::vector<float> x, bias, w(size_t(c.n) * c.k);
+    auto xb = randomBf16(rng, size_t(c.rows) * c.k, 1.0f, &x);
+    auto bb = randomBf16(rng, size_t(c.n), 1.0f, &bias);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (float& v : w) v = normal(rng);
+    const int64_t block_bytes = rowBytes(c.type, 32);
+    std::vector<uint8_t> blocks(size_t(c.n * rowBytes(c.type, c.k)));
+    ASSERT_TRUE(quantizeRow(c.type, w.data(), blocks.data(), int64_t(c.n) * c.k).ok());
+    for (int64_t b = 0; b < int64_t(c.n) * c.k / 32; ++b)  // a group shares its first block's scale
+      if (b % (c.k / 32) % (c.group / 32) != 0)
+        std::memcpy(blocks.data() + b * block_bytes, blocks.data() + (b - b % (c.group / 32)) * block_bytes, 2);
+    ASSERT_TRUE(dequantizeRow(c.type, blocks.data(), w.data(), int64_t(c.n) * c.k).ok());
+    std::vector<uint8_t> tiles;
+    ASSERT_TRUE(packBlocks(c.type, blocks.data(), c.n, c.k, c.group, tiles).ok());
+    COMPILE(k, "gemm", (json{{"n", c.n}, {"k", c.k}, {"weight_type", type}, {"bias", c.bias}, {"group", c.group},
+                             {"gemv_max_rows", c.max_rows}}));
+    auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(tiles), d_b = DeviceBuffer::from(bb);
+    DeviceBuffer d_y(size_t(c.rows) * c.n * 2 + 64);  // 64 poisoned bytes past the end stay NaN
+    const int rows_per_block = configConstant(k, "kRowsPerBlock");
+    ASSERT_GT(rows_per_block, 0) << k.instance.name;
+    kk::GemvParams p{d_x.get(), d_w.get(), c.bias ? d_b.get() : nullptr, d_y.get(), c.rows};
+    KILN_GPU_OK(launch(k, unsigned((c.n + rows_per_block - 1) / rows_per_block), 1,
+                       unsigned((c.rows + c.max_rows - 1) / c.max_rows), p));
+    const std::vector<double> ref = skinnyGemmReference(x, w, c.bias ? &bias : nullptr, c.rows, c.n, c.k, false);
+    std::vector<float> got = bf16ToFloat(d_y.download<uint16_t>());
+    for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << "wrote past y at " << i;
+    got.resize(ref.size());
+    const std::string what = fmt::format("{} gemm rows {} n {} k {} group {}, max_rows {}", type, c.rows, c.n, c.k,
+                                         c.group, c.max_rows);
+    expectClose(got, ref, 5e-3, 1.0 / 64, what);
+
+    COMPILE(dq, "dequantize", (json{{"n", c.n}, {"k", c.k}, {"weight_type", type}, {"group", c.group}}));
+    DeviceBuffer d_out(size_t(c.n) * c.k * 2);
+    const int64_t items = (c.n + 15) / 16 * ((c.k + 63) / 64) * 128;
+    KILN_GPU_OK(launch(dq, unsigned((items + 255) / 256), 1, 1, kk::DequantizeParams{d_w.get(), d_out.get()}));
+    const std::vector<float> expanded = bf16ToFloat(d_out.download<uint16_t>());
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_LE(std::fabs(expanded[i] - w[i]), std::fabs(w[i]) / 128 + 1e-30) << what << ": dequantized element " << i;
   }
 }
 

@@ -73,7 +73,7 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
   };
   auto gemv = [&](const ChosenVariant& v, GemvKernel& g) -> Status {
     const Kernel& k = kernels.kernel(v.instance);
-    g = GemvKernel{k.fn, v.instance, v.rows, k.block, k.rows_per_block};
+    g = GemvKernel{k.fn, v.instance, v.rows, k.block, k.rows_per_block, k.max_rows};
     g.tiles = k.tiles;
     unsigned block = 0;
     return g.tiles == 0 ? Status{} : bind(v.instance, g.fn, block, g.smem);

@@ -46,6 +46,7 @@ struct GemvKernel {
   RowRange rows;
   unsigned block = 0;
   int rows_per_block = 1;  // weight rows; a fused variant's come in pairs (gate/up, or rope's)
+  int max_rows = 8;        // rows of x a block takes (grid.z walks further groups)
   // gemv_stream.cuh's persistent blocks: the matrix's tiles (grid: one
   // block per SM, at most one per tile) and the ring's dynamic shared memory.
   int tiles = 0;

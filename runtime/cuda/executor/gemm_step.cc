@@ -4,6 +4,7 @@
 
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles and grid (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"
+#include "codegen/kernels/quant_blocks.cuh"  // the tiles dequantize.cuh walks
 #include "runtime/cuda/executor/gemm_dispatch.h"
 #include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/tensor_map.h"
@@ -14,8 +15,11 @@ namespace kk = kiln::kernels;
 
 namespace {
 
-// gemv.cuh's rows a block (its gemv_max_rows, 8 unless an instance says 1).
-constexpr int64_t kGemvSliceRows = 8;
+// dequantize.cuh's threads for an [n, k] weight: one per lane and step of
+// each 16 x 64 tile.
+int64_t dequantizeThreads(int64_t n, int64_t k) {
+  return (n + kk::kQuantTileRows - 1) / kk::kQuantTileRows * ((k + kk::kQuantTileCols - 1) / kk::kQuantTileCols) * 128;
+}
 
 }  // namespace
 
@@ -30,8 +34,8 @@ Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInput
     const bool fused = s.fused;
     kk::GemvParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), bias ? ptr(gemmBias(s)) : nullptr,
                      fused ? ptr(s.fused_y) : ptr(s.results[0].ptr), int(rows)};
-    // gemv.cuh's blocks take up to kGemvSliceRows rows each along z.
-    const unsigned gz = unsigned((rows + kGemvSliceRows - 1) / kGemvSliceRows);
+    // A block takes up to the instance's kMaxRows rows; grid.z walks further groups.
+    const unsigned gz = unsigned((rows + kernel.max_rows - 1) / kernel.max_rows);
     if (kernel.tiles > 0) {
       if (s.folded_norm >= 0) {  // the norm's inputs in, its sum out (p.x is not read)
         const BoundStep& norm = steps[size_t(s.folded_norm)];
@@ -67,9 +71,9 @@ Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInput
   }
   if (expandsWeight(s, rows)) {
     kk::DequantizeParams p{reinterpret_cast<const void*>(s.weights[1]), reinterpret_cast<void*>(s.dequantized)};
-    const int64_t vecs = s.width * s.k / 8;
+    const int64_t items = dequantizeThreads(s.width, s.k);
     KILN_RETURN_IF_ERROR(launch(s.dequantize_fn, s.dequantize_block,
-                                unsigned((vecs + s.dequantize_block - 1) / s.dequantize_block), 1, 1, &p));
+                                unsigned((items + s.dequantize_block - 1) / s.dequantize_block), 1, 1, &p));
   }
   KILN_ASSIGN(plan, cublas.plan(steps, s, rows));
   return cublas.run(steps, s, *plan, plan->algo);

@@ -49,6 +49,7 @@ Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::
     k.block = unsigned(generated.launch.block_threads);
     k.smem = unsigned(cg::configConstant(generated.source, "kSmemBytes", 0));
     k.rows_per_block = std::max(1, cg::configConstant(generated.source, "kRowsPerBlock", 1));
+    k.max_rows = std::max(1, cg::configConstant(generated.source, "kMaxRows", 8));
     k.tiles = cg::configConstant(generated.source, "kTiles", 0);
     k.block_m = cg::configConstant(generated.source, "kBlockM", 0);
     index_[name] = kernels_.size();

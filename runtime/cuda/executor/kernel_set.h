@@ -38,6 +38,7 @@ struct Kernel {
   unsigned block = 0;      // threads a block
   unsigned smem = 0;       // kSmemBytes: dynamic shared memory (0: none)
   int rows_per_block = 1;  // kRowsPerBlock: a skinny gemm block's weight rows
+  int max_rows = 8;        // kMaxRows: a skinny gemm block's rows of x
   int tiles = 0;           // kTiles: gemv_stream's weight tiles (0: not streamed)
   int block_m = 0;         // kBlockM: flash attention's query rows a block
 };
