@@ -1,5 +1,5 @@
-// The K-quant GEMMs (q4_k, q5_k, q6_k) of linear(): both paths against
-// float64 references.
+// The K-quant GEMMs (q4_k, q5_k, q6_k) of linear(): both paths, the quantized
+// dot on every instruction set this CPU runs, against float64 references.
 //  - Weights decoded by gguf-py (test/fixtures/quant/kquant, from
 //    test/reference/make_kquant_fixtures.py): the outside reference.
 //  - Random super-blocks decoded by testing::naiveElement, for many shapes.
@@ -46,16 +46,25 @@ std::vector<double> activationQ8KValues(const float* x, int64_t k) {
   return out;
 }
 
-// y = x · Wᵀ for W given by its decoded values w(r, i); checks y from both
-// paths. `what` names the case in failures.
+// y = x · Wᵀ for W given by its decoded values w(r, i); checks y from the
+// sgemm path and from the quantized dot of every instruction set this CPU
+// runs. `what` names the case in failures.
 void expectLinearMatches(WeightType type, const std::vector<uint8_t>& w_bytes, int64_t n,
                          int64_t k, const std::vector<float>& x, int64_t tokens,
                          const std::function<double(int64_t, int64_t)>& w,
                          const std::string& what) {
-  for (LinearPath path : {LinearPath::kQuantDot, LinearPath::kDequantSgemm}) {
-    const bool quantized = path == LinearPath::kQuantDot;
+  const std::string original = quantDotIsa();
+  std::vector<std::string> runs = {"sgemm"};
+  for (const char* isa : {"scalar", "avx2", "avxvnni", "avx512vnni"})
+    if (setQuantDotIsaForTesting(isa)) runs.push_back(isa);
+  ASSERT_TRUE(setQuantDotIsaForTesting(original.c_str()));
+  for (const std::string& run : runs) {
+    const bool quantized = run != "sgemm";
+    if (quantized) ASSERT_TRUE(setQuantDotIsaForTesting(run.c_str()));
     std::vector<float> y = testing::poisoned(size_t(tokens * n));
-    Status s = linearWithPath(x.data(), tokens, k, w_bytes.data(), type, n, nullptr, y.data(), path);
+    Status s = linearWithPath(x.data(), tokens, k, w_bytes.data(), type, n, nullptr, y.data(),
+                              quantized ? LinearPath::kQuantDot : LinearPath::kDequantSgemm);
+    ASSERT_TRUE(setQuantDotIsaForTesting(original.c_str()));
     ASSERT_TRUE(s.ok()) << s.error().message;
     for (int64_t t = 0; t < tokens; ++t) {
       const float* xt = x.data() + t * k;
@@ -77,8 +86,9 @@ void expectLinearMatches(WeightType type, const std::vector<uint8_t>& w_bytes, i
         ASSERT_FALSE(std::isnan(got)) << what << " y[" << t << "," << r << "] unwritten";
         const double tol = 2e-6 * magnitude + 1e-6;
         if (quantized) {
-          ASSERT_NEAR(got, with_xq, tol) << what << " quant dot at [" << t << "," << r << "]";
-          ASSERT_NEAR(got, exact, 1.01 * quant_bound + tol) << what << " at [" << t << "," << r << "]";
+          ASSERT_NEAR(got, with_xq, tol) << what << " " << run << " at [" << t << "," << r << "]";
+          ASSERT_NEAR(got, exact, 1.01 * quant_bound + tol)
+              << what << " " << run << " at [" << t << "," << r << "]";
         } else {
           ASSERT_NEAR(got, exact, tol) << what << " sgemm at [" << t << "," << r << "]";
         }
