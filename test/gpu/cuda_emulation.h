@@ -77,7 +77,8 @@ constexpr int kMaxThreads = 384, kStackBytes = 128 * 1024;
 struct Copy {
   unsigned dst;  // shared address
   const unsigned char* src;
-  int bytes;
+  int bytes;      // 0: zero-fill
+  int size = 16;  // the copy's width: 16, or 4 (cp.async.ca)
 };
 
 struct Fiber {
@@ -166,17 +167,17 @@ inline bool readableBytes(const unsigned char* p, long long bytes) {
 }
 
 inline void land(const Copy& c) {
-  if (c.dst % 16) fail("cp.async destination not 16-byte aligned");
-  unsigned char* dst = shared(c.dst, 16, "cp.async destination");
+  if (c.dst % c.size) fail("cp.async destination not aligned to its size");
+  unsigned char* dst = shared(c.dst, c.size, "cp.async destination");
   if (c.bytes == 0) {
-    std::memset(dst, 0, 16);
+    std::memset(dst, 0, size_t(c.size));
     return;
   }
-  if (!readableBytes(c.src, 16) || reinterpret_cast<uintptr_t>(c.src) % 16) {
+  if (!readableBytes(c.src, c.size) || reinterpret_cast<uintptr_t>(c.src) % c.size) {
     fail("cp.async source outside the kernel's buffers or misaligned");
     return;
   }
-  std::memcpy(dst, c.src, 16);
+  std::memcpy(dst, c.src, size_t(c.size));
 }
 
 inline void yieldUntilChanged(const uint64_t& generation, uint64_t seen) {
@@ -443,6 +444,11 @@ inline unsigned smem_address(const void* p) { return unsigned(static_cast<const 
 inline void cp_async_16(unsigned dst, const void* src, int bytes) {
   if (bytes != 0 && bytes != 16) emu::fail("cp.async with a partial source size");
   const emu::Copy c{dst, static_cast<const unsigned char*>(src), bytes};
+  if (emu::eager_copies) emu::land(c);
+  else emu::fibers[emu::current].open.push_back(c);
+}
+inline void cp_async_4(unsigned dst, const void* src) {
+  const emu::Copy c{dst, static_cast<const unsigned char*>(src), 4, 4};
   if (emu::eager_copies) emu::land(c);
   else emu::fibers[emu::current].open.push_back(c);
 }

@@ -76,7 +76,7 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
     g = GemvKernel{k.fn, v.instance, v.rows, k.block, k.rows_per_block, k.max_rows};
     g.tiles = k.tiles;
     unsigned block = 0;
-    return g.tiles == 0 ? Status{} : bind(v.instance, g.fn, block, g.smem);
+    return g.tiles == 0 && k.smem == 0 ? Status{} : bind(v.instance, g.fn, block, g.smem);
   };
   unsigned smem = 0;
   for (const ChosenVariant& v : kernels.chosen(i)) {

@@ -53,7 +53,7 @@ Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInput
     }
     if (!fused)
       return launch(kernel.fn, kernel.block, unsigned((s.width + kernel.rows_per_block - 1) / kernel.rows_per_block),
-                    1, gz, &p);
+                    1, gz, &p, kernel.smem);
     const int64_t pairs = kernel.rows_per_block / 2;  // a block holds row pairs (gate/up, or rope's)
     const unsigned gx = unsigned((s.width / 2 + pairs - 1) / pairs);
     if (s.fused_rope < 0) return launch(kernel.fn, kernel.block, gx, 1, gz, &p);
