@@ -27,7 +27,7 @@
 // calibration data to fix static scales, so the int8/fp8 pools use dynamic
 // scales: `xfmr.paged_kv_append` computes one f32 scale per (token, kv head)
 // (absmax / qmax over head_dim) and stores it beside the values in the same
-// block, `[num_blocks, page_size, kv_heads]` next to
+// block, `[num_blocks, kv_heads, page_size]` next to
 // `[num_blocks, page_size, kv_heads, head_dim]`; `xfmr.paged_attention`
 // reads both. The pool arguments say so with `xfmr.kv_scales =
 // "token_head"`, so the runtime sizes the blocks to hold the scales.

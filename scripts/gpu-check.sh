@@ -27,7 +27,9 @@
 # $OUT/0-report.txt collects every figure (written even when a limit stops the run).
 #
 # Parts (KILN_GPU_PARTS, default "kernels hf"):
-#   kernels  the `gpu` test binaries (kernels_gpu_test, kiln_cuda_test) and kiln-kernels
+#   kernels  the `gpu` test binaries (kernels_gpu_test, kiln_cuda_test) and kiln-kernels;
+#            kiln_cuda_vs_cpu_executor_test includes the int8/fp8 KV cache runs of the
+#            tiny-llama fixture against the CPU executor (ScaledKvCacheFollowsTheCpuExecutor)
 #   hf       kiln's executors against Hugging Face transformers: for each model in
 #            KILN_HF_MODELS (default "tiny-llama llama3.2-1b"), test/gpu/make_random_llama.py
 #            writes a random bf16 checkpoint and the fp32 reference here, then
@@ -67,7 +69,8 @@
 #            b1-host-sampling / b32-host-sampling (logits back, host argmax), b1-profile / b32-profile / prefill-profile (--profile-steps: each step's
 #            GPU time); KILN_BENCH_PEER overrides the peer; KILN_BENCH_ACCURACY=0
 #            skips the fp32 reference, the accuracy check and the start times
-#   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py), and
+#   attention kiln_attention_bench beside torch SDPA (test/gpu/sdpa_bench.py), with
+#            8k-context batch-1 decode_attention over int8/fp8 KV beside bf16 (kv_quant lines), and
 #            kiln_swiglu_bench: gemm_swiglu_wgmma beside cuBLASLt + silu_mul
 #   quant    decode speed of the int8 and int4 artifacts beside bf16 (and the HF peers) on
 #            the bench model's random checkpoint, batches KILN_QUANT_BATCHES
@@ -107,7 +110,7 @@ write_report() {
   for f in "$OUT"/hf_*.log "$OUT"/accuracy_*.log "$OUT"/bench_*_checkpoint.log; do
     [[ -f "$f" ]] && { echo "== $(basename "$f")"; grep -E "rel L2|graphs|batch-1|PASS|FAIL|load |transformers bf16|uploaded|programmatic|fastest|match config|tokenizer:|greedy text|margin" "$f"; }
   done
-  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|floor|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU" "$OUT/attention_bench.txt"; }
+  [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|floor|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU|kv_quant" "$OUT/attention_bench.txt"; }
   [[ -f "$OUT/swiglu_bench.txt" ]] && { echo "== swiglu"; grep -vE "^round" "$OUT/swiglu_bench.txt"; }
   # A failed test binary's failures, so they come back in this one file.
   for f in "$OUT"/*_test.log; do

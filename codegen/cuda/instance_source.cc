@@ -256,12 +256,25 @@ GemvTiling gemvTiling(int64_t n, int64_t k, int64_t max_rows) {
   return ruleTiling(k);
 }
 
+// A KV pool's element type: bf16 or f32 values, or the int8 / fp8 e4m3
+// codes whose rows carry scales (kv_quant.cuh).
+Result<std::string> kvPoolType(const Params& p, const char* kind, const std::string& kv_name) {
+  if (kv_name == "int8") return std::string("kiln::kernels::KvInt8");
+  if (kv_name == "fp8e4m3") return std::string("kiln::kernels::KvE4M3");
+  if (kv_name != "bf16" && kv_name != "f32")
+    return makeError("{}: kv_type '{}' has no CUDA kernel (bf16, f32, int8 or fp8e4m3 pools)", kind, kv_name);
+  return elementType(p, "kv_type", kv_name, false);
+}
+
+bool scaledKv(const std::string& kv_name) { return kv_name == "int8" || kv_name == "fp8e4m3"; }
+
 // rope_kv_append's params as Config members, for its own kernel and for the
 // gemm that takes it as its epilogue (gemv.cuh's kRope).
 struct RopeStep {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false;
   std::string config;
+  bool scaled_kv = false;  // int8/fp8 pools
 };
 
 Result<RopeStep> ropeStep(const Params& p) {
@@ -271,9 +284,7 @@ Result<RopeStep> ropeStep(const Params& p) {
   KILN_TRY(page_size, p.positive("page_size"));
   KILN_TRY(merged, p.boolean("merged_qkv"));
   KILN_TRY(kv_name, p.text("kv_type"));
-  if (kv_name != "bf16" && kv_name != "f32")
-    return makeError("rope_kv_append: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
-  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  KILN_TRY(kv, kvPoolType(p, "rope_kv_append", kv_name));
   KILN_TRY(theta, p.number("rope_theta"));
   KILN_TRY(style, p.text("rope_style"));
   if (style != "half" && style != "interleaved") return p.bad("rope_style", style, "'half' or 'interleaved'");
@@ -293,7 +304,7 @@ Result<RopeStep> ropeStep(const Params& p) {
     return makeError("rope_kv_append: llama3 scaling low_freq_factor {} high_freq_factor {} "
                      "original_max_position {}: expected 0 < low < high and a positive position",
                      low, high, original);
-  RopeStep r{heads, kv_heads, head_dim, merged, ""};
+  RopeStep r{heads, kv_heads, head_dim, merged, "", scaledKv(kv_name)};
   r.config = fmt::format(
       "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
@@ -483,6 +494,9 @@ Result<Body> gemm(const Params& p) {
   if (rope) {
     if (silu_mul) return makeError("gemm: params 'silu_mul' and 'rope_kv_append' both set, expected one epilogue");
     KILN_TRY(step, ropeStep(p));
+    if (step.scaled_kv)
+      return makeError("gemm: the rope_kv_append epilogue writes bf16 or f32 pools; int8/fp8 pools take "
+                       "rope_kv_append's own kernel, which quantizes each row with its scale");
     if (!step.merged || n != (step.heads + 2 * step.kv_heads) * step.head_dim)
       return makeError("gemm: param 'n' is {} with rope_kv_append (merged_qkv {}), expected the merged qkv "
                        "projection's (heads {} + 2 x kv_heads {}) x head_dim {}",
@@ -604,9 +618,7 @@ Result<Body> pagedAttention(const Params& p, bool split) {
   if (heads / kv_heads > 16)
     return makeError("{}: GQA group {} (heads {} / kv_heads {}) is above 16, the largest the template serves", kind, heads / kv_heads, heads, kv_heads);
   if (head_dim > 256) return makeError("{}: param 'head_dim' is {}, expected <= 256", kind, head_dim);
-  if (kv_name != "bf16" && kv_name != "f32")
-    return makeError("{}: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kind, kv_name);
-  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  KILN_TRY(kv, kvPoolType(p, kind, kv_name));
   KILN_TRY(q, activationType(p, "q_type"));
   KILN_TRY(out, activationType(p, "out_type"));
   Body b{"paged_attention.cuh", "", "paged_attention",
@@ -697,9 +709,8 @@ Result<Body> decodeAttention(const Params& p) {
   KILN_TRY(step, tiledAttentionStep(p, "decode_attention"));
   const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
   const int group = int(heads / kv_heads);
-  if (kv_name != "bf16" && kv_name != "f32")
-    return makeError("decode_attention: kv_type '{}' has no CUDA kernel yet (bf16 or f32 pools)", kv_name);
-  KILN_TRY(kv, elementType(p, "kv_type", kv_name, false));
+  KILN_TRY(kv, kvPoolType(p, "decode_attention", kv_name));
+  const bool scaled = scaledKv(kv_name);
   if (tree)
     return makeError("decode_attention: tree_mask is true; the decode kernel is causal only (use paged_attention)");
   const bool mma_serves = kv_name == "bf16" && page_size % dk::kMmaKeys == 0;
@@ -734,19 +745,31 @@ Result<Body> decodeAttention(const Params& p) {
     b.waits_itself = true;  // copies of keys older than this step's start before the wait
     return b;
   }
-  KILN_TRY(chunks, p.integerOr("chunks", dk::default_chunks(group)));
-  KILN_TRY(keys, p.integerOr("keys", 4 / chunks));
-  KILN_TRY(stages, p.integerOr("stages", dk::kDefaultStages));
+  // int8/fp8 rows: one chunk a lane (a chunk is 16 codes, as many as two
+  // bf16 chunks hold), the 4 keys a scale chunk serves, and 2 stages, so the
+  // ring and its scale chunks stay within 48 KiB.
+  KILN_TRY(chunks, p.integerOr("chunks", scaled ? 1 : dk::default_chunks(group)));
+  KILN_TRY(keys, p.integerOr("keys", scaled ? dk::kScaledKeys : 4 / chunks));
+  KILN_TRY(stages, p.integerOr("stages", scaled ? 2 : dk::kDefaultStages));
+  if (scaled && keys != dk::kScaledKeys)
+    return makeError("decode_attention: param 'keys' is {}; {} pools take {} (a scale chunk's keys)", keys, kv_name,
+                     dk::kScaledKeys);
+  // A lane's chunk of codes is 16 elements of q and of the output for each
+  // of its heads: past 4 heads a thread that spills (paged_attention_split
+  // serves such groups).
+  if (scaled && dk::heads_per_thread(group) > 4)
+    return makeError("decode_attention: GQA group {} over {} pools puts {} heads on a thread, above the 4 whose "
+                     "16-code chunks fit in registers", group, kv_name, dk::heads_per_thread(group));
   if (chunks != 1 && chunks != 2)
     return makeError("decode_attention: param 'chunks' is {}, expected 1 or 2", chunks);
   if ((keys != 1 && keys != 2 && keys != 4) || page_size % keys != 0)
     return makeError("decode_attention: param 'keys' is {} with page_size {}, expected 1, 2 or 4 dividing the "
                      "page size", keys, page_size);
   if (stages < 2 || stages > 8) return makeError("decode_attention: param 'stages' is {}, expected 2..8", stages);
-  const int kv_bytes = kv_name == "f32" ? 4 : 2;
+  const int kv_bytes = kv_name == "f32" ? 4 : scaled ? 1 : 2;
   if (dk::row_lanes(int(head_dim), kv_bytes, int(chunks)) > 32)
     return makeError("decode_attention: head_dim {} of {} needs chunks 2", head_dim, kv_name);
-  const int smem = dk::smem_bytes(group, int(head_dim), int(stages), int(keys), int(chunks));
+  const int smem = dk::smem_bytes(group, int(head_dim), int(stages), int(keys), int(chunks), scaled);
   if (smem > 48 * 1024)
     return makeError("decode_attention: stages {} x keys {} x chunks {} need {} bytes of shared memory, above "
                      "48 KiB", stages, keys, chunks, smem);

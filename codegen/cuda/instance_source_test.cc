@@ -177,6 +177,66 @@ TEST(InstanceSource, DecodeAttentionLaunchAndLimits) {
   expectError(json{{"stages", 9}}, "'stages'");
 }
 
+// int8 and fp8 e4m3 pools (a scale per token and kv head, kv_quant.cuh):
+// the append and the CUDA-core attention kernels take their code types, the
+// decode kernel its scaled tiling; the tensor-core kernels and the gemm's
+// rope epilogue refuse them, and other types are named in the error.
+TEST(InstanceSource, ScaledKvPoolsTakeTheirCodeTypes) {
+  json attention{{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16},
+                 {"scale", 0.08838834764831845}, {"kv_type", "int8"}, {"tree_mask", false}};
+  auto decode = instanceSource("decode_attention", attention, "dec_int8");
+  ASSERT_TRUE(decode.ok()) << decode.error().message;
+  for (const char* line : {"using Kv = kiln::kernels::KvInt8;", "kiln::kernels::decode_attention<Config>(p);",
+                           "kChunks = 1;", "kKeys = 4;", "kStages = 2;"})
+    EXPECT_NE(decode->source.find(line), std::string::npos) << line << "\n" << decode->source;
+  EXPECT_EQ(decode->launch.grid, "[N, kv_heads=8, splits=num_splits], static smem 40960 bytes, 64 keys per tile");
+  json fp8 = attention;
+  fp8["kv_type"] = "fp8e4m3";
+  for (const char* kind : {"paged_attention", "paged_attention_split", "decode_attention"}) {
+    auto inst = instanceSource(kind, fp8, "x");
+    ASSERT_TRUE(inst.ok()) << kind << ": " << inst.error().message;
+    EXPECT_NE(inst->source.find("using Kv = kiln::kernels::KvE4M3;"), std::string::npos) << inst->source;
+  }
+  json keys2 = attention;
+  keys2["keys"] = 2;
+  auto bad = instanceSource("decode_attention", keys2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "decode_attention: param 'keys' is 2; int8 pools take 4 (a scale chunk's keys)");
+  json mma = attention;
+  mma["mma"] = true;
+  EXPECT_FALSE(instanceSource("decode_attention", mma).ok());
+  json group16 = attention;
+  group16["kv_heads"] = 2;
+  auto wide = instanceSource("decode_attention", group16);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.error().message.find("GQA group 16 over int8 pools puts 8 heads on a thread"), std::string::npos)
+      << wide.error().message;
+  EXPECT_TRUE(instanceSource("paged_attention_split", group16).ok());
+  auto flash = instanceSource("flash_attention", attention);
+  ASSERT_FALSE(flash.ok());
+  EXPECT_NE(flash.error().message.find("bf16 pools only"), std::string::npos) << flash.error().message;
+  json q4 = attention;
+  q4["kv_type"] = "q4_0";
+  auto unknown = instanceSource("paged_attention", q4);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message,
+            "paged_attention: kv_type 'q4_0' has no CUDA kernel (bf16, f32, int8 or fp8e4m3 pools)");
+
+  json rope{{"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16}, {"merged_qkv", true},
+            {"kv_type", "int8"}, {"rope_theta", 500000.0}, {"rope_style", "half"}, {"rope_scaling", "none"},
+            {"rope_factor", 1.0}, {"rope_low_freq_factor", 1.0}, {"rope_high_freq_factor", 4.0},
+            {"rope_original_max_position", 8192}};
+  auto append = instanceSource("rope_kv_append", rope, "rope_int8");
+  ASSERT_TRUE(append.ok()) << append.error().message;
+  EXPECT_NE(append->source.find("using Kv = kiln::kernels::KvInt8;"), std::string::npos) << append->source;
+  json gemm = rope;
+  gemm.update({{"n", 6144}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}, {"rope_kv_append", true}});
+  auto fused = instanceSource("gemm", gemm);
+  ASSERT_FALSE(fused.ok());
+  EXPECT_NE(fused.error().message.find("int8/fp8 pools take rope_kv_append's own kernel"), std::string::npos)
+      << fused.error().message;
+}
+
 TEST(WriteInstanceSources, WritesOnlyChangedFilesAndListsUnsupported) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("kiln_codegen_test_" + std::to_string(::getpid()));

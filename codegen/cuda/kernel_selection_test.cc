@@ -95,6 +95,16 @@ TEST(KernelSelection, AttentionGetsDecodeCombineAndPrefillByTarget) {
   json f32_pool = kAttention;
   f32_pool["kv_type"] = "f32";
   EXPECT_EQ(select(attentionOnly(f32_pool), "sm_90a")[0].size(), 3u);
+  // int8/fp8 pools: the CUDA-core decode kernel reads their codes and
+  // scales; the tensor-core prefill stays bf16's.
+  for (const char* kv_type : {"int8", "fp8e4m3"}) {
+    json scaled = kAttention;
+    scaled["kv_type"] = kv_type;
+    const auto variants = select(attentionOnly(scaled), "sm_90a")[0];
+    ASSERT_EQ(variants.size(), 3u) << kv_type;
+    EXPECT_EQ(variants[1].kind, "decode_attention") << kv_type;
+    EXPECT_EQ(variants[1].params.value("kv_type", ""), kv_type);
+  }
   json tree = kAttention;
   tree["tree_mask"] = true;
   EXPECT_EQ(select(attentionOnly(tree), "sm_90a")[0].size(), 1u);

@@ -99,6 +99,14 @@ TEST(SkinnyFusion, RopeOnlyOverTheWholeMergedQkv) {
   view.views = {2};
   f = skinnyFusions(view);
   EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed);
+  // int8 or fp8 pools: each row's scale needs its whole head, so
+  // rope_kv_append runs its own kernel.
+  for (const char* kv_type : {"int8", "fp8e4m3"}) {
+    auto scaled = plan();
+    std::get<RopeKvAppendParams>(scaled.steps[1].params).attn.kv_type = kv_type;
+    f = skinnyFusions(scaled);
+    EXPECT_TRUE(f[0].gemm_params.is_null() && !f[1].absorbed) << kv_type;
+  }
   // The qkv read by another step too: not fused.
   auto read_twice = plan();
   read_twice.steps.push_back({StepKind::kAdd, ElementwiseParams{.width = 8}, {1, 2}, {3}});

@@ -3,7 +3,9 @@
 // with the same params and the same partials, merged by attention_combine.
 //
 //   q            [N, H, D] bf16 (already roped)
-//   k_pool/v_pool [num_blocks, page_size, Hkv, D] (Config::Kv: bf16 or f32)
+//   k_pool/v_pool [num_blocks, page_size, Hkv, D] (Config::Kv: bf16, f32, or
+//                KvInt8 / KvE4M3 codes, each row times its scale from
+//                k_scales/v_scales [num_blocks, Hkv, page_size], kv_quant.cuh)
 //   block_tables [B, max_blocks_per_seq] i32; key j of sequence b lives at
 //                slot block_tables[b][j / page_size] * page_size + j % page_size
 //   query_start  [B + 1] i32, kv_lens [B] i32: as paged_attention (causal:
@@ -19,7 +21,11 @@
 //
 // Two forms with the same contract: decode_attention_mma (below) on tensor
 // cores, for bf16 pools with pages a multiple of 16 keys, and
-// decode_attention on CUDA cores for any pool.
+// decode_attention on CUDA cores for any pool. Over int8/fp8 pools each
+// stream also copies its kKeys (4) keys' K and V scales, one 16-byte chunk
+// each, into its ring stage beside the codes; a score is the codes' dot
+// product times the key's scale, a probability weighs the codes of its
+// value times the value's scale.
 //
 // Launch: grid [N, Hkv, splits] with params.num_splits == splits, block
 // [decode::kThreads] = 128. decode_attention uses static shared memory only
@@ -63,6 +69,7 @@
 #pragma once
 
 #include "tensor_core.cuh"  // and, on the device, common.cuh
+#include "kv_quant.cuh"
 #include "split_kv.cuh"     // the fused combine
 
 // Shape helpers, host-visible: the instance generator checks the shared
@@ -94,18 +101,24 @@ KILN_HOST_DEVICE constexpr int row_lanes(int head_dim, int kv_bytes, int chunks)
 KILN_HOST_DEVICE constexpr int tile_keys(int group, int head_dim, int kv_bytes, int chunks, int keys) {
   return kWarps / head_splits(group) * (32 / row_lanes(head_dim, kv_bytes, chunks)) * keys;
 }
-// The cp.async ring: per thread and stage, keys x chunks K and as many V 16-byte chunks.
-KILN_HOST_DEVICE constexpr int pipeline_bytes(int stages, int keys, int chunks) {
-  return stages * keys * chunks * 2 * 16 * kThreads;
+// The cp.async ring: per thread and stage, keys x chunks K and as many V
+// 16-byte chunks, and for int8/fp8 pools (`scaled`) a chunk of K and one of
+// V scales.
+KILN_HOST_DEVICE constexpr int pipeline_bytes(int stages, int keys, int chunks, bool scaled = false) {
+  return stages * (keys * chunks * 2 + (scaled ? 2 : 0)) * 16 * kThreads;
 }
 // The cross-warp merge (reusing the ring): acc [kWarps][heads][D] and (m, l) [kWarps][heads][2], f32.
 KILN_HOST_DEVICE constexpr int merge_bytes(int group, int head_dim) {
   return kWarps * heads_per_thread(group) * (head_dim + 2) * 4;
 }
-KILN_HOST_DEVICE constexpr int smem_bytes(int group, int head_dim, int stages, int keys, int chunks) {
-  return pipeline_bytes(stages, keys, chunks) > merge_bytes(group, head_dim) ? pipeline_bytes(stages, keys, chunks)
-                                                                              : merge_bytes(group, head_dim);
+KILN_HOST_DEVICE constexpr int smem_bytes(int group, int head_dim, int stages, int keys, int chunks,
+                                          bool scaled = false) {
+  return pipeline_bytes(stages, keys, chunks, scaled) > merge_bytes(group, head_dim)
+             ? pipeline_bytes(stages, keys, chunks, scaled)
+             : merge_bytes(group, head_dim);
 }
+// int8/fp8 pools: a scale chunk holds the scales of 4 keys of a stream.
+constexpr int kScaledKeys = 4;
 
 // decode_attention_mma (bf16 pools, page sizes a multiple of 16): each warp
 // takes 16-key sub-tiles, a tile is kWarps of them; its ring holds `stages`
@@ -193,11 +206,14 @@ __device__ __forceinline__ int visible_keys(const PagedAttentionParams& p, int t
   return max(0, kv_len - q_len + (t - q_begin) + 1);
 }
 
-// The kVec elements of one 16-byte chunk of Kv (bf16 or f32) as f32.
+// The kVec elements of one 16-byte chunk of Kv (bf16 or f32; the codes of
+// int8/fp8) as f32.
 template <class Kv>
 __device__ __forceinline__ void unpack(const uint4& raw, float* out) {
   const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (sizeof(Kv) == 4) {
+  if constexpr (KvScaled<Kv>::value) {
+    kv_unpack16<Kv>(raw, out);
+  } else if constexpr (sizeof(Kv) == 4) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(w[i]);
   } else {
@@ -209,9 +225,14 @@ __device__ __forceinline__ void unpack(const uint4& raw, float* out) {
   }
 }
 
-// kVec consecutive bf16 (16 or 8 bytes, aligned) as f32 times `scale`.
+// kVec consecutive bf16 (32, 16 or 8 bytes, aligned) as f32 times `scale`.
 template <int kVec>
 __device__ __forceinline__ void load_q(const unsigned short* q, float scale, float* out) {
+  if constexpr (kVec == 16) {  // the q of a 16-byte chunk of int8/fp8 codes
+    load_q<8>(q, scale, out);
+    load_q<8>(q + 8, scale, out + 8);
+    return;
+  }
   unsigned w[kVec / 2];
   if constexpr (kVec == 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(q);
@@ -247,12 +268,15 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   constexpr int kStreams = kWarpsPerSplit * kRowsPerWarp;             // streams of one head split
   constexpr int kKeys = Config::kKeys, kStages = Config::kStages;
   constexpr int kTileKeys = kStreams * kKeys;
-  constexpr int kStageChunks = kKeys * kChunks * 2 * kThreads;        // 16-byte chunks per ring stage
-  constexpr int kSmemBytes = smem_bytes(G, D, kStages, kKeys, kChunks);
+  constexpr bool kScaled = KvScaled<Kv>::value;
+  constexpr int kScaleChunk = kKeys * kChunks * 2;                    // a stage's K scales, then V scales
+  constexpr int kStageChunks = (kScaleChunk + (kScaled ? 2 : 0)) * kThreads;  // 16-byte chunks per ring stage
+  constexpr int kSmemBytes = smem_bytes(G, D, kStages, kKeys, kChunks, kScaled);
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
   constexpr float kRescaleSlack = 8.0f;         // log2 units: probabilities stay below 256
   static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads");
-  static_assert(sizeof(Kv) == 2 || sizeof(Kv) == 4, "bf16 or f32 pools");
+  static_assert(sizeof(Kv) == 2 || sizeof(Kv) == 4 || kScaled, "bf16, f32, int8 or fp8 pools");
+  static_assert(!kScaled || kKeys == kScaledKeys, "a scale chunk is 4 keys of a stream");
   static_assert((kChunks == 1 || kChunks == 2) && kRowLanes * kElems == D, "a row is whole chunks per lane");
   static_assert(kRowLanes >= 1 && kRowLanes <= 32 && (kRowLanes & (kRowLanes - 1)) == 0,
                 "a power-of-two number of lanes per row, at most 32");
@@ -333,6 +357,11 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
         cp_async_16(dst + ((2 * u + 1) * kChunks + c) * kThreads, v_pool + e, valid ? 16 : 0);
       }
     }
+    if constexpr (kScaled) {  // the 4 keys' scales: contiguous on the page, 16-byte aligned
+      const long long at_scale = page < 0 ? 0 : ((long long)page * Hkv + kvh) * kPage + unsigned(j) % kPage;
+      cp_async_16(dst + kScaleChunk * kThreads, p.k_scales + at_scale, page < 0 ? 0 : 16);
+      cp_async_16(dst + (kScaleChunk + 1) * kThreads, p.v_scales + at_scale, page < 0 ? 0 : 16);
+    }
   };
 
   // Prologue: tiles 0..kStages-2 in flight (one commit group each, empty past
@@ -362,6 +391,16 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
     for (int u = 0; u < kKeys; ++u)
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) kraw[u][c] = slot[((2 * u) * kChunks + c) * kThreads];
+    float k_scale[kKeys], v_scale[kKeys];  // scaled pools: this stream's keys' scales
+    if constexpr (kScaled) {
+      const uint4 ks = slot[kScaleChunk * kThreads], vs = slot[(kScaleChunk + 1) * kThreads];
+      const unsigned kw[4] = {ks.x, ks.y, ks.z, ks.w}, vw[4] = {vs.x, vs.y, vs.z, vs.w};
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        k_scale[u] = __uint_as_float(kw[u]);
+        v_scale[u] = __uint_as_float(vw[u]);
+      }
+    }
     // Refill the stage this thread finished reading in the previous tile, and
     // fetch the table entry of the refill after it.
     const int ahead = tile + kStages - 1;
@@ -392,13 +431,22 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
       for (int u = 0; u < kKeys; ++u)
 #pragma unroll
         for (int r = 0; r < kHeadsPer; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], o);
-    if (tile == num_tiles - 1) {  // only the last tile has keys past the range
-      const int j = first_key(tile);
+    if constexpr (kScaled)
 #pragma unroll
       for (int u = 0; u < kKeys; ++u)
 #pragma unroll
+        for (int r = 0; r < kHeadsPer; ++r) s[u][r] *= k_scale[u];
+    if (tile == num_tiles - 1) {  // only the last tile has keys past the range
+      const int j = first_key(tile);
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+#pragma unroll
         for (int r = 0; r < kHeadsPer; ++r)
           if (j + u >= end) s[u][r] = neg_inf();
+        // A slot past the range may hold any scale: its zero probability
+        // must not meet it.
+        if (kScaled && j + u >= end) v_scale[u] = 0.0f;
+      }
     }
 
     // (b) online softmax per head, rescaling only past the slack; s becomes the probabilities.
@@ -429,9 +477,11 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
       for (int c = 0; c < kChunks; ++c)
         unpack<Kv>(slot[((2 * u + 1) * kChunks + c) * kThreads], &vf[c * kVec]);
 #pragma unroll
-      for (int r = 0; r < kHeadsPer; ++r)
+      for (int r = 0; r < kHeadsPer; ++r) {
+        const float pv = kScaled ? s[u][r] * v_scale[u] : s[u][r];
 #pragma unroll
-        for (int e = 0; e < kElems; ++e) acc[r][e] += s[u][r] * vf[e];
+        for (int e = 0; e < kElems; ++e) acc[r][e] += pv * vf[e];
+      }
     }
   }
   cp_async_wait<0>();  // only empty groups remain; the ring is free after the barrier below

@@ -60,6 +60,10 @@ struct RopeKvAppendParams {
   void* q_out;            // [N, H, D] bf16, roped q
   int num_tokens;
   long long num_slots;    // num_blocks * page_size; slots past it are skipped
+  // int8/fp8 pools (kv_quant.cuh): each appended (token, kv head) row's
+  // scale, [num_blocks, Hkv, page_size] f32; null for bf16/f32 pools.
+  float* k_scales;
+  float* v_scales;
 };
 
 // A TMA tensor map (CUtensorMap: 128 opaque bytes, aligned as cuda.h does) the
@@ -100,6 +104,10 @@ struct PagedAttentionParams {
   // the last split block of each (token, kv head) then merges the partials
   // into out itself (split_kv.cuh) and no attention_combine is launched.
   unsigned* split_arrivals;
+  // int8/fp8 pools (kv_quant.cuh): the scale of each (slot, kv head) row,
+  // [num_blocks, Hkv, page_size] f32; null for bf16/f32 pools.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
 };
 
 // attention_combine: merges split-KV partials (grid [N, H]).

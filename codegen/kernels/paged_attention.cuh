@@ -4,7 +4,9 @@
 // the keys with a running max and sum, f32 accumulation).
 //
 //   q            [N, H, D] (Config::Q: bf16, or f32 in f32 plans; already roped)
-//   k_pool/v_pool [num_blocks, page_size, Hkv, D] (Config::Kv)
+//   k_pool/v_pool [num_blocks, page_size, Hkv, D] (Config::Kv: bf16, f32, or
+//                KvInt8 / KvE4M3 codes, each row times its scale from
+//                k_scales/v_scales [num_blocks, Hkv, page_size], kv_quant.cuh)
 //   block_tables [B, max_blocks_per_seq] i32; key j of sequence b lives at
 //                slot block_tables[b][j / page_size] * page_size + j % page_size
 //   query_start  [B + 1] i32: sequence b owns tokens [query_start[b], query_start[b+1])
@@ -28,7 +30,10 @@
 // Grid [N, Hkv, splits], block [kThreads].
 #pragma once
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
+#endif
+#include "kv_quant.cuh"
 #include "split_kv.cuh"
 
 namespace kiln {
@@ -56,13 +61,16 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   static_assert(Config::kHeads % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D % 8 == 0 && kThreads % 32 == 0, "shape");
   using Kv = typename Config::Kv;
-  // Head-dim steps of 8 unrolled in the scoring loop: 4 for 2-byte pools; f32
-  // rows are twice the loads a step, where 4 spilled (32/8 heads, head_dim 64).
-  constexpr int kDimSteps = sizeof(Kv) == 2 ? 4 : 2;
+  constexpr bool kScaled = KvScaled<Kv>::value;
+  // Head-dim steps of 8 unrolled in the scoring loop: 4 for 1- and 2-byte
+  // pools; f32 rows are twice the loads a step, where 4 spilled (32/8 heads,
+  // head_dim 64).
+  constexpr int kDimSteps = sizeof(Kv) <= 2 ? 4 : 2;
 
   __shared__ float q_s[kGroup][D];          // scaled queries of the group
   __shared__ float p_s[kGroup][kChunk];     // scores, then probabilities, of the chunk
   __shared__ long long slot_s[kChunk];      // pool row of each key of the chunk
+  __shared__ float v_scale_s[kScaled ? kChunk : 1];  // scaled pools: each key's V scale
   __shared__ float m_s[kGroup], l_s[kGroup], alpha_s[kGroup];
 
   const int t = blockIdx.x, kvh = blockIdx.y;
@@ -116,13 +124,19 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
 #pragma unroll(kDimSteps)
           for (int d = 0; d < D; d += 8) {
             float kv[8];
-            load8(key + d, kv);
+            kv_load8(key + d, kv);
 #pragma unroll
             for (int r = 0; r < kGroup; ++r)
 #pragma unroll
               for (int e = 0; e < 8; ++e) s[r] += q_s[r][d + e] * kv[e];
           }
+          if constexpr (kScaled) {  // the key's codes times its scale
+            const float k_scale = p.k_scales[kv_scale_index<Config::kPageSize, Hkv>(slot, kvh)];
+#pragma unroll
+            for (int r = 0; r < kGroup; ++r) s[r] *= k_scale;
+          }
         }
+        if constexpr (kScaled) v_scale_s[threadIdx.x] = p.v_scales[kv_scale_index<Config::kPageSize, Hkv>(slot, kvh)];
       }
 #pragma unroll
       for (int r = 0; r < kGroup; ++r) p_s[r][threadIdx.x] = s[r];
@@ -164,10 +178,11 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
         const float alpha = alpha_s[r];
         float a0 = acc[i][0] * alpha, a1 = acc[i][1] * alpha;
         for (int j = 0; j < n; ++j) {
-          const float pj = p_s[r][j];
+          float pj = p_s[r][j];
+          if constexpr (kScaled) pj *= v_scale_s[j];  // the value's codes times its scale
           const Kv* val = v_pool + (slot_s[j] * Hkv + kvh) * D + d;
-          a0 += pj * to_float(val[0]);
-          a1 += pj * to_float(val[1]);
+          a0 += pj * kv_load1(val);
+          a1 += pj * kv_load1(val + 1);
         }
         acc[i][0] = a0;
         acc[i][1] = a1;

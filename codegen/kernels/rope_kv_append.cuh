@@ -3,7 +3,8 @@
 //   qkv [N, (H + 2 Hkv) D] (merged: q heads, then k heads, then v heads)
 //     or q [N, H D], k [N, Hkv D], v [N, Hkv D], all Config::X (bf16, or f32 in f32 plans)
 //   positions [N] i32, slot_mapping [N] i32 (slot < 0 or >= num_slots: no KV write)
-//   k_pool, v_pool [num_blocks, page_size, Hkv, D] (Config::Kv)
+//   k_pool, v_pool [num_blocks, page_size, Hkv, D] (Config::Kv: bf16, f32, or
+//     KvInt8 / KvE4M3 codes with k_scales, v_scales [num_blocks, Hkv, page_size])
 //   q_out [N, H, D] (Config::QOut) = rope(q)
 //
 // Pairs: kHalf rotates (i, i + D/2) (HF rotate_half), kInterleaved (2i, 2i+1)
@@ -15,12 +16,16 @@
 // (t, g) does heads g*kRopeHeadsPerBlock.. of token t, counting q heads, then
 // k heads (rotated into the pool), then v heads (copied into the pool). The
 // sin/cos of each pair are computed once per block, not once per head, and
-// a thread turns 8 elements at a time with 16-byte loads and stores.
+// a thread turns 8 elements at a time with 16-byte loads and stores. Into
+// int8/fp8 pools a row is quantized with its own scale (kv_quant.cuh), so the
+// block first gathers its rotated k and its v heads in shared memory as f32,
+// then a warp per head finds the head's absmax and writes codes and scale.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
 #endif
+#include "kv_quant.cuh"
 
 namespace kiln {
 namespace kernels {
@@ -68,12 +73,11 @@ __device__ __forceinline__ int rope_pair_columns(int j, int& lo, int& hi) {
 // Stores columns (lo, hi) of one token's merged-qkv row, values (a, b): q
 // and k pairs rotated by the angle with sine s and cosine c, q into q_out
 // ([H D] of the token), k and v into the pools at the token's slot (k_slot,
-// v_slot: [Hkv D] at the slot, or null when the token writes no KV).
-template <class Config, class QOut>
-__device__ __forceinline__ void store_rope_pair(QOut* q_out, typename Config::Kv* k_slot,
-                                                typename Config::Kv* v_slot, int lo, int hi, float a, float b,
-                                                float s, float c) {
-  using Kv = typename Config::Kv;
+// v_slot: [Hkv D] at the slot, or null when the token writes no KV; for
+// int8/fp8 pools, f32 staging rows in shared memory).
+template <class Config, class QOut, class Kv>
+__device__ __forceinline__ void store_rope_pair(QOut* q_out, Kv* k_slot, Kv* v_slot, int lo, int hi, float a,
+                                                float b, float s, float c) {
   constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
   const int head = lo / D;
   if (head >= H + Hkv) {  // v: stored as it is
@@ -104,7 +108,13 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   using Kv = typename Config::Kv;
   using X = typename Config::X;
   using QOut = typename Config::QOut;
+  constexpr bool kScaled = KvScaled<Kv>::value;
+  // What the k and v heads are written as before they reach the pool: the
+  // pool's own type, or f32 staging for the scaled pools.
+  using KvOut = typename KvScaled<Kv>::Staged;
+  static_assert(!kScaled || 2 * Hkv * D * 4 <= 32 * 1024, "the f32 staging of a token's k and v heads");
   __shared__ float sin_of[kHalf], cos_of[kHalf];
+  __shared__ __align__(16) float kv_stage[kScaled ? 2 * Hkv * D : 4];  // [k heads, v heads][D]
   const int t = blockIdx.x, head0 = blockIdx.y * kGroup;
   if (t >= p.num_tokens) return;
   const X *q, *k, *v;
@@ -127,7 +137,17 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
     for (int i = threadIdx.x; i < kHalf; i += Config::kThreads) sincosf(pos * rope_inv_freq<Config>(i), &sin_of[i], &cos_of[i]);
     __syncthreads();
   }
-  Kv* const k_slot = write_kv ? static_cast<Kv*>(p.k_pool) + kv_base : nullptr;
+  KvOut* k_slot = nullptr;
+  KvOut* v_slot = nullptr;
+  if (write_kv) {
+    if constexpr (kScaled) {
+      k_slot = kv_stage;
+      v_slot = kv_stage + Hkv * D;
+    } else {
+      k_slot = static_cast<Kv*>(p.k_pool) + kv_base;
+      v_slot = static_cast<Kv*>(p.v_pool) + kv_base;
+    }
+  }
   // The rotated heads (q, then k), 8 elements a step with 16-byte loads and
   // stores: the half style turns elements c..c+7 with c+D/2..c+D/2+7, the
   // interleaved one the 4 pairs inside elements c..c+7.
@@ -167,7 +187,7 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       const int i = rope_pair_columns<Config>(j, lo, hi);
       const int head = lo / D;
       const X* src = head < H ? q + head * D : k + (head - H) * D;
-      store_rope_pair<Config>(q_out, k_slot, nullptr, lo, hi, to_float(src[lo - head * D]),
+      store_rope_pair<Config>(q_out, k_slot, static_cast<KvOut*>(nullptr), lo, hi, to_float(src[lo - head * D]),
                               to_float(src[hi - head * D]), sin_of[i], cos_of[i]);
     }
   }
@@ -179,7 +199,23 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       if (head >= H + 2 * Hkv) break;
       float x[8];
       load8(v + (head - H - Hkv) * D + vec * 8, x);
-      store8(static_cast<Kv*>(p.v_pool) + kv_base + (head - H - Hkv) * D + vec * 8, x);
+      store8(v_slot + (head - H - Hkv) * D + vec * 8, x);
+    }
+  }
+  // Scaled pools: a warp per k or v head of this group quantizes its staged
+  // row into the pool and writes the row's scale.
+  if constexpr (kScaled) {
+    if (!write_kv) return;
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int first = head0 > H ? head0 : H, last = head0 + kGroup < H + 2 * Hkv ? head0 + kGroup : H + 2 * Hkv;
+    for (int head = first + warp; head < last; head += Config::kThreads / 32) {
+      const bool is_k = head < H + Hkv;
+      const int kvh = is_k ? head - H : head - H - Hkv;
+      Kv* codes = static_cast<Kv*>(is_k ? p.k_pool : p.v_pool) + kv_base + kvh * D;
+      float* scales = is_k ? p.k_scales : p.v_scales;
+      kv_quantize_row_warp<Kv, D>(kv_stage + (is_k ? 0 : Hkv * D) + kvh * D, codes,
+                                  scales + kv_scale_index<Config::kPageSize, Hkv>(slot, kvh), lane);
     }
   }
 }

@@ -54,7 +54,7 @@ struct KvCacheConfig {
   int head_dim = 0;
   std::string type;  // "f32", "f16", "bf16", "int8", "fp8e4m3"
   // How an int8/fp8e4m3 pool's rows are scaled: "token_head", one f32 per
-  // (token slot, kv head), [num_blocks, page_size, kv_heads] beside each
+  // (token slot, kv head), [num_blocks, kv_heads, page_size] beside each
   // pool; empty for the float types, whose values need none.
   std::string scales;
 };

@@ -177,6 +177,32 @@ inline std::vector<KernelCase> representativeKernelCases() {
     f32["kv_type"] = "f32";
     cases.push_back({"decode_attention", f32});
   }
+  // int8 and fp8 e4m3 pools with a scale per (token, kv head): the append
+  // that quantizes, and the CUDA-core attention kernels that read them.
+  for (const char* kv_type : {"int8", "fp8e4m3"}) {
+    for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 128}}) {
+      nlohmann::json attention = attentionParams(H, Hkv, D, false);
+      attention["kv_type"] = kv_type;
+      cases.push_back({"decode_attention", attention});
+      cases.push_back({"paged_attention", attention});
+      cases.push_back({"paged_attention_split", attention});
+    }
+    nlohmann::json tree = attentionParams(9, 3, 64, true);
+    tree["kv_type"] = kv_type;
+    cases.push_back({"paged_attention", tree});
+    nlohmann::json group16 = attentionParams(32, 2, 128, false);  // decode_attention refuses it
+    group16["kv_type"] = kv_type;
+    cases.push_back({"paged_attention_split", group16});
+    nlohmann::json rope = ropeParams(32, 8, 128, true, "half", "llama3", 500000.0);
+    rope["kv_type"] = kv_type;
+    cases.push_back({"rope_kv_append", rope});
+    nlohmann::json interleaved = ropeParams(9, 3, 64, true, "interleaved", "none", 100000.0);
+    interleaved["kv_type"] = kv_type;
+    cases.push_back({"rope_kv_append", interleaved});
+    nlohmann::json narrow = ropeParams(4, 2, 40, false, "half", "none", 10000.0);  // one pair a thread
+    narrow["kv_type"] = kv_type;
+    cases.push_back({"rope_kv_append", narrow});
+  }
   cases.push_back({"attention_combine", {{"heads", 9}, {"head_dim", 64}}});
   cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}}});

@@ -2,7 +2,7 @@
 // and a V pool of shape [num_blocks, page_size, kv_heads, head_dim] of its
 // element type (f32; f16/bf16: half the memory, llama.cpp's default; int8 or
 // fp8 e4m3: a quarter, plus an f32 scale per (slot, kv head) in a
-// [num_blocks, page_size, kv_heads] array beside each pool), and
+// [num_blocks, kv_heads, page_size] array beside each pool), and
 // hands out block ids from a free list with reference counts (a block shared
 // by two sequences, e.g. a common prefix, is freed when both release it).
 // A BlockTable maps one sequence's token positions to slots in the pools:
@@ -83,7 +83,8 @@ class BlockPool {
   void* values(int layer) {
     return storage_ ? storage_.get() + (2 * int64_t(layer) + 1) * config_.poolBytes() : nullptr;
   }
-  // [num_blocks, page_size, kv_heads] f32 scales of `layer`'s K (or V) pool;
+  // [num_blocks, kv_heads, page_size] f32 scales of `layer`'s K (or V) pool
+  // (kvScaleIndex);
   // null for the float elements and with KvStorage::kElsewhere.
   float* keyScales(int layer) { return scales(2 * int64_t(layer)); }
   float* valueScales(int layer) { return scales(2 * int64_t(layer) + 1); }

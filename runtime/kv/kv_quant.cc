@@ -44,7 +44,7 @@ float kvQuantMax(KvElement element) {
 
 uint8_t f32ToE4M3(float x) {
   if (std::isnan(x)) return 0x7f;
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const uint8_t sign = x < 0.0f ? 0x80 : 0;  // -0 encodes as +0, as on the GPU
   const float a = std::fabs(x);
   if (a >= kE4M3Max) return sign | 0x7e;
   // Below 2^-6 the spacing is 2^-9 (subnormals): the code is the multiple

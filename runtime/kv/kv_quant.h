@@ -25,6 +25,14 @@ float kvQuantMax(KvElement element);
 uint8_t f32ToE4M3(float x);
 float e4m3ToF32(uint8_t code);
 
+// Where the scale of (slot, kv_head) is in a pool's scales,
+// [num_blocks, kv_heads, page_size]: a page's scales of one head are
+// contiguous, so the GPU's decode attention reads four keys' scales with one
+// 16-byte copy.
+inline int64_t kvScaleIndex(int64_t slot, int kv_head, int page_size, int kv_heads) {
+  return (slot / page_size * kv_heads + kv_head) * page_size + slot % page_size;
+}
+
 // Writes `n` codes of `x` for a scaled element (int8 or e4m3) and returns
 // the row's scale.
 float quantizeKvRow(const float* x, int64_t n, KvElement element, uint8_t* codes);

@@ -47,7 +47,9 @@ TEST(KvQuantTest, E4M3EncodesToTheNearestCode) {
       if (std::isnan(other)) continue;
       const double other_error = std::fabs(other - x);
       ASSERT_LE(error, other_error) << x << " -> " << int(got) << ", but " << code << " is nearer";
-      if (other_error == error && code != got) ASSERT_EQ(got & 1, 0) << x << ": a tie goes to the even code";
+      if (other_error == error && code != got) {
+        ASSERT_EQ(got & 1, 0) << x << ": a tie goes to the even code";
+      }
     }
   }
   EXPECT_EQ(f32ToE4M3(1e6f), 0x7e);

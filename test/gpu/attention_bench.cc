@@ -31,6 +31,12 @@
 // (4) the floors under (3) at batch 1 (test/gpu/decode_floors.h): its grid
 //     with no token; a kernel that only reads the same K+V rows; the same
 //     read followed by the split merge.
+// (5) decode_attention over int8 and fp8 e4m3 pools (a scale per token and
+//     kv head, kv_quant.cuh) beside bf16, batch 1 at context 8192, H=32,
+//     Hkv=8, D=128, each in the form the executor runs for its type (bf16:
+//     tensor cores; int8/fp8: CUDA cores, a chunk a lane, 4 keys, 2 stages)
+//     over split counts: time, GB/s of what it reads (codes and scales), and
+//     last the fastest of each type and its time against bf16's.
 // Times: a CUDA graph of 20 consecutive reps replayed between two events,
 // per rep (timeMedian); the figure is the median of --reps (default 30)
 // samples after 2 warm-up replays.
@@ -258,6 +264,99 @@ Result<std::vector<Record>> decodeAttention(std::mt19937& rng, int reps, int B, 
   return records;
 }
 
+// A pool of one sequence's `len` keys of int8/fp8 codes (random, finite)
+// and their scales, pages shuffled.
+struct ScaledPools {
+  DeviceBuffer k, v, k_scales, v_scales, table;
+};
+ScaledPools makeScaledPools(std::mt19937& rng, int len, int Hkv, int D) {
+  const int page = 16, pages = (len + page - 1) / page;
+  std::vector<int> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::uniform_int_distribution<int> code(0, 0x7e);  // no e4m3 NaN
+  auto codes = [&] {
+    std::vector<uint8_t> c(size_t(pages) * page * Hkv * D);
+    for (uint8_t& b : c) b = uint8_t(code(rng) | (code(rng) & 1) << 7);
+    return c;
+  };
+  const std::vector<float> scales(size_t(pages) * page * Hkv, 1.0f / 128);
+  return {DeviceBuffer::from(codes()), DeviceBuffer::from(codes()), DeviceBuffer::from(scales),
+          DeviceBuffer::from(scales), DeviceBuffer::from(table)};
+}
+
+Result<std::vector<Record>> scaledKvDecode(std::mt19937& rng, int reps, int ctx, int H, int Hkv, int D,
+                                           double hbm_gbps) {
+  std::vector<Record> records;
+  auto q = DeviceBuffer::from(randomBf16(rng, size_t(H) * D, 1.0f));
+  auto qs = DeviceBuffer::from(std::vector<int>{0, 1});
+  auto kl = DeviceBuffer::from(std::vector<int>{ctx});
+  DeviceBuffer out(size_t(H) * D * 2);
+  const int pages = (ctx + 15) / 16;
+  double bf16_us = 0;
+  std::string summary;
+  for (const char* kv_type : {"bf16", "int8", "fp8e4m3"}) {
+    const bool scaled = std::string(kv_type) != "bf16";
+    json params = cuda::testing::attentionParams(H, Hkv, D, false);
+    params["kv_type"] = kv_type;
+    auto k = compile("decode_attention", params);
+    if (!k) return k.error();
+    auto dynamic_smem = optIntoDynamicSmem(*k);
+    if (!dynamic_smem) return dynamic_smem.error();
+    // K and V read: bf16 values, or a byte a value and a 4-byte scale a row.
+    const double kv_bytes = scaled ? 2.0 * ctx * Hkv * (D + 4) : 2.0 * ctx * Hkv * D * 2;
+    const int copies = int(std::ceil(150e6 / kv_bytes));  // together 3x the L2
+    std::vector<kk::PagedAttentionParams> p;
+    std::vector<BatchPools> bf16_pools;
+    std::vector<ScaledPools> scaled_pools;
+    auto arrivals = DeviceBuffer::from(std::vector<unsigned>(size_t(Hkv), 0u));
+    double best_us = 0;
+    int best_splits = 0;
+    for (int splits : {1, 2, 4, 8, 16, 32, 48, 64, 96, 128}) {
+      if (ctx / splits < 64) continue;
+      DeviceBuffer po(size_t(H) * splits * D * 4), plse(size_t(H) * splits * 4);
+      p.clear();
+      for (int c = 0; c < copies; ++c) {
+        if (scaled) {
+          if (scaled_pools.size() < size_t(copies)) scaled_pools.push_back(makeScaledPools(rng, ctx, Hkv, D));
+          const ScaledPools& pl = scaled_pools[size_t(c)];
+          p.push_back({q.get(), pl.k.get(), pl.v.get(), pl.table.as<int>(), qs.as<int>(), kl.as<int>(), nullptr,
+                       out.get(), po.as<float>(), plse.as<float>(), 1, 1, pages, 0, splits, arrivals.as<unsigned>(),
+                       pl.k_scales.as<float>(), pl.v_scales.as<float>()});
+        } else {
+          if (bf16_pools.size() < size_t(copies)) bf16_pools.push_back(makeBatchPools(rng, 1, ctx, Hkv, D));
+          const BatchPools& pl = bf16_pools[size_t(c)];
+          p.push_back({q.get(), pl.k.get(), pl.v.get(), pl.table.as<int>(), qs.as<int>(), kl.as<int>(), nullptr,
+                       out.get(), po.as<float>(), plse.as<float>(), 1, 1, pages, 0, splits, arrivals.as<unsigned>()});
+        }
+      }
+      auto ms = timeMedian(reps, [&](int i) {
+        return std::vector<Launch>{{k->function, {1, unsigned(Hkv), unsigned(splits)},
+                                    unsigned(k->instance.launch.block_threads), unsigned(*dynamic_smem),
+                                    &p[size_t(i) % p.size()]}};
+      });
+      if (!ms) return ms.error();
+      const double us = *ms * 1e3, gbps = kv_bytes / (us * 1e-6) / 1e9;
+      Record r;
+      r.line = fmt::format("kv_quant decode_attention kv_type={} B=1 ctx={} H={} Hkv={} D={} splits={}: {:.1f} us, "
+                           "{:.1f} GB/s of K+V (codes and scales), {:.2f} of HBM (regs {})",
+                           kv_type, ctx, H, Hkv, D, splits, us, gbps, gbps / hbm_gbps, k->resources.registers);
+      r.fields = {{"name", "kv_quant_decode"}, {"kv_type", kv_type}, {"B", 1}, {"ctx", ctx}, {"H", H}, {"Hkv", Hkv},
+                  {"D", D}, {"splits", splits}, {"us", us}, {"gbps", gbps}, {"hbm_fraction", gbps / hbm_gbps}};
+      records.push_back(r);
+      if (best_splits == 0 || us < best_us) best_us = us, best_splits = splits;
+    }
+    if (!scaled) bf16_us = best_us;
+    summary += fmt::format("{}{} {:.1f} us (splits {}, {:.2f}x bf16's time)", summary.empty() ? "" : "; ", kv_type,
+                           best_us, best_splits, best_us / bf16_us);
+  }
+  Record r;
+  r.line = fmt::format("kv_quant decode_attention best B=1 ctx={} H={} Hkv={} D={}: {}", ctx, H, Hkv, D, summary);
+  r.fields = {{"name", "kv_quant_decode_best"}, {"ctx", ctx}, {"summary", summary}};
+  records.push_back(r);
+  return records;
+}
+
 int run(int argc, char** argv) {
   int reps = 30;
   std::string json_path;
@@ -334,6 +433,12 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "decode_attention B=%d: %s\n", B, da.error().message.c_str());
         status = 1;
       }
+    }
+    if (auto kvq = scaledKvDecode(rng, reps, 8192, 32, 8, 128, hbm_gbps); kvq) {
+      for (const Record& r : *kvq) report(r);
+    } else {
+      std::fprintf(stderr, "int8/fp8 KV decode_attention: %s\n", kvq.error().message.c_str());
+      status = 1;
     }
   }
   if (!json_path.empty()) {

@@ -179,5 +179,84 @@ TEST(CudaExecutor, FusedSwiGluPrefillMatchesTheCpuExecutor) {
               (long long)kMaxTokens, fused_error, unfused_error);
 }
 
+// Prefill (a 300-token and a 5-token sequence) and 4 greedy decode steps
+// through both executors; the worst relative L2 of their logits.
+template <class GpuExecutor, class CpuExecutor>
+double worstLogitsError(GpuExecutor& gpu_ex, CpuExecutor& cpu_ex) {
+  const int64_t vocab = gpu_ex.vocabSize();
+  std::vector<int32_t> tokens, positions, slots;
+  for (int i = 0; i < 300; ++i) {
+    tokens.push_back((i * 37 + 11) % int(vocab));
+    positions.push_back(i);
+    slots.push_back(i);
+  }
+  for (int i = 0; i < 5; ++i) {
+    tokens.push_back((i * 5 + 3) % int(vocab));
+    positions.push_back(i);
+    slots.push_back(30 * 16 + i);
+  }
+  std::vector<int32_t> tables(2 * 30, 0), query_start{0, 300, 305}, kv_lens{300, 5};
+  for (int b = 0; b < 19; ++b) tables[size_t(b)] = b;
+  tables[30] = 30;
+  std::vector<float> gpu(size_t(2 * vocab)), cpu(gpu.size());
+  EXPECT_TRUE(gpu_ex.forward({tokens, positions, slots, tables, 30, query_start, kv_lens}, gpu).ok());
+  EXPECT_TRUE(cpu_ex.forward({tokens, positions, slots, tables, 30, query_start, kv_lens}, cpu).ok());
+  double worst = relativeL2(gpu, cpu);
+  std::vector<int32_t> next{int32_t(std::max_element(cpu.begin(), cpu.begin() + vocab) - cpu.begin()),
+                            int32_t(std::max_element(cpu.begin() + vocab, cpu.end()) - cpu.begin() - vocab)};
+  for (int step = 0; step < 4; ++step) {
+    std::vector<int32_t> dp{300 + step, 5 + step}, ds{300 + step, 30 * 16 + 5 + step}, dq{0, 1, 2},
+        dkv{301 + step, 6 + step};
+    EXPECT_TRUE(gpu_ex.forward({next, dp, ds, tables, 30, dq, dkv}, gpu).ok());
+    EXPECT_TRUE(cpu_ex.forward({next, dp, ds, tables, 30, dq, dkv}, cpu).ok());
+    worst = std::max(worst, relativeL2(gpu, cpu));
+    next = {int32_t(std::max_element(cpu.begin(), cpu.begin() + vocab) - cpu.begin()),
+            int32_t(std::max_element(cpu.begin() + vocab, cpu.end()) - cpu.begin() - vocab)};
+  }
+  return worst;
+}
+
+// int8 and fp8 KV caches (a scale per token and kv head): the CUDA executor
+// quantizes in rope_kv_append and reads codes and scales in paged_attention
+// (prefill) and decode_attention (decode, bf16 plans) or the split
+// paged_attention (f32 plans); its logits follow the CPU executor's on the
+// same KV type. The f32 plan runs both executors on one artifact (only the
+// rope's last-ulp differences can move a code); the bf16 plan is held to the
+// bf16 tolerance of the CPU's f32 run.
+TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
+  for (const char* kv_type : {"int8", "fp8e4m3"}) {
+    const std::string artifact = kFixture + (std::string(kv_type) == "int8" ? "/artifact-kvint8" : "/artifact-kvfp8");
+    auto manifest = Manifest::load(artifact);
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+    ASSERT_TRUE(weights.ok()) << weights.error().message;
+    const KvPoolConfig kv = kvPoolConfigFor(*manifest, 64);
+    auto ex = CudaExecutor::create(*manifest, *weights, kv, 512, {.progress = false});
+    if (!ex.ok()) {
+      EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+      std::printf("no GPU: checked the error; the %s KV runs need the GPU machine\n", kv_type);
+      return;
+    }
+    auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
+    ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+    const double f32_error = worstLogitsError(**ex, **cpu_ex);
+    EXPECT_LE(f32_error, 1e-3) << kv_type << " KV, f32 plan";
+
+    auto bf16 = testing::bf16Plan(kFixture, kv_type);
+    ASSERT_TRUE(bf16.ok()) << bf16.error().message;
+    auto bf16_weights = WeightStore::open(*bf16, {.source_path = kFixture, .check_source_stamp = false});
+    ASSERT_TRUE(bf16_weights.ok()) << bf16_weights.error().message;
+    auto bf16_ex = CudaExecutor::create(*bf16, *bf16_weights, kvPoolConfigFor(*bf16, 64), 512, {.progress = false});
+    ASSERT_TRUE(bf16_ex.ok()) << bf16_ex.error().message;
+    auto cpu_again = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
+    ASSERT_TRUE(cpu_again.ok()) << cpu_again.error().message;
+    const double bf16_error = worstLogitsError(**bf16_ex, **cpu_again);
+    EXPECT_LE(bf16_error, 3e-2) << kv_type << " KV, bf16 plan";
+    std::printf("%s KV: CUDA vs CPU executor logits, worst relative L2 %.3g (f32 plan), %.3g (bf16 plan against "
+                "the CPU's f32)\n",
+                kv_type, f32_error, bf16_error);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cuda

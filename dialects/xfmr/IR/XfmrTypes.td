@@ -57,7 +57,7 @@ def Xfmr_KvPoolType : Xfmr_Type<"KvPool", "kv_pool"> {
 
     An `i8` or `f8E4M3FN` pool (xfmr-insert-quantization's kv=int8|fp8)
     also holds one f32 scale per (token slot, kv head),
-    `[num_blocks, page_size, kv_heads]` beside the values: a row decodes as
+    `[num_blocks, kv_heads, page_size]` beside the values: a row decodes as
     code · scale. The @forward argument says so with
     `xfmr.kv_scales = "token_head"`, which the manifest's kv_cache carries
     as `"scales"`.

@@ -59,7 +59,7 @@ struct Operand {
   int64_t storage_begin = 0, storage_end = 0;  // arena bytes, for alias checks
   const BoundWeight* weight = nullptr;         // kWeight
   void* pool = nullptr;                        // kPool
-  float* pool_scales = nullptr;                // kPool of int8/fp8: its [slots, kv_heads] scales
+  float* pool_scales = nullptr;                // kPool of int8/fp8: its scales (kvScaleIndex)
   InputId input = InputId::kTokens;            // kInput
 };
 

@@ -98,7 +98,7 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
     if (f32) return static_cast<const float*>(pool) + at;
     float* out = widened.data() + widened_at;
     if (scales) {
-      dequantizeKvRow(static_cast<const uint8_t*>(pool) + at, scales[slot * p.kv_heads + kv_head], d, p.element, out);
+      dequantizeKvRow(static_cast<const uint8_t*>(pool) + at, scales[kvScaleIndex(slot, kv_head, p.page_size, p.kv_heads)], d, p.element, out);
       return out;
     }
     const uint16_t* half = static_cast<const uint16_t*>(pool) + at;

@@ -31,7 +31,7 @@ struct PagedAttentionArgs {
   //   pool.element (f32, f16, bf16, int8, fp8 e4m3)
   const void* k_pool = nullptr;
   const void* v_pool = nullptr;
-  // k_scales, v_scales: [num_blocks, page_size, kv_heads] f32, the scale of
+  // k_scales, v_scales: [num_blocks, kv_heads, page_size] f32, the scale of
   //   each (slot, kv head) row of an int8/fp8 pool; null for the float pools.
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;

@@ -211,9 +211,10 @@ ScaledPools appendScaled(Batch& batch, KvElement element) {
                     .ok());
     for (int j = 0; j < batch.kv_len[b]; ++j)
       for (int g = 0; g < shape.kv_heads; ++g) {
-        const int64_t row = (slots[size_t(j)] * shape.kv_heads + g);
-        dequantizeKvRow(pools.k.data() + row * d, pools.k_scales[size_t(row)], d, element, &batch.keys[b][size_t((j * shape.kv_heads + g) * d)]);
-        dequantizeKvRow(pools.v.data() + row * d, pools.v_scales[size_t(row)], d, element, &batch.values[b][size_t((j * shape.kv_heads + g) * d)]);
+        const int64_t row = slots[size_t(j)] * shape.kv_heads + g;
+        const size_t scale = size_t(kvScaleIndex(slots[size_t(j)], g, shape.page_size, shape.kv_heads));
+        dequantizeKvRow(pools.k.data() + row * d, pools.k_scales[scale], d, element, &batch.keys[b][size_t((j * shape.kv_heads + g) * d)]);
+        dequantizeKvRow(pools.v.data() + row * d, pools.v_scales[scale], d, element, &batch.values[b][size_t((j * shape.kv_heads + g) * d)]);
       }
   }
   return pools;
@@ -329,7 +330,7 @@ TEST(PagedAttentionTest, ScaledPoolsNeedTheirScales) {
   Status s = pagedAttention(args);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message,
-            "paged_attention: int8 pools need their K and V scales ([num_blocks, page_size, kv_heads] f32)");
+            "paged_attention: int8 pools need their K and V scales ([num_blocks, kv_heads, page_size] f32)");
   PagedAttentionArgs f32 = argsFor(batch, out, masks);
   f32.k_scales = pools.k_scales.data();
   s = pagedAttention(f32);

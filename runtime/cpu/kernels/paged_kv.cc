@@ -20,10 +20,10 @@ void storeRow(const float* src, int64_t count, KvElement element, uint8_t* dst) 
 }
 
 // One token's [kv_heads, head_dim] row quantized a head at a time, each
-// head's scale to `scales` [kv_heads].
-void storeScaledRow(const float* src, const KvPoolShape& pool, uint8_t* dst, float* scales) {
+// head's scale to its place in `scales` (kvScaleIndex).
+void storeScaledRow(const float* src, const KvPoolShape& pool, int64_t slot, uint8_t* dst, float* scales) {
   for (int h = 0; h < pool.kv_heads; ++h)
-    scales[h] = quantizeKvRow(src + int64_t(h) * pool.head_dim, pool.head_dim, pool.element,
+    scales[kvScaleIndex(slot, h, pool.page_size, pool.kv_heads)] = quantizeKvRow(src + int64_t(h) * pool.head_dim, pool.head_dim, pool.element,
                               dst + int64_t(h) * pool.head_dim);
 }
 
@@ -32,7 +32,7 @@ void storeScaledRow(const float* src, const KvPoolShape& pool, uint8_t* dst, flo
 Status checkKvScales(const char* kernel, KvElement element, const void* k_scales, const void* v_scales) {
   const bool scaled = kvElementHasScales(element);
   if (scaled && (!k_scales || !v_scales))
-    return makeError("{}: {} pools need their K and V scales ([num_blocks, page_size, kv_heads] f32)", kernel,
+    return makeError("{}: {} pools need their K and V scales ([num_blocks, kv_heads, page_size] f32)", kernel,
                      kvElementName(element));
   if (!scaled && (k_scales || v_scales))
     return makeError("{}: {} pools have no scales, but scales were given", kernel, kvElementName(element));
@@ -57,8 +57,8 @@ Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     if (kvElementHasScales(pool.element)) {
-      storeScaledRow(k + t * elems, pool, static_cast<uint8_t*>(k_pool) + slot * bytes, k_scales + slot * pool.kv_heads);
-      storeScaledRow(v + t * elems, pool, static_cast<uint8_t*>(v_pool) + slot * bytes, v_scales + slot * pool.kv_heads);
+      storeScaledRow(k + t * elems, pool, slot, static_cast<uint8_t*>(k_pool) + slot * bytes, k_scales);
+      storeScaledRow(v + t * elems, pool, slot, static_cast<uint8_t*>(v_pool) + slot * bytes, v_scales);
       continue;
     }
     storeRow(k + t * elems, elems, pool.element, static_cast<uint8_t*>(k_pool) + slot * bytes);

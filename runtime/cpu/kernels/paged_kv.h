@@ -11,8 +11,8 @@
 namespace kiln::cpu {
 
 // Shape of one layer's K or V pool: [num_blocks, page_size, kv_heads, head_dim]
-// of `element` (f32, f16, bf16, or int8/fp8 e4m3 with [num_blocks, page_size,
-// kv_heads] f32 scales beside it).
+// of `element` (f32, f16, bf16, or int8/fp8 e4m3 with [num_blocks, kv_heads,
+// page_size] f32 scales beside it, kvScaleIndex).
 struct KvPoolShape {
   int64_t num_blocks = 0;
   int page_size = 0;
@@ -31,7 +31,7 @@ struct KvPoolShape {
 // k_pool, v_pool: [num_blocks, page_size, kv_heads, head_dim] of pool.element,
 //               written rounded to it (nearest even), or for int8/fp8 quantized
 //               a (token, kv head) row at a time (kv_quant.h)
-// k_scales, v_scales: [num_blocks, page_size, kv_heads] f32, each row's scale;
+// k_scales, v_scales: [num_blocks, kv_heads, page_size] f32, each row's scale;
 //               required for int8/fp8 pools, null for the float ones
 // All slots are checked before anything is written.
 Status appendKvPaged(const float* k, const float* v, int64_t tokens, const int64_t* slot_mapping,

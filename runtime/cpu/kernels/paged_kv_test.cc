@@ -75,7 +75,7 @@ TEST(AppendKvPagedTest, ScaledPoolsQuantizeEachTokenAndHead) {
           const float* row = x->data() + t * elems + h * d;
           double absmax = 0;
           for (int64_t e = 0; e < d; ++e) absmax = std::max(absmax, std::fabs(double(row[e])));
-          const float scale = (*scales)[size_t(slot * pool.kv_heads + h)];
+          const float scale = (*scales)[size_t(kvScaleIndex(slot, h, pool.page_size, pool.kv_heads))];
           ASSERT_NEAR(scale, absmax / qmax, 1e-6 * absmax / qmax) << "token " << t << " head " << h;
           std::vector<float> back(static_cast<size_t>(d));
           dequantizeKvRow(codes->data() + slot * elems + h * d, scale, d, element, back.data());
@@ -91,11 +91,12 @@ TEST(AppendKvPagedTest, ScaledPoolsQuantizeEachTokenAndHead) {
             for (int64_t e = 0; e < d; ++e) ASSERT_EQ(back[size_t(e)], 0.0f);
         }
     }
-    EXPECT_EQ(k_scales[size_t(11 * pool.kv_heads + 1)], 0.0f);  // the all-zero head
+    EXPECT_EQ(k_scales[size_t(kvScaleIndex(11, 1, pool.page_size, pool.kv_heads))], 0.0f);  // the all-zero head
     for (int64_t slot = 0; slot < pool.slots(); ++slot)
       if (!written[size_t(slot)]) {
         for (int64_t e = 0; e < elems; ++e) ASSERT_EQ(k_pool[size_t(slot * elems + e)], 0xee);
-        for (int h = 0; h < pool.kv_heads; ++h) ASSERT_EQ(v_scales[size_t(slot * pool.kv_heads + h)], -1.0f);
+        for (int h = 0; h < pool.kv_heads; ++h)
+          ASSERT_EQ(v_scales[size_t(kvScaleIndex(slot, h, pool.page_size, pool.kv_heads))], -1.0f);
       }
   }
 }
@@ -108,7 +109,7 @@ TEST(AppendKvPagedTest, ScalesMustMatchThePool) {
                            codes.data(), scales.data(), nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message,
-            "append_kv_paged: fp8e4m3 pools need their K and V scales ([num_blocks, page_size, kv_heads] f32)");
+            "append_kv_paged: fp8e4m3 pools need their K and V scales ([num_blocks, kv_heads, page_size] f32)");
   std::vector<float> pool(16);
   s = appendKvPaged(k.data(), v.data(), 2, slots, KvPoolShape{2, 4, 1, 2}, pool.data(), pool.data(), scales.data(),
                     scales.data());

@@ -41,6 +41,8 @@ Status enqueueAttention(const Launcher& launch, const BatchInputBuffer& inputs, 
   p.q = reinterpret_cast<const void*>(s.args[0].ptr);
   p.k_pool = reinterpret_cast<const void*>(s.pools[1]);
   p.v_pool = reinterpret_cast<const void*>(s.pools[2]);
+  p.k_scales = reinterpret_cast<const float*>(s.pool_scales[1]);
+  p.v_scales = reinterpret_cast<const float*>(s.pool_scales[2]);
   p.block_tables = inputs.at(s.inputs[3]);
   p.query_start = inputs.at(s.inputs[4]);
   p.kv_lens = inputs.at(s.inputs[5]);

@@ -1,6 +1,6 @@
 // Test-only: a fixture's f32 plan with every activation and the KV cache in
-// bf16 (rows half as wide in bytes, the planned offsets kept); weights stay
-// f32. Its kernel variants are chosen again for bf16, as the compiler would
+// bf16 (rows half as wide in bytes, the planned offsets kept), or the KV
+// cache in `kv_type` (int8, fp8e4m3: with their scales); weights stay f32. Its kernel variants are chosen again for bf16, as the compiler would
 // (kernel_selection.h). The bf16 plan the executor tests run on the
 // tiny-llama fixture, here and in test/gpu/cuda_vs_cpu_executor_test.cc.
 #pragma once
@@ -18,7 +18,7 @@
 namespace kiln::cuda::testing {
 
 // `fixture`: a folder with artifact/manifest.json.
-inline Result<Manifest> bf16Plan(const std::string& fixture) {
+inline Result<Manifest> bf16Plan(const std::string& fixture, const std::string& kv_type = "bf16") {
   const std::string path = fixture + "/artifact/manifest.json";
   std::ifstream in(path);
   std::stringstream text;
@@ -26,14 +26,15 @@ inline Result<Manifest> bf16Plan(const std::string& fixture) {
   auto j = nlohmann::json::parse(text.str(), nullptr, false);
   if (j.is_discarded()) return makeError("fixture manifest is not JSON");
   j["activation_type"] = "bf16";
-  j["kv_cache"]["type"] = "bf16";
+  j["kv_cache"]["type"] = kv_type;
+  if (kv_type == "int8" || kv_type == "fp8e4m3") j["kv_cache"]["scales"] = "token_head";
   for (auto& [name, entry] : j["entries"].items()) {
     for (auto& v : entry["values"]) {
       v["type"] = "bf16";
       v["row_bytes"] = v["row_bytes"].get<int64_t>() / 2;
     }
     for (auto& step : entry["steps"])
-      if (step["params"].contains("kv_type")) step["params"]["kv_type"] = "bf16";
+      if (step["params"].contains("kv_type")) step["params"]["kv_type"] = kv_type;
   }
   auto manifest = Manifest::parse(j.dump(), path);
   if (!manifest.ok()) return manifest;

@@ -416,6 +416,7 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
     s.weights.assign(na, 0);
     s.inputs.assign(na, -1);
     s.pools.assign(na, 0);
+    s.pool_scales.assign(na, 0);
     for (size_t a = 0; a < na; ++a) {
       const StepArg& arg = step.args[a];
       switch (arg.kind) {
@@ -442,6 +443,7 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
             return makeError("{}: args[{}]: pool layer {} is outside the pool's {} layers", step.path, a, arg.layer,
                              kv.layers);
           s.pools[a] = placement.pools.pool(arg.layer, arg.role);
+          s.pool_scales[a] = placement.pools.scales(arg.layer, arg.role);
           break;
         }
       }

@@ -67,6 +67,7 @@ struct BoundStep {
   std::vector<CUdeviceptr> weights;  // by arg index (0 for non-weights)
   std::vector<int> inputs;           // by arg index (-1 for non-inputs): InputId
   std::vector<CUdeviceptr> pools;    // by arg index (0 for non-pools)
+  std::vector<CUdeviceptr> pool_scales;  // by arg index: an int8/fp8 pool's scales (0 otherwise)
   int64_t width = 0, k = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false, writes_sum = false;

@@ -66,12 +66,11 @@ Result<int64_t> ActivationArena::shareOwnBuffer(DeviceMemory& memory, const Entr
 }
 
 Result<int64_t> kvBlocksForMemoryFraction(const DeviceContext& gpu, double fraction, const KvPoolConfig& kv,
-                                          int kv_elem, int64_t max_tokens, int64_t reserve, bool report) {
+                                          int64_t max_tokens, int64_t reserve, bool report) {
   size_t free_bytes = 0, total_bytes = 0;
   KILN_RETURN_IF_ERROR(gpu.d->check(gpu.x.memGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo"));
   const int64_t budget = int64_t(fraction * double(total_bytes)) - int64_t(total_bytes - free_bytes) - reserve;
-  const int64_t per_block = 2 * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim * kv_elem +
-                            std::min<int64_t>(max_tokens, 256) * 4;
+  const int64_t per_block = kv.blockBytes() + std::min<int64_t>(max_tokens, 256) * 4;
   if (budget < 16 * per_block)
     return makeError("--gpu-memory-fraction {}: {:.1f} GiB of {:.1f} GiB would leave {:.1f} MiB for "
                      "the KV cache after weights and activations ({:.1f} GiB in use); at least "
@@ -86,8 +85,9 @@ Result<int64_t> kvBlocksForMemoryFraction(const DeviceContext& gpu, double fract
   return num_blocks;
 }
 
-Status KvPools::allocate(DeviceMemory& memory, const KvPoolConfig& kv, int kv_elem) {
-  pool_bytes = alignUp(kv.poolElems() * kv_elem);
+Status KvPools::allocate(DeviceMemory& memory, const KvPoolConfig& kv) {
+  pool_bytes = alignUp(kv.poolBytes());
+  scale_bytes = kv.scaleBytes() ? alignUp(kv.scaleBytes()) : 0;
   layers = kv.layers;
   KILN_ASSIGN(pools, memory.allocZeroed(bytes(), "the KV cache pools"));
   base = pools;

@@ -66,21 +66,29 @@ struct ActivationArena {
 // allocated after them); each block also costs its share of the
 // block-table buffer. Too few (under 16): an error saying how much is left.
 // `report`: the blocks on stderr.
+// A block costs KvPoolConfig::blockBytes (the scales of int8/fp8 pools included).
 Result<int64_t> kvBlocksForMemoryFraction(const DeviceContext& gpu, double fraction, const KvPoolConfig& kv,
-                                          int kv_elem, int64_t max_tokens, int64_t reserve, bool report);
+                                          int64_t max_tokens, int64_t reserve, bool report);
 
 // [2 x layers] pools of [num_blocks, page_size, kv_heads, head_dim] of
-// kv_elem bytes, one allocation: each layer's K pool, then its V pool.
+// the pool's element, one allocation: each layer's K pool, then its V pool;
+// for int8/fp8 pools each followed by its scales, [num_blocks, Hkv,
+// page_size] f32 (kv_quant.cuh).
 struct KvPools {
   CUdeviceptr base = 0;
-  int64_t pool_bytes = 0;  // one pool, aligned
+  int64_t pool_bytes = 0;   // one pool's values, aligned
+  int64_t scale_bytes = 0;  // one pool's scales, aligned; 0 for bf16/f32 pools
   int layers = 0;
   int64_t num_slots = 0;  // num_blocks x page_size (rope_kv_append's bound)
 
-  Status allocate(DeviceMemory& memory, const KvPoolConfig& kv, int kv_elem);
-  int64_t bytes() const { return pool_bytes * 2 * layers; }
+  Status allocate(DeviceMemory& memory, const KvPoolConfig& kv);
+  int64_t bytes() const { return (pool_bytes + scale_bytes) * 2 * layers; }
   CUdeviceptr pool(int layer, PoolRole role) const {
-    return base + CUdeviceptr(pool_bytes * (2 * layer + (role == PoolRole::kKey ? 0 : 1)));
+    return base + CUdeviceptr((pool_bytes + scale_bytes) * (2 * layer + (role == PoolRole::kKey ? 0 : 1)));
+  }
+  // The pool's scales; 0 for bf16/f32 pools.
+  CUdeviceptr scales(int layer, PoolRole role) const {
+    return scale_bytes ? pool(layer, role) + CUdeviceptr(pool_bytes) : 0;
   }
 };
 

@@ -46,8 +46,8 @@ Result<const Entry*> forwardEntry(const Manifest& manifest, const KvPoolConfig& 
   if (manifest.world_size != 1)
     return makeError("{}: world_size: the CUDA executor runs world_size 1, got {}", mpath, manifest.world_size);
   const KvCacheConfig& mk = manifest.kv_cache;
-  if (mk.type != "bf16" && mk.type != "f32")
-    return makeError("{}: kv_cache.type: the CUDA pools hold bf16 or f32, got {}", mpath, mk.type);
+  if (mk.type == "f16")
+    return makeError("{}: kv_cache.type: the CUDA pools hold bf16, f32, int8 or fp8e4m3, got {}", mpath, mk.type);
   KILN_RETURN_IF_ERROR(checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 20))
     return makeError("token budget {} is out of range [1, {}]", max_tokens, int64_t(1) << 20);
@@ -143,11 +143,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
 
   // 2. Arena, KV pools, inputs, cuBLASLt workspace, pinned staging.
   KILN_RETURN_IF_ERROR(backend.arena.allocate(backend.memory, *entry, max_tokens));
-  const int kv_elem = manifest.kv_cache.type == "bf16" ? 2 : 4;
   if (options.gpu_memory_fraction > 0) {
     // The reserve: the scratch allocated below, cuBLASLt's and the graphs'.
     const int64_t reserve = int64_t(kCublasWorkspace) + (int64_t(512) << 20);
-    KILN_ASSIGN(blocks, kvBlocksForMemoryFraction(gpu, options.gpu_memory_fraction, kv, kv_elem, max_tokens,
+    KILN_ASSIGN(blocks, kvBlocksForMemoryFraction(gpu, options.gpu_memory_fraction, kv, max_tokens,
                                                   reserve, options.verbose || options.progress));
     kv.num_blocks = blocks;
   }
@@ -155,7 +154,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   auto pool = BlockPool::create(kv, KvStorage::kElsewhere);
   if (!pool.ok()) return pool.error();
   ex->pool_ = std::make_unique<BlockPool>(pool.take());
-  KILN_RETURN_IF_ERROR(backend.kv_pools.allocate(backend.memory, kv, kv_elem));
+  KILN_RETURN_IF_ERROR(backend.kv_pools.allocate(backend.memory, kv));
   KILN_RETURN_IF_ERROR(backend.inputs.allocate(backend.memory, max_tokens, kv.num_blocks));
   KILN_RETURN_IF_ERROR(backend.gemms.allocateWorkspace());
   KILN_RETURN_IF_ERROR(backend.inputs.allocateStaging(backend.memory));
@@ -271,6 +270,8 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
         p.slot_mapping = input(s, pos + 1);
         p.k_pool = ptr(s.pools[pos + 2]);
         p.v_pool = ptr(s.pools[pos + 3]);
+        p.k_scales = reinterpret_cast<float*>(s.pool_scales[pos + 2]);
+        p.v_scales = reinterpret_cast<float*>(s.pool_scales[pos + 3]);
         p.q_out = ptr(s.results[0].ptr);
         p.num_tokens = int(n);
         p.num_slots = kv_pools.num_slots;
