@@ -77,6 +77,17 @@ inline std::vector<KernelCase> f32PlanKernelCases() {
     cases.push_back({"paged_attention_split", attention});
     cases.push_back({"attention_combine", {{"heads", H}, {"head_dim", D}, {"out_type", f32}}});
   }
+  // An f32 plan over int8/fp8 KV pools: f32 rows quantized at append, the
+  // CUDA-core attention reading codes and scales into f32 q and out.
+  for (const char* kv_type : {"int8", "fp8e4m3"}) {
+    nlohmann::json rope = ropeParams(9, 3, 64, true, "half", "none", 100000.0);
+    rope.update({{"kv_type", kv_type}, {"x_type", f32}, {"out_type", f32}});
+    cases.push_back({"rope_kv_append", rope});
+    nlohmann::json attention = attentionParams(32, 8, 64, false);
+    attention.update({{"kv_type", kv_type}, {"q_type", f32}, {"out_type", f32}});
+    cases.push_back({"paged_attention", attention});
+    cases.push_back({"paged_attention_split", attention});
+  }
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}, {"x_type", f32}, {"out_type", f32}}});
   cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}, {"x_type", f32}, {"out_type", f32}}});
   cases.push_back({"argmax", {{"vocab", 128256}, {"logits_type", f32}}});
