@@ -231,20 +231,20 @@ __device__ __forceinline__ void load_q(const unsigned short* q, float scale, flo
   if constexpr (kVec == 16) {  // the q of a 16-byte chunk of int8/fp8 codes
     load_q<8>(q, scale, out);
     load_q<8>(q + 8, scale, out + 8);
-    return;
-  }
-  unsigned w[kVec / 2];
-  if constexpr (kVec == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(q);
-    w[0] = raw.x, w[1] = raw.y, w[2] = raw.z, w[3] = raw.w;
   } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(q);
-    w[0] = raw.x, w[1] = raw.y;
-  }
+    unsigned w[kVec / 2];
+    if constexpr (kVec == 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(q);
+      w[0] = raw.x, w[1] = raw.y, w[2] = raw.z, w[3] = raw.w;
+    } else {
+      const uint2 raw = *reinterpret_cast<const uint2*>(q);
+      w[0] = raw.x, w[1] = raw.y;
+    }
 #pragma unroll
-  for (int i = 0; i < kVec / 2; ++i) {
-    out[2 * i] = __uint_as_float(w[i] << 16) * scale;
-    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * scale;
+    for (int i = 0; i < kVec / 2; ++i) {
+      out[2 * i] = __uint_as_float(w[i] << 16) * scale;
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u) * scale;
+    }
   }
 }
 
