@@ -14,7 +14,6 @@
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // flash_wgmma::smem_bytes (host-visible part)
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"     // gemm_swiglu::smem_bytes (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout
-#include "codegen/kernels/quant_blocks.cuh"   // gemm_quant's shared memory
 #include "runtime/artifact/manifest.h"
 #include "runtime/artifact/step_params_json.h"
 
@@ -381,8 +380,7 @@ Result<int64_t> quantGroup(const Params& p, int64_t k) {
 // A gemm of packed block-quantized weights: gemm_quant.cuh on the tensor
 // cores, up to gemv_max_rows (8 or 16) rows of x a block. The split of K
 // over a block's warps gives the grid about 16 warps an SM of an H200
-// (132 SMs) at least; each warp streams its tiles through a ring of
-// kStages slots in shared memory.
+// (132 SMs) at least; each warp keeps up to kUnroll tiles in flight.
 Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const std::string& weight_name,
                        const std::string& packed) {
   if (k % 32 != 0)
@@ -401,37 +399,32 @@ Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const std::string&
     max_rows = rows;
   }
   const int bits = weight_name == "q8_0" ? 8 : 4;
-  const bool mins = weight_name == "q4_1";
   const int64_t row_tiles = (n + 15) / 16, k_tiles = (k + 63) / 64;
   constexpr int64_t kWantedWarps = 132 * 16;
   int split = 1;
   while (split < 8 && row_tiles * split < kWantedWarps && split * 2 <= k_tiles) split *= 2;
-  // The ring: 7 tiles (3.5 KiB) of 4-bit quants ahead a warp, 3 (3 KiB) of 8-bit.
-  int stages = bits == 8 ? 4 : 8;
+  const int64_t tiles_per_warp = (k_tiles + split - 1) / split;
+  int unroll = int(std::min<int64_t>(tiles_per_warp, bits == 8 || max_rows == 16 ? 2 : 4));
   if (p.has("quant_split")) {
     KILN_TRY(wanted_split, p.positive("quant_split"));
-    KILN_TRY(wanted_stages, p.positive("quant_stages"));
-    if (8 % wanted_split != 0 || wanted_stages < 2 || wanted_stages > 16)
-      return makeError("gemm: quant tiling split {} stages {}: expected split in {{1, 2, 4, 8}}, 2 <= stages <= 16",
-                       wanted_split, wanted_stages);
+    KILN_TRY(wanted_unroll, p.positive("quant_unroll"));
+    if (8 % wanted_split != 0 || wanted_unroll > 8)
+      return makeError("gemm: quant tiling split {} unroll {}: expected split in {{1, 2, 4, 8}}, unroll <= 8",
+                       wanted_split, wanted_unroll);
     split = int(wanted_split);
-    stages = int(wanted_stages);
+    unroll = int(wanted_unroll);
   }
   const int rows_per_block = 8 / split * 16;
-  const kernels::GemmQuantSmem smem{int(max_rows), bits, kernels::quant_tile_groups(int(group)), stages, mins};
   Body b{"gemm_quant.cuh", "", "gemm_quant",
-         {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / {})], dynamic smem {} bytes", n, rows_per_block,
-                              max_rows, smem.bytes()),
-          "GemvParams"}};
+         {32 * 8, fmt::format("[ceil(n={} / {}), 1, ceil(rows / {})]", n, rows_per_block, max_rows), "GemvParams"}};
   b.waits_itself = true;
   b.config = fmt::format(
       "  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
       "  static constexpr int kGroup = {};\n  static constexpr int kMaxRows = {};\n"
       "  static constexpr int kRowsPerBlock = {};\n  static constexpr int kSplitK = {};\n"
-      "  static constexpr int kStages = {};\n  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n"
-      "  static constexpr bool kBias = {};\n"
+      "  static constexpr int kUnroll = {};\n  static constexpr bool kBias = {};\n"
       "  static constexpr bool kSiluMul = false;\n  static constexpr bool kRope = false;\n",
-      packed, n, k, group, max_rows, rows_per_block, split, stages, smem.bytes(), boolLiteral(bias));
+      packed, n, k, group, max_rows, rows_per_block, split, unroll, boolLiteral(bias));
   return b;
 }
 

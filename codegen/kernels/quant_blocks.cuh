@@ -75,21 +75,6 @@ struct QuantTiles {
 template <class W, int kN, int kK, int kGroup>
 constexpr QuantTiles quant_tiles() { return QuantTiles{kN, kK, W::kBits, kGroup}; }
 
-// gemm_quant.cuh's dynamic shared memory: the split-K partials
-// [128 / ... rows x splits = 128][max_rows] f32, then per warp a ring of
-// `stages` tiles: quants [8 warps][stages][bits / 4][32 lanes] 16 bytes,
-// scales (and mins) [8 warps][stages][tile groups][32 lanes] u32.
-struct GemmQuantSmem {
-  int max_rows, bits, tile_groups, stages;
-  bool mins;
-  constexpr int quants_at() const { return 128 * max_rows * 4; }
-  constexpr int scales_at() const { return quants_at() + 8 * stages * (bits / 4) * 512; }
-  constexpr int mins_at() const { return scales_at() + 8 * stages * tile_groups * 128; }
-  constexpr int bytes() const { return mins_at() + (mins ? 8 * stages * tile_groups * 128 : 0); }
-};
-// The scale groups one 64-column tile spans.
-constexpr int quant_tile_groups(int group) { return group >= 64 ? 1 : 64 / group; }
-
 // Where element (row, col) of W sits in the quants: byte offset and, for
 // 4-bit, the nibble (0 = low) inside it.
 struct QuantSlot {

@@ -73,10 +73,6 @@ __device__ __forceinline__ unsigned smem_address(const void* p) {
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-// 4 bytes global -> shared through L1 (cp.async's smallest copy).
-__device__ __forceinline__ void cp_async_4(unsigned dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -130,7 +126,6 @@ namespace kernels {
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int bytes) {
   cp_async_16(smem_address(dst), src, bytes);
 }
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src) { cp_async_4(smem_address(dst), src); }
 __device__ __forceinline__ void ldsm_x4(const void* p, unsigned (&r)[4]) { ldsm_x4(smem_address(p), r); }
 __device__ __forceinline__ void ldsm_x4_trans(const void* p, unsigned (&r)[4]) { ldsm_x4_trans(smem_address(p), r); }
 

@@ -77,8 +77,7 @@ constexpr int kMaxThreads = 384, kStackBytes = 128 * 1024;
 struct Copy {
   unsigned dst;  // shared address
   const unsigned char* src;
-  int bytes;      // 0: zero-fill
-  int size = 16;  // the copy's width: 16, or 4 (cp.async.ca)
+  int bytes;
 };
 
 struct Fiber {
@@ -167,17 +166,17 @@ inline bool readableBytes(const unsigned char* p, long long bytes) {
 }
 
 inline void land(const Copy& c) {
-  if (c.dst % c.size) fail("cp.async destination not aligned to its size");
-  unsigned char* dst = shared(c.dst, c.size, "cp.async destination");
+  if (c.dst % 16) fail("cp.async destination not 16-byte aligned");
+  unsigned char* dst = shared(c.dst, 16, "cp.async destination");
   if (c.bytes == 0) {
-    std::memset(dst, 0, size_t(c.size));
+    std::memset(dst, 0, 16);
     return;
   }
-  if (!readableBytes(c.src, c.size) || reinterpret_cast<uintptr_t>(c.src) % c.size) {
+  if (!readableBytes(c.src, 16) || reinterpret_cast<uintptr_t>(c.src) % 16) {
     fail("cp.async source outside the kernel's buffers or misaligned");
     return;
   }
-  std::memcpy(dst, c.src, size_t(c.size));
+  std::memcpy(dst, c.src, 16);
 }
 
 inline void yieldUntilChanged(const uint64_t& generation, uint64_t seen) {
@@ -444,11 +443,6 @@ inline unsigned smem_address(const void* p) { return unsigned(static_cast<const 
 inline void cp_async_16(unsigned dst, const void* src, int bytes) {
   if (bytes != 0 && bytes != 16) emu::fail("cp.async with a partial source size");
   const emu::Copy c{dst, static_cast<const unsigned char*>(src), bytes};
-  if (emu::eager_copies) emu::land(c);
-  else emu::fibers[emu::current].open.push_back(c);
-}
-inline void cp_async_4(unsigned dst, const void* src) {
-  const emu::Copy c{dst, static_cast<const unsigned char*>(src), 4, 4};
   if (emu::eager_copies) emu::land(c);
   else emu::fibers[emu::current].open.push_back(c);
 }

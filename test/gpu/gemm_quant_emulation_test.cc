@@ -4,8 +4,8 @@
 // f32 weights quantized to ggml blocks, packed into tiles as the runtime
 // packs them (packed_blocks.h), against float64 over the blocks' own
 // dequantized values. Covers each block type, one and two x tiles a block,
-// several groups of x rows (grid.z), K split over warps with more tiles
-// than the ring has slots (it wraps) and fewer, k past a 64-column tile, n past a 16-row tile and past the last
+// several groups of x rows (grid.z), K split over warps with a partial last
+// round, k past a 64-column tile, n past a 16-row tile and past the last
 // block, bias, a scale shared by a 128-column group; and dequantize.cuh,
 // which expands the same tiles for cuBLASLt. Outputs start as NaN, and a
 // poisoned tail past y must stay NaN. kernels_gpu_test runs them on the card.
@@ -30,13 +30,11 @@ namespace {
 
 namespace kk = kiln::kernels;
 
-template <class W, int N, int K, int Group, int MaxRows, int Split, int Stages, bool Bias>
+template <class W, int N, int K, int Group, int MaxRows, int Split, int Unroll, bool Bias>
 struct QuantConfig {
   using Weight = W;
-  static constexpr int kN = N, kK = K, kGroup = Group, kMaxRows = MaxRows, kSplitK = Split, kStages = Stages;
+  static constexpr int kN = N, kK = K, kGroup = Group, kMaxRows = MaxRows, kSplitK = Split, kUnroll = Unroll;
   static constexpr int kRowsPerBlock = 8 / Split * 16, kThreads = 256;
-  static constexpr int kSmemBytes =
-      kk::GemmQuantSmem{MaxRows, W::kBits, kk::quant_tile_groups(Group), Stages, W::kMin}.bytes();
   static constexpr bool kBias = Bias, kSiluMul = false, kRope = false;
 };
 
@@ -77,7 +75,6 @@ void runCase(std::mt19937& rng, WeightType type, int rows, const std::string& wh
   ASSERT_EQ(int64_t(w.tiles.size()), packedBlockBytes(type, n, k, C::kGroup));
   std::vector<uint16_t> y(size_t(rows) * n + kPoison, 0xffff);  // NaN
   kk::GemvParams p{xb.data(), w.tiles.data(), C::kBias ? bb.data() : nullptr, y.data(), rows};
-  emu::readable = {{w.tiles.data(), w.tiles.size()}};  // what the ring's cp.async copies
   emu::launch({unsigned((n + C::kRowsPerBlock - 1) / C::kRowsPerBlock), 1, unsigned((rows + C::kMaxRows - 1) / C::kMaxRows)},
               256, [&p] { kk::gemm_quant<C>(p); });
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
@@ -93,7 +90,7 @@ TEST(GemmQuantEmulation, EachBlockType) {
   std::mt19937 rng(16);
   // SmolLM2's k 576 (9 tiles over 2 warps: a partial last round), bias.
   runCase<QuantConfig<kk::PackedQ4_1, 32, 576, 32, 8, 2, 2, true>>(rng, WeightType::Q4_1, 5, "q4_1, k 576, 5 rows, bias");
-  runCase<QuantConfig<kk::PackedQ4_0, 48, 1024, 32, 8, 4, 8, false>>(rng, WeightType::Q4_0, 1, "q4_0, one row");
+  runCase<QuantConfig<kk::PackedQ4_0, 48, 1024, 32, 8, 4, 2, false>>(rng, WeightType::Q4_0, 1, "q4_0, one row");
   runCase<QuantConfig<kk::PackedQ8_0, 33, 576, 32, 8, 1, 4, true>>(rng, WeightType::Q8_0, 3,
                                                                     "q8_0, n 33 past the last tile, bias");
 }
@@ -101,11 +98,11 @@ TEST(GemmQuantEmulation, EachBlockType) {
 TEST(GemmQuantEmulation, RowsAndGroups) {
   std::mt19937 rng(17);
   // Two x tiles a block; 21 rows: a second block along z with 5.
-  runCase<QuantConfig<kk::PackedQ4_0, 40, 512, 32, 16, 8, 3, false>>(rng, WeightType::Q4_0, 21,
+  runCase<QuantConfig<kk::PackedQ4_0, 40, 512, 32, 16, 8, 1, false>>(rng, WeightType::Q4_0, 21,
                                                                      "q4_0, 16-row blocks, 21 rows");
   runCase<QuantConfig<kk::PackedQ8_0, 16, 256, 32, 16, 2, 2, false>>(rng, WeightType::Q8_0, 16, "q8_0, 16 rows");
   // k 96: the second tile's last two steps are padding.
-  runCase<QuantConfig<kk::PackedQ4_1, 20, 96, 32, 8, 2, 4, true>>(rng, WeightType::Q4_1, 9,
+  runCase<QuantConfig<kk::PackedQ4_1, 20, 96, 32, 8, 2, 1, true>>(rng, WeightType::Q4_1, 9,
                                                                   "q4_1, k 96 past a tile, 9 rows");
   // One scale a 128-column group (kiln's int4 g128), and per channel (int8).
   runCase<QuantConfig<kk::PackedQ4_0, 32, 512, 128, 8, 2, 2, false>>(rng, WeightType::Q4_0, 4, "q4_0, group 128");
@@ -131,9 +128,9 @@ void runDequantizeCase(std::mt19937& rng, WeightType type, const std::string& wh
 
 TEST(GemmQuantEmulation, DequantizeForCublas) {
   std::mt19937 rng(18);
-  runDequantizeCase<QuantConfig<kk::PackedQ4_1, 20, 96, 32, 8, 1, 2, false>>(rng, WeightType::Q4_1, "q4_1 20 x 96");
-  runDequantizeCase<QuantConfig<kk::PackedQ4_0, 16, 256, 128, 8, 1, 2, false>>(rng, WeightType::Q4_0, "q4_0 g128");
-  runDequantizeCase<QuantConfig<kk::PackedQ8_0, 33, 64, 32, 8, 1, 2, false>>(rng, WeightType::Q8_0, "q8_0 33 x 64");
+  runDequantizeCase<QuantConfig<kk::PackedQ4_1, 20, 96, 32, 8, 1, 1, false>>(rng, WeightType::Q4_1, "q4_1 20 x 96");
+  runDequantizeCase<QuantConfig<kk::PackedQ4_0, 16, 256, 128, 8, 1, 1, false>>(rng, WeightType::Q4_0, "q4_0 g128");
+  runDequantizeCase<QuantConfig<kk::PackedQ8_0, 33, 64, 32, 8, 1, 1, false>>(rng, WeightType::Q8_0, "q8_0 33 x 64");
 }
 
 }  // namespace
