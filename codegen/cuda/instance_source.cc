@@ -137,6 +137,9 @@ std::string packedWeightType(const std::string& type) {
   if (type == "q4_0") return "kiln::kernels::PackedQ4_0";
   if (type == "q4_1") return "kiln::kernels::PackedQ4_1";
   if (type == "q8_0") return "kiln::kernels::PackedQ8_0";
+  if (type == "q4_k") return "kiln::kernels::PackedQ4_1";  // d·q + m, 4-bit
+  if (type == "q5_k") return "kiln::kernels::PackedQ5_K";
+  if (type == "q6_k") return "kiln::kernels::PackedQ8_0";  // (q - 32) stored, groups of 16
   return "";
 }
 
@@ -363,17 +366,18 @@ Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const
   return b;
 }
 
-// The quant group of a packed weight's params: its scales' columns, 32
-// (ggml's blocks) unless the params name another; gemm_quant.cuh takes 32
-// or a multiple of 64 dividing k.
-Result<int64_t> quantGroup(const Params& p, int64_t k) {
-  int64_t group = 32;
+// The quant group of a packed weight's params: its scales' columns, the
+// type's sub-block (16 for q6_k, else 32) unless the params name a larger
+// one; gemm_quant.cuh takes 16, 32 or a multiple of 64 dividing k.
+Result<int64_t> quantGroup(const Params& p, int64_t k, const std::string& weight_name) {
+  const int64_t sub = weight_name == "q6_k" ? 16 : 32;
+  int64_t group = sub;
   if (p.has("group")) {
     KILN_TRY(named, p.positive("group"));
     group = named;
   }
-  if (group != 32 && (group % 64 != 0 || k % group != 0))
-    return p.bad("group", std::to_string(group), "32 or a multiple of 64 dividing k");
+  if (group != sub && (group % 64 != 0 || k % group != 0))
+    return p.bad("group", std::to_string(group), "the type's sub-block or a multiple of 64 dividing k");
   return group;
 }
 
@@ -383,22 +387,23 @@ Result<int64_t> quantGroup(const Params& p, int64_t k) {
 // (132 SMs) at least; each warp keeps up to kUnroll tiles in flight.
 Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const std::string& weight_name,
                        const std::string& packed) {
-  if (k % 32 != 0)
-    return makeError("gemm: param 'k' is {} with {} weights, expected a multiple of 32 (whole blocks a row)", k,
-                     weight_name);
+  const int64_t block = weight_name.size() == 4 && weight_name[3] == 'k' ? 256 : 32;  // K-quant super-blocks
+  if (k % block != 0)
+    return makeError("gemm: param 'k' is {} with {} weights, expected a multiple of {} (whole blocks a row)", k,
+                     weight_name, block);
   for (const char* epilogue : {"silu_mul", "rope_kv_append", "gemv_stream", "norm_epsilon"})
     if (p.has(epilogue))
       if (auto set = p.boolean(epilogue); !set.ok() || *set)
         return makeError("gemm: {} weights take the plain epilogue only (param '{}' is set)", weight_name, epilogue);
   KILN_TRY(bias, p.boolean("bias"));
-  KILN_TRY(group, quantGroup(p, k));
+  KILN_TRY(group, quantGroup(p, k, weight_name));
   int64_t max_rows = 8;
   if (p.has("gemv_max_rows")) {
     KILN_TRY(rows, p.positive("gemv_max_rows"));
     if (rows != 8 && rows != 16) return p.bad("gemv_max_rows", std::to_string(rows), "8 or 16 with packed weights");
     max_rows = rows;
   }
-  const int bits = weight_name == "q8_0" ? 8 : 4;
+  const int bits = weight_name == "q8_0" || weight_name == "q5_k" || weight_name == "q6_k" ? 8 : 4;
   const int64_t row_tiles = (n + 15) / 16, k_tiles = (k + 63) / 64;
   constexpr int64_t kWantedWarps = 132 * 16;
   int split = 1;
@@ -434,7 +439,7 @@ Result<Body> gemm(const Params& p) {
   KILN_TRY(weight_name, p.text("weight_type"));
   const std::string packed = packedWeightType(weight_name);
   if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16" && packed.empty())
-    return makeError("gemm: weight_type '{}' has no CUDA kernel yet (f32, bf16, f16, q4_0, q4_1, q8_0 weights)",
+    return makeError("gemm: weight_type '{}' has no CUDA kernel yet (f32, bf16, f16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k weights)",
                      weight_name);
   if (!packed.empty()) return gemmQuant(p, n, k, weight_name, packed);
   std::string weight = packed;
@@ -881,8 +886,8 @@ Result<Body> dequantize(const Params& p) {
   KILN_TRY(k, p.positive("k", 32));
   KILN_TRY(weight_name, p.text("weight_type"));
   const std::string packed = packedWeightType(weight_name);
-  if (packed.empty()) return p.bad("weight_type", weight_name, "one of q4_0, q4_1, q8_0");
-  KILN_TRY(group, quantGroup(p, k));
+  if (packed.empty()) return p.bad("weight_type", weight_name, "one of q4_0, q4_1, q8_0, q4_k, q5_k, q6_k");
+  KILN_TRY(group, quantGroup(p, k, weight_name));
   constexpr int kThreads = 256;
   Body b{"dequantize.cuh", "", "dequantize",
          {kThreads, fmt::format("[ceil(ceil(n={} / 16) * ceil(k={} / 64) * 128 / {})]", n, k, kThreads),

@@ -36,7 +36,8 @@ std::optional<std::string> gemmBlockType(const GemmParams& gemm) {
     if (type == "int4") return "q4_0";
     return std::nullopt;
   }
-  if (type == "q4_0" || type == "q4_1" || type == "q8_0") return type;
+  if (type == "q4_0" || type == "q4_1" || type == "q8_0" || type == "q4_k" || type == "q5_k" || type == "q6_k")
+    return type;
   return std::nullopt;
 }
 

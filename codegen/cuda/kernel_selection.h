@@ -11,7 +11,8 @@
 //     before it where allowed; from kFusedSwiGluMinRows rows on Hopper,
 //     gemm_swiglu for a gemm with SwiGLU folded in; otherwise cuBLASLt, up to
 //     kResidualEpilogueMaxRows adding the residual of the norm after it;
-//   - gemm of ggml blocks (q4_0, q4_1, q8_0, and kiln's int8/int4 as the
+//   - gemm of ggml blocks (q4_0, q4_1, q8_0, the K-quants q4_k, q5_k, q6_k,
+//     and kiln's int8/int4 as the
 //     q8_0/q4_0 blocks the weight store makes): gemm_quant.cuh reads their
 //     tensor-core tiles up to kQuantGemmMaxRows rows (one 8-row x tile a
 //     block up to 8 rows, two beyond); cuBLASLt batches expand the weight
@@ -77,8 +78,8 @@ struct GreedyInstance {
 };
 GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 
-// The ggml blocks a gemm's weight runs as on the GPU: its own q4_0, q4_1 or
-// q8_0, or for kiln's int8 and int4 (separate scales) the q8_0 and q4_0
+// The ggml blocks a gemm's weight runs as on the GPU: its own q4_0, q4_1,
+// q8_0, q4_k, q5_k or q6_k, or for kiln's int8 and int4 (separate scales) the q8_0 and q4_0
 // blocks the weight store quantizes them into; nullopt for every other
 // weight. The selection and the runtime's weight forms both ask here.
 std::optional<std::string> gemmBlockType(const GemmParams& gemm);

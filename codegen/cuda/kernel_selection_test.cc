@@ -232,10 +232,18 @@ TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
   EXPECT_EQ(gemm[3].role, R::kCublasLt);
   EXPECT_EQ(list[1].size(), 1u) << "no SwiGLU fold into a block-quantized gemm";
   expectAllGenerate(list);
-  // Weights with separate scales (xfmr-insert-quantization) and block types
-  // without kernels get no variants: the CUDA backend refuses the step.
-  std::get<GemmParams>(plan.steps[0].params).weight_type = "q6_k";
+  // Block types without kernels get no variants: the CUDA backend refuses the step.
+  std::get<GemmParams>(plan.steps[0].params).weight_type = "q3_k";
   EXPECT_TRUE(select(plan, "sm_90a")[0].empty());
+  // The K-quants run on their sub-blocks too (rows of whole 256-element super-blocks).
+  for (const char* kquant : {"q4_k", "q5_k", "q6_k"}) {
+    PlanEntry k_plan = gateUp(1536, 512);
+    std::get<GemmParams>(k_plan.steps[0].params).weight_type = kquant;
+    const auto k_list = select(k_plan, "sm_90a");
+    ASSERT_EQ(k_list[0].size(), 4u) << kquant;
+    EXPECT_EQ(k_list[0][0].params["weight_type"], kquant);
+    expectAllGenerate(k_list);
+  }
   // kiln's int4 (and int8) weights run as the q4_0 (q8_0) blocks the weight
   // store quantizes them into; fp8 has no CUDA GEMM yet.
   PlanEntry scaled;

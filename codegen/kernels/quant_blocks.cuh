@@ -1,6 +1,7 @@
 // Block-quantized GEMM weights as the CUDA kernels read them: ggml's
 // 32-element blocks (q4_0, q4_1, q8_0, and kiln's int8/int4 made into such
-// blocks at load) repacked once (runtime/numerics/packed_blocks.h) into
+// blocks at load) and K-quant sub-blocks (q4_k, q5_k, q6_k), repacked once
+// (runtime/numerics/packed_blocks.h) into
 // tiles laid out for the tensor cores' m16n8k16 A fragments, so that
 // gemm_quant.cuh loads 16 bytes a lane and turns them into fragments in
 // registers, with no shuffle or shared memory (Marlin's idea). The bits per
@@ -26,10 +27,11 @@
 //          W[g+8][c+2], W[g+8][c+3], each as q + 128 (offset binary).
 // Scales, f16, after the quants: [row tile][K / kGroup][8][2], the pair of
 //   rows g and g + 8 of a group side by side (one u32 a lane).
-// Mins (q4_1 only), f16, after the scales, laid out as the scales.
+// Mins (q4_1, q4_k, q5_k), f16, after the scales, laid out as the scales.
 //
-// An element is d·(q - 8) (q4_0), d·q + m (q4_1) or d·q (q8_0), exactly
-// the CPU's dequantization. The quants enter the mma as exact bf16
+// An element is d·(q - 8) (q4_0), d·q + m (q4_1, q4_k, q5_k) or d·q (q8_0,
+// q6_k with q - 32 stored), the CPU's dequantization (the K-quants' scales
+// rounded to f16). The quants enter the mma as exact bf16
 // integers; scales and mins apply to the f32 sums of each group.
 #pragma once
 
@@ -45,11 +47,15 @@ namespace kernels {
 struct PackedQ4_0 { static constexpr int kBits = 4; static constexpr bool kMin = false; static constexpr int kOffset = 8; };
 struct PackedQ4_1 { static constexpr int kBits = 4; static constexpr bool kMin = true; static constexpr int kOffset = 0; };
 struct PackedQ8_0 { static constexpr int kBits = 8; static constexpr bool kMin = false; static constexpr int kOffset = 0; };
+// q4_k runs as PackedQ4_1 and q6_k as PackedQ8_0 with groups of 16; q5_k's
+// 5-bit quants take 8-bit tiles with mins.
+struct PackedQ5_K { static constexpr int kBits = 8; static constexpr bool kMin = true; static constexpr int kOffset = 0; };
 
 template <class W> struct IsPacked { static constexpr bool value = false; };
 template <> struct IsPacked<PackedQ4_0> { static constexpr bool value = true; };
 template <> struct IsPacked<PackedQ4_1> { static constexpr bool value = true; };
 template <> struct IsPacked<PackedQ8_0> { static constexpr bool value = true; };
+template <> struct IsPacked<PackedQ5_K> { static constexpr bool value = true; };
 
 constexpr int kQuantTileRows = 16, kQuantTileCols = 64;
 

@@ -114,11 +114,12 @@ inline std::vector<KernelCase> representativeKernelCases() {
   }
   // GEMMs over packed ggml blocks on the tensor cores (SmolLM2 Q4_1's
   // shapes, its q8_0 LM head, Llama-3-8B's gate/up in q4_0 and its down
-  // projection in int8 per channel), one and two x tiles a block, and their
-  // expansion to bf16 for cuBLASLt.
+  // projection in int8 per channel, and the K-quants of a Q4_K_M file), one
+  // and two x tiles a block, and their expansion to bf16 for cuBLASLt.
   for (auto [type, n, k, group] : {std::tuple{"q4_1", 3072, 576, 32}, std::tuple{"q4_1", 576, 1536, 32},
                                    std::tuple{"q8_0", 49152, 576, 32}, std::tuple{"q4_0", 28672, 4096, 128},
-                                   std::tuple{"q8_0", 4096, 14336, 14336}}) {
+                                   std::tuple{"q8_0", 4096, 14336, 14336}, std::tuple{"q4_k", 6144, 4096, 32},
+                                   std::tuple{"q5_k", 28672, 4096, 32}, std::tuple{"q6_k", 4096, 14336, 16}}) {
     const json gemm{{"n", n}, {"k", k}, {"weight_type", type}, {"bias", false}, {"group", group}};
     cases.push_back({"gemm", gemm});
     json two_tiles = gemm;

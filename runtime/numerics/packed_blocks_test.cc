@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -82,9 +83,59 @@ TEST(PackedBlocks, TilesHoldTheBlocksValues) {
   }
 }
 
+// Random K-quant super-blocks: random bytes with scales of a plausible size.
+std::vector<uint8_t> randomKQuantRows(WeightType type, int64_t n, int64_t k, uint32_t seed) {
+  std::vector<uint8_t> bytes(size_t(n * rowBytes(type, k)));
+  uint32_t state = seed;
+  for (uint8_t& b : bytes) b = uint8_t((state = state * 1664525u + 1013904223u) >> 24);
+  const int64_t block = rowBytes(type, kSuperBlock);
+  for (int64_t b = 0; b < n * (k / kSuperBlock); ++b) {
+    uint8_t* at = bytes.data() + b * block;
+    const uint16_t d = f32ToF16(0.002f + 0.001f * float(b % 3)), dmin = f32ToF16(0.004f);
+    if (type == WeightType::Q6_K) {
+      std::memcpy(at + offsetof(BlockQ6_K, d), &d, 2);
+    } else {
+      std::memcpy(at, &d, 2);  // d, then dmin, lead q4_k and q5_k
+      std::memcpy(at + 2, &dmin, 2);
+    }
+  }
+  return bytes;
+}
+
+// The K-quants' tiles: the quants exactly, the scales (and mins) as
+// d·scale (and -dmin·min) rounded to f16, so each element is within a
+// relative 2^-11 of its scale of dequantizeRow's value.
+TEST(PackedBlocks, KQuantTilesHoldTheSubBlocksValues) {
+  const int64_t n = 20, k = 512;
+  for (WeightType type : {WeightType::Q4_K, WeightType::Q5_K, WeightType::Q6_K}) {
+    SCOPED_TRACE(std::string(weightTypeName(type)));
+    const std::vector<uint8_t> blocks = randomKQuantRows(type, n, k, 7);
+    std::vector<float> want(size_t(n * k));
+    ASSERT_TRUE(dequantizeRow(type, blocks.data(), want.data(), n * k).ok());
+    std::vector<uint8_t> packed;
+    ASSERT_TRUE(packBlocks(type, blocks.data(), n, k, 0, packed).ok());
+    ASSERT_EQ(int64_t(packed.size()), packedBlockBytes(type, n, k));
+    const int64_t group = quantTileGroup(type);
+    const kk::QuantTiles tiles{n, k, type == WeightType::Q4_K ? 4 : 8, int(group)};
+    const bool mins = type != WeightType::Q6_K;
+    for (int64_t row = 0; row < n; ++row)
+      for (int64_t col = 0; col < k; ++col) {
+        const kk::QuantSlot slot = kk::quant_slot(tiles, row, col);
+        const int q = tiles.bits == 8 ? packed[size_t(slot.byte)] - 128 : (packed[size_t(slot.byte)] >> (4 * slot.nibble)) & 15;
+        const int64_t at = tiles.scale_offset(row, col / group);
+        const float d = f16At(packed, tiles.scales_at() + at);
+        const float got = d * float(q) + (mins ? f16At(packed, tiles.mins_at() + at) : 0.0f);
+        const float w = want[size_t(row * k + col)];
+        // q's range times the f16 rounding of the scale and of the min.
+        ASSERT_NEAR(got, w, std::fabs(d) * 64 / 2048 + 0.004f * 63 / 2048 + 1e-7f) << "element " << row << ", " << col;
+      }
+  }
+}
+
 TEST(PackedBlocks, RefusesWhatTheTilesCannotHold) {
   std::vector<uint8_t> out;
   EXPECT_FALSE(packBlocks(WeightType::BF16, nullptr, 1, 32, 32, out).ok());
+  EXPECT_FALSE(packBlocks(WeightType::Q6_K, nullptr, 1, 384, 0, out).ok());  // not whole super-blocks
   EXPECT_FALSE(packBlocks(WeightType::Q4_0, nullptr, 1, 48, 32, out).ok());
   EXPECT_FALSE(packBlocks(WeightType::Q4_0, nullptr, 1, 128, 96, out).ok());  // not a multiple of 64
   // Blocks of one 64-column group with different scales.

@@ -6,7 +6,8 @@
 // dequantized values. Covers each block type, one and two x tiles a block,
 // several groups of x rows (grid.z), K split over warps with a partial last
 // round, k past a 64-column tile, n past a 16-row tile and past the last
-// block, bias, a scale shared by a 128-column group; and dequantize.cuh,
+// block, bias, a scale shared by a 128-column group, the K-quants'
+// sub-blocks (a min each; 16 columns a scale for q6_k); and dequantize.cuh,
 // which expands the same tiles for cuBLASLt. Outputs start as NaN, and a
 // poisoned tail past y must stay NaN. kernels_gpu_test runs them on the card.
 #include <gtest/gtest.h>
@@ -108,6 +109,53 @@ TEST(GemmQuantEmulation, RowsAndGroups) {
   runCase<QuantConfig<kk::PackedQ4_0, 32, 512, 128, 8, 2, 2, false>>(rng, WeightType::Q4_0, 4, "q4_0, group 128");
   runCase<QuantConfig<kk::PackedQ8_0, 16, 384, 384, 8, 2, 2, true>>(rng, WeightType::Q8_0, 2,
                                                                     "q8_0 per channel (group = k)");
+}
+
+// K-quant rows: random super-blocks with plausible scales, the tiles the
+// runtime packs, against float64 over dequantizeRow's values (the tiles
+// round the sub-block scales to f16).
+template <class C>
+void runKQuantCase(std::mt19937& rng, WeightType type, int rows, const std::string& what) {
+  constexpr int n = C::kN, k = C::kK;
+  std::vector<uint8_t> blocks(size_t(n * rowBytes(type, k)));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : blocks) b = uint8_t(byte(rng));
+  const int64_t block = rowBytes(type, kSuperBlock);
+  const uint16_t d = f32ToF16(0.0005f), dmin = f32ToF16(0.001f);
+  for (int64_t b = 0; b < int64_t(n) * (k / kSuperBlock); ++b) {
+    uint8_t* at = blocks.data() + b * block;
+    if (type == WeightType::Q6_K) {
+      std::memcpy(at + block - 2, &d, 2);  // d ends a q6_k block
+    } else {
+      std::memcpy(at, &d, 2);
+      std::memcpy(at + 2, &dmin, 2);
+    }
+  }
+  std::vector<float> w(size_t(n) * k), x, bias;
+  ASSERT_TRUE(dequantizeRow(type, blocks.data(), w.data(), int64_t(n) * k).ok());
+  std::vector<uint8_t> tiles;
+  ASSERT_TRUE(packBlocks(type, blocks.data(), n, k, 0, tiles).ok());
+  const std::vector<uint16_t> xb = randomBf16(rng, size_t(rows) * k, 1.0f, &x);
+  const std::vector<uint16_t> bb = randomBf16(rng, size_t(n), 1.0f, &bias);
+  std::vector<uint16_t> y(size_t(rows) * n + kPoison, 0xffff);  // NaN
+  kk::GemvParams p{xb.data(), tiles.data(), C::kBias ? bb.data() : nullptr, y.data(), rows};
+  emu::launch({unsigned((n + C::kRowsPerBlock - 1) / C::kRowsPerBlock), 1, unsigned((rows + C::kMaxRows - 1) / C::kMaxRows)},
+              256, [&p] { kk::gemm_quant<C>(p); });
+  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
+  std::vector<float> got;
+  for (uint16_t bits : y) got.push_back(fromBf16(bits));
+  const std::vector<double> ref = skinnyGemmReference(x, w, C::kBias ? &bias : nullptr, rows, n, k, false);
+  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
+  got.resize(ref.size());
+  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+}
+
+TEST(GemmQuantEmulation, KQuantSubBlocks) {
+  std::mt19937 rng(19);
+  // q4_k as q4_1-like tiles, q5_k in 8-bit tiles with mins, q6_k with a scale per 16 columns.
+  runKQuantCase<QuantConfig<kk::PackedQ4_1, 32, 512, 32, 8, 2, 2, true>>(rng, WeightType::Q4_K, 3, "q4_k, 3 rows, bias");
+  runKQuantCase<QuantConfig<kk::PackedQ5_K, 24, 512, 32, 16, 4, 2, false>>(rng, WeightType::Q5_K, 11, "q5_k, 11 rows");
+  runKQuantCase<QuantConfig<kk::PackedQ8_0, 16, 768, 16, 8, 2, 4, false>>(rng, WeightType::Q6_K, 1, "q6_k, one row");
 }
 
 template <class C>

@@ -36,7 +36,7 @@ Status convertWeight(const BoundWeight& w, WeightForm form, std::vector<uint8_t>
     if (w.shape.size() != 2)
       return makeError("weight {} '{}' has {} dimensions; packed GEMM weights are matrices", w.id, w.name,
                        w.shape.size());
-    return packBlocks(w.type, w.data, w.shape[0], w.shape[1], kQuantBlock, out);
+    return packBlocks(w.type, w.data, w.shape[0], w.shape[1], 0, out);
   }
   std::vector<float> f(static_cast<size_t>(n));
   KILN_RETURN_IF_ERROR(dequantizeRow(w.type, w.data, f.data(), n));
