@@ -381,8 +381,14 @@ write_report
 # each scheme's artifact from gpu-bundle.sh: KILN_QUANT_SCHEMES (default
 # "bf16 int8 int4") x KILN_QUANT_BATCHES (default "1 16"), 128 prompt
 # tokens, 64 generated; the batch-1 bf16 run also times the HF peers
-# (KILN_QUANT_PEER, default hf: eager and compiled).
+# (KILN_QUANT_PEER, default hf: eager and compiled). KILN_QUANT_SWEEP=1
+# first times every gemm_quant tiling on the decode shapes (kiln_quant_sweep).
 if [[ " $PARTS " == *" quant "* ]]; then
+  if [[ -n "${KILN_QUANT_SWEEP:-}" ]]; then
+    echo "== kiln_quant_sweep"
+    timeout 300 "$BUILD/bin/kiln_quant_sweep" 2>&1 | tee "$OUT/bench_quant_sweep.txt"
+    record quant_sweep "${PIPESTATUS[0]}"
+  fi
   model="${KILN_BENCH_MODEL:-llama3-8b}"
   ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
   header="$ROOT/test/models/$model"
