@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace kiln::formats {
 namespace {
@@ -88,6 +90,16 @@ Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
     auto ckpt = SafetensorsCheckpoint::open(path, mode);
     if (!ckpt) return ckpt.error();
     src.checkpoint_ = std::make_unique<SafetensorsCheckpoint>(ckpt.take());
+    std::ifstream config_file(config_path);
+    std::stringstream config_text;
+    config_text << config_file.rdbuf();
+    auto quant = parseInt4QuantConfig(config_text.str(), config_path);
+    if (!quant) return quant.error();
+    if (*quant) {
+      auto int4 = Int4Checkpoint::open(*src.checkpoint_, **quant);
+      if (!int4) return int4.error();
+      src.int4_ = std::make_unique<Int4Checkpoint>(int4.take());
+    }
     // Some tied checkpoints still store lm_head.weight; the flag decides.
   } else {
     if (!fs::exists(path, ec)) return makeError("{}: no such file or directory", path);
@@ -103,10 +115,12 @@ Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
 }
 
 const std::vector<TensorInfo>& ModelSource::tensors() const {
+  if (int4_) return int4_->tensors();
   return gguf_ ? gguf_->tensors() : checkpoint_->tensors();
 }
 
 const TensorInfo* ModelSource::findTensor(std::string_view name) const {
+  if (int4_) return int4_->findTensor(name);
   return gguf_ ? gguf_->findTensor(name) : checkpoint_->findTensor(name);
 }
 
@@ -161,10 +175,13 @@ Status ModelSource::checkWeights() const {
     const TensorInfo* t = findTensor(name);
     std::vector<int64_t> expected = expectedShape(role);
     if (t == nullptr)
-      return makeError("{}: missing tensor '{}' ({}{}), expected shape {}", path_, name,
+      return makeError("{}: missing tensor '{}' ({}{}), expected shape {}{}", path_, name,
                        weightRoleName(role),
                        isPerLayer(role) ? fmt::format(" of layer {}", layer) : "",
-                       shapeToString(expected));
+                       shapeToString(expected),
+                       int4_ ? fmt::format(" (or, packed by {}, its .qweight, .qzeros and .scales)",
+                                           int4MethodName(int4_->config().method))
+                             : "");
     if (t->shape != expected)
       return makeError("{}: tensor '{}' has shape {}, expected {}", path_, name,
                        shapeToString(t->shape), shapeToString(expected));
@@ -189,6 +206,7 @@ Result<std::span<const uint8_t>> ModelSource::tensorData(const TensorInfo& tenso
       return makeError("{}: tensor '{}' is not inside this file", path_, tensor.name);
     return data;
   }
+  if (int4_) return int4_->tensorData(tensor);
   return checkpoint_->tensorData(tensor);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/formats/gguf_file.h"
+#include "models/formats/int4_checkpoint.h"
 #include "models/formats/model_config.h"
 #include "models/formats/safetensors_file.h"
 #include "models/formats/tensor_info.h"
@@ -68,6 +69,10 @@ class ModelSource {
   // The GGUF file (for tokenizer metadata), or nullptr for HF checkpoints.
   const GgufFile* gguf() const { return gguf_.get(); }
   const SafetensorsCheckpoint* checkpoint() const { return checkpoint_.get(); }
+  // A GPTQ/AWQ checkpoint's packed layers, or nullptr for other models. When
+  // present, tensors(), findTensor() and tensorData() show each packed layer
+  // as its <prefix>.weight (int4_checkpoint.h).
+  const Int4Checkpoint* int4() const { return int4_.get(); }
 
   // The tensor name serving `role` in this model's format, e.g.
   // "blk.3.attn_q.weight" or "model.layers.3.self_attn.q_proj.weight".
@@ -96,6 +101,7 @@ class ModelSource {
   ModelConfig config_;
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
+  std::unique_ptr<Int4Checkpoint> int4_;
 };
 
 }  // namespace kiln::formats
