@@ -48,17 +48,23 @@ std::string paramText(Attribute attr) {
 }
 
 // A gemm's params, which the op carries as operand types: the weight's
-// shape and element type, and whether it has a bias and scales.
+// shape and element type, whether it has a bias and scales, and for
+// kiln's schemes (which have scales) the columns a scale covers (the quant
+// type's block; per row: k).
 DictionaryAttr gemmParams(xfmr::GemmOp gemm) {
   auto weight = cast<RankedTensorType>(gemm.getWeight().getType());
   Builder b(gemm.getContext());
-  return b.getDictionaryAttr({
+  const int64_t k = weight.getDimSize(1);
+  SmallVector<NamedAttribute> params = {
       b.getNamedAttr(plan_key::kN, b.getI64IntegerAttr(weight.getDimSize(0))),
-      b.getNamedAttr(plan_key::kK, b.getI64IntegerAttr(weight.getDimSize(1))),
+      b.getNamedAttr(plan_key::kK, b.getI64IntegerAttr(k)),
       b.getNamedAttr(plan_key::kWeightType,
                      b.getStringAttr(xfmr::elementTypeName(weight.getElementType()))),
       b.getNamedAttr(plan_key::kBias, b.getBoolAttr(static_cast<bool>(gemm.getBias()))),
-      b.getNamedAttr(plan_key::kScales, b.getBoolAttr(static_cast<bool>(gemm.getScales())))});
+      b.getNamedAttr(plan_key::kScales, b.getBoolAttr(static_cast<bool>(gemm.getScales())))};
+  if (auto quant = dyn_cast<xfmr::QuantType>(weight.getElementType()); quant && gemm.getScales())
+    params.push_back(b.getNamedAttr(plan_key::kGroup, b.getI64IntegerAttr(quant.getBlock() == 0 ? k : quant.getBlock())));
+  return b.getDictionaryAttr(params);
 }
 
 // Builds one entry's layout in a single walk over the body.

@@ -41,6 +41,11 @@ std::optional<std::string> gemmBlockType(const GemmParams& gemm) {
   return std::nullopt;
 }
 
+int64_t gemmTileGroup(const GemmParams& gemm) {
+  if (!gemm.scales || gemm.group <= 0 || gemm.group % 64 != 0 || gemm.k % gemm.group != 0) return 0;
+  return gemm.group;
+}
+
 GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
   const nlohmann::json params{{"vocab", vocab}, {"logits_type", std::string(logits_type)}};
   return {"argmax", params, boundedInstanceName(instanceName("argmax", params))};
@@ -142,13 +147,18 @@ std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::st
   nlohmann::json params = toJson(step.params);
   if (gemm.scales) params.erase("scales");  // folded into the blocks
   params["weight_type"] = blocks;
+  // The tiles keep one scale a group where kiln's scheme shares it over more
+  // than a block (int4 groups of 64 or more, int8 per row).
+  params.erase("group");
+  nlohmann::json dequantize{{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}};
+  if (const int64_t group = gemmTileGroup(gemm)) params["group"] = dequantize["group"] = group;
   // One x tile is the instance's default: the plan's own name fits it.
   out.kernel(R::kSingleRow, {1, kSkinnyMaxRows}, {}, "gemm", params, plan_blocks ? step.instance : "");
   nlohmann::json two_tiles = params;
   two_tiles["gemv_max_rows"] = 2 * kSkinnyMaxRows;
   out.kernel(R::kSkinny, {kSkinnyMaxRows + 1, kQuantGemmMaxRows}, {}, "gemm", std::move(two_tiles));
   const RowRange expanded{kQuantGemmMaxRows + 1, RowRange::kUnbounded};
-  out.kernel(R::kDequantize, expanded, {}, "dequantize", {{"n", gemm.n}, {"k", gemm.k}, {"weight_type", blocks}});
+  out.kernel(R::kDequantize, expanded, {}, "dequantize", std::move(dequantize));
   out.elsewhere(R::kCublasLt, expanded);
   return out.take();
 }

@@ -84,6 +84,13 @@ GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 // weight. The selection and the runtime's weight forms both ask here.
 std::optional<std::string> gemmBlockType(const GemmParams& gemm);
 
+// The columns one scale covers in the GPU tiles of a block-quantized gemm's
+// weight when larger than its blocks': kiln's int4 groups and int8 rows
+// that gemm_quant takes (a multiple of 64 dividing k); 0 for the blocks'
+// own (32, 16 for q6_k). The instance params and the runtime's packing
+// both ask here.
+int64_t gemmTileGroup(const GemmParams& gemm);
+
 // "sm_90a" -> 90, "sm_120" -> 120; 0 for anything else.
 int archVersion(std::string_view arch);
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
 #include "runtime/artifact/step_params_json.h"
@@ -255,6 +257,21 @@ TEST(KernelSelection, BlockQuantizedGemmsReadTheirBlocksAndExpandForCublas) {
   EXPECT_EQ(int4[0].params, (json{{"n", 64}, {"k", 64}, {"weight_type", "q4_0"}, {"bias", false}}));
   EXPECT_EQ(int4[2].params["weight_type"], "q4_0");
   expectAllGenerate({int4});
+  // The tiles keep one scale a group where kiln's scheme shares it wider
+  // than a block: int4 groups of 128, int8 per row (group = k); groups of
+  // 32 are the blocks' own.
+  for (auto [type, group, want] : {std::tuple{"int4", 32, 0}, std::tuple{"int4", 64, 64}, std::tuple{"int8", 64, 64}}) {
+    PlanEntry grouped;
+    grouped.steps.push_back(step(StepKind::kGemm,
+                                 {{"n", 64}, {"k", 64}, {"weight_type", type}, {"bias", false}, {"scales", true},
+                                  {"group", group}},
+                                 {1, -1, -1}, {2}));
+    const auto variants = select(grouped, "sm_90a")[0];
+    ASSERT_EQ(variants.size(), 4u) << type << " group " << group;
+    for (int v : {0, 1, 2}) EXPECT_EQ(variants[size_t(v)].params.value("group", 0), want) << type << " group " << group;
+    EXPECT_EQ(gemmTileGroup(std::get<GemmParams>(grouped.steps[0].params)), want);
+    expectAllGenerate({variants});
+  }
   std::get<GemmParams>(scaled.steps[0].params).weight_type = "fp8";
   EXPECT_TRUE(select(scaled, "sm_90a")[0].empty());
   EXPECT_TRUE(select(scaled, "sm_90a", "f32")[0].empty());

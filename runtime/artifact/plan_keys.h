@@ -25,6 +25,7 @@ inline constexpr char kScale[] = "scale";
 inline constexpr char kWritesSum[] = "writes_sum";
 inline constexpr char kBias[] = "bias";
 inline constexpr char kScales[] = "scales";
+inline constexpr char kGroup[] = "group";
 inline constexpr char kRole[] = "role";
 inline constexpr char kMergedQkv[] = "merged_qkv";
 inline constexpr char kMergedGateUp[] = "merged_gate_up";

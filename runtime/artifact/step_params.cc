@@ -121,6 +121,7 @@ void visitFields(P& p, V&& v) {
     v(key::kWeightType, p.weight_type, R, Rule::kElementType);
     v(key::kBias, p.bias, R, Rule::kAny);
     v(key::kScales, p.scales, D, Rule::kAny);
+    v(key::kGroup, p.group, O, Rule::kAny);
     v(key::kRole, p.role, O, Rule::kAny);
   } else if constexpr (std::is_same_v<S, RopeKvAppendParams>) {
     visitAttentionHeads(p.attn, v);
@@ -281,6 +282,9 @@ Status checkKind(const RangeCheck& c, const GemmParams& p) {
   if (p.scales != kiln_scheme)
     return c.fail(key::kScales, "weight_type {} {} a scales operand", p.weight_type,
                   p.scales ? "does not take" : "needs");
+  if (p.group != 0 && (!kiln_scheme || p.group < 0 || p.k % p.group != 0))
+    return c.fail(key::kGroup, "is {} with weight_type {} and k {}: expected a divisor of k, for kiln's schemes only",
+                  p.group, p.weight_type, p.k);
   if (!p.role.empty()) return c.oneOf(key::kRole, p.role, {"logits"});
   return {};
 }

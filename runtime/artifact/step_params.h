@@ -70,6 +70,7 @@ struct GemmParams {
   std::string weight_type;
   bool bias = false;
   bool scales = false;  // kiln's own quantized schemes pass their scales
+  int64_t group = 0;    // ... and their weight columns per scale (k: one a row); 0 for other weights
   std::string role;     // "logits" for the LM head, else empty
 };
 

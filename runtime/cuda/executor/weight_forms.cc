@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/cuda/kernel_selection.h"  // gemmTileGroup
 #include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/executor/weight_upload.h"
 #include "runtime/numerics/packed_blocks.h"
@@ -30,13 +31,15 @@ bool uploadsAsBound(const BoundWeight& w, WeightForm form) {
 // The bytes of `w` in `form`, for a form that is not its bound bytes
 // (uploadsAsBound is false): blocks repacked, or any type converted
 // through f32.
-Status convertWeight(const BoundWeight& w, WeightForm form, std::vector<uint8_t>& out) {
+Status convertWeight(const BoundWeight& w, WeightForm form, int64_t tile_group, std::vector<uint8_t>& out) {
   const int64_t n = elements(w);
   if (form == WeightForm::kPacked) {
     if (w.shape.size() != 2)
       return makeError("weight {} '{}' has {} dimensions; packed GEMM weights are matrices", w.id, w.name,
                        w.shape.size());
-    return packBlocks(w.type, w.data, w.shape[0], w.shape[1], 0, out);
+    Status packed = packBlocks(w.type, w.data, w.shape[0], w.shape[1], tile_group, out);
+    if (!packed.ok()) return makeError("weight {} '{}': {}", w.id, w.name, packed.error().message);
+    return {};
   }
   std::vector<float> f(static_cast<size_t>(n));
   KILN_RETURN_IF_ERROR(dequantizeRow(w.type, w.data, f.data(), n));
@@ -47,14 +50,14 @@ Status convertWeight(const BoundWeight& w, WeightForm form, std::vector<uint8_t>
   return quantizeRow(to, f.data(), out.data(), n);
 }
 
-int64_t formBytes(const BoundWeight& w, WeightForm form) {
+int64_t formBytes(const BoundWeight& w, WeightForm form, int64_t tile_group) {
   switch (form) {
     case WeightForm::kF32: return elements(w) * 4;
     case WeightForm::kBf16:
     case WeightForm::kF16: return elements(w) * 2;
     case WeightForm::kRaw: return int64_t(w.size_bytes);
     case WeightForm::kPacked:
-      return w.shape.size() == 2 ? packedBlockBytes(w.type, w.shape[0], w.shape[1]) : 0;
+      return w.shape.size() == 2 ? packedBlockBytes(w.type, w.shape[0], w.shape[1], tile_group) : 0;
   }
   return 0;
 }
@@ -76,9 +79,15 @@ Status WeightLayout::add(const Step& step, size_t arg, const WeightStore& weight
     return makeError("{} ({}): args[{}]: weight {} is not bound by the weight store", step.path,
                      stepKindName(step.kind), arg, a.id);
   auto key = std::make_pair(a.id, form);
+  const int64_t tile_group =
+      form == WeightForm::kPacked && step.kind == StepKind::kGemm ? cuda_codegen::gemmTileGroup(step.as<GemmParams>()) : 0;
   if (!offset_.count(key)) {
     offset_[key] = bytes_;
-    bytes_ = alignUp(bytes_ + formBytes(*w, form));
+    if (form == WeightForm::kPacked) tile_group_[a.id] = tile_group;
+    bytes_ = alignUp(bytes_ + formBytes(*w, form, tile_group));
+  } else if (form == WeightForm::kPacked && tile_group_[a.id] != tile_group) {
+    return makeError("{}: args[{}]: weight {} is packed with {}-column scale groups for another gemm, this one wants {}",
+                     step.path, arg, a.id, tile_group_[a.id], tile_group);
   }
   return {};
 }
@@ -112,7 +121,8 @@ Status WeightLayout::upload(const DeviceContext& gpu, DeviceMemory& memory, cons
       whole.parts.clear();
     }
     converted.emplace_back();
-    Status s = convertWeight(whole, key.second, converted.back());
+    const int64_t tile_group = key.second == WeightForm::kPacked ? tile_group_.at(key.first) : 0;
+    Status s = convertWeight(whole, key.second, tile_group, converted.back());
     if (!s.ok()) return s.error();
     copies.push_back({converted.back().data(), converted.back().size(), dst});
   }

@@ -19,8 +19,9 @@
 namespace kiln::cuda {
 
 // Converted to one element type, the bound bytes as they are
-// (block-quantized embedding tables), or ggml blocks repacked into the
-// planes the GEMM kernels read (runtime/numerics/packed_blocks.h).
+// (block-quantized embedding tables), or blocks repacked into the tiles the
+// GEMM kernels read (runtime/numerics/packed_blocks.h), with the scale
+// group the step's instance was made for.
 enum class WeightForm { kF32, kBf16, kF16, kRaw, kPacked };
 
 // The form of an element type name ("f32", "bf16", "f16"; "q8_0", "q4_0",
@@ -42,6 +43,7 @@ class WeightLayout {
 
  private:
   std::map<std::pair<int64_t, WeightForm>, int64_t> offset_;  // -> byte offset
+  std::map<int64_t, int64_t> tile_group_;  // packed weights: columns a scale (cuda_codegen::gemmTileGroup)
   int64_t bytes_ = 0;
   CUdeviceptr base_ = 0;
 };
