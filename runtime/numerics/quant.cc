@@ -87,39 +87,32 @@ void dequantizeQ8_0(const BlockQ8_0* blocks, float* dst, int64_t nb) {
 
 // K-quants: each value is (d * scale) * q - (dmin * min), every product
 // rounded to f32 on its own, in gguf-py's (and ggml's) order.
-void dequantizeQ4_K(const BlockQ4_K* blocks, float* dst, int64_t nb) {
+// One q4_k or q5_k super-block (qh: q5_k's fifth bits, null for q4_k).
+void dequantizeQ45KBlock(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, const uint8_t* qs,
+                         const uint8_t* qh, float* out) {
   const float* table = f16Table();
-  for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ4_K& blk = blocks[b];
-    const float d = table[blk.d], dmin = table[blk.dmin];
-    float* out = dst + b * kSuperBlock;
-    for (int j = 0; j < 8; ++j) {
-      const KQuantScale s = kQuantScale(blk.scales, j);
-      const float scale = d * float(s.scale), offset = dmin * float(s.min);
-      const uint8_t* qs = blk.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) out[32 * j + l] = scale * float((qs[l] >> shift) & 0x0f) - offset;
+  const float d = table[d_bits], dmin = table[dmin_bits];
+  for (int j = 0; j < 8; ++j) {
+    const KQuantScale s = kQuantScale(scales, j);
+    const float scale = d * float(s.scale), offset = dmin * float(s.min);
+    const uint8_t* sub = qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((sub[l] >> shift) & 0x0f) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
+      out[32 * j + l] = scale * float(q) - offset;
     }
   }
 }
 
+void dequantizeQ4_K(const BlockQ4_K* blocks, float* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b)
+    dequantizeQ45KBlock(blocks[b].d, blocks[b].dmin, blocks[b].scales, blocks[b].qs, nullptr, dst + b * kSuperBlock);
+}
+
 void dequantizeQ5_K(const BlockQ5_K* blocks, float* dst, int64_t nb) {
-  const float* table = f16Table();
-  for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ5_K& blk = blocks[b];
-    const float d = table[blk.d], dmin = table[blk.dmin];
-    float* out = dst + b * kSuperBlock;
-    for (int j = 0; j < 8; ++j) {
-      const KQuantScale s = kQuantScale(blk.scales, j);
-      const float scale = d * float(s.scale), offset = dmin * float(s.min);
-      const uint8_t* qs = blk.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) {
-        const int q = ((qs[l] >> shift) & 0x0f) | (((blk.qh[l] >> j) & 1) << 4);
-        out[32 * j + l] = scale * float(q) - offset;
-      }
-    }
-  }
+  for (int64_t b = 0; b < nb; ++b)
+    dequantizeQ45KBlock(blocks[b].d, blocks[b].dmin, blocks[b].scales, blocks[b].qs, blocks[b].qh,
+                        dst + b * kSuperBlock);
 }
 
 void dequantizeQ6_K(const BlockQ6_K* blocks, float* dst, int64_t nb) {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/artifact/manifest.h"
+#include "test/e2e/logit_metrics.h"
 #include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/cpu/kernels/linear.h"
@@ -29,25 +30,8 @@
 namespace kiln {
 namespace {
 
-double cosine(std::span<const float> a, std::span<const float> b) {
-  double dot = 0, a2 = 0, b2 = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    dot += double(a[i]) * b[i];
-    a2 += double(a[i]) * a[i];
-    b2 += double(b[i]) * b[i];
-  }
-  return dot / std::sqrt(a2 * b2);
-}
-
-// Max |a - b| relative to the row's logit scale (max |b|, at least 1).
-double relativeDiff(std::span<const float> a, std::span<const float> b) {
-  double scale = 1.0, diff = 0.0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, double(std::fabs(b[i])));
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-  }
-  return diff / scale;
-}
+using e2e::cosine;
+using e2e::relativeDiff;
 
 class Int4Llama : public ::testing::TestWithParam<std::string> {
  protected:

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/artifact/manifest.h"
+#include "test/e2e/logit_metrics.h"
 #include "runtime/backend/plan_kv_pool.h"
 #include "runtime/cpu/executor/executor.h"
 #include "runtime/engine/engine.h"
@@ -35,6 +36,8 @@
 
 namespace kiln {
 namespace {
+
+using e2e::cosine;
 
 nlohmann::json loadFixture(const std::string& name) {
   std::ifstream in(checkoutPath("test/fixtures/llamacpp/" + name));
@@ -201,16 +204,6 @@ class SmolLM2 : public ::testing::Test {
   static inline cpu::CpuExecutor* executor_ = nullptr;
   static inline std::string setup_error_;
 };
-
-double cosine(std::span<const float> a, std::span<const float> b) {
-  double dot = 0, a2 = 0, b2 = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    dot += double(a[i]) * b[i];
-    a2 += double(a[i]) * a[i];
-    b2 += double(b[i]) * b[i];
-  }
-  return dot / std::sqrt(a2 * b2);
-}
 
 double meanAbsDiff(std::span<const float> a, std::span<const float> b) {
   double sum = 0;

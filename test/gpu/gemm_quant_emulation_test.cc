@@ -66,6 +66,26 @@ QuantWeight quantWeight(std::mt19937& rng, WeightType type, int n, int k, int gr
   return q;
 }
 
+// gemm_quant over `tiles` (whose values are `w`) on `rows` rows of x, y
+// against float64, a poisoned tail past y left NaN.
+template <class C>
+void launchAndCheck(const std::vector<uint16_t>& xb, const std::vector<float>& x, const std::vector<uint8_t>& tiles,
+                    const std::vector<float>& w, const std::vector<uint16_t>& bb, const std::vector<float>& bias,
+                    int rows, const std::string& what) {
+  constexpr int n = C::kN, k = C::kK;
+  std::vector<uint16_t> y(size_t(rows) * n + kPoison, 0xffff);  // NaN
+  kk::GemvParams p{xb.data(), tiles.data(), C::kBias ? bb.data() : nullptr, y.data(), rows};
+  emu::launch({unsigned((n + C::kRowsPerBlock - 1) / C::kRowsPerBlock), 1, unsigned((rows + C::kMaxRows - 1) / C::kMaxRows)},
+              256, [&p] { kk::gemm_quant<C>(p); });
+  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
+  std::vector<float> got;
+  for (uint16_t bits : y) got.push_back(fromBf16(bits));
+  const std::vector<double> ref = skinnyGemmReference(x, w, C::kBias ? &bias : nullptr, rows, n, k, false);
+  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
+  got.resize(ref.size());
+  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+}
+
 template <class C>
 void runCase(std::mt19937& rng, WeightType type, int rows, const std::string& what) {
   constexpr int n = C::kN, k = C::kK;
@@ -74,17 +94,7 @@ void runCase(std::mt19937& rng, WeightType type, int rows, const std::string& wh
   const std::vector<uint16_t> bb = randomBf16(rng, size_t(n), 1.0f, &bias);
   const QuantWeight w = quantWeight(rng, type, n, k, C::kGroup);
   ASSERT_EQ(int64_t(w.tiles.size()), packedBlockBytes(type, n, k, C::kGroup));
-  std::vector<uint16_t> y(size_t(rows) * n + kPoison, 0xffff);  // NaN
-  kk::GemvParams p{xb.data(), w.tiles.data(), C::kBias ? bb.data() : nullptr, y.data(), rows};
-  emu::launch({unsigned((n + C::kRowsPerBlock - 1) / C::kRowsPerBlock), 1, unsigned((rows + C::kMaxRows - 1) / C::kMaxRows)},
-              256, [&p] { kk::gemm_quant<C>(p); });
-  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
-  std::vector<float> got;
-  for (uint16_t bits : y) got.push_back(fromBf16(bits));
-  const std::vector<double> ref = skinnyGemmReference(x, w.values, C::kBias ? &bias : nullptr, rows, n, k, false);
-  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
-  got.resize(ref.size());
-  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+  launchAndCheck<C>(xb, x, w.tiles, w.values, bb, bias, rows, what);
 }
 
 TEST(GemmQuantEmulation, EachBlockType) {
@@ -137,17 +147,7 @@ void runKQuantCase(std::mt19937& rng, WeightType type, int rows, const std::stri
   ASSERT_TRUE(packBlocks(type, blocks.data(), n, k, 0, tiles).ok());
   const std::vector<uint16_t> xb = randomBf16(rng, size_t(rows) * k, 1.0f, &x);
   const std::vector<uint16_t> bb = randomBf16(rng, size_t(n), 1.0f, &bias);
-  std::vector<uint16_t> y(size_t(rows) * n + kPoison, 0xffff);  // NaN
-  kk::GemvParams p{xb.data(), tiles.data(), C::kBias ? bb.data() : nullptr, y.data(), rows};
-  emu::launch({unsigned((n + C::kRowsPerBlock - 1) / C::kRowsPerBlock), 1, unsigned((rows + C::kMaxRows - 1) / C::kMaxRows)},
-              256, [&p] { kk::gemm_quant<C>(p); });
-  ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
-  std::vector<float> got;
-  for (uint16_t bits : y) got.push_back(fromBf16(bits));
-  const std::vector<double> ref = skinnyGemmReference(x, w, C::kBias ? &bias : nullptr, rows, n, k, false);
-  for (size_t i = ref.size(); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << what << ": wrote past y at " << i;
-  got.resize(ref.size());
-  expectClose(got, ref, 5e-3, 1.0 / 64, what);
+  launchAndCheck<C>(xb, x, tiles, w, bb, bias, rows, what);
 }
 
 TEST(GemmQuantEmulation, KQuantSubBlocks) {
