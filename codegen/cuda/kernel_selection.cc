@@ -41,6 +41,10 @@ std::optional<std::string> gemmBlockType(const GemmParams& gemm) {
   return std::nullopt;
 }
 
+bool embeddingTableExpands(std::string_view table_type) {
+  return table_type == "q4_k" || table_type == "q5_k" || table_type == "q6_k";
+}
+
 int64_t gemmTileGroup(const GemmParams& gemm) {
   if (!gemm.scales || gemm.group <= 0 || gemm.group % 64 != 0 || gemm.k % gemm.group != 0) return 0;
   return gemm.group;
@@ -251,6 +255,14 @@ Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& e
       continue;
     }
     VariantList list;
+    if (const auto* embedding = std::get_if<EmbeddingParams>(&step.params);
+        embedding && embeddingTableExpands(embedding->table_type)) {
+      nlohmann::json params = toJson(step.params);
+      params["table_type"] = "bf16";  // the runtime expands the table at load
+      list.kernel(R::kStep, kAnyRows, {}, kind, std::move(params));
+      out.push_back(list.take());
+      continue;
+    }
     list.kernel(R::kStep, kAnyRows, {}, kind, toJson(step.params), step.instance);
     if (fusion.absorbed_single_row && streams)
       list.elsewhere(R::kFoldedIntoNext, kOneRow, {F::kStreamGemv, F::kFoldNorms});

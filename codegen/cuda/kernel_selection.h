@@ -84,6 +84,11 @@ GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 // weight. The selection and the runtime's weight forms both ask here.
 std::optional<std::string> gemmBlockType(const GemmParams& gemm);
 
+// Whether an embedding table of `table_type` is expanded to bf16 at load
+// for the GPU's embedding kernel, which has no K-quant decoding: a gather
+// reads a few rows a step, so the cost is the table's memory, not time.
+bool embeddingTableExpands(std::string_view table_type);
+
 // The columns one scale covers in the GPU tiles of a block-quantized gemm's
 // weight when larger than its blocks': kiln's int4 groups and int8 rows
 // that gemm_quant takes (a multiple of 64 dividing k); 0 for the blocks'

@@ -112,6 +112,21 @@ TEST(KernelSelection, AttentionGetsDecodeCombineAndPrefillByTarget) {
   EXPECT_EQ(select(attentionOnly(tree), "sm_90a")[0].size(), 1u);
 }
 
+// A K-quant embedding table: the GPU's embedding kernel reads it as the
+// bf16 rows the runtime expands it into; ggml's 32-element blocks it reads
+// as they are.
+TEST(KernelSelection, KQuantEmbeddingTablesReadAsBf16) {
+  for (auto [table, read_as] : {std::pair{"q6_k", "bf16"}, std::pair{"q4_k", "bf16"}, std::pair{"q8_0", "q8_0"}}) {
+    PlanEntry plan;
+    plan.steps.push_back(step(StepKind::kEmbedding, {{"hidden", 256}, {"table_type", table}}, {-1, -1}, {1}));
+    const auto list = select(plan, "sm_90a");
+    ASSERT_EQ(list[0].size(), 1u) << table;
+    EXPECT_EQ(list[0][0].params["table_type"], read_as) << table;
+    EXPECT_EQ(embeddingTableExpands(table), std::string(read_as) == "bf16");
+    expectAllGenerate(list);
+  }
+}
+
 TEST(KernelSelection, TargetHelpers) {
   EXPECT_TRUE(warpgroupMmaTarget("sm_90"));
   EXPECT_TRUE(warpgroupMmaTarget("sm_90a"));

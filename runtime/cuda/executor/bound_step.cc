@@ -307,6 +307,7 @@ Status linkFusions(std::vector<BoundStep>& steps, const CudaDriver& d) {
 Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_form) {
   if (step.kind == StepKind::kEmbedding) {
     const std::string& t = step.as<EmbeddingParams>().table_type;
+    if (cuda_codegen::embeddingTableExpands(t)) return WeightForm::kBf16;
     auto f = weightFormOf(t);
     if (!f) return makeError("{} (embedding): table_type: {}", step.path, f.error().message);
     return *f;
