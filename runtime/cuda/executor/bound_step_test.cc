@@ -30,10 +30,15 @@ TEST(StepWeightForm, GemmsTakeThePlansFormNormsTheirWeightTypeTablesTheirOwn) {
 
 TEST(StepWeightForm, SaysWhatHasNoKernel) {
   // (A norm weight in a block type never gets here: the plan takes f32, bf16 or f16.)
-  auto table = stepWeightForm(stepOf(StepKind::kEmbedding, EmbeddingParams{.table_type = "q4_k"}), 1,
+  auto table = stepWeightForm(stepOf(StepKind::kEmbedding, EmbeddingParams{.table_type = "q3_k"}), 1,
                               WeightForm::kBf16);
   ASSERT_FALSE(table.ok());
-  EXPECT_NE(table.error().message.find("table_type: element type 'q4_k' has no CUDA kernel"), std::string::npos);
+  EXPECT_NE(table.error().message.find("table_type: element type 'q3_k' has no CUDA kernel"), std::string::npos);
+  // A K-quant table is expanded to bf16 rows at load (the embedding kernel reads those).
+  auto kquant = stepWeightForm(stepOf(StepKind::kEmbedding, EmbeddingParams{.table_type = "q6_k"}), 1,
+                               WeightForm::kBf16);
+  ASSERT_TRUE(kquant.ok()) << kquant.error().message;
+  EXPECT_EQ(*kquant, WeightForm::kBf16);
   auto silu = stepWeightForm(stepOf(StepKind::kSilu, ElementwiseParams{}), 1, WeightForm::kBf16);
   ASSERT_FALSE(silu.ok());
   EXPECT_NE(silu.error().message.find("args[1] is a weight, which this kind does not take"), std::string::npos);
