@@ -72,6 +72,7 @@ class Params {
     return find(name) ? integer(name) : Result<int64_t>(fallback);
   }
   bool has(const char* name) const { return find(name) != nullptr; }
+  const std::string& kind() const { return kind_; }
   Error bad(const char* name, const std::string& value, const char* expected) const {
     return makeError("{}: param '{}' is '{}', expected {}", kind_, name, value, expected);
   }
@@ -131,16 +132,30 @@ Result<std::string> activationType(const Params& p, const char* name) {
 
 int roundUp32(int64_t n) { return int((n + 31) / 32 * 32); }
 
-// The packed type of a block-quantized GEMM weight (quant_blocks.cuh), or
-// "" for a plain element type.
-std::string packedWeightType(const std::string& type) {
-  if (type == "q4_0") return "kiln::kernels::PackedQ4_0";
-  if (type == "q4_1") return "kiln::kernels::PackedQ4_1";
-  if (type == "q8_0") return "kiln::kernels::PackedQ8_0";
-  if (type == "q4_k") return "kiln::kernels::PackedQ4_1";  // d·q + m, 4-bit
-  if (type == "q5_k") return "kiln::kernels::PackedQ5_K";
-  if (type == "q6_k") return "kiln::kernels::PackedQ8_0";  // (q - 32) stored, groups of 16
-  return "";
+// How the GPU tiles hold each block-quantized GEMM weight type
+// (quant_blocks.cuh, packed_blocks.h): the kernels' packed type, bits a
+// quant, the columns a scale covers (the type's sub-block) and the
+// elements of a block, which a row must be whole of.
+struct TileFormat {
+  std::string_view weight_type;
+  const char* packed;
+  int bits;
+  int64_t sub_group, block;
+};
+constexpr TileFormat kTileFormats[] = {
+    {"q4_0", "kiln::kernels::PackedQ4_0", 4, 32, 32},
+    {"q4_1", "kiln::kernels::PackedQ4_1", 4, 32, 32},
+    {"q8_0", "kiln::kernels::PackedQ8_0", 8, 32, 32},
+    {"q4_k", "kiln::kernels::PackedQ4_1", 4, 32, 256},  // d·q + m, 4-bit
+    {"q5_k", "kiln::kernels::PackedQ5_K", 8, 32, 256},
+    {"q6_k", "kiln::kernels::PackedQ8_0", 8, 16, 256},  // (q - 32) stored
+};
+
+// The tile format of `type`, or null for a plain element type.
+const TileFormat* tileFormat(std::string_view type) {
+  for (const TileFormat& f : kTileFormats)
+    if (f.weight_type == type) return &f;
+  return nullptr;
 }
 
 struct Body {
@@ -367,16 +382,19 @@ Body gemvStream(int64_t n, int64_t k, bool bias, bool silu_mul, bool rope, const
 }
 
 // The quant group of a packed weight's params: its scales' columns, the
-// type's sub-block (16 for q6_k, else 32) unless the params name a larger
-// one; gemm_quant.cuh takes 16, 32 or a multiple of 64 dividing k.
-Result<int64_t> quantGroup(const Params& p, int64_t k, const std::string& weight_name) {
-  const int64_t sub = weight_name == "q6_k" ? 16 : 32;
-  int64_t group = sub;
+// type's sub-block unless the params name a larger one; gemm_quant.cuh
+// takes the sub-block or a multiple of 64 dividing k. An error too for a k
+// that is not whole blocks.
+Result<int64_t> quantGroup(const Params& p, int64_t k, const TileFormat& format) {
+  if (k % format.block != 0)
+    return makeError("{}: param 'k' is {} with {} weights, expected a multiple of {} (whole blocks a row)", p.kind(), k,
+                     format.weight_type, format.block);
+  int64_t group = format.sub_group;
   if (p.has("group")) {
     KILN_TRY(named, p.positive("group"));
     group = named;
   }
-  if (group != sub && (group % 64 != 0 || k % group != 0))
+  if (group != format.sub_group && (group % 64 != 0 || k % group != 0))
     return p.bad("group", std::to_string(group), "the type's sub-block or a multiple of 64 dividing k");
   return group;
 }
@@ -385,25 +403,21 @@ Result<int64_t> quantGroup(const Params& p, int64_t k, const std::string& weight
 // cores, up to gemv_max_rows (8 or 16) rows of x a block. The split of K
 // over a block's warps gives the grid about 16 warps an SM of an H200
 // (132 SMs) at least; each warp keeps up to kUnroll tiles in flight.
-Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const std::string& weight_name,
-                       const std::string& packed) {
-  const int64_t block = weight_name.size() == 4 && weight_name[3] == 'k' ? 256 : 32;  // K-quant super-blocks
-  if (k % block != 0)
-    return makeError("gemm: param 'k' is {} with {} weights, expected a multiple of {} (whole blocks a row)", k,
-                     weight_name, block);
+Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const TileFormat& format) {
+  const std::string_view weight_name = format.weight_type;
   for (const char* epilogue : {"silu_mul", "rope_kv_append", "gemv_stream", "norm_epsilon"})
     if (p.has(epilogue))
       if (auto set = p.boolean(epilogue); !set.ok() || *set)
         return makeError("gemm: {} weights take the plain epilogue only (param '{}' is set)", weight_name, epilogue);
   KILN_TRY(bias, p.boolean("bias"));
-  KILN_TRY(group, quantGroup(p, k, weight_name));
+  KILN_TRY(group, quantGroup(p, k, format));
   int64_t max_rows = 8;
   if (p.has("gemv_max_rows")) {
     KILN_TRY(rows, p.positive("gemv_max_rows"));
     if (rows != 8 && rows != 16) return p.bad("gemv_max_rows", std::to_string(rows), "8 or 16 with packed weights");
     max_rows = rows;
   }
-  const int bits = weight_name == "q8_0" || weight_name == "q5_k" || weight_name == "q6_k" ? 8 : 4;
+  const int bits = format.bits;
   const int64_t row_tiles = (n + 15) / 16, k_tiles = (k + 63) / 64;
   constexpr int64_t kWantedWarps = 132 * 16;
   int split = 1;
@@ -429,7 +443,7 @@ Result<Body> gemmQuant(const Params& p, int64_t n, int64_t k, const std::string&
       "  static constexpr int kRowsPerBlock = {};\n  static constexpr int kSplitK = {};\n"
       "  static constexpr int kUnroll = {};\n  static constexpr bool kBias = {};\n"
       "  static constexpr bool kSiluMul = false;\n  static constexpr bool kRope = false;\n",
-      packed, n, k, group, max_rows, rows_per_block, split, unroll, boolLiteral(bias));
+      format.packed, n, k, group, max_rows, rows_per_block, split, unroll, boolLiteral(bias));
   return b;
 }
 
@@ -437,16 +451,11 @@ Result<Body> gemm(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 8));
   KILN_TRY(weight_name, p.text("weight_type"));
-  const std::string packed = packedWeightType(weight_name);
-  if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16" && packed.empty())
+  if (const TileFormat* format = tileFormat(weight_name)) return gemmQuant(p, n, k, *format);
+  if (weight_name != "f32" && weight_name != "bf16" && weight_name != "f16")
     return makeError("gemm: weight_type '{}' has no CUDA kernel yet (f32, bf16, f16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k weights)",
                      weight_name);
-  if (!packed.empty()) return gemmQuant(p, n, k, weight_name, packed);
-  std::string weight = packed;
-  if (packed.empty()) {
-    KILN_TRY(plain, elementType(p, "weight_type", weight_name, false));
-    weight = plain;
-  }
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
   KILN_TRY(bias, p.boolean("bias"));
   if (auto scales = p.boolean("scales"); scales.ok() && *scales)
     return makeError("gemm: weights with scales (quantized by xfmr-insert-quantization) have no CUDA kernel yet");
@@ -885,9 +894,9 @@ Result<Body> dequantize(const Params& p) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 32));
   KILN_TRY(weight_name, p.text("weight_type"));
-  const std::string packed = packedWeightType(weight_name);
-  if (packed.empty()) return p.bad("weight_type", weight_name, "one of q4_0, q4_1, q8_0, q4_k, q5_k, q6_k");
-  KILN_TRY(group, quantGroup(p, k, weight_name));
+  const TileFormat* format = tileFormat(weight_name);
+  if (!format) return p.bad("weight_type", weight_name, "one of q4_0, q4_1, q8_0, q4_k, q5_k, q6_k");
+  KILN_TRY(group, quantGroup(p, k, *format));
   constexpr int kThreads = 256;
   Body b{"dequantize.cuh", "", "dequantize",
          {kThreads, fmt::format("[ceil(ceil(n={} / 16) * ceil(k={} / 64) * 128 / {})]", n, k, kThreads),
@@ -895,7 +904,7 @@ Result<Body> dequantize(const Params& p) {
   b.waits_itself = true;
   b.config = fmt::format("  using Weight = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
                          "  static constexpr int kGroup = {};\n  static constexpr int kThreads = {};\n",
-                         packed, n, k, group, kThreads);
+                         format->packed, n, k, group, kThreads);
   return b;
 }
 

@@ -68,17 +68,8 @@ __device__ __forceinline__ unsigned long long l2_policy_evict_normal() {
   return policy;
 }
 
-// Raw loads of packed weights (quant_blocks.cuh): 4, 8 or 16 bytes of
-// quants under an L2 policy, and scales through the read-only path.
-__device__ __forceinline__ unsigned load_u32_stream(const void* p, unsigned long long policy) {
-  unsigned q;
-  asm volatile("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(q) : "l"(p), "l"(policy));
-  return q;
-}
-__device__ __forceinline__ void load_u32x2_stream(const void* p, unsigned& lo, unsigned& hi,
-                                                  unsigned long long policy) {
-  asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(lo), "=r"(hi) : "l"(p), "l"(policy));
-}
+// Raw loads of packed weights (quant_blocks.cuh): 16 bytes of quants under
+// an L2 policy, and scales through the read-only path.
 __device__ __forceinline__ uint4 load_u128_stream(const void* p, unsigned long long policy) {
   uint4 q;
   asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
@@ -87,9 +78,6 @@ __device__ __forceinline__ uint4 load_u128_stream(const void* p, unsigned long l
   return q;
 }
 __device__ __forceinline__ unsigned load_u32_nc(const void* p) { return __ldg(static_cast<const unsigned*>(p)); }
-__device__ __forceinline__ float load_f16_nc(const void* p) {
-  return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short*>(p))));
-}
 
 // load8_nc under an L2 policy from the functions above.
 template <class T>

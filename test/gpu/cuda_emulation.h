@@ -535,15 +535,6 @@ inline void load8_stream(const T* p, float (&out)[8], unsigned long long) {
   load8(p, out);
 }
 // quant_blocks.cuh's raw loads.
-inline unsigned load_u32_stream(const void* p, unsigned long long) {
-  unsigned q;
-  std::memcpy(&q, p, 4);
-  return q;
-}
-inline void load_u32x2_stream(const void* p, unsigned& lo, unsigned& hi, unsigned long long) {
-  std::memcpy(&lo, p, 4);
-  std::memcpy(&hi, static_cast<const unsigned char*>(p) + 4, 4);
-}
 inline uint4 load_u128_stream(const void* p, unsigned long long) {
   uint4 q;
   std::memcpy(&q, p, 16);
@@ -553,11 +544,6 @@ inline unsigned load_u32_nc(const void* p) {
   unsigned q;
   std::memcpy(&q, p, 4);
   return q;
-}
-inline float load_f16_nc(const void* p) {
-  unsigned short bits;
-  std::memcpy(&bits, p, 2);
-  return kiln::gpu_test::fromF16(bits);
 }
 inline float warp_sum(float x) {
   for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
