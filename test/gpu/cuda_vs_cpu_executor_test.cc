@@ -37,6 +37,35 @@ double relativeL2(std::span<const float> got, std::span<const float> want) {
 // artifact to f32 rounding, through the CUDA-core attention (prefill, and
 // decode split over 4 key partitions with the combine), cuBLASLt f32 GEMMs
 // at every row count, and the argmax over f32 logits.
+// Two sequences prefilled in one batch (page size 16, `max_blocks` a
+// table row): sequence 0 a `long_tokens` prompt in blocks 0, 1, ...;
+// sequence 1 five tokens in block `max_blocks`.
+struct TwoSequencePrefill {
+  std::vector<int32_t> tokens, positions, slots, tables, query_start, kv_lens;
+  int max_blocks = 0;
+  BatchInputs inputs() const { return {tokens, positions, slots, tables, max_blocks, query_start, kv_lens}; }
+};
+TwoSequencePrefill twoSequencePrefill(int64_t vocab, int long_tokens, int max_blocks) {
+  TwoSequencePrefill b;
+  for (int i = 0; i < long_tokens; ++i) {
+    b.tokens.push_back((i * 37 + 11) % int(vocab));
+    b.positions.push_back(i);
+    b.slots.push_back(i);
+  }
+  for (int i = 0; i < 5; ++i) {
+    b.tokens.push_back((i * 5 + 3) % int(vocab));
+    b.positions.push_back(i);
+    b.slots.push_back(max_blocks * 16 + i);
+  }
+  b.tables.assign(size_t(2 * max_blocks), 0);
+  for (int block = 0; block < (long_tokens + 15) / 16; ++block) b.tables[size_t(block)] = block;
+  b.tables[size_t(max_blocks)] = max_blocks;
+  b.query_start = {0, long_tokens, long_tokens + 5};
+  b.kv_lens = {long_tokens, 5};
+  b.max_blocks = max_blocks;
+  return b;
+}
+
 TEST(CudaExecutor, RunsTheF32FixtureAsTheCpuExecutorDoes) {
   auto manifest = Manifest::load(kFixture + "/artifact");
   ASSERT_TRUE(manifest.ok()) << manifest.error().message;
@@ -60,21 +89,9 @@ TEST(CudaExecutor, RunsTheF32FixtureAsTheCpuExecutorDoes) {
 
   // Prefill: sequence 0 a 600-token prompt in blocks 0..37, sequence 1 five
   // tokens in block 40.
-  std::vector<int32_t> tokens, positions, slots;
-  for (int i = 0; i < 600; ++i) {
-    tokens.push_back((i * 37 + 11) % int(vocab));
-    positions.push_back(i);
-    slots.push_back(i);
-  }
-  for (int i = 0; i < 5; ++i) {
-    tokens.push_back((i * 5 + 3) % int(vocab));
-    positions.push_back(i);
-    slots.push_back(40 * 16 + i);
-  }
-  std::vector<int32_t> tables(2 * 40, 0), query_start{0, 600, 605}, kv_lens{600, 5};
-  for (int b = 0; b < 38; ++b) tables[size_t(b)] = b;
-  tables[40] = 40;
-  BatchInputs prefill{tokens, positions, slots, tables, 40, query_start, kv_lens};
+  const TwoSequencePrefill batch = twoSequencePrefill(vocab, 600, 40);
+  const std::vector<int32_t>& tables = batch.tables;
+  const BatchInputs prefill = batch.inputs();
   std::vector<float> gpu(size_t(2 * vocab)), cpu(size_t(2 * vocab));
   Status s = (*ex)->forward(prefill, gpu);
   ASSERT_TRUE(s.ok()) << s.error().message;
@@ -109,13 +126,9 @@ TEST(CudaExecutor, RunsTheF32FixtureAsTheCpuExecutorDoes) {
   // A second prefill of another row count (525, after 605 and the decode
   // steps): new GEMM plans beside the cached ones. Sequence 0 starts over
   // with 520 tokens in its blocks; sequence 1's five are written again.
-  tokens.erase(tokens.begin() + 520, tokens.begin() + 600);
-  positions.erase(positions.begin() + 520, positions.begin() + 600);
-  slots.erase(slots.begin() + 520, slots.begin() + 600);
-  std::vector<int32_t> query_start2{0, 520, 525}, kv_lens2{520, 5};
-  BatchInputs prefill2{tokens, positions, slots, tables, 40, query_start2, kv_lens2};
-  ASSERT_TRUE((*ex)->forward(prefill2, gpu).ok());
-  ASSERT_TRUE((*cpu_ex)->forward(prefill2, cpu).ok());
+  const TwoSequencePrefill batch2 = twoSequencePrefill(vocab, 520, 40);
+  ASSERT_TRUE((*ex)->forward(batch2.inputs(), gpu).ok());
+  ASSERT_TRUE((*cpu_ex)->forward(batch2.inputs(), cpu).ok());
   const double second_prefill_error = relativeL2(gpu, cpu);
   EXPECT_LE(second_prefill_error, kTolerance) << "second prefill";
   std::printf("f32 plan: CUDA vs CPU executor logits, relative L2 %.3g (prefill), %.3g (worst decode step), "
@@ -184,23 +197,11 @@ TEST(CudaExecutor, FusedSwiGluPrefillMatchesTheCpuExecutor) {
 template <class GpuExecutor, class CpuExecutor>
 double worstLogitsError(GpuExecutor& gpu_ex, CpuExecutor& cpu_ex) {
   const int64_t vocab = gpu_ex.vocabSize();
-  std::vector<int32_t> tokens, positions, slots;
-  for (int i = 0; i < 300; ++i) {
-    tokens.push_back((i * 37 + 11) % int(vocab));
-    positions.push_back(i);
-    slots.push_back(i);
-  }
-  for (int i = 0; i < 5; ++i) {
-    tokens.push_back((i * 5 + 3) % int(vocab));
-    positions.push_back(i);
-    slots.push_back(30 * 16 + i);
-  }
-  std::vector<int32_t> tables(2 * 30, 0), query_start{0, 300, 305}, kv_lens{300, 5};
-  for (int b = 0; b < 19; ++b) tables[size_t(b)] = b;
-  tables[30] = 30;
+  const TwoSequencePrefill batch = twoSequencePrefill(vocab, 300, 30);
+  const std::vector<int32_t>& tables = batch.tables;
   std::vector<float> gpu(size_t(2 * vocab)), cpu(gpu.size());
-  EXPECT_TRUE(gpu_ex.forward({tokens, positions, slots, tables, 30, query_start, kv_lens}, gpu).ok());
-  EXPECT_TRUE(cpu_ex.forward({tokens, positions, slots, tables, 30, query_start, kv_lens}, cpu).ok());
+  EXPECT_TRUE(gpu_ex.forward(batch.inputs(), gpu).ok());
+  EXPECT_TRUE(cpu_ex.forward(batch.inputs(), cpu).ok());
   double worst = relativeL2(gpu, cpu);
   std::vector<int32_t> next{int32_t(std::max_element(cpu.begin(), cpu.begin() + vocab) - cpu.begin()),
                             int32_t(std::max_element(cpu.begin() + vocab, cpu.end()) - cpu.begin() - vocab)};
