@@ -600,6 +600,16 @@ const RequestStats* Engine::stats(int64_t request_id) const {
   return nullptr;
 }
 
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m;
+  m.waiting = int64_t(impl_->waiting.size());
+  m.running = int64_t(impl_->running.size());
+  BlockPool& pool = impl_->executor->blockPool();
+  m.kv_blocks_total = pool.numBlocks();
+  m.kv_blocks_free = pool.numFree();
+  return m;
+}
+
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 const Manifest& Engine::manifest() const { return impl_->manifest; }
 int64_t Engine::contextLength() const { return impl_->context_length; }

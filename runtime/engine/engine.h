@@ -50,6 +50,9 @@ struct EngineOptions {
   // with for the GPU: bf16 (fast), or f32 (vLLM's --dtype float32: the
   // numerics of transformers in fp32, at a fraction of the speed).
   std::string cuda_dtype = "bf16";
+  // Reuse the KV of cached block-aligned prompt prefixes (a radix tree over
+  // token runs, LRU-evicted when the pool needs the blocks).
+  bool prefix_cache = true;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is
@@ -69,11 +72,16 @@ struct GenerationRequest {
   // A prompt longer than the context is an error unless this asks to keep
   // only its last tokens.
   bool truncate_prompt = false;
+  // Higher runs first: admitted before, and preempted after, every request
+  // of a lower priority; first come, first served within one priority.
+  int priority = 0;
 };
 
 struct RequestStats {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  int64_t preemptions = 0;           // times its KV was dropped and recomputed
   double queue_seconds = 0;    // submit -> first forward call
   double prefill_seconds = 0;  // first forward call -> first token
   double decode_seconds = 0;   // first token -> finish
@@ -86,6 +94,23 @@ struct RequestStats {
 using TokenCallback =
     std::function<void(int64_t request_id, int32_t token, std::string_view text)>;
 
+// The engine's state between steps, for schedulers above it, benchmarks and
+// a server's metrics.
+struct EngineMetrics {
+  int64_t waiting = 0;          // requests queued (including preempted ones)
+  int64_t running = 0;          // sequences holding KV
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;   // on the free list
+  int64_t kv_blocks_cached = 0; // held only by the prefix cache (evictable)
+  int64_t prefix_queried_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;      // of those, found (their prefill skipped)
+  int64_t preemptions = 0;      // sequences preempted so far
+  int64_t steps = 0;            // forward calls so far
+  double prefixHitRate() const {
+    return prefix_queried_tokens > 0 ? double(prefix_hit_tokens) / double(prefix_queried_tokens) : 0.0;
+  }
+};
+
 class Engine {
  public:
   // `artifact_dir` holds manifest.json; the weights are mapped from the model
@@ -94,8 +119,11 @@ class Engine {
                                               const EngineOptions& options);
   ~Engine();
 
-  // Tokenizes and queues a request; bad sampling values or an over-long
-  // prompt fail here, and nothing else is disturbed.
+  // Tokenizes and queues a request; bad sampling values, an over-long
+  // prompt or one larger than the whole KV pool fail here, and nothing else
+  // is disturbed. Returns the id of its first completion; with sampling.n > 1
+  // the completions have the ids first, first + 1, ..., first + n - 1, each
+  // with its own stats and callback calls.
   Result<int64_t> submit(GenerationRequest request, TokenCallback on_token);
   // Ends a request at the next step; its KV blocks return to the pool.
   void cancel(int64_t request_id);
@@ -107,6 +135,7 @@ class Engine {
   Status runUntilIdle(const std::function<bool()>& should_stop = {});
 
   const RequestStats* stats(int64_t request_id) const;
+  EngineMetrics metrics() const;
 
   // The natural log of the probability of each of tokens[1..] given the
   // tokens before it (tokens.size() - 1 values), from one causal pass: each

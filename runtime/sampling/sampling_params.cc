@@ -22,6 +22,8 @@ Status SamplingParams::validate() const {
     return makeError("presence_penalty {} is invalid: expected a value in [-2, 2]",
                      presence_penalty);
   if (max_tokens <= 0) return makeError("max_tokens {} is invalid: expected > 0", max_tokens);
+  if (n < 1 || n > kMaxCompletions)
+    return makeError("n {} is invalid: expected 1 <= n <= {}", n, kMaxCompletions);
   for (size_t i = 0; i < stop_strings.size(); ++i)
     if (stop_strings[i].empty()) return makeError("stop_strings[{}] is invalid: expected a non-empty string", i);
   for (size_t i = 0; i < stop_token_ids.size(); ++i)

@@ -10,6 +10,9 @@
 
 namespace kiln::sampling {
 
+// The most completions one request may ask for (n).
+inline constexpr int kMaxCompletions = 128;
+
 struct SamplingParams {
   float temperature = 0.0f;         // 0 => greedy (argmax); otherwise logits / temperature
   int top_k = 0;                    // keep the k most likely tokens; 0 = off
@@ -20,6 +23,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI: logit -= pp if the token was seen
   uint64_t seed = 0;                // per-request RNG seed
   int max_tokens = 256;             // generated tokens before the request ends
+  // Completions sampled for one prompt (parallel sampling): the prompt's KV
+  // blocks are shared, copied on write where they diverge; completion i
+  // samples with seed + i.
+  int n = 1;
   std::vector<std::string> stop_strings;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;          // keep generating past the model's EOS tokens

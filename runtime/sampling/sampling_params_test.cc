@@ -32,6 +32,8 @@ TEST(SamplingParamsTest, ErrorsNameFieldValueAndExpectation) {
       {[](auto& p) { p.frequency_penalty = 3.0f; }, "frequency_penalty 3 is invalid: expected a value in [-2, 2]"},
       {[](auto& p) { p.presence_penalty = -2.5f; }, "presence_penalty -2.5 is invalid: expected a value in [-2, 2]"},
       {[](auto& p) { p.max_tokens = 0; }, "max_tokens 0 is invalid: expected > 0"},
+      {[](auto& p) { p.n = 0; }, "n 0 is invalid: expected 1 <= n <= 128"},
+      {[](auto& p) { p.n = 129; }, "n 129 is invalid: expected 1 <= n <= 128"},
       {[](auto& p) { p.stop_strings = {"a", ""}; }, "stop_strings[1] is invalid: expected a non-empty string"},
       {[](auto& p) { p.stop_token_ids = {-4}; }, "stop_token_ids[0] = -4 is invalid: expected >= 0"},
   };
