@@ -26,6 +26,9 @@ class Backend {
     return makeError("this backend computes no greedy tokens itself");
   }
   virtual BlockPool& blockPool() = 0;
+  // Copies blocks' keys and values (and scales) in every layer: the
+  // copy-on-write of a shared block, done before the forward that writes it.
+  virtual Status copyBlocks(std::span<const BlockCopy> copies) = 0;
   virtual int64_t vocabSize() const = 0;
   virtual int64_t maxTokens() const = 0;
   virtual std::string name() const = 0;
@@ -50,6 +53,11 @@ class ExecutorBackend final : public Backend {
     return Backend::forwardGreedy(in, tokens);
   }
   BlockPool& blockPool() override { return ex_->blockPool(); }
+  // Executors that keep the pools in host memory leave the copy to it.
+  Status copyBlocks(std::span<const BlockCopy> copies) override {
+    if constexpr (requires(Executor& e) { e.copyBlocks(copies); }) return ex_->copyBlocks(copies);
+    return ex_->blockPool().copyBlocks(copies);
+  }
   int64_t vocabSize() const override { return ex_->vocabSize(); }
   int64_t maxTokens() const override { return ex_->maxTokens(); }
   std::string name() const override { return name_; }

@@ -21,6 +21,8 @@
 #include "runtime/cuda/executor/executor.h"
 #endif
 #include "runtime/engine/load_progress.h"
+#include "runtime/engine/scheduler.h"
+#include "runtime/engine/sequence.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/sampling/sampler.h"
 #include "runtime/sampling/stop_checker.h"
@@ -31,8 +33,6 @@
 #include "runtime/weights/weight_store.h"
 
 namespace kiln {
-
-using Clock = std::chrono::steady_clock;
 
 std::string_view finishReasonName(FinishReason reason) {
   switch (reason) {
@@ -49,25 +49,6 @@ std::string_view finishReasonName(FinishReason reason) {
 namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// One request's state from submit to finish.
-struct Sequence {
-  int64_t id = 0;
-  std::vector<int32_t> tokens;  // prompt, then generated tokens
-  int64_t prompt_len = 0;
-  int64_t computed = 0;         // tokens whose keys/values are in the pool
-  BlockTable table;
-  std::optional<sampling::Sampler> sampler;
-  std::optional<StreamingDetokenizer> detokenizer;
-  std::optional<sampling::StopChecker> stop;
-  TokenCallback on_token;
-  RequestStats stats;
-  Clock::time_point submitted, started, first_token;
-  bool cancelled = false;
-
-  explicit Sequence(int page_size) : table(page_size) {}
-  int64_t generated() const { return int64_t(tokens.size()) - prompt_len; }
-};
 
 // The tokenizer of the model an artifact was compiled from.
 Result<Tokenizer> loadTokenizer(const WeightStore& weights, const std::string& source) {
@@ -171,6 +152,7 @@ struct Engine::Impl {
   Manifest manifest;
   std::optional<WeightStore> weights;
   std::unique_ptr<Backend> executor;
+  std::optional<Scheduler> scheduler;
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;
@@ -180,8 +162,9 @@ struct Engine::Impl {
   int page_size = 16;
 
   int64_t next_id = 1;
-  std::deque<std::unique_ptr<Sequence>> waiting;
-  std::vector<std::unique_ptr<Sequence>> running;
+  uint64_t next_arrival = 0;
+  bool in_step = false;
+  int64_t steps = 0;
   std::map<int64_t, RequestStats> finished;
 
   // Reused per step so the hot path does not allocate once warm.
@@ -190,14 +173,16 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
   std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
+  std::vector<float> fork_row;
 
-  Sequence* findLive(int64_t id) {
-    for (auto& s : running) if (s->id == id) return s.get();
-    for (auto& s : waiting) if (s->id == id) return s.get();
-    return nullptr;
-  }
   void finish(Sequence& seq, FinishReason reason, std::string error = {});
   void emitToken(Sequence& seq, int32_t token);
+  // Starts a parallel-sampling request's other completions from `parent`,
+  // whose prompt is computed: each forks its table and samples its first
+  // token from the same logits row (null: the greedy token `greedy`).
+  void startForks(Sequence& parent, std::span<float> row, int32_t greedy);
+  // Records the ends of retired sequences (and of forks that never started).
+  void retire();
   Status step();
 };
 
@@ -205,6 +190,7 @@ void Engine::Impl::finish(Sequence& seq, FinishReason reason, std::string error)
   if (seq.stats.finish != FinishReason::kRunning) return;
   seq.stats.finish = reason;
   seq.stats.error = std::move(error);
+  seq.finished = true;
   auto now = Clock::now();
   if (seq.stats.generated_tokens > 0) seq.stats.decode_seconds = seconds(now - seq.first_token);
   // Text held back for a possible stop string is released at a normal end.
@@ -216,7 +202,6 @@ void Engine::Impl::finish(Sequence& seq, FinishReason reason, std::string error)
     }
     if (!rest.empty() && seq.on_token) seq.on_token(seq.id, -1, rest);
   }
-  seq.table.release(executor->blockPool());
 }
 
 void Engine::Impl::emitToken(Sequence& seq, int32_t token) {
@@ -245,67 +230,73 @@ void Engine::Impl::emitToken(Sequence& seq, int32_t token) {
   }
 }
 
-Status Engine::Impl::step() {
+void Engine::Impl::startForks(Sequence& parent, std::span<float> row, int32_t greedy) {
   BlockPool& pool = executor->blockPool();
-  // Retire cancelled and finished sequences.
-  for (auto& seq : running)
-    if (seq->cancelled) finish(*seq, FinishReason::kCancelled);
-  for (auto it = waiting.begin(); it != waiting.end();) {
-    if ((*it)->cancelled) {
-      (*it)->stats.finish = FinishReason::kCancelled;
-      finished[(*it)->id] = (*it)->stats;
-      it = waiting.erase(it);
-    } else {
-      ++it;
+  std::vector<std::unique_ptr<Sequence>> forks = std::move(parent.forks);
+  parent.forks.clear();
+  for (auto& fork : forks) {
+    if (fork->cancelled) {
+      fork->stats.finish = FinishReason::kCancelled;
+      finished[fork->id] = fork->stats;
+      continue;
     }
+    fork->tokens = parent.tokens;
+    fork->tokens.resize(size_t(parent.computed));
+    fork->computed = parent.computed;
+    fork->table = parent.table.fork(pool);
+    fork->cache_tail = parent.cache_tail;
+    fork->cached_blocks = parent.cached_blocks;
+    fork->ever_started = true;
+    fork->started = parent.started;
+    fork->stats.queue_seconds = parent.stats.queue_seconds;
+    fork->stats.cached_prompt_tokens = parent.stats.cached_prompt_tokens;
+    // The sampler works in place: each completion samples from its own copy.
+    fork_row.assign(row.begin(), row.end());
+    const int32_t token = row.empty() ? greedy : fork->sampler->sample(fork_row, fork->tokens);
+    Sequence& started = *fork;
+    scheduler->addRunning(std::move(fork));
+    emitToken(started, token);
   }
-  std::erase_if(running, [&](std::unique_ptr<Sequence>& seq) {
-    if (seq->stats.finish == FinishReason::kRunning) return false;
-    finished[seq->id] = seq->stats;
-    return true;
-  });
-  // Admit in arrival order.
-  while (!waiting.empty() && int(running.size()) < options.max_sequences) {
-    running.push_back(std::move(waiting.front()));
-    waiting.pop_front();
-    running.back()->started = Clock::now();
-    running.back()->stats.queue_seconds =
-        seconds(running.back()->started - running.back()->submitted);
-  }
-  if (running.empty()) return Status::success();
+}
 
-  // Decode tokens first (one per sequence), then prefill chunks in the rest
-  // of the token budget.
-  struct Slice { Sequence* seq; int64_t count; };
-  std::vector<Slice> batch;
-  int64_t budget = executor->maxTokens();
-  auto schedule = [&](Sequence& seq, int64_t want) {
-    int64_t count = std::min(want, budget);
-    if (count <= 0) return;
-    int64_t needed = seq.computed + count - seq.table.numTokens();
-    if (needed > 0 && !seq.table.append(pool, needed).ok()) {
-      // The pool is dry: wait for other sequences to finish, unless nothing
-      // else runs, in which case this request can never fit.
-      bool alone = running.size() == 1;
-      if (alone)
-        finish(seq, FinishReason::kError,
-               fmt::format("KV cache exhausted: request {} needs {} more tokens of KV "
-                           "({} blocks free of {})",
-                           seq.id, needed, pool.numFree(), pool.numBlocks()));
-      return;
+void Engine::Impl::retire() {
+  for (auto& seq : scheduler->retire()) {
+    if (seq->stats.finish == FinishReason::kRunning) seq->stats.finish = FinishReason::kCancelled;
+    finished[seq->id] = seq->stats;
+    for (auto& fork : seq->forks) {
+      fork->stats.finish = seq->stats.finish;
+      fork->stats.error = seq->stats.error;
+      finished[fork->id] = fork->stats;
     }
-    batch.push_back({&seq, count});
-    budget -= count;
-  };
-  for (auto& seq : running)
-    if (seq->computed >= seq->prompt_len) schedule(*seq, 1);
-  for (auto& seq : running)
-    if (seq->computed < seq->prompt_len) schedule(*seq, seq->prompt_len - seq->computed);
+  }
+}
+
+Status Engine::Impl::step() {
+  in_step = true;
+  struct StepEnd {
+    bool& flag;
+    ~StepEnd() { flag = false; }
+  } step_end{in_step};
+  retire();
+  ScheduledStep plan = scheduler->schedule();
+  for (Sequence* seq : plan.unschedulable)
+    finish(*seq, FinishReason::kError,
+           fmt::format("KV cache exhausted: request {} needs {} tokens of KV and the pool holds {} ({} blocks of {})",
+                       seq->id, seq->tokens.size(), executor->blockPool().numBlocks() * page_size,
+                       executor->blockPool().numBlocks(), page_size));
+  const std::vector<ScheduledSlice>& batch = plan.slices;
   if (batch.empty()) return Status::success();
+  ++steps;
+  if (!plan.copies.empty()) {
+    if (Status copied = executor->copyBlocks(plan.copies); !copied.ok()) {
+      for (const ScheduledSlice& s : batch) finish(*s.seq, FinishReason::kError, copied.error().message);
+      return Status::success();
+    }
+  }
 
   // Flatten into the ragged-batch inputs.
   size_t max_blocks = 0;
-  for (const Slice& s : batch) max_blocks = std::max(max_blocks, s.seq->table.blocks().size());
+  for (const ScheduledSlice& s : batch) max_blocks = std::max(max_blocks, s.seq->table.blocks().size());
   batch_tokens.clear();
   batch_positions.clear();
   batch_slots.clear();
@@ -314,20 +305,20 @@ Status Engine::Impl::step() {
   batch_tables.assign(batch.size() * max_blocks, 0);
   for (size_t b = 0; b < batch.size(); ++b) {
     Sequence& seq = *batch[b].seq;
-    int64_t begin = seq.computed, count = batch[b].count;
+    const int64_t begin = batch[b].begin, count = batch[b].count;
     for (int64_t i = 0; i < count; ++i) {
-      batch_tokens.push_back(seq.tokens[begin + i]);
+      batch_tokens.push_back(seq.tokens[size_t(begin + i)]);
       batch_positions.push_back(int32_t(begin + i));
     }
     size_t slot_base = batch_slots.size();
-    batch_slots.resize(slot_base + count);
-    KILN_RETURN_IF_ERROR(seq.table.slots(begin, std::span(batch_slots).subspan(slot_base, count)));
+    batch_slots.resize(slot_base + size_t(count));
+    KILN_RETURN_IF_ERROR(seq.table.slots(begin, std::span(batch_slots).subspan(slot_base, size_t(count))));
     std::span<const int32_t> blocks = seq.table.blocks();
-    std::copy(blocks.begin(), blocks.end(), batch_tables.begin() + b * max_blocks);
+    std::copy(blocks.begin(), blocks.end(), batch_tables.begin() + int64_t(b * max_blocks));
     batch_query_start.push_back(int32_t(batch_tokens.size()));
     batch_kv_lens.push_back(int32_t(begin + count));
   }
-  logits.resize(batch.size() * vocab);
+  logits.resize(batch.size() * size_t(vocab));
   BatchInputs in;
   in.tokens = batch_tokens;
   in.positions = batch_positions;
@@ -336,39 +327,47 @@ Status Engine::Impl::step() {
   in.max_blocks = int(max_blocks);
   in.query_start = batch_query_start;
   in.kv_lens = batch_kv_lens;
-  // Rows that sample a token this step (their prompt is done). When every
-  // one of them is plain greedy and the backend can, the greedy tokens are
-  // computed where the logits are and only ids come back.
-  auto samples = [](const Slice& s) { return s.seq->computed + s.count >= int64_t(s.seq->tokens.size()); };
-  const bool greedy = executor->greedyOnDevice() && std::all_of(batch.begin(), batch.end(), [&](const Slice& s) {
+  // Rows that sample a token this step (their pending tokens are done).
+  // When every one of them is plain greedy and the backend can, the greedy
+  // tokens are computed where the logits are and only ids come back.
+  auto samples = [](const ScheduledSlice& s) { return s.begin + s.count >= int64_t(s.seq->tokens.size()); };
+  const bool greedy = executor->greedyOnDevice() && std::all_of(batch.begin(), batch.end(), [&](const ScheduledSlice& s) {
     return !samples(s) || s.seq->sampler->params().isPlainGreedy();
   });
   greedy_tokens.resize(batch.size());
   Status forwarded = greedy ? executor->forwardGreedy(in, greedy_tokens) : executor->forward(in, logits);
   if (!forwarded.ok()) {
-    // A failed forward leaves the pool untouched; fail the batch's requests
+    // A failed forward leaves the pool as it was; fail the batch's requests
     // rather than the engine.
-    for (const Slice& s : batch) finish(*s.seq, FinishReason::kError, forwarded.error().message);
+    for (const ScheduledSlice& s : batch) finish(*s.seq, FinishReason::kError, forwarded.error().message);
     return Status::success();
   }
-  sampled.assign(batch.size(), -1);
-  for (const Slice& s : batch) s.seq->computed += s.count;
+  scheduler->commit(plan);
   if (greedy) {
-    for (size_t b = 0; b < batch.size(); ++b)
-      if (batch[b].seq->computed >= int64_t(batch[b].seq->tokens.size())) emitToken(*batch[b].seq, greedy_tokens[b]);
+    for (size_t b = 0; b < batch.size(); ++b) {
+      Sequence& seq = *batch[b].seq;
+      if (!samples(batch[b])) continue;
+      if (!seq.forks.empty()) startForks(seq, {}, greedy_tokens[b]);
+      emitToken(seq, greedy_tokens[b]);
+    }
     return Status::success();
   }
 
   // Sample every finished row in parallel (each sequence has its own
   // sampler and generator, so the result is the same as one by one: a
   // batch of 32 over a 128k vocabulary is milliseconds of host work on one
-  // core), then emit in batch order.
+  // core), then emit in batch order. Forks sample from copies of the row
+  // before the parent's sampler changes it in place.
+  for (size_t b = 0; b < batch.size(); ++b)
+    if (samples(batch[b]) && !batch[b].seq->forks.empty())
+      startForks(*batch[b].seq, std::span<float>(logits.data() + b * size_t(vocab), size_t(vocab)), -1);
+  sampled.assign(batch.size(), -1);
   parallelFor(int64_t(batch.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      Sequence& seq = *batch[size_t(b)].seq;
-      if (seq.computed < int64_t(seq.tokens.size())) continue;  // prompt not done yet
+      const ScheduledSlice& s = batch[size_t(b)];
+      if (!samples(s)) continue;  // prompt not done yet
       std::span<float> row(logits.data() + b * vocab, size_t(vocab));
-      sampled[size_t(b)] = seq.sampler->sample(row, seq.tokens);
+      sampled[size_t(b)] = s.seq->sampler->sample(row, s.seq->tokens);
     }
   });
   for (size_t b = 0; b < batch.size(); ++b)
@@ -389,6 +388,7 @@ Result<std::vector<double>> Engine::scoreTokens(std::span<const int32_t> tokens)
                        im.vocab);
   BlockPool& pool = im.executor->blockPool();
   BlockTable table(im.page_size);
+  im.scheduler->makeFree((n + im.page_size - 1) / im.page_size);
   KILN_RETURN_IF_ERROR(table.append(pool, n));
   std::vector<double> logprobs;
   // Positions [begin, end) per forward, as many as the token budget takes:
@@ -516,6 +516,11 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   if (!executor.ok()) return executor.error();
   impl->executor = executor.take();
   impl->vocab = impl->executor->vocabSize();
+  SchedulerOptions scheduling;
+  scheduling.max_sequences = options.max_sequences;
+  scheduling.max_batch_tokens = impl->executor->maxTokens();
+  scheduling.prefix_cache = options.prefix_cache;
+  impl->scheduler.emplace(impl->executor->blockPool(), scheduling);
   progress.done();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -554,35 +559,70 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
                        tokens.size(), limit, e.context_length);
     tokens.erase(tokens.begin(), tokens.end() - limit);
   }
-  auto sampler = sampling::Sampler::create(request.sampling);
-  if (!sampler.ok()) return sampler.error();
+  const sampling::SamplingParams& params = request.sampling;
+  if (params.n > e.options.max_sequences)
+    return makeError("n {} is more completions than the engine runs at once ({} sequences): expected n <= {}",
+                     params.n, e.options.max_sequences, e.options.max_sequences);
+  // The longest this request can grow; it must fit in the pool alone.
+  const BlockPool& pool = e.executor->blockPool();
+  const int64_t longest = std::min<int64_t>(int64_t(tokens.size()) + params.max_tokens, e.context_length);
+  const int64_t blocks = (longest + e.page_size - 1) / e.page_size;
+  if (blocks > pool.numBlocks())
+    return makeError("the request needs up to {} tokens of KV ({} prompt + {} max_tokens) but the whole KV pool "
+                     "holds {} ({} blocks of {}): lower max_tokens or enlarge the pool (--kv-cache-tokens)",
+                     longest, tokens.size(), params.max_tokens, pool.numBlocks() * e.page_size, pool.numBlocks(),
+                     e.page_size);
 
-  auto seq = std::make_unique<Sequence>(e.page_size);
-  seq->id = e.next_id++;
+  auto makeSequence = [&](int completion) -> Result<std::unique_ptr<Sequence>> {
+    sampling::SamplingParams own = params;
+    own.seed = params.seed + uint64_t(completion);
+    auto sampler = sampling::Sampler::create(own);
+    if (!sampler.ok()) return sampler.error();
+    auto seq = std::make_unique<Sequence>(e.page_size);
+    seq->id = e.next_id + completion;
+    seq->priority = request.priority;
+    seq->arrival = e.next_arrival;
+    seq->prompt_len = int64_t(tokens.size());
+    seq->stats.prompt_tokens = seq->prompt_len;
+    seq->sampler.emplace(sampler.take());
+    seq->detokenizer.emplace(*e.tokenizer);
+    seq->stop.emplace(params.stop_strings);
+    seq->on_token = on_token;
+    seq->submitted = Clock::now();
+    return seq;
+  };
+  auto first = makeSequence(0);
+  if (!first.ok()) return first.error();
+  std::unique_ptr<Sequence> seq = first.take();
+  for (int c = 1; c < params.n; ++c) {
+    auto fork = makeSequence(c);
+    if (!fork.ok()) return fork.error();
+    seq->forks.push_back(fork.take());
+  }
   seq->tokens = std::move(tokens);
-  seq->prompt_len = int64_t(seq->tokens.size());
-  seq->stats.prompt_tokens = seq->prompt_len;
-  seq->sampler.emplace(sampler.take());
-  seq->detokenizer.emplace(*e.tokenizer);
-  seq->stop.emplace(request.sampling.stop_strings);
-  seq->on_token = std::move(on_token);
-  seq->submitted = Clock::now();
-  int64_t id = seq->id;
-  e.waiting.push_back(std::move(seq));
+  const int64_t id = e.next_id;
+  e.next_id += params.n;
+  ++e.next_arrival;
+  e.scheduler->enqueue(std::move(seq));
   return id;
 }
 
 void Engine::cancel(int64_t request_id) {
-  if (Sequence* seq = impl_->findLive(request_id)) seq->cancelled = true;
+  Sequence* seq = impl_->scheduler->find(request_id);
+  if (!seq || seq->finished) return;
+  seq->cancelled = true;
+  // Outside a step the blocks go back now; inside one (a token callback),
+  // at the start of the next.
+  if (!impl_->in_step) impl_->retire();
 }
 
 Status Engine::step() { return impl_->step(); }
 
 bool Engine::idle() const {
-  if (!impl_->waiting.empty()) return false;
-  return std::all_of(impl_->running.begin(), impl_->running.end(), [](auto& s) {
-    return s->stats.finish != FinishReason::kRunning && !s->cancelled;
-  });
+  const Scheduler& s = *impl_->scheduler;
+  if (s.numWaiting() > 0) return false;
+  return std::all_of(s.running().begin(), s.running().end(),
+                     [](const auto& seq) { return seq->finished && seq->forks.empty(); });
 }
 
 Status Engine::runUntilIdle(const std::function<bool()>& should_stop) {
@@ -596,17 +636,25 @@ Status Engine::runUntilIdle(const std::function<bool()>& should_stop) {
 const RequestStats* Engine::stats(int64_t request_id) const {
   if (auto it = impl_->finished.find(request_id); it != impl_->finished.end())
     return &it->second;
-  if (Sequence* seq = impl_->findLive(request_id)) return &seq->stats;
+  if (Sequence* seq = impl_->scheduler->find(request_id)) return &seq->stats;
   return nullptr;
 }
 
 EngineMetrics Engine::metrics() const {
   EngineMetrics m;
-  m.waiting = int64_t(impl_->waiting.size());
-  m.running = int64_t(impl_->running.size());
-  BlockPool& pool = impl_->executor->blockPool();
+  const Scheduler& s = *impl_->scheduler;
+  m.waiting = s.numWaiting();
+  m.running = s.numRunning();
+  const BlockPool& pool = impl_->executor->blockPool();
   m.kv_blocks_total = pool.numBlocks();
   m.kv_blocks_free = pool.numFree();
+  m.kv_blocks_cached = pool.numCachedOnly();
+  if (const PrefixCache* cache = s.prefixCache()) {
+    m.prefix_queried_tokens = cache->queriedTokens();
+    m.prefix_hit_tokens = cache->hitTokens();
+  }
+  m.preemptions = s.preemptions();
+  m.steps = impl_->steps;
   return m;
 }
 

@@ -123,16 +123,15 @@ TEST_F(EngineTest, CancelStopsOneRequestOnly) {
   EXPECT_EQ(tokens[*keep], solo[solo_ids[0]]);
 }
 
-TEST_F(EngineTest, ExhaustedKvPoolFailsThatRequestWithAClearError) {
+TEST_F(EngineTest, RequestLargerThanThePoolIsRefusedAtSubmitWithItsSizes) {
   EngineOptions tiny;
   tiny.kv_cache_tokens = 32;  // two 16-token pages
   OPEN_OR_SKIP(engine, tiny);
-  std::vector<int64_t> ids;
-  runAll(*engine, {greedy("Once upon a time", 64)}, &ids);
-  const RequestStats* stats = engine->stats(ids[0]);
-  ASSERT_NE(stats, nullptr);
-  EXPECT_EQ(stats->finish, FinishReason::kError);
-  EXPECT_NE(stats->error.find("KV cache exhausted"), std::string::npos) << stats->error;
+  auto refused = engine->submit(greedy("Once upon a time", 64), {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("the whole KV pool holds 32 (2 blocks of 16)"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("+ 64 max_tokens"), std::string::npos) << refused.error().message;
   // The engine still serves a request that fits.
   std::vector<int64_t> ok_ids;
   auto out = runAll(*engine, {greedy("Hi", 4)}, &ok_ids);

@@ -1,5 +1,7 @@
 #include "runtime/kv/block_pool.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <new>
 
@@ -60,6 +62,7 @@ Result<BlockPool> BlockPool::create(const KvPoolConfig& config, KvStorage storag
     return makeError("kv pool: cannot allocate {} bytes for {} layers x {} blocks", total, config.layers,
                      config.num_blocks);
   pool.refs_.assign(size_t(config.num_blocks), 0);
+  pool.cached_.assign(size_t(config.num_blocks), 0);
   pool.free_.reserve(size_t(config.num_blocks));
   for (int64_t b = config.num_blocks - 1; b >= 0; --b) pool.free_.push_back(int32_t(b));
   return pool;
@@ -83,6 +86,7 @@ Status BlockPool::retain(int32_t block) {
   if (block < 0 || block >= numBlocks())
     return makeError("kv pool: block {} is out of range [0, {})", block, numBlocks());
   if (refs_[size_t(block)] == 0) return makeError("kv pool: retain of free block {}", block);
+  if (cached_[size_t(block)] && refs_[size_t(block)] == 1) --cached_only_;
   ++refs_[size_t(block)];
   return {};
 }
@@ -91,7 +95,42 @@ Status BlockPool::release(int32_t block) {
   if (block < 0 || block >= numBlocks())
     return makeError("kv pool: block {} is out of range [0, {})", block, numBlocks());
   if (refs_[size_t(block)] == 0) return makeError("kv pool: release of free block {}", block);
-  if (--refs_[size_t(block)] == 0) free_.push_back(block);
+  const int32_t left = --refs_[size_t(block)];
+  if (cached_[size_t(block)] && left == 1) ++cached_only_;
+  if (left == 0) {
+    // The cache's own reference was the last: the block leaves the cache.
+    if (cached_[size_t(block)]) --cached_only_;
+    cached_[size_t(block)] = 0;
+    free_.push_back(block);
+  }
+  return {};
+}
+
+Status BlockPool::setCached(int32_t block, bool cached) {
+  if (block < 0 || block >= numBlocks())
+    return makeError("kv pool: block {} is out of range [0, {})", block, numBlocks());
+  if (refs_[size_t(block)] == 0) return makeError("kv pool: cache mark on free block {}", block);
+  if (bool(cached_[size_t(block)]) == cached) return {};
+  cached_[size_t(block)] = cached;
+  if (refs_[size_t(block)] == 1) cached_only_ += cached ? 1 : -1;
+  return {};
+}
+
+Status BlockPool::copyBlocks(std::span<const BlockCopy> copies) {
+  for (const BlockCopy& c : copies) {
+    if (c.from < 0 || c.from >= numBlocks() || c.to < 0 || c.to >= numBlocks())
+      return makeError("kv pool: copy of block {} to {} is out of range [0, {})", c.from, c.to, numBlocks());
+    if (!storage_) continue;  // the executor keeps the values
+    const int64_t block_bytes = config_.poolBytes() / config_.num_blocks;
+    for (int64_t pool = 0; pool < 2 * int64_t(config_.layers); ++pool) {
+      uint8_t* base = storage_.get() + pool * config_.poolBytes();
+      std::memcpy(base + c.to * block_bytes, base + c.from * block_bytes, size_t(block_bytes));
+      if (float* s = scales(pool)) {
+        const int64_t per_block = config_.scaleElems() / config_.num_blocks;
+        std::memcpy(s + c.to * per_block, s + c.from * per_block, size_t(per_block) * sizeof(float));
+      }
+    }
+  }
   return {};
 }
 
@@ -100,15 +139,62 @@ int BlockPool::refCount(int32_t block) const {
   return refs_[size_t(block)];
 }
 
-Status BlockTable::append(BlockPool& pool, int64_t count) {
+// Whether appending writes into the last block while another holder
+// shares it.
+static bool writesSharedBlock(const BlockPool& pool, std::span<const int32_t> blocks, int64_t num_tokens,
+                              int page_size, int64_t count) {
+  return count > 0 && num_tokens % page_size != 0 && pool.refCount(blocks.back()) > 1;
+}
+
+int64_t BlockTable::blocksNeeded(const BlockPool& pool, int64_t count) const {
+  const int64_t grow = std::max<int64_t>(0, (num_tokens_ + count + page_size_ - 1) / page_size_ - int64_t(blocks_.size()));
+  return grow + (writesSharedBlock(pool, blocks_, num_tokens_, page_size_, count) ? 1 : 0);
+}
+
+Status BlockTable::append(BlockPool& pool, int64_t count, std::vector<BlockCopy>* copies) {
   if (count < 0) return makeError("block table: cannot append {} tokens", count);
   if (pool.config().page_size != page_size_)
     return makeError("block table: page size {} does not match the pool's {}", page_size_,
                      pool.config().page_size);
-  int64_t needed = (num_tokens_ + count + page_size_ - 1) / page_size_ - int64_t(blocks_.size());
-  if (needed > 0) KILN_RETURN_IF_ERROR(pool.allocate(needed, blocks_));
+  const bool copy_last = writesSharedBlock(pool, blocks_, num_tokens_, page_size_, count);
+  if (copy_last && !copies)
+    return makeError("block table: appending into shared block {} needs a copy on write", blocks_.back());
+  const int64_t grow = (num_tokens_ + count + page_size_ - 1) / page_size_ - int64_t(blocks_.size());
+  std::vector<int32_t> fresh;
+  KILN_RETURN_IF_ERROR(pool.allocate(std::max<int64_t>(grow, 0) + (copy_last ? 1 : 0), fresh));
+  size_t next = 0;
+  if (copy_last) {
+    const int32_t shared = blocks_.back();
+    copies->push_back({shared, fresh[next]});
+    blocks_.back() = fresh[next++];
+    (void)pool.release(shared);  // others still hold it
+  }
+  blocks_.insert(blocks_.end(), fresh.begin() + int64_t(next), fresh.end());
   num_tokens_ += count;
   return {};
+}
+
+BlockTable BlockTable::fork(BlockPool& pool) const {
+  BlockTable copy(page_size_);
+  copy.blocks_ = blocks_;
+  copy.num_tokens_ = num_tokens_;
+  for (int32_t block : blocks_) (void)pool.retain(block);  // held by this table, so allocated
+  return copy;
+}
+
+Status BlockTable::adoptPrefix(std::span<const int32_t> blocks) {
+  if (num_tokens_ != 0) return makeError("block table: a prefix is adopted only by an empty table");
+  blocks_.assign(blocks.begin(), blocks.end());
+  num_tokens_ = int64_t(blocks.size()) * page_size_;
+  return {};
+}
+
+Status BlockTable::replaceBlock(BlockPool& pool, int64_t index, int32_t block) {
+  if (index < 0 || index >= num_tokens_ / page_size_)
+    return makeError("block table: block {} is not one of the {} full blocks", index, num_tokens_ / page_size_);
+  const int32_t old = blocks_[size_t(index)];
+  blocks_[size_t(index)] = block;
+  return pool.release(old);
 }
 
 Result<int64_t> BlockTable::slot(int64_t position) const {

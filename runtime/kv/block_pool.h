@@ -9,6 +9,11 @@
 //   slot(p) = table[p / page_size] * page_size + p % page_size
 // Running out of blocks is an error that changes nothing: allocations are
 // all-or-nothing, so a failed append never leaves a half-grown table.
+//
+// Sharing: a full block may be held by several tables and by the prefix
+// cache (which marks it cached); a partly filled block shared by forked
+// tables (parallel sampling) is copied on write, when a table appends into
+// it, so no table ever writes a slot another one reads.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +72,12 @@ struct KvPoolConfig {
 // bookkeeping here).
 enum class KvStorage { kHost, kElsewhere };
 
+// Copy every layer's K and V (and scales) of block `from` into block `to`.
+struct BlockCopy {
+  int32_t from = 0;
+  int32_t to = 0;
+};
+
 class BlockPool {
  public:
   // With KvStorage::kHost, allocates 2 * layers pools and their scales at
@@ -91,6 +102,11 @@ class BlockPool {
 
   int64_t numBlocks() const { return config_.num_blocks; }
   int64_t numFree() const { return int64_t(free_.size()); }
+  // Blocks held by the prefix cache alone (marked cached, reference count
+  // 1): free for the taking once the cache evicts them.
+  int64_t numCachedOnly() const { return cached_only_; }
+  // Blocks some sequence holds: numBlocks() - numFree() - numCachedOnly().
+  int64_t numUsed() const { return numBlocks() - numFree() - cached_only_; }
 
   // `count` fresh blocks with reference count 1, appended to `out`; if fewer
   // than `count` are free, nothing is taken and the error says how many.
@@ -101,6 +117,13 @@ class BlockPool {
   Status release(int32_t block);
   // 0 for a free block (or an id out of range).
   int refCount(int32_t block) const;
+  // Marks an allocated block as one the prefix cache holds a reference to
+  // (or no longer does), for numCachedOnly()'s accounting.
+  Status setCached(int32_t block, bool cached);
+  bool isCached(int32_t block) const { return block >= 0 && block < numBlocks() && cached_[size_t(block)]; }
+  // Copies blocks in the host pools (KvStorage::kHost); an executor that
+  // keeps the pools elsewhere copies them itself.
+  Status copyBlocks(std::span<const BlockCopy> copies);
 
  private:
   BlockPool() = default;
@@ -116,6 +139,8 @@ class BlockPool {
   // Free block ids, popped from the back; the lowest ids go out first.
   std::vector<int32_t> free_;
   std::vector<int32_t> refs_;  // [num_blocks]
+  std::vector<uint8_t> cached_;  // [num_blocks]
+  int64_t cached_only_ = 0;     // cached blocks with reference count 1
 };
 
 class BlockTable {
@@ -128,8 +153,23 @@ class BlockTable {
 
   // Grows the sequence by `count` tokens, allocating the blocks that the new
   // positions need. All or nothing: on error (pool exhausted) the table is as
-  // before.
-  Status append(BlockPool& pool, int64_t count);
+  // before. When the new positions start inside a partly filled block that
+  // other holders share, that block is first replaced by a fresh copy: the
+  // copy is appended to `copies` (which must then be done before anything
+  // writes the new slots); without `copies` a shared partial block is an
+  // error.
+  Status append(BlockPool& pool, int64_t count, std::vector<BlockCopy>* copies = nullptr);
+  // Blocks that append(pool, count) would take from the pool.
+  int64_t blocksNeeded(const BlockPool& pool, int64_t count) const;
+  // A table over the same blocks (each retained once more), as a forked
+  // sequence starts.
+  BlockTable fork(BlockPool& pool) const;
+  // Starts an empty table with `blocks`, full and already retained by the
+  // caller (a prefix-cache hit).
+  Status adoptPrefix(std::span<const int32_t> blocks);
+  // Replaces full block `index` by `block`, which holds the same keys and
+  // values and is retained by the caller; the old one is released.
+  Status replaceBlock(BlockPool& pool, int64_t index, int32_t block);
   // Pool slot of token `position` (< numTokens()).
   Result<int64_t> slot(int64_t position) const;
   // slot(begin + i) for i < out.size(), as the i32 slot_mapping input.

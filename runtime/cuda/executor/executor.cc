@@ -398,6 +398,37 @@ Status CudaExecutor::Backend::copyBackAndWait(void* to, CUdeviceptr from, size_t
   return {};
 }
 
+Status CudaExecutor::copyBlocks(std::span<const BlockCopy> copies) {
+  Backend& b = *backend_;
+  const KvPools& kv = b.kv_pools;
+  const KvPoolConfig& config = pool_->config();
+  const int64_t block_bytes = config.poolBytes() / config.num_blocks;
+  const int64_t scale_block_bytes = config.scaleBytes() / config.num_blocks;
+  // One 2D copy a block: a row per pool (2 x layers), the pools a fixed
+  // stride apart; the scales likewise.
+  auto copyRows = [&](CUdeviceptr first_pool, int64_t offset_from, int64_t offset_to, int64_t bytes) {
+    CUDA_MEMCPY2D c{};
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = first_pool + CUdeviceptr(offset_from);
+    c.srcPitch = size_t(kv.pool_bytes + kv.scale_bytes);
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = first_pool + CUdeviceptr(offset_to);
+    c.dstPitch = c.srcPitch;
+    c.WidthInBytes = size_t(bytes);
+    c.Height = size_t(2 * kv.layers);
+    return b.gpu.d->check(b.gpu.x.memcpy2DAsync(&c, b.gpu.stream), "cuMemcpy2DAsync (kv block copy)");
+  };
+  for (const BlockCopy& c : copies) {
+    if (c.from < 0 || c.from >= config.num_blocks || c.to < 0 || c.to >= config.num_blocks)
+      return makeError("kv pool: copy of block {} to {} is out of range [0, {})", c.from, c.to, config.num_blocks);
+    KILN_RETURN_IF_ERROR(copyRows(kv.pool(0, PoolRole::kKey), c.from * block_bytes, c.to * block_bytes, block_bytes));
+    if (kv.scale_bytes)
+      KILN_RETURN_IF_ERROR(copyRows(kv.scales(0, PoolRole::kKey), c.from * scale_block_bytes,
+                                    c.to * scale_block_bytes, scale_block_bytes));
+  }
+  return {};
+}
+
 Status CudaExecutor::forward(const BatchInputs& in, std::span<float> logits_out) {
   KILN_RETURN_IF_ERROR(checkBatch(in, logits_out.size()));
   KILN_ASSIGN(shape, launchForward(in, /*greedy=*/false));

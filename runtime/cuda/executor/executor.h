@@ -75,6 +75,9 @@ class CudaExecutor {
   Status forwardGreedy(const BatchInputs& in, std::span<int32_t> tokens_out);
 
   BlockPool& blockPool() { return *pool_; }
+  // Copies blocks' keys, values and scales in every layer's device pools,
+  // on the stream, ahead of the next forward (copy on write).
+  Status copyBlocks(std::span<const BlockCopy> copies);
   int64_t vocabSize() const { return vocab_; }
   int64_t maxTokens() const { return max_tokens_; }
   // "NVIDIA H200 (sm_90)".
