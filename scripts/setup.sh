@@ -18,7 +18,7 @@ PACKAGES=(
   cmake ninja-build ccache lld pkg-config g++ python3 python3-pip
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
   libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libopenblas-dev
+  libpcre2-dev libopenblas-dev liblapacke-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
