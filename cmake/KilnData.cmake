@@ -4,7 +4,8 @@
 # anything that reads them is built (kiln_data_dir depends on kiln_data) and
 # installed into <prefix>/share/kiln, so no binary records a source path.
 file(GLOB kiln_kernel_templates CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/codegen/kernels/*.cuh)
-set(kiln_helper_scripts ${CMAKE_SOURCE_DIR}/scripts/hf_bench.py ${CMAKE_SOURCE_DIR}/scripts/llamacpp_bench.py)
+set(kiln_helper_scripts ${CMAKE_SOURCE_DIR}/scripts/hf_bench.py ${CMAKE_SOURCE_DIR}/scripts/hf_serve_bench.py
+                        ${CMAKE_SOURCE_DIR}/scripts/llamacpp_bench.py)
 set(KILN_DATA_DIR ${CMAKE_BINARY_DIR}/share/kiln)
 
 set(kiln_data_outputs)

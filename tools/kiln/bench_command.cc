@@ -100,16 +100,15 @@ Result<Figures> benchKiln(Engine& engine, const std::vector<int32_t>& prompt, in
   return measured[measured.size() / 2];
 }
 
-// Runs a peer script (share/kiln/scripts beside the binary) with the prompt ids in a temporary
-// file after `--prompt-ids`; returns the JSON object it prints on stdout,
-// which must hold `required`. `needs` says what the peer needs when it fails.
-Result<nlohmann::json> runPeerScript(const char* name, const std::vector<int32_t>& prompt,
+}  // namespace
+
+Result<nlohmann::json> runPeerScript(const char* name, const char* input_flag, const nlohmann::json& input,
                                      const std::string& args, const char* required, const char* needs) {
   auto script = helperScript(name);
   if (!script.ok()) return script.error();
   const std::string ids_path = fmt::format("/tmp/kiln-bench-prompt-{}.json", getpid());
-  std::ofstream(ids_path) << nlohmann::json(prompt).dump();
-  const std::string command = fmt::format("python3 '{}' --prompt-ids {} {}", script->string(), ids_path, args);
+  std::ofstream(ids_path) << input.dump();
+  const std::string command = fmt::format("python3 '{}' {} {} {}", script->string(), input_flag, ids_path, args);
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) {
     std::remove(ids_path.c_str());
@@ -128,9 +127,11 @@ Result<nlohmann::json> runPeerScript(const char* name, const std::vector<int32_t
   return json;
 }
 
+namespace {
+
 Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t>& prompt,
                               int64_t gen, int threads) {
-  auto json = runPeerScript("llamacpp_bench.py", prompt,
+  auto json = runPeerScript("llamacpp_bench.py", "--prompt-ids", prompt,
                             fmt::format("--model '{}' --gen {} --threads {}", gguf, gen, threads), "decode_tps",
                             "is llama-cpp-python installed? (pip install llama-cpp-python)");
   if (!json.ok()) return json.error();
@@ -145,7 +146,7 @@ Result<Figures> benchLlamaCpp(const std::string& gguf, const std::vector<int32_t
 // the same checkpoint, prompt ids, batch and lengths, as parsed JSON.
 Result<nlohmann::json> benchHf(const std::string& checkpoint, const std::vector<int32_t>& prompt,
                                int64_t gen, int64_t batch, const char* modes) {
-  return runPeerScript("hf_bench.py", prompt,
+  return runPeerScript("hf_bench.py", "--prompt-ids", prompt,
                        fmt::format("--model '{}' --gen {} --batch {} --modes {}", checkpoint, gen, batch, modes),
                        "roofline", "it needs python3 with torch, transformers and a GPU");
 }
@@ -225,9 +226,17 @@ int benchCommand(int argc, char** argv) {
   CliArgs args;
   if (auto done = parseCommandLine(argc, argv, 2, benchCli(), args)) return *done;
   const std::string workload = args.positionals().empty() ? "" : args.positionals()[0];
+  if (workload == "serve") return serveBenchCommand(args);
+  if (workload != "decode" && workload != "prefill" && workload != "ppl")
+    return fail("usage: kiln bench decode|prefill|ppl|serve MODEL [options]; `kiln bench --help` lists them");
+  // The serve workload's flags mean nothing to the others: an error rather
+  // than a run that silently ignores them.
+  if (auto flag = batchingFlagGiven(args))
+    return fail(fmt::format("--{} is for kiln bench serve; {} sizes its engine itself", *flag, workload));
+  for (const char* flag : {"workload", "requests", "rate", "tpot-slo-ms", "input-len", "output-len", "lengths", "seed",
+                           "turns", "system-len", "system-prompts", "peer-batch", "peer-requests"})
+    if (args.has(flag)) return fail(fmt::format("--{} is for kiln bench serve, not {}", flag, workload));
   if (workload == "ppl") return perplexityCommand(args);
-  if (workload != "decode" && workload != "prefill")
-    return fail("usage: kiln bench decode|prefill|ppl MODEL [options]; `kiln bench --help` lists them");
   const bool prefill_only = workload == "prefill";
   if (args.positionals().size() != 2) return fail("kiln bench " + workload + " needs one MODEL");
   auto options = engineOptionsFrom(args);

@@ -27,7 +27,7 @@ constexpr CliFlag kEngineFlags[] = {
     {"gpu-memory-fraction", "F", kEngine, "CUDA: size the KV cache to this fraction (0, 1] of the GPU's memory"},
     {"threads", "N", kEngine, "CPU threads (default: every core)"},
     {"model-source", "PATH", kEngine, "weights and tokenizer from this copy of the checkpoint (no stamp check)"},
-    {"quiet", "", kEngine, "no loading progress on stderr"},
+    {"quiet", "", kEngine, "no progress on stderr (loading; generate's and bench serve's request bar)"},
 };
 
 // How a model (not an artifact) is compiled: kiln-compile's own flags (compileFlagsFrom).
@@ -38,11 +38,24 @@ constexpr CliFlag kCompileFlags[] = {
     {"quant-kv", "none|f16|bf16|int8|fp8", kCompile, "the KV cache's type (default none: the activations')"},
 };
 
-// A subcommand's table: the general flags, its own, then the engine's and
-// the compile options'.
-std::vector<CliFlag> tableOf(std::initializer_list<CliFlag> own) {
+// How many requests the engine batches and how much KV it keeps
+// (batchingOptionsFrom): for the commands that run many requests at once.
+constexpr const char* kBatching = "batching (generate, bench serve)";
+constexpr CliFlag kBatchingFlags[] = {
+    {"max-sequences", "N", kBatching, "sequences decoding at once (default 16; bench serve: every request, at most 256)"},
+    {"max-batch-tokens", "T", kBatching,
+     "tokens one forward call takes, prefill chunks included (default 512; bench serve 2048)"},
+    {"kv-cache-tokens", "N", kBatching,
+     "the KV pool in tokens (default 8192; bench serve: what its longest requests need); on CUDA "
+     "--gpu-memory-fraction sizes it instead"},
+};
+
+// A subcommand's table: the general flags, its own, the batching flags for
+// the commands that take them, then the engine's and the compile options'.
+std::vector<CliFlag> tableOf(std::initializer_list<CliFlag> own, bool batching = false) {
   std::vector<CliFlag> flags(std::begin(kGeneralFlags), std::end(kGeneralFlags));
   flags.insert(flags.end(), own);
+  if (batching) flags.insert(flags.end(), std::begin(kBatchingFlags), std::end(kBatchingFlags));
   flags.insert(flags.end(), std::begin(kEngineFlags), std::end(kEngineFlags));
   flags.insert(flags.end(), std::begin(kCompileFlags), std::end(kCompileFlags));
   return flags;
@@ -76,32 +89,80 @@ const CliCommand& runCli() {
   return command;
 }
 
+const CliCommand& generateCli() {
+  constexpr const char* kFiles = "requests and answers";
+  static const CliCommand command{
+      "generate",
+      "kiln generate MODEL --input FILE [--output FILE] [options]",
+      "Offline batch generation: every request of --input (JSON lines) is submitted at once and the\n"
+      "engine batches them. A line is one object: \"prompt\" (text, or a list of token ids) or\n"
+      "\"messages\" ([{role, content}], chat template), an optional \"id\" echoed back, and the sampling\n"
+      "fields max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, priority,\n"
+      "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty; blank lines are skipped.\n"
+      "The answers are written in input order, one JSON line per request line:\n"
+      "  {\"index\": i, \"id\": ..., \"prompt_tokens\": P, \"choices\": [{\"index\": j, \"text\": ...,\n"
+      "   \"finish_reason\": \"length\"|\"stop\"|\"eos\"|\"cancelled\"|\"error\", \"completion_tokens\": C}]}\n"
+      "A line that cannot run (bad JSON, a bad field, a prompt submit refuses) is written as\n"
+      "{\"index\": i, \"error\": \"line N: ...\"} and named on stderr; the others still run.\n"
+      "Exit status: 0 when every line ran; 2 when some failed (everything else written); 1 when\n"
+      "nothing could run (bad options, unreadable input, model not loaded); 130 on Ctrl-C (the\n"
+      "answers so far written, the rest cancelled). Progress goes to stderr.",
+      tableOf(
+          {
+              {"input", "FILE", kFiles, "the requests, one JSON object a line (- for stdin)"},
+              {"output", "FILE", kFiles, "the answers, one JSON line per request (default -: stdout)"},
+              {"max-context", "N", kFiles, "limit the context to N tokens (default: the model's)"},
+          },
+          /*batching=*/true)};
+  return command;
+}
+
 const CliCommand& benchCli() {
   constexpr const char* kWorkload = "workload and peer";
+  constexpr const char* kServe = "serve workload (kiln bench serve)";
   constexpr const char* kCuda = "CUDA A/B switches (each turns one optimization off, to compare in one session)";
   static const CliCommand command{
       "bench",
-      "kiln bench decode|prefill|ppl MODEL [options]",
+      "kiln bench decode|prefill|ppl|serve MODEL [options]",
       "Measures kiln and, in the same run, its peer: llama.cpp on the same GGUF, prompt and threads, or\n"
       "for a checkpoint directory on the GPU Hugging Face transformers (eager, and static cache +\n"
       "torch.compile) beside the roofline from the card's HBM and GEMM ceilings measured in that run.\n"
       "decode: prefill and decode tok/s. prefill: time to first token and TFLOP/s by the plan's FLOPs.\n"
       "The figures are those of the run with the median time to first token of --runs.\n"
       "ppl: the perplexity of --text FILE in windows of --ctx tokens, each window's second half\n"
-      "scored, as llama.cpp's perplexity tool windows it.",
+      "scored, as llama.cpp's perplexity tool windows it.\n"
+      "serve: many requests through the engine's scheduler (tools/kiln/serve_bench.cc says how they\n"
+      "are drawn): output and total tok/s, TTFT and TPOT p50/p99, peak KV pool use, preemptions and\n"
+      "prefix-cache hits, per run; --workload offline submits all at once, poisson at --rate, prefix\n"
+      "runs multi-turn conversations with the prefix cache on and off.",
       tableOf({
           {"prompt-tokens", "P", kWorkload, "prompt length in tokens (default 128; prefill 2048)"},
           {"gen-tokens", "G", kWorkload, "tokens to generate per request, >= 2 (default 64; prefill 2)"},
           {"batch", "B", kWorkload, "concurrent requests (default 1)"},
           {"runs", "N", kWorkload, "measured runs after a warm-up, 1 to 100 (default 1; prefill 5)"},
           {"peer", "llama.cpp|hf|hf-eager|none", kWorkload,
-           "default: llama.cpp for a GGUF; hf for a checkpoint directory (hf-eager for prefill)"},
+           "default: llama.cpp for a GGUF; hf for a checkpoint directory (hf-eager for prefill); serve: "
+           "hf for a checkpoint directory on CUDA (offline only), else none"},
           {"peer-model", "DIR", kWorkload,
            "the checkpoint the Hugging Face peers load (default: the model; for a GGUF, its dequantized "
            "checkpoint)"},
           {"json", "FILE", kWorkload, "also write the figures as JSON to FILE"},
           {"text", "FILE", kWorkload, "ppl: the text to score"},
           {"ctx", "N", kWorkload, "ppl: tokens a window (default 512)"},
+          {"workload", "offline|poisson|prefix", kServe, "how requests arrive (default offline)"},
+          {"requests", "N", kServe, "requests in a run (default 16); prefix: conversations x --turns"},
+          {"rate", "R[,R...]|sweep", kServe,
+           "poisson: requests/s, or a list, or sweep (fractions of the offline rate; default 4)"},
+          {"tpot-slo-ms", "MS", kServe, "poisson: the p99 TPOT the highest rate reported must keep (default 50)"},
+          {"input-len", "L", kServe, "prompt tokens (default 64); prefix: each user message's"},
+          {"output-len", "L", kServe, "generated tokens, EOS ignored (default 16)"},
+          {"lengths", "fixed|lognormal", kServe, "lengths exactly L, or lognormal with mean L, sigma 0.5 (default fixed)"},
+          {"seed", "S", kServe, "the generator of prompts, lengths and arrivals (default 0)"},
+          {"turns", "T", kServe, "prefix: turns a conversation (default 4)"},
+          {"system-len", "S", kServe, "prefix: tokens of each shared system prompt (default 256)"},
+          {"system-prompts", "K", kServe, "prefix: distinct system prompts the conversations share (default 2)"},
+          {"peer-batch", "B", kServe, "serve --peer hf: requests a static padded batch (default 64)"},
+          {"peer-requests", "N", kServe, "serve --peer hf: run the first N requests only (default all)"},
           {"no-cuda-graphs", "", kCuda, "decode steps launched one by one, not replayed from CUDA graphs",
            &CudaTuning::graphs, false},
           {"no-flash-attention", "", kCuda, "prefill attention on the CUDA-core paged_attention kernel",
@@ -124,7 +185,8 @@ const CliCommand& benchCli() {
           {"profile-steps", "", "CUDA profiling",
            "print each kernel instance's GPU time per forward (steps one by one: not speed figures)",
            &CudaTuning::profile_steps, true},
-      })};
+      },
+              /*batching=*/true)};
   return command;
 }
 
@@ -156,6 +218,26 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   if (options.cuda_dtype != "bf16" && options.cuda_dtype != "f32")
     return makeError("--dtype '{}': expected bf16 or f32 (the CUDA activations)", options.cuda_dtype);
   return options;
+}
+
+Status batchingOptionsFrom(const CliArgs& args, EngineOptions& options) {
+  for (const CliFlag& flag : kBatchingFlags) {
+    auto value = args.getInt(flag.name, 0);
+    if (!value.ok()) return value.error();
+    if (!args.has(flag.name)) continue;
+    if (*value < 1 || *value > (int64_t(1) << 30))
+      return makeError("--{} {} is invalid: expected 1 to {}", flag.name, *value, int64_t(1) << 30);
+    if (flag.name == "max-sequences") options.max_sequences = int(*value);
+    else if (flag.name == "max-batch-tokens") options.max_batch_tokens = *value;
+    else options.kv_cache_tokens = *value;
+  }
+  return Status::success();
+}
+
+std::optional<std::string> batchingFlagGiven(const CliArgs& args) {
+  for (const CliFlag& flag : kBatchingFlags)
+    if (args.has(flag.name)) return std::string(flag.name);
+  return std::nullopt;
 }
 
 Result<std::vector<std::string>> compileFlagsFrom(const CliArgs& args) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/engine/engine.h"
 #include "runtime/support/error.h"
 #include "tools/kiln/cli_args.h"
@@ -13,10 +15,12 @@
 namespace kiln {
 
 int runCommand(int argc, char** argv);
+int generateCommand(int argc, char** argv);
 int benchCommand(int argc, char** argv);
 
 // The subcommands' flag tables (cli_flags.cc).
 const CliCommand& runCli();
+const CliCommand& generateCli();
 const CliCommand& benchCli();
 
 // Parses a subcommand's arguments from argv[first]; when they ask for
@@ -28,6 +32,12 @@ std::optional<int> parseCommandLine(int argc, char** argv, int first, const CliC
 // --gpu-memory-fraction, --model-source) and the CUDA A/B switches, which
 // are an error with --device cpu.
 Result<EngineOptions> engineOptionsFrom(const CliArgs& args);
+
+// The batching flags generate and bench serve take (--max-sequences,
+// --max-batch-tokens, --kv-cache-tokens), into `options` where given.
+Status batchingOptionsFrom(const CliArgs& args, EngineOptions& options);
+// The first batching flag given, for the commands that size their engine themselves.
+std::optional<std::string> batchingFlagGiven(const CliArgs& args);
 
 // The kiln-compile flags a model (not an artifact) is compiled with
 // (--quant-weights, --quant-group-size, --quant-kv), validated as
@@ -43,6 +53,16 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
 // kiln bench ppl MODEL --text FILE (perplexity.cc), after the bench
 // arguments are parsed.
 int perplexityCommand(const CliArgs& args);
+
+// kiln bench serve MODEL (serve_bench.cc), after the bench arguments are parsed.
+int serveBenchCommand(const CliArgs& args);
+
+// Runs a peer script (share/kiln/scripts/NAME beside the binary) with
+// `input` written as JSON to a temporary file passed after `input_flag`,
+// then `args`; returns the JSON object it prints on stdout, which must hold
+// `required`. `needs` says what the peer needs when it fails (bench_command.cc).
+Result<nlohmann::json> runPeerScript(const char* name, const char* input_flag, const nlohmann::json& input,
+                                     const std::string& args, const char* required, const char* needs);
 
 // Prints "kiln: error: MESSAGE" on stderr and returns exit status 1.
 int fail(const std::string& message);

@@ -1,4 +1,4 @@
-// kiln: run, benchmark and (later) serve compiled models.
+// kiln: run, batch-generate, benchmark and (later) serve compiled models.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -32,8 +32,10 @@ std::optional<int> parseCommandLine(int argc, char** argv, int first, const CliC
 int main(int argc, char** argv) {
   const char* usage =
       "usage: kiln <command> [options]\n"
-      "  run MODEL [PROMPT]              generate text\n"
-      "  bench decode|prefill|ppl MODEL  measure decode or prefill speed beside a peer, or perplexity\n"
+      "  run MODEL [PROMPT]                    generate text\n"
+      "  generate MODEL --input FILE           offline batch: JSON-lines requests in, answers out\n"
+      "  bench decode|prefill|ppl|serve MODEL  measure decode, prefill or serving speed beside a peer, or\n"
+      "                                        perplexity\n"
       "`kiln <command> --help` lists a command's options.\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
@@ -42,13 +44,14 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   if (command == "--help" || command == "-h") {
     std::fputs(usage, stdout);
-    for (const kiln::CliCommand* sub : {&kiln::runCli(), &kiln::benchCli()}) {
+    for (const kiln::CliCommand* sub : {&kiln::runCli(), &kiln::generateCli(), &kiln::benchCli()}) {
       std::fputc('\n', stdout);
       sub->printHelp(stdout);
     }
     return 0;
   }
   if (command == "run") return kiln::runCommand(argc, argv);
+  if (command == "generate") return kiln::generateCommand(argc, argv);
   if (command == "bench") return kiln::benchCommand(argc, argv);
-  return kiln::fail("unknown command '" + command + "'; expected run or bench (`kiln --help` lists them)");
+  return kiln::fail("unknown command '" + command + "'; expected run, generate or bench (`kiln --help` lists them)");
 }

@@ -1,0 +1,48 @@
+// One generation request as a JSON object: a line of `kiln generate`'s
+// input, and the body an OpenAI-style server will take. Read in one place
+// into a GenerationRequest; every error names the field and what was
+// expected, and a field this reader does not know is an error naming it.
+//
+//   {"id": "q7", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32,
+//    "temperature": 0.7, "stop": ["\n\n"], "n": 2}
+//
+// Fields (JSON names, the OpenAI / vLLM spellings):
+//   prompt              a string (used as is, no template), or a list of token ids
+//   messages            [{"role": "system"|"user"|"assistant", "content": string}, ...],
+//                       rendered with the model's chat template
+//                       exactly one of prompt and messages is required
+//   id                  a string or an integer, echoed in the answer
+//   max_tokens, top_k, seed, n, priority             integers
+//   temperature, top_p, min_p, presence_penalty,
+//   frequency_penalty, repetition_penalty            numbers
+//   stop                a string or a list of strings
+//   stop_token_ids      a list of token ids
+//   ignore_eos          a boolean
+// Absent fields keep SamplingParams' defaults (greedy, 256 tokens, n 1) and
+// priority 0; ranges are SamplingParams::validate()'s.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/engine/engine.h"
+#include "runtime/support/error.h"
+
+namespace kiln {
+
+struct JsonRequest {
+  nlohmann::json id;  // the "id" as given (a string or an integer); null when absent
+  GenerationRequest request;
+};
+
+// A parsed JSON object -> the request.
+Result<JsonRequest> requestFromJson(const nlohmann::json& body);
+// JSON text (one line of a JSONL file) -> the request; text that is not JSON
+// is an error giving the column and what the parser expected there.
+Result<JsonRequest> requestFromJsonText(std::string_view text);
+// The field names the reader accepts, in the order errors list them.
+std::span<const std::string_view> requestJsonFields();
+
+}  // namespace kiln
