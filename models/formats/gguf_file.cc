@@ -427,7 +427,9 @@ Status GgufParser::parse() {
         "{}: kv_count {} is impossible: {} bytes left in the file hold at most {} metadata entries",
         f_.path_, *kv_count, left(), left() / kMinKvBytes);
 
+  f_.metadata_begin_ = pos_;
   KILN_RETURN_IF_ERROR(readMetadata(*kv_count));
+  f_.metadata_end_ = pos_;
   KILN_RETURN_IF_ERROR(readAlignment());
   KILN_RETURN_IF_ERROR(readTensorInfos(*tensor_count));
   // pos_ <= file size and alignment <= 2^30, so this cannot overflow.

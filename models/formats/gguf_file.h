@@ -100,6 +100,12 @@ class GgufFile {
 
   // Metadata keys in file order.
   const std::vector<std::string>& metadataKeys() const { return keys_; }
+  // The metadata entries as the file holds them (metadataKeys().size() of
+  // them, key, type and value each), for a writer that copies them into
+  // another GGUF unchanged.
+  std::span<const uint8_t> metadataBytes() const {
+    return bytes_.subspan(metadata_begin_, metadata_end_ - metadata_begin_);
+  }
   // nullptr when the key is absent.
   const GgufValue* find(std::string_view key) const;
 
@@ -133,6 +139,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
+  uint64_t metadata_begin_ = 0, metadata_end_ = 0;  // byte range of the kv entries
   std::vector<std::string> keys_;
   std::map<std::string, GgufValue, std::less<>> values_;
   std::vector<TensorInfo> tensors_;

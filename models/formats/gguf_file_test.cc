@@ -128,6 +128,21 @@ TEST(GgufFileTest, RoundTripsEveryValueTypeAndTensor) {
   EXPECT_EQ(f->findTensor("nope"), nullptr);
 }
 
+TEST(GgufFileTest, MetadataBytesAreTheEntriesAsWritten) {
+  GgufWriter w;
+  w.addString("general.architecture", "llama").addUInt32("llama.block_count", 3);
+  const std::vector<uint8_t> with_tensor =
+      GgufWriter(w).addTensor("t", {2}, ElementType::F32, bytesOf({1, 2})).serialize();
+  const std::vector<uint8_t> bare = w.serialize();
+  auto f = GgufFile::openBuffer(with_tensor, "t.gguf");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  // A file without tensors is the header, then the entries (then padding).
+  std::span<const uint8_t> entries = f->metadataBytes();
+  ASSERT_GE(bare.size(), kHeaderBytes + entries.size());
+  EXPECT_TRUE(std::equal(entries.begin(), entries.end(), bare.begin() + kHeaderBytes));
+  EXPECT_EQ(entries.size(), (8 + 20 + 4 + 8 + 5) + (8 + 17 + 4 + 4));
+}
+
 TEST(GgufFileTest, VersionTwoAndCustomAlignment) {
   GgufWriter w;
   w.setVersion(2).setAlignment(64);

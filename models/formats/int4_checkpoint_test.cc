@@ -96,6 +96,38 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Packing a layer unpacked from GPTQModel's own checkpoint gives back its
+// bytes: qweight, scales and g_idx as they are, qzeros without v1's minus one.
+TEST(Int4Pack, GptqTensorsRoundTripThroughThePackagesLayout) {
+  for (const char* variant : {"gptq", "gptq-actorder"}) {
+    SCOPED_TRACE(variant);
+    auto ckpt = SafetensorsCheckpoint::open(fixture(variant), OpenMode::kWithData);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.error().message;
+    const std::string prefix = "model.layers.0.mlp.down_proj";
+    auto bytes = [&](const char* suffix) {
+      auto data = ckpt->tensorData(*ckpt->findTensor(prefix + suffix));
+      EXPECT_TRUE(data.ok());
+      return std::vector<uint8_t>(data->begin(), data->end());
+    };
+    const std::vector<uint8_t> qweight = bytes(".qweight"), qzeros = bytes(".qzeros"),
+                               scales = bytes(".scales"), g_idx = bytes(".g_idx");
+    const int64_t in = int64_t(g_idx.size() / 4), out = int64_t(scales.size() / 2) / (in / 32);
+    PackedInt4Tensors packed{prefix, qweight, qzeros, scales, g_idx};
+    auto layer = unpackGptq(packed, in, out, in / 32, /*zeros_minus_one=*/true);
+    ASSERT_TRUE(layer.ok()) << layer.error().message;
+    const GptqTensors again = packGptq(*layer);
+    EXPECT_EQ(again.qweight, qweight);
+    EXPECT_EQ(again.scales, scales);
+    EXPECT_EQ(again.g_idx, g_idx);
+    PackedInt4Tensors v2{prefix, again.qweight, again.qzeros, again.scales, again.g_idx};
+    auto back = unpackGptq(v2, in, out, in / 32, /*zeros_minus_one=*/false);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->codes, layer->codes);
+    EXPECT_EQ(back->zeros, layer->zeros);
+    EXPECT_EQ(back->group_of_column, layer->group_of_column);
+  }
+}
+
 // A copy of a fixture whose config.json has `from` replaced by `to`.
 std::string openWithConfigEdit(const std::string& variant, const std::string& from,
                                const std::string& to, testing::TempDir& dir) {

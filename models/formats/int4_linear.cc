@@ -102,6 +102,35 @@ Result<Int4Linear> unpackAwq(const PackedInt4Tensors& packed, int64_t in_feature
   return layer;
 }
 
+GptqTensors packGptq(const Int4Linear& layer) {
+  const int64_t in = layer.in_features, out = layer.out_features;
+  GptqTensors t;
+  auto put = [](std::vector<uint8_t>& bytes, int64_t index, uint32_t word) {
+    std::memcpy(bytes.data() + index * 4, &word, 4);
+  };
+  t.qweight.resize(size_t(in / 8 * out) * 4);
+  for (int64_t r = 0; r < in / 8; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      uint32_t w = 0;
+      for (int j = 0; j < 8; ++j)
+        w |= uint32_t(layer.codes[size_t(o * in + 8 * r + j)] & 0xF) << (4 * j);
+      put(t.qweight, r * out + o, w);
+    }
+  t.qzeros.resize(size_t(layer.groups * out / 8) * 4);
+  for (int64_t g = 0; g < layer.groups; ++g)
+    for (int64_t c = 0; c < out / 8; ++c) {
+      uint32_t w = 0;
+      for (int j = 0; j < 8; ++j)
+        w |= uint32_t(layer.zeros[size_t(g * out + 8 * c + j)] & 0xF) << (4 * j);
+      put(t.qzeros, g * (out / 8) + c, w);
+    }
+  t.scales.resize(layer.scales.size() * 2);
+  std::memcpy(t.scales.data(), layer.scales.data(), t.scales.size());
+  t.g_idx.resize(size_t(in) * 4);
+  for (int64_t i = 0; i < in; ++i) put(t.g_idx, i, uint32_t(layer.group_of_column[size_t(i)]));
+  return t;
+}
+
 std::vector<float> dequantizeInt4(const Int4Linear& layer) {
   std::vector<float> out(size_t(layer.out_features * layer.in_features));
   for (int64_t o = 0; o < layer.out_features; ++o)

@@ -66,6 +66,15 @@ Result<Int4Linear> unpackGptq(const PackedInt4Tensors& packed, int64_t in_featur
 Result<Int4Linear> unpackAwq(const PackedInt4Tensors& packed, int64_t in_features,
                              int64_t out_features, int64_t group_size);
 
+// The GPTQ tensors of a layer (the inverse of unpackGptq): qweight [in/8,
+// out] and qzeros [groups, out/8] int32, scales [groups, out] f16, g_idx
+// [in] int32, little-endian bytes. Zeros are written as they are
+// (checkpoint_format "gptq_v2"). in and out must be multiples of 8.
+struct GptqTensors {
+  std::vector<uint8_t> qweight, qzeros, scales, g_idx;
+};
+GptqTensors packGptq(const Int4Linear& layer);
+
 // The whole weight as f32 [out, in], exactly (see Int4Linear::value).
 std::vector<float> dequantizeInt4(const Int4Linear& layer);
 

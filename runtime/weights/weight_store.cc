@@ -319,6 +319,22 @@ void WeightStore::materializeConcats() {
   for (BoundWeight& bw : weights_) join(bw);
 }
 
+Result<std::span<uint8_t>> WeightStore::writableData(int64_t id) {
+  auto it = std::lower_bound(weights_.begin(), weights_.end(), id,
+                             [](const BoundWeight& w, int64_t v) { return w.id < v; });
+  if (it == weights_.end() || it->id != id) return makeError("weight {} is not in the store", id);
+  BoundWeight& bw = *it;
+  join(bw);
+  if (!writable_.count(id)) {
+    auto buffer = std::make_unique<uint8_t[]>(bw.size_bytes);
+    std::memcpy(buffer.get(), bw.data, bw.size_bytes);
+    bw.data = buffer.get();
+    owned_.push_back(std::move(buffer));
+    writable_.insert(id);
+  }
+  return std::span<uint8_t>(const_cast<uint8_t*>(bw.data), bw.size_bytes);
+}
+
 void WeightStore::join(BoundWeight& bw) {
   if (bw.data || bw.parts.empty()) return;
   auto buffer = std::make_unique<uint8_t[]>(bw.size_bytes);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -78,6 +79,12 @@ class WeightStore {
   // Joins deferred concat_rows weights in host memory (the CPU executor
   // reads `data`); a no-op when nothing was deferred.
   void materializeConcats();
+  // Weight `id`'s bytes made writable: copied once into memory the store
+  // owns (the model's own bytes are a read-only mapping), `data` pointing
+  // there from then on. Calibration (models/quantize) rewrites a layer's
+  // float weights with their quantized values while the model runs, so the
+  // layers after it see what the quantized model will compute.
+  Result<std::span<uint8_t>> writableData(int64_t id);
 
  private:
   WeightStore() = default;
@@ -88,6 +95,7 @@ class WeightStore {
   // Bytes made at load (prepared or converted weights); never resized after
   // binding, so BoundWeight::data stays valid.
   std::vector<std::unique_ptr<uint8_t[]>> owned_;
+  std::set<int64_t> writable_;  // ids whose data writableData copied
 };
 
 }  // namespace kiln

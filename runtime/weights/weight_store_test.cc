@@ -182,6 +182,25 @@ TEST_F(WeightStoreTest, DeferredConcatKeepsThePartsUntilMaterialized) {
   EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
 }
 
+TEST_F(WeightStoreTest, WritableDataIsACopyTheStoreKeeps) {
+  auto store = open(manifest());
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const uint8_t* mapped = store->find(3)->data;
+  auto bytes = store->writableData(3);
+  ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+  ASSERT_EQ(bytes->size(), c_.size() * 4);
+  EXPECT_NE(bytes->data(), mapped) << "the model's mapping is read-only";
+  EXPECT_EQ(store->find(3)->data, bytes->data());
+  float seven = 7.0f;
+  std::memcpy(bytes->data(), &seven, 4);
+  EXPECT_EQ(reinterpret_cast<const float*>(store->find(3)->data)[0], 7.0f);
+  EXPECT_EQ(reinterpret_cast<const float*>(mapped)[0], c_[0]);
+  auto again = store->writableData(3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), bytes->data()) << "copied once";
+  EXPECT_FALSE(store->writableData(99).ok());
+}
+
 TEST_F(WeightStoreTest, OneDimensionalBf16BecomesF32) {
   auto store = open(manifest());
   ASSERT_TRUE(store.ok()) << store.error().message;
