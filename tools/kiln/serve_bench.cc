@@ -31,6 +31,16 @@
 // tokens over the run). Before the measured runs a warm-up of
 // min(requests, --max-sequences) short requests runs the shapes once.
 // The table is printed last on stdout; --json writes the same figures.
+//
+// The defaults are sized for SmolLM2-135M on a CPU (16 requests, 64 in / 16
+// out). The H200 runs (shared/BENCHMARKS.md "Workloads") set sizes
+// through flags:
+//   kiln bench serve DIR --device cuda --requests 1000 --input-len 1000 --output-len 1000
+//       --max-sequences 256 --max-batch-tokens 8192 --peer hf --peer-requests 256
+//   kiln bench serve DIR --device cuda --workload poisson --rate sweep --lengths lognormal
+//       --requests 1000 --input-len 1000 --output-len 250 --max-sequences 256 --max-batch-tokens 8192
+//   kiln bench serve DIR --device cuda --workload prefix --requests 1024 --turns 4
+//       --system-prompts 4 --system-len 2048 --input-len 256 --output-len 256 --max-sequences 256
 #include <algorithm>
 #include <chrono>
 #include <cmath>
