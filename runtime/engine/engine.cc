@@ -175,6 +175,13 @@ struct Engine::Impl {
   std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
   std::vector<float> fork_row;
 
+  void startScheduler() {
+    SchedulerOptions scheduling;
+    scheduling.max_sequences = options.max_sequences;
+    scheduling.max_batch_tokens = executor->maxTokens();
+    scheduling.prefix_cache = options.prefix_cache;
+    scheduler.emplace(executor->blockPool(), scheduling);
+  }
   void finish(Sequence& seq, FinishReason reason, std::string error = {});
   void emitToken(Sequence& seq, int32_t token);
   // Starts a parallel-sampling request's other completions from `parent`,
@@ -516,12 +523,25 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   if (!executor.ok()) return executor.error();
   impl->executor = executor.take();
   impl->vocab = impl->executor->vocabSize();
-  SchedulerOptions scheduling;
-  scheduling.max_sequences = options.max_sequences;
-  scheduling.max_batch_tokens = impl->executor->maxTokens();
-  scheduling.prefix_cache = options.prefix_cache;
-  impl->scheduler.emplace(impl->executor->blockPool(), scheduling);
+  impl->startScheduler();
   progress.done();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<std::unique_ptr<Engine>> Engine::fromBackend(std::unique_ptr<Backend> backend, Tokenizer tokenizer,
+                                                    int64_t context_length, const EngineOptions& options) {
+  if (!backend) return makeError("fromBackend: no backend");
+  if (context_length <= 1) return makeError("fromBackend: context length {} is invalid: expected > 1", context_length);
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->context_length = context_length;
+  impl->executor = std::move(backend);
+  impl->vocab = impl->executor->vocabSize();
+  impl->page_size = impl->executor->blockPool().config().page_size;
+  impl->tokenizer.emplace(std::move(tokenizer));
+  if (impl->tokenizer->eos() >= 0) impl->eos_ids.push_back(impl->tokenizer->eos());
+  impl->chat_template_error = "the backend was given without a chat template";
+  impl->startScheduler();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -600,6 +620,7 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     seq->forks.push_back(fork.take());
   }
   seq->tokens = std::move(tokens);
+  seq->completions = params.n;
   const int64_t id = e.next_id;
   e.next_id += params.n;
   ++e.next_arrival;
@@ -609,8 +630,10 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
 
 void Engine::cancel(int64_t request_id) {
   Sequence* seq = impl_->scheduler->find(request_id);
-  if (!seq || seq->finished) return;
-  seq->cancelled = true;
+  if (!seq) return;
+  // The first completion's id stands for the whole request.
+  for (int c = 0; c < seq->completions; ++c)
+    if (Sequence* each = impl_->scheduler->find(request_id + c); each && !each->finished) each->cancelled = true;
   // Outside a step the blocks go back now; inside one (a token callback),
   // at the start of the next.
   if (!impl_->in_step) impl_->retire();

@@ -20,6 +20,7 @@
 
 namespace kiln {
 
+class Backend;
 class Tokenizer;
 struct Manifest;
 
@@ -117,6 +118,11 @@ class Engine {
   // the manifest names.
   static Result<std::unique_ptr<Engine>> open(const std::string& artifact_dir,
                                               const EngineOptions& options);
+  // Serves on a backend the caller built (an executor of its own, or a
+  // test's), with its tokenizer and context length; there is no manifest
+  // (manifest() is empty) and no chat template.
+  static Result<std::unique_ptr<Engine>> fromBackend(std::unique_ptr<Backend> backend, Tokenizer tokenizer,
+                                                     int64_t context_length, const EngineOptions& options);
   ~Engine();
 
   // Tokenizes and queues a request; bad sampling values, an over-long
@@ -125,7 +131,10 @@ class Engine {
   // the completions have the ids first, first + 1, ..., first + n - 1, each
   // with its own stats and callback calls.
   Result<int64_t> submit(GenerationRequest request, TokenCallback on_token);
-  // Ends a request at the next step; its KV blocks return to the pool.
+  // Ends a request: its KV blocks return to the pool at once (at the next
+  // step when called from a token callback). The id of a request's first
+  // completion cancels all its completions; another id only that one.
+  // Cancelling a request that has ended does nothing.
   void cancel(int64_t request_id);
   // Runs one scheduler iteration (one forward call) if there is work.
   Status step();

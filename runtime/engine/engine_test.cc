@@ -102,6 +102,87 @@ TEST_F(EngineTest, SmallTokenBudgetChunksPrefillWithoutChangingTokens) {
   EXPECT_EQ(parts[chunked_ids[0]], whole[ids[0]]);
 }
 
+// n completions share the prompt's blocks (one prefill, copy on write
+// where they diverge) and each equals a request of its own with its seed.
+TEST_F(EngineTest, ParallelSamplesEqualSoloRequestsWithTheirSeeds) {
+  OPEN_OR_SKIP(engine);
+  GenerationRequest sampled = greedy("Once upon a time, in a small village,", 10);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.seed = 7;
+  std::vector<std::vector<int32_t>> solo;
+  for (int c = 0; c < 3; ++c) {
+    GenerationRequest one = sampled;
+    one.sampling.seed = 7 + uint64_t(c);
+    std::vector<int64_t> ids;
+    solo.push_back(runAll(*engine, {one}, &ids)[ids[0]]);
+  }
+  EXPECT_FALSE(solo[0] == solo[1] && solo[1] == solo[2]) << "the seeds gave one sequence: the test shows nothing";
+  sampled.sampling.n = 3;
+  std::vector<int64_t> ids;
+  auto together = runAll(*engine, {sampled}, &ids);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(together[ids[0] + c], solo[size_t(c)]) << "completion " << c;
+    EXPECT_EQ(engine->stats(ids[0] + c)->finish, FinishReason::kLength);
+  }
+}
+
+// A pool too small for the batch: sequences are preempted and recomputed,
+// and every output is still its solo output.
+TEST_F(EngineTest, PreemptionLeavesEveryOutputUnchanged) {
+  const std::vector<std::string> prompts = {"The three primary colors are", "def fibonacci(n):",
+                                            "Once upon a time", "The capital of France is"};
+  OPEN_OR_SKIP(roomy);
+  std::vector<std::vector<int32_t>> solo;
+  for (const std::string& p : prompts) {
+    std::vector<int64_t> ids;
+    solo.push_back(runAll(*roomy, {greedy(p, 30)}, &ids)[ids[0]]);
+  }
+  EngineOptions tight;
+  tight.kv_cache_tokens = 96;  // 6 blocks of 16; each request needs 3 alone
+  OPEN_OR_SKIP(engine, tight);
+  std::vector<GenerationRequest> all;
+  for (const std::string& p : prompts) all.push_back(greedy(p, 30));
+  std::vector<int64_t> ids;
+  auto out = runAll(*engine, all, &ids);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(engine->stats(ids[i])->finish, FinishReason::kLength) << engine->stats(ids[i])->error;
+    EXPECT_EQ(out[ids[i]], solo[i]) << "request " << i;
+  }
+  const EngineMetrics m = engine->metrics();
+  EXPECT_GT(m.preemptions, 0);
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
+}
+
+// The second of two requests with the same long prompt skips the prefill
+// of its cached blocks and gives the same tokens; with the cache off nothing
+// is reused.
+TEST_F(EngineTest, PrefixCacheSkipsCachedPrefillAndKeepsTokens) {
+  const std::string prompt =
+      "The quick brown fox jumps over the lazy dog while the compiler lowers every attention block into one "
+      "fused kernel, and the runtime pages the cache so that many requests share one pool of blocks on the "
+      "card.";
+  for (bool cache : {true, false}) {
+    EngineOptions options;
+    options.prefix_cache = cache;
+    OPEN_OR_SKIP(engine, options);
+    std::vector<int64_t> ids;
+    auto first = runAll(*engine, {greedy(prompt, 8)}, &ids);
+    auto second = runAll(*engine, {greedy(prompt, 8)}, &ids);
+    EXPECT_EQ(second[ids[1]], first[ids[0]]);
+    const int64_t prompt_tokens = engine->stats(ids[1])->prompt_tokens;
+    ASSERT_GT(prompt_tokens, 32);
+    const int64_t cached = engine->stats(ids[1])->cached_prompt_tokens;
+    if (cache) {
+      EXPECT_EQ(cached, (prompt_tokens - 1) / 16 * 16);
+      EXPECT_GT(engine->metrics().prefixHitRate(), 0.0);
+    } else {
+      EXPECT_EQ(cached, 0);
+      EXPECT_EQ(engine->metrics().kv_blocks_cached, 0);
+    }
+  }
+}
+
 TEST_F(EngineTest, CancelStopsOneRequestOnly) {
   OPEN_OR_SKIP(engine);
   std::vector<int64_t> solo_ids;

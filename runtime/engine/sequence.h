@@ -38,6 +38,7 @@ struct Sequence {
   // Completions 2..n of a parallel-sampling request: they fork this
   // sequence's table when its prompt is done, sampling from the same logits.
   std::vector<std::unique_ptr<Sequence>> forks;
+  int completions = 1;           // n of the request whose first completion this is
 
   std::optional<sampling::Sampler> sampler;
   std::optional<StreamingDetokenizer> detokenizer;

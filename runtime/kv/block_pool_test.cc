@@ -166,6 +166,87 @@ TEST(BlockTableTest, ExhaustionLeavesTheTableAsItWas) {
   EXPECT_EQ(t.numTokens(), 8);
 }
 
+// Forked tables share every block; the first append into the shared
+// partial block copies it, the full ones stay shared.
+TEST(BlockTableTest, ForkCopiesTheSharedPartialBlockOnWrite) {
+  auto pool = BlockPool::create(smallConfig(8));
+  ASSERT_TRUE(pool.ok());
+  BlockTable parent(4);
+  ASSERT_TRUE(parent.append(*pool, 6).ok());  // a full block and half of one
+  BlockTable child = parent.fork(*pool);
+  EXPECT_EQ(pool->refCount(parent.blocks()[1]), 2);
+  EXPECT_EQ(child.blocksNeeded(*pool, 1), 1);  // the copy
+  EXPECT_FALSE(child.append(*pool, 1).ok());  // no place to record the copy: refused
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(child.append(*pool, 1, &copies).ok());
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].from, parent.blocks()[1]);
+  EXPECT_EQ(copies[0].to, child.blocks()[1]);
+  EXPECT_EQ(child.blocks()[0], parent.blocks()[0]);
+  EXPECT_EQ(pool->refCount(parent.blocks()[0]), 2);
+  EXPECT_EQ(pool->refCount(parent.blocks()[1]), 1);
+  // The parent is alone on its partial block now: no copy.
+  copies.clear();
+  ASSERT_TRUE(parent.append(*pool, 1, &copies).ok());
+  EXPECT_TRUE(copies.empty());
+  parent.release(*pool);
+  child.release(*pool);
+  EXPECT_EQ(pool->numFree(), 8);
+}
+
+TEST(BlockPoolTest, CopyBlocksCopiesEveryLayersValuesAndScales) {
+  KvPoolConfig config = smallConfig(4);
+  config.element = KvElement::kInt8;
+  auto pool = BlockPool::create(config);
+  ASSERT_TRUE(pool.ok());
+  const int64_t block_bytes = config.poolBytes() / config.num_blocks;
+  const int64_t block_scales = config.scaleElems() / config.num_blocks;
+  for (int layer = 0; layer < config.layers; ++layer) {
+    auto* k = static_cast<uint8_t*>(pool->keys(layer));
+    auto* v = static_cast<uint8_t*>(pool->values(layer));
+    for (int64_t i = 0; i < block_bytes; ++i) {
+      k[block_bytes + i] = uint8_t(1 + i + layer);
+      v[block_bytes + i] = uint8_t(7 + i + layer);
+    }
+    for (int64_t i = 0; i < block_scales; ++i) pool->valueScales(layer)[block_scales + i] = 0.5f + float(i + layer);
+  }
+  const BlockCopy copy{1, 3};
+  ASSERT_TRUE(pool->copyBlocks({&copy, 1}).ok());
+  for (int layer = 0; layer < config.layers; ++layer) {
+    auto* k = static_cast<uint8_t*>(pool->keys(layer));
+    auto* v = static_cast<uint8_t*>(pool->values(layer));
+    for (int64_t i = 0; i < block_bytes; ++i) {
+      ASSERT_EQ(k[3 * block_bytes + i], uint8_t(1 + i + layer));
+      ASSERT_EQ(v[3 * block_bytes + i], uint8_t(7 + i + layer));
+    }
+    for (int64_t i = 0; i < block_scales; ++i)
+      ASSERT_EQ(pool->valueScales(layer)[3 * block_scales + i], 0.5f + float(i + layer));
+  }
+  const BlockCopy bad{1, 4};
+  EXPECT_EQ(pool->copyBlocks({&bad, 1}).error().message, "kv pool: copy of block 1 to 4 is out of range [0, 4)");
+}
+
+TEST(BlockPoolTest, CachedOnlyBlocksAreCountedExactly) {
+  auto pool = BlockPool::create(smallConfig(4), KvStorage::kElsewhere);
+  ASSERT_TRUE(pool.ok());
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(pool->allocate(2, blocks).ok());
+  ASSERT_TRUE(pool->retain(blocks[0]).ok());  // the cache's reference
+  ASSERT_TRUE(pool->setCached(blocks[0], true).ok());
+  EXPECT_EQ(pool->numCachedOnly(), 0);  // the sequence still holds it
+  ASSERT_TRUE(pool->release(blocks[0]).ok());
+  EXPECT_EQ(pool->numCachedOnly(), 1);
+  EXPECT_EQ(pool->numUsed(), 1);
+  ASSERT_TRUE(pool->retain(blocks[0]).ok());  // a hit
+  EXPECT_EQ(pool->numCachedOnly(), 0);
+  ASSERT_TRUE(pool->release(blocks[0]).ok());
+  ASSERT_TRUE(pool->release(blocks[0]).ok());  // evicted
+  EXPECT_EQ(pool->numCachedOnly(), 0);
+  EXPECT_FALSE(pool->isCached(blocks[0]));
+  EXPECT_EQ(pool->numFree(), 3);
+  EXPECT_FALSE(pool->setCached(blocks[0], true).ok());  // free blocks cannot be cached
+}
+
 TEST(BlockTableTest, PageSizeMismatchIsAnError) {
   auto pool = BlockPool::create(smallConfig());
   ASSERT_TRUE(pool.ok());
