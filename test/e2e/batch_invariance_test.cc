@@ -73,7 +73,7 @@ TEST(BatchInvarianceTest, GreedyTokensAloneEqualTokensAmongOthers) {
   ASSERT_EQ(int(alone.size()), gen);
 
   // The others first (they start their prefills in the probe's forward
-  // calls), with lengths from 1 to a few hundred tokens.
+  // calls), with lengths from 1 to 100 tokens.
   for (int i = 0; i < others; ++i)
     ASSERT_TRUE(engine.submit(request(randomPrompt(1 + int(rng() % 100))), {}).ok());
   ASSERT_TRUE(engine.submit(request(probe), collect(among)).ok());
