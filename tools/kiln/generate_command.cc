@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <iterator>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
