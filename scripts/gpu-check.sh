@@ -75,6 +75,16 @@
 #   quant    decode speed of the int8 and int4 artifacts beside bf16 (and the HF peers) on
 #            the bench model's random checkpoint, batches KILN_QUANT_BATCHES
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
+#   serve    the scheduler on the bench model's random checkpoint (bf16): batch
+#            invariance (a probe alone and among 63 others; n greedy completions
+#            over copied-on-write blocks agree), then each `kiln bench serve` run of
+#            KILN_SERVE_RUNS (default "offline offline-nocache poisson prefix"):
+#            offline 1000 requests 1000 in / 1000 out (KILN_SERVE_REQUESTS), with
+#            and without the prefix cache (its cost at a 0% hit rate); poisson:
+#            a rate sweep, lognormal ~1000 in / 250 out (KILN_SERVE_POISSON_REQUESTS,
+#            default 400); prefix: multi-turn conversations over shared system
+#            prompts, cache on and off; KILN_SERVE_PEER (default none) adds the
+#            HF static-batch peer to offline on KILN_SERVE_PEER_REQUESTS requests
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
@@ -140,8 +150,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -415,6 +425,50 @@ if [[ " $PARTS " == *" quant "* ]]; then
       record "$name" "$rc"
       [[ $rc == 0 ]] || tail -5 "$OUT/bench_$name.err"
     done
+  done
+fi
+
+write_report
+if [[ " $PARTS " == *" serve "* ]]; then
+  model="${KILN_BENCH_MODEL:-llama3-8b}"
+  ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
+  art="$BUILD/artifacts/$model-bf16"
+  header="$ROOT/test/models/$model"
+  [[ -f "$header/model.safetensors" ]] && header="$header/model.safetensors"
+  if [[ ! -f "$ckpt/tokenizer.json" ]]; then
+    echo "== checkpoint $ckpt (no reference)"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$header" --out "$ckpt" 2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+    record "checkpoint_$model" "${PIPESTATUS[0]}"
+  fi
+  if [[ -z "${KILN_SERVE_SKIP_INVARIANCE:-}" ]]; then
+    echo "== batch invariance and parallel sampling on the GPU ($model bf16)"
+    KILN_INVARIANCE_ARTIFACT="$art" KILN_INVARIANCE_MODEL_SOURCE="$ckpt" KILN_INVARIANCE_DEVICE=cuda \
+      KILN_INVARIANCE_TOKENS="${KILN_INVARIANCE_TOKENS:-64}" timeout 300 "$BUILD/bin/kiln_batch_invariance_test" \
+      >"$OUT/batch_invariance_test.log" 2>&1
+    rc=$?
+    grep -E "batch invariance|OK|FAILED" "$OUT/batch_invariance_test.log" | tee "$OUT/bench_serve_invariance.txt"
+    record batch_invariance "$rc"
+  fi
+  requests="${KILN_SERVE_REQUESTS:-1000}"
+  for run in ${KILN_SERVE_RUNS:-offline offline-nocache poisson prefix}; do
+    common=(--max-sequences 256 --max-batch-tokens 8192)
+    case $run in
+      offline) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --peer "${KILN_SERVE_PEER:-none}"
+                      --peer-requests "${KILN_SERVE_PEER_REQUESTS:-64}" --peer-batch 64); limit=480 ;;
+      offline-nocache) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --no-prefix-cache); limit=480 ;;
+      poisson) flags=(--workload poisson --rate "${KILN_SERVE_RATES:-sweep}" --lengths lognormal
+                      --requests "${KILN_SERVE_POISSON_REQUESTS:-400}" --input-len 1000 --output-len 250); limit=540 ;;
+      prefix) flags=(--workload prefix --requests "${KILN_SERVE_PREFIX_REQUESTS:-512}" --turns 4 --system-prompts 4
+                     --system-len 2048 --input-len 256 --output-len 256); limit=540 ;;
+      *) fail "serve_$run" "unknown serve run (KILN_SERVE_RUNS)"; continue ;;
+    esac
+    echo "== kiln bench serve $model $run"
+    timeout "$limit" "$BUILD/bin/kiln" bench serve "$art" --model-source "$ckpt" --device cuda "${common[@]}" \
+      "${flags[@]}" --json "$OUT/bench_serve_$run.json" 2>"$OUT/bench_serve_$run.err" | tee "$OUT/bench_serve_$run.txt"
+    rc=${PIPESTATUS[0]}
+    record "serve_$run" "$rc"
+    [[ $rc == 0 ]] || tail -5 "$OUT/bench_serve_$run.err" | tee -a "$OUT/bench_serve_$run.txt"
   done
 fi
 

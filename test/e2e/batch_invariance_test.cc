@@ -11,6 +11,8 @@
 //   KILN_INVARIANCE_OTHERS        requests beside the probe (default 63)
 //   KILN_INVARIANCE_TOKENS        generated tokens per request (default 16)
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,21 +30,28 @@ std::string env(const char* name, const std::string& fallback = {}) {
   return value && *value ? value : fallback;
 }
 
-TEST(BatchInvarianceTest, GreedyTokensAloneEqualTokensAmongOthers) {
+std::unique_ptr<Engine> openEngine(int max_sequences, bool prefix_cache) {
   std::string artifact = env("KILN_INVARIANCE_ARTIFACT", env("KILN_SMOLLM2_ARTIFACT"));
-  ASSERT_FALSE(artifact.empty()) << "set KILN_SMOLLM2_ARTIFACT or KILN_INVARIANCE_ARTIFACT (ctest sets the first)";
-  const int others = std::atoi(env("KILN_INVARIANCE_OTHERS", "63").c_str());
-  const int gen = std::atoi(env("KILN_INVARIANCE_TOKENS", "16").c_str());
+  EXPECT_FALSE(artifact.empty()) << "set KILN_SMOLLM2_ARTIFACT or KILN_INVARIANCE_ARTIFACT (ctest sets the first)";
   EngineOptions options;
   options.progress = false;
   options.device = env("KILN_INVARIANCE_DEVICE", "cpu");
   options.model_source = env("KILN_INVARIANCE_MODEL_SOURCE");
-  options.max_sequences = others + 1;
-  options.kv_cache_tokens = (others + 1) * 512;
-  options.prefix_cache = false;  // the probe's prompt must be computed both times
+  options.max_sequences = max_sequences;
+  options.kv_cache_tokens = int64_t(max_sequences) * 512;
+  options.prefix_cache = prefix_cache;
   auto opened = Engine::open(artifact, options);
-  ASSERT_TRUE(opened.ok()) << opened.error().message;
-  Engine& engine = **opened;
+  EXPECT_TRUE(opened.ok()) << opened.error().message;
+  return opened.ok() ? opened.take() : nullptr;
+}
+
+TEST(BatchInvarianceTest, GreedyTokensAloneEqualTokensAmongOthers) {
+  const int others = std::atoi(env("KILN_INVARIANCE_OTHERS", "63").c_str());
+  const int gen = std::atoi(env("KILN_INVARIANCE_TOKENS", "16").c_str());
+  // Without the prefix cache: the probe's prompt is computed both times.
+  std::unique_ptr<Engine> opened = openEngine(others + 1, /*prefix_cache=*/false);
+  ASSERT_NE(opened, nullptr);
+  Engine& engine = *opened;
   std::fprintf(stderr, "batch invariance on %s: 1 probe + %d others, %d tokens each\n",
                engine.backendName().c_str(), others, gen);
 
@@ -85,6 +94,33 @@ TEST(BatchInvarianceTest, GreedyTokensAloneEqualTokensAmongOthers) {
   std::fprintf(stderr, "batch invariance: %zu of %d tokens equal before the first difference\n", first_difference,
                gen);
   EXPECT_EQ(among, alone);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Greedy completions of one request share its prompt's blocks and copy the
+// partly filled one on write: all n must agree token for token (a missed or
+// wrong copy would give a completion other keys and values).
+TEST(BatchInvarianceTest, ParallelGreedyCompletionsAgree) {
+  std::unique_ptr<Engine> engine = openEngine(8, /*prefix_cache=*/true);
+  ASSERT_NE(engine, nullptr);
+  GenerationRequest r;
+  for (int i = 0; i < 21; ++i) r.prompt_tokens.push_back(int32_t(1000 + 37 * i));  // 21: a partial block
+  r.sampling.max_tokens = std::atoi(env("KILN_INVARIANCE_TOKENS", "16").c_str());
+  r.sampling.ignore_eos = true;
+  r.sampling.n = 4;
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  auto id = engine->submit(r, [&](int64_t id, int32_t token, std::string_view) {
+    if (token >= 0) tokens[id].push_back(token);
+  });
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  ASSERT_TRUE(engine->runUntilIdle().ok());
+  ASSERT_EQ(int(tokens[*id].size()), r.sampling.max_tokens);
+  for (int c = 1; c < 4; ++c) EXPECT_EQ(tokens[*id + c], tokens[*id]) << "completion " << c;
 }
 
 }  // namespace

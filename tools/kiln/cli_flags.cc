@@ -48,6 +48,8 @@ constexpr CliFlag kBatchingFlags[] = {
     {"kv-cache-tokens", "N", kBatching,
      "the KV pool in tokens (default 8192; bench serve: what its longest requests need); on CUDA "
      "--gpu-memory-fraction sizes it instead"},
+    {"no-prefix-cache", "", kBatching,
+     "recompute every prompt, keeping no KV of earlier ones (bench serve's prefix workload runs both)"},
 };
 
 // A subcommand's table: the general flags, its own, the batching flags for
@@ -222,6 +224,10 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
 
 Status batchingOptionsFrom(const CliArgs& args, EngineOptions& options) {
   for (const CliFlag& flag : kBatchingFlags) {
+    if (!flag.takesValue()) {
+      if (flag.name == "no-prefix-cache" && args.has(flag.name)) options.prefix_cache = false;
+      continue;
+    }
     auto value = args.getInt(flag.name, 0);
     if (!value.ok()) return value.error();
     if (!args.has(flag.name)) continue;

@@ -537,8 +537,10 @@ int serveBenchCommand(const CliArgs& args) {
   auto compile_flags = compileFlagsFrom(args);
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
 
-  // prefix: the cache on, then off, each on its own engine.
-  std::vector<bool> cache_modes = c.workload == "prefix" ? std::vector<bool>{true, false} : std::vector<bool>{true};
+  // prefix: the cache on, then off, each on its own engine; the others as
+  // --no-prefix-cache says.
+  std::vector<bool> cache_modes =
+      c.workload == "prefix" ? std::vector<bool>{true, false} : std::vector<bool>{options->prefix_cache};
   std::vector<RunFigures> runs;
   std::optional<Manifest> manifest;
   std::string backend;
