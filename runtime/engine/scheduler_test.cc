@@ -333,5 +333,39 @@ TEST(SchedulerPropertyTest, CancellationReturnsBlocksAtOnce) {
   EXPECT_TRUE(h.engine->idle());
 }
 
+// A cancellation that races with completion (from the callback of the last
+// token, or after the end) changes nothing, and cancelling from a callback
+// mid-request ends it at the next step.
+TEST(SchedulerPropertyTest, CancellationRacingCompletionIsHarmless) {
+  Harness h(/*blocks=*/16, /*page=*/4, /*budget=*/64, /*max_sequences=*/4, 256, false);
+  GenerationRequest r;
+  r.prompt_tokens = {1, 2, 3};
+  r.sampling.max_tokens = 5;
+  std::vector<int32_t> last_tokens, mid_tokens;
+  int64_t last_id = 0, mid_id = 0;
+  auto last = h.engine->submit(r, [&](int64_t id, int32_t token, std::string_view) {
+    if (token < 0) return;
+    last_tokens.push_back(token);
+    if (last_tokens.size() == 5) h.engine->cancel(id);  // the request's final token
+  });
+  auto mid = h.engine->submit(r, [&](int64_t id, int32_t token, std::string_view) {
+    if (token < 0) return;
+    mid_tokens.push_back(token);
+    if (mid_tokens.size() == 2) h.engine->cancel(id);
+  });
+  ASSERT_TRUE(last.ok() && mid.ok());
+  last_id = *last;
+  mid_id = *mid;
+  ASSERT_TRUE(h.engine->runUntilIdle().ok());
+  EXPECT_EQ(h.engine->stats(last_id)->finish, FinishReason::kLength);
+  EXPECT_EQ(last_tokens, soloTokens(r.prompt_tokens, 5));
+  EXPECT_EQ(h.engine->stats(mid_id)->finish, FinishReason::kCancelled);
+  EXPECT_EQ(mid_tokens.size(), 2u);
+  h.engine->cancel(last_id);
+  h.engine->cancel(12345);  // never existed
+  EXPECT_EQ(h.engine->stats(last_id)->finish, FinishReason::kLength);
+  h.expectNoLeaks();
+}
+
 }  // namespace
 }  // namespace kiln
