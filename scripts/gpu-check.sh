@@ -454,8 +454,10 @@ if [[ " $PARTS " == *" serve "* ]]; then
   for run in ${KILN_SERVE_RUNS:-offline offline-nocache poisson prefix}; do
     common=(--max-sequences 256 --max-batch-tokens 8192)
     case $run in
-      offline) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --peer "${KILN_SERVE_PEER:-none}"
-                      --peer-requests "${KILN_SERVE_PEER_REQUESTS:-64}" --peer-batch 64); limit=480 ;;
+      offline) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --peer "${KILN_SERVE_PEER:-none}")
+               [[ "${KILN_SERVE_PEER:-none}" == hf ]] &&
+                 flags+=(--peer-requests "${KILN_SERVE_PEER_REQUESTS:-64}" --peer-batch 64)
+               limit=480 ;;
       offline-nocache) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --no-prefix-cache); limit=480 ;;
       poisson) flags=(--workload poisson --rate "${KILN_SERVE_RATES:-sweep}" --lengths lognormal
                       --requests "${KILN_SERVE_POISSON_REQUESTS:-400}" --input-len 1000 --output-len 250); limit=540 ;;
