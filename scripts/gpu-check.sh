@@ -458,11 +458,13 @@ if [[ " $PARTS " == *" serve "* ]]; then
                [[ "${KILN_SERVE_PEER:-none}" == hf ]] &&
                  flags+=(--peer-requests "${KILN_SERVE_PEER_REQUESTS:-64}" --peer-batch 64)
                limit=480 ;;
-      offline-nocache) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --no-prefix-cache); limit=480 ;;
+      offline-nocache) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --no-prefix-cache --peer none)
+                       limit=480 ;;
       poisson) flags=(--workload poisson --rate "${KILN_SERVE_RATES:-sweep}" --lengths lognormal
-                      --requests "${KILN_SERVE_POISSON_REQUESTS:-400}" --input-len 1000 --output-len 250); limit=540 ;;
+                      --requests "${KILN_SERVE_POISSON_REQUESTS:-400}" --input-len 1000 --output-len 250 --peer none)
+               limit=540 ;;
       prefix) flags=(--workload prefix --requests "${KILN_SERVE_PREFIX_REQUESTS:-512}" --turns 4 --system-prompts 4
-                     --system-len 2048 --input-len 256 --output-len 256); limit=540 ;;
+                     --system-len 2048 --input-len 256 --output-len 256 --peer none); limit=540 ;;
       *) fail "serve_$run" "unknown serve run (KILN_SERVE_RUNS)"; continue ;;
     esac
     echo "== kiln bench serve $model $run"

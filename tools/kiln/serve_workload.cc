@@ -12,6 +12,11 @@ uint64_t ServeRng::next() {
   return z ^ (z >> 31);
 }
 
+ServeRng ServeRng::fork(uint64_t index) const {
+  ServeRng mixer(state_ ^ ServeRng(index).next());
+  return ServeRng(mixer.next());
+}
+
 double ServeRng::uniform() {
   // 53 random bits, shifted off 0 so log() stays finite.
   return (double(next() >> 11) + 0.5) * 0x1.0p-53;

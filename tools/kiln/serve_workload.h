@@ -29,8 +29,11 @@ class ServeRng {
   uint64_t next();
   double uniform();  // in (0, 1)
   double normal();   // N(0, 1), Box-Muller
-  // An independent stream for part `index` of the workload.
-  ServeRng fork(uint64_t index) const { return ServeRng(state_ ^ (0x9e3779b97f4a7c15ull * (index + 1))); }
+  // An independent stream for part `index` of the workload. The start is
+  // mixed, not stepped: SplitMix64 streams started a multiple of its step
+  // apart are the same stream shifted (fork(1000) would replay fork(0)
+  // from its 1000th draw).
+  ServeRng fork(uint64_t index) const;
 
  private:
   uint64_t state_;

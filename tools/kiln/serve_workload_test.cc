@@ -1,5 +1,7 @@
 #include "tools/kiln/serve_workload.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +22,15 @@ TEST(ServeWorkloadTest, TheSameSeedDrawsTheSameStream) {
   ServeRng root(7);
   EXPECT_EQ(root.fork(1).next(), ServeRng(7).fork(1).next());
   EXPECT_NE(root.fork(1).next(), root.fork(2).next());
+  // No fork replays another's stream from a later draw (the warm-up's
+  // prompts, fork 1000, must not be the measured ones, fork 0).
+  for (uint64_t seed : {0ull, 7ull}) {
+    ServeRng measured = ServeRng(seed).fork(0);
+    std::set<uint64_t> draws;
+    for (int i = 0; i < 100000; ++i) draws.insert(measured.next());
+    ServeRng warm = ServeRng(seed).fork(1000);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(draws.count(warm.next()), 0u) << "seed " << seed << " draw " << i;
+  }
 }
 
 TEST(ServeWorkloadTest, FixedLengthsAreTheMean) {
