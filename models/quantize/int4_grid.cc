@@ -53,6 +53,21 @@ Int4Group int4GroupOf(const formats::Int4Linear& layer, int64_t r, int64_t g) {
   return {f16ToF32(layer.scales[at]), int(layer.zeros[at])};
 }
 
+formats::Int4Linear int4Rows(const formats::Int4Linear& layer, int64_t begin, int64_t count) {
+  formats::Int4Linear out = layer;
+  out.out_features = count;
+  const int64_t cols = layer.in_features, rows = layer.out_features;
+  out.codes.assign(layer.codes.begin() + begin * cols, layer.codes.begin() + (begin + count) * cols);
+  out.zeros.resize(size_t(layer.groups * count));
+  out.scales.resize(size_t(layer.groups * count));
+  for (int64_t g = 0; g < layer.groups; ++g)
+    for (int64_t r = 0; r < count; ++r) {
+      out.zeros[size_t(g * count + r)] = layer.zeros[size_t(g * rows + begin + r)];
+      out.scales[size_t(g * count + r)] = layer.scales[size_t(g * rows + begin + r)];
+    }
+  return out;
+}
+
 formats::Int4Linear int4Rtn(const double* w, int64_t rows, int64_t cols, const Int4Options& options) {
   formats::Int4Linear layer = makeInt4Linear(rows, cols, options.group);
   for (int64_t r = 0; r < rows; ++r)

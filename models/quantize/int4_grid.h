@@ -43,6 +43,9 @@ formats::Int4Linear makeInt4Linear(int64_t rows, int64_t cols, int64_t group);
 // Records group g of row r.
 void setInt4Group(formats::Int4Linear& layer, int64_t r, int64_t g, Int4Group params);
 Int4Group int4GroupOf(const formats::Int4Linear& layer, int64_t r, int64_t g);
+// Rows [begin, begin + count) of `layer` (one checkpoint tensor of a merged
+// QKV or gate-up weight).
+formats::Int4Linear int4Rows(const formats::Int4Linear& layer, int64_t begin, int64_t count);
 
 // Round to nearest: every group's grid from its own values. w: [rows, cols]
 // row-major.

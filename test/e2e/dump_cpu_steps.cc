@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   cpu::CpuExecutor& ex = **executor;
 
   std::filesystem::path dir;
-  ex.setStepObserverForTesting([&](size_t step, StepKind kind, size_t result,
+  ex.setStepObserver([&](size_t step, StepKind kind, size_t result,
                                    std::span<const float> rows, int64_t width) {
     char name[96];
     std::snprintf(name, sizeof(name), "%04zu_%s_r%zu_%zdx%zd.f32", step,

@@ -7,7 +7,17 @@
 //
 // MODEL is a .gguf file, a Hugging Face checkpoint directory, or the name of
 // a model in the cache (`smollm2`). Only the config and the tensor table are
-// read, never the weight data.
+// read, never the weight data, except when quantizing with a method:
+//
+//   kiln-compile MODEL -o DIR --quant-weights=int4 --quant-method=gptq|awq
+//                --calibration FILE [--quant-group-size=G] [--quant-sym=B]
+//   kiln-compile MODEL -o DIR --quant-weights=int4 --quant-sym=false
+//
+// which quantizes the decoder linears first (models/quantize: GPTQ and AWQ
+// run the model's f32 plan on the CPU over the calibration tokens), writes
+// the quantized model into DIR (model.gguf, or a GPTQ checkpoint in
+// DIR/model) and compiles that. Symmetric round-to-nearest, the default,
+// quantizes at load instead (xfmr-insert-quantization).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +28,8 @@
 #include "dialects/xfmr/IR/XfmrDialect.h"
 #include "models/formats/model_source.h"
 #include "models/importer/LlamaImporter.h"
+#include "models/quantize/model_quantizer.h"
+#include "runtime/artifact/manifest.h"
 #include "runtime/support/model_cache.h"
 #include "runtime/weights/weight_store.h"
 
@@ -84,6 +96,33 @@ cl::opt<std::string> target("target", cl::desc(targetHelp),
 cl::opt<bool> printIrAfterAll("print-ir-after-all",
                               cl::desc("Print the IR after every pass (to stderr)"));
 
+using kiln::quantize::QuantizeOptions;
+cl::opt<std::string> quantMethod(
+    "quant-method",
+    cl::desc("How int4 weights are quantized: rtn (round to nearest), gptq or awq (both need "
+             "--calibration)"),
+    cl::init("rtn"));
+cl::opt<cl::boolOrDefault> quantSym(
+    "quant-sym",
+    cl::desc("Symmetric int4 groups (q4_0) or with zero points (false: q4_1); default true, "
+             "false for awq"));
+cl::opt<bool> quantActOrder("quant-act-order",
+                            cl::desc("GPTQ: quantize columns by decreasing activation energy"));
+cl::opt<bool> quantClip("quant-clip", cl::desc("AWQ: search each group's clipping range"),
+                        cl::init(true));
+cl::opt<std::string> calibration(
+    "calibration",
+    cl::desc("Calibration data for gptq and awq: text (the model's tokenizer), or a .json array "
+             "of token ids"),
+    cl::value_desc("file"));
+cl::opt<int64_t> calibrationCtx("calibration-ctx", cl::desc("Tokens a calibration sequence"),
+                                cl::init(QuantizeOptions::kDefaultCalibrationCtx));
+cl::opt<int64_t> calibrationTokens(
+    "calibration-tokens",
+    cl::desc("Calibration tokens at most, all run in one forward pass (memory: the plan's bytes "
+             "per token times this)"),
+    cl::init(QuantizeOptions::kDefaultCalibrationTokens));
+
 int fail(const std::string& message) {
   llvm::errs() << "kiln-compile: error: " << message << "\n";
   return 1;
@@ -101,6 +140,56 @@ kiln::Result<kiln::ModelIdentity> identify(const std::string& path, bool gguf) {
   identity.sizeBytes = stamp->size;
   identity.mtimeSeconds = stamp->mtime;
   return identity;
+}
+
+// The model at `path` through the importer, the pipeline and the manifest
+// builder: 0 with `manifest` set; 0 with it unset after printing the module
+// where `emit` (xfmr, kernels) stops; 1 after printing an error.
+int compileModel(const std::string& path, const kiln::CompileOptions& options, EmitStage emit,
+                 bool printIr, std::optional<llvm::json::Value>& manifest) {
+  auto source = kiln::formats::ModelSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
+  if (!source.ok()) return fail(source.error().message);
+  if (kiln::Status status = source->checkWeights(); !status.ok())
+    return fail(status.error().message);
+
+  mlir::MLIRContext context;
+  kiln::ImportOptions importOptions;
+  importOptions.activationType = options.activation_type;
+  // The residual stream defaults to f32 whatever the activation type: with
+  // bf16 activations it keeps 16 layers of sums from being rounded to bf16.
+  importOptions.residualType = residualType.empty() ? std::string("f32")
+                                                    : residualType.getValue();
+  mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importModel(context, *source, importOptions);
+  if (!module) return 1;  // the diagnostic handler has printed why
+  if (mlir::failed(mlir::verify(*module))) return 1;
+  if (emit == EmitStage::Xfmr) {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+
+  mlir::PassManager pm(&context);
+  if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return 1;
+  if (printIr) {
+    context.disableMultithreading();
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](mlir::Pass*, mlir::Operation*) { return false; },
+        /*shouldPrintAfterPass=*/[](mlir::Pass*, mlir::Operation*) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  }
+  kiln::buildDefaultPipeline(pm, options);
+  if (mlir::failed(pm.run(*module))) return 1;
+  if (emit == EmitStage::Kernels) {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+
+  bool gguf = source->format() == kiln::formats::ModelSource::Format::kGguf;
+  kiln::Result<kiln::ModelIdentity> identity = identify(path, gguf);
+  if (!identity.ok()) return fail(identity.error().message);
+  manifest = kiln::buildManifest(*module, *identity, options, options.activation_type);
+  return manifest ? 0 : 1;
 }
 
 }  // namespace
@@ -127,52 +216,58 @@ int main(int argc, char** argv) {
   if (emit == EmitStage::Artifact && outputDir.empty())
     return fail("no output: give -o DIR for the artifact, or --emit=xfmr|kernels|manifest");
 
+  QuantizeOptions quant;
+  quant.method = quantMethod;
+  quant.grid = {.group = int64_t(quantGroupSize.getValue()),
+                .sym = quantSym == cl::BOU_UNSET ? quantMethod != "awq" : quantSym == cl::BOU_TRUE};
+  quant.act_order = quantActOrder;
+  quant.clip = quantClip;
+  quant.calibration = calibration;
+  quant.calibration_ctx = calibrationCtx;
+  quant.calibration_tokens = calibrationTokens;
+  kiln::quantize::GivenFlags given;
+  given.act_order = quantActOrder.getNumOccurrences() > 0;
+  given.clip = quantClip.getNumOccurrences() > 0;
+  given.calibration = calibration.getNumOccurrences() > 0;
+  given.calibration_ctx = calibrationCtx.getNumOccurrences() > 0;
+  given.calibration_tokens = calibrationTokens.getNumOccurrences() > 0;
+  given.sym = quantSym != cl::BOU_UNSET;
+  if (kiln::Status status = kiln::quantize::validateQuantizeOptions(quant, quantWeights, given);
+      !status.ok())
+    return fail(status.error().message);
+  if (quant.writesModel() && emit != EmitStage::Artifact)
+    return fail("--quant-method=" + quant.method +
+                " writes the quantized model into the artifact: give -o DIR, not --emit");
+
   kiln::Result<std::string> path = kiln::resolveModel(modelPath);
   if (!path.ok()) return fail(path.error().message);
-  auto source = kiln::formats::ModelSource::open(*path, kiln::formats::OpenMode::kHeaderOnly);
-  if (!source.ok()) return fail(source.error().message);
-  if (kiln::Status status = source->checkWeights(); !status.ok())
-    return fail(status.error().message);
-
-  mlir::MLIRContext context;
-  kiln::ImportOptions importOptions;
-  importOptions.activationType = activationType;
-  // The residual stream defaults to f32 whatever the activation type: with
-  // bf16 activations it keeps 16 layers of sums from being rounded to bf16.
-  importOptions.residualType = residualType.empty() ? std::string("f32")
-                                                    : residualType.getValue();
-  mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importModel(context, *source, importOptions);
-  if (!module) return 1;  // the diagnostic handler has printed why
-  if (mlir::failed(mlir::verify(*module))) return 1;
-  if (emit == EmitStage::Xfmr) {
-    module->print(llvm::outs());
-    llvm::outs() << "\n";
-    return 0;
+  if (quant.writesModel()) {
+    std::optional<kiln::Manifest> plan;
+    if (quant.method != "rtn") {
+      // The model as it is, f32 on the CPU: what calibration runs.
+      kiln::CompileOptions planOptions;
+      planOptions.target = "cpu";
+      std::optional<llvm::json::Value> planJson;
+      if (int status = compileModel(*path, planOptions, EmitStage::Artifact, /*printIr=*/false,
+                                    planJson);
+          status != 0 || !planJson)
+        return 1;
+      auto parsed = kiln::Manifest::parse(llvm::formatv("{0}", *planJson).str(),
+                                          *path + " (calibration plan)");
+      if (!parsed.ok()) return fail(parsed.error().message);
+      plan.emplace(parsed.take());
+    }
+    auto written = kiln::quantize::quantizeModel(
+        *path, plan ? &*plan : nullptr, quant, outputDir,
+        [](const std::string& line) { llvm::errs() << "kiln-compile: " << line << "\n"; });
+    if (!written.ok()) return fail(written.error().message);
+    path = *written;
   }
 
-  mlir::PassManager pm(&context);
-  if (mlir::failed(mlir::applyPassManagerCLOptions(pm))) return 1;
-  if (printIrAfterAll) {
-    context.disableMultithreading();
-    pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/[](mlir::Pass*, mlir::Operation*) { return false; },
-        /*shouldPrintAfterPass=*/[](mlir::Pass*, mlir::Operation*) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
-  }
-  kiln::buildDefaultPipeline(pm, options);
-  if (mlir::failed(pm.run(*module))) return 1;
-  if (emit == EmitStage::Kernels) {
-    module->print(llvm::outs());
-    llvm::outs() << "\n";
-    return 0;
-  }
-
-  bool gguf = source->format() == kiln::formats::ModelSource::Format::kGguf;
-  kiln::Result<kiln::ModelIdentity> identity = identify(*path, gguf);
-  if (!identity.ok()) return fail(identity.error().message);
-  std::optional<llvm::json::Value> manifest =
-      kiln::buildManifest(*module, *identity, options, activationType);
-  if (!manifest) return 1;
+  std::optional<llvm::json::Value> manifest;
+  if (int status = compileModel(*path, options, emit, printIrAfterAll, manifest); status != 0)
+    return status;
+  if (!manifest) return 0;  // a stage was printed
   if (emit == EmitStage::Manifest) {
     llvm::outs() << llvm::formatv("{0:2}", *manifest) << "\n";
     return 0;

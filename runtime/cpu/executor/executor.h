@@ -46,13 +46,15 @@ class CpuExecutor {
   // written, so the pool is never partly updated.
   Status forward(const BatchInputs& in, std::span<float> logits_out);
 
-  // Test-only: called after every step, once per result, with the result's
-  // rows ([rows, width] f32; rows are tokens, or sequences for per-sequence
-  // values). For comparing intermediate values with another engine
-  // (test/e2e/dump_cpu_steps.cc). An empty function turns it off.
+  // Called after every step, once per result, with the result's rows
+  // ([rows, width] f32; rows are tokens, or sequences for per-sequence
+  // values), before any later step runs. For comparing intermediate values
+  // with another engine (test/e2e/dump_cpu_steps.cc) and for calibration,
+  // which reads each linear's inputs (models/quantize). Not for serving: an
+  // empty function turns it off.
   using StepObserver = std::function<void(size_t step, StepKind kind, size_t result,
                                           std::span<const float> rows, int64_t width)>;
-  void setStepObserverForTesting(StepObserver observer) { observer_ = std::move(observer); }
+  void setStepObserver(StepObserver observer) { observer_ = std::move(observer); }
 
   BlockPool& blockPool() { return *pool_; }
   int64_t vocabSize() const { return vocab_; }

@@ -1,0 +1,138 @@
+// The checkpoint form of a quantized model (quantized_model.h): a GPTQ
+// checkpoint directory with one model.safetensors, config.json with its
+// quantization_config, and the source's tokenizer files.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "models/quantize/quantized_model.h"
+
+namespace kiln::quantize {
+namespace {
+
+namespace fs = std::filesystem;
+using formats::ElementType;
+using json = nlohmann::ordered_json;
+
+constexpr const char* kSideFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                      "special_tokens_map.json", "generation_config.json"};
+
+struct OutTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> owned;
+  std::span<const uint8_t> bytes;
+};
+
+std::string endingIn(const std::string& name, const std::string& suffix) {
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? name.substr(0, name.size() - suffix.size())
+             : std::string();
+}
+
+}  // namespace
+
+Status writeGptqCheckpoint(const formats::SafetensorsCheckpoint& source,
+                           const QuantizedModel& model, const std::string& dir) {
+  const formats::SafetensorsCheckpoint* ckpt = &source;
+  const std::string& from = source.directory();
+
+  std::vector<OutTensor> tensors;
+  for (const formats::TensorInfo& t : ckpt->tensors()) {
+    if (auto it = model.linears.find(t.name); it != model.linears.end()) {
+      const formats::Int4Linear& layer = it->second;
+      const std::string prefix = endingIn(t.name, ".weight");
+      if (prefix.empty() || layer.out_features % 8 != 0 || layer.in_features % 8 != 0)
+        return makeError("{}: tensor '{}' [{}, {}]: a GPTQ layer is a <prefix>.weight with in and "
+                         "out features multiples of 8",
+                         from, t.name, layer.out_features, layer.in_features);
+      formats::GptqTensors packed = formats::packGptq(layer);
+      const int64_t in = layer.in_features, out = layer.out_features, groups = layer.groups;
+      tensors.push_back({prefix + ".qweight", "I32", {in / 8, out}, std::move(packed.qweight), {}});
+      tensors.push_back({prefix + ".qzeros", "I32", {groups, out / 8}, std::move(packed.qzeros), {}});
+      tensors.push_back({prefix + ".scales", "F16", {groups, out}, std::move(packed.scales), {}});
+      tensors.push_back({prefix + ".g_idx", "I32", {in}, std::move(packed.g_idx), {}});
+      continue;
+    }
+    OutTensor o{t.name, std::string(formats::elementTypeName(t.type)), t.shape, {}, {}};
+    if (auto f = model.floats.find(t.name); f != model.floats.end()) {
+      o.dtype = "F32";
+      o.owned.resize(f->second.size() * 4);
+      std::memcpy(o.owned.data(), f->second.data(), o.owned.size());
+    } else {
+      auto data = ckpt->tensorData(t);
+      if (!data.ok()) return data.error();
+      o.bytes = *data;
+    }
+    tensors.push_back(std::move(o));
+  }
+
+  json header = json::object();
+  header["__metadata__"] = {{"format", "pt"}, {"kiln.quantization.method", model.method}};
+  uint64_t offset = 0;
+  for (OutTensor& t : tensors) {
+    if (!t.owned.empty()) t.bytes = t.owned;
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return makeError("{}: cannot create: {}", dir, ec.message());
+  const std::string path = dir + "/model.safetensors";
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  const uint64_t length = text.size();
+  file.write(reinterpret_cast<const char*>(&length), 8);
+  file.write(text.data(), std::streamsize(text.size()));
+  for (const OutTensor& t : tensors)
+    file.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
+  file.close();
+  if (!file) return makeError("{}: cannot write", path);
+
+  std::ifstream in(from + "/config.json");
+  std::stringstream config_text;
+  config_text << in.rdbuf();
+  json config = json::parse(config_text.str(), nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object())
+    return makeError("{}/config.json: expected a JSON object", from);
+  config["quantization_config"] = {{"quant_method", "gptq"},
+                                   {"bits", 4},
+                                   {"group_size", model.grid.group},
+                                   {"sym", model.grid.sym},
+                                   {"desc_act", false},
+                                   {"checkpoint_format", "gptq_v2"},
+                                   {"kiln_method", model.method}};
+  std::ofstream(dir + "/config.json") << config.dump(2) << "\n";
+  for (const char* name : kSideFiles) {
+    const fs::path file = fs::path(from) / name;
+    if (!fs::exists(file, ec)) continue;
+    fs::copy_file(file, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) return makeError("{}: cannot copy to {}: {}", file.string(), dir, ec.message());
+  }
+  return {};
+}
+
+Result<std::string> writeQuantizedModel(const formats::ModelSource& source,
+                                        const QuantizedModel& model, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return makeError("{}: cannot create: {}", dir, ec.message());
+  if (const formats::GgufFile* gguf = source.gguf()) {
+    const std::string path = (fs::path(dir) / "model.gguf").string();
+    KILN_RETURN_IF_ERROR(writeQuantizedGguf(*gguf, model, path));
+    return path;
+  }
+  if (!source.checkpoint() || source.int4())
+    return makeError("{}: not a float safetensors checkpoint", source.path());
+  const std::string path = (fs::path(dir) / "model").string();
+  KILN_RETURN_IF_ERROR(writeGptqCheckpoint(*source.checkpoint(), model, path));
+  return path;
+}
+
+}  // namespace kiln::quantize

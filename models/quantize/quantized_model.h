@@ -1,0 +1,45 @@
+// What a quantizing compile changes in a model, by checkpoint tensor name,
+// and the model file it writes with the changes: the source's format, so
+// the runtime reads it with the loaders it has.
+//   GGUF          DIR/model.gguf: every metadata entry and tensor of the
+//                 source, the decoder linears as q4_0 (symmetric) or q4_1
+//                 blocks, kiln.quantization.{method,group_size,sym} added
+//   checkpoint    DIR/model/: a GPTQ checkpoint (checkpoint_format gptq_v2;
+//                 quantization_config.kiln_method names the method), which
+//                 loads as q4_0 (sym) or q4_1 blocks; the tokenizer files
+//                 copied
+// Float tensors given new values (AWQ's scales folded into norms and
+// linears) are written as f32.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/formats/int4_linear.h"
+#include "models/formats/model_source.h"
+#include "models/quantize/int4_grid.h"
+#include "runtime/support/error.h"
+
+namespace kiln::quantize {
+
+struct QuantizedModel {
+  std::string method;  // rtn | gptq | awq
+  Int4Options grid;
+  std::map<std::string, formats::Int4Linear> linears;  // "<prefix>.weight" -> its codes
+  std::map<std::string, std::vector<float>> floats;    // tensor -> its new values
+};
+
+// Writes the model under `dir` and returns its path (DIR/model.gguf or
+// DIR/model).
+Result<std::string> writeQuantizedModel(const formats::ModelSource& source,
+                                        const QuantizedModel& model, const std::string& dir);
+
+// The two formats, for writeQuantizedModel. A checkpoint's config.json and
+// tokenizer files come from its directory.
+Status writeQuantizedGguf(const formats::GgufFile& source, const QuantizedModel& model,
+                          const std::string& path);
+Status writeGptqCheckpoint(const formats::SafetensorsCheckpoint& source,
+                           const QuantizedModel& model, const std::string& dir);
+
+}  // namespace kiln::quantize
