@@ -216,8 +216,10 @@ Status BlockTable::slots(int64_t begin, std::span<int32_t> out) const {
 }
 
 void BlockTable::release(BlockPool& pool) {
-  // Blocks came from this pool, so release cannot fail here.
-  for (int32_t block : blocks_) (void)pool.release(block);
+  // Blocks came from this pool, so release cannot fail here. Last block
+  // first: the free list hands them out again first in, last out, so the
+  // next table gets them in ascending order, as a fresh pool gives them.
+  for (auto block = blocks_.rbegin(); block != blocks_.rend(); ++block) (void)pool.release(*block);
   blocks_.clear();
   num_tokens_ = 0;
 }
