@@ -1,7 +1,6 @@
 #include "runtime/kv/prefix_cache.h"
 
 #include <algorithm>
-#include <queue>
 
 namespace kiln {
 
@@ -18,6 +17,14 @@ PrefixCache::~PrefixCache() = default;
 PrefixCache::PrefixCache(PrefixCache&&) noexcept = default;
 PrefixCache& PrefixCache::operator=(PrefixCache&&) noexcept = default;
 
+void PrefixCache::touch(Node* node, uint64_t now) {
+  if (node->children.empty()) {
+    leaves_.erase({node->last_used, node});
+    leaves_.insert({now, node});
+  }
+  node->last_used = now;
+}
+
 std::vector<int32_t> PrefixCache::match(BlockPool& pool, std::span<const int32_t> tokens, int64_t max_blocks) {
   std::vector<int32_t> blocks;
   const uint64_t now = ++clock_;
@@ -28,7 +35,7 @@ std::vector<int32_t> PrefixCache::match(BlockPool& pool, std::span<const int32_t
     auto it = node->children.find(run);
     if (it == node->children.end()) break;
     node = it->second.get();
-    node->last_used = now;
+    touch(node, now);
     (void)pool.retain(node->block);  // the cache holds it, so it is allocated
     blocks.push_back(node->block);
   }
@@ -60,45 +67,39 @@ Result<PrefixCache::Node*> PrefixCache::insert(BlockPool& pool, Node* parent, in
       child->parent = node;
       child->run = run;
       child->block = blocks[size_t(b)];
+      child->last_used = now;
       KILN_RETURN_IF_ERROR(pool.retain(child->block));
       KILN_RETURN_IF_ERROR(pool.setCached(child->block, true));
       Node* raw = child.get();
+      if (node->children.empty()) leaves_.erase({node->last_used, node});  // no longer a leaf
       node->children.emplace(std::move(run), std::move(child));
+      leaves_.insert({now, raw});
       ++nodes_;
       node = raw;
     }
-    node->last_used = now;
+    touch(node, now);
   }
   return node == root_.get() ? nullptr : node;
 }
 
 int64_t PrefixCache::evict(BlockPool& pool, int64_t count) {
-  if (count <= 0) return 0;
-  // Evictable leaves, least recently used on top; a parent whose last child
-  // goes becomes a leaf and a candidate in turn.
-  auto later = [](const Node* a, const Node* b) { return a->last_used > b->last_used; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(later)> leaves(later);
-  auto evictable = [&](const Node* n) { return n->children.empty() && pool.refCount(n->block) == 1; };
-  std::vector<Node*> stack{root_.get()};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (auto& [run, child] : n->children) {
-      if (evictable(child.get())) leaves.push(child.get());
-      else stack.push_back(child.get());
-    }
-  }
   int64_t freed = 0;
-  while (freed < count && !leaves.empty()) {
-    Node* leaf = leaves.top();
-    leaves.pop();
+  for (auto it = leaves_.begin(); freed < count && it != leaves_.end();) {
+    Node* leaf = it->second;
+    if (pool.refCount(leaf->block) != 1) {  // a sequence holds it
+      ++it;
+      continue;
+    }
+    it = leaves_.erase(it);
     Node* parent = leaf->parent;
     (void)pool.setCached(leaf->block, false);
     (void)pool.release(leaf->block);
     parent->children.erase(leaf->run);  // destroys `leaf`
     --nodes_;
     ++freed;
-    if (parent != root_.get() && evictable(parent)) leaves.push(parent);
+    // The parent, used before its child, may now be the oldest leaf: its
+    // place is at or before the iterator's.
+    if (parent != root_.get() && parent->children.empty()) it = leaves_.insert({parent->last_used, parent}).first;
   }
   return freed;
 }
@@ -115,6 +116,7 @@ void PrefixCache::clear(BlockPool& pool) {
     }
   }
   root_ = std::make_unique<Node>();
+  leaves_.clear();
   nodes_ = 0;
 }
 

@@ -19,7 +19,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "runtime/kv/block_pool.h"
@@ -58,7 +60,9 @@ class PrefixCache {
                        std::span<const int32_t> tokens, BlockTable& table);
 
   // Frees up to `count` blocks held only by the cache, least recently used
-  // leaves first; returns how many it freed.
+  // leaves first; returns how many it freed. The leaves are kept in LRU
+  // order as they change, so this costs O(log n) a block (a full pool evicts
+  // on most steps), plus one skip for each leaf a sequence still holds.
   int64_t evict(BlockPool& pool, int64_t count);
   // Releases every block the cache holds (those sequences still hold stay
   // allocated).
@@ -69,8 +73,13 @@ class PrefixCache {
   int64_t hitTokens() const { return hit_tokens_; }
 
  private:
+  // Marks `node` used at `now`, keeping its place among the leaves.
+  void touch(Node* node, uint64_t now);
+
   int page_size_;
   std::unique_ptr<Node> root_;
+  // Every leaf (held or not), least recently used first.
+  std::set<std::pair<uint64_t, Node*>> leaves_;
   int64_t nodes_ = 0;
   uint64_t clock_ = 0;  // logical time of the last use, for LRU
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
