@@ -76,8 +76,10 @@
 #            the bench model's random checkpoint, batches KILN_QUANT_BATCHES
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
 #   serve    the scheduler on the bench model's random checkpoint (bf16): batch
-#            invariance (a probe alone and among 63 others; n greedy completions
-#            over copied-on-write blocks agree), then each `kiln bench serve` run of
+#            invariance (a probe alone and among 63 others: reported with the
+#            default kernels, checked with --batch-invariant, whose batch-32 decode
+#            cost is measured beside; n greedy completions over copied-on-write
+#            blocks agree), then each `kiln bench serve` run of
 #            KILN_SERVE_RUNS (default "offline offline-nocache poisson prefix"):
 #            offline 1000 requests 1000 in / 1000 out (KILN_SERVE_REQUESTS), with
 #            and without the prefix cache (its cost at a 0% hit rate); poisson:
@@ -442,13 +444,25 @@ if [[ " $PARTS " == *" serve "* ]]; then
     record "checkpoint_$model" "${PIPESTATUS[0]}"
   fi
   if [[ -z "${KILN_SERVE_SKIP_INVARIANCE:-}" ]]; then
-    echo "== batch invariance and parallel sampling on the GPU ($model bf16)"
-    KILN_INVARIANCE_ARTIFACT="$art" KILN_INVARIANCE_MODEL_SOURCE="$ckpt" KILN_INVARIANCE_DEVICE=cuda \
-      KILN_INVARIANCE_TOKENS="${KILN_INVARIANCE_TOKENS:-64}" timeout 300 "$BUILD/bin/kiln_batch_invariance_test" \
-      >"$OUT/batch_invariance_test.log" 2>&1
-    rc=$?
-    grep -E "batch invariance|OK|FAILED" "$OUT/batch_invariance_test.log" | tee "$OUT/bench_serve_invariance.txt"
-    record batch_invariance "$rc"
+    # The default kernels (a measurement: where a probe's tokens first
+    # differ), then --batch-invariant (a check), then what that mode costs
+    # batch-32 decode.
+    for mode in default invariant; do
+      echo "== batch invariance ($mode kernels) and parallel sampling on the GPU ($model bf16)"
+      KILN_INVARIANCE_ARTIFACT="$art" KILN_INVARIANCE_MODEL_SOURCE="$ckpt" KILN_INVARIANCE_DEVICE=cuda \
+        KILN_INVARIANCE_TOKENS="${KILN_INVARIANCE_TOKENS:-64}" KILN_INVARIANCE_REPORT_ONLY=$([[ $mode == default ]] && echo 1) \
+        KILN_INVARIANCE_BATCH_INVARIANT=$([[ $mode == invariant ]] && echo 1) \
+        timeout 300 "$BUILD/bin/kiln_batch_invariance_test" >"$OUT/batch_invariance_${mode}_test.log" 2>&1
+      rc=$?
+      grep -E "batch invariance|OK|FAILED" "$OUT/batch_invariance_${mode}_test.log" | tee -a "$OUT/bench_serve_invariance.txt"
+      record "batch_invariance_$mode" "$rc"
+    done
+    for flag in "" --batch-invariant; do
+      echo "== kiln bench decode $model batch 32 ${flag:-(default kernels)}" | tee -a "$OUT/bench_serve_invariance.txt"
+      timeout 120 "$BUILD/bin/kiln" bench decode "$art" --model-source "$ckpt" --device cuda --batch 32 \
+        --prompt-tokens 128 --gen-tokens 128 --peer none $flag 2>/dev/null | tail -3 | tee -a "$OUT/bench_serve_invariance.txt"
+      record "invariance_cost${flag:+_invariant}" "${PIPESTATUS[0]}"
+    done
   fi
   requests="${KILN_SERVE_REQUESTS:-1000}"
   for run in ${KILN_SERVE_RUNS:-offline offline-nocache poisson prefix}; do

@@ -40,6 +40,12 @@ struct CudaTuning {
   // Greedy batches take each row's argmax on the GPU and copy back ids,
   // not logits (false: logits back and the host sampler).
   bool device_argmax = true;
+  // Every row's result independent of the batch around it (a request's
+  // greedy tokens the same alone and among others): each step runs the one
+  // kernel that takes every row count (no skinny GEMMs, fused epilogues,
+  // split-KV or flash attention), and cuBLASLt one algorithm per GEMM shape
+  // for all row counts, without split-K. Slower; off by default.
+  bool batch_invariant = false;
   // Time every step between CUDA events (no graphs, no overlap: where the
   // time goes, not speed figures) and print the per-instance table to
   // stderr when the executor is destroyed.

@@ -28,6 +28,9 @@ constexpr CliFlag kEngineFlags[] = {
     {"threads", "N", kEngine, "CPU threads (default: every core)"},
     {"model-source", "PATH", kEngine, "weights and tokenizer from this copy of the checkpoint (no stamp check)"},
     {"quiet", "", kEngine, "no progress on stderr (loading; generate's and bench serve's request bar)"},
+    {"batch-invariant", "", kEngine,
+     "a request's tokens the same alone and in any batch (CUDA: one kernel a step for every batch, slower; "
+     "the CPU always is)"},
 };
 
 // How a model (not an artifact) is compiled: kiln-compile's own flags (compileFlagsFrom).
@@ -199,6 +202,7 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
     return makeError("--device '{}': expected cpu, cuda or auto", device);
   options.device = device;
   options.model_source = args.get("model-source").value_or("");
+  options.cuda.batch_invariant = args.has("batch-invariant");
   auto threads = args.getInt("threads", 0);
   if (!threads.ok()) return threads.error();
   if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);

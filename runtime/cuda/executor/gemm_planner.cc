@@ -12,6 +12,9 @@ namespace kiln::cuda {
 namespace {
 
 constexpr int kGemmCandidates = 16;  // autotuned shapes time up to this many
+// The row count a batch-invariant shape's algorithm is chosen at: a prefill
+// chunk's, where the GEMMs are compute-bound and the tile choice matters.
+constexpr int64_t kInvariantRows = 2048;
 
 }  // namespace
 
@@ -73,6 +76,11 @@ Result<GemmPlan*> GemmPlanner::plan(const std::vector<BoundStep>& steps, const B
   KILN_RETURN_IF_ERROR(check(lt_->cublasLtMatrixLayoutCreate(&plan.c, adds_residual ? CUDA_R_32F : type_,
                                                              uint64_t(n), uint64_t(rows), n),
                              "layout y"));
+  if (tuning_.batch_invariant) {
+    KILN_ASSIGN(algo, invariantAlgo(plan, key));
+    plan.algo = algo;
+    return &plans_.emplace(key, plan).first->second;
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_RETURN_IF_ERROR(check(lt_->cublasLtMatmulPreferenceCreate(&pref), "preference"));
   size_t ws = kCublasWorkspace;
@@ -92,6 +100,59 @@ Result<GemmPlan*> GemmPlanner::plan(const std::vector<BoundStep>& steps, const B
     plan.algo = fastest;
   }
   return &plans_.emplace(key, plan).first->second;
+}
+
+Result<cublasLtMatmulAlgo_t> GemmPlanner::invariantAlgo(const GemmPlan& plan, const GemmPlanKey& key) {
+  GemmPlanKey shape = key;
+  shape.rows = kInvariantRows;
+  auto it = invariant_algos_.find(shape);
+  if (it == invariant_algos_.end()) {
+    // Layouts of x and y at kInvariantRows, for the heuristic.
+    cublasLtMatrixLayout_t x = nullptr, y = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    const cudaDataType_t y_type = key.adds_residual ? CUDA_R_32F : type_;
+    cublasStatus_t st = lt_->cublasLtMatrixLayoutCreate(&x, type_, uint64_t(key.k), uint64_t(shape.rows), key.k);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = lt_->cublasLtMatrixLayoutCreate(&y, y_type, uint64_t(key.n), uint64_t(shape.rows), key.n);
+    if (st == CUBLAS_STATUS_SUCCESS) st = lt_->cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      size_t ws = kCublasWorkspace;
+      lt_->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+      st = lt_->cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, x, y, y, pref, kGemmCandidates, results,
+                                               &found);
+    }
+    if (pref) lt_->cublasLtMatmulPreferenceDestroy(pref);
+    if (x) lt_->cublasLtMatrixLayoutDestroy(x);
+    if (y) lt_->cublasLtMatrixLayoutDestroy(y);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return makeError("cuBLASLt heuristic failed (status {}) for a batch-invariant GEMM n {} k {}", int(st), key.n,
+                       key.k);
+    const cublasLtMatmulAlgo_t* chosen = nullptr;
+    for (int i = 0; i < found && !chosen; ++i) {
+      int32_t splits = 1;
+      uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+      size_t written = 0;
+      lt_->cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                sizeof splits, &written);
+      lt_->cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction,
+                                                sizeof reduction, &written);
+      if (splits <= 1 && reduction == CUBLASLT_REDUCTION_SCHEME_NONE) chosen = &results[i].algo;
+    }
+    if (!chosen)
+      return makeError("cuBLASLt offers no algorithm without split-K for a batch-invariant GEMM n {} k {} "
+                       "({} candidates)",
+                       key.n, key.k, found);
+    it = invariant_algos_.emplace(shape, *chosen).first;
+  }
+  cublasLtMatmulHeuristicResult_t checked{};
+  const cublasStatus_t st =
+      lt_->cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, &it->second, &checked);
+  if (st != CUBLAS_STATUS_SUCCESS || checked.workspaceSize > kCublasWorkspace)
+    return makeError("the batch-invariant cuBLASLt algorithm of GEMM n {} k {} does not run at {} rows (status {})",
+                     key.n, key.k, key.rows, int(st));
+  return it->second;
 }
 
 Status GemmPlanner::run(const std::vector<BoundStep>& steps, const BoundStep& s, GemmPlan& plan,

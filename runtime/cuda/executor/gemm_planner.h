@@ -70,6 +70,11 @@ class GemmPlanner {
   bool capturing = false;
 
  private:
+  // The batch-invariant algorithm of the plan's shape: cuBLASLt's first
+  // candidate without split-K at kInvariantRows rows (each output element
+  // then comes from one CTA's MMA chain over k in order, whatever the row
+  // count), checked to run at `rows`.
+  Result<cublasLtMatmulAlgo_t> invariantAlgo(const GemmPlan& plan, const GemmPlanKey& key);
   // The fastest of `count` candidates for `s` at `rows` rows, each timed
   // with the weights out of L2.
   Result<cublasLtMatmulAlgo_t> fastestAlgo(const std::vector<BoundStep>& steps, const BoundStep& s, GemmPlan& plan,
@@ -85,6 +90,9 @@ class GemmPlanner {
   bool verbose_ = false;
   CUdeviceptr workspace_ = 0;
   std::map<GemmPlanKey, GemmPlan> plans_;
+  // CudaTuning::batch_invariant: the one algorithm of each shape (the key
+  // at kInvariantRows), used at every row count.
+  std::map<GemmPlanKey, cublasLtMatmulAlgo_t> invariant_algos_;
   CUdeviceptr l2_flush_ = 0;  // fastestAlgo's, allocated on first use
   int64_t l2_flush_bytes_ = 0;
 };

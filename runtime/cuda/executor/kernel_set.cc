@@ -12,6 +12,10 @@ namespace kiln::cuda {
 
 namespace cg = cuda_codegen;
 
+bool batchInvariantRole(VariantRole role) {
+  return role == VariantRole::kStep || role == VariantRole::kCublasLt || role == VariantRole::kDequantize;
+}
+
 KernelSet::~KernelSet() {
   for (CUmodule m : modules_) gpu_.d->cuModuleUnload(m);
 }
@@ -35,6 +39,7 @@ Status KernelSet::configure(const CudaTuning& tuning, const std::string& target)
   features_.residual_epilogue = tuning.residual_epilogue;
   features_.fused_swiglu = tuning.fused_swiglu;
   features_.flash_attention = tuning.flash_attention;
+  batch_invariant_ = tuning.batch_invariant;
   return {};
 }
 
@@ -61,7 +66,15 @@ Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::
     if (step.variants.empty() && step.kind != StepKind::kSplit)  // a split is a strided copy
       return makeError("{} ({}): the plan lists no kernel variants for it", step.path, stepKindName(step.kind));
     for (const KernelVariant* v : chooseVariants(step.variants, features_)) {
-      chosen_[i].push_back({v->role, v->rows, v->instance, v->own_storage});
+      ChosenVariant chosen{v->role, v->rows, v->instance, v->own_storage};
+      if (batch_invariant_) {
+        // One kernel for every row count: the step's own, or cuBLASLt
+        // (after expanding a quantized weight); the rest are chosen by
+        // row count and would give a row other rounding in another batch.
+        if (!batchInvariantRole(v->role)) continue;
+        chosen.rows = RowRange{};
+      }
+      chosen_[i].push_back(chosen);
       if (v->instance.empty() || index_.count(v->instance)) continue;
       auto generated = cg::instanceSource(v->kind, v->params, v->instance);
       if (!generated)

@@ -43,6 +43,10 @@ struct Kernel {
   int block_m = 0;         // kBlockM: flash attention's query rows a block
 };
 
+// The roles a batch-invariant backend keeps (CudaTuning::batch_invariant):
+// those whose kernel runs at every row count.
+bool batchInvariantRole(VariantRole role);
+
 class KernelSet {
  public:
   explicit KernelSet(const DeviceContext& gpu) : gpu_(gpu) {}
@@ -80,6 +84,7 @@ class KernelSet {
   const DeviceContext& gpu_;
   std::string arch_;  // the JIT target
   KernelFeatures features_;
+  bool batch_invariant_ = false;  // CudaTuning's: only the row-count-independent roles
   std::vector<Kernel> kernels_;          // in compile order, the argmax last
   std::map<std::string, size_t> index_;  // name -> kernels_
   std::vector<std::vector<ChosenVariant>> chosen_;  // per step
