@@ -12,6 +12,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <algorithm>
+#include <map>
 
 using namespace mlir;
 namespace json = llvm::json;
@@ -69,6 +70,8 @@ class ManifestBuilder {
   llvm::StringMap<int> weightIdsByName_;
   std::optional<json::Object> kvCache_;
   int poolLayers_ = 0;
+  llvm::DenseMap<Value, int> poolLayerOf_;        // pool argument -> its layer
+  std::map<int, int64_t> slidingWindows_;         // layer -> its attention's window (> 0)
 };
 
 // The weight id of `value` (a checkpoint tensor or a load-time preparation of
@@ -148,6 +151,7 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
       blockArgs.try_emplace(arg, json::Object{{"pool", json::Object{
                                          {"layer", layerIndex}, {"role", role.str()}}}});
       poolLayers_ = std::max(poolLayers_, layerIndex + 1);
+      poolLayerOf_[arg] = layerIndex;
       // int8/fp8 pools hold a scale per (token slot, kv head) beside their values.
       const std::string type = xfmr::kvPoolTypeName(pool);
       kvCache_ = json::Object{{"page_size", int64_t(pool.getPageSize())},
@@ -192,6 +196,11 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
     } else {
       for (NamedAttribute p : step.params) params[p.getName().str()] = attrJson(p.getValue());
     }
+    if (step.typedParams)
+      if (const auto* attention = std::get_if<PagedAttentionParams>(&*step.typedParams);
+          attention && attention->sliding_window > 0 && step.operands.size() > 1)
+        if (auto layer = poolLayerOf_.find(step.operands[1].value); layer != poolLayerOf_.end())
+          slidingWindows_[layer->second] = attention->sliding_window;
     json::Array args;
     for (const StepOperand& operand : step.operands) {
       switch (operand.kind) {
@@ -269,6 +278,15 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
   if (auto attr = module_->getAttrOfType<DictionaryAttr>("xfmr.config"))
     config = std::move(*attrJson(attr).getAsObject());
   if (kvCache_) (*kvCache_)["layers"] = poolLayers_;
+  // Each layer's window, for the runtime's block freeing (artifact.md).
+  if (kvCache_ && !slidingWindows_.empty()) {
+    json::Array windows;
+    for (int layer = 0; layer < poolLayers_; ++layer) {
+      auto it = slidingWindows_.find(layer);
+      windows.push_back(it == slidingWindows_.end() ? int64_t(0) : it->second);
+    }
+    (*kvCache_)["sliding_windows"] = std::move(windows);
+  }
   return json::Object{
       {"format", "kiln-artifact"},
       {"version", kManifestVersion},

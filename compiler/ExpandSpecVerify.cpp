@@ -269,12 +269,19 @@ LogicalResult ExpandSpecVerifyPass::buildVerify(const PagedEntry& entry,
       return attention.emitError()
              << "paged_attention already has a tree_mask, expected the "
                 "plain paged form";
+    if (attention.getSlidingWindow())
+      return attention.emitError()
+             << "paged_attention has sliding_window "
+             << *attention.getSlidingWindow()
+             << ": speculative verify of sliding-window attention is not "
+                "supported (compile with --spec-tree=none)";
     builder.setInsertionPoint(attention);
     auto masked = builder.create<xfmr::PagedAttentionOp>(
         attention.getLoc(), attention.getResult().getType(),
         attention.getQuery(), attention.getKeyPool(), attention.getValuePool(),
         attention.getBlockTables(), attention.getQueryStart(),
-        attention.getKvLens(), mask, attention.getScaleAttr());
+        attention.getKvLens(), mask, attention.getScaleAttr(),
+        /*sliding_window=*/IntegerAttr());
     for (NamedAttribute attr : attention->getDiscardableAttrs())
       masked->setAttr(attr.getName(), attr.getValue());
     attention.getResult().replaceAllUsesWith(masked.getResult());

@@ -37,6 +37,7 @@ Value tokenMajorKv(Value headsFirst) {
 }
 
 // transpose(softmax(causal_mask(scale(qᵀ·kᵀ)), axis=2) · v)  ->  attention(q, k, v, scale, causal)
+// (the mask's sliding window, if any, goes with it)
 struct FuseAttentionChain : OpRewritePattern<xfmr::TransposeOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -68,7 +69,7 @@ struct FuseAttentionChain : OpRewritePattern<xfmr::TransposeOp> {
 
     rewriter.replaceOpWithNewOp<xfmr::AttentionOp>(
         out, out.getType(), query, key, value, scale.getFactorAttr(),
-        rewriter.getUnitAttr());
+        rewriter.getUnitAttr(), mask.getSlidingWindowAttr());
     return success();
   }
 };

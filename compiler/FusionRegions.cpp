@@ -140,8 +140,8 @@ int formSiluMul(func::FuncOp func) {
   return formed;
 }
 
-// rope(q), rope(k) and the KV write (kv_concat or paged_kv_append) of one
-// attention  ->  rope_kv_write
+// [rms_norm(q), rms_norm(k) per head,] rope(q), rope(k) and the KV write
+// (kv_concat or paged_kv_append) of one attention  ->  rope_kv_write
 int formRopeKvWrite(func::FuncOp func) {
   llvm::SmallVector<llvm::SmallVector<Operation*>> chains;
   auto collect = [&](Operation* attention, Value query, Operation* keyWrite,
@@ -153,9 +153,20 @@ int formRopeKvWrite(func::FuncOp func) {
       return;
     llvm::SmallVector<Operation*> ops = {ropeQ, ropeK, keyWrite};
     if (valueWrite != keyWrite) ops.push_back(valueWrite);
-    for (Value in : {Value(ropeQ.getInput()), Value(ropeK.getInput()), newValue})
+    // qk_norm: a per-head rms_norm of q and of k feeding the ropes (both or neither).
+    Value qIn = ropeQ.getInput(), kIn = ropeK.getInput();
+    auto qNorm = qIn.getDefiningOp<xfmr::RmsNormOp>();
+    auto kNorm = kIn.getDefiningOp<xfmr::RmsNormOp>();
+    if (qNorm && kNorm && hasSingleUse(qNorm.getResult()) && hasSingleUse(kNorm.getResult())) {
+      ops.append({qNorm, kNorm});
+      qIn = qNorm.getInput();
+      kIn = kNorm.getInput();
+    } else if (qNorm || kNorm) {
+      return;
+    }
+    for (Value in : {qIn, kIn, newValue})
       if (Operation* reshape = absorbReshape(in)) ops.push_back(reshape);
-    if (auto reshape = ropeQ.getInput().getDefiningOp<xfmr::ReshapeOp>())
+    if (auto reshape = qIn.getDefiningOp<xfmr::ReshapeOp>())
       absorbSplitOf(ops, reshape.getInput());
     sortInBlockOrder(ops);
     chains.push_back(ops);

@@ -114,7 +114,8 @@ void Lowering::appendRopeParams(llvm::SmallVector<NamedAttribute>& params,
                          rope.getOriginalMaxPosition()));
 }
 
-// rope_kv_write region -> rope_kv_append(qkv | q k v, positions, slots, k_pool, v_pool)
+// rope_kv_write region -> rope_kv_append(qkv | q k v, positions, slots, k_pool, v_pool
+//                                         [, q_norm, k_norm])
 // The kernel takes its operands in this fixed order whatever the region's
 // input order, so the CPU routine and the CUDA template have one signature.
 LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
@@ -140,7 +141,17 @@ LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
     auto argument = dyn_cast<BlockArgument>(inner);
     return argument ? region.getInputs()[argument.getArgNumber()] : Value();
   };
+  // qk_norm: the per-head norm between q's (k's) projection and its rope.
+  auto normOf = [](xfmr::RopeOp rope) { return rope.getInput().getDefiningOp<xfmr::RmsNormOp>(); };
+  xfmr::RmsNormOp normQ = normOf(ropeQ), normK = normOf(ropeK);
+  if (bool(normQ) != bool(normK))
+    return region.emitError() << "cannot lower rope_kv_write region: q and k "
+                                 "must both have a per-head rms_norm or neither";
+  if (normQ && normQ.getEpsilon() != normK.getEpsilon())
+    return region.emitError() << "cannot lower rope_kv_write region: the q "
+                                 "and k norms have different epsilons";
   auto beforeReshape = [](Value v) {
+    if (auto norm = v.getDefiningOp<xfmr::RmsNormOp>()) v = norm.getInput();
     auto reshape = v.getDefiningOp<xfmr::ReshapeOp>();
     return reshape ? reshape.getInput() : v;
   };
@@ -163,6 +174,14 @@ LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
                                    "positions, slots and pools must be inputs";
     args.push_back(outside(v));
   }
+  if (normQ) {
+    for (Value w : {Value(normQ.getWeight()), Value(normK.getWeight())}) {
+      if (!outside(w))
+        return region.emitError() << "cannot lower rope_kv_write region: the "
+                                     "q/k norm weights must be inputs";
+      args.push_back(outside(w));
+    }
+  }
   auto q = cast<RankedTensorType>(ropeQ.getType());
   auto pool = cast<xfmr::KvPoolType>(append.getKeyPool().getType());
   llvm::SmallVector<NamedAttribute> params = {
@@ -174,6 +193,10 @@ LogicalResult Lowering::lowerRopeKvWrite(xfmr::FusionRegionOp region) {
       param(plan_key::kKvType, xfmr::kvPoolTypeName(pool)),
   };
   appendRopeParams(params, ropeQ.getRope());
+  if (normQ) {
+    params.push_back(param(plan_key::kQkNorm, true));
+    params.push_back(param(plan_key::kQkNormEpsilon, normQ.getEpsilon().convertToDouble()));
+  }
   replaceWithKernel(region, "rope_kv_append", args, params);
   return success();
 }
@@ -234,7 +257,13 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               replaceWithKernel(embed, "embedding", embed->getOperands(), params);
               return success();
             })
-            .Case([&](xfmr::RmsNormOp norm) {
+            .Case([&](xfmr::RmsNormOp norm) -> LogicalResult {
+              // Rows of the kernel are the value's rows: a per-head norm
+              // ([S, heads, D]) runs inside rope_kv_append only.
+              if (cast<RankedTensorType>(norm.getInput().getType()).getRank() != 2)
+                return norm.emitError()
+                       << "cannot lower a per-head rms_norm outside a "
+                          "rope_kv_write region (it runs inside rope_kv_append)";
               llvm::SmallVector<NamedAttribute> params = {
                   param(plan_key::kHidden, lastDim(norm.getInput())),
                   param(plan_key::kEpsilon, norm.getEpsilon().convertToDouble())};
@@ -273,15 +302,17 @@ LogicalResult Lowering::lower(func::FuncOp func) {
             .Case([&](xfmr::PagedAttentionOp attention) {
               auto pool = cast<xfmr::KvPoolType>(attention.getKeyPool().getType());
               auto q = cast<RankedTensorType>(attention.getQuery().getType());
-              replaceWithKernel(
-                  attention, "paged_attention", attention->getOperands(),
-                  {param(plan_key::kHeads, q.getDimSize(1)),
-                   param(plan_key::kKvHeads, static_cast<int64_t>(pool.getKvHeads())),
-                   param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
-                   param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
-                   param(plan_key::kScale, attention.getScale().convertToDouble()),
-                   param(plan_key::kKvType, xfmr::kvPoolTypeName(pool)),
-                   param(plan_key::kTreeMask, static_cast<bool>(attention.getTreeMask()))});
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kHeads, q.getDimSize(1)),
+                  param(plan_key::kKvHeads, static_cast<int64_t>(pool.getKvHeads())),
+                  param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
+                  param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
+                  param(plan_key::kScale, attention.getScale().convertToDouble()),
+                  param(plan_key::kKvType, xfmr::kvPoolTypeName(pool)),
+                  param(plan_key::kTreeMask, static_cast<bool>(attention.getTreeMask()))};
+              if (std::optional<uint64_t> window = attention.getSlidingWindow())
+                params.push_back(param(plan_key::kSlidingWindow, static_cast<int64_t>(*window)));
+              replaceWithKernel(attention, "paged_attention", attention->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::GatherLastTokensOp gather) {

@@ -8,6 +8,7 @@
 // Per layer:  attention(q, kv_concat(past_k, k), kv_concat(past_v, v))
 //   ->  paged_kv_append(k, v, k_pool, v_pool, slots);
 //       paged_attention(q, k_pool, v_pool, tables, query_start, kv_lens)
+// (a sliding window stays on the paged attention).
 //
 //===----------------------------------------------------------------------===//
 
@@ -136,7 +137,8 @@ LogicalResult PageKvCachePass::page(func::FuncOp forward) {
     Value output = builder.create<xfmr::PagedAttentionOp>(
         attention.getLoc(), attention.getType(), attention.getQuery(),
         keys.getPast(), values.getPast(), tables, queryStart, kvLens,
-        /*tree_mask=*/Value(), attention.getScaleAttr());
+        /*tree_mask=*/Value(), attention.getScaleAttr(),
+        attention.getSlidingWindowAttr());
     attention.getResult().replaceAllUsesWith(output);
     attention.erase();
     deadConcats.insert(keys);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -16,11 +17,11 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view kSupported = "llama, mistral, qwen2";
+constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3";
 constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
 
 bool isSupportedArch(std::string_view a) {
-  return a == "llama" || a == "mistral" || a == "qwen2";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3";
 }
 
 std::string_view jsonTypeName(const json& j) {
@@ -113,6 +114,7 @@ std::string_view archFromClassName(std::string_view cls) {
   if (cls == "LlamaForCausalLM") return "llama";
   if (cls == "MistralForCausalLM") return "mistral";
   if (cls == "Qwen2ForCausalLM") return "qwen2";
+  if (cls == "Qwen3ForCausalLM") return "qwen3";
   return {};
 }
 
@@ -141,6 +143,75 @@ Status parseRopeScaling(const json& rs, const std::string& name, std::string_vie
     return makeError("{}: field '{}rope_type' is '{}', supported: default, linear, llama3", name,
                      prefix, printable(*type));
   }
+  return Status::success();
+}
+
+// Fields that change the computation in ways kiln does not implement: a
+// model that sets them is refused rather than run approximately.
+Status rejectUnimplemented(const HfFields& f, const std::string& name) {
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "dual_chunk_attention_config",
+                          "attention_chunk_size", "sinks", "attention_sinks", "use_attention_sinks"}) {
+    const json* v = f.get(key);
+    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) continue;
+    std::string shown = v->dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    return makeError("{}: field '{}' is {}, which kiln does not implement", name, key, shown);
+  }
+  const json* partial = f.get("partial_rotary_factor");
+  if (partial != nullptr && !(partial->is_number() && partial->get<double>() == 1.0))
+    return makeError("{}: field 'partial_rotary_factor' is {}, kiln rotates whole heads only (1.0)", name,
+                     partial->dump());
+  return Status::success();
+}
+
+// transformers' rule: mistral slides every layer by sliding_window (null:
+// none); qwen2 and qwen3 slide only with use_sliding_window, the layers
+// layer_types marks "sliding_attention", or else those from
+// max_window_layers on; llama never slides.
+Status parseSlidingWindow(const HfFields& f, const std::string& name, ModelConfig& c) {
+  if (c.architecture == "mistral") {
+    KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
+    if (c.sliding_window < 0)
+      return makeError("{}: field 'sliding_window' is {}, expected a positive window or null", name,
+                       c.sliding_window);
+    return Status::success();
+  }
+  if (c.architecture != "qwen2" && c.architecture != "qwen3") return Status::success();
+  bool use_sw = false;
+  KILN_ASSIGN(use_sw, f.boolean("use_sliding_window", false));
+  int64_t window = 0;
+  if (use_sw) KILN_ASSIGN(window, f.integer("sliding_window", 0));
+  if (window < 0)
+    return makeError("{}: field 'sliding_window' is {}, expected a positive window or null", name, window);
+  c.sliding_layers.assign(size_t(std::max<int64_t>(c.num_layers, 0)), false);
+  if (const json* types = f.get("layer_types")) {
+    if (!types->is_array()) return f.illTyped("layer_types", *types, "an array of layer type names");
+    if (int64_t(types->size()) != c.num_layers)
+      return makeError("{}: field 'layer_types' has {} entries, expected num_hidden_layers {}", name,
+                       types->size(), c.num_layers);
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type == "sliding_attention") {
+        if (window == 0)
+          return makeError("{}: field 'layer_types[{}]' is 'sliding_attention' but the config sets no window "
+                           "(use_sliding_window false or sliding_window null)",
+                           name, i);
+        c.sliding_layers[i] = true;
+      } else if (type != "full_attention") {
+        return makeError("{}: field 'layer_types[{}]' is '{}', supported: full_attention, sliding_attention", name,
+                         i, printable(type));
+      }
+    }
+  } else if (window > 0) {
+    int64_t max_window_layers = 0;
+    KILN_ASSIGN(max_window_layers, f.integer("max_window_layers", 28));
+    for (int64_t i = std::max<int64_t>(max_window_layers, 0); i < c.num_layers; ++i) c.sliding_layers[size_t(i)] = true;
+  }
+  c.sliding_window = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()
+                         ? window
+                         : 0;
+  if (c.sliding_window == 0) c.sliding_layers.clear();
   return Status::success();
 }
 
@@ -177,7 +248,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     c.architecture = std::string(archFromClassName(cls));
     if (c.architecture.empty())
       return makeError("{}: architectures[0] '{}' is not supported; supported: "
-                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
                        name, printable(cls));
   }
 
@@ -194,6 +265,9 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   KILN_ASSIGN(c.vocab_size, f.integer("vocab_size", std::nullopt));
   // Defaults below are transformers' own for these architectures.
   KILN_ASSIGN(c.num_kv_heads, f.integer("num_key_value_heads", c.num_heads));
+  if (f.get("head_dim") == nullptr && c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
+    return makeError("{}: hidden_size {} is not a multiple of num_heads {} and no head_dim gives the head size",
+                     name, c.hidden_size, c.num_heads);
   int64_t default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
   KILN_ASSIGN(c.head_dim, f.integer("head_dim", default_head_dim));
   int64_t default_max_pos = c.architecture == "llama"     ? 2048
@@ -202,22 +276,22 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   KILN_ASSIGN(c.max_position_embeddings, f.integer("max_position_embeddings", default_max_pos));
   KILN_ASSIGN(c.rms_norm_eps, f.number("rms_norm_eps", 1e-6));
   KILN_ASSIGN(c.tie_word_embeddings, f.boolean("tie_word_embeddings", false));
-  // Qwen2's q/k/v projections always have biases; llama makes it optional.
-  KILN_ASSIGN(c.attention_bias,
-              f.boolean("attention_bias", c.architecture == "qwen2"));
-  if (c.architecture == "qwen2") c.attention_bias = true;
+  // Qwen2's q/k/v projections always have biases and its o_proj none;
+  // llama's and qwen3's attention_bias puts one on all four; mistral's
+  // projections have none whatever the config says (as in transformers).
+  if (c.architecture == "qwen2") {
+    c.attention_bias = true;
+  } else if (c.architecture != "mistral") {
+    KILN_ASSIGN(c.attention_bias, f.boolean("attention_bias", false));
+    c.output_bias = c.attention_bias;
+  }
+  c.qk_norm = c.architecture == "qwen3";
   bool mlp_bias = false;
   KILN_ASSIGN(mlp_bias, f.boolean("mlp_bias", false));
   if (mlp_bias)
     return makeError("{}: field 'mlp_bias' is true, which is not supported", name);
-
-  if (c.architecture == "mistral") {
-    KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
-  } else if (c.architecture == "qwen2") {
-    bool use_sw = false;
-    KILN_ASSIGN(use_sw, f.boolean("use_sliding_window", false));
-    if (use_sw) KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
-  }
+  KILN_RETURN_IF_ERROR(rejectUnimplemented(f, name));
+  KILN_RETURN_IF_ERROR(parseSlidingWindow(f, name, c));
 
   // transformers >= 4.56 moved rope_theta and rope_scaling into rope_parameters.
   const json* rope_params = f.get("rope_parameters");
@@ -286,9 +360,6 @@ Status ModelConfig::validate() const {
     if (n.value > kMaxSize)
       return makeError("{}: {} is {}, expected at most {}", s, n.name, n.value, kMaxSize);
   }
-  if (hidden_size % num_heads != 0)
-    return makeError("{}: hidden_size {} is not a multiple of num_heads {}", s, hidden_size,
-                     num_heads);
   if (num_heads % num_kv_heads != 0)
     return makeError("{}: num_heads {} is not a multiple of num_kv_heads {}", s, num_heads,
                      num_kv_heads);
@@ -302,6 +373,9 @@ Status ModelConfig::validate() const {
   if (sliding_window < 0)
     return makeError("{}: sliding_window is {}, expected 0 (none) or a positive window", s,
                      sliding_window);
+  if (!sliding_layers.empty() && int64_t(sliding_layers.size()) != num_layers)
+    return makeError("{}: sliding_layers has {} entries, expected one per layer ({})", s, sliding_layers.size(),
+                     num_layers);
   const RopeScaling& r = rope_scaling;
   if (r.kind != RopeScaling::Kind::kNone && !(r.factor > 0))
     return makeError("{}: rope_scaling factor is {}, expected a positive number", s, r.factor);
@@ -315,6 +389,13 @@ Status ModelConfig::validate() const {
                        s, r.original_max_position_embeddings);
   }
   return Status::success();
+}
+
+int64_t ModelConfig::windowOf(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (sliding_layers.empty()) return sliding_window;
+  return layer >= 0 && layer < int64_t(sliding_layers.size()) && sliding_layers[size_t(layer)] ? sliding_window
+                                                                                             : 0;
 }
 
 Result<ModelConfig> parseHfConfigText(std::string_view text, const std::string& name) {
@@ -354,6 +435,11 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
   KILN_ASSIGN(c.num_kv_heads, optInt(a + "attention.head_count_kv", c.num_heads));
   int64_t default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
   KILN_ASSIGN(c.head_dim, optInt(a + "attention.key_length", default_head_dim));
+  int64_t value_dim = 0;
+  KILN_ASSIGN(value_dim, optInt(a + "attention.value_length", c.head_dim));
+  if (value_dim != c.head_dim)
+    return makeError("{}: metadata '{}attention.value_length' is {}, kiln needs it equal to key_length {}",
+                     file.path(), printable(a), value_dim, c.head_dim);
   KILN_ASSIGN(c.rms_norm_eps, file.getFloat(a + "attention.layer_norm_rms_epsilon"));
   if (file.find(a + "rope.freq_base") != nullptr)
     KILN_ASSIGN(c.rope_theta, file.getFloat(a + "rope.freq_base"));
@@ -384,10 +470,13 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
                        file.path(), printable(a), printable(type));
     }
   }
-  // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 keeps neox.
-  c.rope_style = c.architecture == "qwen2" ? RopeStyle::kHalf : RopeStyle::kInterleaved;
+  // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 and qwen3 keep neox.
+  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen3";
+  c.rope_style = qwen ? RopeStyle::kHalf : RopeStyle::kInterleaved;
   c.tie_word_embeddings = file.findTensor("output.weight") == nullptr;
   c.attention_bias = file.findTensor("blk.0.attn_q.bias") != nullptr;
+  c.output_bias = file.findTensor("blk.0.attn_output.bias") != nullptr;
+  c.qk_norm = c.architecture == "qwen3";
   const TensorInfo* q = file.findTensor("blk.0.attn_q.weight");
   c.weight_dtype = q != nullptr ? q->type : embd != nullptr ? embd->type : ElementType::F32;
 

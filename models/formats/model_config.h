@@ -1,4 +1,4 @@
-// One description of a Llama-family decoder (llama, mistral, qwen2), read
+// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3), read
 // from a Hugging Face config.json or from GGUF metadata, so the importer and
 // the runtime never look at either format's keys directly.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "models/formats/tensor_info.h"
 #include "runtime/support/error.h"
@@ -35,13 +36,13 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // llama | mistral | qwen2 (SmolLM uses llama)
+  std::string architecture;  // llama | mistral | qwen2 | qwen3 (SmolLM uses llama)
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;  // < num_heads for grouped-query attention
-  int64_t head_dim = 0;
+  int64_t head_dim = 0;  // qwen3: from the config, num_heads * head_dim may differ from hidden_size
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -49,17 +50,27 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::kHalf;
   bool tie_word_embeddings = false;  // lm_head shares the token embedding
-  bool attention_bias = false;       // q/k/v projections carry biases (qwen2)
-  int64_t sliding_window = 0;        // mistral; 0 = full attention
+  bool attention_bias = false;       // q/k/v projections carry biases (qwen2; llama/qwen3 attention_bias)
+  bool output_bias = false;          // o_proj carries a bias (llama/qwen3 attention_bias)
+  bool qk_norm = false;              // qwen3: RMSNorm over each head of q and k (weights [head_dim]) before RoPE
+  // Sliding-window attention: a query at position p sees keys (p - W, p].
+  // sliding_window is W for the layers that slide (0: none does);
+  // sliding_layers marks them, one entry per layer (empty: every layer
+  // slides when sliding_window > 0, as Mistral's).
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
   // Storage type of the big weights (BF16 for a bf16 checkpoint, Q4_1 for a
   // Q4_1 GGUF); a hint for buffer planning, individual tensors may differ.
   ElementType weight_dtype = ElementType::F32;
   // Where the config came from, for error messages.
   std::string source;
 
-  // Checks sizes are positive and consistent (heads divide hidden, kv heads
-  // divide heads, even head_dim, sane rope parameters).
+  // Checks sizes are positive and consistent (kv heads divide heads, even
+  // head_dim, sane rope parameters, one sliding_layers entry per layer).
   Status validate() const;
+
+  // The attention window of `layer`: W, or 0 for full causal attention.
+  int64_t windowOf(int64_t layer) const;
 };
 
 std::string_view ropeStyleName(RopeStyle style);             // "half" | "interleaved"

@@ -110,6 +110,121 @@ TEST(ModelConfigTest, DefaultsAndVariants) {
   EXPECT_FALSE(mistral->attention_bias);
 }
 
+// Qwen3: head_dim from the config (here 2x hidden / heads), per-head q/k
+// norms, no q/k/v biases unless attention_bias (then o_proj has one too).
+TEST(ModelConfigTest, Qwen3) {
+  auto c = parseHfConfigText(
+      R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+          "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 100, "rope_theta": 1000000.0,
+          "attention_bias": false, "use_sliding_window": false, "sliding_window": null,
+          "max_window_layers": 3, "tie_word_embeddings": true, "torch_dtype": "bfloat16"})",
+      "q3.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "qwen3");
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->output_bias);
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->windowOf(2), 0);
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+
+  auto biased = parseHfConfigText(llamaJson(R"("attention_bias": true)"), "b.json");
+  ASSERT_TRUE(biased.ok()) << biased.error().message;
+  EXPECT_TRUE(biased->attention_bias);
+  EXPECT_TRUE(biased->output_bias);  // llama's o_proj takes the same flag
+  EXPECT_FALSE(biased->qk_norm);
+}
+
+// transformers' sliding layers: Mistral slides every layer; Qwen2/3 only
+// with use_sliding_window, from max_window_layers on, or as layer_types says.
+TEST(ModelConfigTest, SlidingWindowLayers) {
+  auto mistral = parseHfConfigText(
+      R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+          "sliding_window": 8})",
+      "m.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.error().message;
+  EXPECT_EQ(mistral->windowOf(0), 8);
+  EXPECT_EQ(mistral->windowOf(1), 8);
+  auto mistral_null = parseHfConfigText(
+      R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+          "sliding_window": null})",
+      "m.json");
+  ASSERT_TRUE(mistral_null.ok()) << mistral_null.error().message;
+  EXPECT_EQ(mistral_null->windowOf(0), 0);
+
+  const std::string qwen = R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "sliding_window": 16)";
+  auto by_max = parseHfConfigText(qwen + R"(, "use_sliding_window": true, "max_window_layers": 2})", "q.json");
+  ASSERT_TRUE(by_max.ok()) << by_max.error().message;
+  EXPECT_EQ(by_max->sliding_window, 16);
+  EXPECT_EQ(by_max->windowOf(0), 0);
+  EXPECT_EQ(by_max->windowOf(1), 0);
+  EXPECT_EQ(by_max->windowOf(2), 16);
+  EXPECT_EQ(by_max->windowOf(3), 16);
+  auto off = parseHfConfigText(qwen + R"(, "use_sliding_window": false, "max_window_layers": 0})", "q.json");
+  ASSERT_TRUE(off.ok()) << off.error().message;
+  EXPECT_EQ(off->windowOf(3), 0);
+  auto by_types = parseHfConfigText(
+      qwen + R"(, "use_sliding_window": true, "layer_types": ["sliding_attention", "full_attention",
+                 "sliding_attention", "full_attention"]})",
+      "q.json");
+  ASSERT_TRUE(by_types.ok()) << by_types.error().message;
+  EXPECT_EQ(by_types->windowOf(0), 16);
+  EXPECT_EQ(by_types->windowOf(1), 0);
+  EXPECT_EQ(by_types->windowOf(2), 16);
+  // Every layer below max_window_layers: no layer slides.
+  auto none = parseHfConfigText(qwen + R"(, "use_sliding_window": true, "max_window_layers": 4})", "q.json");
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_EQ(none->sliding_window, 0);
+  EXPECT_TRUE(none->sliding_layers.empty());
+}
+
+// Config fields that change the computation in ways kiln does not
+// implement are refused by name, never run approximately.
+TEST(ModelConfigBadInputTest, UnimplementedFieldsAreRejected) {
+  EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "longrope", "factor": 4.0})")),
+            "c.json: field 'rope_scaling.rope_type' is 'longrope', supported: default, linear, llama3");
+  EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"type": "su", "short_factor": [1.0]})")),
+            "c.json: field 'rope_scaling.rope_type' is 'su', supported: default, linear, llama3");
+  EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})")),
+            "c.json: field 'rope_scaling.rope_type' is 'dynamic', supported: default, linear, llama3");
+  EXPECT_EQ(parseError(llamaJson(R"("hidden_act": "gelu_pytorch_tanh")")),
+            "c.json: field 'hidden_act' is 'gelu_pytorch_tanh', only 'silu' is supported");
+  EXPECT_EQ(parseError(llamaJson(R"("attn_logit_softcapping": 50.0)")),
+            "c.json: field 'attn_logit_softcapping' is 50.0, which kiln does not implement");
+  EXPECT_EQ(parseError(llamaJson(R"("final_logit_softcapping": 30.0)")),
+            "c.json: field 'final_logit_softcapping' is 30.0, which kiln does not implement");
+  EXPECT_EQ(parseError(llamaJson(R"("attention_sinks": true)")),
+            "c.json: field 'attention_sinks' is true, which kiln does not implement");
+  EXPECT_EQ(parseError(llamaJson(R"("partial_rotary_factor": 0.5)")),
+            "c.json: field 'partial_rotary_factor' is 0.5, kiln rotates whole heads only (1.0)");
+  EXPECT_EQ(parseError(llamaJson(R"("dual_chunk_attention_config": {"chunk_size": 262144})")),
+            "c.json: field 'dual_chunk_attention_config' is {\"chunk_size\":262144}, which kiln does not "
+            "implement");
+  // A field whose default means "off" is accepted when it says so.
+  EXPECT_EQ(parseError(llamaJson(R"("attn_logit_softcapping": null, "partial_rotary_factor": 1.0)")), "<parsed>");
+
+  const std::string qwen = R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100)";
+  EXPECT_EQ(parseError(qwen + R"(, "use_sliding_window": true, "sliding_window": 8,
+                                   "layer_types": ["full_attention", "chunked_attention"]})"),
+            "c.json: field 'layer_types[1]' is 'chunked_attention', supported: full_attention, sliding_attention");
+  EXPECT_EQ(parseError(qwen + R"(, "layer_types": ["full_attention", "sliding_attention"]})"),
+            "c.json: field 'layer_types[1]' is 'sliding_attention' but the config sets no window "
+            "(use_sliding_window false or sliding_window null)");
+  EXPECT_EQ(parseError(qwen + R"(, "use_sliding_window": true, "sliding_window": 8,
+                                   "layer_types": ["full_attention"]})"),
+            "c.json: field 'layer_types' has 1 entries, expected num_hidden_layers 2");
+  EXPECT_EQ(parseError(R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+                          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+                          "sliding_window": -4})"),
+            "c.json: field 'sliding_window' is -4, expected a positive window or null");
+}
+
 TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
   EXPECT_EQ(parseError(R"({"model_type": "llama"})"),
             "c.json: missing field 'hidden_size' (expected an integer)");
@@ -139,12 +254,12 @@ TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
 
 TEST(ModelConfigBadInputTest, UnsupportedArchitecture) {
   EXPECT_EQ(parseError(R"({"model_type": "gpt2"})"),
-            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2");
+            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3");
   EXPECT_EQ(parseError(R"({"architectures": ["GPT2LMHeadModel"]})"),
             "c.json: architectures[0] 'GPT2LMHeadModel' is not supported; supported: "
-            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
   EXPECT_EQ(parseError("{}"),
-            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2)");
+            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3)");
   EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
             "c.json: field 'rope_scaling.rope_type' is 'yarn', supported: default, linear, llama3");
   EXPECT_EQ(parseError(llamaJson(R"("hidden_act": "gelu")")),
@@ -158,7 +273,7 @@ TEST(ModelConfigBadInputTest, Validate) {
             "c.json: num_heads 4 is not a multiple of num_kv_heads 3");
   EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 66, "intermediate_size": 128,
                           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})"),
-            "c.json: hidden_size 66 is not a multiple of num_heads 4");
+            "c.json: hidden_size 66 is not a multiple of num_heads 4 and no head_dim gives the head size");
   EXPECT_EQ(parseError(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 0,
                           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})"),
             "c.json: intermediate_size is 0, expected a positive value");
@@ -171,7 +286,7 @@ TEST(ModelConfigBadInputTest, Validate) {
   EXPECT_EQ(c.validate().error().message, "model config: hidden_size is 0, expected a positive value");
   c.architecture = "phi3";
   EXPECT_EQ(c.validate().error().message,
-            "model config: architecture 'phi3' is not supported; supported: llama, mistral, qwen2");
+            "model config: architecture 'phi3' is not supported; supported: llama, mistral, qwen2, qwen3");
 }
 
 TEST(ModelConfigTest, MissingFile) {
@@ -222,13 +337,41 @@ TEST(ModelConfigTest, FromGgufMetadata) {
   EXPECT_FALSE(configFromGguf(*GgufFile::openBuffer(untied, "u.gguf"))->tie_word_embeddings);
 }
 
+// llama.cpp's qwen3 GGUFs: neox rope pairs (no Q/K permutation), head_dim
+// from attention.key_length, per-head q/k norms.
+TEST(ModelConfigTest, Qwen3FromGgufMetadata) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "qwen3")
+      .addUInt32("qwen3.block_count", 2)
+      .addUInt32("qwen3.context_length", 512)
+      .addUInt32("qwen3.embedding_length", 64)
+      .addUInt32("qwen3.feed_forward_length", 96)
+      .addUInt32("qwen3.attention.head_count", 4)
+      .addUInt32("qwen3.attention.head_count_kv", 2)
+      .addUInt32("qwen3.attention.key_length", 32)
+      .addUInt32("qwen3.attention.value_length", 32)
+      .addFloat32("qwen3.rope.freq_base", 1000000.f)
+      .addFloat32("qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+  w.addTensorFilled("token_embd.weight", {50, 64}, ElementType::F32);
+  std::vector<uint8_t> bytes = w.serialize();
+  auto f = GgufFile::openBuffer(bytes, "q.gguf");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto c = configFromGguf(*f);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "qwen3");
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalf);
+  EXPECT_EQ(c->rope_theta, 1000000.0);
+}
+
 TEST(ModelConfigBadInputTest, FromGgufMetadata) {
   testing::GgufWriter w;
   w.addString("general.architecture", "gpt2");
   std::vector<uint8_t> bytes = w.serialize();
   EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
             "t.gguf: general.architecture 'gpt2' is not supported; supported: llama, mistral, "
-            "qwen2");
+            "qwen2, qwen3");
   testing::GgufWriter m;
   m.addString("general.architecture", "llama").addString("llama.block_count", "2");
   bytes = m.serialize();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -10,13 +11,10 @@ namespace kiln::formats {
 namespace {
 
 constexpr WeightRole kPerLayerRoles[] = {
-    WeightRole::kAttnNorm, WeightRole::kQ,       WeightRole::kK,       WeightRole::kV,
-    WeightRole::kO,        WeightRole::kQBias,   WeightRole::kKBias,   WeightRole::kVBias,
-    WeightRole::kFfnNorm,  WeightRole::kGate,    WeightRole::kUp,      WeightRole::kDown};
-
-bool isBias(WeightRole role) {
-  return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias;
-}
+    WeightRole::kAttnNorm, WeightRole::kQ,     WeightRole::kK,     WeightRole::kV,
+    WeightRole::kO,        WeightRole::kQBias, WeightRole::kKBias, WeightRole::kVBias,
+    WeightRole::kOBias,    WeightRole::kQNorm, WeightRole::kKNorm, WeightRole::kFfnNorm,
+    WeightRole::kGate,     WeightRole::kUp,    WeightRole::kDown};
 
 // GGUF and HF tensor names per role, without the layer prefix.
 struct RoleNames {
@@ -35,6 +33,9 @@ RoleNames roleNames(WeightRole role) {
     case WeightRole::kQBias: return {"attn_q.bias", "self_attn.q_proj.bias"};
     case WeightRole::kKBias: return {"attn_k.bias", "self_attn.k_proj.bias"};
     case WeightRole::kVBias: return {"attn_v.bias", "self_attn.v_proj.bias"};
+    case WeightRole::kOBias: return {"attn_output.bias", "self_attn.o_proj.bias"};
+    case WeightRole::kQNorm: return {"attn_q_norm.weight", "self_attn.q_norm.weight"};
+    case WeightRole::kKNorm: return {"attn_k_norm.weight", "self_attn.k_norm.weight"};
     case WeightRole::kFfnNorm: return {"ffn_norm.weight", "post_attention_layernorm.weight"};
     case WeightRole::kGate: return {"ffn_gate.weight", "mlp.gate_proj.weight"};
     case WeightRole::kUp: return {"ffn_up.weight", "mlp.up_proj.weight"};
@@ -58,6 +59,9 @@ std::string_view weightRoleName(WeightRole role) {
     case WeightRole::kQBias: return "attn_q_bias";
     case WeightRole::kKBias: return "attn_k_bias";
     case WeightRole::kVBias: return "attn_v_bias";
+    case WeightRole::kOBias: return "attn_output_bias";
+    case WeightRole::kQNorm: return "attn_q_norm";
+    case WeightRole::kKNorm: return "attn_k_norm";
     case WeightRole::kFfnNorm: return "ffn_norm";
     case WeightRole::kGate: return "ffn_gate";
     case WeightRole::kUp: return "ffn_up";
@@ -162,6 +166,9 @@ std::vector<int64_t> ModelSource::expectedShape(WeightRole role) const {
     case WeightRole::kQBias: return {q};
     case WeightRole::kKBias:
     case WeightRole::kVBias: return {kv};
+    case WeightRole::kOBias: return {c.hidden_size};
+    case WeightRole::kQNorm:
+    case WeightRole::kKNorm: return {c.head_dim};
     case WeightRole::kGate:
     case WeightRole::kUp: return {c.intermediate_size, c.hidden_size};
     case WeightRole::kDown: return {c.hidden_size, c.intermediate_size};
@@ -192,9 +199,42 @@ Status ModelSource::checkWeights() const {
     KILN_RETURN_IF_ERROR(check(role, 0));
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     for (WeightRole role : kPerLayerRoles) {
-      if (isBias(role) && !config_.attention_bias) continue;
+      if (!usesRole(role)) continue;
       KILN_RETURN_IF_ERROR(check(role, layer));
     }
+  }
+  return checkNoUnusedLayerTensors();
+}
+
+bool ModelSource::usesRole(WeightRole role) const {
+  switch (role) {
+    case WeightRole::kQBias:
+    case WeightRole::kKBias:
+    case WeightRole::kVBias: return config_.attention_bias;
+    case WeightRole::kOBias: return config_.output_bias;
+    case WeightRole::kQNorm:
+    case WeightRole::kKNorm: return config_.qk_norm;
+    default: return true;
+  }
+}
+
+// Per-layer tensors ("model.layers.N.*", "blk.N.*") are each one of the
+// layer's roles; HF's saved rotary inverse frequencies (recomputed from the
+// config) are the one exception. Packed int4 layers show as their .weight.
+Status ModelSource::checkNoUnusedLayerTensors() const {
+  const std::string_view prefix = format_ == Format::kGguf ? "blk." : "model.layers.";
+  std::set<std::string> used;
+  for (int layer = 0; layer < config_.num_layers; ++layer)
+    for (WeightRole role : kPerLayerRoles)
+      if (usesRole(role)) used.insert(formatName(role, layer));
+  for (const TensorInfo& t : tensors()) {
+    const std::string& name = t.name;
+    if (name.compare(0, prefix.size(), prefix) != 0 || used.count(name)) continue;
+    if (name.find(".rotary_emb.inv_freq") != std::string::npos) continue;
+    return makeError("{}: tensor '{}' is not part of the {} graph kiln builds for this config{}; running without "
+                     "it would compute another model",
+                     path_, name, config_.architecture,
+                     name.find("norm") != std::string::npos && !config_.qk_norm ? " (no qk_norm)" : "");
   }
   return Status::success();
 }

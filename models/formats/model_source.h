@@ -26,6 +26,8 @@ namespace kiln::formats {
 //   kAttnNorm, kFfnNorm, kFinalNorm  [H]
 //   kQ [num_heads*D, H]   kK, kV [num_kv_heads*D, H]   kO [H, num_heads*D]
 //   kQBias [num_heads*D]  kKBias, kVBias [num_kv_heads*D]   (attention_bias only)
+//   kOBias [H]            (output_bias only)
+//   kQNorm, kKNorm [D]    (qk_norm only: qwen3's per-head RMSNorm of q and k)
 //   kGate, kUp [F, H]     kDown [H, F]
 enum class WeightRole {
   kTokenEmbedding,
@@ -37,6 +39,9 @@ enum class WeightRole {
   kQBias,
   kKBias,
   kVBias,
+  kOBias,
+  kQNorm,
+  kKNorm,
   kFfnNorm,
   kGate,
   kUp,
@@ -82,8 +87,13 @@ class ModelSource {
   // The tensor for `role`, or nullptr if absent.
   const TensorInfo* weight(WeightRole role, int layer = 0) const;
   // Every weight the config needs exists with its expected shape; the error
-  // names the tensor, its actual shape and the expected one.
+  // names the tensor, its actual shape and the expected one. A per-layer
+  // tensor the config does not use (attention sinks, a q_norm in a config
+  // without qk_norm, ...) is refused by name: running without it would be
+  // running another model.
   Status checkWeights() const;
+  // True when `role` is part of this config's graph (biases, norms).
+  bool usesRole(WeightRole role) const;
   // The bytes of a weight (kWithData only).
   Result<std::span<const uint8_t>> weightData(WeightRole role, int layer = 0) const;
   Result<std::span<const uint8_t>> tensorData(const TensorInfo& tensor) const;
@@ -94,6 +104,7 @@ class ModelSource {
  private:
   ModelSource() = default;
   std::string formatName(WeightRole role, int layer) const;
+  Status checkNoUnusedLayerTensors() const;
 
   std::string path_;
   Format format_ = Format::kGguf;

@@ -103,6 +103,74 @@ TEST(ModelSourceBadInputTest, MissingAndMisshapenWeights) {
             path + ": tensor 'blk.0.attn_k.weight' has shape [64, 64], expected [32, 64]");
 }
 
+// A 2-layer qwen3 GGUF as llama.cpp names it: head_dim 32 (2x hidden /
+// heads), per-head attn_q_norm / attn_k_norm of head_dim.
+testing::GgufWriter tinyQwen3(bool with_norms, const std::string& extra = "") {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "qwen3")
+      .addUInt32("qwen3.block_count", 2)
+      .addUInt32("qwen3.context_length", 512)
+      .addUInt32("qwen3.embedding_length", 64)
+      .addUInt32("qwen3.feed_forward_length", 96)
+      .addUInt32("qwen3.attention.head_count", 4)
+      .addUInt32("qwen3.attention.head_count_kv", 2)
+      .addUInt32("qwen3.attention.key_length", 32)
+      .addFloat32("qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+  w.addTensorFilled("token_embd.weight", {50, 64}, ElementType::F32);
+  for (int i = 0; i < 2; ++i) {
+    std::string p = "blk." + std::to_string(i) + ".";
+    w.addTensorFilled(p + "attn_norm.weight", {64}, ElementType::F32);
+    w.addTensorFilled(p + "attn_q.weight", {128, 64}, ElementType::F32);
+    w.addTensorFilled(p + "attn_k.weight", {64, 64}, ElementType::F32);
+    w.addTensorFilled(p + "attn_v.weight", {64, 64}, ElementType::F32);
+    if (with_norms) {
+      w.addTensorFilled(p + "attn_q_norm.weight", {32}, ElementType::F32);
+      w.addTensorFilled(p + "attn_k_norm.weight", {32}, ElementType::F32);
+    }
+    w.addTensorFilled(p + "attn_output.weight", {64, 128}, ElementType::F32);
+    w.addTensorFilled(p + "ffn_norm.weight", {64}, ElementType::F32);
+    w.addTensorFilled(p + "ffn_gate.weight", {96, 64}, ElementType::F32);
+    w.addTensorFilled(p + "ffn_up.weight", {96, 64}, ElementType::F32);
+    w.addTensorFilled(p + "ffn_down.weight", {64, 96}, ElementType::F32);
+    if (!extra.empty()) w.addTensorFilled(p + extra, {4}, ElementType::F32);
+  }
+  w.addTensorFilled("output_norm.weight", {64}, ElementType::F32);
+  return w;
+}
+
+TEST(ModelSourceTest, Qwen3GgufQkNorms) {
+  testing::TempDir dir;
+  std::string path = dir.file("qwen3.gguf");
+  ASSERT_TRUE(tinyQwen3(/*with_norms=*/true).writeFile(path).ok());
+  auto src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->weightName(WeightRole::kQNorm, 1), "blk.1.attn_q_norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kKNorm, 0), "blk.0.attn_k_norm.weight");
+  EXPECT_EQ(src->expectedShape(WeightRole::kQNorm), (std::vector<int64_t>{32}));
+  EXPECT_EQ(src->expectedShape(WeightRole::kQ), (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(src->expectedShape(WeightRole::kO), (std::vector<int64_t>{64, 128}));
+
+  ASSERT_TRUE(tinyQwen3(/*with_norms=*/false).writeFile(path).ok());
+  src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->checkWeights().error().message,
+            path + ": missing tensor 'blk.0.attn_q_norm.weight' (attn_q_norm of layer 0), expected shape [32]");
+}
+
+// A layer tensor the config's graph does not read (attention sinks here) is
+// refused by name: running without it would run another model.
+TEST(ModelSourceBadInputTest, UnusedLayerTensorIsRefused) {
+  testing::TempDir dir;
+  std::string path = dir.file("qwen3.gguf");
+  ASSERT_TRUE(tinyQwen3(/*with_norms=*/true, "attn_sinks.weight").writeFile(path).ok());
+  auto src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->checkWeights().error().message,
+            path + ": tensor 'blk.0.attn_sinks.weight' is not part of the qwen3 graph kiln builds for this "
+                   "config; running without it would compute another model");
+}
+
 TEST(ModelSourceBadInputTest, Paths) {
   EXPECT_EQ(ModelSource::open("/nonexistent/m.gguf", OpenMode::kHeaderOnly).error().message,
             "/nonexistent/m.gguf: no such file or directory");

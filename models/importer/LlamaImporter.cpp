@@ -4,10 +4,11 @@
 //
 //   h     = rms_norm(x, attn_norm)
 //   q,k,v = linear(h, Wq/Wk/Wv) (+ bias)        -> reshape [S, heads, D]
+//   q,k   = rms_norm(q/k, Wqn/Wkn)              (qwen3's qk_norm: per head, weight [D])
 //   q,k   = rope(q/k, positions)
 //   K,V   = kv_concat(past, k/v)                [T, Hkv, D]
-//   s     = causal_mask(scale(qᵀ · repeat_kv(K)ᵀ))   [H, S, T]
-//   o     = softmax(s) · repeat_kv(V)           -> [S, H·D] -> linear(Wo)
+//   s     = causal_mask(scale(qᵀ · repeat_kv(K)ᵀ))   [H, S, T]  (+ the layer's sliding window)
+//   o     = softmax(s) · repeat_kv(V)           -> [S, H·D] -> linear(Wo) (+ bias)
 //   x     = x + o
 //   x     = x + linear(silu(linear(h2, Wg)) · linear(h2, Wu), Wd),  h2 = rms_norm(x)
 //
@@ -168,13 +169,22 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
     return builder_.create<xfmr::ReshapeOp>(loc(prefix + what),
                                             act({kDynamic, n, headDim}), x);
   };
+  Value qh = split(q, heads, "q_heads"), kh = split(k, kvHeads, "k_heads");
+  if (config_.qk_norm) {
+    Value qNorm = weight(WeightRole::kQNorm, layer);
+    Value kNorm = weight(WeightRole::kKNorm, layer);
+    if (!qNorm || !kNorm) return {};
+    FloatAttr eps = builder_.getF64FloatAttr(config_.rms_norm_eps);
+    qh = builder_.create<xfmr::RmsNormOp>(loc(prefix + "q_norm"), act({kDynamic, heads, headDim}),
+                                          qh, qNorm, eps);
+    kh = builder_.create<xfmr::RmsNormOp>(loc(prefix + "k_norm"), act({kDynamic, kvHeads, headDim}),
+                                          kh, kNorm, eps);
+  }
   xfmr::RopeAttr rope = ropeAttr();
   Value qr = builder_.create<xfmr::RopeOp>(
-      loc(prefix + "rope_q"), act({kDynamic, heads, headDim}),
-      split(q, heads, "q_heads"), positions, rope);
+      loc(prefix + "rope_q"), act({kDynamic, heads, headDim}), qh, positions, rope);
   Value kr = builder_.create<xfmr::RopeOp>(
-      loc(prefix + "rope_k"), act({kDynamic, kvHeads, headDim}),
-      split(k, kvHeads, "k_heads"), positions, rope);
+      loc(prefix + "rope_k"), act({kDynamic, kvHeads, headDim}), kh, positions, rope);
   Value vs = split(v, kvHeads, "v_heads");
 
   RankedTensorType kvType = act({kDynamic, kvHeads, headDim});
@@ -207,7 +217,10 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
   Value scaled = builder_.create<xfmr::ScaleOp>(
       loc(prefix + "scale"), scores,
       builder_.getF64FloatAttr(1.0 / std::sqrt(static_cast<double>(headDim))));
-  Value masked = builder_.create<xfmr::CausalMaskOp>(loc(prefix + "mask"), scaled);
+  const int64_t window = config_.windowOf(layer);
+  Value masked = builder_.create<xfmr::CausalMaskOp>(
+      loc(prefix + "mask"), scaled,
+      window > 0 ? builder_.getI64IntegerAttr(window) : IntegerAttr());
   Value probs = builder_.create<xfmr::SoftmaxOp>(loc(prefix + "softmax"), masked,
                                                  builder_.getI64IntegerAttr(2));
   Value context = builder_.create<xfmr::BatchMatmulOp>(
@@ -218,8 +231,9 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
       swap01);
   Value merged = builder_.create<xfmr::ReshapeOp>(
       loc(prefix + "o_merge"), act({kDynamic, heads * headDim}), tokensFirst);
-  return linear(merged, WeightRole::kO, std::nullopt, layer, config_.hidden_size,
-                prefix + "o_proj");
+  return linear(merged, WeightRole::kO,
+                config_.output_bias ? std::optional<WeightRole>(WeightRole::kOBias) : std::nullopt,
+                layer, config_.hidden_size, prefix + "o_proj");
 }
 
 Value LlamaBuilder::mlp(Value h, int layer) {
@@ -264,9 +278,18 @@ DictionaryAttr LlamaBuilder::configAttr() {
                             builder_.getBoolAttr(config_.tie_word_embeddings)),
       builder_.getNamedAttr("attention_bias",
                             builder_.getBoolAttr(config_.attention_bias)),
+      builder_.getNamedAttr("output_bias", builder_.getBoolAttr(config_.output_bias)),
+      builder_.getNamedAttr("qk_norm", builder_.getBoolAttr(config_.qk_norm)),
       builder_.getNamedAttr("sliding_window", i(config_.sliding_window)),
       builder_.getNamedAttr("source", s(source_.path())),
   };
+  // The sliding layers, where not every layer slides (Qwen's max_window_layers, layer_types).
+  if (!config_.sliding_layers.empty()) {
+    llvm::SmallVector<int64_t> layers;
+    for (size_t l = 0; l < config_.sliding_layers.size(); ++l)
+      if (config_.sliding_layers[l]) layers.push_back(int64_t(l));
+    entries.push_back(builder_.getNamedAttr("sliding_layers", builder_.getDenseI64ArrayAttr(layers)));
+  }
   return builder_.getDictionaryAttr(entries);
 }
 

@@ -302,7 +302,34 @@ Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
                                config.type, config.scales));
   if (!scaled && !config.scales.empty())
     return r.error("kv_cache.scales", fmt::format("{} pools take no scales, got '{}'", config.type, config.scales));
+  if (kv.value()->contains("sliding_windows")) {
+    auto windows = r.shape(**kv, "kv_cache", "sliding_windows", /*allow_dynamic=*/false);
+    if (!windows.ok()) return windows.error();
+    if (int64_t(windows->size()) != config.layers)
+      return r.error("kv_cache.sliding_windows",
+                     fmt::format("has {} entries, expected one per layer ({})", windows->size(), config.layers));
+    for (size_t i = 0; i < windows->size(); ++i)
+      if ((*windows)[i] > INT32_MAX)
+        return r.error(Reader::index("kv_cache.sliding_windows", i), "value too large");
+    config.sliding_windows = windows.take();
+  }
   return config;
+}
+
+// Every paged_attention step reads its layer's pools with that layer's
+// window from kv_cache.sliding_windows, so the runtime can rely on either.
+Status checkSlidingWindows(const Reader& r, const Entry& entry, const std::string& path, const KvCacheConfig& kv) {
+  for (size_t i = 0; i < entry.steps.size(); ++i) {
+    const Step& step = entry.steps[i];
+    const auto* a = std::get_if<PagedAttentionParams>(&step.params);
+    if (!a) continue;
+    const int layer = step.args[1].layer;
+    if (a->sliding_window != kv.slidingWindow(layer))
+      return r.error(Reader::index(path + ".steps", i) + ".params.sliding_window",
+                     fmt::format("{} is not kv_cache.sliding_windows[{}] {}", a->sliding_window, layer,
+                                 kv.slidingWindow(layer)));
+  }
+  return {};
 }
 
 Result<ParamMap> parseParams(const Reader& r, const json& step, const std::string& path) {
@@ -394,7 +421,7 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kRmsNorm: return {"vw"};
     case StepKind::kResidualRmsNorm: return {"vvw"};
     case StepKind::kGemm: return {"vw", "vww"};
-    case StepKind::kRopeKvAppend: return {"viipp", "vvviipp"};
+    case StepKind::kRopeKvAppend: return {"viipp", "vvviipp", "viippww", "vvviippww"};
     case StepKind::kPagedAttention: return {"vppiii"};
     case StepKind::kSiluMul: return {"v", "vv"};
     case StepKind::kAdd:
@@ -498,9 +525,12 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
       return r.error(path + ".args", fmt::format("gemm with scales {} and bias {} takes {} args, got {}", g->scales,
                                                  g->bias, expected, step.args.size()));
   }
-  if (const auto* q = std::get_if<RopeKvAppendParams>(&step.params); q && q->merged_qkv != (step.args.size() == 5))
-    return r.error(path + ".args", fmt::format("merged_qkv is {} but the step has {} args", q->merged_qkv,
-                                               step.args.size()));
+  if (const auto* q = std::get_if<RopeKvAppendParams>(&step.params)) {
+    const size_t expected = (q->merged_qkv ? 5 : 7) + (q->qk_norm ? 2 : 0);
+    if (step.args.size() != expected)
+      return r.error(path + ".args", fmt::format("merged_qkv is {} and qk_norm {} but the step has {} args",
+                                                 q->merged_qkv, q->qk_norm, step.args.size()));
+  }
   if (const auto* m = std::get_if<SiluMulParams>(&step.params); m && m->merged_gate_up != (step.args.size() == 1))
     return r.error(path + ".args", fmt::format("merged_gate_up is {} but the step has {} args", m->merged_gate_up,
                                                step.args.size()));
@@ -714,6 +744,7 @@ Result<Manifest> Manifest::parse(std::string_view json_text, const std::string& 
       return r.error(p, fmt::format("expected an object, got {}", it.value().type_name()));
     auto entry = parseEntry(r, it.value(), p, weight_ids, m.kv_cache);
     if (!entry.ok()) return entry.error();
+    KILN_RETURN_IF_ERROR(checkSlidingWindows(r, *entry, p, m.kv_cache));
     entry->name = it.key();
     m.entries[it.key()] = entry.take();
   }

@@ -57,6 +57,17 @@ struct KvCacheConfig {
   // (token slot, kv head), [num_blocks, kv_heads, page_size] beside each
   // pool; empty for the float types, whose values need none.
   std::string scales;
+  // Each layer's attention window W (its paged_attention's sliding_window:
+  // a query at position p reads keys (p - W, p]), 0 for full attention;
+  // empty when no layer slides. Keys before kv_len - q_len - W + 1 of a
+  // sequence are never read again by that layer: the blocks wholly before
+  // them, in every layer, are what the scheduler may free.
+  std::vector<int64_t> sliding_windows;
+
+  // The layer's window (0: full attention).
+  int64_t slidingWindow(int layer) const {
+    return layer >= 0 && size_t(layer) < sliding_windows.size() ? sliding_windows[size_t(layer)] : 0;
+  }
 };
 
 struct EntryInput {

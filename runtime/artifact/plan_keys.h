@@ -30,6 +30,9 @@ inline constexpr char kRole[] = "role";
 inline constexpr char kMergedQkv[] = "merged_qkv";
 inline constexpr char kMergedGateUp[] = "merged_gate_up";
 inline constexpr char kTreeMask[] = "tree_mask";
+inline constexpr char kSlidingWindow[] = "sliding_window";
+inline constexpr char kQkNorm[] = "qk_norm";
+inline constexpr char kQkNormEpsilon[] = "qk_norm_epsilon";
 
 // Rotary embedding.
 inline constexpr char kRopeTheta[] = "rope_theta";

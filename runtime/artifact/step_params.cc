@@ -1,5 +1,6 @@
 #include "runtime/artifact/step_params.h"
 
+#include <climits>
 #include <cmath>
 #include <set>
 #include <type_traits>
@@ -133,12 +134,15 @@ void visitFields(P& p, V&& v) {
     v(key::kRopeLowFreqFactor, p.rope_low_freq_factor, R, Rule::kAny);
     v(key::kRopeHighFreqFactor, p.rope_high_freq_factor, R, Rule::kAny);
     v(key::kRopeOriginalMaxPosition, p.rope_original_max_position, R, Rule::kAny);
+    v(key::kQkNorm, p.qk_norm, O, Rule::kAny);
+    v(key::kQkNormEpsilon, p.qk_norm_epsilon, O, Rule::kAny);
     v(key::kXType, p.x_type, O, Rule::kActivationType);
     v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, PagedAttentionParams>) {
     visitAttentionHeads(p.attn, v);
     v(key::kScale, p.scale, R, Rule::kPositiveNumber);
     v(key::kTreeMask, p.tree_mask, D, Rule::kAny);
+    v(key::kSlidingWindow, p.sliding_window, O, Rule::kAny);
     v(key::kQType, p.q_type, O, Rule::kActivationType);
     v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, SiluMulParams>) {
@@ -302,10 +306,22 @@ Status checkKind(const RangeCheck& c, const RopeKvAppendParams& p) {
                   "llama3 scaling with low_freq_factor {}, high_freq_factor {}, original_max_position {}: "
                   "expected 0 < low < high and a positive position",
                   p.rope_low_freq_factor, p.rope_high_freq_factor, p.rope_original_max_position);
+  if (p.qk_norm) KILN_RETURN_IF_ERROR(c.rule(key::kQkNormEpsilon, p.qk_norm_epsilon, Rule::kPositiveNumber));
+  else if (p.qk_norm_epsilon != 0)
+    return c.fail(key::kQkNormEpsilon, "is {} without qk_norm", p.qk_norm_epsilon);
   return {};
 }
 
-Status checkKind(const RangeCheck& c, const PagedAttentionParams& p) { return checkHeads(c, p.attn); }
+Status checkKind(const RangeCheck& c, const PagedAttentionParams& p) {
+  KILN_RETURN_IF_ERROR(checkHeads(c, p.attn));
+  if (p.sliding_window < 0 || p.sliding_window > INT32_MAX)
+    return c.fail(key::kSlidingWindow, "expected a positive number of keys (absent: no window), got {}",
+                  p.sliding_window);
+  if (p.sliding_window > 0 && p.tree_mask)
+    return c.fail(key::kSlidingWindow, "{} with tree_mask: windowed speculative verify is not supported",
+                  p.sliding_window);
+  return {};
+}
 
 template <class S>
 Status checkRanges(const RangeCheck& c, const S& p) {

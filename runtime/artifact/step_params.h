@@ -89,6 +89,10 @@ struct RopeKvAppendParams {
   std::string rope_scaling;  // "none" | "linear" | "llama3"
   double rope_factor = 0, rope_low_freq_factor = 0, rope_high_freq_factor = 0;
   int64_t rope_original_max_position = 0;
+  // Qwen3: q and k are RMS-normalized per head (weights [head_dim], args
+  // after the pools) before the rotation.
+  bool qk_norm = false;
+  double qk_norm_epsilon = 0;
   std::string x_type, out_type;
 };
 
@@ -96,6 +100,8 @@ struct PagedAttentionParams {
   AttentionHeads attn;
   double scale = 0;
   bool tree_mask = false;
+  // W > 0: the query at position p sees keys (p - W, p] only; 0: all of 0..p.
+  int64_t sliding_window = 0;
   std::string q_type, out_type;
 };
 

@@ -60,6 +60,15 @@ LogicalResult expectSameShape(Operation* op, llvm::StringRef what,
   return success();
 }
 
+// A sliding window, where an op has one, is a positive number of keys.
+LogicalResult verifySlidingWindow(Operation* op, std::optional<uint64_t> window) {
+  if (window && (static_cast<int64_t>(*window) <= 0 ||
+                 static_cast<int64_t>(*window) > (int64_t{1} << 31) - 1))
+    return op->emitOpError() << "sliding_window " << static_cast<int64_t>(*window)
+                             << ", expected a positive number of keys (absent: no window)";
+  return success();
+}
+
 // Shared by linear, quantized_linear and gemm: x [..., in] · W[out, in]ᵀ.
 LogicalResult verifyLinearShapes(Operation* op, RankedTensorType input,
                                  RankedTensorType weight,
@@ -392,7 +401,7 @@ LogicalResult CausalMaskOp::verify() {
       keys < queries)
     return emitOpError() << "scores have " << keys << " keys for " << queries
                          << " queries, expected keys >= queries";
-  return success();
+  return verifySlidingWindow(*this, getSlidingWindow());
 }
 
 LogicalResult SoftmaxOp::verify() {
@@ -488,6 +497,10 @@ LogicalResult AttentionOp::verify() {
   if (!(getScale().convertToDouble() > 0))
     return emitOpError() << "scale " << getScale().convertToDouble()
                          << " must be > 0";
+  if (failed(verifySlidingWindow(*this, getSlidingWindow()))) return failure();
+  if (getSlidingWindow() && !getCausal())
+    return emitOpError() << "sliding_window " << *getSlidingWindow()
+                         << " needs causal attention";
   return expectSameShape(*this, "result", tensorOf(getResult()), query);
 }
 
@@ -585,6 +598,11 @@ LogicalResult PagedAttentionOp::verify() {
   if (!(getScale().convertToDouble() > 0))
     return emitOpError() << "scale " << getScale().convertToDouble()
                          << " must be > 0";
+  if (failed(verifySlidingWindow(*this, getSlidingWindow()))) return failure();
+  if (getSlidingWindow() && getTreeMask())
+    return emitOpError() << "sliding_window " << *getSlidingWindow()
+                         << " with a tree_mask: windowed speculative verify "
+                            "is not supported";
   return expectSameShape(*this, "result", tensorOf(getResult()), query);
 }
 

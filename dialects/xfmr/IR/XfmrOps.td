@@ -256,13 +256,17 @@ def Xfmr_CausalMaskOp : Xfmr_PureOp<"causal_mask", [SameOperandsAndResultType]> 
   let summary = "Mask attention scores to the causal pattern";
   let description = [{
     On scores `[heads, S, T]` with `T = P + S`, sets score `(h, i, j)` to −∞
-    where key `j` lies after query `i`'s position, `j > P + i`.
+    where key `j` lies after query `i`'s position, `j > P + i`. With a
+    `sliding_window` W the query also loses the keys W or more positions
+    back: it sees keys `(P + i - W, P + i]`, W of them at most (Mistral's,
+    and the sliding layers' of Qwen2/3, as transformers masks them).
 
     ```mlir
     %m = xfmr.causal_mask %s : tensor<9x?x?xf32>
+    %w = xfmr.causal_mask %s {sliding_window = 4096 : i64} : tensor<9x?x?xf32>
     ```
   }];
-  let arguments = (ins Xfmr_Tensor:$input);
+  let arguments = (ins Xfmr_Tensor:$input, OptionalAttr<I64Attr>:$sliding_window);
   let results = (outs Xfmr_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -342,14 +346,17 @@ def Xfmr_AttentionOp : Xfmr_PureOp<"attention"> {
     `softmax(q·kᵀ·scale + mask)·v` in one op, computed flash-style (online
     softmax, no score matrix). `query [S, H, D]`, `key`/`value [T, Hkv, D]`
     with `H % Hkv == 0`; query head `h` reads KV head `h / (H / Hkv)`.
-    `causal` masks key `j > (T - S) + i`.
+    `causal` masks key `j > (T - S) + i`; a `sliding_window` W (causal only)
+    also masks keys `j <= (T - S) + i - W`.
 
     ```mlir
     %o = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x9x64xf32>
+    %w = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal, sliding_window = 4096 : i64} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x9x64xf32>
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$query, Xfmr_Tensor:$key, Xfmr_Tensor:$value,
-                       F64Attr:$scale, UnitAttr:$causal);
+                       F64Attr:$scale, UnitAttr:$causal,
+                       OptionalAttr<I64Attr>:$sliding_window);
   let results = (outs Xfmr_Tensor:$result);
   let assemblyFormat = "$query `,` $key `,` $value attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -426,10 +433,14 @@ def Xfmr_PagedAttentionOp : Xfmr_Op<"paged_attention"> {
     `kv_lens[b]` keys in total (`kv_lens [B]`, new tokens included) and finds
     them through `block_tables [B, max_blocks]`. Causal within each
     sequence; an optional `tree_mask` (`[N, max_tree]` i8) restricts draft
-    tokens to their ancestors during speculative verify.
+    tokens to their ancestors during speculative verify. A `sliding_window`
+    W restricts the query at position p to keys `(p - W, p]`: the pool's
+    blocks wholly before the window are never read (and the runtime may
+    free them). A window and a tree mask do not go together.
 
     ```mlir
     %o = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens {scale = 0.125 : f64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x9x64xf32>
+    %w = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens {scale = 0.125 : f64, sliding_window = 4096 : i64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x9x64xf32>
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$query,
@@ -439,7 +450,8 @@ def Xfmr_PagedAttentionOp : Xfmr_Op<"paged_attention"> {
                        Xfmr_IndexTensor:$query_start,
                        Xfmr_IndexTensor:$kv_lens,
                        Optional<Xfmr_Tensor>:$tree_mask,
-                       F64Attr:$scale);
+                       F64Attr:$scale,
+                       OptionalAttr<I64Attr>:$sliding_window);
   let results = (outs Xfmr_Tensor:$result);
   let assemblyFormat = "$query `,` $key_pool `,` $value_pool `,` $block_tables `,` $query_start `,` $kv_lens (`tree_mask` $tree_mask^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -76,6 +76,8 @@ struct CpuExecutor::BoundStep {
   bool merged = false;
   int heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 0.0f;
+  int64_t sliding_window = 0;  // paged_attention: 0 = full causal
+  bool qk_norm = false;        // rope_kv_append: per-head RMSNorm of q and k (args after the pools)
   RopeParams rope;
   std::vector<int64_t> sizes;
 };
@@ -329,6 +331,13 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       s.head_dim = int(head_dim);
       s.merged = merged;
       s.rope = ropeParamsOf(q);
+      s.qk_norm = q.qk_norm;
+      s.epsilon = float(q.qk_norm_epsilon);
+      if (q.qk_norm) {
+        const size_t first = merged ? 5 : 7;
+        KILN_RETURN_IF_ERROR(checkWeight(step, s.args[first], {head_dim}, "q_norm", /*want_f32=*/true));
+        KILN_RETURN_IF_ERROR(checkWeight(step, s.args[first + 1], {head_dim}, "k_norm", /*want_f32=*/true));
+      }
       auto freqs = ropeInvFreq(s.rope, int(head_dim));
       if (!freqs.ok()) return fail(step, "{}", freqs.error().message);
       const int64_t qd = heads * head_dim, kd = kv_heads * head_dim;
@@ -355,6 +364,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       s.kv_heads = int(kv_heads);
       s.head_dim = int(head_dim);
       s.scale = float(scale);
+      s.sliding_window = a.sliding_window;
       KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], heads * head_dim, "args[0] (q)"));
       KILN_RETURN_IF_ERROR(checkWidth(step, r0, heads * head_dim, "results[0]"));
       KILN_RETURN_IF_ERROR(noAlias());
@@ -575,6 +585,15 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
         if (out.data != s.args[0].data) copyRows(s.args[0].data, qd, out.data, qd, n, qd);
         v_src = s.args[2].data;
       }
+      if (s.qk_norm) {  // each head of q and k normalized over its head_dim, before the rotation
+        const size_t norms = s.merged ? 5 : 7;
+        KILN_RETURN_IF_ERROR(rmsNormResidual(out.data, nullptr,
+                                             reinterpret_cast<const float*>(s.args[norms].weight->data), s.epsilon,
+                                             n * s.heads, s.head_dim, out.data));
+        KILN_RETURN_IF_ERROR(rmsNormResidual(scratch_k_, nullptr,
+                                             reinterpret_cast<const float*>(s.args[norms + 1].weight->data),
+                                             s.epsilon, n * s.kv_heads, s.head_dim, scratch_k_));
+      }
       KILN_RETURN_IF_ERROR(applyRope(out.data, n, s.heads, s.head_dim, positions, s.rope));
       KILN_RETURN_IF_ERROR(applyRope(scratch_k_, n, s.kv_heads, s.head_dim, positions, s.rope));
       const KvPoolConfig& pc = pool_->config();
@@ -602,6 +621,7 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
                               .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
       args.scale = s.scale;
+      args.sliding_window = s.sliding_window;
       return pagedAttention(args);
     }
     case StepKind::kSiluMul: {

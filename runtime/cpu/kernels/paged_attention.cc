@@ -26,6 +26,9 @@ Status checkArgs(const PagedAttentionArgs& a) {
     return makeError("paged_attention: num_heads {} is invalid: expected a multiple of kv_heads {}",
                      a.num_heads, p.kv_heads);
   KILN_RETURN_IF_ERROR(checkKvScales("paged_attention", p.element, a.k_scales, a.v_scales));
+  if (a.sliding_window < 0 || (a.sliding_window > 0 && a.tree_masks))
+    return makeError("paged_attention: sliding_window {} is invalid: expected >= 0, and 0 with tree masks",
+                     a.sliding_window);
   if (a.num_seqs == 0) return Status::success();
   if (a.query_start[0] != 0 || a.query_start[a.num_seqs] != a.num_tokens)
     return makeError("paged_attention: query_start runs from {} to {}: expected 0 to num_tokens {}",
@@ -105,7 +108,15 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
     for (int e = 0; e < d; ++e) out[e] = p.element == KvElement::kF16 ? f16ToF32(half[e]) : bf16ToF32(half[e]);
     return out;
   };
-  for (int32_t j = 0; j < kv_len; ++j) {
+  // First key any query of this call sees: earlier keys are outside every
+  // window and never read (their rows stay unset; their scores are -inf).
+  auto windowBegin = [&](int32_t i) -> int32_t {
+    if (a.sliding_window <= 0) return 0;
+    const int64_t begin = int64_t(kv_len) - q_len + i - a.sliding_window + 1;
+    return begin > 0 ? int32_t(begin) : 0;
+  };
+  const int32_t first_key = windowBegin(0);
+  for (int32_t j = first_key; j < kv_len; ++j) {
     keys[size_t(j)] = row(a.k_pool, a.k_scales, j, int64_t(j) * d);
     values[size_t(j)] = row(a.v_pool, a.v_scales, j, (int64_t(kv_len) + j) * d);
   }
@@ -116,9 +127,10 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
     float* o = a.out + (token * a.num_heads + h) * d;
     const uint8_t* mask_row = mask ? mask + int64_t(i) * kv_len : nullptr;
     const int32_t key_end = mask ? kv_len : kv_len - q_len + i + 1;  // exclusive
+    const int32_t key_begin = windowBegin(i);
     float max = -INFINITY;
     for (int32_t j = 0; j < key_end; ++j) {
-      if (mask_row && !mask_row[j]) {
+      if (j < key_begin || (mask_row && !mask_row[j])) {
         scores[size_t(j)] = -INFINITY;
         continue;
       }
@@ -134,6 +146,10 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
     const double sum = vec.softMax(probs.data(), scores.data(), n, max);
     const float inv = float(1.0 / sum);
     for (int32_t j = 0; j < key_end; ++j) probs[size_t(j)] *= inv;
+    if (key_begin > 0) {  // the window: V^T p over its keys only (the rest weigh 0)
+      vec.weightedSum(probs.data() + key_begin, values.data() + key_begin, key_end - key_begin, d, q_len >= 2, o);
+      continue;
+    }
     vec.weightedSum(probs.data(), values.data(), key_end, d, q_len >= 2, o);
   }
 }

@@ -38,6 +38,9 @@ struct PagedAttentionArgs {
   KvPoolShape pool;
 
   float scale = 0.0f;  // logits = q·k * scale, usually 1/sqrt(head_dim)
+  // > 0: the query at position p sees keys (p - sliding_window, p] only
+  // (Mistral's window); 0: every key up to p. Not with tree_masks.
+  int64_t sliding_window = 0;
 
   // Optional tree masks for speculative verify: tree_masks[b] is null (plain
   // causal) or [q_len_b, kv_len[b]] u8 where nonzero means "query i may see key
@@ -47,7 +50,9 @@ struct PagedAttentionArgs {
 };
 
 // Causal rule: query i of sequence b sits at absolute position
-// p = kv_len[b] - q_len_b + i and attends keys 0..p. Head h reads kv head
+// p = kv_len[b] - q_len_b + i and attends keys 0..p (p - W + 1..p with a
+// sliding window W: the keys before the sequence's first window are never
+// read, and the rounding is that of llama.cpp's masked attention). Head h reads kv head
 // h / (num_heads / kv_heads). f32, parallel over (sequence, head), rounded
 // step by step as llama.cpp's (non-flash) attention: ggml's q·k dot, its
 // softmax (vectorized expf, f64 sum), and V^T·p in the order llama.cpp uses
