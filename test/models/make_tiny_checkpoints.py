@@ -4,6 +4,11 @@
   tiny-llama/    2 layers, hidden 64, 4 heads / 2 kv heads, ffn 128, vocab 128
   tiny-qwen2/    the same shape with q/k/v biases (Qwen2's attention_bias)
   tiny-mistral/  mistral model_type with a sliding window
+  tiny-qwen3/    Qwen3: head_dim 64 (not hidden / heads), per-head q_norm and
+                 k_norm, tied; layer 1 slides over 12 keys (the shapes of
+                 test/fixtures/tiny-qwen3, make_tiny_family_references.py)
+  tiny-mistral-swa/  Mistral with sliding_window 7, hidden 128, 2 heads / 1
+                 KV head of 64 (test/fixtures/tiny-mistral-swa's shapes)
 
 Only the tensor table is written (see make_header_only_checkpoint.py).
 Usage: make_tiny_checkpoints.py [OUTPUT_DIR]   Standard library only.
@@ -32,10 +37,21 @@ QWEN2 = dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2",
              tie_word_embeddings=True, rope_theta=1000000.0)
 MISTRAL = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral",
                sliding_window=128)
+QWEN3 = dict(BASE, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=64,
+             rms_norm_eps=1e-06, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False,
+             use_sliding_window=True, sliding_window=12, max_window_layers=1, hidden_act="silu")
+MISTRAL_SWA = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=128,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64, sliding_window=7,
+                   hidden_act="silu")
 
 
-def tensors(cfg, bias):
+def tensors(cfg, bias, qk_norm=False):
     out = llama_tensors(cfg)
+    if qk_norm:
+        d = cfg["head_dim"]
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{i}.self_attn."
+            out += [(p + "q_norm.weight", [d]), (p + "k_norm.weight", [d])]
     if not bias:
         return out
     d = cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -48,11 +64,11 @@ def tensors(cfg, bias):
     return with_bias
 
 
-def write(directory, cfg, bias=False):
+def write(directory, cfg, bias=False, qk_norm=False):
     os.makedirs(directory, exist_ok=True)
     write_config(directory, cfg)
     with open(os.path.join(directory, "model.safetensors"), "wb") as f:
-        f.write(header_bytes(tensors(cfg, bias)))
+        f.write(header_bytes(tensors(cfg, bias, qk_norm)))
 
 
 def main():
@@ -60,6 +76,8 @@ def main():
     write(os.path.join(out, "tiny-llama"), BASE)
     write(os.path.join(out, "tiny-qwen2"), QWEN2, bias=True)
     write(os.path.join(out, "tiny-mistral"), MISTRAL)
+    write(os.path.join(out, "tiny-qwen3"), QWEN3, qk_norm=True)
+    write(os.path.join(out, "tiny-mistral-swa"), MISTRAL_SWA)
 
 
 if __name__ == "__main__":

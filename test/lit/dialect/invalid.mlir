@@ -190,6 +190,33 @@ func.func @causal_keys(%s: tensor<9x8x4xf32>) {
 
 // -----
 
+func.func @causal_window_zero(%s: tensor<9x?x?xf32>) {
+  // expected-error @+1 {{sliding_window 0, expected a positive number of keys (absent: no window)}}
+  %r = xfmr.causal_mask %s {sliding_window = 0 : i64} : tensor<9x?x?xf32>
+  return
+}
+
+
+// -----
+
+func.func @attention_window_not_causal(%q: tensor<?x9x64xf32>, %k: tensor<?x3x64xf32>, %v: tensor<?x3x64xf32>) {
+  // expected-error @+1 {{sliding_window 16 needs causal attention}}
+  %r = xfmr.attention %q, %k, %v {scale = 0.125 : f64, sliding_window = 16 : i64} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x9x64xf32>
+  return
+}
+
+
+// -----
+
+func.func @paged_attention_window_tree(%q: tensor<?x9x64xf32>, %kp: !xfmr.kv_pool<16, 3, 64, f32>, %vp: !xfmr.kv_pool<16, 3, 64, f32>, %t: tensor<?x?xi32>, %qs: tensor<?xi32>, %kl: tensor<?xi32>, %m: tensor<?x?xi8>) {
+  // expected-error @+1 {{sliding_window 7 with a tree_mask: windowed speculative verify is not supported}}
+  %r = xfmr.paged_attention %q, %kp, %vp, %t, %qs, %kl tree_mask %m {scale = 0.125 : f64, sliding_window = 7 : i64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>, tensor<?x?xi8>) -> tensor<?x9x64xf32>
+  return
+}
+
+
+// -----
+
 func.func @softmax_axis(%s: tensor<9x8x4xf32>) {
   // expected-error @+1 {{axis 3 is out of range, expected 0..2}}
   %r = xfmr.softmax %s {axis = 3 : i64} : tensor<9x8x4xf32>

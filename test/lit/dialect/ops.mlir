@@ -43,6 +43,8 @@ func.func @unfused_layer(%tokens: tensor<?xi32>, %pos: tensor<?xi32>,
   %ss = xfmr.scale %s {factor = 0.125 : f64} : tensor<9x?x?xf32>
   // CHECK: xfmr.causal_mask
   %m = xfmr.causal_mask %ss : tensor<9x?x?xf32>
+  // CHECK: xfmr.causal_mask {{.*}} {sliding_window = 4096 : i64}
+  %mw = xfmr.causal_mask %ss {sliding_window = 4096 : i64} : tensor<9x?x?xf32>
   // CHECK: xfmr.softmax {{.*}} {axis = 2 : i64}
   %p = xfmr.softmax %m {axis = 2 : i64} : tensor<9x?x?xf32>
   %o = xfmr.batch_matmul %p, %v9 : (tensor<9x?x?xf32>, tensor<9x?x64xf32>) -> tensor<9x?x64xf32>
@@ -69,6 +71,8 @@ func.func @fused(%q: tensor<?x9x64xf32>, %k: tensor<?x3x64xf32>, %v: tensor<?x3x
                  %x: tensor<?x576xf32>, %r: tensor<?x576xf32>, %w: tensor<576xf32>) -> (tensor<?x9x64xf32>, tensor<?x576xf32>) {
   // CHECK: xfmr.attention {{.*}} {causal, scale = 1.250000e-01 : f64}
   %o = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x9x64xf32>
+  // CHECK: xfmr.attention {{.*}} {causal, scale = 1.250000e-01 : f64, sliding_window = 4096 : i64}
+  %ow = xfmr.attention %q, %k, %v {scale = 0.125 : f64, causal, sliding_window = 4096 : i64} : (tensor<?x9x64xf32>, tensor<?x3x64xf32>, tensor<?x3x64xf32>) -> tensor<?x9x64xf32>
   // CHECK: xfmr.fusion_region "residual_rms_norm"
   // CHECK: xfmr.yield
   %h, %n = xfmr.fusion_region "residual_rms_norm" (%x, %r, %w) : (tensor<?x576xf32>, tensor<?x576xf32>, tensor<576xf32>) -> (tensor<?x576xf32>, tensor<?x576xf32>) {
@@ -89,6 +93,8 @@ func.func @paged(%q: tensor<?x9x64xf32>, %k: tensor<?x3x64xf32>, %v: tensor<?x3x
   xfmr.paged_kv_append %k, %v, %k_pool, %v_pool, %slots : tensor<?x3x64xf32>, tensor<?x3x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?xi32>
   // CHECK: xfmr.paged_attention
   %o = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens {scale = 0.125 : f64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x9x64xf32>
+  // CHECK: xfmr.paged_attention {{.*}} {scale = 1.250000e-01 : f64, sliding_window = 7 : i64}
+  %ow = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens {scale = 0.125 : f64, sliding_window = 7 : i64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x9x64xf32>
   // CHECK: xfmr.paged_attention {{.*}} tree_mask
   %o2 = xfmr.paged_attention %q, %k_pool, %v_pool, %tables, %qstart, %kvlens tree_mask %tree {scale = 0.125 : f64} : (tensor<?x9x64xf32>, !xfmr.kv_pool<16, 3, 64, f32>, !xfmr.kv_pool<16, 3, 64, f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>, tensor<?x?xi8>) -> tensor<?x9x64xf32>
   // CHECK: xfmr.gather_last_tokens

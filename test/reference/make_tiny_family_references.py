@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Tiny random-weight Qwen3 and Mistral (sliding window) checkpoints + float64 references.
+
+Writes test/fixtures/<name>/{config.json, model.safetensors, reference.json}
+with real random f32 weights and the logits of a NumPy forward written from
+transformers' modeling_qwen3.py / modeling_mistral.py semantics, in float64:
+
+  tiny-qwen3        Qwen3ForCausalLM: 2 layers, hidden 64, 4 heads / 2 KV heads
+                    of head_dim 64 (not hidden / heads: q is [256, 64]), per-head
+                    RMSNorm of q and k (q_norm / k_norm over head_dim) before
+                    RoPE, no biases, tied embeddings, rope theta 1e6, eps 1e-6;
+                    use_sliding_window with max_window_layers 1: layer 0 full,
+                    layer 1 sliding over 12 keys
+  tiny-mistral-swa  MistralForCausalLM: 2 layers, hidden 128, 2 heads / 1 KV
+                    head of 64, sliding_window 7 on every layer, untied head
+
+Semantics (transformers): q/k/v projections, view [T, heads, D]; Qwen3
+normalizes each head of q and k (x / sqrt(mean(x^2) + eps) * w, w of D);
+rotate_half RoPE with inv_freq = 1 / theta^(2i/D); GQA; scores q.k / sqrt(D)
+masked to keys (p - W, p] on sliding layers (masking_utils'
+sliding_window_overlay: kv_idx > q_idx - W) and to 0..p elsewhere; softmax;
+o_proj; SiLU-gated MLP; final RMSNorm; lm_head (or the embedding, tied).
+
+reference.json: for sequences "a" (40 tokens) and "b" (24), every
+position's logits; and "greedy": prompts with their 24-token greedy
+continuations in float64 and each step's top-1 minus top-2 margin (the
+generator keeps only prompts whose margins stay above 1e-3, so f32 keeps
+the same path). Sequences and continuations run well past the windows, so
+blocks of 16 keys fall wholly outside them.
+
+numpy only; deterministic (fixed seed). Run from anywhere:
+    python3 test/reference/make_tiny_family_references.py
+"""
+import json
+import os
+import struct
+
+import numpy as np
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+SEED = 4321
+
+VARIANTS = {
+    "tiny-qwen3": dict(
+        config={"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 128, "max_position_embeddings": 256,
+                "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+                "attention_bias": False, "use_sliding_window": True, "sliding_window": 12,
+                "max_window_layers": 1, "hidden_act": "silu", "torch_dtype": "float32"},
+        windows=[0, 12], qk_norm=True),
+    "tiny-mistral-swa": dict(
+        config={"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 128,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 128, "max_position_embeddings": 256,
+                "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
+                "sliding_window": 7, "hidden_act": "silu", "torch_dtype": "float32"},
+        windows=[7, 7], qk_norm=False),
+}
+
+SEQUENCES = {"a": [(7 * i + 3) % 128 for i in range(40)], "b": [(11 * i + 5) % 128 for i in range(24)]}
+GREEDY_NEW = 24
+GREEDY_PROMPTS = [[1, 17, 42, 99, 5, 63, 127, 8, 77, 30], [2, 64, 11, 90, 33, 120, 7, 51],
+                  [9, 3, 88, 14, 60, 101, 45, 27, 70, 5, 112, 36], [40, 41, 42, 43, 44, 45],
+                  [100, 90, 80, 70, 60, 50, 40, 30, 20]]
+MIN_MARGIN = 1e-3
+
+
+def make_weights(rng, c, qk_norm):
+    hidden, heads, kv_heads, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    ffn, vocab = c["intermediate_size"], c["vocab_size"]
+
+    def linear(out_f, in_f):
+        # Scaled so activations and logits stay O(1) through the layers.
+        return (rng.standard_normal((out_f, in_f)) / np.sqrt(in_f)).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)).astype(np.float32)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(hidden)
+        w[p + "self_attn.q_proj.weight"] = linear(heads * d, hidden)
+        w[p + "self_attn.k_proj.weight"] = linear(kv_heads * d, hidden)
+        w[p + "self_attn.v_proj.weight"] = linear(kv_heads * d, hidden)
+        if qk_norm:
+            w[p + "self_attn.q_norm.weight"] = norm(d)
+            w[p + "self_attn.k_norm.weight"] = norm(d)
+        w[p + "self_attn.o_proj.weight"] = linear(hidden, heads * d)
+        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+        w[p + "mlp.gate_proj.weight"] = linear(ffn, hidden)
+        w[p + "mlp.up_proj.weight"] = linear(ffn, hidden)
+        w[p + "mlp.down_proj.weight"] = linear(hidden, ffn)
+    w["model.norm.weight"] = norm(hidden)
+    if not c["tie_word_embeddings"]:
+        w["lm_head.weight"] = linear(vocab, hidden)
+    return w
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name in sorted(tensors):
+        data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text.encode())
+        for blob in blobs:
+            f.write(blob)
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def rope(x, positions, theta):
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    freqs = np.outer(np.asarray(positions, dtype=np.float64), inv)
+    emb = np.concatenate([freqs, freqs], axis=-1)[:, None, :]
+    return x * np.cos(emb) + rotate_half(x) * np.sin(emb)
+
+
+def forward(w, tokens, v):
+    """Logits [T, vocab] for every position of one sequence (float64)."""
+    c = v["config"]
+    heads, kv_heads, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    eps, theta = c["rms_norm_eps"], c["rope_theta"]
+    w = {k: a.astype(np.float64) for k, a in w.items()}
+    t = len(tokens)
+    pos = np.arange(t)
+    h = w["model.embed_tokens.weight"][tokens]
+    group = heads // kv_heads
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        window = v["windows"][i]
+        # Causal, and on sliding layers keys (q - W, q] only.
+        q_idx, k_idx = pos[:, None], pos[None, :]
+        visible = k_idx <= q_idx
+        if window:
+            visible &= k_idx > q_idx - window
+        mask = np.where(visible, 0.0, -np.inf)
+        x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
+        q = (x @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, d)
+        k = (x @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, d)
+        val = (x @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, d)
+        if v["qk_norm"]:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k = rope(q, pos, theta), rope(k, pos, theta)
+        out = np.empty_like(q)
+        for head in range(heads):
+            kv = head // group
+            scores = q[:, head, :] @ k[:, kv, :].T / np.sqrt(d) + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, head, :] = scores @ val[:, kv, :]
+        h = h + out.reshape(t, heads * d) @ w[p + "self_attn.o_proj.weight"].T
+        x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
+        gate = x @ w[p + "mlp.gate_proj.weight"].T
+        up = x @ w[p + "mlp.up_proj.weight"].T
+        h = h + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
+    return rms_norm(h, w["model.norm.weight"], eps) @ head.T
+
+
+def greedy(w, prompt, v):
+    tokens, margins = list(prompt), []
+    for _ in range(GREEDY_NEW):
+        row = forward(w, tokens, v)[-1]
+        top = np.sort(row)[-2:]
+        margins.append(float(top[1] - top[0]))
+        tokens.append(int(np.argmax(row)))
+    return tokens[len(prompt):], margins
+
+
+def rounded(row):
+    return [float(f"{x:.9g}") for x in row]
+
+
+def write_variant(name, v):
+    out_dir = os.path.join(FIXTURES, name)
+    os.makedirs(out_dir, exist_ok=True)
+    weights = make_weights(np.random.default_rng(SEED), v["config"], v["qk_norm"])
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(v["config"], f, indent=2)
+        f.write("\n")
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), weights)
+    reference = {"generator": "test/reference/make_tiny_family_references.py", "seed": SEED,
+                 "windows": v["windows"], "sequences": {}, "greedy": []}
+    for seq_name, tokens in SEQUENCES.items():
+        logits = forward(weights, tokens, v)
+        # [len(tokens), vocab]: row p is the logits after token p.
+        reference["sequences"][seq_name] = {"tokens": tokens, "logits": [rounded(r) for r in logits]}
+    for prompt in GREEDY_PROMPTS:
+        continuation, margins = greedy(weights, prompt, v)
+        if min(margins) < MIN_MARGIN:
+            print(f"{name}: prompt {prompt} left out, a greedy step's margin is {min(margins):.2g}")
+            continue
+        reference["greedy"].append({"prompt": prompt, "tokens": continuation,
+                                    "margins": [float(f"{m:.4g}") for m in margins]})
+    assert len(reference["greedy"]) >= 3, f"{name}: too few prompts with clear greedy margins"
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(reference, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"{name}: {len(reference['greedy'])} greedy prompts")
+
+
+def main():
+    for name, variant in VARIANTS.items():
+        write_variant(name, variant)
+
+
+if __name__ == "__main__":
+    main()
