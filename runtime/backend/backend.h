@@ -32,6 +32,10 @@ class Backend {
   virtual int64_t vocabSize() const = 0;
   virtual int64_t maxTokens() const = 0;
   virtual std::string name() const = 0;
+  // Whether the attention kernels read only the keys inside each layer's
+  // sliding window (the manifest's kv_cache.sliding_windows), so that
+  // blocks wholly before it may be released and reused.
+  virtual bool honorsSlidingWindows() const { return false; }
 };
 
 // An executor with forward, blockPool, vocabSize and maxTokens (and, if it
@@ -39,8 +43,12 @@ class Backend {
 template <class Executor>
 class ExecutorBackend final : public Backend {
  public:
-  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name, bool greedy_on_device = false)
-      : ex_(std::move(ex)), name_(std::move(name)), greedy_on_device_(greedy_on_device) {}
+  ExecutorBackend(std::unique_ptr<Executor> ex, std::string name, bool greedy_on_device = false,
+                  bool honors_sliding_windows = false)
+      : ex_(std::move(ex)),
+        name_(std::move(name)),
+        greedy_on_device_(greedy_on_device),
+        honors_sliding_windows_(honors_sliding_windows) {}
   Status forward(const BatchInputs& in, std::span<float> logits) override {
     return ex_->forward(in, logits);
   }
@@ -61,6 +69,7 @@ class ExecutorBackend final : public Backend {
   int64_t vocabSize() const override { return ex_->vocabSize(); }
   int64_t maxTokens() const override { return ex_->maxTokens(); }
   std::string name() const override { return name_; }
+  bool honorsSlidingWindows() const override { return honors_sliding_windows_; }
 
  private:
   static constexpr bool kHasGreedy =
@@ -68,6 +77,7 @@ class ExecutorBackend final : public Backend {
   std::unique_ptr<Executor> ex_;
   std::string name_;
   bool greedy_on_device_ = false;
+  bool honors_sliding_windows_ = false;
 };
 
 }  // namespace kiln

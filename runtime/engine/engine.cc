@@ -88,7 +88,8 @@ Result<std::unique_ptr<Backend>> createCpuBackend(const Manifest& m, const Weigh
   auto ex = cpu::CpuExecutor::create(m, weights, kvPoolConfigFor(m, blocks),
                                      options.max_batch_tokens);
   if (!ex.ok()) return ex.error();
-  return std::unique_ptr<Backend>(new ExecutorBackend<cpu::CpuExecutor>(ex.take(), "cpu"));
+  // The CPU's paged attention reads only each layer's window.
+  return std::unique_ptr<Backend>(new ExecutorBackend<cpu::CpuExecutor>(ex.take(), "cpu", false, true));
 }
 
 Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const WeightStore& weights,
@@ -175,11 +176,13 @@ struct Engine::Impl {
   std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
   std::vector<float> fork_row;
 
-  void startScheduler() {
+  // `sliding_window`: every layer's (the smallest), 0 if one attends to all.
+  void startScheduler(int64_t sliding_window) {
     SchedulerOptions scheduling;
     scheduling.max_sequences = options.max_sequences;
     scheduling.max_batch_tokens = executor->maxTokens();
     scheduling.prefix_cache = options.prefix_cache;
+    if (executor->honorsSlidingWindows()) scheduling.sliding_window = sliding_window;
     scheduler.emplace(executor->blockPool(), scheduling);
   }
   void finish(Sequence& seq, FinishReason reason, std::string error = {});
@@ -523,13 +526,24 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   if (!executor.ok()) return executor.error();
   impl->executor = executor.take();
   impl->vocab = impl->executor->vocabSize();
-  impl->startScheduler();
+  // Blocks before a window are freed only when every layer slides.
+  int64_t window = 0;
+  for (int layer = 0; layer < m.kv_cache.layers; ++layer) {
+    const int64_t w = m.kv_cache.slidingWindow(layer);
+    if (w <= 0) {
+      window = 0;
+      break;
+    }
+    window = window == 0 ? w : std::min(window, w);
+  }
+  impl->startScheduler(window);
   progress.done();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 Result<std::unique_ptr<Engine>> Engine::fromBackend(std::unique_ptr<Backend> backend, Tokenizer tokenizer,
-                                                    int64_t context_length, const EngineOptions& options) {
+                                                    int64_t context_length, const EngineOptions& options,
+                                                    int64_t sliding_window) {
   if (!backend) return makeError("fromBackend: no backend");
   if (context_length <= 1) return makeError("fromBackend: context length {} is invalid: expected > 1", context_length);
   auto impl = std::make_unique<Impl>();
@@ -541,7 +555,7 @@ Result<std::unique_ptr<Engine>> Engine::fromBackend(std::unique_ptr<Backend> bac
   impl->tokenizer.emplace(std::move(tokenizer));
   if (impl->tokenizer->eos() >= 0) impl->eos_ids.push_back(impl->tokenizer->eos());
   impl->chat_template_error = "the backend was given without a chat template";
-  impl->startScheduler();
+  impl->startScheduler(sliding_window);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -583,10 +597,14 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
   if (params.n > e.options.max_sequences)
     return makeError("n {} is more completions than the engine runs at once ({} sequences): expected n <= {}",
                      params.n, e.options.max_sequences, e.options.max_sequences);
-  // The longest this request can grow; it must fit in the pool alone.
+  // The longest this request can grow; its KV must fit in the pool alone:
+  // all of it, or under a sliding window the window, a forward's tokens
+  // and a partly filled block.
   const BlockPool& pool = e.executor->blockPool();
   const int64_t longest = std::min<int64_t>(int64_t(tokens.size()) + params.max_tokens, e.context_length);
-  const int64_t blocks = (longest + e.page_size - 1) / e.page_size;
+  const int64_t window = e.scheduler->slidingWindow();
+  const int64_t held = window > 0 ? std::min(longest, window + e.executor->maxTokens() + e.page_size) : longest;
+  const int64_t blocks = (held + e.page_size - 1) / e.page_size + (window > 0 ? 1 : 0);
   if (blocks > pool.numBlocks())
     return makeError("the request needs up to {} tokens of KV ({} prompt + {} max_tokens) but the whole KV pool "
                      "holds {} ({} blocks of {}): lower max_tokens or enlarge the pool (--kv-cache-tokens)",

@@ -120,9 +120,11 @@ class Engine {
                                               const EngineOptions& options);
   // Serves on a backend the caller built (an executor of its own, or a
   // test's), with its tokenizer and context length; there is no manifest
-  // (manifest() is empty) and no chat template.
+  // (manifest() is empty) and no chat template. `sliding_window`: the
+  // model's attention window when every layer slides, else 0.
   static Result<std::unique_ptr<Engine>> fromBackend(std::unique_ptr<Backend> backend, Tokenizer tokenizer,
-                                                     int64_t context_length, const EngineOptions& options);
+                                                     int64_t context_length, const EngineOptions& options,
+                                                     int64_t sliding_window = 0);
   ~Engine();
 
   // Tokenizes and queues a request; bad sampling values, an over-long

@@ -48,13 +48,23 @@ bool Scheduler::makeFree(int64_t blocks) {
 }
 
 void Scheduler::cacheComputedBlocks(Sequence& seq) {
-  if (!cache_) return;
+  // A table with dropped blocks no longer holds its cached path (its tail
+  // may be evicted): it caches nothing more until it is recomputed.
+  if (!cache_ || seq.table.droppedBlocks() > 0) return;
   const int64_t full = std::min<int64_t>(seq.computed / pool_.config().page_size, int64_t(seq.table.blocks().size()));
   if (full <= seq.cached_blocks) return;
   auto tail = cache_->insert(pool_, seq.cache_tail, seq.cached_blocks, full, seq.tokens, seq.table);
   if (!tail.ok()) return;  // the table and tokens disagree: leave it uncached
   seq.cache_tail = *tail;
   seq.cached_blocks = full;
+}
+
+void Scheduler::dropBeforeWindow(Sequence& seq) {
+  if (options_.sliding_window <= 0) return;
+  // The next query, at position `computed`, reads keys (computed - W, computed].
+  const int64_t first_read = seq.computed - options_.sliding_window + 1;
+  const int64_t droppable = first_read / pool_.config().page_size;
+  if (droppable > seq.table.droppedBlocks()) (void)seq.table.dropPrefix(pool_, droppable);
 }
 
 void Scheduler::releaseKv(Sequence& seq) {
@@ -176,6 +186,7 @@ void Scheduler::commit(const ScheduledStep& step) {
   for (const ScheduledSlice& s : step.slices) {
     s.seq->computed = s.begin + s.count;
     cacheComputedBlocks(*s.seq);
+    dropBeforeWindow(*s.seq);
   }
 }
 

@@ -32,6 +32,10 @@ struct SchedulerOptions {
   int max_sequences = 16;
   int64_t max_batch_tokens = 512;
   bool prefix_cache = true;
+  // Every layer's attention window, when all of them slide (the smallest);
+  // 0 otherwise. A sequence's blocks wholly before its window are released
+  // as it grows: the backend's kernels never read them again.
+  int64_t sliding_window = 0;
 };
 
 // Tokens [begin, begin + count) of `seq` in this step's forward.
@@ -80,6 +84,7 @@ class Scheduler {
   int64_t numWaiting() const { return int64_t(waiting_.size()); }
   int64_t numRunning() const { return int64_t(running_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  int64_t slidingWindow() const { return options_.sliding_window; }
   const PrefixCache* prefixCache() const { return cache_ ? &*cache_ : nullptr; }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
   const std::vector<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
@@ -94,6 +99,8 @@ class Scheduler {
   // Releases the sequence's blocks (caching its computed full blocks).
   void releaseKv(Sequence& seq);
   void cacheComputedBlocks(Sequence& seq);
+  // Releases the blocks wholly before the window of seq's next query.
+  void dropBeforeWindow(Sequence& seq);
   // Moves running_[index] back to the waiting queue, its KV released.
   void preempt(size_t index);
   void insertWaiting(std::unique_ptr<Sequence> seq);

@@ -28,21 +28,24 @@ namespace {
 
 constexpr int kVocab = 64;
 
-// The next token after `context`: a hash of every (token, position).
-int32_t nextToken(std::span<const int32_t> context) {
+// The next token after `context`, whose first token is at `first_position`:
+// a hash of every (token, position).
+int32_t nextToken(std::span<const int32_t> context, size_t first_position = 0) {
   uint64_t h = 1469598103934665603ull;
-  for (size_t p = 0; p < context.size(); ++p) {
-    h ^= uint64_t(context[p]) * 1315423911u + p;
+  for (size_t i = 0; i < context.size(); ++i) {
+    h ^= uint64_t(context[i]) * 1315423911u + first_position + i;
     h *= 1099511628211ull;
   }
   return int32_t(1 + (h >> 17) % (kVocab - 1));
 }
 
-// The greedy tokens a prompt produces alone.
-std::vector<int32_t> soloTokens(std::vector<int32_t> tokens, int count) {
+// The greedy tokens a prompt produces alone; with a sliding `window`, each
+// from the last `window` tokens only.
+std::vector<int32_t> soloTokens(std::vector<int32_t> tokens, int count, int64_t window = 0) {
   std::vector<int32_t> out;
   for (int i = 0; i < count; ++i) {
-    out.push_back(nextToken(tokens));
+    const size_t first = window > 0 && int64_t(tokens.size()) > window ? tokens.size() - size_t(window) : 0;
+    out.push_back(nextToken(std::span(tokens).subspan(first), first));
     tokens.push_back(out.back());
   }
   return out;
@@ -50,8 +53,11 @@ std::vector<int32_t> soloTokens(std::vector<int32_t> tokens, int count) {
 
 class ShadowBackend final : public Backend {
  public:
-  ShadowBackend(int64_t blocks, int page_size, int64_t max_tokens)
-      : pool_(BlockPool::create({.layers = 1, .num_blocks = blocks, .page_size = page_size, .kv_heads = 1,
+  // `window` > 0: attention reads only each query's last `window` keys (and
+  // the engine may free the blocks before them).
+  ShadowBackend(int64_t blocks, int page_size, int64_t max_tokens, int64_t window = 0)
+      : window_(window),
+        pool_(BlockPool::create({.layers = 1, .num_blocks = blocks, .page_size = page_size, .kv_heads = 1,
                                  .head_dim = 1},
                                 KvStorage::kElsewhere)
                   .take()),
@@ -75,7 +81,8 @@ class ShadowBackend final : public Backend {
     std::fill(logits.begin(), logits.end(), 0.0f);
     for (size_t b = 0; b + 1 < in.query_start.size(); ++b) {
       std::vector<int32_t> context;
-      for (int32_t p = 0; p < in.kv_lens[b]; ++p) {
+      const int32_t first = window_ > 0 ? std::max<int32_t>(0, in.kv_lens[b] - int32_t(window_)) : 0;
+      for (int32_t p = first; p < in.kv_lens[b]; ++p) {
         const int64_t slot = int64_t(in.block_tables[b * size_t(in.max_blocks) + size_t(p / page)]) * page + p % page;
         const int64_t value = slots_[size_t(slot)];
         if (value < 0 || int32_t(value & 0xffffffff) != p)
@@ -83,7 +90,7 @@ class ShadowBackend final : public Backend {
                            value < 0 ? -1 : int32_t(value & 0xffffffff));
         context.push_back(int32_t(value >> 32));
       }
-      logits[b * kVocab + size_t(nextToken(context))] = 1.0f;
+      logits[b * kVocab + size_t(nextToken(context, size_t(first)))] = 1.0f;
     }
     ++forwards_;
     return {};
@@ -100,10 +107,12 @@ class ShadowBackend final : public Backend {
   int64_t vocabSize() const override { return kVocab; }
   int64_t maxTokens() const override { return max_tokens_; }
   std::string name() const override { return "shadow"; }
+  bool honorsSlidingWindows() const override { return window_ > 0; }
 
   int64_t copies() const { return copies_; }
 
  private:
+  int64_t window_ = 0;
   BlockPool pool_;
   std::vector<int64_t> slots_;  // token << 32 | position, -1 never written
   int64_t max_tokens_;
@@ -125,13 +134,13 @@ struct Harness {
   std::map<int64_t, std::vector<int32_t>> tokens;
 
   Harness(int64_t blocks, int page, int64_t budget, int max_sequences, int64_t context = 256,
-          bool prefix_cache = true) {
-    auto owned = std::make_unique<ShadowBackend>(blocks, page, budget);
+          bool prefix_cache = true, int64_t window = 0) {
+    auto owned = std::make_unique<ShadowBackend>(blocks, page, budget, window);
     backend = owned.get();
     EngineOptions options;
     options.max_sequences = max_sequences;
     options.prefix_cache = prefix_cache;
-    engine = Engine::fromBackend(std::move(owned), shadowTokenizer(), context, options).take();
+    engine = Engine::fromBackend(std::move(owned), shadowTokenizer(), context, options, window).take();
   }
   Result<int64_t> submit(std::vector<int32_t> prompt, int max_tokens, int priority = 0, int n = 1) {
     GenerationRequest r;
@@ -163,7 +172,7 @@ struct Submitted {
 // random lengths and priorities, a few parallel-sampling requests, random
 // cancellations, arrivals spread over the steps.
 void runRandomWorkload(uint32_t seed, int requests, int64_t blocks, int page, int64_t budget, int max_sequences,
-                       bool prefix_cache) {
+                       bool prefix_cache, int64_t window = 0) {
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -171,7 +180,7 @@ void runRandomWorkload(uint32_t seed, int requests, int64_t blocks, int page, in
   for (auto& p : prefixes)
     for (int i = uniform(page, 5 * page); i > 0; --i) p.push_back(uniform(1, kVocab - 1));
 
-  Harness h(blocks, page, budget, max_sequences, 256, prefix_cache);
+  Harness h(blocks, page, budget, max_sequences, 256, prefix_cache, window);
   std::map<int64_t, Submitted> live;
   std::map<int64_t, int> first_of_group;  // first completion id -> n
   std::set<int64_t> cancelled;
@@ -203,7 +212,7 @@ void runRandomWorkload(uint32_t seed, int requests, int64_t blocks, int page, in
   for (const auto& [id, s] : live) {
     const RequestStats* stats = h.engine->stats(id);
     ASSERT_NE(stats, nullptr) << "request " << id;
-    const std::vector<int32_t> expected = soloTokens(s.prompt, s.max_tokens);
+    const std::vector<int32_t> expected = soloTokens(s.prompt, s.max_tokens, window);
     const std::vector<int32_t>& got = h.tokens[id];
     if (cancelled.count(id) && stats->finish == FinishReason::kCancelled) {
       ASSERT_LE(got.size(), expected.size());
@@ -225,6 +234,13 @@ void runRandomWorkload(uint32_t seed, int requests, int64_t blocks, int page, in
 TEST(SchedulerPropertyTest, RandomWorkloadsKeepSoloOutputsAndLeakNothing) {
   for (uint32_t seed = 1; seed <= 10; ++seed)
     runRandomWorkload(seed, 500, /*blocks=*/40, /*page=*/4, /*budget=*/48, /*max_sequences=*/12, true);
+}
+
+// Every layer sliding: blocks before the window freed and reused while the
+// prefix cache, forks and preemption run too.
+TEST(SchedulerPropertyTest, RandomWorkloadsUnderASlidingWindow) {
+  for (uint32_t seed = 21; seed <= 24; ++seed)
+    runRandomWorkload(seed, 300, /*blocks=*/20, /*page=*/4, /*budget=*/16, /*max_sequences=*/12, true, /*window=*/10);
 }
 
 TEST(SchedulerPropertyTest, WithoutThePrefixCacheToo) {
@@ -331,6 +347,37 @@ TEST(SchedulerPropertyTest, CancellationReturnsBlocksAtOnce) {
   EXPECT_EQ(h.engine->stats(*id)->finish, FinishReason::kCancelled);
   h.engine->cancel(*id);  // again, after it ended: harmless
   EXPECT_TRUE(h.engine->idle());
+}
+
+// With a sliding window on every layer, blocks wholly before a sequence's
+// window go back to the pool as it grows (others may reuse them: the shadow
+// backend reads only the window), so sequences far longer than their share
+// of the pool run without preemption, each with its solo output.
+TEST(SchedulerPropertyTest, BlocksBeforeASlidingWindowAreFreedAndReused) {
+  constexpr int64_t kWindow = 8;
+  Harness h(/*blocks=*/16, /*page=*/4, /*budget=*/16, /*max_sequences=*/4, 256, /*prefix_cache=*/true, kWindow);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> ids;
+  for (int s = 0; s < 4; ++s) {
+    prompts.push_back({int32_t(1 + s), 5, 9, 2, int32_t(30 + s), 7});
+    auto id = h.submit(prompts.back(), 100);  // 106 tokens: 27 blocks alone, the pool has 16
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    ids.push_back(*id);
+  }
+  int64_t most_held = 0;
+  while (!h.engine->idle()) {
+    ASSERT_TRUE(h.engine->step().ok());
+    most_held = std::max(most_held, h.backend->blockPool().numUsed());
+  }
+  ASSERT_TRUE(h.engine->step().ok());
+  for (size_t s = 0; s < ids.size(); ++s) {
+    EXPECT_EQ(h.engine->stats(ids[s])->finish, FinishReason::kLength) << h.engine->stats(ids[s])->error;
+    EXPECT_EQ(h.tokens[ids[s]], soloTokens(prompts[s], 100, kWindow)) << "sequence " << s;
+  }
+  EXPECT_EQ(h.engine->metrics().preemptions, 0);
+  // Each holds the window's blocks and the one being filled: at most 4 each.
+  EXPECT_LE(most_held, 16);
+  h.expectNoLeaks();
 }
 
 // A cancellation that races with completion (from the callback of the last

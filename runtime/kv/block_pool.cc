@@ -178,8 +178,16 @@ BlockTable BlockTable::fork(BlockPool& pool) const {
   BlockTable copy(page_size_);
   copy.blocks_ = blocks_;
   copy.num_tokens_ = num_tokens_;
-  for (int32_t block : blocks_) (void)pool.retain(block);  // held by this table, so allocated
+  copy.dropped_ = dropped_;
+  for (size_t b = size_t(dropped_); b < blocks_.size(); ++b) (void)pool.retain(blocks_[b]);  // held, so allocated
   return copy;
+}
+
+Status BlockTable::dropPrefix(BlockPool& pool, int64_t count) {
+  if (count > num_tokens_ / page_size_)
+    return makeError("block table: cannot drop {} blocks of a sequence with {} full", count, num_tokens_ / page_size_);
+  for (; dropped_ < count; ++dropped_) KILN_RETURN_IF_ERROR(pool.release(blocks_[size_t(dropped_)]));
+  return {};
 }
 
 Status BlockTable::adoptPrefix(std::span<const int32_t> blocks) {
@@ -190,7 +198,7 @@ Status BlockTable::adoptPrefix(std::span<const int32_t> blocks) {
 }
 
 Status BlockTable::replaceBlock(BlockPool& pool, int64_t index, int32_t block) {
-  if (index < 0 || index >= num_tokens_ / page_size_)
+  if (index < dropped_ || index >= num_tokens_ / page_size_)
     return makeError("block table: block {} is not one of the {} full blocks", index, num_tokens_ / page_size_);
   const int32_t old = blocks_[size_t(index)];
   blocks_[size_t(index)] = block;
@@ -219,7 +227,8 @@ void BlockTable::release(BlockPool& pool) {
   // Blocks came from this pool, so release cannot fail here. Last block
   // first: the free list hands them out again first in, last out, so the
   // next table gets them in ascending order, as a fresh pool gives them.
-  for (auto block = blocks_.rbegin(); block != blocks_.rend(); ++block) (void)pool.release(*block);
+  for (auto block = blocks_.rbegin(); block != blocks_.rend() - dropped_; ++block) (void)pool.release(*block);
+  dropped_ = 0;
   blocks_.clear();
   num_tokens_ = 0;
 }

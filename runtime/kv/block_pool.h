@@ -176,11 +176,18 @@ class BlockTable {
   Status slots(int64_t begin, std::span<int32_t> out) const;
   // Releases every block and empties the table.
   void release(BlockPool& pool);
+  // Releases the first `count` blocks (those before a sliding window, never
+  // read again); their ids stay in blocks() so positions keep their slots,
+  // but the pool may hand them out again. At most numTokens() / page_size.
+  Status dropPrefix(BlockPool& pool, int64_t count);
+  // Blocks released by dropPrefix.
+  int64_t droppedBlocks() const { return dropped_; }
 
  private:
   int page_size_;
   int64_t num_tokens_ = 0;
   std::vector<int32_t> blocks_;
+  int64_t dropped_ = 0;  // blocks_[0, dropped_) are released (dropPrefix)
 };
 
 }  // namespace kiln

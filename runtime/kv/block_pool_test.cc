@@ -247,6 +247,28 @@ TEST(BlockPoolTest, CachedOnlyBlocksAreCountedExactly) {
   EXPECT_FALSE(pool->setCached(blocks[0], true).ok());  // free blocks cannot be cached
 }
 
+// Blocks before a sliding window are released while the table keeps their
+// ids; a fork and the final release skip them.
+TEST(BlockTableTest, DroppedPrefixBlocksGoBackToThePool) {
+  auto pool = BlockPool::create(smallConfig(8), KvStorage::kElsewhere);
+  ASSERT_TRUE(pool.ok());
+  BlockTable t(4);
+  ASSERT_TRUE(t.append(*pool, 14).ok());  // 3 full blocks and half of one
+  EXPECT_FALSE(t.dropPrefix(*pool, 4).ok());  // the partial block is still written
+  ASSERT_TRUE(t.dropPrefix(*pool, 2).ok());
+  EXPECT_EQ(t.droppedBlocks(), 2);
+  EXPECT_EQ(t.blocks().size(), 4u);
+  EXPECT_EQ(pool->numFree(), 6);
+  EXPECT_FALSE(t.replaceBlock(*pool, 1, 0).ok());  // a dropped block is nobody's to replace
+  BlockTable fork = t.fork(*pool);
+  EXPECT_EQ(fork.droppedBlocks(), 2);
+  EXPECT_EQ(pool->refCount(t.blocks()[2]), 2);
+  fork.release(*pool);
+  t.release(*pool);
+  EXPECT_EQ(pool->numFree(), 8);
+  EXPECT_EQ(t.droppedBlocks(), 0);
+}
+
 TEST(BlockTableTest, PageSizeMismatchIsAnError) {
   auto pool = BlockPool::create(smallConfig());
   ASSERT_TRUE(pool.ok());
