@@ -292,6 +292,7 @@ struct RopeStep {
   bool merged = false;
   std::string config;
   bool scaled_kv = false;  // int8/fp8 pools
+  bool qk_norm = false;    // Qwen3's per-head q/k RMSNorm (the standalone kernel only)
 };
 
 Result<RopeStep> ropeStep(const Params& p) {
@@ -321,7 +322,18 @@ Result<RopeStep> ropeStep(const Params& p) {
     return makeError("rope_kv_append: llama3 scaling low_freq_factor {} high_freq_factor {} "
                      "original_max_position {}: expected 0 < low < high and a positive position",
                      low, high, original);
-  RopeStep r{heads, kv_heads, head_dim, merged, "", scaledKv(kv_name)};
+  bool qk_norm = false;
+  double qk_norm_epsilon = 0;
+  if (p.has("qk_norm")) {
+    KILN_TRY(norm, p.boolean("qk_norm"));
+    qk_norm = norm;
+  }
+  if (qk_norm) {
+    KILN_TRY(eps, p.number("qk_norm_epsilon"));
+    if (!(eps > 0)) return makeError("rope_kv_append: param 'qk_norm_epsilon' is {}, expected > 0", eps);
+    qk_norm_epsilon = eps;
+  }
+  RopeStep r{heads, kv_heads, head_dim, merged, "", scaledKv(kv_name), qk_norm};
   r.config = fmt::format(
       "  using Kv = {};\n  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
@@ -332,6 +344,10 @@ Result<RopeStep> ropeStep(const Params& p) {
       "  static constexpr float kHighFreqFactor = {};\n  static constexpr int kOriginalMaxPosition = {};\n",
       kv, heads, kv_heads, head_dim, page_size, boolLiteral(merged), boolLiteral(style == "interleaved"),
       floatLiteral(theta), scaling_kind, floatLiteral(factor), floatLiteral(low), floatLiteral(high), original);
+  if (qk_norm)
+    r.config += fmt::format("  static constexpr bool kQkNorm = true;  // per-head RMSNorm of q and k first\n"
+                            "  static constexpr float kQkNormEpsilon = {};\n",
+                            floatLiteral(qk_norm_epsilon));
   return r;
 }
 
@@ -501,6 +517,9 @@ Result<Body> gemm(const Params& p) {
   if (rope) {
     if (silu_mul) return makeError("gemm: params 'silu_mul' and 'rope_kv_append' both set, expected one epilogue");
     KILN_TRY(step, ropeStep(p));
+    if (step.qk_norm)
+      return makeError("gemm: the rope_kv_append epilogue does not normalize q and k per head (qk_norm); "
+                       "rope_kv_append's own kernel does");
     if (step.scaled_kv)
       return makeError("gemm: the rope_kv_append epilogue writes bf16 or f32 pools; int8/fp8 pools take "
                        "rope_kv_append's own kernel, which quantizes each row with its scale");
@@ -584,7 +603,15 @@ struct AttentionStep {
   double scale = 0;
   std::string kv_type;
   bool tree_mask = false;
+  int64_t window = 0;  // sliding_window: the query at p sees keys (p - window, p]; 0: all
 };
+
+// The Config line of a windowed instance (attention_window.cuh); none for
+// full attention, whose instances stay as they were.
+std::string windowConfig(int64_t window) {
+  return window > 0 ? fmt::format("  static constexpr int kWindow = {};  // sliding window: keys (p - W, p]\n", window)
+                    : std::string();
+}
 
 // Reads them, head_dim a multiple of `head_dim_multiple`, heads whole GQA groups.
 Result<AttentionStep> attentionStep(const Params& p, const char* kind, int64_t head_dim_multiple) {
@@ -595,9 +622,13 @@ Result<AttentionStep> attentionStep(const Params& p, const char* kind, int64_t h
   KILN_TRY(scale, p.number("scale"));
   KILN_TRY(kv_type, p.text("kv_type"));
   KILN_TRY(tree_mask, p.boolean("tree_mask"));
+  KILN_TRY(window, p.integerOr("sliding_window", 0));
   if (heads % kv_heads != 0)
     return makeError("{}: heads {} is not a multiple of kv_heads {}", kind, heads, kv_heads);
-  return AttentionStep{heads, kv_heads, head_dim, page_size, scale, kv_type, tree_mask};
+  if (window < 0 || window > (int64_t(1) << 30) || (window > 0 && tree_mask))
+    return makeError("{}: param 'sliding_window' is {}{}, expected a positive number of keys (0: none)", kind, window,
+                     tree_mask ? " with a tree mask" : "");
+  return AttentionStep{heads, kv_heads, head_dim, page_size, scale, kv_type, tree_mask, window};
 }
 
 // flash_attention's and decode_attention's, with the limits both kinds'
@@ -621,7 +652,7 @@ Result<AttentionStep> tiledAttentionStep(const Params& p, const char* kind) {
 Result<Body> pagedAttention(const Params& p, bool split) {
   const char* kind = split ? "paged_attention_split" : "paged_attention";
   KILN_TRY(step, attentionStep(p, kind, 8));
-  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree, window] = step;
   if (heads / kv_heads > 16)
     return makeError("{}: GQA group {} (heads {} / kv_heads {}) is above 16, the largest the template serves", kind, heads / kv_heads, heads, kv_heads);
   if (head_dim > 256) return makeError("{}: param 'head_dim' is {}, expected <= 256", kind, head_dim);
@@ -635,8 +666,9 @@ Result<Body> pagedAttention(const Params& p, bool split) {
       "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr int kThreads = 128;\n  static constexpr float kScale = {};\n"
-      "  static constexpr bool kTreeMask = {};\n  static constexpr bool kSplit = {};\n",
-      kv, q, out, heads, kv_heads, head_dim, page_size, floatLiteral(scale), boolLiteral(tree), boolLiteral(split));
+      "  static constexpr bool kTreeMask = {};\n  static constexpr bool kSplit = {};\n{}",
+      kv, q, out, heads, kv_heads, head_dim, page_size, floatLiteral(scale), boolLiteral(tree), boolLiteral(split),
+      windowConfig(window));
   return b;
 }
 
@@ -646,7 +678,7 @@ Result<Body> pagedAttention(const Params& p, bool split) {
 // only: at 128 they spill), 8 warps take 128.
 Result<Body> flashAttention(const Params& p) {
   KILN_TRY(step, tiledAttentionStep(p, "flash_attention"));
-  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree, window] = step;
   KILN_TRY(warps, p.integerOr("warps", 4));
   KILN_TRY(block_m, p.integerOr("block_m", 16 * warps));
   if (kv_name != "bf16")
@@ -668,8 +700,8 @@ Result<Body> flashAttention(const Params& p) {
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr float kScale = {};\n  static constexpr int kWarps = {};\n"
       "  static constexpr int kBlockM = {};\n"
-      "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
-      heads, kv_heads, head_dim, page_size, floatLiteral(scale), warps, block_m, smem);
+      "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n{}",
+      heads, kv_heads, head_dim, page_size, floatLiteral(scale), warps, block_m, smem, windowConfig(window));
   return b;
 }
 
@@ -679,7 +711,7 @@ Result<Body> flashAttention(const Params& p) {
 // for sm_90a.
 Result<Body> flashAttentionWgmma(const Params& p) {
   KILN_TRY(step, tiledAttentionStep(p, "flash_attention_wgmma"));
-  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree, window] = step;
   if (kv_name != "bf16")
     return makeError("flash_attention_wgmma: kv_type '{}' has no tensor-core kernel (bf16 pools only)", kv_name);
   if (tree)
@@ -698,8 +730,8 @@ Result<Body> flashAttentionWgmma(const Params& p) {
       "  static constexpr int kHeads = {};\n  static constexpr int kKvHeads = {};\n"
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr float kScale = {};\n  static constexpr int kBlockM = {};\n"
-      "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
-      heads, kv_heads, head_dim, page_size, floatLiteral(scale), fw::kBlockM, smem);
+      "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n{}",
+      heads, kv_heads, head_dim, page_size, floatLiteral(scale), fw::kBlockM, smem, windowConfig(window));
   return b;
 }
 
@@ -714,7 +746,7 @@ Result<Body> flashAttentionWgmma(const Params& p) {
 Result<Body> decodeAttention(const Params& p) {
   namespace dk = kernels::decode;
   KILN_TRY(step, tiledAttentionStep(p, "decode_attention"));
-  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree] = step;
+  const auto& [heads, kv_heads, head_dim, page_size, scale, kv_name, tree, window] = step;
   const int group = int(heads / kv_heads);
   KILN_TRY(kv, kvPoolType(p, "decode_attention", kv_name));
   const bool scaled = scaledKv(kv_name);
@@ -747,8 +779,9 @@ Result<Body> decodeAttention(const Params& p) {
         "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
         "  static constexpr float kScale = {};\n  static constexpr int kStages = {};\n"
         "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n"
-        "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n",
-        heads, kv_heads, head_dim, page_size, floatLiteral(scale), stages, smem, dk::kMmaTileKeys);
+        "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n{}",
+        heads, kv_heads, head_dim, page_size, floatLiteral(scale), stages, smem, dk::kMmaTileKeys,
+        windowConfig(window));
     b.waits_itself = true;  // copies of keys older than this step's start before the wait
     return b;
   }
@@ -791,8 +824,8 @@ Result<Body> decodeAttention(const Params& p) {
       "  static constexpr int kHeadDim = {};\n  static constexpr int kPageSize = {};\n"
       "  static constexpr float kScale = {};\n  static constexpr int kChunks = {};\n"
       "  static constexpr int kKeys = {};\n  static constexpr int kStages = {};\n"
-      "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n",
-      kv, heads, kv_heads, head_dim, page_size, floatLiteral(scale), chunks, keys, stages, tile);
+      "  static constexpr int kTileKeys = {};  // split ranges are whole tiles\n{}",
+      kv, heads, kv_heads, head_dim, page_size, floatLiteral(scale), chunks, keys, stages, tile, windowConfig(window));
   b.waits_itself = true;  // first thing (decode_attention.cuh)
   return b;
 }

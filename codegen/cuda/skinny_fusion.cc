@@ -56,12 +56,13 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   // shared between the two kinds) and writes the step's q and pools. q gets
   // storage of its own, so it is neither pinned nor a view. Not into int8 or
   // fp8 pools: a row's scale needs the whole head, which the gemm's row
-  // pairs do not hold; rope_kv_append's own kernel quantizes them.
+  // pairs do not hold; rope_kv_append's own kernel quantizes them. Nor with
+  // Qwen3's per-head q/k norm, which likewise needs the whole head.
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     const PlanStep& rope = steps[i + 1];
     if (!isGemm(i) || rope.kind != StepKind::kRopeKvAppend || !out[i].gemm_params.is_null()) continue;
     const RopeKvAppendParams& q = std::get<RopeKvAppendParams>(rope.params);
-    if (q.attn.kv_type == "int8" || q.attn.kv_type == "fp8e4m3") continue;
+    if (q.attn.kv_type == "int8" || q.attn.kv_type == "fp8e4m3" || q.qk_norm) continue;
     if (!q.merged_qkv || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
     if (gemmOf(i).n != (q.attn.heads + 2 * q.attn.kv_heads) * q.attn.head_dim) continue;
     if (rope.results.size() != 1 || pinned.count(rope.results[0]) || entry.views.count(rope.results[0])) continue;

@@ -10,7 +10,9 @@
 //                slot block_tables[b][j / page_size] * page_size + j % page_size
 //   query_start  [B + 1] i32, kv_lens [B] i32: as paged_attention (causal:
 //                query i of a sequence of q_len tokens sees keys
-//                0..kv_len - q_len + i; decode batches have q_len 1)
+//                0..kv_len - q_len + i, or its last kWindow of them with a
+//                sliding window (attention_window.cuh); decode batches have
+//                q_len 1)
 //   partial_out  [N, H, splits, D] f32: split z's attention over its key
 //                range, normalized by its own sum (zeros for an empty range)
 //   partial_lse  [N, H, splits] f32: m + log(l) of the range in natural-log
@@ -34,10 +36,14 @@
 // stages) of dynamic shared memory, which past 48 KiB the launcher opts into
 // (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES). Which keys a split
 // owns differs (the merge does not care): in the CUDA-core form split z
-// owns keys [z·per, (z+1)·per) of the token's visible keys, per =
-// ceil(visible / splits) rounded up to a whole tile (decode::tile_keys); in
-// the tensor-core form it owns every splits-th 64-key tile from tile z, so
-// its first pages are known before the context length.
+// owns keys [lo + z·per, lo + (z+1)·per) of the token's visible keys, per =
+// ceil((visible - lo) / splits) rounded up to a whole tile (decode::tile_keys);
+// in the tensor-core form it owns every splits-th 64-key tile from tile z, so
+// its first pages are known before the context length. lo is 0, or with a
+// sliding window the window's first key rounded down to a stream's keys
+// (a 16-key sub-tile in the tensor-core form), so the keys read before the
+// window lie on the window's first page and are masked; pages wholly before
+// it are never read.
 //
 // Work split (CUDA-core form; the tensor-core form is described at its
 // template). Each block serves one (token, kv head, key range) and the
@@ -69,6 +75,7 @@
 #pragma once
 
 #include "tensor_core.cuh"  // and, on the device, common.cuh
+#include "attention_window.cuh"
 #include "kv_quant.cuh"
 #include "split_kv.cuh"     // the fused combine
 
@@ -252,7 +259,8 @@ __device__ __forceinline__ void load_q(const unsigned short* q, float scale, flo
 
 // Config: using Kv; static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize,
 //         kStages (cp.async ring depth, >= 2), kKeys (keys per stream per tile),
-//         kChunks (16-byte chunks per lane and row); static constexpr float kScale.
+//         kChunks (16-byte chunks per lane and row); static constexpr float kScale;
+//         optionally static constexpr int kWindow.
 template <class Config>
 __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) {
   using namespace decode;
@@ -274,6 +282,7 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
   constexpr int kSmemBytes = smem_bytes(G, D, kStages, kKeys, kChunks, kScaled);
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
   constexpr float kRescaleSlack = 8.0f;         // log2 units: probabilities stay below 256
+  constexpr int kWindow = AttentionWindow<Config>::value;
   static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads");
   static_assert(sizeof(Kv) == 2 || sizeof(Kv) == 4 || kScaled, "bf16, f32, int8 or fp8 pools");
   static_assert(!kScaled || kKeys == kScaledKeys, "a scale chunk is 4 keys of a stream");
@@ -327,8 +336,12 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
 
   int b, fresh;
   const int visible = visible_keys(p, t, b, fresh);
-  const int per_split = ((visible + p.num_splits - 1) / p.num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
-  const int begin = min(visible, split * per_split), end = min(visible, begin + per_split);
+  // The window's first key, and lo, the first this block's split scheme
+  // reads: the window's stream of keys (one page), whose keys before it are masked.
+  const int window_lo = window_begin(kWindow, visible - 1);
+  const int lo = window_lo / kKeys * kKeys;
+  const int per_split = ((visible - lo + p.num_splits - 1) / p.num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int begin = min(visible, lo + split * per_split), end = min(visible, begin + per_split);
   const int num_tiles = (end - begin + kTileKeys - 1) / kTileKeys;
   const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
   const Kv* k_pool = static_cast<const Kv*>(p.k_pool);
@@ -436,16 +449,19 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
       for (int u = 0; u < kKeys; ++u)
 #pragma unroll
         for (int r = 0; r < kHeadsPer; ++r) s[u][r] *= k_scale[u];
-    if (tile == num_tiles - 1) {  // only the last tile has keys past the range
+    // Only the last tile has keys past the range, only the first (of the
+    // window's split) keys before the window.
+    if (tile == num_tiles - 1 || (kWindow > 0 && tile == 0)) {
       const int j = first_key(tile);
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) {
+        const bool outside = j + u >= end || (kWindow > 0 && j + u < window_lo);
 #pragma unroll
         for (int r = 0; r < kHeadsPer; ++r)
-          if (j + u >= end) s[u][r] = neg_inf();
-        // A slot past the range may hold any scale: its zero probability
+          if (outside) s[u][r] = neg_inf();
+        // A slot outside the range may hold any scale: its zero probability
         // must not meet it.
-        if (kScaled && j + u >= end) v_scale[u] = 0.0f;
+        if (kScaled && outside) v_scale[u] = 0.0f;
       }
     }
 
@@ -542,7 +558,9 @@ __device__ __forceinline__ void decode_attention(const PagedAttentionParams& p) 
 // conflicts), and keeps its own online softmax; the warps merge at the end
 // as in decode_attention.
 // Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kStages,
-//         kSmemBytes (dynamic shared memory, mma_smem_bytes); static constexpr float kScale.
+//         kSmemBytes (dynamic shared memory, mma_smem_bytes); static constexpr float kScale;
+//         optionally static constexpr int kWindow (its instances fetch no pages before
+//         the context length is known: where the keys start depends on it).
 template <class Config>
 __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams& p) {
   using namespace decode;
@@ -557,6 +575,7 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   constexpr int kRowsPerCopy = 32 / kChunks;          // rows one copy instruction of a warp covers
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
   constexpr float kRescaleSlack = 8.0f;
+  constexpr int kWindow = AttentionWindow<Config>::value;
   static_assert(H % Hkv == 0 && G <= 16, "GQA group of at most 16 heads (the rows of one m16 tile)");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(kStages >= 2 && kPage % kMmaKeys == 0, "pipeline: a sub-tile is one page");
@@ -584,10 +603,15 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   // context length, and in a decode batch (sequence b == token t) the pages
   // of this warp's first kStages sub-tiles are fetched beside kv_lens, not
   // one round trip after it.
-  auto first_key = [&](int it) { return (split + it * p.num_splits) * kMmaTileKeys + warp * kMmaKeys; };
+  // With a sliding window the tiles start at base, the window's first
+  // 16-key sub-tile (on the window's first page), instead of key 0.
+  int base = 0;
+  auto first_key = [&](int it) { return base + (split + it * p.num_splits) * kMmaTileKeys + warp * kMmaKeys; };
   const int guess_b = min(t, p.num_seqs - 1);
   int early_page[kStages];
-  {
+#pragma unroll
+  for (int it = 0; it < kStages; ++it) early_page[it] = -1;
+  if constexpr (kWindow == 0) {
     const int* guess_table = p.block_tables + (long long)guess_b * p.max_blocks_per_seq;
 #pragma unroll
     for (int it = 0; it < kStages; ++it) {
@@ -597,7 +621,9 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
   }
   int b, fresh;
   const int visible = visible_keys(p, t, b, fresh);
-  const bool early = b == guess_b;
+  const int window_lo = window_begin(kWindow, visible - 1);
+  if constexpr (kWindow > 0) base = window_lo / kMmaKeys * kMmaKeys;
+  const bool early = kWindow == 0 && b == guess_b;
   const int end = visible;
   // This warp's sub-tiles: those that start before the end.
   const int my_subs = first_key(0) < end ? (end - 1 - first_key(0)) / (p.num_splits * kMmaTileKeys) + 1 : 0;
@@ -707,13 +733,14 @@ __device__ __forceinline__ void decode_attention_mma(const PagedAttentionParams&
       mma_bf16(sc[0], qa[ks], kb[0], kb[1]);
       mma_bf16(sc[1], qa[ks], kb[2], kb[3]);
     }
-    const bool partial = j0 + kMmaKeys > end;
+    const bool partial = j0 + kMmaKeys > end || (kWindow > 0 && j0 < window_lo);
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         sc[nb][i] *= kScaleLog2;
-        if (partial && j0 + nb * 8 + quad * 2 + (i & 1) >= end) sc[nb][i] = neg_inf();
+        const int key = j0 + nb * 8 + quad * 2 + (i & 1);
+        if (partial && (key >= end || (kWindow > 0 && key < window_lo))) sc[nb][i] = neg_inf();
       }
 
     // Online softmax of rows g (elements 0, 1) and g + 8 (elements 2, 3), rescaling past the slack.

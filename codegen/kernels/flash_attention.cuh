@@ -13,7 +13,11 @@
 //   out          [N, H, D] bf16
 //
 // Query i of sequence b (q_len tokens) sits at position kv_len - q_len + i and
-// sees keys 0..that position.
+// sees keys 0..that position, or with a sliding window W (Config::kWindow,
+// attention_window.cuh) its last W of them: a block starts at the key tile
+// of its first row's window (earlier pages are never read; keys of that
+// tile before the window load as zeros) and masks, besides the diagonal,
+// the keys each row's window has passed.
 //
 // Launch: grid [H, ceil(max_q_len / kBlockM), B], block [32 kWarps] (4 or 8
 // warps), dynamic shared memory flash::smem_bytes(D) (above 48 KiB it needs
@@ -46,6 +50,7 @@
 #pragma once
 
 #include "tensor_core.cuh"  // and, on the device, common.cuh
+#include "attention_window.cuh"
 
 // Layout helpers, host-visible: the instance generator sizes shared memory
 // with smem_bytes, and runtime/cuda/nvrtc_compiler_test.cc checks the
@@ -84,7 +89,7 @@ namespace kiln {
 namespace kernels {
 
 // Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kWarps, kBlockM, kSmemBytes;
-//         static constexpr float kScale (> 0).
+//         static constexpr float kScale (> 0); optionally static constexpr int kWindow.
 template <class Config>
 __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
   using namespace flash;
@@ -102,6 +107,7 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
   constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
   constexpr int kRowsPerPass = kThreads / kChunks;  // rows one pass of the block copies
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
+  constexpr int kWindow = AttentionWindow<Config>::value;
   static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(kWarps == 4 || kWarps == 8, "4 or 8 warps");
@@ -122,9 +128,14 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
   if (m0 >= q_len) return;
   const int rows = min(BM, q_len - m0);
   const int first_pos = p.kv_lens[b] - q_len + m0;  // position of the tile's first query
-  const int key_end = first_pos + rows;             // keys [0, key_end) are seen by some row
+  const int key_end = first_pos + rows;             // keys [key_lo, key_end) are seen by some row
+  const int key_lo = window_begin(kWindow, first_pos);  // the first row's window (0: none)
+  const int first_tile = key_lo / BN;
   const int num_tiles = (key_end + BN - 1) / BN;
-  const int full_tiles = (first_pos + 1) / BN;      // tiles every row sees whole: no mask
+  const int full_tiles = (first_pos + 1) / BN;      // tiles before it no row's diagonal crosses
+  // Keys below this one are outside the last row's window: tiles that start
+  // below it need the window's mask.
+  const int window_mask_end = kWindow > 0 ? first_pos + rows - kWindow : 0;
   const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;
   const bf16* k_pool = static_cast<const bf16*>(p.k_pool);
   const bf16* v_pool = static_cast<const bf16*>(p.v_pool);
@@ -132,7 +143,8 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int copy_chunk = tid % kChunks, copy_row = tid / kChunks;
 
-  // Keys [kt * BN, kt * BN + BN) -> stage; keys at or past key_end become zeros.
+  // Keys [kt * BN, kt * BN + BN) -> stage; keys at or past key_end, or
+  // before key_lo (on pages the runtime may have freed), become zeros.
   auto load_kv = [&](int kt, int stage) {
     const unsigned k_dst = smem_base + stage * kStageBytes, v_dst = k_dst + kTileBytes;
 #pragma unroll
@@ -140,7 +152,7 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
       const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
       long long at = 0;
       int bytes = 0;
-      if (j < key_end) {
+      if (j < key_end && j >= key_lo) {
         const long long slot = (long long)table[j / Config::kPageSize] * Config::kPageSize + j % Config::kPageSize;
         at = (slot * Hkv + kvh) * D + copy_chunk * 8;
         bytes = 16;
@@ -162,7 +174,7 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
     }
     cp_async_commit();
   }
-  load_kv(0, 0);
+  load_kv(first_tile, 0);
   cp_async_commit();
 
   const int warp_row0 = warp * kWarpRows;  // first row of this warp in the tile
@@ -200,17 +212,21 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
 
   // Position of this warp's last query row (-1: it has none, every row is past q_len).
   const int warp_last_pos = warp_row0 < rows ? first_pos + min(warp_row0 + kWarpRows, rows) - 1 : -1;
-  for (int kt = 0; kt < num_tiles; ++kt) {
-    if (kt + 1 < num_tiles) load_kv(kt + 1, (kt + 1) & 1);
+  // The first key this warp's first row sees (its window's).
+  const int warp_key_lo = window_begin(kWindow, first_pos + warp_row0);
+  for (int kt = first_tile; kt < num_tiles; ++kt) {
+    const int stage = (kt - first_tile) & 1;
+    if (kt + 1 < num_tiles) load_kv(kt + 1, stage ^ 1);
     cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
     cp_async_wait<1>();
     __syncthreads();
 
     const int key0 = kt * BN;
-    if (key0 <= warp_last_pos) {  // else every key of the tile is after this warp's rows
+    // Else every key of the tile is after this warp's rows, or before their windows.
+    if (key0 <= warp_last_pos && key0 + BN > warp_key_lo) {
       // Per-tile (loop-variant) lane offsets keep the compiler from holding one
       // address register per (k-step, n-block) pair.
-      const int k_tile = (kt & 1) * kStageBytes + k_lane, v_tile = (kt & 1) * kStageBytes + kTileBytes + v_lane;
+      const int k_tile = stage * kStageBytes + k_lane, v_tile = stage * kStageBytes + kTileBytes + v_lane;
 
       // S = Q Kᵀ for the warp's rows and the tile's 64 keys.
       float s[kMTiles][kNBlocks][4];
@@ -234,8 +250,9 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
         }
       }
 
-      // Causal mask on the tiles that cross the diagonal: key > position -> -inf.
-      if (kt >= full_tiles) {
+      // Causal mask on the tiles that cross the diagonal: key > position -> -inf;
+      // with a window, also on those that cross a row's window: key <= position - W -> -inf.
+      if (kt >= full_tiles || key0 < window_mask_end) {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -243,7 +260,8 @@ __device__ __forceinline__ void flash_attention(const PagedAttentionParams& p) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const int pos = first_pos + warp_row0 + mt * 16 + acc_row(lane, i);
-              if (key0 + nb * 8 + acc_col(lane, i) > pos) s[mt][nb][i] = neg_inf();
+              const int key = key0 + nb * 8 + acc_col(lane, i);
+              if (key > pos || (kWindow > 0 && key <= pos - kWindow)) s[mt][nb][i] = neg_inf();
             }
       }
 

@@ -1,7 +1,8 @@
 // Causal prefill attention over the paged KV pool on Hopper's warpgroup
 // tensor cores (wgmma, sm_90a): flash_attention's semantics and launch
 // contract (see flash_attention.cuh for the params, the causal rule and the
-// grid order), with its two products issued a warpgroup at a time from
+// grid order, and the sliding window's tiles and masks), with its two
+// products issued a warpgroup at a time from
 // shared memory instead of an m16n8k16 at a time from registers, in the
 // manner of FlashAttention-3.
 //
@@ -35,6 +36,7 @@
 #pragma once
 
 #include "wgmma.cuh"  // and tensor_core.cuh; on the device common.cuh
+#include "attention_window.cuh"
 
 namespace kiln {
 namespace kernels {
@@ -71,7 +73,8 @@ namespace kiln {
 namespace kernels {
 
 // Config: static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kBlockM, kSmemBytes;
-//         static constexpr float kScale (> 0).
+//         static constexpr float kScale (> 0); optionally static constexpr int kWindow.
+// The ring's stages and parities count tiles from the block's first, first_tile.
 template <class Config>
 __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams& p) {
   using namespace flash_wgmma;
@@ -87,6 +90,7 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   constexpr int kStageBytes = 2 * kTileBytes;  // K tile, then V tile
   constexpr int kRowsPerPass = kProducerThreads / kChunks;
   constexpr float kScaleLog2 = Config::kScale * 1.4426950408889634f;
+  constexpr int kWindow = AttentionWindow<Config>::value;
   static_assert(H % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(Config::kBlockM == BM, "128 query rows per block");
@@ -109,9 +113,12 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   if (m0 >= q_len) return;
   const int rows = min(BM, q_len - m0);
   const int first_pos = p.kv_lens[b] - q_len + m0;  // position of the tile's first query
-  const int key_end = first_pos + rows;             // keys [0, key_end) are seen by some row
-  const int num_tiles = (key_end + BN - 1) / BN;
-  const int full_tiles = (first_pos + 1) / BN;      // tiles every row sees whole: no mask
+  const int key_end = first_pos + rows;             // keys [key_lo, key_end) are seen by some row
+  const int key_lo = window_begin(kWindow, first_pos);  // the first row's window (0: none)
+  const int first_tile = key_lo / BN;               // tiles before it are never read
+  const int num_tiles = (key_end + BN - 1) / BN - first_tile;  // tiles this block reads
+  const int full_tiles = (first_pos + 1) / BN;      // absolute tiles before it no row's diagonal crosses
+  const int window_mask_end = kWindow > 0 ? first_pos + rows - kWindow : 0;  // keys below: the window's mask
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) {
@@ -152,20 +159,21 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
       const int page = kt * BN / P + lane;
       return kShuffledPages && page < sequence_pages ? table[page] : 0;
     };
-    int next_pages = fetch_pages(0);
-    for (int kt = 0; kt < num_tiles; ++kt) {
-      const int st = kt % kStages, use = kt / kStages;
+    int next_pages = fetch_pages(first_tile);
+    for (int it = 0; it < num_tiles; ++it) {
+      const int kt = first_tile + it;  // the tile's keys: [kt * BN, kt * BN + BN)
+      const int st = it % kStages, use = it / kStages;
       const int pages = next_pages;
-      if (kt + 1 < num_tiles) next_pages = fetch_pages(kt + 1);
+      if (it + 1 < num_tiles) next_pages = fetch_pages(kt + 1);
       mbarrier_wait(empty_bar + 8 * st, (use & 1) ^ 1);  // a fresh barrier passes parity 1
       const unsigned k_dst = kv_base + st * kStageBytes, v_dst = k_dst + kTileBytes;
 #pragma unroll 4
-      for (int i = 0; i < BN / kRowsPerPass; ++i) {  // keys at or past key_end become zeros
+      for (int i = 0; i < BN / kRowsPerPass; ++i) {  // keys at or past key_end, or before key_lo, become zeros
         const int r = copy_row + i * kRowsPerPass, j = kt * BN + r;
         const int entry = kShuffledPages ? __shfl_sync(0xffffffffu, pages, j / P - kt * BN / P) : 0;
         long long at = 0;
         int bytes = 0;
-        if (j < key_end) {
+        if (j < key_end && j >= key_lo) {
           const long long slot = (long long)(kShuffledPages ? entry : table[j / P]) * P + j % P;
           at = (slot * Hkv + kvh) * D + copy_chunk * 8;
           bytes = 16;
@@ -190,10 +198,10 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   const int warp_row0 = (warp - 4) * 16;     // first row of this warp in the tile
   const unsigned q_group = q_base + group_row0 * 128;  // the warpgroup's 64 rows of every Q panel
   auto stage_of = [&](int kt) { return kv_base + (kt % kStages) * kStageBytes; };
-  // Key tiles this warpgroup needs: up to its last query row's position
-  // (none when every row is past q_len).
+  // Key tiles this warpgroup needs, counted from first_tile: up to its last
+  // query row's position (none when every row is past q_len).
   const int group_last_pos = group_row0 < rows ? first_pos + min(group_row0 + 64, rows) - 1 : -1;
-  const int group_tiles = group_last_pos < 0 ? 0 : min(num_tiles, group_last_pos / BN + 1);
+  const int group_tiles = group_last_pos < 0 ? 0 : min(num_tiles, group_last_pos / BN + 1 - first_tile);
 
   float o[kDBlocks * 4];
 #pragma unroll
@@ -224,14 +232,15 @@ __device__ __forceinline__ void flash_attention_wgmma(const PagedAttentionParams
   // alpha, the factor the output so far is rescaled by.
   float alpha[2] = {1.0f, 1.0f};
   auto softmax = [&](int kt) {
-    const int key0 = kt * BN;
-    if (kt >= full_tiles) {
+    const int key0 = (first_tile + kt) * BN;
+    if (first_tile + kt >= full_tiles || key0 < window_mask_end) {
 #pragma unroll
       for (int nb = 0; nb < kNBlocks; ++nb)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int pos = first_pos + warp_row0 + acc_row(lane, i);
-          if (key0 + nb * 8 + acc_col(lane, i) > pos) s[4 * nb + i] = neg_inf();
+          const int key = key0 + nb * 8 + acc_col(lane, i);
+          if (key > pos || (kWindow > 0 && key <= pos - kWindow)) s[4 * nb + i] = neg_inf();
         }
     }
     // Four partial maxima and sums per row: short dependency chains.

@@ -64,6 +64,10 @@ struct RopeKvAppendParams {
   // scale, [num_blocks, Hkv, page_size] f32; null for bf16/f32 pools.
   float* k_scales;
   float* v_scales;
+  // qk_norm instances (Qwen3): the per-head RMSNorm weights of q and k,
+  // [D] f32 each, applied before the rotation; null otherwise.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
 };
 
 // A TMA tensor map (CUtensorMap: 128 opaque bytes, aligned as cuda.h does) the

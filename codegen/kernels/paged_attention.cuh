@@ -17,7 +17,9 @@
 //   out          [N, H, D] (Config::Out)
 //
 // Causal rule: query i of sequence b sits at position kv_len - q_len + i and
-// sees keys 0..that position. A query that sees no key gets zeros.
+// sees keys 0..that position, or with a sliding window W (Config::kWindow,
+// attention_window.cuh) its last W of them; keys before are never read. A
+// query that sees no key gets zeros.
 //
 // Work split: one block per (token, kv head) serves the token's whole GQA
 // group (H / Hkv query heads) so each K/V row is read once per group. Keys go
@@ -33,6 +35,7 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "common.cuh"
 #endif
+#include "attention_window.cuh"
 #include "kv_quant.cuh"
 #include "split_kv.cuh"
 
@@ -50,7 +53,8 @@ __device__ __forceinline__ int owning_sequence(const int* query_start, int num_s
 }
 
 // Config: using Kv, Q, Out; static constexpr int kHeads, kKvHeads, kHeadDim, kPageSize, kThreads;
-//         static constexpr float kScale; static constexpr bool kTreeMask, kSplit.
+//         static constexpr float kScale; static constexpr bool kTreeMask, kSplit;
+//         optionally static constexpr int kWindow (not with kTreeMask).
 template <class Config>
 __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   constexpr int D = Config::kHeadDim, Hkv = Config::kKvHeads;
@@ -60,6 +64,8 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   constexpr int kPairsPerThread = (kPairs + kThreads - 1) / kThreads;
   static_assert(Config::kHeads % Hkv == 0, "GQA: heads is a multiple of kv_heads");
   static_assert(D % 8 == 0 && kThreads % 32 == 0, "shape");
+  constexpr int kWindow = AttentionWindow<Config>::value;
+  static_assert(kWindow >= 0 && !(kWindow > 0 && Config::kTreeMask), "a window, or a tree mask");
   using Kv = typename Config::Kv;
   constexpr bool kScaled = KvScaled<Kv>::value;
   // Head-dim steps of 8 unrolled in the scoring loop: 4 for 1- and 2-byte
@@ -80,10 +86,12 @@ __device__ __forceinline__ void paged_attention(const PagedAttentionParams& p) {
   const int kv_len = p.kv_lens[b];
   const int prefix = kv_len - q_len;  // keys before this step's tokens
   const int key_end = Config::kTreeMask ? kv_len : prefix + (t - q_begin) + 1;
-  int begin = 0, end = key_end;
+  const int key_begin = window_begin(kWindow, key_end - 1);  // the window's first key (0: none)
+  int begin = key_begin, end = key_end;
   if (Config::kSplit) {
-    const int per_split = ((key_end + p.num_splits - 1) / p.num_splits + kChunk - 1) / kChunk * kChunk;
-    begin = min(key_end, (int)blockIdx.z * per_split);
+    const int per_split =
+        ((key_end - key_begin + p.num_splits - 1) / p.num_splits + kChunk - 1) / kChunk * kChunk;
+    begin = min(key_end, key_begin + (int)blockIdx.z * per_split);
     end = min(key_end, begin + per_split);
   }
   const int* table = p.block_tables + (long long)b * p.max_blocks_per_seq;

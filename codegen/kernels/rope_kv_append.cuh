@@ -8,7 +8,11 @@
 //   q_out [N, H, D] (Config::QOut) = rope(q)
 //
 // Pairs: kHalf rotates (i, i + D/2) (HF rotate_half), kInterleaved (2i, 2i+1)
-// (llama.cpp's GGUF layout). Pair i turns by position · inv_freq_i with
+// (llama.cpp's GGUF layout). With kQkNorm (Qwen3) each q and k head is
+// first RMS-normalized over its D elements, x / sqrt(mean(x²) + eps) · w
+// with w = q_norm or k_norm [D] f32, in f32 and not rounded before the
+// rotation: a warp per head of the block's group finds the head's scale
+// before the rotation loop. Pair i turns by position · inv_freq_i with
 // inv_freq_i = 1 / theta^(2i/D) in f32 as HF computes it, then scaled: linear
 // divides by factor; llama3 divides long wavelengths by factor, keeps short
 // ones and interpolates between (transformers' _compute_llama3_parameters).
@@ -97,9 +101,23 @@ __device__ __forceinline__ void store_rope_pair(QOut* q_out, Kv* k_slot, Kv* v_s
   }
 }
 
+// Whether a Config normalizes q and k per head (kQkNorm, with kQkNormEpsilon):
+// false for Configs that do not say.
+template <class C, class = void>
+struct RopeQkNorm {
+  static constexpr bool value = false;
+  static constexpr float epsilon = 0.0f;
+};
+template <class C>
+struct RopeQkNorm<C, decltype(void(C::kQkNorm))> {
+  static constexpr bool value = C::kQkNorm;
+  static constexpr float epsilon = C::kQkNormEpsilon;
+};
+
 // Config: using Kv, X, QOut; static constexpr int kHeads, kKvHeads, kHeadDim, kThreads,
 //   kScaling, kOriginalMaxPosition; static constexpr bool kMergedQkv, kInterleaved;
-//   static constexpr float kTheta, kFactor, kLowFreqFactor, kHighFreqFactor.
+//   static constexpr float kTheta, kFactor, kLowFreqFactor, kHighFreqFactor;
+//   optionally static constexpr bool kQkNorm and float kQkNormEpsilon.
 template <class Config>
 __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   constexpr int D = Config::kHeadDim, H = Config::kHeads, Hkv = Config::kKvHeads;
@@ -113,7 +131,9 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   // pool's own type, or f32 staging for the scaled pools.
   using KvOut = typename KvScaled<Kv>::Staged;
   static_assert(!kScaled || 2 * Hkv * D * 4 <= 32 * 1024, "the f32 staging of a token's k and v heads");
+  constexpr bool kQkNorm = RopeQkNorm<Config>::value;
   __shared__ float sin_of[kHalf], cos_of[kHalf];
+  __shared__ float norm_of[kQkNorm ? kGroup : 1];  // qk_norm: 1 / rms of each q or k head of the group
   __shared__ __align__(16) float kv_stage[kScaled ? 2 * Hkv * D : 4];  // [k heads, v heads][D]
   const int t = blockIdx.x, head0 = blockIdx.y * kGroup;
   if (t >= p.num_tokens) return;
@@ -135,6 +155,21 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
   if (head0 < H + Hkv) {  // this group rotates q or k heads
     const float pos = (float)p.positions[t];
     for (int i = threadIdx.x; i < kHalf; i += Config::kThreads) sincosf(pos * rope_inv_freq<Config>(i), &sin_of[i], &cos_of[i]);
+    if constexpr (kQkNorm) {  // a warp per q or k head: the head's 1 / sqrt(mean(x²) + eps)
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+      for (int g = warp; g < kGroup; g += Config::kThreads / 32) {
+        const int head = head0 + g;
+        if (head >= H + Hkv) break;
+        const X* src = head < H ? q + head * D : k + (head - H) * D;
+        float ss = 0.0f;
+        for (int e = lane; e < D; e += 32) {
+          const float x = to_float(src[e]);
+          ss += x * x;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) norm_of[g] = rsqrtf(ss / (float)D + RopeQkNorm<Config>::epsilon);
+      }
+    }
     __syncthreads();
   }
   KvOut* k_slot = nullptr;
@@ -162,6 +197,15 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       float x[8], y[8];  // half style: x the low elements, y their partners
       load8(src + c, x);
       if (!Config::kInterleaved) load8(src + kHalf + c, y);
+      if constexpr (kQkNorm) {  // x / rms · w, the elements' own weights
+        const float* w = head < H ? p.q_norm : p.k_norm;
+        const float inv = norm_of[head - head0];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          x[e] *= inv * w[c + e];
+          if (!Config::kInterleaved) y[e] *= inv * w[kHalf + c + e];
+        }
+      }
 #pragma unroll
       for (int e = 0; e < (Config::kInterleaved ? 4 : 8); ++e) {
         const int i = Config::kInterleaved ? c / 2 + e : c + e;  // the pair's frequency index
@@ -187,8 +231,14 @@ __device__ __forceinline__ void rope_kv_append(const RopeKvAppendParams& p) {
       const int i = rope_pair_columns<Config>(j, lo, hi);
       const int head = lo / D;
       const X* src = head < H ? q + head * D : k + (head - H) * D;
-      store_rope_pair<Config>(q_out, k_slot, static_cast<KvOut*>(nullptr), lo, hi, to_float(src[lo - head * D]),
-                              to_float(src[hi - head * D]), sin_of[i], cos_of[i]);
+      float a = to_float(src[lo - head * D]), b = to_float(src[hi - head * D]);
+      if constexpr (kQkNorm) {
+        const float* w = head < H ? p.q_norm : p.k_norm;
+        const float inv = norm_of[head - head0];
+        a *= inv * w[lo - head * D];
+        b *= inv * w[hi - head * D];
+      }
+      store_rope_pair<Config>(q_out, k_slot, static_cast<KvOut*>(nullptr), lo, hi, a, b, sin_of[i], cos_of[i]);
     }
   }
   // V heads of this group: copied 8 elements at a time.

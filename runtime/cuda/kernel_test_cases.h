@@ -88,6 +88,17 @@ inline std::vector<KernelCase> f32PlanKernelCases() {
     cases.push_back({"paged_attention", attention});
     cases.push_back({"paged_attention_split", attention});
   }
+  // Qwen3's per-head q/k norm in the append, and a sliding window
+  // (Mistral's) on the CUDA-core attention an f32 plan runs.
+  {
+    nlohmann::json rope = ropeParams(16, 8, 128, true, "half", "none", 1000000.0);
+    rope.update({{"kv_type", f32}, {"x_type", f32}, {"out_type", f32}, {"qk_norm", true}, {"qk_norm_epsilon", 1e-6}});
+    cases.push_back({"rope_kv_append", rope});
+    nlohmann::json attention = attentionParams(32, 8, 128, false);
+    attention.update({{"kv_type", f32}, {"q_type", f32}, {"out_type", f32}, {"sliding_window", 4096}});
+    cases.push_back({"paged_attention", attention});
+    cases.push_back({"paged_attention_split", attention});
+  }
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}, {"x_type", f32}, {"out_type", f32}}});
   cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}, {"x_type", f32}, {"out_type", f32}}});
   cases.push_back({"argmax", {{"vocab", 128256}, {"logits_type", f32}}});
@@ -214,6 +225,41 @@ inline std::vector<KernelCase> representativeKernelCases() {
     nlohmann::json narrow = ropeParams(4, 2, 40, false, "half", "none", 10000.0);  // one pair a thread
     narrow["kv_type"] = kv_type;
     cases.push_back({"rope_kv_append", narrow});
+  }
+  // Qwen3 (Qwen3-8B's 32/8 heads of 128, Qwen3-0.6B's 16/8): q and k
+  // normalized per head before the rotation, merged or not, into bf16 or
+  // int8 pools.
+  for (auto [H, Hkv, merged, kv_type] : {std::tuple{32, 8, true, "bf16"}, std::tuple{16, 8, false, "bf16"},
+                                         std::tuple{16, 8, true, "int8"}}) {
+    nlohmann::json rope = ropeParams(H, Hkv, 128, merged, "half", "none", 1000000.0);
+    rope.update({{"kv_type", kv_type}, {"qk_norm", true}, {"qk_norm_epsilon", 1e-6}});
+    cases.push_back({"rope_kv_append", rope});
+  }
+  {  // head_dim 40: the one-pair-a-thread path with the norm.
+    nlohmann::json narrow = ropeParams(4, 2, 40, true, "half", "none", 10000.0);
+    narrow.update({{"qk_norm", true}, {"qk_norm_epsilon", 1e-6}});
+    cases.push_back({"rope_kv_append", narrow});
+  }
+  // Sliding-window attention (Mistral-7B's 32/8 heads of 128, window 4096)
+  // in every attention kernel: CUDA-core, split, both decode forms, both
+  // tensor-core prefills, and an int8 pool.
+  {
+    nlohmann::json windowed = attentionParams(32, 8, 128, false);
+    windowed["sliding_window"] = 4096;
+    for (const char* kind : {"paged_attention", "paged_attention_split", "decode_attention", "flash_attention",
+                             "flash_attention_wgmma"})
+      cases.push_back({kind, windowed});
+    nlohmann::json core = windowed;
+    core["mma"] = false;
+    cases.push_back({"decode_attention", core});
+    nlohmann::json narrow = attentionParams(9, 3, 64, false);  // a short window, head_dim 64
+    narrow["sliding_window"] = 7;
+    cases.push_back({"flash_attention", narrow});
+    cases.push_back({"decode_attention", narrow});
+    nlohmann::json scaled = windowed;
+    scaled["kv_type"] = "int8";
+    cases.push_back({"decode_attention", scaled});
+    cases.push_back({"paged_attention_split", scaled});
   }
   cases.push_back({"attention_combine", {{"heads", 9}, {"head_dim", 64}}});
   cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});

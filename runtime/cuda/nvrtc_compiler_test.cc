@@ -150,6 +150,29 @@ TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
   }
 }
 
+// The same for the Qwen3 and sliding-window fixtures' plans: rope_kv_append
+// with the per-head q/k norm, and windowed paged attention.
+TEST(F32Plan, FamilyFixtureInstancesCompileForSm90aWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  for (const char* fixture : {"tiny-qwen3", "tiny-mistral-swa"}) {
+    SCOPED_TRACE(fixture);
+    auto manifest = Manifest::load(checkoutPath(std::string("test/fixtures/") + fixture + "/artifact"));
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    std::set<std::string> names;
+    int qk_norm = 0, windowed = 0;
+    for (const Step& step : manifest->findEntry("forward")->steps)
+      for (const KernelVariant& v : step.variants) {
+        if (v.instance.empty() || !names.insert(v.instance).second) continue;
+        qk_norm += v.params.value("qk_norm", false) ? 1 : 0;
+        windowed += v.params.value("sliding_window", 0) > 0 ? 1 : 0;
+        SCOPED_TRACE(v.instance);
+        expectCompilesWithoutSpills(v.kind, v.params, v.instance, "sm_90a");
+      }
+    EXPECT_EQ(qk_norm, std::string(fixture) == "tiny-qwen3" ? 1 : 0);
+    EXPECT_GE(windowed, 2);  // paged_attention and its split form
+  }
+}
+
 // flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)
 // and leave room for two blocks per SM (228 KiB per SM).
 TEST(FlashAttentionInstance, DynamicSharedMemoryFits) {

@@ -68,7 +68,8 @@ inline AttentionData makeAttention(std::mt19937& rng, int H, int Hkv, int D, con
   return a;
 }
 
-inline std::vector<double> attentionReference(const AttentionData& a, double scale, bool tree) {
+// window > 0: query at position p sees keys (p - window, p] only (sliding window).
+inline std::vector<double> attentionReference(const AttentionData& a, double scale, bool tree, int window = 0) {
   const int B = int(a.kv_lens.size()), G = a.H / a.Hkv;
   std::vector<double> out(size_t(a.N) * a.H * a.D, 0.0);
   for (int b = 0; b < B; ++b) {
@@ -81,6 +82,7 @@ inline std::vector<double> attentionReference(const AttentionData& a, double sca
         std::vector<size_t> rows;
         for (int j = 0; j < a.kv_lens[b]; ++j) {
           bool visible = tree ? (j < prefix || a.tree[size_t(t) * a.tree_stride + (j - prefix)] != 0) : j <= prefix + i;
+          if (window > 0 && j <= prefix + i - window) visible = false;
           if (!visible) continue;
           const size_t slot = size_t(a.block_tables[size_t(b) * a.max_blocks + j / a.page]) * a.page + j % a.page;
           const size_t row = (slot * a.Hkv + kvh) * a.D;
@@ -99,6 +101,45 @@ inline std::vector<double> attentionReference(const AttentionData& a, double sca
     }
   }
   return out;
+}
+
+// Sliding windows: the pool blocks of `a` wholly before the window of their
+// sequence's first query (keys (p - window, p] with p = kv_len - q_len), which
+// a windowed kernel must never read: the runtime may free and reuse them.
+inline std::vector<int> blocksBeforeWindows(const AttentionData& a, int window) {
+  std::vector<int> out;
+  if (window <= 0) return out;
+  for (size_t b = 0; b < a.kv_lens.size(); ++b) {
+    const int q_len = a.query_start[b + 1] - a.query_start[b];
+    const int first = std::max(0, a.kv_lens[b] - q_len - window + 1);  // first key of the first window
+    for (int i = 0; i < first / a.page; ++i) out.push_back(a.block_tables[b * size_t(a.max_blocks) + i]);
+  }
+  return out;
+}
+
+// Sets every element of those blocks to NaN in the f32 and bf16 pools (a
+// kernel that reads and weighs one, even by 0, gives NaN), and returns the
+// byte ranges of a pool of `elem_bytes` elements at `pool` that stay
+// readable: the others (cuda_emulation.h's emu::readable, for cp.async).
+inline std::vector<std::pair<const unsigned char*, size_t>> poisonBlocksBeforeWindows(AttentionData& a, int window,
+                                                                                      const void* k_pool,
+                                                                                      const void* v_pool,
+                                                                                      size_t elem_bytes) {
+  const std::vector<int> poisoned = blocksBeforeWindows(a, window);
+  const size_t block_elems = size_t(a.page) * a.Hkv * a.D;
+  for (int blk : poisoned)
+    for (size_t e = 0; e < block_elems; ++e) {
+      const size_t at = size_t(blk) * block_elems + e;
+      a.kpool[at] = a.vpool[at] = NAN;
+      a.kb[at] = a.vb[at] = 0x7fc0;
+    }
+  std::vector<std::pair<const unsigned char*, size_t>> ranges;
+  for (const void* pool : {k_pool, v_pool})
+    for (int blk = 0; blk < a.blocks; ++blk)
+      if (std::find(poisoned.begin(), poisoned.end(), blk) == poisoned.end())
+        ranges.push_back({static_cast<const unsigned char*>(pool) + size_t(blk) * block_elems * elem_bytes,
+                          block_elems * elem_bytes});
+  return ranges;
 }
 
 // decode_attention's params over the defaults (attentionParams of

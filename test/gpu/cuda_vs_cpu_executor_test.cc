@@ -1,6 +1,7 @@
 // The CUDA executor against the CPU executor on the tiny-llama fixture: the
 // fixture's f32 plan through both, and a bf16 prefill long enough for the
-// fused SwiGLU GEMM against the CPU's f32. Without a GPU each test checks the
+// fused SwiGLU GEMM against the CPU's f32; likewise on tiny-qwen3 and
+// tiny-mistral-swa (per-head q/k norm, sliding windows). Without a GPU each test checks the
 // CUDA executor's error and stops, so ctest runs it everywhere; the runs need
 // the GPU machine (scripts/gpu-check.sh).
 #include <gtest/gtest.h>
@@ -256,6 +257,47 @@ TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
     std::printf("%s KV: CUDA vs CPU executor logits, worst relative L2 %.3g (f32 plan), %.3g (bf16 plan against "
                 "the CPU's f32)\n",
                 kv_type, f32_error, bf16_error);
+  }
+}
+
+// Qwen3 (per-head q/k norm in rope_kv_append, layer 1 sliding over 12 keys)
+// and Mistral with sliding_window 7: a 300-token prefill and decode steps far
+// past the windows. The f32 plan (CUDA-core attention, split decode) follows
+// the CPU executor to f32 rounding; the bf16 plan (tensor-core prefill and
+// decode_attention with their windows, head_dim 64) to bf16's tolerance of
+// the CPU's f32 run.
+TEST(CudaExecutor, Qwen3AndSlidingWindowFollowTheCpuExecutor) {
+  for (const char* name : {"tiny-qwen3", "tiny-mistral-swa"}) {
+    const std::string fixture = checkoutPath(std::string("test/fixtures/") + name);
+    auto manifest = Manifest::load(fixture + "/artifact");
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    auto weights = WeightStore::open(*manifest, {.source_path = fixture, .check_source_stamp = false});
+    ASSERT_TRUE(weights.ok()) << weights.error().message;
+    const KvPoolConfig kv = kvPoolConfigFor(*manifest, 64);
+    auto ex = CudaExecutor::create(*manifest, *weights, kv, 512, {.progress = false});
+    if (!ex.ok()) {
+      EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+      std::printf("no GPU: checked the error; %s needs the GPU machine\n", name);
+      return;
+    }
+    auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
+    ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+    const double f32_error = worstLogitsError(**ex, **cpu_ex);
+    EXPECT_LE(f32_error, 1e-4) << name << ", f32 plan";
+
+    auto bf16 = testing::bf16Plan(fixture);
+    ASSERT_TRUE(bf16.ok()) << bf16.error().message;
+    auto bf16_weights = WeightStore::open(*bf16, {.source_path = fixture, .check_source_stamp = false});
+    ASSERT_TRUE(bf16_weights.ok()) << bf16_weights.error().message;
+    auto bf16_ex = CudaExecutor::create(*bf16, *bf16_weights, kvPoolConfigFor(*bf16, 64), 512, {.progress = false});
+    ASSERT_TRUE(bf16_ex.ok()) << bf16_ex.error().message;
+    auto cpu_again = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
+    ASSERT_TRUE(cpu_again.ok()) << cpu_again.error().message;
+    const double bf16_error = worstLogitsError(**bf16_ex, **cpu_again);
+    EXPECT_LE(bf16_error, 2e-2) << name << ", bf16 plan";
+    std::printf("%s: CUDA vs CPU executor logits, worst relative L2 %.3g (f32 plan), %.3g (bf16 plan against the "
+                "CPU's f32)\n",
+                name, f32_error, bf16_error);
   }
 }
 

@@ -44,6 +44,11 @@ struct MmaConfig {
   static constexpr float kScale = D_ == 64 ? 0.125f : 0.0883883476f;
   static constexpr int kSmemBytes = kk::decode::mma_smem_bytes(D_, Stages_);
 };
+// A Config with a sliding window of W keys (attention_window.cuh).
+template <class C, int W>
+struct Windowed : C {
+  static constexpr int kWindow = W;
+};
 template <class C, class = void>
 struct IsMma : std::false_type {};
 template <class C>
@@ -88,13 +93,22 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
   const void* k_pool = kF32 ? static_cast<const void*>(a.kpool.data()) : a.kb.data();
   const void* v_pool = kF32 ? static_cast<const void*>(a.vpool.data()) : a.vb.data();
   const size_t pool_bytes = a.kb.size() * (kF32 ? 4 : 2);
+  // A window: the blocks wholly before each sequence's windows are NaN and
+  // outside the readable memory, so reading one fails the case.
+  constexpr int kWindow = kk::AttentionWindow<C>::value;
+  std::vector<emu::Range> readable{{static_cast<const unsigned char*>(k_pool), pool_bytes},
+                                   {static_cast<const unsigned char*>(v_pool), pool_bytes}};
+  if (kWindow > 0) {
+    readable.clear();
+    for (auto [begin, bytes] : poisonBlocksBeforeWindows(a, kWindow, k_pool, v_pool, kF32 ? 4 : 2))
+      readable.push_back({begin, bytes});
+  }
   // Partials with 64 guard elements on each side, all NaN.
   std::vector<float> po(size_t(a.N) * H * splits * D + 128, NAN), plse(size_t(a.N) * H * splits + 128, NAN);
   kk::PagedAttentionParams p{a.qb.data(), k_pool, v_pool, a.block_tables.data(), a.query_start.data(),
                              a.kv_lens.data(), nullptr, nullptr, po.data() + 64, plse.data() + 64, a.N, B,
                              a.max_blocks, 0, splits, nullptr};
-  emu::readable = {{static_cast<const unsigned char*>(k_pool), pool_bytes},
-                   {static_cast<const unsigned char*>(v_pool), pool_bytes}};
+  emu::readable = readable;
   emu::eager_copies = eager;
   emu::launch({unsigned(a.N), unsigned(C::kKvHeads), unsigned(splits)}, kk::decode::kThreads, [&p] {
     if constexpr (kMma) kk::decode_attention_mma<C>(p);
@@ -112,7 +126,7 @@ void runCase(const Batch& batch, int splits, bool eager, float q_scale, const st
   for (float v : body_out) unwritten += std::isnan(v);
   for (float v : body_lse) unwritten += std::isnan(v);
   EXPECT_EQ(unwritten, 0u) << what << ": partials left unwritten";
-  const std::vector<double> ref = attentionReference(a, double(C::kScale), false);
+  const std::vector<double> ref = attentionReference(a, double(C::kScale), false, kWindow);
   expectClose(combine(body_out, body_lse, a.N * H, splits, D), ref, 4e-3, 1.0 / 64, what);
 
   // The fused merge (split_arrivals): the last block of each (token, kv
@@ -186,6 +200,24 @@ TEST(DecodeAttentionEmulation, TensorCoresOtherShapes) {
   runCase<MmaConfig<16, 1, 128>>(kMixed, 2, false, 1.0f, "mma hd128 16/1 (all 16 rows)");
   runCase<MmaConfig<9, 1, 64, 2>>(kDecode, 5, false, 8.0f, "mma hd64 9/1 stages 2, q x8");
   runCase<MmaConfig<1, 1, 128, 4, 32>>(kDecode, 3, false, 1.0f, "mma hd128 1/1 stages 4 page 32");
+}
+
+// Sliding windows (Mistral's): each query sees its last W keys; the pages
+// wholly before a sequence's window are poisoned and unreadable, so a read
+// of one fails. Windows shorter than a page, than a stream's keys apart
+// from the page start, longer than the context, across splits.
+TEST(DecodeAttentionEmulation, SlidingWindowCudaCores) {
+  runCase<Windowed<Config<4, 1, 128>, 50>>(kDecode, 7, false, 1.0f, "hd128 4/1 window 50 splits 7");
+  runCase<Windowed<Config<4, 1, 128>, 50>>(kDecode, 1, true, 8.0f, "hd128 4/1 window 50, eager, q x8");
+  runCase<Windowed<Config<4, 1, 128, kk::bf16, 1, 4>, 7>>(kDecode, 3, false, 1.0f, "hd128 keys 4 window 7");
+  runCase<Windowed<Config<6, 2, 64>, 33>>(kMixed, 3, false, 1.0f, "hd64 6/2 causal q_len > 1 window 33");
+  runCase<Windowed<Config<4, 2, 64, float>, 2000>>(kDecode, 7, false, 1.0f, "hd64 f32 window past the context");
+}
+TEST(DecodeAttentionEmulation, SlidingWindowTensorCores) {
+  runCase<Windowed<MmaConfig<4, 1, 128>, 50>>(kDecode, 7, false, 1.0f, "mma hd128 4/1 window 50 splits 7");
+  runCase<Windowed<MmaConfig<4, 1, 128>, 16>>(kDecode, 1, true, 8.0f, "mma hd128 window 16, eager, q x8");
+  runCase<Windowed<MmaConfig<6, 2, 64>, 100>>(kMixed, 3, false, 1.0f, "mma hd64 6/2 causal q_len > 1 window 100");
+  runCase<Windowed<MmaConfig<1, 1, 128, 4, 32>, 37>>(kDecode, 3, false, 1.0f, "mma hd128 page 32 window 37");
 }
 
 }  // namespace

@@ -28,10 +28,16 @@ struct Config {
   static constexpr int kSmemBytes = kk::flash::smem_bytes(D_, BlockM_);
 };
 
+// A Config with a sliding window of W keys (attention_window.cuh).
+template <class C, int W>
+struct Windowed : C {
+  static constexpr int kWindow = W;
+};
+
 template <class C>
 void runCase(const Batch& batch, bool eager, float q_scale, const std::string& what) {
   checkEmulatedPrefill({C::kHeads, C::kKvHeads, C::kHeadDim, C::kPageSize, C::kScale, C::kBlockM, 32 * C::kWarps,
-                        C::kSmemBytes},
+                        C::kSmemBytes, kk::AttentionWindow<C>::value},
                        batch, eager, q_scale, what,
                        [](const kk::PagedAttentionParams& p) { kk::flash_attention<C>(p); });
   EXPECT_EQ(emu::bank_conflicts, 0) << what << ": ldmatrix phases with bank conflicts";
@@ -58,6 +64,17 @@ TEST(FlashAttentionEmulation, OtherPageSizes) {
   runCase<Config<2, 1, 64, 4, 64, 64>>(kBatch, false, 1.0f, "hd64 2/1 4x64, page 64");
   runCase<Config<2, 1, 64, 4, 64, 32>>(kBatch, false, 1.0f, "hd64 2/1 4x64, page 32");
   runCase<Config<2, 1, 64, 4, 64, 8>>(kBatch, false, 1.0f, "hd64 2/1 4x64, page 8");
+}
+// Sliding windows: tiles before the first row's window never loaded, pages
+// wholly before a sequence's windows poisoned and unreadable, rows masked to
+// their own windows (shorter than a tile, than a page, longer than the
+// query tile, than the context).
+TEST(FlashAttentionEmulation, SlidingWindow) {
+  runCase<Windowed<Config<2, 1, 64, 4, 64>, 7>>(kBatch, false, 1.0f, "hd64 2/1 4x64 window 7");
+  runCase<Windowed<Config<2, 1, 64, 4, 64>, 40>>(kBatch, true, 8.0f, "hd64 2/1 4x64 window 40, eager, q x8");
+  runCase<Windowed<Config<4, 2, 64, 4, 128>, 100>>(kBatch, false, 1.0f, "hd64 4/2 4x128 window 100");
+  runCase<Windowed<Config<3, 1, 128, 8, 128>, 70>>(kBatch, false, 1.0f, "hd128 3/1 8x128 window 70");
+  runCase<Windowed<Config<2, 1, 64, 4, 64, 64>, 1000>>(kBatch, false, 1.0f, "hd64 page 64 window past the context");
 }
 TEST(FlashAttentionEmulation, Hd128EightWarps) {
   runCase<Config<2, 1, 128, 8, 128>>(kBatch, false, 8.0f, "hd128 2/1 8x128, q x8");

@@ -29,12 +29,18 @@ struct Config {
   static constexpr int kSmemBytes = kk::flash_wgmma::smem_bytes(D_);
 };
 
+// A Config with a sliding window of W keys (attention_window.cuh).
+template <class C, int W>
+struct Windowed : C {
+  static constexpr int kWindow = W;
+};
+
 // shuffled: fibers run in a random order each round.
 template <class C>
 void runCase(const Batch& batch, bool eager, float q_scale, const std::string& what, bool shuffled = true) {
   emu::shuffled_schedule = shuffled;
   checkEmulatedPrefill({C::kHeads, C::kKvHeads, C::kHeadDim, C::kPageSize, C::kScale, C::kBlockM,
-                        kk::flash_wgmma::kThreads, C::kSmemBytes},
+                        kk::flash_wgmma::kThreads, C::kSmemBytes, kk::AttentionWindow<C>::value},
                        batch, eager, q_scale, what,
                        [](const kk::PagedAttentionParams& p) { kk::flash_attention_wgmma<C>(p); });
   emu::shuffled_schedule = false;
@@ -51,6 +57,14 @@ TEST(FlashAttentionWgmmaEmulation, Hd128PeakedSoftmaxEagerCopies) {
   runCase<Config<2, 1, 128>>(kBatch, true, 8.0f, "hd128 2/1, q x8, eager cp.async");
 }
 TEST(FlashAttentionWgmmaEmulation, Hd64Gqa3) { runCase<Config<3, 1, 64>>(kBatch, false, 1.0f, "hd64 3/1"); }
+// Sliding windows: the producer starts at the first row's window tile (the
+// ring's stages and parities count from it), pages wholly before the
+// windows poisoned and unreadable, rows masked to their own windows.
+TEST(FlashAttentionWgmmaEmulation, SlidingWindow) {
+  runCase<Windowed<Config<2, 1, 128>, 7>>(kBatch, false, 1.0f, "hd128 2/1 window 7");
+  runCase<Windowed<Config<2, 1, 128>, 200>>(kBatch, true, 8.0f, "hd128 2/1 window 200, q x8, eager");
+  runCase<Windowed<Config<3, 1, 64>, 130>>(kBatch, false, 1.0f, "hd64 3/1 window 130");
+}
 TEST(FlashAttentionWgmmaEmulation, Hd128InThreadOrder) {
   runCase<Config<2, 1, 128>>(kBatch, false, 1.0f, "hd128 2/1, fibers in thread order", false);
 }

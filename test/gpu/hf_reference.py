@@ -23,7 +23,7 @@ import sys
 import time
 
 import torch
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
 # The peer script's checkpoint-header reader (scripts/hf_bench.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
@@ -43,10 +43,12 @@ def configure_torch():
 
 
 def load_llama(path, dtype, device):
+    """The checkpoint at `path` in its own family's class (config.json's
+    architectures: Llama, Mistral, Qwen2, Qwen3)."""
     try:
-        model = LlamaForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except TypeError:  # transformers before `dtype`
-        model = LlamaForCausalLM.from_pretrained(path, torch_dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
     return model.to(device).eval()
 
 

@@ -91,7 +91,7 @@ ScaledPool quantizePools(AttentionData& a, KvElement element, std::mt19937& rng)
 
 // Each output element's natural size: sum_j p_j max|v_j| of its (token,
 // head), from the float64 probabilities; the tolerance is relative to it.
-std::vector<double> outputMagnitudes(const AttentionData& a, double scale) {
+std::vector<double> outputMagnitudes(const AttentionData& a, double scale, int window = 0) {
   const int G = a.H / a.Hkv;
   std::vector<double> mag(size_t(a.N) * a.H * a.D, 0.0);
   for (size_t b = 0; b < a.kv_lens.size(); ++b) {
@@ -100,7 +100,7 @@ std::vector<double> outputMagnitudes(const AttentionData& a, double scale) {
       for (int h = 0; h < a.H; ++h) {
         const int t = a.query_start[b] + i;
         std::vector<double> s, vmax;
-        for (int j = 0; j <= prefix + i; ++j) {
+        for (int j = window > 0 ? std::max(0, prefix + i - window + 1) : 0; j <= prefix + i; ++j) {
           const size_t slot = size_t(a.block_tables[b * a.max_blocks + j / a.page]) * a.page + j % a.page;
           const size_t row = (slot * a.Hkv + h / G) * a.D;
           double dot = 0, m = 0;
@@ -175,6 +175,12 @@ struct DecodeConfig {
   static constexpr int kThreads = kk::decode::kThreads;
 };
 
+// A Config with a sliding window of W keys (attention_window.cuh).
+template <class C, int W>
+struct Windowed : C {
+  static constexpr int kWindow = W;
+};
+
 // One attention kernel (`decode`: decode_attention, else paged_attention;
 // `splits` > 1: partials merged on the host) over a scaled pool.
 template <class C, bool kDecode>
@@ -203,7 +209,8 @@ void runAttention(const Batch& batch, int splits, const std::string& what) {
   const bool partials = kDecode || splits > 1;
   const std::vector<float> got = partials ? combine(po, plse, a.N * H, splits, D) : out;
   const double scale = C::kScale;
-  expectNear(got, attentionReference(a, scale, false), outputMagnitudes(a, scale), 1e-4, what);
+  constexpr int kWindow = kk::AttentionWindow<C>::value;
+  expectNear(got, attentionReference(a, scale, false, kWindow), outputMagnitudes(a, scale, kWindow), 1e-4, what);
 }
 
 const Batch kDecodeBatch{{1, 1, 1, 1, 1, 1}, {1, 15, 16, 17, 100, 700}};
@@ -214,6 +221,20 @@ TEST(KvQuantEmulation, PagedAttentionReadsCodesAndScales) {
   runAttention<PagedConfig<kk::KvE4M3, 6, 2, 64, false>, false>(kMixedBatch, 1, "paged_attention fp8 hd64 6/2");
   runAttention<PagedConfig<kk::KvInt8, 8, 2, 128, true>, false>(kDecodeBatch, 5, "paged_attention_split int8 hd128");
   runAttention<PagedConfig<kk::KvE4M3, 4, 1, 128, true>, false>(kMixedBatch, 3, "paged_attention_split fp8 hd128");
+}
+
+// Sliding windows over scaled pools: the CUDA-core kernels start at the
+// window (decode_attention at its stream's keys, whose scales share a
+// 16-byte chunk, masking the keys before it).
+TEST(KvQuantEmulation, SlidingWindowOverCodesAndScales) {
+  runAttention<Windowed<PagedConfig<kk::KvInt8, 6, 2, 64, false>, 9>, false>(kMixedBatch, 1,
+                                                                            "paged_attention int8 window 9");
+  runAttention<Windowed<PagedConfig<kk::KvE4M3, 8, 2, 128, true>, 150>, false>(kDecodeBatch, 5,
+                                                                              "paged_attention_split fp8 window 150");
+  runAttention<Windowed<DecodeConfig<kk::KvInt8, 4, 1, 128>, 30>, true>(kDecodeBatch, 7,
+                                                                       "decode_attention int8 window 30 splits 7");
+  runAttention<Windowed<DecodeConfig<kk::KvE4M3, 6, 2, 64>, 5>, true>(kMixedBatch, 3,
+                                                                     "decode_attention fp8 window 5 q_len > 1");
 }
 
 TEST(KvQuantEmulation, DecodeAttentionReadsCodesAndScales) {

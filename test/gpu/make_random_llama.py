@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Random-weight Llama checkpoint + fp32 transformers reference (GPU machine).
+"""Random-weight checkpoint + fp32 transformers reference (GPU machine).
 
-Writes DIR/{config.json, model.safetensors} with transformers
-(LlamaForCausalLM(config), seeded, saved in bf16) and a reference JSON for
+Writes DIR/{config.json, model.safetensors} with transformers (the config's
+family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+Qwen3ForCausalLM (config), seeded, saved in bf16) and a reference JSON for
 test/gpu/hf_logits_gpu_test: for PROMPTS random prompts (token ids, no
 tokenizer), the greedy continuation of NEW tokens with the model in fp32
 (weights exactly the saved bf16 values), and for the first LOGIT_CASES
@@ -14,6 +15,10 @@ prompts the last-token logits of the prompt and of one decode step after it.
 
 --header: the header-only checkpoint the artifact was compiled from; the
 tensor names and shapes written here must match it (exit 3 if not).
+--norm-noise S: every RMSNorm weight (input/post-attention/final, and
+Qwen3's q_norm/k_norm) becomes 1 + S * N(0, 1) after the random init, which
+leaves them all 1; default 0.1 for the families beyond Llama (whose q/k norm
+weights would otherwise go untested), 0 for Llama.
 The reference's format and the runs behind it: test/gpu/hf_reference.py.
 --bench: also time batch-1 greedy decode with transformers (bf16, eager
 attention) and the HBM read and bf16 GEMM probes of scripts/hf_bench.py, same process.
@@ -26,9 +31,22 @@ import sys
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+import transformers
 
 from hf_reference import bf16_control, check_tables, configure_torch, load_llama, write_reference
+
+# config.json's model_type -> the transformers classes of its family.
+FAMILIES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+            "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
+
+
+def family_classes(config_path):
+    with open(config_path) as f:
+        model_type = json.load(f).get("model_type", "llama")
+    if model_type not in FAMILIES:
+        sys.exit(f"{config_path}: model_type '{model_type}' has no family here ({', '.join(FAMILIES)})")
+    config_cls, model_cls = FAMILIES[model_type]
+    return model_type, getattr(transformers, config_cls), getattr(transformers, model_cls)
 
 # The peer script's card ceilings (scripts/hf_bench.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
@@ -46,15 +64,24 @@ def main():
     ap.add_argument("--logit-cases", type=int, default=4)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--bench")
+    ap.add_argument("--norm-noise", type=float, help="RMSNorm weights 1 + S N(0,1) (default: 0.1, Llama 0)")
     args = ap.parse_args()
     device = "cuda"
     configure_torch()
 
     t0 = time.time()
-    config = LlamaConfig.from_json_file(args.config)
+    model_type, config_cls, model_cls = family_classes(args.config)
+    config = config_cls.from_json_file(args.config)
     torch.manual_seed(args.seed)
     with torch.device(device):
-        model = LlamaForCausalLM(config)
+        model = model_cls(config)
+    noise = args.norm_noise if args.norm_noise is not None else (0.0 if model_type == "llama" else 0.1)
+    if noise:
+        gen_norm = torch.Generator().manual_seed(args.seed + 2)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.copy_(1.0 + noise * torch.randn(param.shape, generator=gen_norm))
     model = model.to(torch.bfloat16).eval()
     os.makedirs(args.out, exist_ok=True)
     try:

@@ -22,6 +22,7 @@ struct EmulatedPrefill {
   int heads, kv_heads, head_dim, page_size;
   float scale;
   int block_m, threads, smem_bytes;
+  int window = 0;  // the Config's sliding window (0: none)
 };
 
 // eager: cp.async copies land when issued (else at the issuing thread's wait).
@@ -43,6 +44,11 @@ inline void checkEmulatedPrefill(const EmulatedPrefill& c, const Batch& batch, b
   emu::readable = {{reinterpret_cast<const unsigned char*>(a.qb.data()), a.qb.size() * 2},
                    {reinterpret_cast<const unsigned char*>(a.kb.data()), a.kb.size() * 2},
                    {reinterpret_cast<const unsigned char*>(a.vb.data()), a.vb.size() * 2}};
+  if (c.window > 0) {  // the blocks wholly before every window: NaN and unreadable
+    emu::readable.resize(1);
+    for (auto [begin, bytes] : poisonBlocksBeforeWindows(a, c.window, a.kb.data(), a.vb.data(), 2))
+      emu::readable.push_back({begin, bytes});
+  }
   emu::eager_copies = eager;
   emu::smem_limit = c.smem_bytes;
   const int max_q_len = *std::max_element(batch.q_len.begin(), batch.q_len.end());
@@ -55,7 +61,8 @@ inline void checkEmulatedPrefill(const EmulatedPrefill& c, const Batch& batch, b
     EXPECT_EQ(out[out.size() - 1 - i], 0x7fc0) << what << ": write past the output";
   }
   std::vector<uint16_t> body_bits(out.begin() + 64, out.end() - 64);
-  expectClose(bf16ToFloat(body_bits), attentionReference(a, double(c.scale), false), 4e-3, 1.0 / 64, what);
+  expectClose(bf16ToFloat(body_bits), attentionReference(a, double(c.scale), false, c.window), 4e-3, 1.0 / 64,
+              what);
 }
 
 }  // namespace kiln::gpu_test

@@ -182,6 +182,7 @@ Status bindParams(const Step& step, const WeightStore& weights,
       s.kv_heads = int(q.attn.kv_heads);
       s.head_dim = int(q.attn.head_dim);
       s.merged = q.merged_qkv;
+      s.qk_norm = q.qk_norm;
       KILN_RETURN_IF_ERROR(needValue(0));
       break;
     }
@@ -320,6 +321,8 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
     if (!f || *f == WeightForm::kRaw) return makeError("{}: norm weight_type {} has no CUDA kernel", step.path, t);
     return *f;
   }
+  // Qwen3's per-head q/k norm weights: f32, as rope_kv_append reads them.
+  if (step.kind == StepKind::kRopeKvAppend && step.as<RopeKvAppendParams>().qk_norm) return WeightForm::kF32;
   if (step.kind != StepKind::kGemm)
     return makeError("{} ({}): args[{}] is a weight, which this kind does not take", step.path,
                      stepKindName(step.kind), arg);

@@ -71,6 +71,7 @@ struct BoundStep {
   int64_t width = 0, k = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool merged = false, writes_sum = false;
+  bool qk_norm = false;  // rope_kv_append: per-head q/k RMSNorm weights as weight args after the pools
   bool scales = false;  // gemm: kiln's int8/int4 weights, with their scales as weight arg 2
   // paged_attention: the split-KV instance and its combine, for decode batches.
   // decode_attention merges its own partials (split_arrivals), so the

@@ -273,6 +273,10 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
         p.k_scales = reinterpret_cast<float*>(s.pool_scales[pos + 2]);
         p.v_scales = reinterpret_cast<float*>(s.pool_scales[pos + 3]);
         p.q_out = ptr(s.results[0].ptr);
+        if (s.qk_norm) {  // the per-head norm weights, f32, after the pools
+          p.q_norm = reinterpret_cast<const float*>(s.weights[pos + 4]);
+          p.k_norm = reinterpret_cast<const float*>(s.weights[pos + 5]);
+        }
         p.num_tokens = int(n);
         p.num_slots = kv_pools.num_slots;
         status = launchStep(s, unsigned(n), unsigned(kk::ropeKvAppendHeadGroups(s.heads, s.kv_heads)), 1, &p);

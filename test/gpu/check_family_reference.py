@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Are the float64 NumPy references of the Qwen3 and sliding-window fixtures
+transformers' own forward?
+
+test/reference/make_tiny_family_references.py writes test/fixtures/<name>/
+{config.json, model.safetensors (f32), reference.json} from a NumPy forward
+written from transformers' modeling_qwen3.py / modeling_mistral.py
+semantics, and the CPU executor's tests check kiln against that reference.
+This loads each checkpoint into transformers itself (its family's
+*ForCausalLM from config.json, float64, eager and sdpa attention), runs
+every reference sequence and the greedy prompts, and compares: the logits
+at every position (max |diff| must stay below 1e-6, both being float64 of
+the same weights) and the greedy continuations (identical). Needs torch and
+transformers only (the GPU machine; runs on its CPU too):
+
+  python3 test/gpu/check_family_reference.py test/fixtures/tiny-qwen3 test/fixtures/tiny-mistral-swa
+
+Prints one JSON line per fixture and attention implementation; exits 1 if
+any differs.
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load(path, attn):
+    kwargs = {"attn_implementation": attn}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, **kwargs)
+    except TypeError:  # transformers before `dtype`
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float64, **kwargs)
+    return model.eval()
+
+
+def greedy(model, prompt, new_tokens):
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(torch.tensor([tokens])).logits[0, -1]
+            tokens.append(int(torch.argmax(logits)))
+    return tokens[len(prompt):]
+
+
+def main():
+    failed = False
+    for path in sys.argv[1:]:
+        with open(os.path.join(path, "reference.json")) as f:
+            ref = json.load(f)
+        for attn in ("eager", "sdpa"):
+            model = load(path, attn)
+            worst = 0.0
+            for name, seq in ref["sequences"].items():
+                with torch.no_grad():
+                    hf = model(torch.tensor([seq["tokens"]])).logits[0]
+                want = torch.tensor(seq["logits"], dtype=torch.float64)
+                worst = max(worst, float((hf - want).abs().max()))
+            same = sum(greedy(model, g["prompt"], len(g["tokens"])) == g["tokens"] for g in ref["greedy"])
+            ok = worst < 1e-6 and same == len(ref["greedy"])
+            failed |= not ok
+            print(json.dumps({"fixture": path, "attn_implementation": attn, "max_abs_logit_diff": worst,
+                              "greedy_identical": f"{same}/{len(ref['greedy'])}", "ok": ok}), flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
