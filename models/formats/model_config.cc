@@ -17,11 +17,11 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3";
+constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3, phi3";
 constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
 
 bool isSupportedArch(std::string_view a) {
-  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "phi3";
 }
 
 std::string_view jsonTypeName(const json& j) {
@@ -115,6 +115,7 @@ std::string_view archFromClassName(std::string_view cls) {
   if (cls == "MistralForCausalLM") return "mistral";
   if (cls == "Qwen2ForCausalLM") return "qwen2";
   if (cls == "Qwen3ForCausalLM") return "qwen3";
+  if (cls == "Phi3ForCausalLM") return "phi3";
   return {};
 }
 
@@ -164,12 +165,12 @@ Status rejectUnimplemented(const HfFields& f, const std::string& name) {
   return Status::success();
 }
 
-// transformers' rule: mistral slides every layer by sliding_window (null:
-// none); qwen2 and qwen3 slide only with use_sliding_window, the layers
-// layer_types marks "sliding_attention", or else those from
+// transformers' rule: mistral and phi3 slide every layer by sliding_window
+// (null: none); qwen2 and qwen3 slide only with use_sliding_window, the
+// layers layer_types marks "sliding_attention", or else those from
 // max_window_layers on; llama never slides.
 Status parseSlidingWindow(const HfFields& f, const std::string& name, ModelConfig& c) {
-  if (c.architecture == "mistral") {
+  if (c.architecture == "mistral" || c.architecture == "phi3") {
     KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
     if (c.sliding_window < 0)
       return makeError("{}: field 'sliding_window' is {}, expected a positive window or null", name,
@@ -248,7 +249,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     c.architecture = std::string(archFromClassName(cls));
     if (c.architecture.empty())
       return makeError("{}: architectures[0] '{}' is not supported; supported: "
-                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM",
                        name, printable(cls));
   }
 
@@ -272,6 +273,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   KILN_ASSIGN(c.head_dim, f.integer("head_dim", default_head_dim));
   int64_t default_max_pos = c.architecture == "llama"     ? 2048
                             : c.architecture == "mistral" ? 4096 * 32
+                            : c.architecture == "phi3"    ? 4096
                                                           : 32768;
   KILN_ASSIGN(c.max_position_embeddings, f.integer("max_position_embeddings", default_max_pos));
   KILN_ASSIGN(c.rms_norm_eps, f.number("rms_norm_eps", 1e-6));
@@ -281,11 +283,12 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   // projections have none whatever the config says (as in transformers).
   if (c.architecture == "qwen2") {
     c.attention_bias = true;
-  } else if (c.architecture != "mistral") {
+  } else if (c.architecture != "mistral" && c.architecture != "phi3") {
     KILN_ASSIGN(c.attention_bias, f.boolean("attention_bias", false));
     c.output_bias = c.attention_bias;
   }
   c.qk_norm = c.architecture == "qwen3";
+  c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";
   bool mlp_bias = false;
   KILN_ASSIGN(mlp_bias, f.boolean("mlp_bias", false));
   if (mlp_bias)
@@ -471,13 +474,21 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
     }
   }
   // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 and qwen3 keep neox.
-  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen3";
-  c.rope_style = qwen ? RopeStyle::kHalf : RopeStyle::kInterleaved;
+  // phi3 is neox as well.
+  const bool neox = c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3";
+  c.rope_style = neox ? RopeStyle::kHalf : RopeStyle::kInterleaved;
   c.tie_word_embeddings = file.findTensor("output.weight") == nullptr;
   c.attention_bias = file.findTensor("blk.0.attn_q.bias") != nullptr;
   c.output_bias = file.findTensor("blk.0.attn_output.bias") != nullptr;
   c.qk_norm = c.architecture == "qwen3";
-  const TensorInfo* q = file.findTensor("blk.0.attn_q.weight");
+  // llama.cpp's phi3: fused attn_qkv, and ffn_up holds gate and up; its
+  // long-context variants carry LongRoPE factors kiln does not implement.
+  c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";
+  for (const char* factors : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (file.findTensor(factors) != nullptr)
+      return makeError("{}: tensor '{}' asks for LongRoPE scaling, which kiln does not implement", file.path(),
+                       factors);
+  const TensorInfo* q = file.findTensor(c.fused_qkv ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight");
   c.weight_dtype = q != nullptr ? q->type : embd != nullptr ? embd->type : ElementType::F32;
 
   KILN_RETURN_IF_ERROR(c.validate());

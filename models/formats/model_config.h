@@ -1,4 +1,4 @@
-// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3), read
+// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3, phi3), read
 // from a Hugging Face config.json or from GGUF metadata, so the importer and
 // the runtime never look at either format's keys directly.
 #pragma once
@@ -36,7 +36,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // llama | mistral | qwen2 | qwen3 (SmolLM uses llama)
+  std::string architecture;  // llama | mistral | qwen2 | qwen3 | phi3 (SmolLM uses llama)
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
@@ -53,6 +53,10 @@ struct ModelConfig {
   bool attention_bias = false;       // q/k/v projections carry biases (qwen2; llama/qwen3 attention_bias)
   bool output_bias = false;          // o_proj carries a bias (llama/qwen3 attention_bias)
   bool qk_norm = false;              // qwen3: RMSNorm over each head of q and k (weights [head_dim]) before RoPE
+  // phi3: the checkpoint stores q/k/v as one qkv_proj [(H + 2 Hkv) D, hidden]
+  // and gate/up as one gate_up_proj [2 F, hidden] (gate rows first).
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
   // Sliding-window attention: a query at position p sees keys (p - W, p].
   // sliding_window is W for the layers that slide (0: none does);
   // sliding_layers marks them, one entry per layer (empty: every layer

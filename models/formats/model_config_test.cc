@@ -137,6 +137,31 @@ TEST(ModelConfigTest, Qwen3) {
   EXPECT_FALSE(biased->qk_norm);
 }
 
+// Phi-3 (mini-4k's shape): q/k/v and gate/up fused in the checkpoint, a
+// sliding window on every layer, no biases; LongRoPE (the 128k variants) is
+// refused by name.
+TEST(ModelConfigTest, Phi3) {
+  const std::string phi3 = R"({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 3072,
+      "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+      "vocab_size": 32064, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
+      "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 2047, "partial_rotary_factor": 1.0,
+      "embd_pdrop": 0.0, "resid_pdrop": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": false)";
+  auto c = parseHfConfigText(phi3 + R"(, "rope_scaling": null})", "p.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "phi3");
+  EXPECT_TRUE(c->fused_qkv);
+  EXPECT_TRUE(c->fused_gate_up);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->head_dim, 96);
+  EXPECT_EQ(c->windowOf(0), 2047);
+  EXPECT_EQ(c->windowOf(31), 2047);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalf);
+  EXPECT_EQ(parseError(phi3 + R"(, "rope_scaling": {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}})"),
+            "c.json: field 'rope_scaling.rope_type' is 'longrope', supported: default, linear, llama3");
+  EXPECT_EQ(parseError(phi3 + R"(, "partial_rotary_factor": 0.75})"),
+            "c.json: field 'partial_rotary_factor' is 0.75, kiln rotates whole heads only (1.0)");
+}
+
 // transformers' sliding layers: Mistral slides every layer; Qwen2/3 only
 // with use_sliding_window, from max_window_layers on, or as layer_types says.
 TEST(ModelConfigTest, SlidingWindowLayers) {
@@ -254,12 +279,12 @@ TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
 
 TEST(ModelConfigBadInputTest, UnsupportedArchitecture) {
   EXPECT_EQ(parseError(R"({"model_type": "gpt2"})"),
-            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3");
+            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3");
   EXPECT_EQ(parseError(R"({"architectures": ["GPT2LMHeadModel"]})"),
             "c.json: architectures[0] 'GPT2LMHeadModel' is not supported; supported: "
-            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM");
   EXPECT_EQ(parseError("{}"),
-            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3)");
+            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3, phi3)");
   EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
             "c.json: field 'rope_scaling.rope_type' is 'yarn', supported: default, linear, llama3");
   EXPECT_EQ(parseError(llamaJson(R"("hidden_act": "gelu")")),
@@ -284,9 +309,9 @@ TEST(ModelConfigBadInputTest, Validate) {
   ModelConfig c;
   c.architecture = "llama";
   EXPECT_EQ(c.validate().error().message, "model config: hidden_size is 0, expected a positive value");
-  c.architecture = "phi3";
+  c.architecture = "gemma3";
   EXPECT_EQ(c.validate().error().message,
-            "model config: architecture 'phi3' is not supported; supported: llama, mistral, qwen2, qwen3");
+            "model config: architecture 'gemma3' is not supported; supported: llama, mistral, qwen2, qwen3, phi3");
 }
 
 TEST(ModelConfigTest, MissingFile) {
@@ -365,13 +390,46 @@ TEST(ModelConfigTest, Qwen3FromGgufMetadata) {
   EXPECT_EQ(c->rope_theta, 1000000.0);
 }
 
+// llama.cpp's phi3: fused attn_qkv and ffn_up (gate and up), neox rope,
+// the window from attention.sliding_window; LongRoPE factor tensors refused.
+TEST(ModelConfigTest, Phi3FromGgufMetadata) {
+  auto phi3 = [](bool long_rope) {
+    testing::GgufWriter w;
+    w.addString("general.architecture", "phi3")
+        .addUInt32("phi3.block_count", 2)
+        .addUInt32("phi3.context_length", 4096)
+        .addUInt32("phi3.embedding_length", 128)
+        .addUInt32("phi3.feed_forward_length", 256)
+        .addUInt32("phi3.attention.head_count", 2)
+        .addUInt32("phi3.attention.head_count_kv", 2)
+        .addUInt32("phi3.attention.sliding_window", 2047)
+        .addFloat32("phi3.rope.freq_base", 10000.f)
+        .addFloat32("phi3.attention.layer_norm_rms_epsilon", 1e-5f);
+    w.addTensorFilled("token_embd.weight", {50, 128}, ElementType::F32);
+    w.addTensorFilled("blk.0.attn_qkv.weight", {384, 128}, ElementType::Q8_0);
+    if (long_rope) w.addTensorFilled("rope_factors_long.weight", {32}, ElementType::F32);
+    return w.serialize();
+  };
+  std::vector<uint8_t> bytes = phi3(false);
+  auto c = configFromGguf(*GgufFile::openBuffer(bytes, "p.gguf"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(c->fused_qkv);
+  EXPECT_TRUE(c->fused_gate_up);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalf);
+  EXPECT_EQ(c->windowOf(1), 2047);
+  EXPECT_EQ(c->weight_dtype, ElementType::Q8_0);
+  bytes = phi3(true);
+  EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "p.gguf")).error().message,
+            "p.gguf: tensor 'rope_factors_long.weight' asks for LongRoPE scaling, which kiln does not implement");
+}
+
 TEST(ModelConfigBadInputTest, FromGgufMetadata) {
   testing::GgufWriter w;
   w.addString("general.architecture", "gpt2");
   std::vector<uint8_t> bytes = w.serialize();
   EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
             "t.gguf: general.architecture 'gpt2' is not supported; supported: llama, mistral, "
-            "qwen2, qwen3");
+            "qwen2, qwen3, phi3");
   testing::GgufWriter m;
   m.addString("general.architecture", "llama").addString("llama.block_count", "2");
   bytes = m.serialize();

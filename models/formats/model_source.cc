@@ -13,8 +13,9 @@ namespace {
 constexpr WeightRole kPerLayerRoles[] = {
     WeightRole::kAttnNorm, WeightRole::kQ,     WeightRole::kK,     WeightRole::kV,
     WeightRole::kO,        WeightRole::kQBias, WeightRole::kKBias, WeightRole::kVBias,
-    WeightRole::kOBias,    WeightRole::kQNorm, WeightRole::kKNorm, WeightRole::kFfnNorm,
-    WeightRole::kGate,     WeightRole::kUp,    WeightRole::kDown};
+    WeightRole::kOBias,    WeightRole::kQNorm, WeightRole::kKNorm, WeightRole::kQkv,
+    WeightRole::kFfnNorm,  WeightRole::kGate,  WeightRole::kUp,    WeightRole::kGateUp,
+    WeightRole::kDown};
 
 // GGUF and HF tensor names per role, without the layer prefix.
 struct RoleNames {
@@ -36,6 +37,9 @@ RoleNames roleNames(WeightRole role) {
     case WeightRole::kOBias: return {"attn_output.bias", "self_attn.o_proj.bias"};
     case WeightRole::kQNorm: return {"attn_q_norm.weight", "self_attn.q_norm.weight"};
     case WeightRole::kKNorm: return {"attn_k_norm.weight", "self_attn.k_norm.weight"};
+    case WeightRole::kQkv: return {"attn_qkv.weight", "self_attn.qkv_proj.weight"};
+    // llama.cpp's phi3 keeps the fused gate/up under ffn_up's name.
+    case WeightRole::kGateUp: return {"ffn_up.weight", "mlp.gate_up_proj.weight"};
     case WeightRole::kFfnNorm: return {"ffn_norm.weight", "post_attention_layernorm.weight"};
     case WeightRole::kGate: return {"ffn_gate.weight", "mlp.gate_proj.weight"};
     case WeightRole::kUp: return {"ffn_up.weight", "mlp.up_proj.weight"};
@@ -62,6 +66,8 @@ std::string_view weightRoleName(WeightRole role) {
     case WeightRole::kOBias: return "attn_output_bias";
     case WeightRole::kQNorm: return "attn_q_norm";
     case WeightRole::kKNorm: return "attn_k_norm";
+    case WeightRole::kQkv: return "attn_qkv";
+    case WeightRole::kGateUp: return "ffn_gate_up";
     case WeightRole::kFfnNorm: return "ffn_norm";
     case WeightRole::kGate: return "ffn_gate";
     case WeightRole::kUp: return "ffn_up";
@@ -169,6 +175,8 @@ std::vector<int64_t> ModelSource::expectedShape(WeightRole role) const {
     case WeightRole::kOBias: return {c.hidden_size};
     case WeightRole::kQNorm:
     case WeightRole::kKNorm: return {c.head_dim};
+    case WeightRole::kQkv: return {q + 2 * kv, c.hidden_size};
+    case WeightRole::kGateUp: return {2 * c.intermediate_size, c.hidden_size};
     case WeightRole::kGate:
     case WeightRole::kUp: return {c.intermediate_size, c.hidden_size};
     case WeightRole::kDown: return {c.hidden_size, c.intermediate_size};
@@ -214,6 +222,13 @@ bool ModelSource::usesRole(WeightRole role) const {
     case WeightRole::kOBias: return config_.output_bias;
     case WeightRole::kQNorm:
     case WeightRole::kKNorm: return config_.qk_norm;
+    case WeightRole::kQ:
+    case WeightRole::kK:
+    case WeightRole::kV: return !config_.fused_qkv;
+    case WeightRole::kQkv: return config_.fused_qkv;
+    case WeightRole::kGate:
+    case WeightRole::kUp: return !config_.fused_gate_up;
+    case WeightRole::kGateUp: return config_.fused_gate_up;
     default: return true;
   }
 }

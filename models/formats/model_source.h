@@ -28,6 +28,8 @@ namespace kiln::formats {
 //   kQBias [num_heads*D]  kKBias, kVBias [num_kv_heads*D]   (attention_bias only)
 //   kOBias [H]            (output_bias only)
 //   kQNorm, kKNorm [D]    (qk_norm only: qwen3's per-head RMSNorm of q and k)
+//   kQkv [(num_heads + 2 num_kv_heads)*D, H]  (fused_qkv only, in place of kQ, kK, kV: phi3)
+//   kGateUp [2F, H]       (fused_gate_up only, in place of kGate, kUp: gate rows, then up rows)
 //   kGate, kUp [F, H]     kDown [H, F]
 enum class WeightRole {
   kTokenEmbedding,
@@ -42,9 +44,11 @@ enum class WeightRole {
   kOBias,
   kQNorm,
   kKNorm,
+  kQkv,
   kFfnNorm,
   kGate,
   kUp,
+  kGateUp,
   kDown,
   kFinalNorm,
   kLmHead,

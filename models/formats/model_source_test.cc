@@ -158,6 +158,22 @@ TEST(ModelSourceTest, Qwen3GgufQkNorms) {
             path + ": missing tensor 'blk.0.attn_q_norm.weight' (attn_q_norm of layer 0), expected shape [32]");
 }
 
+// Phi-3's HF checkpoint: q/k/v in one qkv_proj, gate/up in one
+// gate_up_proj; the separate roles are not part of its graph.
+TEST(ModelSourceTest, Phi3FusedProjections) {
+  const std::string dir = kFixtures + "/tiny-phi3";
+  auto src = ModelSource::open(dir, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->weightName(WeightRole::kQkv, 1), "model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kGateUp, 0), "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ(src->expectedShape(WeightRole::kQkv), (std::vector<int64_t>{256, 128}));
+  EXPECT_EQ(src->expectedShape(WeightRole::kGateUp), (std::vector<int64_t>{256, 128}));
+  EXPECT_FALSE(src->usesRole(WeightRole::kQ));
+  EXPECT_FALSE(src->usesRole(WeightRole::kUp));
+  EXPECT_TRUE(src->usesRole(WeightRole::kGateUp));
+}
+
 // A layer tensor the config's graph does not read (attention sinks here) is
 // refused by name: running without it would run another model.
 TEST(ModelSourceBadInputTest, UnusedLayerTensorIsRefused) {

@@ -4,6 +4,7 @@
 //
 //   h     = rms_norm(x, attn_norm)
 //   q,k,v = linear(h, Wq/Wk/Wv) (+ bias)        -> reshape [S, heads, D]
+//           (phi3: split(linear(h, Wqkv)), the checkpoint's fused projection)
 //   q,k   = rms_norm(q/k, Wqn/Wkn)              (qwen3's qk_norm: per head, weight [D])
 //   q,k   = rope(q/k, positions)
 //   K,V   = kv_concat(past, k/v)                [T, Hkv, D]
@@ -11,6 +12,7 @@
 //   o     = softmax(s) · repeat_kv(V)           -> [S, H·D] -> linear(Wo) (+ bias)
 //   x     = x + o
 //   x     = x + linear(silu(linear(h2, Wg)) · linear(h2, Wu), Wd),  h2 = rms_norm(x)
+//           (phi3: gate, up = split(linear(h2, Wgate_up)))
 //
 // x (the residual stream) has the residual type, everything else the
 // activation type; with an f32 residual and bf16 activations the adds are
@@ -157,12 +159,28 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
     return bias ? std::optional<WeightRole>(role) : std::nullopt;
   };
 
-  Value q = linear(h, WeightRole::kQ, biasRole(WeightRole::kQBias), layer,
-                   heads * headDim, prefix + "q_proj");
-  Value k = linear(h, WeightRole::kK, biasRole(WeightRole::kKBias), layer,
-                   kvHeads * headDim, prefix + "k_proj");
-  Value v = linear(h, WeightRole::kV, biasRole(WeightRole::kVBias), layer,
-                   kvHeads * headDim, prefix + "v_proj");
+  Value q, k, v;
+  if (config_.fused_qkv) {  // one [(H + 2 Hkv) D] projection, split as q | k | v
+    Value qkv = linear(h, WeightRole::kQkv, std::nullopt, layer,
+                       (heads + 2 * kvHeads) * headDim, prefix + "qkv_proj");
+    if (!qkv) return {};
+    auto parts = builder_.create<xfmr::SplitOp>(
+        loc(prefix + "qkv_split"),
+        TypeRange{act({kDynamic, heads * headDim}), act({kDynamic, kvHeads * headDim}),
+                  act({kDynamic, kvHeads * headDim})},
+        qkv, builder_.getI64IntegerAttr(1),
+        builder_.getDenseI64ArrayAttr({heads * headDim, kvHeads * headDim, kvHeads * headDim}));
+    q = parts.getResult(0);
+    k = parts.getResult(1);
+    v = parts.getResult(2);
+  } else {
+    q = linear(h, WeightRole::kQ, biasRole(WeightRole::kQBias), layer,
+               heads * headDim, prefix + "q_proj");
+    k = linear(h, WeightRole::kK, biasRole(WeightRole::kKBias), layer,
+               kvHeads * headDim, prefix + "k_proj");
+    v = linear(h, WeightRole::kV, biasRole(WeightRole::kVBias), layer,
+               kvHeads * headDim, prefix + "v_proj");
+  }
   if (!q || !k || !v) return {};
 
   auto split = [&](Value x, int64_t n, const char* what) -> Value {
@@ -239,10 +257,20 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
 Value LlamaBuilder::mlp(Value h, int layer) {
   const std::string prefix = "layer" + std::to_string(layer) + ".";
   const int64_t ffn = config_.intermediate_size;
-  Value gate = linear(h, WeightRole::kGate, std::nullopt, layer, ffn,
-                      prefix + "gate_proj");
-  Value up = linear(h, WeightRole::kUp, std::nullopt, layer, ffn,
-                    prefix + "up_proj");
+  Value gate, up;
+  if (config_.fused_gate_up) {  // one [2F] projection: gate, then up
+    Value gateUp = linear(h, WeightRole::kGateUp, std::nullopt, layer, 2 * ffn,
+                          prefix + "gate_up_proj");
+    if (!gateUp) return {};
+    auto parts = builder_.create<xfmr::SplitOp>(
+        loc(prefix + "gate_up_split"), TypeRange{act({kDynamic, ffn}), act({kDynamic, ffn})},
+        gateUp, builder_.getI64IntegerAttr(1), builder_.getDenseI64ArrayAttr({ffn, ffn}));
+    gate = parts.getResult(0);
+    up = parts.getResult(1);
+  } else {
+    gate = linear(h, WeightRole::kGate, std::nullopt, layer, ffn, prefix + "gate_proj");
+    up = linear(h, WeightRole::kUp, std::nullopt, layer, ffn, prefix + "up_proj");
+  }
   if (!gate || !up) return {};
   Value activated = builder_.create<xfmr::SiluOp>(loc(prefix + "silu"), gate);
   Value product = builder_.create<xfmr::MulOp>(loc(prefix + "silu_mul"),
@@ -280,6 +308,8 @@ DictionaryAttr LlamaBuilder::configAttr() {
                             builder_.getBoolAttr(config_.attention_bias)),
       builder_.getNamedAttr("output_bias", builder_.getBoolAttr(config_.output_bias)),
       builder_.getNamedAttr("qk_norm", builder_.getBoolAttr(config_.qk_norm)),
+      builder_.getNamedAttr("fused_qkv", builder_.getBoolAttr(config_.fused_qkv)),
+      builder_.getNamedAttr("fused_gate_up", builder_.getBoolAttr(config_.fused_gate_up)),
       builder_.getNamedAttr("sliding_window", i(config_.sliding_window)),
       builder_.getNamedAttr("source", s(source_.path())),
   };

@@ -1,6 +1,6 @@
 //===- LlamaImporter.h - Llama-family model -> xfmr IR ---------*- C++ -*-===//
 //
-// Builds the unfused xfmr form of a Llama / Mistral / Qwen2 / Qwen3 / SmolLM model
+// Builds the unfused xfmr form of a Llama / Mistral / Qwen2 / Qwen3 / Phi-3 / SmolLM model
 // from its config and tensor table (no weight data is read).
 //
 //===----------------------------------------------------------------------===//

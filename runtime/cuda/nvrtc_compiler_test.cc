@@ -154,7 +154,7 @@ TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
 // with the per-head q/k norm, and windowed paged attention.
 TEST(F32Plan, FamilyFixtureInstancesCompileForSm90aWithoutSpills) {
   KILN_REQUIRE_NVRTC();
-  for (const char* fixture : {"tiny-qwen3", "tiny-mistral-swa"}) {
+  for (const char* fixture : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3"}) {
     SCOPED_TRACE(fixture);
     auto manifest = Manifest::load(checkoutPath(std::string("test/fixtures/") + fixture + "/artifact"));
     ASSERT_TRUE(manifest.ok()) << manifest.error().message;

@@ -13,7 +13,8 @@ at every position (max |diff| must stay below 1e-6, both being float64 of
 the same weights) and the greedy continuations (identical). Needs torch and
 transformers only (the GPU machine; runs on its CPU too):
 
-  python3 test/gpu/check_family_reference.py test/fixtures/tiny-qwen3 test/fixtures/tiny-mistral-swa
+  python3 test/gpu/check_family_reference.py test/fixtures/tiny-qwen3 test/fixtures/tiny-mistral-swa \
+      test/fixtures/tiny-phi3
 
 Prints one JSON line per fixture and attention implementation; exits 1 if
 any differs.

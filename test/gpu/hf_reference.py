@@ -44,7 +44,7 @@ def configure_torch():
 
 def load_llama(path, dtype, device):
     """The checkpoint at `path` in its own family's class (config.json's
-    architectures: Llama, Mistral, Qwen2, Qwen3)."""
+    architectures: Llama, Mistral, Qwen2, Qwen3, Phi3)."""
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except TypeError:  # transformers before `dtype`

@@ -2,8 +2,8 @@
 """Random-weight checkpoint + fp32 transformers reference (GPU machine).
 
 Writes DIR/{config.json, model.safetensors} with transformers (the config's
-family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
-Qwen3ForCausalLM (config), seeded, saved in bf16) and a reference JSON for
+family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM or Phi3ForCausalLM (config), seeded, saved in bf16) and a reference JSON for
 test/gpu/hf_logits_gpu_test: for PROMPTS random prompts (token ids, no
 tokenizer), the greedy continuation of NEW tokens with the model in fp32
 (weights exactly the saved bf16 values), and for the first LOGIT_CASES
@@ -37,7 +37,8 @@ from hf_reference import bf16_control, check_tables, configure_torch, load_llama
 
 # config.json's model_type -> the transformers classes of its family.
 FAMILIES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
-            "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
+            "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+            "phi3": ("Phi3Config", "Phi3ForCausalLM")}
 
 
 def family_classes(config_path):

@@ -9,6 +9,8 @@
                  test/fixtures/tiny-qwen3, make_tiny_family_references.py)
   tiny-mistral-swa/  Mistral with sliding_window 7, hidden 128, 2 heads / 1
                  KV head of 64 (test/fixtures/tiny-mistral-swa's shapes)
+  tiny-phi3/     Phi-3: fused qkv_proj and gate_up_proj, sliding_window 9,
+                 hidden 128, 2 heads / 1 KV head of 64 (test/fixtures/tiny-phi3's)
 
 Only the tensor table is written (see make_header_only_checkpoint.py).
 Usage: make_tiny_checkpoints.py [OUTPUT_DIR]   Standard library only.
@@ -40,13 +42,36 @@ MISTRAL = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral",
 QWEN3 = dict(BASE, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=64,
              rms_norm_eps=1e-06, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False,
              use_sliding_window=True, sliding_window=12, max_window_layers=1, hidden_act="silu")
+PHI3 = dict(BASE, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=128,
+            num_attention_heads=2, num_key_value_heads=1, sliding_window=9, original_max_position_embeddings=256,
+            rope_scaling=None, partial_rotary_factor=1.0, hidden_act="silu")
 MISTRAL_SWA = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=128,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=64, sliding_window=7,
                    hidden_act="silu")
 
 
-def tensors(cfg, bias, qk_norm=False):
+def fuse(tensors, cfg):
+    """Phi-3's table: q/k/v as one qkv_proj, gate/up as one gate_up_proj."""
+    h, f = cfg["hidden_size"], cfg["intermediate_size"]
+    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    qkv = (cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"]) * d
+    out = []
+    for name, shape in tensors:
+        if name.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight")):
+            continue
+        if name.endswith("self_attn.q_proj.weight"):
+            out.append((name.replace("q_proj", "qkv_proj"), [qkv, h]))
+        elif name.endswith("mlp.gate_proj.weight"):
+            out.append((name.replace("gate_proj", "gate_up_proj"), [2 * f, h]))
+        else:
+            out.append((name, shape))
+    return out
+
+
+def tensors(cfg, bias, qk_norm=False, fused=False):
     out = llama_tensors(cfg)
+    if fused:
+        out = fuse(out, cfg)
     if qk_norm:
         d = cfg["head_dim"]
         for i in range(cfg["num_hidden_layers"]):
@@ -64,11 +89,11 @@ def tensors(cfg, bias, qk_norm=False):
     return with_bias
 
 
-def write(directory, cfg, bias=False, qk_norm=False):
+def write(directory, cfg, bias=False, qk_norm=False, fused=False):
     os.makedirs(directory, exist_ok=True)
     write_config(directory, cfg)
     with open(os.path.join(directory, "model.safetensors"), "wb") as f:
-        f.write(header_bytes(tensors(cfg, bias, qk_norm)))
+        f.write(header_bytes(tensors(cfg, bias, qk_norm, fused)))
 
 
 def main():
@@ -78,6 +103,7 @@ def main():
     write(os.path.join(out, "tiny-mistral"), MISTRAL)
     write(os.path.join(out, "tiny-qwen3"), QWEN3, qk_norm=True)
     write(os.path.join(out, "tiny-mistral-swa"), MISTRAL_SWA)
+    write(os.path.join(out, "tiny-phi3"), PHI3, fused=True)
 
 
 if __name__ == "__main__":

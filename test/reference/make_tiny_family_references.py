@@ -3,7 +3,7 @@
 
 Writes test/fixtures/<name>/{config.json, model.safetensors, reference.json}
 with real random f32 weights and the logits of a NumPy forward written from
-transformers' modeling_qwen3.py / modeling_mistral.py semantics, in float64:
+transformers' modeling_qwen3.py / modeling_mistral.py semantics (and modeling_phi3.py's), in float64:
 
   tiny-qwen3        Qwen3ForCausalLM: 2 layers, hidden 64, 4 heads / 2 KV heads
                     of head_dim 64 (not hidden / heads: q is [256, 64]), per-head
@@ -13,6 +13,10 @@ transformers' modeling_qwen3.py / modeling_mistral.py semantics, in float64:
                     layer 1 sliding over 12 keys
   tiny-mistral-swa  MistralForCausalLM: 2 layers, hidden 128, 2 heads / 1 KV
                     head of 64, sliding_window 7 on every layer, untied head
+  tiny-phi3         Phi3ForCausalLM: q/k/v stored as one qkv_proj and gate/up
+                    as one gate_up_proj (gate rows first), 2 layers, hidden
+                    128, 2 heads / 1 KV head of 64, sliding_window 9 on every
+                    layer (Phi-3-mini's 2047, scaled down), untied head
 
 Semantics (transformers): q/k/v projections, view [T, heads, D]; Qwen3
 normalizes each head of q and k (x / sqrt(mean(x^2) + eps) * w, w of D);
@@ -56,6 +60,15 @@ VARIANTS = {
                 "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
                 "sliding_window": 7, "hidden_act": "silu", "torch_dtype": "float32"},
         windows=[7, 7], qk_norm=False),
+    "tiny-phi3": dict(
+        config={"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 128,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "vocab_size": 128, "max_position_embeddings": 256,
+                "original_max_position_embeddings": 256, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+                "rope_scaling": None, "partial_rotary_factor": 1.0, "tie_word_embeddings": False,
+                "sliding_window": 9, "hidden_act": "silu", "attention_dropout": 0.0, "embd_pdrop": 0.0,
+                "resid_pdrop": 0.0, "torch_dtype": "float32"},
+        windows=[9, 9], qk_norm=False, fused=True),
 }
 
 SEQUENCES = {"a": [(7 * i + 3) % 128 for i in range(40)], "b": [(11 * i + 5) % 128 for i in range(24)]}
@@ -66,8 +79,12 @@ GREEDY_PROMPTS = [[1, 17, 42, 99, 5, 63, 127, 8, 77, 30], [2, 64, 11, 90, 33, 12
 MIN_MARGIN = 1e-3
 
 
-def make_weights(rng, c, qk_norm):
-    hidden, heads, kv_heads, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+def head_dim(c):
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
+def make_weights(rng, c, qk_norm, fused=False):
+    hidden, heads, kv_heads, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
     ffn, vocab = c["intermediate_size"], c["vocab_size"]
 
     def linear(out_f, in_f):
@@ -92,6 +109,11 @@ def make_weights(rng, c, qk_norm):
         w[p + "mlp.gate_proj.weight"] = linear(ffn, hidden)
         w[p + "mlp.up_proj.weight"] = linear(ffn, hidden)
         w[p + "mlp.down_proj.weight"] = linear(hidden, ffn)
+        if fused:  # phi3's checkpoint: q | k | v rows in one qkv_proj, gate | up in one gate_up_proj
+            w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"], axis=0)
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")], axis=0)
     w["model.norm.weight"] = norm(hidden)
     if not c["tie_word_embeddings"]:
         w["lm_head.weight"] = linear(vocab, hidden)
@@ -135,7 +157,7 @@ def rope(x, positions, theta):
 def forward(w, tokens, v):
     """Logits [T, vocab] for every position of one sequence (float64)."""
     c = v["config"]
-    heads, kv_heads, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    heads, kv_heads, d = c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
     eps, theta = c["rms_norm_eps"], c["rope_theta"]
     w = {k: a.astype(np.float64) for k, a in w.items()}
     t = len(tokens)
@@ -152,9 +174,15 @@ def forward(w, tokens, v):
             visible &= k_idx > q_idx - window
         mask = np.where(visible, 0.0, -np.inf)
         x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
-        q = (x @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, d)
-        k = (x @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, d)
-        val = (x @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, d)
+        if v.get("fused"):
+            qkv = x @ w[p + "self_attn.qkv_proj.weight"].T
+            q = qkv[:, :heads * d].reshape(t, heads, d)
+            k = qkv[:, heads * d:(heads + kv_heads) * d].reshape(t, kv_heads, d)
+            val = qkv[:, (heads + kv_heads) * d:].reshape(t, kv_heads, d)
+        else:
+            q = (x @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, d)
+            k = (x @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, d)
+            val = (x @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, d)
         if v["qk_norm"]:
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
@@ -168,8 +196,11 @@ def forward(w, tokens, v):
             out[:, head, :] = scores @ val[:, kv, :]
         h = h + out.reshape(t, heads * d) @ w[p + "self_attn.o_proj.weight"].T
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
-        gate = x @ w[p + "mlp.gate_proj.weight"].T
-        up = x @ w[p + "mlp.up_proj.weight"].T
+        if v.get("fused"):
+            gate, up = np.split(x @ w[p + "mlp.gate_up_proj.weight"].T, 2, axis=-1)
+        else:
+            gate = x @ w[p + "mlp.gate_proj.weight"].T
+            up = x @ w[p + "mlp.up_proj.weight"].T
         h = h + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
     head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
     return rms_norm(h, w["model.norm.weight"], eps) @ head.T
@@ -192,7 +223,7 @@ def rounded(row):
 def write_variant(name, v):
     out_dir = os.path.join(FIXTURES, name)
     os.makedirs(out_dir, exist_ok=True)
-    weights = make_weights(np.random.default_rng(SEED), v["config"], v["qk_norm"])
+    weights = make_weights(np.random.default_rng(SEED), v["config"], v["qk_norm"], v.get("fused", False))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(v["config"], f, indent=2)
         f.write("\n")

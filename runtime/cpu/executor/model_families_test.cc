@@ -4,6 +4,8 @@
 //   tiny-qwen3        per-head q/k RMSNorm before RoPE, head_dim 64 with
 //                     hidden 64, tied head; layer 1 slides over 12 keys
 //   tiny-mistral-swa  sliding window 7 on every layer
+//   tiny-phi3         q/k/v and gate/up fused in the checkpoint (qkv_proj,
+//                     gate_up_proj), sliding window 9 on every layer
 // f32 logits within 1e-4 of the reference at every position a batch ends
 // on (prefill chunks, decode steps, ragged batches, sequences well past the
 // windows and the 16-key pages), and greedy continuations identical.
@@ -184,7 +186,7 @@ TEST_P(ModelFamilyTest, GreedyContinuationsMatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ModelFamilyTest, ::testing::Values("tiny-qwen3", "tiny-mistral-swa"),
+INSTANTIATE_TEST_SUITE_P(Families, ModelFamilyTest, ::testing::Values("tiny-qwen3", "tiny-mistral-swa", "tiny-phi3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)
