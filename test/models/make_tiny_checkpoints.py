@@ -44,7 +44,9 @@ QWEN3 = dict(BASE, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_
              use_sliding_window=True, sliding_window=12, max_window_layers=1, hidden_act="silu")
 PHI3 = dict(BASE, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=128,
             num_attention_heads=2, num_key_value_heads=1, sliding_window=9, original_max_position_embeddings=256,
-            rope_scaling=None, partial_rotary_factor=1.0, hidden_act="silu")
+            rope_scaling=None, partial_rotary_factor=1.0, hidden_act="silu",
+            # Phi3Config's default pad_token_id 32000 is outside this vocabulary (its embedding's padding_idx).
+            pad_token_id=None)
 MISTRAL_SWA = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=128,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=64, sliding_window=7,
                    hidden_act="silu")

@@ -67,7 +67,7 @@ VARIANTS = {
                 "original_max_position_embeddings": 256, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
                 "rope_scaling": None, "partial_rotary_factor": 1.0, "tie_word_embeddings": False,
                 "sliding_window": 9, "hidden_act": "silu", "attention_dropout": 0.0, "embd_pdrop": 0.0,
-                "resid_pdrop": 0.0, "torch_dtype": "float32"},
+                "resid_pdrop": 0.0, "pad_token_id": None, "torch_dtype": "float32"},
         windows=[9, 9], qk_norm=False, fused=True),
 }
 
