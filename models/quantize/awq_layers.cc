@@ -41,8 +41,10 @@ struct Group {
   }
   std::string names() const {
     std::string out;
-    for (const LinearPart& p : parts)
-      out += (out.empty() ? "" : "+") + std::string(formats::weightRoleName(p.role));
+    for (const LinearPart& p : parts) {
+      if (!out.empty()) out += '+';
+      out += formats::weightRoleName(p.role);
+    }
     return out;
   }
 };

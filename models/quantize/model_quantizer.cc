@@ -34,8 +34,10 @@ std::string notFloat(const std::string& method, const std::string& tensor, forma
 
 std::string partNames(const PlanLinear& linear) {
   std::string out;
-  for (const LinearPart& p : linear.parts)
-    out += (out.empty() ? "" : "+") + std::string(formats::weightRoleName(p.role));
+  for (const LinearPart& p : linear.parts) {
+    if (!out.empty()) out += '+';
+    out += formats::weightRoleName(p.role);
+  }
   return out;
 }
 
@@ -94,6 +96,7 @@ Status quantizeGptq(const Manifest& plan, WeightStore& store, const Calibration&
   GptqOptions gptq;
   gptq.grid = options.grid;
   gptq.act_order = options.act_order;
+  gptq.damp = options.damp;
   std::map<int64_t, int64_t> inputs;
   for (const PlanLinear& l : calibration.linears) inputs[l.input] = l.cols;
   const int64_t layers = store.source().config().num_layers;
@@ -174,7 +177,8 @@ Result<std::string> quantizeModel(const std::string& model_path, const Manifest*
   }
   if (!skipped.empty()) {
     std::string names;
-    for (const auto& [name, n] : skipped) names += fmt::format("{}{} x{}", names.empty() ? "" : ", ", name, n);
+    for (const auto& [name, n] : skipped)
+      names += fmt::format("{}{} x{}", names.empty() ? "" : ", ", name, n);
     log(fmt::format("{}: left float, their input features not whole groups of {}: {}", options.method,
                     options.grid.group, names));
   }

@@ -23,6 +23,12 @@ Status validateQuantizeOptions(const QuantizeOptions& options, const std::string
   if (given.act_order && method != "gptq")
     return makeError("--quant-act-order is GPTQ's column order: it needs --quant-method=gptq, got {}",
                      method);
+  if (given.damp && method != "gptq")
+    return makeError("--quant-damp is GPTQ's dampening: it needs --quant-method=gptq, got {}", method);
+  if (!(options.damp > 0.0 && options.damp <= 10.0))
+    return makeError("invalid value '{}' for --quant-damp, expected a fraction of the Hessian's mean "
+                     "diagonal in (0, 10]",
+                     options.damp);
   if (given.clip && method != "awq")
     return makeError("--quant-clip is AWQ's clipping search: it needs --quant-method=awq, got {}",
                      method);

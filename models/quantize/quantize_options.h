@@ -15,10 +15,12 @@ namespace kiln::quantize {
 struct QuantizeOptions {
   static constexpr int64_t kDefaultCalibrationCtx = 512;
   static constexpr int64_t kDefaultCalibrationTokens = 16384;
+  static constexpr double kDefaultDamp = 0.01;  // GPTQ's reference
 
   std::string method = "rtn";  // rtn | gptq | awq
   Int4Options grid;            // --quant-group-size, --quant-sym
   bool act_order = false;      // gptq: --quant-act-order
+  double damp = kDefaultDamp;  // gptq: --quant-damp, of mean(diag H)
   bool clip = true;            // awq: --quant-clip
   std::string calibration;     // --calibration FILE (gptq, awq)
   int64_t calibration_ctx = kDefaultCalibrationCtx;        // tokens a sequence
@@ -34,8 +36,8 @@ struct QuantizeOptions {
 // `given`: which of the method-specific flags the user gave (an option
 // given for a method it does not apply to is an error, not ignored).
 struct GivenFlags {
-  bool act_order = false, clip = false, calibration = false, calibration_ctx = false,
-       calibration_tokens = false, sym = false;
+  bool act_order = false, damp = false, clip = false, calibration = false,
+       calibration_ctx = false, calibration_tokens = false, sym = false;
 };
 Status validateQuantizeOptions(const QuantizeOptions& options, const std::string& quant_weights,
                                const GivenFlags& given);

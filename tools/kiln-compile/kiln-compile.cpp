@@ -108,6 +108,10 @@ cl::opt<cl::boolOrDefault> quantSym(
              "false for awq"));
 cl::opt<bool> quantActOrder("quant-act-order",
                             cl::desc("GPTQ: quantize columns by decreasing activation energy"));
+cl::opt<double> quantDamp("quant-damp",
+                          cl::desc("GPTQ: dampening added to the Hessian's diagonal, a fraction of "
+                                   "its mean"),
+                          cl::init(QuantizeOptions::kDefaultDamp));
 cl::opt<bool> quantClip("quant-clip", cl::desc("AWQ: search each group's clipping range"),
                         cl::init(true));
 cl::opt<std::string> calibration(
@@ -221,12 +225,14 @@ int main(int argc, char** argv) {
   quant.grid = {.group = int64_t(quantGroupSize.getValue()),
                 .sym = quantSym == cl::BOU_UNSET ? quantMethod != "awq" : quantSym == cl::BOU_TRUE};
   quant.act_order = quantActOrder;
+  quant.damp = quantDamp;
   quant.clip = quantClip;
   quant.calibration = calibration;
   quant.calibration_ctx = calibrationCtx;
   quant.calibration_tokens = calibrationTokens;
   kiln::quantize::GivenFlags given;
   given.act_order = quantActOrder.getNumOccurrences() > 0;
+  given.damp = quantDamp.getNumOccurrences() > 0;
   given.clip = quantClip.getNumOccurrences() > 0;
   given.calibration = calibration.getNumOccurrences() > 0;
   given.calibration_ctx = calibrationCtx.getNumOccurrences() > 0;
