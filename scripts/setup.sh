@@ -18,7 +18,7 @@ PACKAGES=(
   cmake ninja-build ccache lld pkg-config g++ python3 python3-pip
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
   libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libopenblas-dev liblapacke-dev
+  libpcre2-dev libopenblas-dev liblapacke-dev libcpp-httplib-dev pybind11-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -33,11 +33,13 @@ else
   log "Debian packages present"
 fi
 
-# Python packages the tests use as outside references (gguf-py to write tiny
-# test models; numpy).
-if ! python3 -c "import gguf, numpy" 2>/dev/null; then
-  log "installing python packages: gguf numpy"
-  python3 -m pip install -q gguf numpy >&2 || python3 -m pip install -q --break-system-packages gguf numpy >&2
+# Python packages the tests use as outside references and clients (gguf-py
+# to write tiny test models; numpy; jinja2 for the chat templates; the
+# openai client against kiln serve).
+if ! python3 -c "import gguf, numpy, jinja2, openai" 2>/dev/null; then
+  log "installing python packages: gguf numpy jinja2 openai"
+  python3 -m pip install -q gguf numpy jinja2 openai >&2 ||
+    python3 -m pip install -q --break-system-packages gguf numpy jinja2 openai >&2
 fi
 
 # 2. The real test model ------------------------------------------------------

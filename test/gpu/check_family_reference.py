@@ -59,7 +59,7 @@ def main():
                 want = torch.tensor(seq["logits"], dtype=torch.float64)
                 worst = max(worst, float((hf - want).abs().max()))
             same = sum(greedy(model, g["prompt"], len(g["tokens"])) == g["tokens"] for g in ref["greedy"])
-            ok = worst < 1e-6 and same == len(ref["greedy"])
+            ok = worst < 1e-5 and same == len(ref["greedy"])
             failed |= not ok
             print(json.dumps({"fixture": path, "attn_implementation": attn, "max_abs_logit_diff": worst,
                               "greedy_identical": f"{same}/{len(ref['greedy'])}", "ok": ok}), flush=True)
