@@ -103,8 +103,10 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();
   std::string name = "cuda " + (*ex)->deviceName();
-  return std::unique_ptr<Backend>(
-      new ExecutorBackend<cuda::CudaExecutor>(ex.take(), name, options.cuda.device_argmax));
+  // Its attention kernels (paged prefill, both decode forms, their splits)
+  // read no block wholly before the window of the first query they serve.
+  return std::unique_ptr<Backend>(new ExecutorBackend<cuda::CudaExecutor>(
+      ex.take(), name, options.cuda.device_argmax, /*honors_sliding_windows=*/true));
 #else
   (void)m, (void)weights, (void)blocks, (void)options;
   return makeError("no CUDA backend: this kiln was built without the CUDA toolkit headers");
