@@ -91,7 +91,8 @@ struct RequestStats {
 };
 
 // Called on the engine's thread for each generated token with the text it
-// releases (possibly empty: held-back partial UTF-8 or stop-string prefix).
+// releases (possibly empty: held-back partial UTF-8 or stop-string prefix),
+// and at a normal end once more with token -1 if held-back text remains.
 using TokenCallback =
     std::function<void(int64_t request_id, int32_t token, std::string_view text)>;
 

@@ -156,9 +156,9 @@ int generateCommand(int argc, char** argv) {
     line.texts.resize(size_t(line.n));
     // Completion j of this line has the id first_id + j (set before any step runs).
     auto id = engine.submit(std::move(parsed->request),
-                            [&line, &output_tokens](int64_t request_id, int32_t, std::string_view text) {
+                            [&line, &output_tokens](int64_t request_id, int32_t token, std::string_view text) {
                               line.texts[size_t(request_id - line.first_id)].append(text);
-                              ++output_tokens;
+                              if (token >= 0) ++output_tokens;
                             });
     if (!id.ok()) {
       lineFailed(line, id.error().message);

@@ -240,6 +240,7 @@ class ServeRun {
     t.due = due;
     t.output_len = output_len;
     auto id = engine_.submit(std::move(request), [this, index, keep_tokens](int64_t, int32_t token, std::string_view) {
+      if (token < 0) return;  // text released at the end, no token
       Trace& t = traces_[index];
       const double at = now();
       if (t.generated == 0) t.first_token = at;
