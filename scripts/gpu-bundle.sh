@@ -54,6 +54,9 @@ if [[ -x "$KILN_COMPILE" ]]; then
     "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-int4-bf16" --activation-type=bf16 \
       --quant-weights=int4 --quant-group-size=128
   done
+  # The fp8 e4m3 KV cache (a scale per token and KV head) of the serving runs.
+  "$KILN_COMPILE" "$ROOT/test/models/llama3-8b" -o "$BUILD/artifacts/llama3-8b-fp8kv-bf16" --activation-type=bf16 \
+    --quant-kv=fp8
   # The CPU executor's int4 plan of the same weights, beside the GPU's (hf_logits_gpu_test --cpu-artifact).
   "$KILN_COMPILE" "$ROOT/test/models/llama3.2-1b" -o "$BUILD/artifacts/llama3.2-1b-int4-f32" \
     --quant-weights=int4 --quant-group-size=128

@@ -80,7 +80,8 @@
 #            default kernels, checked with --batch-invariant, whose batch-32 decode
 #            cost is measured beside; n greedy completions over copied-on-write
 #            blocks agree), then each `kiln bench serve` run of
-#            KILN_SERVE_RUNS (default "offline offline-nocache poisson prefix"):
+#            KILN_SERVE_RUNS (default "offline offline-nocache poisson prefix"; also
+#            offline-fp8kv, offline with the fp8 KV cache artifact):
 #            offline 1000 requests 1000 in / 1000 out (KILN_SERVE_REQUESTS), with
 #            and without the prefix cache (its cost at a 0% hit rate); poisson:
 #            a rate sweep, lognormal ~1000 in / 250 out (KILN_SERVE_POISSON_REQUESTS,
@@ -467,6 +468,7 @@ if [[ " $PARTS " == *" serve "* ]]; then
   requests="${KILN_SERVE_REQUESTS:-1000}"
   for run in ${KILN_SERVE_RUNS:-offline offline-nocache poisson prefix}; do
     common=(--max-sequences 256 --max-batch-tokens 8192)
+    run_art="$art"
     case $run in
       offline) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --peer "${KILN_SERVE_PEER:-none}")
                [[ "${KILN_SERVE_PEER:-none}" == hf ]] &&
@@ -474,6 +476,8 @@ if [[ " $PARTS " == *" serve "* ]]; then
                limit=480 ;;
       offline-nocache) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --no-prefix-cache --peer none)
                        limit=480 ;;
+      offline-fp8kv) flags=(--requests "$requests" --input-len 1000 --output-len 1000 --peer none)
+                     run_art="$BUILD/artifacts/$model-fp8kv-bf16"; limit=480 ;;
       poisson) flags=(--workload poisson --rate "${KILN_SERVE_RATES:-sweep}" --lengths lognormal
                       --requests "${KILN_SERVE_POISSON_REQUESTS:-400}" --input-len 1000 --output-len 250 --peer none)
                limit=540 ;;
@@ -482,7 +486,7 @@ if [[ " $PARTS " == *" serve "* ]]; then
       *) fail "serve_$run" "unknown serve run (KILN_SERVE_RUNS)"; continue ;;
     esac
     echo "== kiln bench serve $model $run"
-    timeout "$limit" "$BUILD/bin/kiln" bench serve "$art" --model-source "$ckpt" --device cuda "${common[@]}" \
+    timeout "$limit" "$BUILD/bin/kiln" bench serve "$run_art" --model-source "$ckpt" --device cuda "${common[@]}" \
       "${flags[@]}" --json "$OUT/bench_serve_$run.json" 2>"$OUT/bench_serve_$run.err" | tee "$OUT/bench_serve_$run.txt"
     rc=${PIPESTATUS[0]}
     record "serve_$run" "$rc"
