@@ -421,14 +421,19 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kRmsNorm: return {"vw"};
     case StepKind::kResidualRmsNorm: return {"vvw"};
     case StepKind::kGemm: return {"vw", "vww"};
-    case StepKind::kRopeKvAppend: return {"viipp", "vvviipp", "viippww", "vvviippww"};
-    case StepKind::kPagedAttention: return {"vppiii"};
+    // positions are an input, or verify's tree_positions value
+    case StepKind::kRopeKvAppend:
+      return {"viipp", "vvviipp", "viippww", "vvviippww", "vvipp", "vvvvipp", "vvippww", "vvvvippww"};
+    case StepKind::kPagedAttention: return {"vppiii", "vppiiiv"};  // (, tree_mask)
     case StepKind::kSiluMul: return {"v", "vv"};
     case StepKind::kAdd:
     case StepKind::kMul: return {"vv"};
     case StepKind::kSilu:
     case StepKind::kSplit: return {"v"};
     case StepKind::kGatherLastTokens: return {"vi"};
+    case StepKind::kTreePositions: return {"iii"};
+    case StepKind::kTreeMask: return {"ii"};
+    case StepKind::kAccept: return {"viii", "viiii"};  // (, draft_probs)
   }
   return {};
 }
@@ -505,10 +510,12 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   size_t min_results = 1, max_results = 1;
   if (step.kind == StepKind::kResidualRmsNorm) max_results = 2;
   if (step.kind == StepKind::kSplit) max_results = SIZE_MAX;
+  if (step.kind == StepKind::kAccept) min_results = max_results = 2;
   if (results->size() < min_results || results->size() > max_results)
     return r.error(path + ".results",
                    fmt::format("{} gives {} result{}, got {}", *kind,
                                max_results == SIZE_MAX ? "at least 1"
+                               : min_results == 2      ? "2"
                                : max_results == 2      ? "1 or 2"
                                                        : "1",
                                max_results == 1 ? "" : "s", results->size()));
@@ -531,6 +538,13 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
       return r.error(path + ".args", fmt::format("merged_qkv is {} and qk_norm {} but the step has {} args",
                                                  q->merged_qkv, q->qk_norm, step.args.size()));
   }
+  if (const auto* a = std::get_if<PagedAttentionParams>(&step.params); a && a->tree_mask != (step.args.size() == 7))
+    return r.error(path + ".args", fmt::format("tree_mask is {} but the step has {} args", a->tree_mask,
+                                               step.args.size()));
+  if (const auto* a = std::get_if<AcceptParams>(&step.params);
+      a && (a->mode == "rejection") != (step.args.size() == 5))
+    return r.error(path + ".args", fmt::format("mode {} {} draft_probs but the step has {} args", a->mode,
+                                               a->mode == "rejection" ? "takes" : "takes no", step.args.size()));
   if (const auto* m = std::get_if<SiluMulParams>(&step.params); m && m->merged_gate_up != (step.args.size() == 1))
     return r.error(path + ".args", fmt::format("merged_gate_up is {} but the step has {} args", m->merged_gate_up,
                                                step.args.size()));

@@ -18,6 +18,7 @@ inline constexpr char kHeadDim[] = "head_dim";
 inline constexpr char kPageSize[] = "page_size";
 inline constexpr char kAxis[] = "axis";
 inline constexpr char kSizes[] = "sizes";
+inline constexpr char kMode[] = "mode";
 
 // Numerics and structure.
 inline constexpr char kEpsilon[] = "epsilon";

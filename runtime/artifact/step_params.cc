@@ -33,6 +33,9 @@ constexpr KindName kKindNames[] = {
     {StepKind::kSilu, "silu"},
     {StepKind::kSplit, "split"},
     {StepKind::kGatherLastTokens, "gather_last_tokens"},
+    {StepKind::kTreePositions, "tree_positions"},
+    {StepKind::kTreeMask, "tree_mask"},
+    {StepKind::kAccept, "accept"},
 };
 
 }  // namespace
@@ -161,6 +164,9 @@ void visitFields(P& p, V&& v) {
   } else if constexpr (std::is_same_v<S, GatherLastTokensParams>) {
     v(key::kHidden, p.hidden, R, Rule::kPositive);
     v(key::kType, p.type, O, Rule::kActivationType);
+  } else if constexpr (std::is_same_v<S, TreePositionsParams> || std::is_same_v<S, TreeMaskParams>) {
+  } else if constexpr (std::is_same_v<S, AcceptParams>) {
+    v(key::kMode, p.mode, R, Rule::kAny);
   } else {
     static_assert(!sizeof(S), "a params struct without a field table");
   }
@@ -323,6 +329,10 @@ Status checkKind(const RangeCheck& c, const PagedAttentionParams& p) {
   return {};
 }
 
+Status checkKind(const RangeCheck& c, const AcceptParams& p) {
+  return c.oneOf(key::kMode, p.mode, {"greedy", "rejection"});
+}
+
 template <class S>
 Status checkRanges(const RangeCheck& c, const S& p) {
   Status status;
@@ -357,6 +367,9 @@ Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const 
     case StepKind::kSilu: return parseAs<ElementwiseParams>(kind, values, path);
     case StepKind::kSplit: return parseAs<SplitParams>(kind, values, path);
     case StepKind::kGatherLastTokens: return parseAs<GatherLastTokensParams>(kind, values, path);
+    case StepKind::kTreePositions: return parseAs<TreePositionsParams>(kind, values, path);
+    case StepKind::kTreeMask: return parseAs<TreeMaskParams>(kind, values, path);
+    case StepKind::kAccept: return parseAs<AcceptParams>(kind, values, path);
   }
   return makeError("{}: unknown step kind", path);
 }

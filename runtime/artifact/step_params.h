@@ -34,6 +34,11 @@ enum class StepKind {
   kSilu,
   kSplit,
   kGatherLastTokens,
+  // Speculative verify (xfmr-expand-spec-verify): host-side index work and
+  // the acceptance walk, run by the executors beside the kernels.
+  kTreePositions,
+  kTreeMask,
+  kAccept,
 };
 
 // "embedding", "gemm", ... (the manifest spelling).
@@ -127,9 +132,25 @@ struct GatherLastTokensParams {
   std::string type;
 };
 
+// tree_positions: positions [N] i32 = base_positions[b] + depth(node), from
+// parents [N] (local node indices, -1 for each tree's root), base_positions
+// [B] and query_start [B+1]. tree_mask: [N, nodes] i8, row i marks node i
+// and its ancestors among its tree's nodes. Neither takes params; the
+// mask's width is its value's.
+struct TreePositionsParams {};
+struct TreeMaskParams {};
+
+// accept: logits [N, vocab], tokens, parents, query_start (, draft_probs)
+// -> accepted [B, depth + 1] i32 (local node indices of the accepted path
+// from the root, -1 padded), count [B] i32 (accepted draft tokens).
+struct AcceptParams {
+  std::string mode;  // "greedy" | "rejection"
+};
+
 using StepParams = std::variant<EmbeddingParams, RmsNormParams, ResidualRmsNormParams, GemmParams,
                                 RopeKvAppendParams, PagedAttentionParams, SiluMulParams,
-                                ElementwiseParams, SplitParams, GatherLastTokensParams>;
+                                ElementwiseParams, SplitParams, GatherLastTokensParams,
+                                TreePositionsParams, TreeMaskParams, AcceptParams>;
 
 // A param as the manifest and the IR carry it: integers, numbers, booleans,
 // strings and integer lists (split sizes).

@@ -174,6 +174,17 @@ Status BlockTable::append(BlockPool& pool, int64_t count, std::vector<BlockCopy>
   return {};
 }
 
+Status BlockTable::truncate(BlockPool& pool, int64_t num_tokens) {
+  if (num_tokens < 0 || num_tokens > num_tokens_ || num_tokens < dropped_ * page_size_)
+    return makeError("block table: cannot truncate {} tokens to {} (blocks dropped before {})", num_tokens_,
+                     num_tokens, dropped_ * page_size_);
+  const size_t keep = size_t((num_tokens + page_size_ - 1) / page_size_);
+  for (size_t b = keep; b < blocks_.size(); ++b) (void)pool.release(blocks_[b]);
+  blocks_.resize(keep);
+  num_tokens_ = num_tokens;
+  return {};
+}
+
 BlockTable BlockTable::fork(BlockPool& pool) const {
   BlockTable copy(page_size_);
   copy.blocks_ = blocks_;

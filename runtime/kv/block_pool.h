@@ -176,6 +176,10 @@ class BlockTable {
   Status slots(int64_t begin, std::span<int32_t> out) const;
   // Releases every block and empties the table.
   void release(BlockPool& pool);
+  // Shrinks the table to its first `num_tokens` tokens, releasing the blocks
+  // wholly past them: speculative decoding's rollback of rejected drafts
+  // (the slots kept past num_tokens are written again before any read).
+  Status truncate(BlockPool& pool, int64_t num_tokens);
   // Releases the first `count` blocks (those before a sliding window, never
   // read again); their ids stay in blocks() so positions keep their slots,
   // but the pool may hand them out again. At most numTokens() / page_size.

@@ -166,6 +166,25 @@ TEST(BlockTableTest, ExhaustionLeavesTheTableAsItWas) {
   EXPECT_EQ(t.numTokens(), 8);
 }
 
+// Rejected drafts roll back: the blocks wholly past the kept tokens return
+// to the pool, the partial one stays.
+TEST(BlockTableTest, TruncateReleasesTheBlocksPastTheKeptTokens) {
+  auto pool = BlockPool::create(smallConfig(4));
+  ASSERT_TRUE(pool.ok());
+  BlockTable t(4);
+  ASSERT_TRUE(t.append(*pool, 5).ok());
+  ASSERT_TRUE(t.append(*pool, 6).ok());  // 11 tokens: 3 blocks
+  EXPECT_EQ(pool->numFree(), 1);
+  ASSERT_TRUE(t.truncate(*pool, 6).ok());
+  EXPECT_EQ(t.numTokens(), 6);
+  EXPECT_EQ(t.blocks().size(), 2u);
+  EXPECT_EQ(pool->numFree(), 2);
+  ASSERT_TRUE(t.truncate(*pool, 6).ok());  // nothing to do
+  EXPECT_FALSE(t.truncate(*pool, 7).ok());  // cannot grow
+  ASSERT_TRUE(t.truncate(*pool, 0).ok());
+  EXPECT_EQ(pool->numFree(), 4);
+}
+
 // Forked tables share every block; the first append into the shared
 // partial block copies it, the full ones stay shared.
 TEST(BlockTableTest, ForkCopiesTheSharedPartialBlockOnWrite) {

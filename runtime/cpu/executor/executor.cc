@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "runtime/backend/plan_kv_pool.h"
+#include "runtime/backend/tree_verify.h"
 #include "runtime/cpu/kernels/elementwise.h"
 #include "runtime/cpu/kernels/embed.h"
 #include "runtime/cpu/kernels/linear.h"
@@ -19,7 +20,7 @@ namespace kiln::cpu {
 namespace {
 
 // The entry inputs the executor provides, by manifest name.
-enum class InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens };
+enum class InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kParents, kBasePositions };
 
 std::optional<InputId> parseInput(std::string_view name) {
   if (name == "tokens") return InputId::kTokens;
@@ -28,6 +29,8 @@ std::optional<InputId> parseInput(std::string_view name) {
   if (name == "block_tables") return InputId::kBlockTables;
   if (name == "query_start") return InputId::kQueryStart;
   if (name == "kv_lens") return InputId::kKvLens;
+  if (name == "parents") return InputId::kParents;
+  if (name == "base_positions") return InputId::kBasePositions;
   return std::nullopt;
 }
 
@@ -39,6 +42,8 @@ const int32_t* inputData(const BatchInputs& in, InputId id) {
     case InputId::kBlockTables: return in.block_tables.data();
     case InputId::kQueryStart: return in.query_start.data();
     case InputId::kKvLens: return in.kv_lens.data();
+    case InputId::kParents: return in.parents.data();
+    case InputId::kBasePositions: return in.base_positions.data();
   }
   return nullptr;
 }
@@ -51,10 +56,13 @@ int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 // A resolved step argument or result.
 struct Operand {
   StepArg::Kind kind = StepArg::Kind::kValue;
-  // kValue: rows of `width` f32 at `data`; rows are the batch's tokens, or
-  // its sequences when `per_sequence`.
+  // kValue: rows of `width` elements at `data`; rows are the batch's
+  // tokens, or its sequences when `per_sequence`. Activations are f32;
+  // speculative verify's index values i32 or i8 (`element_bytes`).
   float* data = nullptr;
   int64_t width = 0;
+  int element_bytes = 4;
+  bool integer = false;
   bool per_sequence = false;
   int64_t storage_begin = 0, storage_end = 0;  // arena bytes, for alias checks
   const BoundWeight* weight = nullptr;         // kWeight
@@ -138,21 +146,26 @@ Result<Operand> StepBinder::value(const Step& step, int64_t id, const std::strin
   const EntryValue* storage = v;
   while (storage && storage->view_of) storage = entry_.findValue(*storage->view_of);
   if (!v || !storage) return fail(step, "{}: unknown value id {}", where, id);
-  if (v->type != "f32")
-    return fail(step, "{}: value {} has type {}; the CPU executor keeps activations in f32",
+  const bool index_value = v->type == "i32" || v->type == "i8";
+  if (v->type != "f32" && !index_value)
+    return fail(step, "{}: value {} has type {}; the CPU executor keeps activations in f32 (and verify's "
+                      "indices in i32 or i8)",
                 where, id, v->type);
   if (v->rows == ValueRows::kFixed)
     return fail(step, "{}: value {} has fixed rows; the CPU executor plans batch rows only",
                 where, id);
-  if (v->row_bytes % 4 != 0)
-    return fail(step, "{}: value {} has row_bytes {}, not whole f32 elements", where, id,
-                v->row_bytes);
+  const int element_bytes = v->type == "i8" ? 1 : 4;
+  if (v->row_bytes % element_bytes != 0)
+    return fail(step, "{}: value {} has row_bytes {}, not whole {} elements", where, id,
+                v->row_bytes, v->type);
   Operand op;
   op.kind = StepArg::Kind::kValue;
   op.storage_begin = storage->offset * max_tokens_;
   op.storage_end = op.storage_begin + storage->row_bytes * max_tokens_;
   op.data = reinterpret_cast<float*>(arena_ + op.storage_begin);
-  op.width = v->row_bytes / 4;
+  op.width = v->row_bytes / element_bytes;
+  op.element_bytes = element_bytes;
+  op.integer = index_value;
   op.per_sequence = v->rows == ValueRows::kSequences;
   return op;
 }
@@ -183,7 +196,8 @@ Result<Operand> StepBinder::operand(const Step& step, const StepArg& arg, size_t
       auto id = parseInput(arg.input);
       if (!id)
         return fail(step, "{}: input '{}' is not one the CPU executor provides (tokens, "
-                          "positions, slot_mapping, block_tables, query_start, kv_lens)",
+                          "positions, slot_mapping, block_tables, query_start, kv_lens, parents, "
+                          "base_positions)",
                     where, arg.input);
       Operand op;
       op.kind = arg.kind;
@@ -237,6 +251,22 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
     s.results.push_back(op);
   }
   const Operand& r0 = s.results[0];
+  // Only verify's index steps and the operands that carry their values
+  // (positions, the tree mask, the accepted path) are integers.
+  const bool index_kind = step.kind == StepKind::kTreePositions || step.kind == StepKind::kTreeMask ||
+                          step.kind == StepKind::kAccept;
+  for (size_t i = 0; i < s.args.size(); ++i) {
+    const bool index_arg = (step.kind == StepKind::kRopeKvAppend && s.args[i].kind == StepArg::Kind::kValue &&
+                            i == (step.as<RopeKvAppendParams>().merged_qkv ? 1u : 3u)) ||
+                           (step.kind == StepKind::kPagedAttention && i == 6);
+    if (s.args[i].kind == StepArg::Kind::kValue && s.args[i].integer != index_arg)
+      return fail(step, "args[{}] is {}, expected {}", i, s.args[i].integer ? "an index value" : "f32",
+                  index_arg ? "an index value (i32 positions, i8 tree mask)" : "f32");
+  }
+  for (size_t i = 0; i < s.results.size(); ++i)
+    if (s.results[i].integer != index_kind)
+      return fail(step, "results[{}] is {}, expected {}", i, s.results[i].integer ? "an index value" : "f32",
+                  index_kind ? "i32 or i8" : "f32");
   // Kernels that read whole inputs before writing (or write row by row what
   // they read) may work in place; the others must not alias.
   auto noAlias = [&]() -> Status {
@@ -359,7 +389,8 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       const PagedAttentionParams& a = step.as<PagedAttentionParams>();
       const int64_t heads = a.attn.heads, kv_heads = a.attn.kv_heads, head_dim = a.attn.head_dim;
       const double scale = a.scale;
-      if (a.tree_mask) return fail(step, "tree masks are not supported by the CPU executor yet");
+      if (a.tree_mask && s.args[6].element_bytes != 1)
+        return fail(step, "args[6] (tree_mask) must be i8");
       s.heads = int(heads);
       s.kv_heads = int(kv_heads);
       s.head_dim = int(head_dim);
@@ -415,6 +446,26 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_RETURN_IF_ERROR(noAlias());
       break;
     }
+    case StepKind::kTreePositions: {
+      if (r0.element_bytes != 4 || r0.width != 1 || r0.per_sequence)
+        return fail(step, "results[0] must be i32 [N] (one position a token)");
+      break;
+    }
+    case StepKind::kTreeMask: {
+      if (r0.element_bytes != 1 || r0.per_sequence)
+        return fail(step, "results[0] must be i8 [N, nodes]");
+      break;
+    }
+    case StepKind::kAccept: {
+      if (step.as<AcceptParams>().mode != "greedy")
+        return fail(step, "accept mode {} is not run by the CPU executor (greedy only)", step.as<AcceptParams>().mode);
+      if (s.args[0].per_sequence) return fail(step, "args[0] (logits) must have a row per token");
+      for (size_t i = 0; i < 2; ++i)
+        if (s.results[i].element_bytes != 4) return fail(step, "results[{}] must be i32", i);
+      if (s.results[1].width != 1) return fail(step, "results[1] (count) must be i32 [B]");
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
     case StepKind::kGatherLastTokens: {
       const int64_t hidden = step.as<GatherLastTokensParams>().hidden;
       s.width = hidden;
@@ -462,10 +513,18 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   // One allocation: the planned arena, then the executor's scratch.
   const int64_t kd = int64_t(mk.kv_heads) * mk.head_dim;
   int64_t hidden = manifest.model.hidden_size;
-  for (const Step& step : entry->steps)
-    if (step.kind == StepKind::kResidualRmsNorm)
-      hidden = std::max(hidden, step.as<ResidualRmsNormParams>().hidden);
-  const int64_t planned = alignUp(entry->bytes_per_token * max_tokens);
+  // The verify entry (kiln-compile --spec-tree) shares the arena: the two
+  // never run at once.
+  const Entry* verify = manifest.findEntry("verify");
+  int64_t bytes_per_token = entry->bytes_per_token;
+  for (const Entry* e : {entry, verify}) {
+    if (!e) continue;
+    bytes_per_token = std::max(bytes_per_token, e->bytes_per_token);
+    for (const Step& step : e->steps)
+      if (step.kind == StepKind::kResidualRmsNorm)
+        hidden = std::max(hidden, step.as<ResidualRmsNormParams>().hidden);
+  }
+  const int64_t planned = alignUp(bytes_per_token * max_tokens);
   const int64_t k_bytes = alignUp(kd * 4 * max_tokens);
   const int64_t sum_bytes = alignUp(hidden * 4 * max_tokens);
   const int64_t slot_bytes = alignUp(8 * max_tokens);
@@ -494,7 +553,68 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   ex->logits_ = logits->data;
   ex->vocab_ = logits->width;
   ex->logits_per_sequence_ = logits->per_sequence;
+  if (verify) KILN_RETURN_IF_ERROR(ex->bindVerify(manifest, *verify, weights));
   return ex;
+}
+
+Status CpuExecutor::bindVerify(const Manifest& manifest, const Entry& entry, const WeightStore& weights) {
+  const std::string where = manifest.path + ": entries.verify";
+  if (entry.outputs.size() != 3 || entry.outputs[0].name != "logits" || entry.outputs[1].name != "accepted" ||
+      entry.outputs[2].name != "accepted_count")
+    return makeError("{}.outputs: expected logits, accepted and accepted_count", where);
+  StepBinder binder(manifest, entry, weights, *pool_, reinterpret_cast<uint8_t*>(arena_), max_tokens_);
+  for (const Step& step : entry.steps) {
+    auto bound = binder.bind(step);
+    if (!bound.ok()) return bound.error();
+    if (step.kind == StepKind::kTreeMask) tree_nodes_ = bound->results[0].width;
+    verify_steps_.push_back(bound.take());
+  }
+  Step output_step;
+  output_step.path = where + ".outputs";
+  Operand outs[3];
+  for (size_t i = 0; i < 3; ++i) {
+    auto v = binder.value(output_step, entry.outputs[i].value, entry.outputs[i].name);
+    if (!v.ok()) return v.error();
+    outs[i] = *v;
+  }
+  if (outs[0].integer || outs[0].per_sequence || outs[0].width != vocab_)
+    return makeError("{}.outputs: logits must be f32 [N, {}] (a row per tree node)", where, vocab_);
+  if (!outs[1].integer || !outs[2].integer || tree_nodes_ <= 0)
+    return makeError("{}: expected a tree_mask step and i32 accepted and accepted_count outputs", where);
+  verify_logits_ = outs[0].data;
+  verify_accepted_ = reinterpret_cast<int32_t*>(outs[1].data);
+  verify_path_width_ = outs[1].width;
+  verify_count_ = reinterpret_cast<int32_t*>(outs[2].data);
+  return {};
+}
+
+Status CpuExecutor::verify(const BatchInputs& in, std::span<float> logits_out, std::span<int32_t> accepted_out,
+                           std::span<int32_t> count_out) {
+  if (tree_nodes_ == 0)
+    return makeError("verify: the artifact has no verify entry (compile it with kiln-compile --spec-tree)");
+  const KvPoolConfig& pool = pool_->config();
+  KILN_RETURN_IF_ERROR(checkBatchInputs(in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size,
+                                             /*logits_per_sequence=*/false},
+                                        logits_out.size()));
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  if (int64_t(in.base_positions.size()) != b)
+    return makeError("verify: base_positions has {} entries; expected one per sequence ({})",
+                     in.base_positions.size(), b);
+  KILN_RETURN_IF_ERROR(checkTreeParents(in.parents, in.query_start, tree_nodes_));
+  if (int64_t(accepted_out.size()) < b * verify_path_width_ || int64_t(count_out.size()) < b)
+    return makeError("verify: accepted holds {} and count {} entries; expected {} x {} and {}", accepted_out.size(),
+                     count_out.size(), b, verify_path_width_, b);
+  for (int64_t t = 0; t < n; ++t) scratch_slots_[t] = in.slot_mapping[size_t(t)];
+  for (const BoundStep& step : verify_steps_) {
+    Status status = runStep(step, in, n, b);
+    if (!status.ok())
+      return makeError("{} ({}): {}", step.path, stepKindName(step.kind), status.error().message);
+  }
+  std::memcpy(logits_out.data(), verify_logits_, size_t(n * vocab_) * 4);
+  std::memcpy(accepted_out.data(), verify_accepted_, size_t(b * verify_path_width_) * 4);
+  std::memcpy(count_out.data(), verify_count_, size_t(b) * 4);
+  return {};
 }
 
 Status CpuExecutor::checkBatch(const BatchInputs& in, std::span<float> logits_out) const {
@@ -568,7 +688,9 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
     case StepKind::kRopeKvAppend: {
       const int64_t qd = int64_t(s.heads) * s.head_dim, kd = int64_t(s.kv_heads) * s.head_dim;
       const size_t pos_arg = s.merged ? 1 : 3;
-      const int32_t* positions = inputData(in, s.args[pos_arg].input);
+      const Operand& pos = s.args[pos_arg];
+      const int32_t* positions = pos.kind == StepArg::Kind::kValue ? reinterpret_cast<const int32_t*>(pos.data)
+                                                                   : inputData(in, pos.input);
       const Operand& k_pool = s.args[pos_arg + 2];
       const Operand& v_pool = s.args[pos_arg + 3];
       const float* v_src;
@@ -622,6 +744,10 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
                               .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
       args.scale = s.scale;
       args.sliding_window = s.sliding_window;
+      if (s.args.size() == 7) {
+        args.tree_ancestors = reinterpret_cast<const uint8_t*>(s.args[6].data);
+        args.tree_stride = int(s.args[6].width);
+      }
       return pagedAttention(args);
     }
     case StepKind::kSiluMul: {
@@ -650,6 +776,20 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
                  s.sizes[i]);
         column += s.sizes[i];
       }
+      return {};
+    }
+    case StepKind::kTreePositions: {
+      treePositions(in.parents, in.base_positions, in.query_start, reinterpret_cast<int32_t*>(out.data));
+      return {};
+    }
+    case StepKind::kTreeMask: {
+      treeAncestorMask(in.parents, in.query_start, out.width, reinterpret_cast<uint8_t*>(out.data));
+      return {};
+    }
+    case StepKind::kAccept: {
+      acceptGreedy({s.args[0].data, size_t(n * s.args[0].width)}, s.args[0].width, in.tokens, in.parents,
+                   in.query_start, s.results[0].width, reinterpret_cast<int32_t*>(s.results[0].data),
+                   reinterpret_cast<int32_t*>(s.results[1].data));
       return {};
     }
     case StepKind::kGatherLastTokens: {

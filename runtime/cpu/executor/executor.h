@@ -46,6 +46,19 @@ class CpuExecutor {
   // written, so the pool is never partly updated.
   Status forward(const BatchInputs& in, std::span<float> logits_out);
 
+  // Runs `verify` (an artifact compiled with kiln-compile --spec-tree): row
+  // b of the batch is sequence b's draft tree (BatchInputs::parents,
+  // base_positions; runtime/backend/tree_verify.h), its nodes' keys and
+  // values appended at their slots. logits_out: [N, vocab], every node's;
+  // accepted_out: [B, treeDepth() + 1] the accepted path's local node
+  // indices from the root, -1 padded; count_out: [B] accepted draft tokens.
+  Status verify(const BatchInputs& in, std::span<float> logits_out, std::span<int32_t> accepted_out,
+                std::span<int32_t> count_out);
+  // Nodes of the verify entry's tree, root included (0: no verify entry),
+  // and the accepted path's longest length in draft tokens.
+  int64_t treeNodes() const { return tree_nodes_; }
+  int64_t treeDepth() const { return verify_path_width_ - 1; }
+
   // Called after every step, once per result, with the result's rows
   // ([rows, width] f32; rows are tokens, or sequences for per-sequence
   // values), before any later step runs. For comparing intermediate values
@@ -67,6 +80,7 @@ class CpuExecutor {
   CpuExecutor() = default;
   Status checkBatch(const BatchInputs& in, std::span<float> logits_out) const;
   Status runStep(const BoundStep& step, const BatchInputs& in, int64_t n, int64_t b);
+  Status bindVerify(const Manifest& manifest, const Entry& entry, const WeightStore& weights);
 
   std::unique_ptr<BlockPool> pool_;
   std::vector<BoundStep> steps_;
@@ -77,6 +91,13 @@ class CpuExecutor {
   float* logits_ = nullptr;  // the output value in the arena
   bool logits_per_sequence_ = true;
   StepObserver observer_;
+  // The verify entry's steps and outputs in the same arena (empty without one).
+  std::vector<BoundStep> verify_steps_;
+  float* verify_logits_ = nullptr;
+  int32_t* verify_accepted_ = nullptr;
+  int32_t* verify_count_ = nullptr;
+  int64_t verify_path_width_ = 1;
+  int64_t tree_nodes_ = 0;
   // Scratch after the planned arena: roped keys and values [T_max, Hkv, D]
   // each, a residual sum [T_max, hidden], slots widened to i64 [T_max].
   float* scratch_k_ = nullptr;

@@ -29,6 +29,10 @@ Status checkArgs(const PagedAttentionArgs& a) {
   if (a.sliding_window < 0 || (a.sliding_window > 0 && a.tree_masks))
     return makeError("paged_attention: sliding_window {} is invalid: expected >= 0, and 0 with tree masks",
                      a.sliding_window);
+  if (a.tree_ancestors && (a.tree_masks || a.sliding_window > 0 || a.tree_stride <= 0))
+    return makeError("paged_attention: tree_ancestors with tree_stride {} is invalid: expected a positive stride, "
+                     "no tree_masks and no window",
+                     a.tree_stride);
   if (a.num_seqs == 0) return Status::success();
   if (a.query_start[0] != 0 || a.query_start[a.num_seqs] != a.num_tokens)
     return makeError("paged_attention: query_start runs from {} to {}: expected 0 to num_tokens {}",
@@ -41,6 +45,9 @@ Status checkArgs(const PagedAttentionArgs& a) {
       return makeError("paged_attention: sequence {} kv_len {} is invalid: expected >= its {} "
                        "query tokens",
                        b, a.kv_len[b], q_len);
+    if (a.tree_ancestors && q_len > a.tree_stride)
+      return makeError("paged_attention: sequence {} brings a tree of {} nodes: the mask holds {}", b, q_len,
+                       a.tree_stride);
     const int64_t blocks = (int64_t(a.kv_len[b]) + p.page_size - 1) / p.page_size;
     if (blocks > a.max_blocks_per_seq)
       return makeError("paged_attention: sequence {} kv_len {} needs {} blocks: the block table "
@@ -55,6 +62,50 @@ Status checkArgs(const PagedAttentionArgs& a) {
     }
   }
   return Status::success();
+}
+
+// Speculative verify's queries of one (sequence, head) (tree_ancestors):
+// each query gathers the keys it sees (the committed prefix, then its tree
+// ancestors and itself, in key order) and is computed as a one-token decode
+// over them, so its rounding is that of decoding its path token by token.
+// `keys` / `values` hold every key's row; they are compacted in place per
+// query into the tail scratch after kv_len.
+void attendTreeQueries(const PagedAttentionArgs& a, int h, int32_t q_begin, int32_t q_len, int32_t kv_len,
+                       std::vector<float>& scores, std::vector<float>& probs, std::vector<const float*>& values,
+                       std::vector<const float*>& keys) {
+  const GgmlVec& vec = ggmlVec();
+  const int d = a.pool.head_dim;
+  const int32_t prefix = kv_len - q_len;
+  thread_local std::vector<const float*> seen_keys, seen_values;
+  for (int32_t i = 0; i < q_len; ++i) {
+    const int64_t token = q_begin + i;
+    const float* q = a.q + (token * a.num_heads + h) * d;
+    float* o = a.out + (token * a.num_heads + h) * d;
+    const uint8_t* mask_row = a.tree_ancestors + token * a.tree_stride;
+    seen_keys.assign(keys.begin(), keys.begin() + prefix);
+    seen_values.assign(values.begin(), values.begin() + prefix);
+    for (int32_t j = 0; j < q_len; ++j)
+      if (mask_row[j]) {
+        seen_keys.push_back(keys[size_t(prefix + j)]);
+        seen_values.push_back(values[size_t(prefix + j)]);
+      }
+    const int32_t seen = int32_t(seen_keys.size());
+    if (seen == 0) {
+      std::fill(o, o + d, 0.0f);
+      continue;
+    }
+    float max = -INFINITY;
+    for (int32_t j = 0; j < seen; ++j) {
+      scores[size_t(j)] = vec.dot(q, seen_keys[size_t(j)], d) * a.scale;
+      max = std::max(max, scores[size_t(j)]);
+    }
+    const int64_t n = (int64_t(seen) + vec.lanes - 1) / vec.lanes * vec.lanes;
+    std::fill(scores.begin() + seen, scores.begin() + n, -INFINITY);
+    const double sum = vec.softMax(probs.data(), scores.data(), n, max);
+    const float inv = float(1.0 / sum);
+    for (int32_t j = 0; j < seen; ++j) probs[size_t(j)] *= inv;
+    vec.weightedSum(probs.data(), seen_values.data(), seen, d, /*batch=*/false, o);
+  }
 }
 
 // One (sequence, head): every query token of the sequence against its keys,
@@ -121,6 +172,10 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
     values[size_t(j)] = row(a.v_pool, a.v_scales, j, (int64_t(kv_len) + j) * d);
   }
 
+  if (a.tree_ancestors) {
+    attendTreeQueries(a, h, q_begin, q_len, kv_len, scores, probs, values, keys);
+    return;
+  }
   for (int32_t i = 0; i < q_len; ++i) {
     const int64_t token = q_begin + i;
     const float* q = a.q + (token * a.num_heads + h) * d;

@@ -47,6 +47,16 @@ struct PagedAttentionArgs {
   // j". When given it replaces the causal rule for that sequence. Null array =
   // all causal.
   const uint8_t* const* tree_masks = nullptr;
+
+  // Speculative verify's ancestor mask, the plan's tree_mask value (the CUDA
+  // kernels' layout): [num_tokens, tree_stride] u8. Query t of sequence b
+  // (q_len tokens, prefix = kv_len - q_len) sees every key j < prefix and
+  // tree key j >= prefix iff tree_ancestors[t][j - prefix] != 0. Each such
+  // query runs as a one-token decode over exactly the keys it sees, in key
+  // order, so a node's output is the one plain decoding of its path gives.
+  // Not with tree_masks or a window.
+  const uint8_t* tree_ancestors = nullptr;
+  int tree_stride = 0;
 };
 
 // Causal rule: query i of sequence b sits at absolute position

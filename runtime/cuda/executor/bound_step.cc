@@ -230,6 +230,11 @@ Status bindParams(const Step& step, const WeightStore& weights,
       KILN_RETURN_IF_ERROR(needValue(0));
       break;
     }
+    case StepKind::kTreePositions:
+    case StepKind::kTreeMask:
+    case StepKind::kAccept:
+      return makeError("{}: {} is a step of the verify entry, which the CUDA executor does not run yet", step.path,
+                       stepKindName(step.kind));
   }
   return {};
 }

@@ -319,6 +319,11 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
         status = launchStep(s, unsigned(b), 1, 1, &p);
         break;
       }
+      case StepKind::kTreePositions:
+      case StepKind::kTreeMask:
+      case StepKind::kAccept:  // refused when bound (bound_step.cc)
+        status = makeError("a verify step in the forward entry");
+        break;
     }
     if (!status.ok())
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
