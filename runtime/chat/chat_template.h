@@ -1,64 +1,81 @@
 // Chat templates: turns a conversation into the prompt text a model was
 // trained on. Models ship their template as Jinja source (GGUF
-// tokenizer.chat_template, HF tokenizer_config.json); kiln does not run
-// Jinja but recognises the template's family from its source and renders
-// that family natively. Each family's output is checked against Python
-// jinja2 renders of the real templates (runtime/chat/testdata).
+// tokenizer.chat_template, HF tokenizer_config.json); kiln runs it with
+// its own Jinja interpreter (runtime/chat/jinja), with the variables and
+// globals transformers' apply_chat_template passes. The renders of the
+// real templates of SmolLM2, Llama-3/3.1/3.2/3.3, Qwen2.5, Qwen3,
+// Mistral v0.1/v0.3 and Gemma-2/3 are checked byte for byte against
+// jinja2's (runtime/chat/testdata, test/reference/make_chat_fixtures.py).
 #pragma once
 
+#include <ctime>
+#include <memory>
+#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "runtime/support/error.h"
 
 namespace kiln {
 
+namespace jinja {
+class Template;
+}
+
+// One call of a tool by the assistant, OpenAI-style.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  // The arguments as JSON text; templates see an object as a mapping
+  // (what transformers expects) and anything else as the string.
+  std::string arguments = "{}";
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant turns that call tools
+  std::string tool_call_id;              // tool results: the call answered
+  std::string name;                      // tool results: the tool's name
 };
 
-enum class ChatTemplateFamily {
-  // <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen), optionally with a
-  // default system prompt when the conversation has none.
-  kChatML,
-  // Llama-3: <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>,
-  // content trimmed, BOS first.
-  kLlama3,
-  // Mistral-7B-Instruct: BOS [INST] user [/INST]assistant</s> ..., strictly
-  // alternating user/assistant, no system role.
-  kMistral,
+struct ChatOptions {
+  // Appends the header that opens the assistant's turn.
+  bool add_generation_prompt = true;
+  // Function schemas as JSON objects ({"type": "function", "function":
+  // {...}}); none: the template sees tools=None.
+  std::vector<std::string> tools;
+  // More template variables as a JSON object, e.g. {"enable_thinking": false}.
+  std::string extra_variables_json;
+  // strftime_now's clock; unset: now, in local time.
+  std::optional<std::time_t> now;
 };
-
-std::string_view chatTemplateFamilyName(ChatTemplateFamily family);
 
 class ChatTemplate {
  public:
-  // Recognises the family of `jinja_source`. `bos_text` / `eos_text` are
-  // the model's BOS and EOS token texts (used by Llama-3 and Mistral).
-  // An unrecognised template is an error naming its first characters and
-  // the supported families.
+  // Parses `jinja_source`; `bos_text` / `eos_text` are the model's BOS and
+  // EOS token texts (the bos_token / eos_token variables). Syntax errors
+  // and constructs outside kiln's Jinja subset fail here, naming the line
+  // and column.
   static Result<ChatTemplate> fromTemplateString(const std::string& jinja_source,
                                                  const std::string& bos_text,
                                                  const std::string& eos_text);
 
-  // The prompt text. `add_generation_prompt` appends the header that opens
-  // the assistant's turn. Fails where the real template would raise (a
-  // system message for Mistral, turns that do not alternate).
-  Result<std::string> apply(const std::vector<ChatMessage>& messages,
-                            bool add_generation_prompt) const;
+  // The prompt text. Fails where the template raises (its message is
+  // carried: a system message Gemma-2 does not take, turns that do not
+  // alternate) and on runtime errors, with line and column.
+  Result<std::string> apply(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
+  Result<std::string> apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
-  ChatTemplateFamily family() const { return family_; }
-  // ChatML's built-in system prompt ("" when the template has none).
-  const std::string& defaultSystemPrompt() const { return default_system_; }
+  // The BOS text the template was given; a render that starts with it
+  // already holds the BOS token (the tokenizer must not add a second).
+  const std::string& bosText() const { return bos_; }
 
  private:
   ChatTemplate() = default;
-  ChatTemplateFamily family_ = ChatTemplateFamily::kChatML;
+  std::shared_ptr<const jinja::Template> template_;
   std::string bos_;
   std::string eos_;
-  std::string default_system_;
 };
 
 }  // namespace kiln

