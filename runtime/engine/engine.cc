@@ -566,6 +566,7 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
   if (Status valid = request.sampling.validate(); !valid.ok()) return valid.error();
   std::string text = request.prompt;
   bool parse_special = false;
+  bool template_wrote_bos = false;
   if (request.chat) {
     if (!e.chat_template)
       return makeError("chat request: {}; send a plain prompt instead", e.chat_template_error);
@@ -575,9 +576,14 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     if (!rendered.ok()) return rendered.error();
     text = rendered.take();
     parse_special = true;  // the template's role markers are special tokens
+    // Templates that write bos_token (Llama-3, Mistral, Gemma) hold the BOS
+    // already; like transformers, the tokenizer then adds none of its own.
+    const std::string& bos = e.chat_template->bosText();
+    template_wrote_bos = !bos.empty() && text.compare(0, bos.size(), bos) == 0;
   }
   EncodeOptions encode;
   encode.parse_special = parse_special;
+  encode.add_special = !template_wrote_bos;
   std::vector<int32_t> tokens = request.prompt_tokens.empty()
                                     ? e.tokenizer->encode(text, encode)
                                     : request.prompt_tokens;
