@@ -122,6 +122,33 @@ const CliCommand& generateCli() {
   return command;
 }
 
+const CliCommand& serveCli() {
+  constexpr const char* kHttp = "HTTP";
+  static const CliCommand command{
+      "serve",
+      "kiln serve MODEL [--host H] [--port P] [options]",
+      "An OpenAI-compatible HTTP server: POST /v1/completions and /v1/chat/completions (streamed as\n"
+      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus).\n"
+      "Requests name the model by --model-name (default: MODEL's file or folder name without .gguf).\n"
+      "A request that finds --max-queue requests waiting gets 429 with Retry-After. One line a request\n"
+      "is logged on stderr. SIGINT/SIGTERM: new requests get 503, running ones finish within\n"
+      "--shutdown-grace-seconds and are cancelled after; exit 0. docs/design/server.md has the details.",
+      tableOf(
+          {
+              {"host", "ADDR", kHttp, "the address to listen on (default 127.0.0.1)"},
+              {"port", "P", kHttp, "the port (default 8000; 0: any free port, printed when ready)"},
+              {"api-key", "KEY", kHttp, "require `Authorization: Bearer KEY` on /v1 (default: none)"},
+              {"model-name", "ID", kHttp, "the model id clients send (default: MODEL's name)"},
+              {"max-queue", "N", kHttp, "waiting requests beyond which new ones get 429 (default 128)"},
+              {"max-messages", "N", kHttp, "chat messages a request may carry (default 1024)"},
+              {"shutdown-grace-seconds", "S", kHttp,
+               "on SIGTERM/SIGINT, how long running requests may finish before they are cancelled (default 10)"},
+              {"max-context", "N", kHttp, "limit the context to N tokens (default: the model's)"},
+          },
+          /*batching=*/true)};
+  return command;
+}
+
 const CliCommand& benchCli() {
   constexpr const char* kWorkload = "workload and peer";
   constexpr const char* kServe = "serve workload (kiln bench serve)";

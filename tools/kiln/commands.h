@@ -17,11 +17,13 @@ namespace kiln {
 int runCommand(int argc, char** argv);
 int generateCommand(int argc, char** argv);
 int benchCommand(int argc, char** argv);
+int serveCommand(int argc, char** argv);
 
 // The subcommands' flag tables (cli_flags.cc).
 const CliCommand& runCli();
 const CliCommand& generateCli();
 const CliCommand& benchCli();
+const CliCommand& serveCli();
 
 // Parses a subcommand's arguments from argv[first]; when they ask for
 // --help or --list-flags, prints it to stdout. Returns the exit status when

@@ -1,4 +1,4 @@
-// kiln: run, batch-generate, benchmark and (later) serve compiled models.
+// kiln: run, batch-generate, benchmark and serve compiled models.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       "  generate MODEL --input FILE           offline batch: JSON-lines requests in, answers out\n"
       "  bench decode|prefill|ppl|serve MODEL  measure decode, prefill or serving speed beside a peer, or\n"
       "                                        perplexity\n"
+      "  serve MODEL                           an OpenAI-compatible HTTP server\n"
       "`kiln <command> --help` lists a command's options.\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   std::string command = argv[1];
   if (command == "--help" || command == "-h") {
     std::fputs(usage, stdout);
-    for (const kiln::CliCommand* sub : {&kiln::runCli(), &kiln::generateCli(), &kiln::benchCli()}) {
+    for (const kiln::CliCommand* sub : {&kiln::runCli(), &kiln::generateCli(), &kiln::benchCli(), &kiln::serveCli()}) {
       std::fputc('\n', stdout);
       sub->printHelp(stdout);
     }
@@ -53,5 +54,11 @@ int main(int argc, char** argv) {
   if (command == "run") return kiln::runCommand(argc, argv);
   if (command == "generate") return kiln::generateCommand(argc, argv);
   if (command == "bench") return kiln::benchCommand(argc, argv);
-  return kiln::fail("unknown command '" + command + "'; expected run, generate or bench (`kiln --help` lists them)");
+#if KILN_HAVE_SERVER
+  if (command == "serve") return kiln::serveCommand(argc, argv);
+#else
+  if (command == "serve") return kiln::fail("this kiln was built without cpp-httplib (libcpp-httplib-dev): no serve");
+#endif
+  return kiln::fail("unknown command '" + command +
+                    "'; expected run, generate, bench or serve (`kiln --help` lists them)");
 }

@@ -1,0 +1,54 @@
+// The body of POST /v1/completions and /v1/chat/completions, read in one
+// place into a GenerationRequest. Every refusal is an ApiError naming the
+// field (`param`) and what was expected; a field this reader does not know
+// is refused by name rather than silently ignored.
+//
+// Both endpoints: model (required, the served id), stream, stream_options
+// {include_usage}, max_tokens, temperature, top_p, top_k, min_p, stop, seed,
+// n, presence_penalty, frequency_penalty, repetition_penalty, ignore_eos,
+// stop_token_ids, user (ignored), logprobs, logit_bias.
+// Completions: prompt (required: a string, a list of token ids, or a list
+// holding one of those), echo, best_of, suffix.
+// Chat: messages (required: [{role, content}], content a string or a list
+// of {"type": "text", "text": ...} parts), max_completion_tokens, top_logprobs.
+// null is the same as leaving a field out. OpenAI's fields kiln cannot
+// honour yet (logprobs, echo, best_of != n, suffix, logit_bias) are refused
+// when they ask for something, not faked.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "runtime/engine/engine.h"
+#include "runtime/server/api_error.h"
+
+namespace kiln::server {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// What a request is checked against: the served model and the server's limits.
+struct RequestContext {
+  std::string model_id;        // the only accepted `model`
+  int64_t context_length = 0;  // tokens; max_tokens above it is refused
+  int64_t max_messages = 1024; // chat messages a request may carry
+};
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  GenerationRequest generation;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+};
+
+struct ParsedRequest {
+  OpenAiRequest request;
+  std::optional<ApiError> error;  // set: answer this instead
+};
+
+// JSON text -> the request; text that is not a JSON object is a 400 giving
+// the parser's position.
+ParsedRequest parseOpenAiRequest(Endpoint endpoint, std::string_view body, const RequestContext& context);
+
+}  // namespace kiln::server
