@@ -131,9 +131,9 @@ def main():
         print(f"load: {args.clients} clients for {args.seconds:.0f} s: {load.completed} streams completed "
               f"({load.tokens} tokens, {load.tokens / args.seconds:.1f} tok/s), {load.disconnected} hung up, "
               f"{len(load.failures)} failed")
+        cancelled = values['kiln_requests_finished_total{finish_reason="cancelled"}']
         print(f"KV blocks: total {values['kiln_kv_blocks_total']:.0f}, free {values['kiln_kv_blocks_free']:.0f}, "
-              f"cached {values['kiln_kv_blocks_cached']:.0f}; cancelled "
-              f"{values['kiln_requests_finished_total{finish_reason=\"cancelled\"}']:.0f}")
+              f"cached {values['kiln_kv_blocks_cached']:.0f}; {cancelled:.0f} completions cancelled")
         print(f"RSS: {rss_before} KiB after the warm-up, {rss_after} KiB after the load "
               f"({100.0 * (rss_after - rss_before) / rss_before:+.2f}%); {elapsed:.0f} s in all")
 
