@@ -12,7 +12,7 @@ using jinja::List;
 using jinja::Value;
 
 // A message as transformers hands it to the template: role and content,
-// plus tool_calls / tool_call_id / name only when set (templates test them
+// plus tool_calls / tool_call_id / name / reasoning_content only when set (templates test them
 // with `is defined` and `in`).
 Value messageValue(const ChatMessage& m) {
   Dict d;
@@ -36,6 +36,7 @@ Value messageValue(const ChatMessage& m) {
   }
   if (!m.tool_call_id.empty()) d.set("tool_call_id", Value(m.tool_call_id));
   if (!m.name.empty()) d.set("name", Value(m.name));
+  if (!m.reasoning_content.empty()) d.set("reasoning_content", Value(m.reasoning_content));
   return Value(std::move(d));
 }
 

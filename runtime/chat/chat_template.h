@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/support/error.h"
@@ -32,11 +33,16 @@ struct ChatToolCall {
 };
 
 struct ChatMessage {
+  ChatMessage() = default;
+  // {role, content}, as callers without tools write a message.
+  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+
   std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
   std::vector<ChatToolCall> tool_calls;  // assistant turns that call tools
   std::string tool_call_id;              // tool results: the call answered
   std::string name;                      // tool results: the tool's name
+  std::string reasoning_content;         // assistant turns: the thinking (Qwen3)
 };
 
 struct ChatOptions {

@@ -144,6 +144,14 @@ CONVERSATIONS = {
             {"role": "assistant",
              "content": "<think>\nAdd them.\n</think>\n\n4"},
             {"role": "user", "content": "And 3+3?"}]},
+    "reasoning_content": {
+        "messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4",
+             "reasoning_content": "Two and two."},
+            {"role": "user", "content": "Sure?"},
+            {"role": "assistant", "content": "Yes.",
+             "reasoning_content": "\nIt is.\n"}]},
     "thinking_off": {
         "messages": [{"role": "user", "content": "Quick: 5*5?"}],
         "kwargs": {"enable_thinking": False}},

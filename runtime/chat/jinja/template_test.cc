@@ -94,6 +94,18 @@ TEST(JinjaTemplateTest, ToJsonMatchesPythonJsonDumps) {
   EXPECT_EQ(render("{{ 0.1|tojson }} {{ 1e20|tojson }} {{ 1.0|tojson }}"), "0.1 1e+20 1.0");
 }
 
+TEST(JinjaTemplateTest, FloatsPrintAsPythonsRepr) {
+  // Python: repr of each.
+  EXPECT_EQ(formatFloat(1e16), "1e+16");
+  EXPECT_EQ(formatFloat(1e15), "1000000000000000.0");
+  EXPECT_EQ(formatFloat(0.0001), "0.0001");
+  EXPECT_EQ(formatFloat(0.00001), "1e-05");
+  EXPECT_EQ(formatFloat(123.456), "123.456");
+  EXPECT_EQ(formatFloat(-0.0), "-0.0");
+  EXPECT_EQ(formatFloat(1.0 / 3), "0.3333333333333333");
+  EXPECT_EQ(formatFloat(2.5e-300), "2.5e-300");
+}
+
 TEST(JinjaTemplateTest, Macros) {
   EXPECT_EQ(render("{% macro greet(name, punct='!') %}hi {{ name }}{{ punct }}{% endmacro %}"
                    "{{ greet('a') }} {{ greet('b', punct='?') }}"),
