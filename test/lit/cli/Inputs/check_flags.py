@@ -2,7 +2,7 @@
 
 usage: check_flags.py KILN_SOURCES_DIR
 
-For `kiln run`, `kiln generate` and `kiln bench`: the flags --help lists equal the flags
+For `kiln run`, `kiln generate`, `kiln bench` and `kiln serve`: the flags --help lists equal the flags
 --list-flags prints (the parser's table), the parser accepts each of them and
 rejects one that is not there, and every flag the sources read
 (args.has/get/getInt/getDouble("NAME")) is listed. `kiln --help` lists every
@@ -30,7 +30,7 @@ def help_flags(*command):
 
 
 all_help = set()
-for sub in ("run", "generate", "bench"):
+for sub in ("run", "generate", "bench", "serve"):
     text, documented = help_flags(sub)
     if kiln(sub, "-h").stdout != text:
         problems.append(f"kiln {sub} -h differs from kiln {sub} --help")
