@@ -572,7 +572,10 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
       return makeError("chat request: {}; send a plain prompt instead", e.chat_template_error);
     std::vector<ChatMessage> messages = request.messages;
     if (messages.empty()) messages.push_back({"user", request.prompt});
-    auto rendered = e.chat_template->apply(messages, /*add_generation_prompt=*/true);
+    ChatOptions chat_options;
+    chat_options.tools = request.tools;
+    chat_options.extra_variables_json = request.chat_template_kwargs;
+    auto rendered = e.chat_template->apply(messages, chat_options);
     if (!rendered.ok()) return rendered.error();
     text = rendered.take();
     parse_special = true;  // the template's role markers are special tokens

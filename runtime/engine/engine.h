@@ -69,6 +69,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_tokens; // if set: the prompt as token ids (no template)
   bool chat = false;                  // wrap `messages` (or prompt) in the chat template
   std::vector<ChatMessage> messages;  // chat only; empty: one user message = prompt
+  // Chat only: the tools the template offers (JSON function schemas) and
+  // more template variables (a JSON object, e.g. {"enable_thinking": false}).
+  std::vector<std::string> tools;
+  std::string chat_template_kwargs;
   sampling::SamplingParams sampling;
   // A prompt longer than the context is an error unless this asks to keep
   // only its last tokens.

@@ -82,6 +82,34 @@ Result<std::vector<int32_t>> readTokenIds(std::string_view field, const json& v)
   return ids;
 }
 
+// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": a JSON string or an object}}].
+Result<std::vector<ChatToolCall>> readToolCalls(const std::string& at, const json& v) {
+  if (!v.is_array()) return expected(at, "a list of {id, type, function}", v);
+  std::vector<ChatToolCall> calls;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string where = fmt::format("{}[{}]", at, i);
+    const json& c = v[i];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      return expected(where, "an object {id, type, function: {name, arguments}}", c);
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) return expected(where + ".function.name", "a string", f.value("name", json()));
+    ChatToolCall call;
+    call.name = f["name"].get<std::string>();
+    if (c.contains("id")) {
+      if (!c["id"].is_string()) return expected(where + ".id", "a string", c["id"]);
+      call.id = c["id"].get<std::string>();
+    }
+    if (f.contains("arguments")) {
+      const json& a = f["arguments"];
+      if (!a.is_string() && !a.is_object()) return expected(where + ".function.arguments", "a JSON string or an object", a);
+      call.arguments = a.is_string() ? a.get<std::string>() : a.dump();
+    }
+    calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
 Result<std::vector<ChatMessage>> readMessages(const json& v) {
   if (!v.is_array() || v.empty()) return expected("messages", "a non-empty list of {role, content}", v);
   std::vector<ChatMessage> messages;
@@ -90,15 +118,34 @@ Result<std::vector<ChatMessage>> readMessages(const json& v) {
     const json& m = v[i];
     if (!m.is_object()) return expected(at, "an object {role, content}", m);
     for (const auto& [key, value] : m.items())
-      if (key != "role" && key != "content")
-        return makeError("{}: unknown field \"{}\"; expected role and content", at, key);
+      if (key != "role" && key != "content" && key != "tool_calls" && key != "tool_call_id" && key != "name" &&
+          key != "reasoning_content")
+        return makeError("{}: unknown field \"{}\"; expected role, content, tool_calls, tool_call_id, name and "
+                         "reasoning_content", at, key);
     if (!m.contains("role")) return makeError("{}: missing role", at);
     if (!m.contains("content")) return makeError("{}: missing content", at);
     const json& role = m["role"];
-    if (!role.is_string() || (role != "system" && role != "user" && role != "assistant"))
-      return expected(at + ".role", "\"system\", \"user\" or \"assistant\"", role);
-    if (!m["content"].is_string()) return expected(at + ".content", "a string", m["content"]);
-    messages.push_back({role.get<std::string>(), m["content"].get<std::string>()});
+    if (!role.is_string() || (role != "system" && role != "user" && role != "assistant" && role != "tool"))
+      return expected(at + ".role", "\"system\", \"user\", \"assistant\" or \"tool\"", role);
+    ChatMessage message;
+    message.role = role.get<std::string>();
+    // An assistant turn that only calls tools has content null (OpenAI).
+    const bool calls_tools = m.contains("tool_calls");
+    if (!m["content"].is_string() && !(calls_tools && m["content"].is_null()))
+      return expected(at + ".content", "a string", m["content"]);
+    if (m["content"].is_string()) message.content = m["content"].get<std::string>();
+    if (calls_tools) {
+      auto calls = readToolCalls(at + ".tool_calls", m["tool_calls"]);
+      if (!calls.ok()) return calls.error();
+      message.tool_calls = calls.take();
+    }
+    for (auto [key, field] : {std::pair{"tool_call_id", &message.tool_call_id}, std::pair{"name", &message.name},
+                              std::pair{"reasoning_content", &message.reasoning_content}}) {
+      if (!m.contains(key)) continue;
+      if (!m[key].is_string()) return expected(at + "." + key, "a string", m[key]);
+      *field = m[key].get<std::string>();
+    }
+    messages.push_back(std::move(message));
   }
   return messages;
 }
@@ -137,6 +184,21 @@ constexpr Field kFields[] = {
      [](const json& v, JsonRequest& out) -> Status {
        out.request.chat = true;
        return assign(readMessages(v), [&](auto m) { out.request.messages = std::move(m); });
+     }},
+    {"tools",
+     [](const json& v, JsonRequest& out) -> Status {
+       if (!v.is_array()) return expected("tools", "a list of function schemas", v);
+       for (size_t i = 0; i < v.size(); ++i) {
+         if (!v[i].is_object()) return expected(fmt::format("tools[{}]", i), "an object", v[i]);
+         out.request.tools.push_back(v[i].dump());
+       }
+       return Status::success();
+     }},
+    {"chat_template_kwargs",
+     [](const json& v, JsonRequest& out) -> Status {
+       if (!v.is_object()) return expected("chat_template_kwargs", "an object", v);
+       out.request.chat_template_kwargs = v.dump();
+       return Status::success();
      }},
     {"max_tokens",
      [](const json& v, JsonRequest& out) {
@@ -268,7 +330,15 @@ Result<JsonRequest> requestFromJsonText(std::string_view text) {
     const size_t colon = what.find(": ", what.find("column"));
     return makeError("invalid JSON at column {}: {}", e.byte, colon == std::string::npos ? what : what.substr(colon + 2));
   }
-  return requestFromJson(body);
+  auto request = requestFromJson(body);
+  // json sorts object keys; a tool schema goes to the template in the
+  // order it was written (the order the model saw in training).
+  if (request.ok() && body.contains("tools")) {
+    const auto ordered = nlohmann::ordered_json::parse(text);
+    request->request.tools.clear();
+    for (const auto& tool : ordered["tools"]) request->request.tools.push_back(tool.dump());
+  }
+  return request;
 }
 
 }  // namespace kiln

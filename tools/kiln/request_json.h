@@ -8,9 +8,13 @@
 //
 // Fields (JSON names, the OpenAI / vLLM spellings):
 //   prompt              a string (used as is, no template), or a list of token ids
-//   messages            [{"role": "system"|"user"|"assistant", "content": string}, ...],
-//                       rendered with the model's chat template
+//   messages            [{"role": "system"|"user"|"assistant"|"tool", "content": string}, ...],
+//                       rendered with the model's chat template; also tool_calls
+//                       ([{id, type, function: {name, arguments}}], content then
+//                       may be null), tool_call_id, name, reasoning_content
 //                       exactly one of prompt and messages is required
+//   tools               function schemas the chat template offers the model
+//   chat_template_kwargs  more template variables, e.g. {"enable_thinking": false}
 //   id                  a string or an integer, echoed in the answer
 //   max_tokens, top_k, seed, n, priority             integers
 //   temperature, top_p, min_p, presence_penalty,

@@ -65,6 +65,30 @@ TEST(RequestJsonTest, MessagesUseTheChatTemplate) {
   EXPECT_EQ(r->request.messages[3].content, "Colors?");
 }
 
+TEST(RequestJsonTest, ToolCallsToolResultsAndTools) {
+  auto r = requestFromJsonText(R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "18 C"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+    "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& m = r->request.messages;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[1].content, "");
+  ASSERT_EQ(m[1].tool_calls.size(), 1u);
+  EXPECT_EQ(m[1].tool_calls[0].id, "c1");
+  EXPECT_EQ(m[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(m[1].tool_calls[0].arguments, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(m[2].role, "tool");
+  EXPECT_EQ(m[2].tool_call_id, "c1");
+  EXPECT_EQ(m[2].name, "get_weather");
+  // The schema keeps its key order ("type" before "function").
+  EXPECT_EQ(r->request.tools, std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})"});
+  EXPECT_EQ(r->request.chat_template_kwargs, R"({"enable_thinking":false})");
+}
+
 TEST(RequestJsonTest, PromptAsTokenIdsAndOneStopString) {
   auto r = requestFromJsonText(R"({"prompt": [1, 22, 333], "stop": "\n", "max_tokens": 4.0, "seed": 5})");
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -78,14 +102,14 @@ TEST(RequestJsonTest, PromptAsTokenIdsAndOneStopString) {
 TEST(RequestJsonTest, FieldNamesInOrder) {
   std::vector<std::string_view> names(requestJsonFields().begin(), requestJsonFields().end());
   EXPECT_EQ(names, (std::vector<std::string_view>{
-                       "id", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+                       "id", "prompt", "messages", "tools", "chat_template_kwargs", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
                        "stop", "stop_token_ids", "n", "priority", "ignore_eos", "presence_penalty",
                        "frequency_penalty", "repetition_penalty"}));
 }
 
 TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
   const std::string fields =
-      "expected id, prompt, messages, max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, "
+      "expected id, prompt, messages, tools, chat_template_kwargs, max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, "
       "priority, ignore_eos, presence_penalty, frequency_penalty, repetition_penalty";
   struct Case {
     const char* json;
@@ -114,14 +138,19 @@ TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
       {R"({"messages": "Hi"})", "messages: expected a non-empty list of {role, content}, got string \"Hi\""},
       {R"({"messages": []})", "messages: expected a non-empty list of {role, content}, got a list"},
       {R"({"messages": ["Hi"]})", "messages[0]: expected an object {role, content}, got string \"Hi\""},
-      {R"({"messages": [{"role": "user", "content": "Hi", "name": "bob"}]})",
-       "messages[0]: unknown field \"name\"; expected role and content"},
+      {R"({"messages": [{"role": "user", "content": "Hi", "nick": "bob"}]})",
+       "messages[0]: unknown field \"nick\"; expected role, content, tool_calls, tool_call_id, name and "
+       "reasoning_content"},
       {R"({"messages": [{"content": "Hi"}]})", "messages[0]: missing role"},
       {R"({"messages": [{"role": "user"}]})", "messages[0]: missing content"},
-      {R"({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]})",
-       "messages[1].role: expected \"system\", \"user\" or \"assistant\", got string \"tool\""},
+      {R"({"messages": [{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]})",
+       "messages[1].role: expected \"system\", \"user\", \"assistant\" or \"tool\", got string \"robot\""},
       {R"({"messages": [{"role": 1, "content": "b"}]})",
-       "messages[0].role: expected \"system\", \"user\" or \"assistant\", got 1"},
+       "messages[0].role: expected \"system\", \"user\", \"assistant\" or \"tool\", got 1"},
+      {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": 3}}]}]})",
+       "messages[0].tool_calls[0].function.name: expected a string, got 3"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "tools": {"type": "function"}})",
+       "tools: expected a list of function schemas, got an object"},
       {R"({"messages": [{"role": "user", "content": ["b"]}]})", "messages[0].content: expected a string, got a list"},
       // Integers.
       {R"({"prompt": "Hi", "max_tokens": "12"})",
