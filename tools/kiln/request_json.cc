@@ -185,21 +185,6 @@ constexpr Field kFields[] = {
        out.request.chat = true;
        return assign(readMessages(v), [&](auto m) { out.request.messages = std::move(m); });
      }},
-    {"tools",
-     [](const json& v, JsonRequest& out) -> Status {
-       if (!v.is_array()) return expected("tools", "a list of function schemas", v);
-       for (size_t i = 0; i < v.size(); ++i) {
-         if (!v[i].is_object()) return expected(fmt::format("tools[{}]", i), "an object", v[i]);
-         out.request.tools.push_back(v[i].dump());
-       }
-       return Status::success();
-     }},
-    {"chat_template_kwargs",
-     [](const json& v, JsonRequest& out) -> Status {
-       if (!v.is_object()) return expected("chat_template_kwargs", "an object", v);
-       out.request.chat_template_kwargs = v.dump();
-       return Status::success();
-     }},
     {"max_tokens",
      [](const json& v, JsonRequest& out) {
        return assign(readInt32("max_tokens", v), [&](int32_t x) { out.request.sampling.max_tokens = x; });
@@ -276,6 +261,21 @@ constexpr Field kFields[] = {
      [](const json& v, JsonRequest& out) {
        return assign(readFloat("repetition_penalty", v),
                      [&](float x) { out.request.sampling.repetition_penalty = x; });
+     }},
+    {"tools",
+     [](const json& v, JsonRequest& out) -> Status {
+       if (!v.is_array()) return expected("tools", "a list of function schemas", v);
+       for (size_t i = 0; i < v.size(); ++i) {
+         if (!v[i].is_object()) return expected(fmt::format("tools[{}]", i), "an object", v[i]);
+         out.request.tools.push_back(v[i].dump());
+       }
+       return Status::success();
+     }},
+    {"chat_template_kwargs",
+     [](const json& v, JsonRequest& out) -> Status {
+       if (!v.is_object()) return expected("chat_template_kwargs", "an object", v);
+       out.request.chat_template_kwargs = v.dump();
+       return Status::success();
      }},
 };
 

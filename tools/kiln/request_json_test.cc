@@ -102,15 +102,15 @@ TEST(RequestJsonTest, PromptAsTokenIdsAndOneStopString) {
 TEST(RequestJsonTest, FieldNamesInOrder) {
   std::vector<std::string_view> names(requestJsonFields().begin(), requestJsonFields().end());
   EXPECT_EQ(names, (std::vector<std::string_view>{
-                       "id", "prompt", "messages", "tools", "chat_template_kwargs", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+                       "id", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
                        "stop", "stop_token_ids", "n", "priority", "ignore_eos", "presence_penalty",
-                       "frequency_penalty", "repetition_penalty"}));
+                       "frequency_penalty", "repetition_penalty", "tools", "chat_template_kwargs"}));
 }
 
 TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
   const std::string fields =
-      "expected id, prompt, messages, tools, chat_template_kwargs, max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, "
-      "priority, ignore_eos, presence_penalty, frequency_penalty, repetition_penalty";
+      "expected id, prompt, messages, max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, "
+      "priority, ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, tools, chat_template_kwargs";
   struct Case {
     const char* json;
     std::string message;
