@@ -88,4 +88,6 @@ for b in "${binaries[@]}"; do
   done < <(ldd "$BUILD/bin/$b")
 done
 tar -C "$out" -czf "$out.tar.gz" .
-echo "$out.tar.gz: $(du -sh "$out.tar.gz" | cut -f1) ($(du -sh "$out" | cut -f1) unpacked); libraries carried: ${!carried[*]:-none (all are on the GPU machine)}"
+libs="none (all are on the GPU machine)"
+((${#carried[@]})) && libs="${!carried[*]}"
+echo "$out.tar.gz: $(du -sh "$out.tar.gz" | cut -f1) ($(du -sh "$out" | cut -f1) unpacked); libraries carried: $libs"
