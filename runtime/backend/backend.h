@@ -29,6 +29,18 @@ class Backend {
   // Copies blocks' keys and values (and scales) in every layer: the
   // copy-on-write of a shared block, done before the forward that writes it.
   virtual Status copyBlocks(std::span<const BlockCopy> copies) = 0;
+  // Moves token slots' keys and values in every layer (speculative
+  // decoding's accepted tree nodes into place), before the next forward.
+  virtual Status copySlots(std::span<const SlotCopy> copies) { return blockPool().copySlots(copies); }
+  // Speculative verify (the plan's verify entry; tree_verify.h): the nodes
+  // its tree holds, root included (0: the backend runs no verify entry),
+  // its longest path in draft tokens, and the call itself: logits
+  // [N, vocab], accepted [B, verifyTreeDepth() + 1], count [B].
+  virtual int64_t verifyTreeNodes() const { return 0; }
+  virtual int64_t verifyTreeDepth() const { return 0; }
+  virtual Status verify(const BatchInputs&, std::span<float>, std::span<int32_t>, std::span<int32_t>) {
+    return makeError("this backend runs no verify entry");
+  }
   virtual int64_t vocabSize() const = 0;
   virtual int64_t maxTokens() const = 0;
   virtual std::string name() const = 0;
@@ -66,12 +78,31 @@ class ExecutorBackend final : public Backend {
     if constexpr (requires(Executor& e) { e.copyBlocks(copies); }) return ex_->copyBlocks(copies);
     return ex_->blockPool().copyBlocks(copies);
   }
+  Status copySlots(std::span<const SlotCopy> copies) override {
+    if constexpr (requires(Executor& e) { e.copySlots(copies); }) return ex_->copySlots(copies);
+    return ex_->blockPool().copySlots(copies);
+  }
+  int64_t verifyTreeNodes() const override {
+    if constexpr (kHasVerify) return ex_->treeNodes();
+    return 0;
+  }
+  int64_t verifyTreeDepth() const override {
+    if constexpr (kHasVerify) return ex_->treeDepth();
+    return 0;
+  }
+  Status verify(const BatchInputs& in, std::span<float> logits, std::span<int32_t> accepted,
+                std::span<int32_t> count) override {
+    if constexpr (kHasVerify) return ex_->verify(in, logits, accepted, count);
+    return Backend::verify(in, logits, accepted, count);
+  }
   int64_t vocabSize() const override { return ex_->vocabSize(); }
   int64_t maxTokens() const override { return ex_->maxTokens(); }
   std::string name() const override { return name_; }
   bool honorsSlidingWindows() const override { return honors_sliding_windows_; }
 
  private:
+  static constexpr bool kHasVerify = requires(Executor& e, const BatchInputs& in, std::span<float> l,
+                                              std::span<int32_t> a) { e.verify(in, l, a, a); };
   static constexpr bool kHasGreedy =
       requires(Executor& e, const BatchInputs& in, std::span<int32_t> t) { e.forwardGreedy(in, t); };
   std::unique_ptr<Executor> ex_;

@@ -24,8 +24,8 @@ struct BatchInputs {
   std::span<const int32_t> kv_lens;       // [B]
   // Speculative verify only (tree_verify.h): each row's tree. tokens are
   // the nodes, positions base + depth, kv_lens counting every node.
-  std::span<const int32_t> parents;         // [N] local parent, -1 for the root
-  std::span<const int32_t> base_positions;  // [B] the root's position
+  std::span<const int32_t> parents = {};         // [N] local parent, -1 for the root
+  std::span<const int32_t> base_positions = {};  // [B] the root's position
 };
 
 // What a batch is checked against, by every backend, before anything runs.

@@ -177,6 +177,13 @@ struct Engine::Impl {
   std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
   std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
   std::vector<float> fork_row;
+  // Speculative decoding's per-step state: each slice's draft tree (the
+  // root alone when it drafts nothing), the verify call's inputs and
+  // outputs, and the slot moves of accepted tree nodes.
+  std::vector<spec::DraftTree> drafts;
+  std::vector<int32_t> verify_parents, verify_base, verify_accepted, verify_counts;
+  std::vector<SlotCopy> slot_moves;
+  int64_t spec_rows = 0, spec_drafted = 0, spec_accepted = 0;
 
   // `sliding_window`: every layer's (the smallest), 0 if one attends to all.
   void startScheduler(int64_t sliding_window) {
@@ -196,6 +203,18 @@ struct Engine::Impl {
   // Records the ends of retired sequences (and of forks that never started).
   void retire();
   Status step();
+  // Flattens `slices` into the batch_* inputs (a verify batch when `trees`:
+  // each slice's tokens are then its draft tree's nodes).
+  Status flatten(const std::vector<ScheduledSlice>& slices, const std::vector<const spec::DraftTree*>* trees,
+                 BatchInputs& in);
+  // Forward over part of a step, commit, sample.
+  Status runForward(const ScheduledStep& part);
+  // Proposes drafts for the step's decode rows that speculate, growing their
+  // tables for the draft nodes; false if none drafted.
+  bool proposeDrafts(ScheduledStep& plan);
+  // The decode rows as verify rows (with their drafts), then acceptance:
+  // accepted nodes' KV moved into place, tokens emitted, the rest rolled back.
+  Status runVerify(ScheduledStep& part, const std::vector<const spec::DraftTree*>& trees);
 };
 
 void Engine::Impl::finish(Sequence& seq, FinishReason reason, std::string error) {
@@ -299,28 +318,64 @@ Status Engine::Impl::step() {
   const std::vector<ScheduledSlice>& batch = plan.slices;
   if (batch.empty()) return Status::success();
   ++steps;
+  // Drafts grow their tables first: their copies join the step's.
+  const bool drafted = proposeDrafts(plan);
   if (!plan.copies.empty()) {
     if (Status copied = executor->copyBlocks(plan.copies); !copied.ok()) {
       for (const ScheduledSlice& s : batch) finish(*s.seq, FinishReason::kError, copied.error().message);
       return Status::success();
     }
   }
+  if (!drafted) return runForward(plan);
+  // Decode rows go through verify (drafts or none: a row without drafts is a
+  // tree of its root alone), the rest (prefill chunks) through forward.
+  ScheduledStep prefill, decode;
+  std::vector<const spec::DraftTree*> trees;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (drafts[b].size() > 0) {
+      decode.slices.push_back(batch[b]);
+      trees.push_back(&drafts[b]);
+    } else {
+      prefill.slices.push_back(batch[b]);
+    }
+  }
+  if (!prefill.slices.empty()) KILN_RETURN_IF_ERROR(runForward(prefill));
+  return runVerify(decode, trees);
+}
 
-  // Flatten into the ragged-batch inputs.
+Status Engine::Impl::flatten(const std::vector<ScheduledSlice>& slices,
+                             const std::vector<const spec::DraftTree*>* trees, BatchInputs& in) {
   size_t max_blocks = 0;
-  for (const ScheduledSlice& s : batch) max_blocks = std::max(max_blocks, s.seq->table.blocks().size());
+  for (const ScheduledSlice& s : slices) max_blocks = std::max(max_blocks, s.seq->table.blocks().size());
   batch_tokens.clear();
   batch_positions.clear();
   batch_slots.clear();
   batch_query_start.assign(1, 0);
   batch_kv_lens.clear();
-  batch_tables.assign(batch.size() * max_blocks, 0);
-  for (size_t b = 0; b < batch.size(); ++b) {
-    Sequence& seq = *batch[b].seq;
-    const int64_t begin = batch[b].begin, count = batch[b].count;
-    for (int64_t i = 0; i < count; ++i) {
-      batch_tokens.push_back(seq.tokens[size_t(begin + i)]);
-      batch_positions.push_back(int32_t(begin + i));
+  batch_tables.assign(slices.size() * max_blocks, 0);
+  verify_parents.clear();
+  verify_base.clear();
+  for (size_t b = 0; b < slices.size(); ++b) {
+    Sequence& seq = *slices[b].seq;
+    const int64_t begin = slices[b].begin;
+    int64_t count = slices[b].count;
+    if (trees) {
+      // Node i at table position begin + i; its position is its depth's.
+      const spec::DraftTree& tree = *(*trees)[b];
+      count = tree.size();
+      const size_t first = batch_positions.size();
+      for (int64_t i = 0; i < count; ++i) {
+        const int32_t parent = tree.parents[size_t(i)];
+        batch_tokens.push_back(tree.tokens[size_t(i)]);
+        verify_parents.push_back(parent);
+        batch_positions.push_back(parent < 0 ? int32_t(begin) : batch_positions[first + size_t(parent)] + 1);
+      }
+      verify_base.push_back(int32_t(begin));
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        batch_tokens.push_back(seq.tokens[size_t(begin + i)]);
+        batch_positions.push_back(int32_t(begin + i));
+      }
     }
     size_t slot_base = batch_slots.size();
     batch_slots.resize(slot_base + size_t(count));
@@ -330,8 +385,7 @@ Status Engine::Impl::step() {
     batch_query_start.push_back(int32_t(batch_tokens.size()));
     batch_kv_lens.push_back(int32_t(begin + count));
   }
-  logits.resize(batch.size() * size_t(vocab));
-  BatchInputs in;
+  in = BatchInputs{};
   in.tokens = batch_tokens;
   in.positions = batch_positions;
   in.slot_mapping = batch_slots;
@@ -339,6 +393,18 @@ Status Engine::Impl::step() {
   in.max_blocks = int(max_blocks);
   in.query_start = batch_query_start;
   in.kv_lens = batch_kv_lens;
+  if (trees) {
+    in.parents = verify_parents;
+    in.base_positions = verify_base;
+  }
+  return {};
+}
+
+Status Engine::Impl::runForward(const ScheduledStep& part) {
+  const std::vector<ScheduledSlice>& batch = part.slices;
+  BatchInputs in;
+  KILN_RETURN_IF_ERROR(flatten(batch, nullptr, in));
+  logits.resize(batch.size() * size_t(vocab));
   // Rows that sample a token this step (their pending tokens are done).
   // When every one of them is plain greedy and the backend can, the greedy
   // tokens are computed where the logits are and only ids come back.
@@ -354,7 +420,7 @@ Status Engine::Impl::step() {
     for (const ScheduledSlice& s : batch) finish(*s.seq, FinishReason::kError, forwarded.error().message);
     return Status::success();
   }
-  scheduler->commit(plan);
+  scheduler->commit(part);
   if (greedy) {
     for (size_t b = 0; b < batch.size(); ++b) {
       Sequence& seq = *batch[b].seq;
@@ -384,6 +450,117 @@ Status Engine::Impl::step() {
   });
   for (size_t b = 0; b < batch.size(); ++b)
     if (sampled[b] >= 0) emitToken(*batch[b].seq, sampled[b]);
+  return Status::success();
+}
+
+bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
+  drafts.resize(plan.slices.size());
+  for (spec::DraftTree& tree : drafts) tree.tokens.clear(), tree.parents.clear();
+  if (executor->verifyTreeNodes() == 0) return false;
+  BlockPool& pool = executor->blockPool();
+  int64_t batch_tokens_now = 0;
+  for (const ScheduledSlice& s : plan.slices) batch_tokens_now += s.count;
+  bool any = false;
+  for (size_t b = 0; b < plan.slices.size(); ++b) {
+    const ScheduledSlice& s = plan.slices[b];
+    Sequence& seq = *s.seq;
+    // A decode row: the sequence's last token alone (a parallel-sampling
+    // request's forks start from a forward row's logits).
+    if (!seq.spec || s.count != 1 || s.begin + 1 != int64_t(seq.tokens.size()) || !seq.forks.empty()) continue;
+    spec::DraftTree& tree = drafts[b];
+    tree.reset(seq.tokens.back());
+    if (!seq.spec->drafting(seq.generated())) continue;
+    // Room: the request's max_tokens and context (a bonus token follows the
+    // accepted drafts) and the forward's token budget.
+    const int64_t room = std::min({seq.sampler->params().max_tokens - seq.generated() - 1,
+                                   context_length - int64_t(seq.tokens.size()) - 1,
+                                   executor->maxTokens() - batch_tokens_now});
+    if (room <= 0) continue;
+    spec::TreeShape shape = seq.spec->tree;
+    if (shape.depth() > room) shape.widths.resize(size_t(room));
+    seq.spec->drafter->propose(seq.tokens, shape, tree);
+    // Later nodes only have earlier parents: cutting the tail keeps a tree.
+    if (tree.size() - 1 > room) {
+      tree.tokens.resize(size_t(room + 1));
+      tree.parents.resize(size_t(room + 1));
+    }
+    const int64_t extra = tree.size() - 1;
+    if (extra == 0) continue;
+    // Draft slots come from free or evictable blocks, never by preempting.
+    if (!scheduler->makeFree(seq.table.blocksNeeded(pool, extra)) ||
+        !seq.table.append(pool, extra, &plan.copies).ok()) {
+      tree.reset(seq.tokens.back());
+      continue;
+    }
+    batch_tokens_now += extra;
+    any = true;
+  }
+  return any;
+}
+
+Status Engine::Impl::runVerify(ScheduledStep& part, const std::vector<const spec::DraftTree*>& trees) {
+  std::vector<ScheduledSlice>& rows = part.slices;
+  BatchInputs in;
+  KILN_RETURN_IF_ERROR(flatten(rows, &trees, in));
+  const int64_t width = executor->verifyTreeDepth() + 1;
+  logits.resize(in.tokens.size() * size_t(vocab));
+  verify_accepted.resize(rows.size() * size_t(width));
+  verify_counts.resize(rows.size());
+  BlockPool& pool = executor->blockPool();
+  Status verified = executor->verify(in, logits, verify_accepted, verify_counts);
+  // Accepted tree nodes move to the slots of their depths (a chain's are
+  // there already); they go in path order, and a node's index is at least
+  // its depth, so no move reads a slot an earlier one wrote.
+  slot_moves.clear();
+  for (size_t b = 0; b < rows.size() && verified.ok(); ++b) {
+    const int32_t* path = verify_accepted.data() + b * size_t(width);
+    for (int32_t d = 1; d <= verify_counts[b]; ++d)
+      if (path[d] != d) {
+        auto from = rows[b].seq->table.slot(rows[b].begin + path[d]);
+        auto to = rows[b].seq->table.slot(rows[b].begin + d);
+        if (!from.ok() || !to.ok()) return makeError("verify: an accepted node has no slot");
+        slot_moves.push_back({*from, *to});
+      }
+  }
+  if (verified.ok()) verified = executor->copySlots(slot_moves);
+  if (!verified.ok()) {
+    for (const ScheduledSlice& s : rows) {
+      (void)s.seq->table.truncate(pool, s.begin + s.count);
+      finish(*s.seq, FinishReason::kError, verified.error().message);
+    }
+    return Status::success();
+  }
+  for (size_t b = 0; b < rows.size(); ++b) {
+    ScheduledSlice& s = rows[b];
+    Sequence& seq = *s.seq;
+    const spec::DraftTree& tree = *trees[b];
+    const int32_t* path = verify_accepted.data() + b * size_t(width);
+    const int32_t accepted = verify_counts[b];
+    int32_t last = 0;  // the deepest node whose token is emitted
+    for (int32_t d = 1; d <= accepted && !seq.finished; ++d) {
+      emitToken(seq, tree.tokens[size_t(path[d])]);
+      last = path[d];
+    }
+    if (!seq.finished) {
+      std::span<float> row(logits.data() + int64_t(batch_query_start[b] + last) * vocab, size_t(vocab));
+      emitToken(seq, seq.sampler->sample(row, seq.tokens));
+    }
+    // The root and the emitted drafts have their keys and values in place;
+    // the rejected nodes' slots are dropped, and blocks wholly past them freed.
+    const int64_t kept = std::min<int64_t>(1 + accepted, int64_t(seq.tokens.size()) - s.begin);
+    s.count = kept;
+    KILN_RETURN_IF_ERROR(seq.table.truncate(pool, s.begin + kept));
+    if (tree.size() > 1) {
+      ++seq.stats.spec_rows;
+      seq.stats.spec_drafted_tokens += tree.size() - 1;
+      seq.stats.spec_accepted_tokens += kept - 1;
+      ++spec_rows;
+      spec_drafted += tree.size() - 1;
+      spec_accepted += kept - 1;
+      seq.spec->record(tree.size() - 1, kept - 1, seq.generated());
+    }
+  }
+  scheduler->commit(part);
   return Status::success();
 }
 
@@ -605,6 +782,12 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     tokens.erase(tokens.begin(), tokens.end() - limit);
   }
   const sampling::SamplingParams& params = request.sampling;
+  if (request.speculation.enabled()) {
+    KILN_RETURN_IF_ERROR(checkSpeculation(request.speculation));
+    if (!params.isPlainGreedy())
+      return makeError("speculative decoding accepts drafts greedily: it needs plain greedy sampling (temperature 0, "
+                       "no penalties); drop --spec or the sampling options");
+  }
   if (params.n > e.options.max_sequences)
     return makeError("n {} is more completions than the engine runs at once ({} sequences): expected n <= {}",
                      params.n, e.options.max_sequences, e.options.max_sequences);
@@ -638,6 +821,11 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     seq->stop.emplace(params.stop_strings);
     seq->on_token = on_token;
     seq->submitted = Clock::now();
+    if (request.speculation.method == SpecMethod::kNgram) {
+      seq->spec.emplace();
+      seq->spec->drafter = std::make_unique<spec::NgramDrafter>();
+      seq->spec->tree = request.speculation.tree;
+    }
     return seq;
   };
   auto first = makeSequence(0);
@@ -707,7 +895,26 @@ EngineMetrics Engine::metrics() const {
   }
   m.preemptions = s.preemptions();
   m.steps = impl_->steps;
+  m.spec_rows = impl_->spec_rows;
+  m.spec_drafted_tokens = impl_->spec_drafted;
+  m.spec_accepted_tokens = impl_->spec_accepted;
   return m;
+}
+
+Status Engine::checkSpeculation(const SpeculationParams& speculation) const {
+  if (!speculation.enabled()) return {};
+  const spec::TreeShape& tree = speculation.tree;
+  if (tree.depth() == 0) return makeError("speculative decoding needs at least one draft token (k >= 1)");
+  const int64_t nodes = impl_->executor->verifyTreeNodes(), depth = impl_->executor->verifyTreeDepth();
+  if (nodes == 0)
+    return makeError("speculative decoding needs an artifact with a verify entry on the {} backend: compile it with "
+                     "kiln-compile --spec-tree={} (the CPU backend runs it; the CUDA backend does not yet)",
+                     impl_->executor->name(), tree.text());
+  if (tree.nodes() > nodes || tree.depth() > depth)
+    return makeError("the draft tree {} has {} nodes and depth {}, more than the artifact's verify entry holds ({} "
+                     "nodes, depth {}): compile with kiln-compile --spec-tree={} or draft less",
+                     tree.text(), tree.nodes(), tree.depth(), nodes, depth, tree.text());
+  return {};
 }
 
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }

@@ -16,6 +16,7 @@
 #include "runtime/chat/chat_template.h"
 #include "runtime/cuda/cuda_tuning.h"
 #include "runtime/sampling/sampling_params.h"
+#include "runtime/spec/drafter.h"
 #include "runtime/support/error.h"
 
 namespace kiln {
@@ -64,6 +65,19 @@ bool cudaAvailable(std::string* why = nullptr, std::string* target = nullptr);
 enum class FinishReason { kRunning, kLength, kStop, kEos, kCancelled, kError };
 std::string_view finishReasonName(FinishReason reason);
 
+// Speculative decoding for one request (docs/design/speculative.md): each
+// decode step the drafter proposes tokens in the shape `tree` and one verify
+// forward keeps the longest path the model agrees with. Greedy sampling
+// only; the artifact needs a verify entry at least as large
+// (kiln-compile --spec-tree).
+enum class SpecMethod { kNone, kNgram };
+
+struct SpeculationParams {
+  SpecMethod method = SpecMethod::kNone;
+  spec::TreeShape tree;  // a chain of k is k widths of 1
+  bool enabled() const { return method != SpecMethod::kNone; }
+};
+
 struct GenerationRequest {
   std::string prompt;                 // used as is unless `chat`
   std::vector<int32_t> prompt_tokens; // if set: the prompt as token ids (no template)
@@ -80,6 +94,7 @@ struct GenerationRequest {
   // Higher runs first: admitted before, and preempted after, every request
   // of a lower priority; first come, first served within one priority.
   int priority = 0;
+  SpeculationParams speculation;
 };
 
 struct RequestStats {
@@ -87,6 +102,11 @@ struct RequestStats {
   int64_t generated_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int64_t preemptions = 0;           // times its KV was dropped and recomputed
+  // Speculative decoding: verify rows that carried drafts, the draft tokens
+  // they carried, and how many of those were accepted.
+  int64_t spec_rows = 0;
+  int64_t spec_drafted_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
   double queue_seconds = 0;    // submit -> first forward call
   double prefill_seconds = 0;  // first forward call -> first token
   double decode_seconds = 0;   // first token -> finish
@@ -112,6 +132,9 @@ struct EngineMetrics {
   int64_t prefix_hit_tokens = 0;      // of those, found (their prefill skipped)
   int64_t preemptions = 0;      // sequences preempted so far
   int64_t steps = 0;            // forward calls so far
+  int64_t spec_rows = 0;        // speculative decoding, as RequestStats, over all requests
+  int64_t spec_drafted_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
   double prefixHitRate() const {
     return prefix_queried_tokens > 0 ? double(prefix_hit_tokens) / double(prefix_queried_tokens) : 0.0;
   }
@@ -159,6 +182,9 @@ class Engine {
   // yields every position's logits (perplexity; kiln bench ppl). Needs an
   // idle engine and tokens.size() <= contextLength().
   Result<std::vector<double>> scoreTokens(std::span<const int32_t> tokens);
+  // Whether requests may ask for `speculation`: the artifact's verify entry
+  // holds the tree (its nodes and depth); the error says what to compile.
+  Status checkSpeculation(const SpeculationParams& speculation) const;
   const Tokenizer& tokenizer() const;
   const Manifest& manifest() const;
   int64_t contextLength() const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/engine/engine.h"
+#include "runtime/engine/spec_state.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/kv/prefix_cache.h"
 #include "runtime/sampling/sampler.h"
@@ -44,6 +45,7 @@ struct Sequence {
   std::optional<StreamingDetokenizer> detokenizer;
   std::optional<sampling::StopChecker> stop;
   TokenCallback on_token;
+  std::optional<SpecState> spec;  // speculative decoding, when the request asks for it
   RequestStats stats;
   Clock::time_point submitted, started, first_token;
   bool ever_started = false;

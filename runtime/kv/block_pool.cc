@@ -1,5 +1,7 @@
 #include "runtime/kv/block_pool.h"
 
+#include "runtime/kv/kv_quant.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -129,6 +131,25 @@ Status BlockPool::copyBlocks(std::span<const BlockCopy> copies) {
         const int64_t per_block = config_.scaleElems() / config_.num_blocks;
         std::memcpy(s + c.to * per_block, s + c.from * per_block, size_t(per_block) * sizeof(float));
       }
+    }
+  }
+  return {};
+}
+
+Status BlockPool::copySlots(std::span<const SlotCopy> copies) {
+  const int64_t slots = int64_t(numBlocks()) * config_.page_size;
+  if (!copies.empty() && !storage_) return makeError("kv pool: slot copies need the pools in host memory");
+  const int64_t slot_bytes = config_.poolBytes() / slots;
+  for (const SlotCopy& c : copies) {
+    if (c.from < 0 || c.from >= slots || c.to < 0 || c.to >= slots)
+      return makeError("kv pool: copy of slot {} to {} is out of range [0, {})", c.from, c.to, slots);
+    for (int64_t pool = 0; pool < 2 * int64_t(config_.layers); ++pool) {
+      uint8_t* base = storage_.get() + pool * config_.poolBytes();
+      std::memcpy(base + c.to * slot_bytes, base + c.from * slot_bytes, size_t(slot_bytes));
+      if (float* s = scales(pool))
+        for (int head = 0; head < config_.kv_heads; ++head)
+          s[kvScaleIndex(c.to, head, config_.page_size, config_.kv_heads)] =
+              s[kvScaleIndex(c.from, head, config_.page_size, config_.kv_heads)];
     }
   }
   return {};

@@ -78,6 +78,14 @@ struct BlockCopy {
   int32_t to = 0;
 };
 
+// One token slot's keys and values (and scales) moved to another slot in
+// every layer: speculative decoding's accepted tree nodes moved to the
+// positions of their depths.
+struct SlotCopy {
+  int64_t from = 0;
+  int64_t to = 0;
+};
+
 class BlockPool {
  public:
   // With KvStorage::kHost, allocates 2 * layers pools and their scales at
@@ -124,6 +132,9 @@ class BlockPool {
   // Copies blocks in the host pools (KvStorage::kHost); an executor that
   // keeps the pools elsewhere copies them itself.
   Status copyBlocks(std::span<const BlockCopy> copies);
+  // Copies slots, in order, in the host pools; an error when the pools are
+  // elsewhere.
+  Status copySlots(std::span<const SlotCopy> copies);
 
  private:
   BlockPool() = default;

@@ -1,0 +1,168 @@
+// Speculative decoding on the real SmolLM2 artifact compiled with a verify
+// entry (the ctest fixture, --spec-tree=widths:2,2,2,1,1,1): greedy output
+// with n-gram drafts is token for token the output without, alone, batched
+// with plain requests, under preemption and with the prefix cache; rejected
+// drafts leave no block behind; bad settings are refused at submit.
+#include "runtime/engine/engine.h"
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+std::string artifactDir() {
+  const char* dir = std::getenv("KILN_SMOLLM2_SPEC_ARTIFACT");
+  return dir ? dir : "(KILN_SMOLLM2_SPEC_ARTIFACT unset: run this test through ctest)";
+}
+
+std::unique_ptr<Engine> openEngine(EngineOptions options = {}) {
+  options.progress = false;
+  options.threads = 2;
+  options.device = "cpu";
+  auto engine = Engine::open(artifactDir(), options);
+  if (!engine.ok()) {
+    const char* require = std::getenv("KILN_REQUIRE_MODELS");
+    if (require && std::string(require) == "1")
+      ADD_FAILURE() << "KILN_REQUIRE_MODELS=1 but the engine cannot open " << artifactDir() << ": "
+                    << engine.error().message;
+    return nullptr;
+  }
+  return engine.take();
+}
+
+#define OPEN_OR_SKIP(engine, ...)   \
+  auto engine = openEngine(__VA_ARGS__); \
+  if (!engine) GTEST_SKIP() << "SmolLM2 spec artifact unavailable (run scripts/setup.sh)"
+
+GenerationRequest greedy(const std::string& prompt, int max_tokens, std::vector<int64_t> widths = {}) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  if (!widths.empty()) {
+    r.speculation.method = SpecMethod::kNgram;
+    r.speculation.tree.widths = std::move(widths);
+  }
+  return r;
+}
+
+std::map<int64_t, std::vector<int32_t>> runAll(Engine& engine, const std::vector<GenerationRequest>& requests,
+                                               std::vector<int64_t>& ids) {
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  for (const GenerationRequest& r : requests) {
+    auto id = engine.submit(r, [&](int64_t id, int32_t token, std::string_view) {
+      if (token >= 0) tokens[id].push_back(token);
+    });
+    EXPECT_TRUE(id.ok()) << (id.ok() ? "" : id.error().message);
+    if (id.ok()) ids.push_back(*id);
+  }
+  Status status = engine.runUntilIdle();
+  EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message);
+  return tokens;
+}
+
+// A prompt the model continues by repeating it, where drafts are accepted.
+const std::string kRepetitive =
+    "Copy the list exactly.\nred green blue yellow red green blue yellow red green blue yellow red green blue";
+const std::vector<std::string> kPrompts = {"The three primary colors are", "def fibonacci(n):", kRepetitive};
+
+std::vector<std::vector<int32_t>> plainOutputs(Engine& engine, int max_tokens) {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& p : kPrompts) {
+    std::vector<int64_t> ids;
+    out.push_back(runAll(engine, {greedy(p, max_tokens)}, ids)[ids[0]]);
+  }
+  return out;
+}
+
+TEST(SpeculativeTest, ChainAndTreeDraftsKeepTheGreedyTokens) {
+  OPEN_OR_SKIP(engine);
+  const std::vector<std::vector<int32_t>> plain = plainOutputs(*engine, 40);
+  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{1, 1, 1, 1}, std::vector<int64_t>{2, 2, 2, 1}}) {
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      std::vector<int64_t> ids;
+      const int64_t steps_before = engine->metrics().steps;
+      auto out = runAll(*engine, {greedy(kPrompts[i], 40, widths)}, ids);
+      const int64_t steps = engine->metrics().steps - steps_before;
+      EXPECT_EQ(out[ids[0]], plain[i]) << "prompt " << i << " tree " << widths.size() << "x" << widths[0];
+      const RequestStats& stats = *engine->stats(ids[0]);
+      EXPECT_EQ(stats.generated_tokens, 40);
+      if (kPrompts[i] == kRepetitive) {
+        // The repetition's drafts are mostly right: well over one token
+        // accepted a verify row, so far fewer forwards than tokens.
+        EXPECT_GT(stats.spec_rows, 0);
+        EXPECT_GT(stats.spec_accepted_tokens, 2 * stats.spec_rows)
+            << stats.spec_accepted_tokens << " accepted of " << stats.spec_drafted_tokens << " in "
+            << stats.spec_rows << " rows";
+        EXPECT_LT(steps, 30);
+      }
+    }
+  }
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
+}
+
+// Spec and plain requests in one batch, a pool too small for all of them
+// (preemption), the prefix cache on: every output is its plain solo output,
+// and the rollback of rejected drafts leaves no block held.
+TEST(SpeculativeTest, BatchedWithPlainRequestsUnderPreemption) {
+  OPEN_OR_SKIP(roomy);
+  const std::vector<std::vector<int32_t>> plain = plainOutputs(*roomy, 36);
+  EngineOptions tight;
+  tight.kv_cache_tokens = 160;  // 10 blocks of 16; each request needs 4 alone
+  tight.prefix_cache = true;
+  OPEN_OR_SKIP(engine, tight);
+  std::vector<GenerationRequest> all;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    all.push_back(greedy(kPrompts[i], 36, {1, 1, 1, 1, 1}));
+    all.push_back(greedy(kPrompts[i], 36));
+  }
+  std::vector<int64_t> ids;
+  auto out = runAll(*engine, all, ids);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(engine->stats(ids[i])->finish, FinishReason::kLength) << engine->stats(ids[i])->error;
+    EXPECT_EQ(out[ids[i]], plain[i / 2]) << "request " << i;
+  }
+  const EngineMetrics m = engine->metrics();
+  EXPECT_GT(m.preemptions, 0);
+  EXPECT_GT(m.spec_accepted_tokens, 0);
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
+  // A second round hits the cache that the first filled (accepted tokens only).
+  std::vector<int64_t> again;
+  auto out2 = runAll(*engine, {greedy(kRepetitive, 36, {2, 2, 1})}, again);
+  EXPECT_EQ(out2[again[0]], plain[2]);
+  EXPECT_GT(engine->metrics().prefix_hit_tokens, 0);
+  const EngineMetrics end = engine->metrics();
+  EXPECT_EQ(end.kv_blocks_free + end.kv_blocks_cached, end.kv_blocks_total);
+}
+
+TEST(SpeculativeTest, BadSettingsAreRefusedAtSubmit) {
+  OPEN_OR_SKIP(engine);
+  auto refused = [&](GenerationRequest r) {
+    auto id = engine->submit(std::move(r), {});
+    return id.ok() ? std::string("accepted") : id.error().message;
+  };
+  EXPECT_EQ(refused(greedy("Hi", 4, {1, 1, 1, 1, 1, 1, 1})),
+            "the draft tree chain:7 has 8 nodes and depth 7, more than the artifact's verify entry holds (39 nodes, "
+            "depth 6): compile with kiln-compile --spec-tree=chain:7 or draft less");
+  EXPECT_EQ(refused(greedy("Hi", 4, {8, 4})),
+            "the draft tree widths:8,4 has 41 nodes and depth 2, more than the artifact's verify entry holds (39 "
+            "nodes, depth 6): compile with kiln-compile --spec-tree=widths:8,4 or draft less");
+  GenerationRequest empty = greedy("Hi", 4);
+  empty.speculation.method = SpecMethod::kNgram;
+  EXPECT_EQ(refused(empty), "speculative decoding needs at least one draft token (k >= 1)");
+  GenerationRequest sampled = greedy("Hi", 4, {1, 1});
+  sampled.sampling.temperature = 0.8f;
+  EXPECT_EQ(refused(sampled),
+            "speculative decoding accepts drafts greedily: it needs plain greedy sampling (temperature 0, no "
+            "penalties); drop --spec or the sampling options");
+  EXPECT_TRUE(engine->idle());
+}
+
+}  // namespace
+}  // namespace kiln
