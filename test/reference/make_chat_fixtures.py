@@ -161,6 +161,94 @@ CONVERSATIONS = {
 }
 
 
+# Constructs one at a time, beyond what the real templates exercise:
+# (name, source, variables). Rendered into chat_templates.json's "snippets"
+# for kiln_jinja's differential test.
+SNIPPETS = [
+    ("ws_block_lines", "{% for x in xs %}\n  {{ x }}\n{% endfor %}\n", {"xs": [1, 2]}),
+    ("ws_minus", "a  {%- if true -%}  b  {%- endif -%}  c", {}),
+    ("ws_plus", "  {%+ if true %}y{% endif %}\n  {%- if true +%}\nz{% endif %}", {}),
+    ("ws_comment", "a\n  {# c #}\nb {#- d -#} c", {}),
+    ("ws_output_no_trim", "{{ 'a' }}\n{{ 'b' }}\n", {}),
+    ("ws_indented_text", "x\n    text {% if true %}\n    y{% endif %}", {}),
+    ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n", {}),
+    ("loop_fields", "{% for x in 'abc' %}{{ loop.index }}{{ loop.revindex0 }}{{ loop.previtem }}"
+     "{{ loop.nextitem }}{{ loop.cycle('o', 'e') }};{% endfor %}", {}),
+    ("loop_nested", "{% for a in [1, 2] %}{% for b in [3, 4] %}{{ loop.index }}{{ a }}{{ b }} "
+     "{% endfor %}{{ loop.index }}|{% endfor %}", {}),
+    ("loop_dict", "{% for k in d %}{{ k }}{% endfor %}{% for k, v in d.items() %}{{ v }}{% endfor %}",
+     {"d": {"z": 1, "a": 2}}),
+    ("loop_filter_else", "{% for x in xs if x > 1 %}{{ x }}{{ loop.last }}{% else %}none{% endfor %}",
+     {"xs": [1, 2, 3]}),
+    ("scope_loop", "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", {}),
+    ("scope_if", "{% if true %}{% set x = 5 %}{% endif %}{{ x }}", {}),
+    ("namespace", "{% set ns = namespace(a=1, b=[]) %}{% for i in [1, 2, 3] %}{% set ns.a = ns.a * i %}"
+     "{% endfor %}{{ ns.a }}{{ ns.b }}", {}),
+    ("set_block", "{% set x %}in {{ 1 + 1 }}{% endset %}[{{ x }}]", {}),
+    ("set_tuple", "{% set a, b = 1, 'two' %}{{ a }}{{ b }}", {}),
+    ("macro", "{% macro f(x, y='d') %}<{{ x }}{{ y }}>{% endmacro %}{{ f(1) }}{{ f(2, y=3) }}{{ f(y=4, x=5) }}", {}),
+    ("arith", "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} "
+     "{{ -7 % 3 }} {{ 2 ** 3 ** 2 }} {{ 1.5 + 1 }} {{ 10 / 4 }} {{ -3 }} {{ 0.1 + 0.2 }}", {}),
+    ("concat", "{{ 'a' ~ 1 ~ none ~ true }} {{ 'x' + 'y' }} {{ [1] + [2] }} {{ 'ab' * 2 }}", {}),
+    ("compare", "{{ 1 < 2 }}{{ 2 <= 2 }}{{ 'a' < 'b' }}{{ 1 == 1.0 }}{{ [1, 2] == [1, 2] }}"
+     "{{ {'a': 1} == {'a': 1} }}{{ none == none }}{{ 1 != '1' }}", {}),
+    ("logic", "{{ 0 or 'x' }}{{ 'a' and 'b' }}{{ none or [] }}{{ not 0 }}{{ 1 and 0 }}", {}),
+    ("in", "{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}{{ 'k' in d }}{{ 'q' not in d }}", {"d": {"k": 0}}),
+    ("ternary", "{{ 'y' if 1 else 'n' }}{{ 'y' if 0 else 'n' }}[{{ 'y' if 0 }}]", {}),
+    ("print_values", "{{ none }} {{ true }} {{ 1.0 }} {{ 1e-7 }} {{ [1, 'a', none, [true]] }} "
+     "{{ {'k': 'v', 'n': none} }} {{ \"it's\" }} {{ ['it\\'s'] }}", {}),
+    ("slices", "{{ xs[1:] }}{{ xs[:-1] }}{{ xs[::-1] }}{{ xs[::2] }}{{ xs[-2:] }}{{ xs[5:] }}"
+     "{{ 'hello'[1:3] }}{{ 'héllo'[::-1] }}{{ xs[-1] }}", {"xs": [1, 2, 3, 4]}),
+    ("subscripts", "{{ d['a']['b'] }}{{ d.a.b }}{{ xs.0 }}{{ d.missing }}|{{ d['items'] }}",
+     {"d": {"a": {"b": 7}, "items": "it"}, "xs": [9]}),
+    ("str_methods", "{{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\n\na'.lstrip() }}|"
+     "{{ 'a\n\n'.rstrip('\n') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|"
+     "{{ 'a b c'.split(' ', 1) }}|{{ 'abc'.startswith(('x', 'a')) }}|{{ 'abc'.endswith('bc') }}|"
+     "{{ 'aXb'.upper() }}{{ 'aXb'.lower() }}|{{ 'a-a'.replace('a', 'b') }}|{{ 'hi there'.title() }}|"
+     "{{ 'hI'.capitalize() }}|{{ 'banana'.count('a') }}{{ 'banana'.find('n') }}|{{ '-'.join(['a', 'b']) }}",
+     {}),
+    ("dict_methods", "{{ d.keys() | list }}{{ d.values() | list }}{{ d.items() | list }}{{ d.get('a') }}"
+     "{{ d.get('z') }}{{ d.get('z', 0) }}", {"d": {"a": 1, "b": 2}}),
+    ("filters_text", "{{ '  x  ' | trim }}|{{ 'xyx' | trim('x') }}|{{ 'aB' | lower }}{{ 'aB' | upper }}|"
+     "{{ 'hello world' | capitalize }}|{{ 'hello-world (x)' | title }}|{{ 'aaa' | replace('a', 'b', 2) }}|"
+     "{{ 42 | string }}{{ none | string }}", {}),
+    ("filters_lists", "{{ xs | length }}{{ xs | count }}{{ 'héllo' | length }}{{ d | length }}|{{ xs | first }}"
+     "{{ xs | last }}|{{ xs | join }}|{{ xs | join(', ') }}|{{ xs | list }}|{{ 'ab' | list }}|"
+     "{{ [3, 1, 3] | unique | list }}", {"xs": [1, 2, 3], "d": {"a": 1}}),
+    ("filters_default", "{{ missing | default('d') }}{{ none | default('d') }}{{ '' | default('d', true) }}"
+     "{{ 0 | d('z', true) }}{{ 'v' | default('d') }}", {}),
+    ("filters_select", "{{ xs | select('odd') | list }}{{ xs | reject('odd') | list }}"
+     "{{ xs | select | list }}{{ ms | selectattr('r', 'equalto', 'u') | map(attribute='c') | list }}"
+     "{{ ms | rejectattr('r', 'equalto', 'u') | map(attribute='c') | join }}{{ ms | selectattr('x') | list }}"
+     "{{ ['a', 'b'] | map('upper') | list }}{{ [0, 1, 2] | select('gt', 0) | list }}",
+     {"xs": [0, 1, 2, 3], "ms": [{"r": "u", "c": 1}, {"r": "a", "c": 2, "x": True}]}),
+    ("filters_items", "{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}",
+     {"d": {"b": 1, "a": [2]}}),
+    ("filters_numbers", "{{ '3' | int }}{{ 3.9 | int }}{{ 'x' | int }}{{ '2.5' | float }}{{ -3 | abs }}"
+     "{{ 2 | float }}", {}),
+    ("tojson", "{{ v | tojson }}|{{ v | tojson(indent=2) }}|{{ v | tojson(sort_keys=true) }}|"
+     "{{ v | tojson(separators=(',', ':')) }}|{{ 'é\"\\\n\t\u0001' | tojson }}|{{ [] | tojson(indent=4) }}"
+     "{{ {} | tojson }}|{{ [1.0, 1e100, -0.5, 3] | tojson }}",
+     {"v": {"z": [1, {"y": None}], "a": "é", "b": True, "e": {}}}),
+    ("tests", "{{ x is defined }}{{ y is undefined }}{{ none is none }}{{ 'a' is string }}{{ 1 is number }}"
+     "{{ 1 is integer }}{{ 1.0 is float }}{{ true is boolean }}{{ true is true }}{{ 0 is false }}"
+     "{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is iterable }}{{ [] is sequence }}{{ 3 is odd }}"
+     "{{ 4 is even }}{{ 9 is divisibleby(3) }}{{ 'ab' is lower }}{{ 'AB' is upper }}{{ 1 is eq 1 }}"
+     "{{ 1 is ne 2 }}{{ 2 is in [1, 2] }}{{ x is not none }}{{ range is callable }}{{ true is number }}",
+     {"x": 1}),
+    ("undefined", "[{{ u }}]{{ u | length }}{% for x in u %}x{% endfor %}{{ u is defined }}{{ u == u }}"
+     "{{ not u }}{{ u | default('d') }}{{ d.m is defined }}{{ (d.m or 'o') }}", {"d": {}}),
+    ("range", "{{ range(3) | list }}{{ range(1, 7, 2) | list }}{{ range(3, 0, -1) | list }}", {}),
+    ("dict_global", "{{ dict(a=1, b='x') }}", {}),
+    ("strings_escapes", "{{ 'tab\\tq\\'' }}{{ \"dq\\\"\" }}{{ '\\u00e9\\x41' }}{{ 'a' 'b' }}", {}),
+    ("loop_controls", "{% for x in range(10) %}{% if x is odd %}{% continue %}{% endif %}{% if x > 6 %}"
+     "{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("raise", "{% if true %}{{ raise_exception('boom: ' ~ 1) }}{% endif %}", {}),
+    ("error_undefined_attr", "{{ u.x }}", {}),
+    ("error_add", "{{ 'a' + 1 }}", {}),
+]
+
+
 def make_environment():
     # transformers' _compile_jinja_template, with a fixed clock.
     def raise_exception(message):
@@ -212,6 +300,16 @@ def main():
         out["templates"].append({"name": name, "file": filename,
                                  "origin": origin, "bos": bos, "eos": eos,
                                  "cases": cases})
+    out["snippets"] = []
+    for name, source, variables in SNIPPETS:
+        snippet = {"name": name, "source": source, "variables": variables}
+        try:
+            snippet["expected"] = env.from_string(source).render(**variables)
+        except jinja2.exceptions.TemplateError as e:
+            snippet["error"] = str(e)
+        except TypeError as e:  # Python's own, e.g. 'a' + 1
+            snippet["error"] = str(e)
+        out["snippets"].append(snippet)
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")

@@ -18,7 +18,7 @@ using ExprPtr = std::unique_ptr<Expr>;
 enum class ExprKind {
   kLiteral,    // literal
   kName,       // name
-  kList,       // [items...] (also tuples)
+  kList,       // [items...]; name "tuple" for (a, b)
   kDict,       // {items[0]: items[1], ...}
   kAttribute,  // items[0].name
   kSubscript,  // items[0][items[1]]

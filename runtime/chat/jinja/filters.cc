@@ -180,7 +180,7 @@ const NamedFilter kFilters[] = {
        if (x.isUndefined()) return Value(List{});
        if (!x.isDict()) return makeError("can only get item pairs from a mapping, not a {}", x.typeName());
        List out;
-       for (const auto& [key, value] : x.asDict().entries()) out.push_back(Value(List{Value(key), value}));
+       for (const auto& [key, value] : x.asDict().entries()) out.push_back(Value::tuple(List{Value(key), value}));
        return Value(std::move(out));
      }},
     {"list",

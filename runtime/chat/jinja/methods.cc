@@ -99,7 +99,7 @@ Result<Value> stringMethod(const std::string& s, const std::string& name, const 
 Result<Value> dictMethod(const Dict& d, const std::string& name, const CallArgs& args) {
   if (name == "items") {
     List out;
-    for (const auto& [key, value] : d.entries()) out.push_back(Value(List{Value(key), value}));
+    for (const auto& [key, value] : d.entries()) out.push_back(Value::tuple(List{Value(key), value}));
     return Value(std::move(out));
   }
   if (name == "keys") {

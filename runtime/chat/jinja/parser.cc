@@ -293,6 +293,7 @@ class Parser {
     auto first = parseExpression();
     if (!first.ok() || !isOp(",")) return first;
     auto tuple = makeExpr(ExprKind::kList, loc);
+    tuple->name = "tuple";
     tuple->items.push_back(first.take());
     while (acceptOp(",")) {
       auto item = parseExpression();
@@ -481,7 +482,11 @@ class Parser {
       case TokenKind::kOperator:
         if (t.text == "(") {
           ++pos_;
-          if (acceptOp(")")) return makeExpr(ExprKind::kList, t.loc);  // ()
+          if (acceptOp(")")) {  // ()
+            auto empty = makeExpr(ExprKind::kList, t.loc);
+            empty->name = "tuple";
+            return empty;
+          }
           auto inner = parseTupleOrExpression();
           if (!inner.ok()) return inner;
           KILN_RETURN_IF_ERROR(expectOp(")"));

@@ -415,7 +415,7 @@ class Renderer {
           if (!v.ok()) return v;
           list.push_back(v.take());
         }
-        return Value(std::move(list));
+        return e.name == "tuple" ? Value::tuple(std::move(list)) : Value(std::move(list));
       }
       case ExprKind::kDict: {
         Dict dict;

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "runtime/chat/jinja/json.h"
+#include "test/source_root.h"
 
 namespace kiln::jinja {
 namespace {
@@ -18,6 +22,38 @@ std::string render(const std::string& source, const std::string& json_vars = "{}
   auto out = t->render(vars->asDict());
   if (!out.ok()) return "RENDER ERROR: " + out.error().message;
   return out.take();
+}
+
+// chat_templates.json's "snippets": one construct each, rendered by jinja2
+// in transformers' environment (test/reference/make_chat_fixtures.py).
+TEST(JinjaTemplateTest, SnippetsMatchJinja2) {
+  std::ifstream in(checkoutPath("runtime/chat/testdata/chat_templates.json"), std::ios::binary);
+  ASSERT_TRUE(in) << "missing chat_templates.json";
+  std::stringstream text;
+  text << in.rdbuf();
+  auto fixture = parseJson(text.str());
+  ASSERT_TRUE(fixture.ok()) << fixture.error().message;
+  const Value* snippets = fixture->asDict().find("snippets");
+  ASSERT_TRUE(snippets && snippets->isList());
+  int compared = 0;
+  for (const Value& snippet : snippets->asList()) {
+    const Dict& s = snippet.asDict();
+    const std::string& name = s.find("name")->asString();
+    auto t = Template::parse(s.find("source")->asString());
+    ASSERT_TRUE(t.ok()) << name << ": " << t.error().message;
+    auto out = t->render(s.find("variables")->asDict());
+    if (const Value* error = s.find("error")) {
+      ASSERT_FALSE(out.ok()) << name << " rendered '" << *out << "' where jinja2 raised: " << error->asString();
+      if (name == "raise") {
+        EXPECT_EQ(out.error().message, "line 1 column 17: " + error->asString());
+      }
+    } else {
+      ASSERT_TRUE(out.ok()) << name << ": " << out.error().message;
+      EXPECT_EQ(*out, s.find("expected")->asString()) << name;
+    }
+    ++compared;
+  }
+  EXPECT_GE(compared, 40);
 }
 
 TEST(JinjaTemplateTest, TextAndOutput) {

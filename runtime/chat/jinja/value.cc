@@ -26,6 +26,12 @@ Value Value::none() {
 }
 
 Value::Value(List list) : data_(std::make_shared<const List>(std::move(list))) {}
+Value Value::tuple(List items) {
+  Value v(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 Value::Value(Dict dict) : data_(std::make_shared<const Dict>(std::move(dict))) {}
 
 Value Value::makeNamespace(Dict attributes) {
@@ -192,12 +198,13 @@ std::string toRepr(const Value& v) {
     case Value::Kind::kString:
       return reprString(v.asString());
     case Value::Kind::kList: {
-      std::string out = "[";
+      std::string out = v.isTuple() ? "(" : "[";
       const List& list = v.asList();
       for (size_t i = 0; i < list.size(); ++i) {
         if (i) out += ", ";
         out += toRepr(list[i]);
       }
+      if (v.isTuple()) return out + (list.size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Value::Kind::kDict: {

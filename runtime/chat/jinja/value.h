@@ -49,6 +49,8 @@ class Value {
   Value(const char* s) : data_(std::string(s)) {}
   Value(List list);
   Value(Dict dict);
+  // A Python tuple: a list that prints as (a, b) (dict items, `a, b`).
+  static Value tuple(List items);
   static Value makeNamespace(Dict attributes);
   static Value function(Function fn);
 
@@ -61,6 +63,7 @@ class Value {
   bool isNumber() const { return isInt() || isFloat() || isBool(); }
   bool isString() const { return kind() == Kind::kString; }
   bool isList() const { return kind() == Kind::kList; }
+  bool isTuple() const { return isList() && tuple_; }
   bool isDict() const { return kind() == Kind::kDict; }
   bool isNamespace() const { return kind() == Kind::kNamespace; }
   bool isFunction() const { return kind() == Kind::kFunction; }
@@ -88,6 +91,7 @@ class Value {
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
                std::shared_ptr<const Dict>, std::shared_ptr<Dict>, std::shared_ptr<const Function>>
       data_;
+  bool tuple_ = false;
 };
 
 // A dict with string keys in insertion order, as Python keeps them (and as
