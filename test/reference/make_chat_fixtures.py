@@ -53,7 +53,8 @@ TEMPLATES = [
      "meta-llama-Llama-3.3-70B-Instruct.jinja @b354d7c9 (CRLF read as LF)"),
     ("qwen2.5", "qwen2.5.jinja", "", "<|im_end|>",
      "Qwen/Qwen2.5-7B-Instruct tokenizer_config.json chat_template, as "
-     "quoted in a public C# Jinja test (GenAI.Tests UnitTest1.cs)"),
+     "quoted (JSON-escaped) in a public C# Jinja test, GenAI.Tests "
+     "UnitTest1.cs (the index did not name its repository)"),
     ("qwen3", "qwen3.jinja", "", "<|im_end|>",
      "Qwen/Qwen3-0.6B (the Qwen3-8B template): github.com/ye-NX/llama.cpp "
      "models/templates/Qwen-Qwen3-0.6B.jinja @b354d7c9"),
@@ -68,7 +69,8 @@ TEMPLATES = [
      "google-gemma-2-2b-it.jinja @b354d7c9"),
     ("gemma-3", "gemma-3.jinja", "<bos>", "<eos>",
      "google/gemma-3-*-it GGUF tokenizer.chat_template, as printed by gdb in "
-     "a public llama.cpp notes repository (repeated spaces re-expanded)"),
+     "github.com/danbev/learning-ai notes/llama.cpp/gemma-bos-issue.md "
+     "(gdb's <repeats N times> re-expanded)"),
 ]
 
 WEATHER_TOOL = {

@@ -93,7 +93,8 @@ Result<std::vector<ChatToolCall>> readToolCalls(const std::string& at, const jso
     if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
       return expected(where, "an object {id, type, function: {name, arguments}}", c);
     const json& f = c["function"];
-    if (!f.contains("name") || !f["name"].is_string()) return expected(where + ".function.name", "a string", f.value("name", json()));
+    if (!f.contains("name") || !f["name"].is_string())
+      return expected(where + ".function.name", "a string", f.value("name", json()));
     ChatToolCall call;
     call.name = f["name"].get<std::string>();
     if (c.contains("id")) {
@@ -102,7 +103,8 @@ Result<std::vector<ChatToolCall>> readToolCalls(const std::string& at, const jso
     }
     if (f.contains("arguments")) {
       const json& a = f["arguments"];
-      if (!a.is_string() && !a.is_object()) return expected(where + ".function.arguments", "a JSON string or an object", a);
+      if (!a.is_string() && !a.is_object())
+        return expected(where + ".function.arguments", "a JSON string or an object", a);
       call.arguments = a.is_string() ? a.get<std::string>() : a.dump();
     }
     calls.push_back(std::move(call));

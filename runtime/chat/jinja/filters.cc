@@ -78,8 +78,9 @@ Result<Value> tojson(const Value& x, const CallArgs& args) {
   JsonFormat format;
   if (const Value* indent = args.find(0, "indent"); indent && !indent->isNone()) {
     format.pretty = true;
-    format.indent = indent->isString() ? indent->asString() : std::string(size_t(std::max<int64_t>(0, indent->asInt())), ' ');
-    format.item_separator = ",";
+    format.indent = indent->isString() ? indent->asString()
+                                       : std::string(size_t(std::max<int64_t>(0, indent->asInt())), ' ');
+    format.item_separator.assign(1, ',');  // json.dumps with indent
   }
   if (const Value* seps = args.find(99, "separators"); seps && seps->isList() && seps->asList().size() == 2) {
     format.item_separator = toDisplayString(seps->asList()[0]);
@@ -203,7 +204,8 @@ const NamedFilter kFilters[] = {
          }
          return Value(std::move(out));
        }
-       if (a.positional.empty() || !a.positional[0].isString()) return makeError("map needs a filter name or attribute=");
+       if (a.positional.empty() || !a.positional[0].isString())
+         return makeError("map needs a filter name or attribute=");
        const FilterFn* filter = findFilter(a.positional[0].asString());
        if (!filter) return makeError("no filter named '{}'", a.positional[0].asString());
        CallArgs rest = shift(a, 1);
