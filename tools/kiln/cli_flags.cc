@@ -55,6 +55,16 @@ constexpr CliFlag kBatchingFlags[] = {
      "recompute every prompt, keeping no KV of earlier ones (bench serve's prefix workload runs both)"},
 };
 
+// Speculative decoding (speculationFrom, tools/kiln/speculation_flags.h).
+constexpr const char* kSpec = "speculative decoding";
+constexpr CliFlag kSpecFlags[] = {
+    {"spec", "ngram", kSpec,
+     "draft tokens by n-gram prompt lookup and verify them in one forward (greedy sampling only; a model is "
+     "compiled with a verify entry for the tree, an artifact must have one)"},
+    {"spec-k", "K", kSpec, "draft a chain of K tokens a step (default 4)"},
+    {"spec-tree", "W1,W2,...", kSpec, "draft a tree instead: W1 children of the last token, W2 of each, ..."},
+};
+
 // A subcommand's table: the general flags, its own, the batching flags for
 // the commands that take them, then the engine's and the compile options'.
 std::vector<CliFlag> tableOf(std::initializer_list<CliFlag> own, bool batching = false) {
@@ -90,6 +100,7 @@ const CliCommand& runCli() {
           {"ignore-eos", "", "generation", "keep generating past the end-of-sequence token"},
           {"max-context", "N", "generation", "limit the context to N tokens (default: the model's)"},
           {"truncate", "", "generation", "keep a too-long prompt's last tokens instead of failing"},
+          kSpecFlags[0], kSpecFlags[1], kSpecFlags[2],
       })};
   return command;
 }
@@ -117,6 +128,7 @@ const CliCommand& generateCli() {
               {"input", "FILE", kFiles, "the requests, one JSON object a line (- for stdin)"},
               {"output", "FILE", kFiles, "the answers, one JSON line per request (default -: stdout)"},
               {"max-context", "N", kFiles, "limit the context to N tokens (default: the model's)"},
+              kSpecFlags[0], kSpecFlags[1], kSpecFlags[2],
           },
           /*batching=*/true)};
   return command;

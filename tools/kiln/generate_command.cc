@@ -16,6 +16,7 @@
 
 #include "runtime/engine/engine.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/speculation_flags.h"
 #include "tools/kiln/request_json.h"
 #include "tools/kiln/request_progress.h"
 
@@ -114,6 +115,10 @@ int generateCommand(int argc, char** argv) {
   options->max_context = *max_context;
   auto compile_flags = compileFlagsFrom(args);
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
+  auto speculation = speculationFrom(args);
+  if (!speculation.ok()) return fail(speculation.error().message);
+  for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
+    compile_flags->push_back(flag);
 
   // The input and the output first: a wrong path must not cost a model load.
   std::vector<std::pair<int64_t, std::string>> texts;
@@ -135,6 +140,7 @@ int generateCommand(int argc, char** argv) {
   auto engine_or = openEngine(args.positionals()[0], *options, *compile_flags);
   if (!engine_or.ok()) return fail(engine_or.error().message);
   Engine& engine = **engine_or;
+  if (Status spec = engine.checkSpeculation(*speculation); !spec.ok()) return fail(spec.error().message);
 
   // Every line that reads as a request is submitted now; the engine batches them.
   std::vector<Line> lines(texts.size());
@@ -152,6 +158,8 @@ int generateCommand(int argc, char** argv) {
       continue;
     }
     line.id = parsed->id;
+    // --spec speculates the lines that sample greedily; the others run plain.
+    if (parsed->request.sampling.isPlainGreedy()) parsed->request.speculation = *speculation;
     line.n = parsed->request.sampling.n;
     line.texts.resize(size_t(line.n));
     // Completion j of this line has the id first_id + j (set before any step runs).

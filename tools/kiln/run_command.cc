@@ -13,6 +13,7 @@
 #include "tools/kiln/cli_args.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/compile_cache.h"
+#include "tools/kiln/speculation_flags.h"
 
 namespace kiln {
 namespace {
@@ -117,8 +118,16 @@ int runCommand(int argc, char** argv) {
 
   auto compile_flags = compileFlagsFrom(args);
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
+  auto speculation = speculationFrom(args);
+  if (!speculation.ok()) return fail(speculation.error().message);
+  if (speculation->enabled() && !s.isPlainGreedy())
+    return fail("--spec accepts drafts greedily: it needs greedy sampling (temperature 0, no repetition penalty)");
+  for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
+    compile_flags->push_back(flag);
   auto engine = openEngine(args.positionals()[0], *options, *compile_flags);
   if (!engine.ok()) return fail(engine.error().message);
+  if (Status spec = (*engine)->checkSpeculation(*speculation); !spec.ok()) return fail(spec.error().message);
+  request.speculation = *speculation;
 
   auto id = (*engine)->submit(std::move(request), [](int64_t, int32_t, std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -139,12 +148,24 @@ int runCommand(int argc, char** argv) {
   double decode_tps = stats->decode_seconds > 0 && stats->generated_tokens > 1
                           ? (stats->generated_tokens - 1) / stats->decode_seconds
                           : 0;
+  // Speculation: accepted of drafted tokens, and the mean accepted length,
+  // accepted drafts a verify row that carried drafts (each row also adds
+  // the model's own next token).
+  std::string spec;
+  if (speculation->enabled())
+    spec = fmt::format(" | spec ngram {}: {:.0f}% of {} drafts accepted, mean accepted length {:.2f}",
+                       speculation->tree.text(),
+                       stats->spec_drafted_tokens > 0
+                           ? 100.0 * double(stats->spec_accepted_tokens) / double(stats->spec_drafted_tokens)
+                           : 0.0,
+                       stats->spec_drafted_tokens,
+                       double(stats->spec_accepted_tokens) / double(std::max<int64_t>(stats->spec_rows, 1)));
   std::fprintf(stderr,
                "kiln: %lld prompt tokens, %.1f tok/s prefill | %lld generated, %.1f tok/s "
-               "decode | %s | %s\n",
+               "decode | %s | %s%s\n",
                (long long)stats->prompt_tokens, prefill_tps, (long long)stats->generated_tokens,
                decode_tps, std::string(finishReasonName(stats->finish)).c_str(),
-               (*engine)->backendName().c_str());
+               (*engine)->backendName().c_str(), spec.c_str());
   if (stats->finish == FinishReason::kError) return fail(stats->error);
   return stats->finish == FinishReason::kCancelled ? 130 : 0;
 }

@@ -1,0 +1,22 @@
+// kiln run's and kiln generate's --spec, --spec-k and --spec-tree (their
+// table is in cli_flags.cc) as the engine's SpeculationParams.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/engine/engine.h"
+#include "tools/kiln/cli_args.h"
+
+namespace kiln {
+
+// Off without --spec; --spec-k / --spec-tree without --spec, both at once,
+// k <= 0 or a width <= 0 are errors naming the flag.
+Result<SpeculationParams> speculationFrom(const CliArgs& args);
+
+// The kiln-compile flag that gives `model` a verify entry for `spec`'s tree;
+// none when speculation is off or `model` is an artifact (compiled already:
+// Engine::checkSpeculation says whether its verify entry holds the tree).
+std::vector<std::string> speculationCompileFlags(const SpeculationParams& spec, const std::string& model);
+
+}  // namespace kiln
