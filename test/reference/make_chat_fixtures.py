@@ -71,6 +71,22 @@ TEMPLATES = [
      "google/gemma-3-*-it GGUF tokenizer.chat_template, as printed by gdb in "
      "github.com/danbev/learning-ai notes/llama.cpp/gemma-bos-issue.md "
      "(gdb's <repeats N times> re-expanded)"),
+    # Beyond the families kiln imports: templates with macros, recursion,
+    # loop.previtem/nextitem, documents and `in` on an undefined value.
+    ("hermes-3-tool-use", "hermes-3-tool-use.jinja", "<|begin_of_text|>",
+     "<|im_end|>",
+     "NousResearch/Hermes-3-Llama-3.1-8B tool_use template: "
+     "github.com/ye-NX/llama.cpp models/templates/"
+     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja @b354d7c9"),
+    ("mistral-nemo", "mistral-nemo.jinja", "<s>", "</s>",
+     "mistralai/Mistral-Nemo-Instruct-2407: github.com/ye-NX/llama.cpp "
+     "models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja @b354d7c9"),
+    ("phi-3.5", "phi-3.5.jinja", "<s>", "<|endoftext|>",
+     "microsoft/Phi-3.5-mini-instruct: github.com/ye-NX/llama.cpp "
+     "models/templates/microsoft-Phi-3.5-mini-instruct.jinja @b354d7c9"),
+    ("granite-3.3", "granite-3.3.jinja", "", "<|end_of_text|>",
+     "ibm-granite/granite-3.3-2b-instruct: github.com/ye-NX/llama.cpp "
+     "models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja @b354d7c9"),
 ]
 
 WEATHER_TOOL = {
@@ -298,6 +314,9 @@ def main():
                         **conv.get("kwargs", {}))
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
+                except (TypeError, ValueError) as e:  # Python's own
+                    case["error"] = str(e)
+                    case["python_error"] = True
                 cases.append(case)
         out["templates"].append({"name": name, "file": filename,
                                  "origin": origin, "bos": bos, "eos": eos,
@@ -311,6 +330,7 @@ def main():
             snippet["error"] = str(e)
         except TypeError as e:  # Python's own, e.g. 'a' + 1
             snippet["error"] = str(e)
+            snippet["python_error"] = True
         out["snippets"].append(snippet)
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)

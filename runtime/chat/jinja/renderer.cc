@@ -144,7 +144,7 @@ Result<bool> contains(const Value& container, const Value& item) {
     return false;
   }
   if (container.isDict()) return item.isString() && container.asDict().find(item.asString()) != nullptr;
-  if (container.isUndefined()) return false;
+  if (container.isUndefined()) return false;  // Undefined iterates as empty
   return makeError("argument of type '{}' is not iterable", container.typeName());
 }
 
@@ -553,7 +553,6 @@ class Renderer {
       // a >= b is not(a < b); a <= b is not(b < a)
       v = Value(op == "<" || op == ">" ? *less : !*less);
     } else if (op == "in" || op == "not in") {
-      if (b.isUndefined()) return at(e.loc, b.undefinedHint());
       auto hit = contains(b, a);
       if (!hit.ok()) return at(e.loc, hit.error().message);
       v = Value(*hit == (op == "in"));
