@@ -256,6 +256,18 @@ SNIPPETS = [
      {"x": 1}),
     ("undefined", "[{{ u }}]{{ u | length }}{% for x in u %}x{% endfor %}{{ u is defined }}{{ u == u }}"
      "{{ not u }}{{ u | default('d') }}{{ d.m is defined }}{{ (d.m or 'o') }}", {"d": {}}),
+    ("filters_sorting", "{{ [3, 1, 2] | sort }}{{ ['b', 'A', 'c'] | sort }}{{ ['b', 'A'] | sort(case_sensitive=true) }}"
+     "{{ [3, 1, 2] | sort(reverse=true) }}{{ ms | sort(attribute='a') | map(attribute='n') | join }}"
+     "{{ d | dictsort }}{{ d | dictsort(by='value') }}{{ d | dictsort(reverse=true) }}"
+     "{{ [1, 5, 2] | max }}{{ [1, 5, 2] | min }}{{ ['b', 'A'] | max }}{{ ms | max(attribute='a') }}",
+     {"ms": [{"a": 2, "n": "x"}, {"a": 1, "n": "y"}, {"a": 2, "n": "z"}], "d": {"b": 1, "a": 2, "C": 0}}),
+    ("filters_math", "{{ [1, 2, 3] | sum }}{{ ms | sum(attribute='a') }}{{ [0.5, 1] | sum(start=1) }}"
+     "{{ 2.567 | round(2) }}{{ 2.5 | round }}{{ 3.5 | round }}{{ 2.1 | round(method='ceil') }}"
+     "{{ 2.9 | round(0, 'floor') }}{{ 7 | round }}", {"ms": [{"a": 2}, {"a": 3}]}),
+    ("filters_indent", "[{{ 'a\\nb\\n\\nc' | indent(2) }}][{{ 'a\\nb' | indent(2, true) }}]"
+     "[{{ 'a\\n\\nb\\n' | indent(width=3, blank=true) }}][{{ 'x' | indent('> ', first=true) }}]", {}),
+    ("format", "{{ '%s-%d|%r %%' | format('a', 3, 'q') }}{{ '%s!' % 'hi' }}{{ '%s+%s' % (1, 2) }}"
+     "{{ '%s' % [1, 2] }}", {}),
     ("range", "{{ range(3) | list }}{{ range(1, 7, 2) | list }}{{ range(3, 0, -1) | list }}", {}),
     ("dict_global", "{{ dict(a=1, b='x') }}", {}),
     ("strings_escapes", "{{ 'tab\\tq\\'' }}{{ \"dq\\\"\" }}{{ '\\u00e9\\x41' }}{{ 'a' 'b' }}", {}),

@@ -28,6 +28,10 @@ Result<Value> getItem(const Value& object, const Value& key);
 // The bound method name of a str / dict / list, or Undefined.
 Value methodOf(const Value& object, const std::string& name);
 
+// Python's printf-style "%s %d" % values (%s %r %d %i %%), for the format
+// filter and str % args.
+Result<Value> formatPercent(const std::string& format, const List& values);
+
 // Iterating: a list's items, a dict's keys, a str's characters; fails for
 // other values (Undefined iterates as empty, as in jinja2).
 Result<List> iterate(const Value& value);

@@ -1,5 +1,7 @@
 // jinja2's filters that chat templates use, and transformers' tojson.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "runtime/chat/jinja/builtins.h"
 #include "runtime/chat/jinja/json.h"
@@ -92,6 +94,117 @@ Result<Value> tojson(const Value& x, const CallArgs& args) {
   if (!text.ok()) return text.error();
   return Value(text.take());
 }
+
+// Sort key comparison as jinja2's sort/dictsort/max/min: strings compared
+// case-insensitively unless asked otherwise.
+Result<bool> sortLess(const Value& a, const Value& b, bool case_sensitive) {
+  if (!case_sensitive && a.isString() && b.isString()) return asciiLower(a.asString()) < asciiLower(b.asString());
+  return lessThan(a, b);
+}
+
+bool flag(const CallArgs& args, size_t index, std::string_view name) {
+  const Value* v = args.find(index, name);
+  return v && v->truthy();
+}
+
+// The items of `x`, each with the key it is ordered by (the item itself or
+// its `attribute`), sorted stably.
+Result<List> sortedItems(const Value& x, const CallArgs& args, size_t case_index, const Value* attribute,
+                         bool reverse) {
+  auto items = iterate(x);
+  if (!items.ok()) return items.error();
+  std::vector<std::pair<Value, Value>> keyed;
+  for (const Value& item : *items) {
+    Value key = item;
+    if (attribute) {
+      auto k = attributePath(item, toDisplayString(*attribute));
+      if (!k.ok()) return k.error();
+      key = k.take();
+    }
+    keyed.emplace_back(std::move(key), item);
+  }
+  const bool case_sensitive = flag(args, case_index, "case_sensitive");
+  std::optional<Error> failure;
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    auto less = reverse ? sortLess(b.first, a.first, case_sensitive) : sortLess(a.first, b.first, case_sensitive);
+    if (!less.ok()) {
+      failure = less.error();
+      return false;
+    }
+    return *less;
+  });
+  if (failure) return *failure;
+  List out;
+  for (auto& [key, item] : keyed) out.push_back(std::move(item));
+  return out;
+}
+
+// Python's max/min: the first of the items that compare highest / lowest.
+Result<Value> extreme(const Value& x, const CallArgs& args, bool want_max) {
+  auto items = iterate(x);
+  if (!items.ok()) return items.error();
+  if (items->empty()) return Value::undefined("No aggregated item, sequence was empty.");
+  const Value* attribute = args.find(1, "attribute");
+  const bool case_sensitive = flag(args, 0, "case_sensitive");
+  const Value* best = nullptr;
+  Value best_key;
+  for (const Value& item : *items) {
+    Value key = item;
+    if (attribute) {
+      auto k = attributePath(item, toDisplayString(*attribute));
+      if (!k.ok()) return k.error();
+      key = k.take();
+    }
+    if (best) {
+      auto better = want_max ? sortLess(best_key, key, case_sensitive) : sortLess(key, best_key, case_sensitive);
+      if (!better.ok()) return better.error();
+      if (!*better) continue;
+    }
+    best = &item;
+    best_key = key;
+  }
+  return *best;
+}
+
+}  // namespace
+
+Result<Value> formatPercent(const std::string& format, const List& values) {
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out += format[i];
+      continue;
+    }
+    if (i + 1 >= format.size()) return makeError("incomplete format");
+    char spec = format[++i];
+    if (spec == '%') {
+      out += '%';
+      continue;
+    }
+    if (next >= values.size()) return makeError("not enough arguments for format string");
+    const Value& v = values[next++];
+    switch (spec) {
+      case 's':
+        out += toDisplayString(v);
+        break;
+      case 'r':
+        out += toRepr(v);
+        break;
+      case 'd':
+      case 'i':
+        if (!v.isNumber()) return makeError("%{} format: a real number is required, not {}", spec, v.typeName());
+        out += std::to_string(v.isFloat() ? int64_t(std::trunc(v.asFloat())) : v.asInt());
+        break;
+      default:
+        return makeError("unsupported format character '{}' (kiln's Jinja subset: %s %r %d %i %%)", spec);
+    }
+  }
+  if (next < values.size()) return makeError("not all arguments converted during string formatting");
+  return Value(std::move(out));
+}
+
+namespace {
 
 struct NamedFilter {
   const char* name;
@@ -261,6 +374,91 @@ const NamedFilter kFilters[] = {
        return makeError("bad operand type for abs(): '{}'", x.typeName());
      }},
     {"safe", [](const Value& x, const CallArgs&) -> Result<Value> { return x; }},
+    {"sort",
+     [](const Value& x, const CallArgs& a) -> Result<Value> {
+       auto sorted = sortedItems(x, a, 1, a.find(2, "attribute"), flag(a, 0, "reverse"));
+       if (!sorted.ok()) return sorted.error();
+       return Value(sorted.take());
+     }},
+    {"dictsort",
+     [](const Value& x, const CallArgs& a) -> Result<Value> {
+       if (!x.isDict()) return makeError("dictsort needs a mapping, not a {}", x.typeName());
+       const Value* by = a.find(1, "by");
+       const bool by_value = by && by->isString() && by->asString() == "value";
+       List pairs;
+       for (const auto& [key, value] : x.asDict().entries()) pairs.push_back(Value::tuple(List{Value(key), value}));
+       CallArgs sort_args;
+       sort_args.keyword.emplace_back("case_sensitive", Value(flag(a, 0, "case_sensitive")));
+       Value attribute(by_value ? "1" : "0");
+       auto sorted = sortedItems(Value(std::move(pairs)), sort_args, 99, &attribute, flag(a, 2, "reverse"));
+       if (!sorted.ok()) return sorted.error();
+       return Value(sorted.take());
+     }},
+    {"max", [](const Value& x, const CallArgs& a) { return extreme(x, a, true); }},
+    {"min", [](const Value& x, const CallArgs& a) { return extreme(x, a, false); }},
+    {"sum",
+     [](const Value& x, const CallArgs& a) -> Result<Value> {
+       auto items = iterate(x);
+       if (!items.ok()) return items.error();
+       const Value* attribute = a.find(0, "attribute");
+       const Value* start = a.find(1, "start");
+       Value total = start ? *start : Value(int64_t(0));
+       for (const Value& item : *items) {
+         Value v = item;
+         if (attribute) {
+           auto k = attributePath(item, toDisplayString(*attribute));
+           if (!k.ok()) return k.error();
+           v = k.take();
+         }
+         if (!v.isNumber() || !total.isNumber())
+           return makeError("unsupported operand type(s) for +: '{}' and '{}'", total.typeName(), v.typeName());
+         total = total.isFloat() || v.isFloat() ? Value(total.asFloat() + v.asFloat())
+                                                : Value(total.asInt() + v.asInt());
+       }
+       return total;
+     }},
+    {"round",
+     [](const Value& x, const CallArgs& a) -> Result<Value> {
+       if (!x.isNumber()) return makeError("round needs a number, not {}", x.typeName());
+       const Value* precision = a.find(0, "precision");
+       const Value* method = a.find(1, "method");
+       const std::string how = method && method->isString() ? method->asString() : "common";
+       const double scale = std::pow(10.0, double(precision && precision->isInt() ? precision->asInt() : 0));
+       // round(7) stays an int, as Python's round of an int.
+       if (how == "common" && !x.isFloat()) return Value(x.asInt());
+       const double v = x.asFloat() * scale;
+       // Python's round() ties to even, as nearbyint does.
+       double r = how == "floor" ? std::floor(v) : how == "ceil" ? std::ceil(v) : std::nearbyint(v);
+       if (how != "common" && how != "floor" && how != "ceil")
+         return makeError("method must be common, ceil or floor");
+       return Value(r / scale);
+     }},
+    {"indent",
+     [](const Value& x, const CallArgs& a) -> Result<Value> {
+       const Value* width = a.find(0, "width");
+       const size_t spaces = size_t(width && width->isInt() ? std::max<int64_t>(0, width->asInt()) : 4);
+       std::string indention = width && width->isString() ? width->asString() : std::string(spaces, ' ');
+       const bool first = flag(a, 1, "first"), blank = flag(a, 2, "blank");
+       // jinja2 splits the text into lines (a trailing newline ends the last
+       // one) and indents every line after the first, blank ones only if asked.
+       std::vector<std::string> lines;
+       std::string text = toDisplayString(x) + "\n";
+       size_t pos = 0;
+       while (pos < text.size()) {
+         size_t nl = text.find('\n', pos);
+         lines.push_back(text.substr(pos, nl - pos));
+         pos = nl + 1;
+       }
+       std::string out = lines.empty() ? std::string() : lines[0];
+       for (size_t i = 1; i < lines.size(); ++i)
+         out += "\n" + (blank || !lines[i].empty() ? indention + lines[i] : lines[i]);
+       return Value(first ? indention + out : out);
+     }},
+    {"format",
+     [](const Value& x, const CallArgs& a) -> Result<Value> {
+       if (!x.isString()) return makeError("format needs a format string, not {}", x.typeName());
+       return formatPercent(x.asString(), a.positional);
+     }},
 };
 
 }  // namespace

@@ -71,6 +71,7 @@ Error badOperands(const std::string& op, const Value& a, const Value& b) {
 Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.isUndefined()) return makeError("{}", a.undefinedHint());
   if (b.isUndefined()) return makeError("{}", b.undefinedHint());
+  if (op == "%" && a.isString()) return formatPercent(a.asString(), b.isTuple() ? b.asList() : List{b});
   if (op == "+") {
     if (a.isString() && b.isString()) return Value(a.asString() + b.asString());
     if (a.isList() && b.isList()) {
