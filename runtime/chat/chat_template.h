@@ -4,8 +4,9 @@
 // its own Jinja interpreter (runtime/chat/jinja), with the variables and
 // globals transformers' apply_chat_template passes. The renders of the
 // real templates of SmolLM2, Llama-3/3.1/3.2/3.3, Qwen2.5, Qwen3,
-// Mistral v0.1/v0.3 and Gemma-2/3 are checked byte for byte against
-// jinja2's (runtime/chat/testdata, test/reference/make_chat_fixtures.py).
+// Mistral v0.1/v0.3/Nemo, Gemma-2/3, Hermes-3, Phi-3.5 and Granite-3.3 are
+// checked byte for byte against jinja2's (runtime/chat/testdata,
+// test/reference/make_chat_fixtures.py; docs/design/chat-templates.md).
 #pragma once
 
 #include <ctime>
