@@ -246,7 +246,8 @@ SNIPPETS = [
      "{{ 2 | float }}", {}),
     ("tojson", "{{ v | tojson }}|{{ v | tojson(indent=2) }}|{{ v | tojson(sort_keys=true) }}|"
      "{{ v | tojson(separators=(',', ':')) }}|{{ 'é\"\\\n\t\u0001' | tojson }}|{{ [] | tojson(indent=4) }}"
-     "{{ {} | tojson }}|{{ [1.0, 1e100, -0.5, 3] | tojson }}",
+     "{{ {} | tojson }}|{{ [1.0, 1e100, -0.5, 3] | tojson }}|{{ 'é' | tojson(true) }}"
+     "{{ v.e | tojson(false, 2) }}",
      {"v": {"z": [1, {"y": None}], "a": "é", "b": True, "e": {}}}),
     ("tests", "{{ x is defined }}{{ y is undefined }}{{ none is none }}{{ 'a' is string }}{{ 1 is number }}"
      "{{ 1 is integer }}{{ 1.0 is float }}{{ true is boolean }}{{ true is true }}{{ 0 is false }}"

@@ -77,19 +77,21 @@ Result<Value> selectOrReject(const Value& input, const CallArgs& args, bool by_a
 }
 
 Result<Value> tojson(const Value& x, const CallArgs& args) {
+  // transformers' signature: tojson(x, ensure_ascii=False, indent=None,
+  // separators=None, sort_keys=False).
   JsonFormat format;
-  if (const Value* indent = args.find(0, "indent"); indent && !indent->isNone()) {
+  if (const Value* ascii = args.find(0, "ensure_ascii")) format.ensure_ascii = ascii->truthy();
+  if (const Value* indent = args.find(1, "indent"); indent && !indent->isNone()) {
     format.pretty = true;
     format.indent = indent->isString() ? indent->asString()
                                        : std::string(size_t(std::max<int64_t>(0, indent->asInt())), ' ');
     format.item_separator.assign(1, ',');  // json.dumps with indent
   }
-  if (const Value* seps = args.find(99, "separators"); seps && seps->isList() && seps->asList().size() == 2) {
+  if (const Value* seps = args.find(2, "separators"); seps && seps->isList() && seps->asList().size() == 2) {
     format.item_separator = toDisplayString(seps->asList()[0]);
     format.key_separator = toDisplayString(seps->asList()[1]);
   }
-  if (const Value* sort = args.find(99, "sort_keys")) format.sort_keys = sort->truthy();
-  if (const Value* ascii = args.find(99, "ensure_ascii")) format.ensure_ascii = ascii->truthy();
+  if (const Value* sort = args.find(3, "sort_keys")) format.sort_keys = sort->truthy();
   auto text = toJson(x, format);
   if (!text.ok()) return text.error();
   return Value(text.take());
@@ -308,8 +310,8 @@ const NamedFilter kFilters[] = {
        auto items = iterate(x);
        if (!items.ok()) return items.error();
        List out;
-       if (const Value* attribute = a.find(99, "attribute")) {
-         const Value* fallback = a.find(99, "default");
+       if (const Value* attribute = a.keywordArg("attribute")) {
+         const Value* fallback = a.keywordArg("default");
          for (const Value& item : *items) {
            auto v = attributePath(item, toDisplayString(*attribute));
            if (!v.ok()) return v.error();

@@ -13,6 +13,12 @@ const Value* CallArgs::find(size_t index, std::string_view name) const {
   return nullptr;
 }
 
+const Value* CallArgs::keywordArg(std::string_view name) const {
+  for (const auto& [key, value] : keyword)
+    if (key == name) return &value;
+  return nullptr;
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.data_ = Undefined{std::move(hint)};

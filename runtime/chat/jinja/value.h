@@ -29,6 +29,8 @@ struct CallArgs {
 
   // The argument at `index` or named `name`; Undefined when absent.
   const Value* find(size_t index, std::string_view name) const;
+  // The keyword argument `name` only; nullptr when absent.
+  const Value* keywordArg(std::string_view name) const;
 };
 
 using Function = std::function<Result<Value>(const CallArgs&)>;
