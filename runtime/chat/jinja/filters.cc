@@ -452,8 +452,11 @@ const NamedFilter kFilters[] = {
          pos = nl + 1;
        }
        std::string out = lines.empty() ? std::string() : lines[0];
-       for (size_t i = 1; i < lines.size(); ++i)
-         out += "\n" + (blank || !lines[i].empty() ? indention + lines[i] : lines[i]);
+       for (size_t i = 1; i < lines.size(); ++i) {
+         out += '\n';
+         if (blank || !lines[i].empty()) out += indention;
+         out += lines[i];
+       }
        return Value(first ? indention + out : out);
      }},
     {"format",
