@@ -78,6 +78,8 @@ class Parser {
   // Parses nodes until a block tag named in `ends`; leaves the position
   // after that tag's name and reports which one in `end_tag`.
   Result<Body> parseBody(std::initializer_list<std::string_view> ends, std::string& end_tag) {
+    DepthGuard guard(depth_);
+    if (depth_ > kMaxDepth) return errorAt(peek().loc, "blocks nest too deeply");
     Body body;
     while (true) {
       const Token& t = peek();
@@ -303,7 +305,19 @@ class Parser {
     return tuple;
   }
 
+  // Nesting deeper than this (blocks or parentheses) is refused rather than
+  // recursing until the stack overflows on a hostile template.
+  static constexpr int kMaxDepth = 200;
+
+  struct DepthGuard {
+    explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
+    ~DepthGuard() { --depth_; }
+    int& depth_;
+  };
+
   Result<ExprPtr> parseExpression() {
+    DepthGuard guard(depth_);
+    if (depth_ > kMaxDepth) return errorAt(peek().loc, "expressions nest too deeply");
     auto value = parseOr();
     if (!value.ok()) return value;
     while (isName("if")) {
@@ -354,6 +368,8 @@ class Parser {
 
   Result<ExprPtr> parseNot() {
     if (isName("not")) {
+      DepthGuard guard(depth_);
+      if (depth_ > kMaxDepth) return errorAt(peek().loc, "expressions nest too deeply");
       SourceLoc loc = next().loc;
       auto operand = parseNot();
       if (!operand.ok()) return operand;
@@ -428,6 +444,8 @@ class Parser {
   Result<ExprPtr> parseUnary(bool with_filter) {
     Result<ExprPtr> node = makeError("");
     if (isOp("-") || isOp("+")) {
+      DepthGuard guard(depth_);
+      if (depth_ > kMaxDepth) return errorAt(peek().loc, "expressions nest too deeply");
       const Token& op = next();
       auto operand = parseUnary(false);
       if (!operand.ok()) return operand;
@@ -663,6 +681,7 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -85,6 +85,9 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) 
     const Value* count = seq == &a ? &b : &a;
     if (seq && count->isNumber() && !count->isFloat()) {
       int64_t n = std::max<int64_t>(0, count->asInt());
+      const size_t unit = seq->isString() ? seq->asString().size() : seq->asList().size();
+      if (unit != 0 && uint64_t(n) > (uint64_t(1) << 26) / unit)
+        return makeError("repeating a {} {} times is larger than a prompt can be", seq->typeName(), n);
       if (seq->isString()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += seq->asString();

@@ -174,6 +174,19 @@ TEST(JinjaTemplateTest, UnknownFilterTestAndTagAreNamed) {
   EXPECT_EQ(t.error().message, "line 1 column 4: unsupported tag 'call' (kiln's Jinja subset)");
 }
 
+TEST(JinjaTemplateTest, HostileTemplatesFailCleanly) {
+  auto t = Template::parse("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("nest too deeply"), std::string::npos) << t.error().message;
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  t = Template::parse(blocks);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("nest too deeply"), std::string::npos) << t.error().message;
+  EXPECT_EQ(render("{{ 'ab' * 1000000000000 }}"),
+            "RENDER ERROR: line 1 column 9: repeating a str 1000000000000 times is larger than a prompt can be");
+}
+
 TEST(JinjaTemplateTest, RaiseExceptionCarriesTheTemplatesMessage) {
   EXPECT_EQ(render("x\n{{ raise_exception('Roles must alternate') }}"),
             "RENDER ERROR: line 2 column 4: Roles must alternate");
