@@ -190,6 +190,13 @@ SNIPPETS = [
     ("ws_output_no_trim", "{{ 'a' }}\n{{ 'b' }}\n", {}),
     ("ws_indented_text", "x\n    text {% if true %}\n    y{% endif %}", {}),
     ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n", {}),
+    ("ws_start_of_file", "   {% if true %}x{% endif %}\n\t{% if true %}y{% endif %}", {}),
+    ("ws_output_not_lstripped", "a\n   {{ 'b' }}\n   {%- if true %}c{% endif %}", {}),
+    ("ws_two_trailing_newlines", "x\n\n", {}),
+    ("ws_tag_after_text", "a {% if true %}\nb{% endif %}  \n  {% if true %}c{% endif %}", {}),
+    ("ws_minus_keeps_next_line", "{% if true -%}\n\n  a\n{%- endif %}\nb", {}),
+    ("ws_comment_lines", "{# one #}\n  {# two #}\nx{#- three #}  y", {}),
+    ("ws_endfor_indent", "{% for x in [1, 2] %}\n    {{ x }}\n    {% endfor %}\ndone", {}),
     ("loop_fields", "{% for x in 'abc' %}{{ loop.index }}{{ loop.revindex0 }}{{ loop.previtem }}"
      "{{ loop.nextitem }}{{ loop.cycle('o', 'e') }};{% endfor %}", {}),
     ("loop_nested", "{% for a in [1, 2] %}{% for b in [3, 4] %}{{ loop.index }}{{ a }}{{ b }} "
