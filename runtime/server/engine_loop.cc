@@ -82,6 +82,7 @@ void EngineLoop::run() {
     if (cancel_all) cancels.assign(active_.begin(), active_.end());
     for (const auto& channel : cancels)
       if (channel && channel->firstId() >= 0) engine_->cancel(channel->firstId());
+    if (!submissions.empty()) publish();  // the queue limit counts them at once, not after the step
 
     if (!engine_->idle() || needs_retire_step_) {
       // Once the engine goes idle, one more step returns the last finished

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/server/api_error.h"
@@ -55,6 +56,14 @@ OpenAiServer::OpenAiServer(std::unique_ptr<Engine> engine, ServerOptions options
   const int threads =
       options_.http_threads > 0 ? options_.http_threads : int(std::min<int64_t>(options_.max_queue + 16 + 8, 1024));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  // cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's
+  // library): dozens of clients connecting at once would overflow it and
+  // some would be reset. The socket is noted here so bind() can listen again
+  // with the system's limit (Linux updates a listening socket's backlog).
+  http_->set_socket_options([this](socket_t socket) {
+    httplib::default_socket_options(socket);
+    listen_socket_ = socket;
+  });
   http_->set_payload_max_length(16 << 20);
   http_->set_keep_alive_timeout(5);
   installRoutes();
@@ -70,6 +79,7 @@ Result<int> OpenAiServer::bind() {
   } else if (!http_->bind_to_port(options_.host, port)) {
     return makeError("cannot listen on {}:{} (in use, or not an address of this machine)", options_.host, port);
   }
+  if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
   return port;
 }
 

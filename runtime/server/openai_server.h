@@ -73,6 +73,7 @@ class OpenAiServer {
   std::unique_ptr<EngineLoop> loop_;
   std::unique_ptr<RequestContext> context_;
   std::unique_ptr<httplib::Server> http_;
+  int listen_socket_ = -1;
   std::atomic<bool> draining_{false};
   std::atomic<bool> shut_down_{false};
   std::mutex open_mutex_;

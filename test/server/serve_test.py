@@ -228,37 +228,54 @@ class ServeTest(unittest.TestCase):
 
 
 class QueueAndShutdownTest(unittest.TestCase):
-    def test_full_queue_gets_429_and_sigterm_finishes_streams(self):
-        server = KilnServer(ARGS.kiln, ARGS.model, "--model-name", MODEL, "--threads", "2", "--max-sequences", "1",
-                            "--max-queue", "1", "--shutdown-grace-seconds", "30")
+    def test_full_queue_gets_429_and_sigterm_drains(self):
+        server = KilnServer(ARGS.kiln, ARGS.model, "--model-name", MODEL, "--threads", "2", "--max-sequences", "2",
+                            "--max-queue", "1", "--shutdown-grace-seconds", "8")
         try:
             def open_stream(max_tokens):
                 connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
                 connection.request("POST", "/v1/completions", json.dumps({
                     "model": MODEL, "prompt": "Count: 1, 2, 3,", "max_tokens": max_tokens, "temperature": 0,
                     "ignore_eos": True, "stream": True}), {"Content-Type": "application/json"})
-                return connection, connection.getresponse()
+                response = connection.getresponse()
+                self.assertEqual(response.status, 200)
+                return connection, response
 
-            running, running_response = open_stream(48)  # runs (one sequence at a time)
-            self.assertEqual(running_response.status, 200)
-            time.sleep(0.5)
-            queued, queued_response = open_stream(4)  # waits in the engine's queue
-            self.assertEqual(queued_response.status, 200)
-            time.sleep(0.5)
+            # Two endless streams fill both sequence slots (each admitted within
+            # a step of its arrival), a third waits: the queue is full.
+            endless = open_stream(4000)
+            time.sleep(0.3)
+            dropped = open_stream(4000)
+            time.sleep(0.3)
+            queued = open_stream(30)
+            time.sleep(0.3)
             status, headers, body = server.request("POST", "/v1/completions",
                                                    {"model": MODEL, "prompt": "Hi", "max_tokens": 2})
             self.assertEqual(status, 429, body)
             self.assertEqual(headers.get("Retry-After"), "1")
             self.assertEqual(json.loads(body)["error"]["code"], "queue_full")
+            # A client hanging up frees its slot: the queued stream starts.
+            self.assertTrue(dropped[1].read1(100).startswith(b"data: "))
+            dropped[0].close()
+            time.sleep(0.3)
 
-            # SIGTERM while both stream: they finish (within the grace) and end with [DONE].
+            # SIGTERM: new requests get 503; the queued stream finishes, the
+            # endless one is cancelled when the grace runs out; both end with [DONE].
             server.process.terminate()
-            for response in (running_response, queued_response):
+            deadline = time.time() + 5
+            while time.time() < deadline and server.request("GET", "/health")[0] != 503:
+                time.sleep(0.05)
+            self.assertEqual(server.request("GET", "/health")[0], 503)
+            status, _, body = server.request("POST", "/v1/completions", {"model": MODEL, "prompt": "Hi"})
+            self.assertEqual((status, json.loads(body)["error"]["code"]), (503, "shutting_down"))
+            finishes = {}
+            for name, (connection, response) in {"endless": endless, "queued": queued}.items():
                 events = read_events(response)
-                self.assertEqual(events[-1], "[DONE]")
-                self.assertEqual(events[-2]["choices"][0]["finish_reason"], "length")
-            running.close()
-            queued.close()
+                connection.close()
+                self.assertEqual(events[-1], "[DONE]", name)
+                finishes[name] = events[-2]["choices"][0]["finish_reason"]
+            self.assertEqual(finishes["queued"], "length")
+            self.assertEqual(finishes["endless"], "cancelled")
             self.assertEqual(server.stop(), 0)
             self.assertTrue(any("shutting down" in line for line in server.log), server.log)
         finally:
