@@ -183,6 +183,8 @@ struct Engine::Impl {
   std::vector<spec::DraftTree> drafts;
   std::vector<int32_t> verify_parents, verify_base, verify_accepted, verify_counts;
   std::vector<SlotCopy> slot_moves;
+  std::vector<int32_t> verify_next;  // a sampled row's next token (-1: greedy rows sample it after)
+  std::vector<int32_t> spec_history, spec_children, spec_child_tokens;
   int64_t spec_rows = 0, spec_drafted = 0, spec_accepted = 0;
 
   // `sliding_window`: every layer's (the smallest), 0 if one attends to all.
@@ -215,6 +217,11 @@ struct Engine::Impl {
   // The decode rows as verify rows (with their drafts), then acceptance:
   // accepted nodes' KV moved into place, tokens emitted, the rest rolled back.
   Status runVerify(ScheduledStep& part, const std::vector<const spec::DraftTree*>& trees);
+  // A sampled request's row b: speculative sampling down its tree
+  // (Sampler::speculate at each node, the target's logits there), the
+  // accepted path into verify_accepted / verify_counts, the token drawn
+  // where it stopped into verify_next.
+  void sampleTreePath(Sequence& seq, const spec::DraftTree& tree, size_t b, int64_t width);
 };
 
 void Engine::Impl::finish(Sequence& seq, FinishReason reason, std::string error) {
@@ -498,6 +505,35 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
   return any;
 }
 
+void Engine::Impl::sampleTreePath(Sequence& seq, const spec::DraftTree& tree, size_t b, int64_t width) {
+  int32_t* path = verify_accepted.data() + b * size_t(width);
+  std::fill(path, path + width, -1);
+  path[0] = 0;
+  spec_history.assign(seq.tokens.begin(), seq.tokens.end());
+  int32_t node = 0, depth = 0;
+  while (true) {
+    spec_children.clear();
+    spec_child_tokens.clear();
+    for (int32_t c = node + 1; c < int32_t(tree.size()); ++c)
+      if (tree.parents[size_t(c)] == node) {
+        spec_children.push_back(c);
+        spec_child_tokens.push_back(tree.tokens[size_t(c)]);
+      }
+    const float* row = logits.data() + int64_t(batch_query_start[b] + node) * vocab;
+    fork_row.assign(row, row + vocab);
+    int32_t token = -1;
+    const int child = seq.sampler->speculate(fork_row, spec_history, spec_child_tokens, token);
+    if (child < 0 || depth + 1 >= width) {
+      verify_next[b] = token;
+      break;
+    }
+    node = spec_children[size_t(child)];
+    path[++depth] = node;
+    spec_history.push_back(tree.tokens[size_t(node)]);
+  }
+  verify_counts[b] = depth;
+}
+
 Status Engine::Impl::runVerify(ScheduledStep& part, const std::vector<const spec::DraftTree*>& trees) {
   std::vector<ScheduledSlice>& rows = part.slices;
   BatchInputs in;
@@ -508,6 +544,11 @@ Status Engine::Impl::runVerify(ScheduledStep& part, const std::vector<const spec
   verify_counts.resize(rows.size());
   BlockPool& pool = executor->blockPool();
   Status verified = executor->verify(in, logits, verify_accepted, verify_counts);
+  // The plan's acceptance is greedy; a sampled request walks its tree with
+  // speculative sampling instead, which also draws its next token.
+  verify_next.assign(rows.size(), -1);
+  for (size_t b = 0; b < rows.size() && verified.ok(); ++b)
+    if (!rows[b].seq->sampler->params().isPlainGreedy()) sampleTreePath(*rows[b].seq, *trees[b], b, width);
   // Accepted tree nodes move to the slots of their depths (a chain's are
   // there already); they go in path order, and a node's index is at least
   // its depth, so no move reads a slot an earlier one wrote.
@@ -543,7 +584,7 @@ Status Engine::Impl::runVerify(ScheduledStep& part, const std::vector<const spec
     }
     if (!seq.finished) {
       std::span<float> row(logits.data() + int64_t(batch_query_start[b] + last) * vocab, size_t(vocab));
-      emitToken(seq, seq.sampler->sample(row, seq.tokens));
+      emitToken(seq, verify_next[b] >= 0 ? verify_next[b] : seq.sampler->sample(row, seq.tokens));
     }
     // The root and the emitted drafts have their keys and values in place;
     // the rejected nodes' slots are dropped, and blocks wholly past them freed.
@@ -782,12 +823,7 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     tokens.erase(tokens.begin(), tokens.end() - limit);
   }
   const sampling::SamplingParams& params = request.sampling;
-  if (request.speculation.enabled()) {
-    KILN_RETURN_IF_ERROR(checkSpeculation(request.speculation));
-    if (!params.isPlainGreedy())
-      return makeError("speculative decoding accepts drafts greedily: it needs plain greedy sampling (temperature 0, "
-                       "no penalties); drop --spec or the sampling options");
-  }
+  if (request.speculation.enabled()) KILN_RETURN_IF_ERROR(checkSpeculation(request.speculation));
   if (params.n > e.options.max_sequences)
     return makeError("n {} is more completions than the engine runs at once ({} sequences): expected n <= {}",
                      params.n, e.options.max_sequences, e.options.max_sequences);

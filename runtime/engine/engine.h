@@ -67,9 +67,10 @@ std::string_view finishReasonName(FinishReason reason);
 
 // Speculative decoding for one request (docs/design/speculative.md): each
 // decode step the drafter proposes tokens in the shape `tree` and one verify
-// forward keeps the longest path the model agrees with. Greedy sampling
-// only; the artifact needs a verify entry at least as large
-// (kiln-compile --spec-tree).
+// forward keeps the longest path the model agrees with: greedily (the
+// output is plain greedy decoding's), or for sampled requests by
+// speculative sampling (the output has the sampler's distribution). The
+// artifact needs a verify entry at least as large (kiln-compile --spec-tree).
 enum class SpecMethod { kNone, kNgram };
 
 struct SpeculationParams {

@@ -49,19 +49,27 @@ int32_t greedyToken(std::span<const float> logits) {
   return int32_t(std::max<int64_t>(best, 0));
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> previous_tokens) {
-  if (logits.empty()) return -1;
+size_t Sampler::candidatesFor(std::span<float> logits, std::span<const int32_t> previous_tokens,
+                              int32_t& direct) {
+  direct = -1;
+  if (logits.empty()) return 0;
   applyPenalties(logits, previous_tokens);
   const int64_t vocab = int64_t(logits.size());
 
-  if (params_.temperature == 0.0f) return greedyToken(logits);
+  if (params_.temperature == 0.0f) {
+    direct = greedyToken(logits);
+    return 0;
+  }
 
   const float inv_temperature = 1.0f / params_.temperature;
   candidates_.clear();
   for (int64_t i = 0; i < vocab; ++i)
     if (!std::isnan(logits[size_t(i)]))
       candidates_.emplace_back(logits[size_t(i)] * inv_temperature, int32_t(i));
-  if (candidates_.empty()) return 0;
+  if (candidates_.empty()) {
+    direct = 0;
+    return 0;
+  }
 
   // Sort only as much as the filters need: top-k needs the k best, top-p needs
   // them in order; plain temperature sampling needs no order at all.
@@ -76,7 +84,10 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> previo
 
   float max_logit = -INFINITY;
   for (size_t i = 0; i < kept; ++i) max_logit = std::max(max_logit, candidates_[i].first);
-  if (std::isinf(max_logit) && max_logit < 0) return candidates_[0].second;  // all -inf
+  if (std::isinf(max_logit) && max_logit < 0) {  // all -inf
+    direct = candidates_[0].second;
+    return 0;
+  }
 
   // Unnormalized probabilities relative to the best token (which gets 1).
   std::vector<std::pair<float, int32_t>>& c = candidates_;
@@ -104,8 +115,12 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> previo
       if (c[i].first >= params_.min_p) c[write++] = c[i];
     kept = write;  // the best token always survives (1 >= min_p)
   }
+  return kept;
+}
 
-  total = 0.0;
+int32_t Sampler::draw(size_t kept) {
+  const std::vector<std::pair<float, int32_t>>& c = candidates_;
+  double total = 0.0;
   for (size_t i = 0; i < kept; ++i) total += c[i].first;
   const double u = uniform() * total;
   double cumulative = 0.0;
@@ -114,6 +129,43 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> previo
     if (u < cumulative) return c[i].second;
   }
   return c[kept - 1].second;  // u landed on the rounding slack at the top
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> previous_tokens) {
+  if (logits.empty()) return -1;
+  int32_t direct = -1;
+  const size_t kept = candidatesFor(logits, previous_tokens, direct);
+  return direct >= 0 ? direct : draw(kept);
+}
+
+int Sampler::speculate(std::span<float> logits, std::span<const int32_t> previous_tokens,
+                       std::span<const int32_t> drafts, int32_t& token) {
+  token = -1;
+  if (logits.empty()) return -1;
+  int32_t direct = -1;
+  size_t kept = candidatesFor(logits, previous_tokens, direct);
+  if (direct >= 0) {  // a one-token distribution: its token is accepted, or it is the answer
+    for (size_t i = 0; i < drafts.size(); ++i)
+      if (drafts[i] == direct) return int(i);
+    token = direct;
+    return -1;
+  }
+  // Draft x is a one-hot q: accepted with probability min(1, r(x) / q(x)) =
+  // r(x), r the residual normalized; a rejected x leaves max(0, r - q), r
+  // without x, renormalized.
+  std::vector<std::pair<float, int32_t>>& c = candidates_;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    double total = 0.0, weight = 0.0;
+    size_t at = kept;
+    for (size_t j = 0; j < kept; ++j) {
+      total += c[j].first;
+      if (c[j].second == drafts[i]) weight = c[j].first, at = j;
+    }
+    if (uniform() * total < weight) return int(i);
+    if (at < kept) c[at] = c[--kept];  // rejected: out of the residual
+  }
+  token = draw(kept);
+  return -1;
 }
 
 }  // namespace kiln::sampling

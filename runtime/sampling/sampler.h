@@ -36,11 +36,28 @@ class Sampler {
   //     mass reaches top_p); min-p (drop p < min_p * p_max); draw.
   int32_t sample(std::span<float> logits, std::span<const int32_t> previous_tokens);
 
+  // Speculative sampling over deterministic drafts (an n-gram drafter's
+  // children of one tree node, distinct tokens): with p the distribution
+  // sample() would draw from at `logits` (same steps, same RNG), the drafts
+  // are tried in order, each accepted with probability r(x), r the residual
+  // (p less the drafts rejected before it, renormalized). Returns the
+  // accepted draft's index, or -1 with `token` drawn from the last residual;
+  // the emitted token is then distributed as p. At temperature 0 the draft
+  // that is the greedy token is accepted, else `token` is it.
+  int speculate(std::span<float> logits, std::span<const int32_t> previous_tokens,
+                std::span<const int32_t> drafts, int32_t& token);
+
   const SamplingParams& params() const { return params_; }
 
  private:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
   void applyPenalties(std::span<float> logits, std::span<const int32_t> previous_tokens);
+  // Steps 1-3 up to the draw: the kept tokens with their unnormalized
+  // weights in candidates_[0, kept); or `direct` (>= 0) when one token is
+  // the answer (temperature 0, nothing finite), then 0.
+  size_t candidatesFor(std::span<float> logits, std::span<const int32_t> previous_tokens, int32_t& direct);
+  // One draw over candidates_[0, kept).
+  int32_t draw(size_t kept);
   // Uniform in [0, 1) from 53 random bits: the same stream on every platform
   // (std::uniform_real_distribution is implementation-defined).
   double uniform();

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <limits>
 
 #include <cmath>
@@ -242,6 +244,82 @@ TEST(SamplerTest, EmptyLogits) {
   Sampler sampler = makeSampler(SamplingParams{});
   std::vector<float> none;
   EXPECT_EQ(sampler.sample(none, {}), -1);
+}
+
+// Speculative sampling keeps the target distribution: over a small
+// vocabulary, the token emitted at one tree node (an accepted draft, or the
+// residual's draw) is distributed as sample()'s, by a chi-square test at
+// the 0.1% level, for one draft, two siblings, a draft outside top-k and
+// with a repetition penalty.
+double chiSquare(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t trials) {
+  double chi = 0;
+  for (size_t v = 0; v < p.size(); ++v) {
+    if (p[v] == 0) {
+      EXPECT_EQ(counts[v], 0) << "token " << v << " has probability 0";
+      continue;
+    }
+    const double expected = p[v] * double(trials);
+    chi += (double(counts[v]) - expected) * (double(counts[v]) - expected) / expected;
+  }
+  return chi;
+}
+
+TEST(SamplerTest, SpeculativeSamplingKeepsTheTargetDistribution) {
+  const std::vector<float> logits = {1.0f, 0.2f, 2.0f, -0.5f, 1.5f, 0.0f};
+  const std::vector<int32_t> previous = {4};
+  struct Case {
+    std::vector<int32_t> drafts;
+    int top_k;
+    float repetition;
+  };
+  // Critical chi-square values at 0.001 for 5 and 2 degrees of freedom.
+  for (const Case& c : {Case{{2}, 0, 1.0f}, Case{{5}, 0, 1.0f}, Case{{4, 0}, 0, 1.0f}, Case{{1, 2}, 3, 1.0f},
+                        Case{{4, 2}, 0, 1.3f}}) {
+    SamplingParams params;
+    params.temperature = 0.8f;
+    params.top_k = c.top_k;
+    params.repetition_penalty = c.repetition;
+    params.seed = 11;
+    // The target p: sample()'s own frequencies would be noisy; compute it.
+    std::vector<float> scaled = logits;
+    if (c.repetition != 1.0f) scaled[4] = scaled[4] > 0 ? scaled[4] / c.repetition : scaled[4] * c.repetition;
+    std::vector<double> p(logits.size());
+    std::vector<int> order = {0, 1, 2, 3, 4, 5};
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return scaled[size_t(a)] > scaled[size_t(b)]; });
+    double total = 0;
+    for (size_t rank = 0; rank < order.size(); ++rank) {
+      if (c.top_k > 0 && int(rank) >= c.top_k) continue;
+      p[size_t(order[rank])] = std::exp(double(scaled[size_t(order[rank])]) / 0.8);
+      total += p[size_t(order[rank])];
+    }
+    for (double& q : p) q /= total;
+
+    auto sampler = Sampler::create(params);
+    ASSERT_TRUE(sampler.ok());
+    const int64_t trials = 40000;
+    std::vector<int64_t> counts(logits.size());
+    for (int64_t t = 0; t < trials; ++t) {
+      std::vector<float> row = logits;
+      int32_t token = -1;
+      const int accepted = sampler->speculate(row, previous, c.drafts, token);
+      ++counts[size_t(accepted >= 0 ? c.drafts[size_t(accepted)] : token)];
+    }
+    const int degrees = (c.top_k > 0 ? c.top_k : int(logits.size())) - 1;
+    EXPECT_LT(chiSquare(counts, p, trials), degrees == 5 ? 20.52 : 13.82)
+        << "drafts " << c.drafts[0] << " (" << c.drafts.size() << "), top_k " << c.top_k;
+  }
+}
+
+TEST(SamplerTest, SpeculativeSamplingAtTemperatureZeroIsGreedy) {
+  SamplingParams params;
+  auto sampler = Sampler::create(params);
+  ASSERT_TRUE(sampler.ok());
+  std::vector<float> row = {0.0f, 3.0f, 1.0f};
+  int32_t token = -1;
+  EXPECT_EQ(sampler->speculate(row, {}, std::vector<int32_t>{2, 1}, token), 1);
+  row = {0.0f, 3.0f, 1.0f};
+  EXPECT_EQ(sampler->speculate(row, {}, std::vector<int32_t>{2}, token), -1);
+  EXPECT_EQ(token, 1);
 }
 
 }  // namespace

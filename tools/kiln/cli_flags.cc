@@ -59,8 +59,8 @@ constexpr CliFlag kBatchingFlags[] = {
 constexpr const char* kSpec = "speculative decoding";
 constexpr CliFlag kSpecFlags[] = {
     {"spec", "ngram", kSpec,
-     "draft tokens by n-gram prompt lookup and verify them in one forward (greedy sampling only; a model is "
-     "compiled with a verify entry for the tree, an artifact must have one)"},
+     "draft tokens by n-gram prompt lookup and verify them in one forward (greedy: the same tokens; sampled: "
+     "speculative sampling); a model is compiled with a verify entry for the tree, an artifact must have one"},
     {"spec-k", "K", kSpec, "draft a chain of K tokens a step (default 4)"},
     {"spec-tree", "W1,W2,...", kSpec, "draft a tree instead: W1 children of the last token, W2 of each, ..."},
 };

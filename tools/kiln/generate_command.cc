@@ -158,8 +158,7 @@ int generateCommand(int argc, char** argv) {
       continue;
     }
     line.id = parsed->id;
-    // --spec speculates the lines that sample greedily; the others run plain.
-    if (parsed->request.sampling.isPlainGreedy()) parsed->request.speculation = *speculation;
+    parsed->request.speculation = *speculation;
     line.n = parsed->request.sampling.n;
     line.texts.resize(size_t(line.n));
     // Completion j of this line has the id first_id + j (set before any step runs).

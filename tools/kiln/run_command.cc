@@ -120,8 +120,6 @@ int runCommand(int argc, char** argv) {
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
   auto speculation = speculationFrom(args);
   if (!speculation.ok()) return fail(speculation.error().message);
-  if (speculation->enabled() && !s.isPlainGreedy())
-    return fail("--spec accepts drafts greedily: it needs greedy sampling (temperature 0, no repetition penalty)");
   for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
     compile_flags->push_back(flag);
   auto engine = openEngine(args.positionals()[0], *options, *compile_flags);
