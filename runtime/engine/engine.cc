@@ -909,6 +909,8 @@ Status Engine::runUntilIdle(const std::function<bool()>& should_stop) {
   return step();  // retire what finished in the last step
 }
 
+void Engine::forgetStats(int64_t request_id) { impl_->finished.erase(request_id); }
+
 const RequestStats* Engine::stats(int64_t request_id) const {
   if (auto it = impl_->finished.find(request_id); it != impl_->finished.end())
     return &it->second;

@@ -175,6 +175,10 @@ class Engine {
   Status runUntilIdle(const std::function<bool()>& should_stop = {});
 
   const RequestStats* stats(int64_t request_id) const;
+  // Drops an ended completion's stats, which the engine otherwise keeps for
+  // stats() as long as it lives (a server forgets them once read, so its
+  // memory stays flat). Ids of requests not yet retired are ignored.
+  void forgetStats(int64_t request_id);
   EngineMetrics metrics() const;
 
   // The natural log of the probability of each of tokens[1..] given the

@@ -62,7 +62,8 @@ void EngineLoop::run() {
     {
       std::unique_lock lock(mutex_);
       work_.wait(lock, [&] {
-        return stopping_ || !submissions_.empty() || !cancels_.empty() || !active_.empty() || needs_retire_step_;
+        return stopping_ || !submissions_.empty() || !cancels_.empty() || !active_.empty() || needs_retire_step_ ||
+               !forget_after_step_.empty();
       });
       if (stopping_ && active_.empty()) return;
       submissions.swap(submissions_);
@@ -84,6 +85,10 @@ void EngineLoop::run() {
       if (channel && channel->firstId() >= 0) engine_->cancel(channel->firstId());
     if (!submissions.empty()) publish();  // the queue limit counts them at once, not after the step
 
+    // Completions collected last time have been retired by now (by the step
+    // since, or at once when cancelled): the engine may drop their stats.
+    std::vector<int64_t> forget_now;
+    forget_now.swap(forget_after_step_);
     if (!engine_->idle() || needs_retire_step_) {
       // Once the engine goes idle, one more step returns the last finished
       // sequences' blocks to the pool (as Engine::runUntilIdle does).
@@ -91,6 +96,7 @@ void EngineLoop::run() {
       if (Status stepped = engine_->step(); !stepped.ok()) failAll(stepped.error().message);
       needs_retire_step_ = was_busy && engine_->idle();
     }
+    for (int64_t id : forget_now) engine_->forgetStats(id);
     collectFinished();
     publish();
   }
@@ -125,6 +131,7 @@ void EngineLoop::collectFinished() {
       if (stats && stats->finish != FinishReason::kRunning) {
         metrics_.recordFinish(*stats);
         channel->finish(i, *stats);
+        forget_after_step_.push_back(first + i);
       } else {
         all_done = false;
       }

@@ -67,6 +67,7 @@ class EngineLoop {
   // Engine thread only.
   std::vector<std::shared_ptr<RequestChannel>> active_;
   bool needs_retire_step_ = false;
+  std::vector<int64_t> forget_after_step_;  // ended completions whose stats were read
 
   std::thread thread_;
 };
