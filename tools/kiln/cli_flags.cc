@@ -43,7 +43,7 @@ constexpr CliFlag kCompileFlags[] = {
 
 // How many requests the engine batches and how much KV it keeps
 // (batchingOptionsFrom): for the commands that run many requests at once.
-constexpr const char* kBatching = "batching (generate, bench serve)";
+constexpr const char* kBatching = "batching (generate, serve, bench serve)";
 constexpr CliFlag kBatchingFlags[] = {
     {"max-sequences", "N", kBatching, "sequences decoding at once (default 16; bench serve: every request, at most 256)"},
     {"max-batch-tokens", "T", kBatching,
