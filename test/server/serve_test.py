@@ -241,14 +241,19 @@ class QueueAndShutdownTest(unittest.TestCase):
                 self.assertEqual(response.status, 200)
                 return connection, response
 
-            # Two endless streams fill both sequence slots (each admitted within
-            # a step of its arrival), a third waits: the queue is full.
+            def wait_for(name, value):
+                deadline = time.time() + 30
+                while server.metrics()[name] != value:
+                    self.assertLess(time.time(), deadline, f"{name} never reached {value}")
+                    time.sleep(0.05)
+
+            # Two endless streams fill both sequence slots, a third waits: the queue is full.
             endless = open_stream(4000)
-            time.sleep(0.3)
+            wait_for("kiln_sequences_running", 1)
             dropped = open_stream(4000)
-            time.sleep(0.3)
+            wait_for("kiln_sequences_running", 2)
             queued = open_stream(30)
-            time.sleep(0.3)
+            wait_for("kiln_queue_depth", 1)
             status, headers, body = server.request("POST", "/v1/completions",
                                                    {"model": MODEL, "prompt": "Hi", "max_tokens": 2})
             self.assertEqual(status, 429, body)
@@ -257,7 +262,7 @@ class QueueAndShutdownTest(unittest.TestCase):
             # A client hanging up frees its slot: the queued stream starts.
             self.assertTrue(dropped[1].read1(100).startswith(b"data: "))
             dropped[0].close()
-            time.sleep(0.3)
+            wait_for("kiln_queue_depth", 0)
 
             # SIGTERM: new requests get 503; the queued stream finishes, the
             # endless one is cancelled when the grace runs out; both end with [DONE].
