@@ -102,6 +102,13 @@ std::optional<int> ManifestBuilder::weightId(Value value) {
     }
     weight["name"] = name;
     weight["prepare"] = json::Object{{"op", "concat_rows"}, {"inputs", std::move(inputs)}};
+  } else if (auto offset = dyn_cast<xfmr::WeightOffsetOp>(op)) {
+    std::optional<int> input = weightId(offset.getInput());
+    if (!input) return std::nullopt;
+    weight["name"] = (*weights_[*input].getAsObject()->getString("name")).str() + ".offset";
+    weight["prepare"] = json::Object{{"op", "offset"},
+                                     {"inputs", json::Array{*input}},
+                                     {"value", offset.getOffset().convertToDouble()}};
   } else if (auto quantize = dyn_cast<xfmr::QuantizeOp>(op)) {
     std::optional<int> input = weightId(quantize.getInput());
     if (!input) return std::nullopt;

@@ -247,6 +247,7 @@ bool isWeightValue(Value value) {
   if (auto concat = dyn_cast<xfmr::ConcatOp>(op))
     return concat.getAxis() == 0 && llvm::all_of(concat.getInputs(), isWeightValue);
   if (auto quantize = dyn_cast<xfmr::QuantizeOp>(op)) return isWeightValue(quantize.getInput());
+  if (auto offset = dyn_cast<xfmr::WeightOffsetOp>(op)) return isWeightValue(offset.getInput());
   return false;
 }
 

@@ -124,19 +124,23 @@ int formResidualRmsNorm(func::FuncOp func) {
 }
 
 // mul(silu(g), u) [with g, u split from one gate/up GEMM]  ->  silu_mul
-int formSiluMul(func::FuncOp func) {
-  llvm::SmallVector<llvm::SmallVector<Operation*>> chains;
+// mul(gelu_tanh(g), u) [likewise]                             ->  gelu_tanh_mul
+int formGatedActivation(func::FuncOp func) {
+  llvm::SmallVector<std::pair<llvm::StringRef, llvm::SmallVector<Operation*>>> chains;
   func.walk([&](xfmr::MulOp mul) {
     if (mul->getParentOfType<xfmr::FusionRegionOp>()) return;
-    auto silu = mul.getLhs().getDefiningOp<xfmr::SiluOp>();
-    if (!silu || !hasSingleUse(silu.getResult())) return;
-    llvm::SmallVector<Operation*> ops = {silu, mul};
-    absorbSplitOf(ops, silu.getInput());
+    Operation* activation = mul.getLhs().getDefiningOp();
+    llvm::StringRef kind = isa_and_nonnull<xfmr::SiluOp>(activation)       ? "silu_mul"
+                           : isa_and_nonnull<xfmr::GeluTanhOp>(activation) ? "gelu_tanh_mul"
+                                                                           : "";
+    if (kind.empty() || !hasSingleUse(activation->getResult(0))) return;
+    llvm::SmallVector<Operation*> ops = {activation, mul};
+    absorbSplitOf(ops, activation->getOperand(0));
     sortInBlockOrder(ops);
-    chains.push_back(ops);
+    chains.push_back({kind, ops});
   });
   int formed = 0;
-  for (auto& ops : chains) formed += outlineFusionRegion("silu_mul", ops) ? 1 : 0;
+  for (auto& [kind, ops] : chains) formed += outlineFusionRegion(kind, ops) ? 1 : 0;
   return formed;
 }
 
@@ -197,7 +201,7 @@ int formRopeKvWrite(func::FuncOp func) {
 }  // namespace
 
 int formFusionRegions(func::FuncOp func) {
-  return formRopeKvWrite(func) + formResidualRmsNorm(func) + formSiluMul(func);
+  return formRopeKvWrite(func) + formResidualRmsNorm(func) + formGatedActivation(func);
 }
 
 }  // namespace kiln

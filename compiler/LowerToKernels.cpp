@@ -33,7 +33,7 @@ class WeightOnlyAnalysis {
     if (auto it = cache_.find(op); it != cache_.end()) return it->second;
     bool weightOnly = op->getNumOperands() > 0 &&
                       isa<xfmr::ConcatOp, xfmr::QuantizeOp, xfmr::ReshapeOp,
-                          xfmr::TransposeOp>(op) &&
+                          xfmr::TransposeOp, xfmr::WeightOffsetOp>(op) &&
                       llvm::all_of(op->getOperands(),
                                    [&](Value v) { return isWeightOnly(v); });
     cache_[op] = weightOnly;
@@ -226,11 +226,15 @@ LogicalResult Lowering::lowerRegion(xfmr::FusionRegionOp region) {
     replaceWithKernel(region, "residual_rms_norm", region.getInputs(), params);
     return success();
   }
-  if (kind == "silu_mul") {
+  if (kind == "silu_mul" || kind == "gelu_tanh_mul") {
+    // One kernel kind for both gated activations; gelu_tanh says which (the
+    // CUDA gemm epilogues that fold silu_mul take the SiLU form only).
     bool merged = llvm::any_of(body, [](Operation& op) { return isa<xfmr::SplitOp>(op); });
-    replaceWithKernel(region, "silu_mul", region.getInputs(),
-                      {param(plan_key::kFfn, lastDim(region.getResult(0))),
-                       param(plan_key::kMergedGateUp, merged)});
+    llvm::SmallVector<NamedAttribute> params = {
+        param(plan_key::kFfn, lastDim(region.getResult(0))),
+        param(plan_key::kMergedGateUp, merged)};
+    if (kind == "gelu_tanh_mul") params.push_back(param(plan_key::kActivation, llvm::StringRef("gelu_tanh")));
+    replaceWithKernel(region, "silu_mul", region.getInputs(), params);
     return success();
   }
   return region.emitError() << "cannot lower fusion region '" << kind << "'";
@@ -253,6 +257,8 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               llvm::SmallVector<NamedAttribute> params = {
                   param(plan_key::kHidden, lastDim(embed.getResult())),
                   param(plan_key::kTableType, elementOf(embed.getTable()))};
+              if (std::optional<llvm::APFloat> scale = embed.getScale())
+                params.push_back(param(plan_key::kScale, scale->convertToDouble()));
               appendType(params, plan_key::kOutType, embed.getResult());
               replaceWithKernel(embed, "embedding", embed->getOperands(), params);
               return success();
@@ -336,6 +342,10 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               replaceWithKernel(mul, "mul", mul->getOperands(),
                                 {param(plan_key::kWidth, lastDim(mul.getResult()))});
               return success();
+            })
+            .Case([&](xfmr::GeluTanhOp gelu) -> LogicalResult {
+              return gelu.emitError() << "cannot lower a gelu_tanh outside a "
+                                         "gelu_tanh_mul region (the kernel is the gated form)";
             })
             .Case([&](xfmr::SiluOp silu) {
               replaceWithKernel(silu, "silu", silu->getOperands(),

@@ -42,9 +42,9 @@ ninja -C "$BUILD" "${binaries[@]}" kiln_data
 # The artifacts gpu-check.sh runs: model-bf16 for the CUDA executor, model-f32
 # for the CPU executor and the f32 CUDA check; Llama-3-8B for the bench part.
 if [[ -x "$KILN_COMPILE" ]]; then
-  # tiny-qwen3, tiny-mistral-swa, tiny-phi3: Qwen3's q/k norm, sliding windows, Phi-3's fused
-  # projections (KILN_HF_MODELS).
-  for m in tiny-llama llama3.2-1b smollm2-135m llama3-8b tiny-qwen3 tiny-mistral-swa tiny-phi3; do
+  # tiny-qwen3, tiny-mistral-swa, tiny-phi3, tiny-gemma3: Qwen3's q/k norm, sliding windows, Phi-3's fused
+  # projections, Gemma 3's GeGLU and sandwich norms (KILN_HF_MODELS).
+  for m in tiny-llama llama3.2-1b smollm2-135m llama3-8b tiny-qwen3 tiny-mistral-swa tiny-phi3 tiny-gemma3; do
     "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-bf16" --activation-type=bf16
     [[ $m == llama3-8b ]] || "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-f32"
   done

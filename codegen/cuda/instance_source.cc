@@ -186,6 +186,11 @@ Result<Body> embedding(const Params& p) {
   b.config = fmt::format("  using Table = {};\n  using Out = {};\n  static constexpr int kHidden = {};\n"
                          "  static constexpr int kThreads = 128;\n",
                          type, out, hidden);
+  if (p.has("scale")) {  // gemma3's sqrt(hidden)
+    KILN_TRY(scale, p.number("scale"));
+    if (!(scale > 0)) return makeError("embedding: param 'scale' is {}, expected > 0", scale);
+    b.config += fmt::format("  static constexpr float kScale = {};\n", floatLiteral(scale));
+  }
   return b;
 }
 
@@ -847,7 +852,10 @@ Result<Body> siluMul(const Params& p) {
   KILN_TRY(merged, p.boolean("merged_gate_up"));
   KILN_TRY(x, activationType(p, "x_type"));
   KILN_TRY(out, activationType(p, "out_type"));
-  Body b{"elementwise.cuh", "", "silu_mul", {256, "[min(ceil(rows * ffn / 8 / 256), 65535)]", "ElementwiseParams"}};
+  KILN_TRY(activation, p.textOr("activation", "silu"));
+  if (activation != "silu" && activation != "gelu_tanh") return p.bad("activation", activation, "silu or gelu_tanh");
+  Body b{"elementwise.cuh", "", activation == "silu" ? "silu_mul" : "gelu_tanh_mul",
+         {256, "[min(ceil(rows * ffn / 8 / 256), 65535)]", "ElementwiseParams"}};
   b.config = fmt::format("  using X = {};\n  using Out = {};\n  static constexpr int kFfn = {};\n"
                          "  static constexpr int kThreads = 256;\n  static constexpr bool kMerged = {};\n",
                          x, out, ffn, boolLiteral(merged));

@@ -45,6 +45,8 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
     if (!isGemm(i) || steps[i + 1].kind != StepKind::kSiluMul) continue;
     if (!std::get<SiluMulParams>(steps[i + 1].params).merged_gate_up || !onlyReadBy(steps[i].results[0], i + 1, 0)) continue;
+    // The gemm epilogues compute SiLU only; GeGLU (gemma3) runs its own step.
+    if (!std::get<SiluMulParams>(steps[i + 1].params).activation.empty()) continue;
     if (steps[i].value_args.empty() || steps[i + 1].results.empty() ||
         overlap(steps[i].value_args[0], steps[i + 1].results[0]))
       continue;

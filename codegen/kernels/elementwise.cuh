@@ -1,10 +1,10 @@
 // Row-wise elementwise kernels, 8 elements per thread and step: silu_mul
-// (SwiGLU); add, mul, silu with per-operand element types (an f32 residual
+// (SwiGLU) and gelu_tanh_mul (GeGLU); add, mul, silu with per-operand element types (an f32 residual
 // stream plus a bf16 branch output -> f32); gather_last_tokens copying rows
 // of Config::T.
 //
 //   silu_mul: gate_up [rows, 2F] (merged) or gate, up [rows, F] Config::X
-//             ->  [rows, F] Config::Out = silu(gate) · up
+//             ->  [rows, F] Config::Out = silu(gate) · up (gelu_tanh_mul: gelu_tanh(gate) · up)
 //   add/mul:  a [rows, W] Config::A, b [rows, W] Config::B -> [rows, W] Config::Out
 //   silu:     a [rows, W] -> [rows, W]
 //   gather_last_tokens: h [N, hidden], query_start [B + 1] -> [B, hidden]
@@ -18,10 +18,18 @@
 namespace kiln {
 namespace kernels {
 
+struct ActSilu { __device__ static float apply(float g) { return silu(g); } };
+// PyTorch's gelu(approximate="tanh"): g/2 · (1 + tanh(sqrt(2/pi) · (g + 0.044715 g³))), in f32.
+struct ActGeluTanh {
+  __device__ static float apply(float g) {
+    return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  }
+};
+
 // Config: using X, Out; static constexpr int kFfn, kThreads; static constexpr bool kMerged.
 // One vector a thread (the grid covers them all): more a thread, loads batched, measured slower.
-template <class Config>
-__device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {
+template <class Config, class Act>
+__device__ __forceinline__ void gated_mul(const ElementwiseParams& p) {
   static_assert(Config::kFfn % 8 == 0, "16-byte vectors");
   constexpr int kVecs = Config::kFfn / 8;
   const long long total = (long long)p.rows * kVecs;
@@ -43,10 +51,15 @@ __device__ __forceinline__ void silu_mul(const ElementwiseParams& p) {
     load8(gate, g);
     load8(up, u);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = silu(g[e]) * u[e];
+    for (int e = 0; e < 8; ++e) y[e] = Act::apply(g[e]) * u[e];
     store8(static_cast<typename Config::Out*>(p.out) + row * Config::kFfn + col, y);
   }
 }
+
+template <class Config>
+__device__ __forceinline__ void silu_mul(const ElementwiseParams& p) { gated_mul<Config, ActSilu>(p); }
+template <class Config>
+__device__ __forceinline__ void gelu_tanh_mul(const ElementwiseParams& p) { gated_mul<Config, ActGeluTanh>(p); }
 
 struct OpAdd { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a + b; } };
 struct OpMul { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a * b; } };

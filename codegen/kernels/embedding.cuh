@@ -7,6 +7,8 @@
 // (q8_0: {f16 d; i8 qs[32]} = d·q; q4_0: {f16 d; u8 qs[16]} = d·(q - 8);
 // q4_1: {f16 d, m; u8 qs[16]} = d·q + m; element i of a block is the low
 // nibble of qs[i], element 16 + i the high one). Grid [N], block [Config::kThreads].
+// A Config with kScale multiplies each element by it in f32 before the one
+// rounding to Out (gemma3's sqrt(hidden), already rounded to the table's type).
 #pragma once
 
 #include "common.cuh"
@@ -54,7 +56,13 @@ template <> struct TableRow<TableQ4_1> {
   }
 };
 
-// Config: using Table, Out; static constexpr int kHidden, kThreads.
+// Config::kScale where the Config has one, else 1.
+template <class Config, class = void> struct EmbeddingScale { static constexpr float value = 1.0f; };
+template <class Config> struct EmbeddingScale<Config, decltype(void(Config::kScale))> {
+  static constexpr float value = Config::kScale;
+};
+
+// Config: using Table, Out; static constexpr int kHidden, kThreads (, float kScale).
 template <class Config>
 __device__ __forceinline__ void embedding(const EmbeddingParams& p) {
   using Row = TableRow<typename Config::Table>;
@@ -69,8 +77,9 @@ __device__ __forceinline__ void embedding(const EmbeddingParams& p) {
   }
   const unsigned char* row =
       static_cast<const unsigned char*>(p.table) + (long long)id * Row::bytes(Config::kHidden);
+  constexpr float kScale = EmbeddingScale<Config>::value;
   for (int i = threadIdx.x; i < Config::kHidden; i += Config::kThreads)
-    out[i] = from_float<Out>(Row::at(row, i));
+    out[i] = from_float<Out>(kScale == 1.0f ? Row::at(row, i) : Row::at(row, i) * kScale);
 }
 
 }  // namespace kernels

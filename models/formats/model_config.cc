@@ -17,11 +17,11 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3, phi3";
+constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3, phi3, gemma3_text";
 constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
 
 bool isSupportedArch(std::string_view a) {
-  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "phi3";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "phi3" || a == "gemma3";
 }
 
 std::string_view jsonTypeName(const json& j) {
@@ -116,6 +116,7 @@ std::string_view archFromClassName(std::string_view cls) {
   if (cls == "Qwen2ForCausalLM") return "qwen2";
   if (cls == "Qwen3ForCausalLM") return "qwen3";
   if (cls == "Phi3ForCausalLM") return "phi3";
+  if (cls == "Gemma3ForCausalLM") return "gemma3";
   return {};
 }
 
@@ -165,11 +166,81 @@ Status rejectUnimplemented(const HfFields& f, const std::string& name) {
   return Status::success();
 }
 
+// Gemma3TextConfig: every layer layer_types marks sliding_attention slides
+// by sliding_window (default 4096); without layer_types, every layer but
+// each sliding_window_pattern-th (default 6) does.
+Status parseGemma3Layers(const HfFields& f, const std::string& name, ModelConfig& c) {
+  int64_t window = 0;
+  KILN_ASSIGN(window, f.integer("sliding_window", 4096));
+  if (window <= 0)
+    return makeError("{}: field 'sliding_window' is {}, expected a positive window", name, window);
+  c.sliding_layers.assign(size_t(std::max<int64_t>(c.num_layers, 0)), false);
+  if (const json* types = f.get("layer_types")) {
+    if (!types->is_array()) return f.illTyped("layer_types", *types, "an array of layer type names");
+    if (int64_t(types->size()) != c.num_layers)
+      return makeError("{}: field 'layer_types' has {} entries, expected num_hidden_layers {}", name,
+                       types->size(), c.num_layers);
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type == "sliding_attention") {
+        c.sliding_layers[i] = true;
+      } else if (type != "full_attention") {
+        return makeError("{}: field 'layer_types[{}]' is '{}', supported: full_attention, sliding_attention", name,
+                         i, printable(type));
+      }
+    }
+  } else {
+    int64_t pattern = 0;
+    KILN_ASSIGN(pattern, f.integer("sliding_window_pattern", 6));
+    if (pattern <= 0)
+      return makeError("{}: field 'sliding_window_pattern' is {}, expected a positive period", name, pattern);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers[size_t(i)] = (i + 1) % pattern != 0;
+  }
+  c.sliding_window = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()
+                         ? window
+                         : 0;
+  if (c.sliding_window == 0) c.sliding_layers.clear();
+  return Status::success();
+}
+
+// Gemma 3's own fields: GeGLU, sandwich norms with (1 + w), the embedding
+// scale, query_pre_attn_scalar, q/k norm, and the sliding layers' RoPE theta
+// (rope_local_base_freq; transformers >= 4.56 writes rope_parameters per
+// layer type instead, read by parseRope).
+Status parseGemma3(const HfFields& f, const std::string& name, ModelConfig& c) {
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    std::optional<std::string> act;
+    KILN_ASSIGN(act, f.string(key));
+    if (act && *act != "gelu_pytorch_tanh")
+      return makeError("{}: field '{}' is '{}', kiln runs Gemma 3's 'gelu_pytorch_tanh' only", name, key,
+                       printable(*act));
+  }
+  bool bidirectional = false;
+  KILN_ASSIGN(bidirectional, f.boolean("use_bidirectional_attention", false));
+  if (bidirectional)
+    return makeError("{}: field 'use_bidirectional_attention' is true, kiln runs causal decoders only", name);
+  c.mlp_activation = MlpActivation::kGeluTanh;
+  c.sandwich_norms = true;
+  c.norm_weight_offset = 1.0;
+  c.qk_norm = true;
+  c.embedding_scale = std::sqrt(double(c.hidden_size));
+  double query_pre_attn_scalar = 0;
+  KILN_ASSIGN(query_pre_attn_scalar, f.number("query_pre_attn_scalar", 256));
+  if (!(query_pre_attn_scalar > 0))
+    return makeError("{}: field 'query_pre_attn_scalar' is {}, expected a positive number", name,
+                     query_pre_attn_scalar);
+  c.attention_scale = 1.0 / std::sqrt(query_pre_attn_scalar);
+  KILN_ASSIGN(c.rope_local_theta, f.number("rope_local_base_freq", 10000.0));
+  return Status::success();
+}
+
 // transformers' rule: mistral and phi3 slide every layer by sliding_window
 // (null: none); qwen2 and qwen3 slide only with use_sliding_window, the
 // layers layer_types marks "sliding_attention", or else those from
 // max_window_layers on; llama never slides.
 Status parseSlidingWindow(const HfFields& f, const std::string& name, ModelConfig& c) {
+  if (c.architecture == "gemma3") return parseGemma3Layers(f, name, c);
   if (c.architecture == "mistral" || c.architecture == "phi3") {
     KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
     if (c.sliding_window < 0)
@@ -232,6 +303,12 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
 
   std::optional<std::string> model_type;
   KILN_ASSIGN(model_type, f.string("model_type"));
+  if (model_type && *model_type == "gemma3")
+    return makeError("{}: model_type 'gemma3' is Gemma 3's image-text model (Gemma3ForConditionalGeneration, "
+                     "weights under language_model); kiln imports the text model, model_type 'gemma3_text' "
+                     "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export)",
+                     name);
+  if (model_type && *model_type == "gemma3_text") model_type = "gemma3";
   if (model_type) {
     if (!isSupportedArch(*model_type))
       return makeError("{}: model_type '{}' is not supported; supported: {}", name,
@@ -249,13 +326,14 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     c.architecture = std::string(archFromClassName(cls));
     if (c.architecture.empty())
       return makeError("{}: architectures[0] '{}' is not supported; supported: "
-                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM",
+                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
+                       "Gemma3ForCausalLM",
                        name, printable(cls));
   }
 
   std::optional<std::string> act;
   KILN_ASSIGN(act, f.string("hidden_act"));
-  if (act && *act != "silu")
+  if (act && *act != "silu" && c.architecture != "gemma3")
     return makeError("{}: field 'hidden_act' is '{}', only 'silu' is supported", name,
                      printable(*act));
 
@@ -265,19 +343,21 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   KILN_ASSIGN(c.num_heads, f.integer("num_attention_heads", std::nullopt));
   KILN_ASSIGN(c.vocab_size, f.integer("vocab_size", std::nullopt));
   // Defaults below are transformers' own for these architectures.
-  KILN_ASSIGN(c.num_kv_heads, f.integer("num_key_value_heads", c.num_heads));
-  if (f.get("head_dim") == nullptr && c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
+  const bool gemma3 = c.architecture == "gemma3";
+  KILN_ASSIGN(c.num_kv_heads, f.integer("num_key_value_heads", gemma3 ? 4 : c.num_heads));
+  if (f.get("head_dim") == nullptr && !gemma3 && c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
     return makeError("{}: hidden_size {} is not a multiple of num_heads {} and no head_dim gives the head size",
                      name, c.hidden_size, c.num_heads);
-  int64_t default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
+  int64_t default_head_dim = gemma3 ? 256 : c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
   KILN_ASSIGN(c.head_dim, f.integer("head_dim", default_head_dim));
   int64_t default_max_pos = c.architecture == "llama"     ? 2048
                             : c.architecture == "mistral" ? 4096 * 32
                             : c.architecture == "phi3"    ? 4096
+                            : gemma3                      ? 131072
                                                           : 32768;
   KILN_ASSIGN(c.max_position_embeddings, f.integer("max_position_embeddings", default_max_pos));
   KILN_ASSIGN(c.rms_norm_eps, f.number("rms_norm_eps", 1e-6));
-  KILN_ASSIGN(c.tie_word_embeddings, f.boolean("tie_word_embeddings", false));
+  KILN_ASSIGN(c.tie_word_embeddings, f.boolean("tie_word_embeddings", gemma3));
   // Qwen2's q/k/v projections always have biases and its o_proj none;
   // llama's and qwen3's attention_bias puts one on all four; mistral's
   // projections have none whatever the config says (as in transformers).
@@ -294,6 +374,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   if (mlp_bias)
     return makeError("{}: field 'mlp_bias' is true, which is not supported", name);
   KILN_RETURN_IF_ERROR(rejectUnimplemented(f, name));
+  if (gemma3) KILN_RETURN_IF_ERROR(parseGemma3(f, name, c));
   KILN_RETURN_IF_ERROR(parseSlidingWindow(f, name, c));
 
   // transformers >= 4.56 moved rope_theta and rope_scaling into rope_parameters.
@@ -302,10 +383,29 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     if (!rope_params->is_object())
       return f.illTyped("rope_parameters", *rope_params, "an object");
     HfFields rp(*rope_params, name, "rope_parameters.");
-    KILN_ASSIGN(c.rope_theta, rp.number("rope_theta", 10000.0));
-    KILN_RETURN_IF_ERROR(parseRopeScaling(*rope_params, name, "rope_parameters", c));
+    if (gemma3 && rp.get("full_attention") != nullptr) {
+      // Per layer type: the global layers' theta and scaling, the local layers' theta.
+      const json& full = *rp.get("full_attention");
+      if (!full.is_object()) return rp.illTyped("full_attention", full, "an object");
+      KILN_ASSIGN(c.rope_theta, HfFields(full, name, "rope_parameters.full_attention.").number("rope_theta", 1e6));
+      KILN_RETURN_IF_ERROR(parseRopeScaling(full, name, "rope_parameters.full_attention", c));
+      if (const json* local = rp.get("sliding_attention")) {
+        if (!local->is_object()) return rp.illTyped("sliding_attention", *local, "an object");
+        ModelConfig scaled;
+        KILN_RETURN_IF_ERROR(parseRopeScaling(*local, name, "rope_parameters.sliding_attention", scaled));
+        if (scaled.rope_scaling.kind != RopeScaling::Kind::kNone)
+          return makeError("{}: field 'rope_parameters.sliding_attention' scales RoPE, kiln scales only Gemma 3's "
+                           "global layers",
+                           name);
+        KILN_ASSIGN(c.rope_local_theta,
+                    HfFields(*local, name, "rope_parameters.sliding_attention.").number("rope_theta", 10000.0));
+      }
+    } else {
+      KILN_ASSIGN(c.rope_theta, rp.number("rope_theta", 10000.0));
+      KILN_RETURN_IF_ERROR(parseRopeScaling(*rope_params, name, "rope_parameters", c));
+    }
   } else {
-    KILN_ASSIGN(c.rope_theta, f.number("rope_theta", 10000.0));
+    KILN_ASSIGN(c.rope_theta, f.number("rope_theta", gemma3 ? 1e6 : 10000.0));
     if (const json* rs = f.get("rope_scaling"))
       KILN_RETURN_IF_ERROR(parseRopeScaling(*rs, name, "rope_scaling", c));
   }
@@ -331,6 +431,10 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
 
 std::string_view ropeStyleName(RopeStyle style) {
   return style == RopeStyle::kHalf ? "half" : "interleaved";
+}
+
+std::string_view mlpActivationName(MlpActivation activation) {
+  return activation == MlpActivation::kGeluTanh ? "gelu_tanh" : "silu";
 }
 
 std::string_view ropeScalingKindName(RopeScaling::Kind kind) {
@@ -373,6 +477,11 @@ Status ModelConfig::validate() const {
     return makeError("{}: rms_norm_eps is {}, expected a positive number", s, rms_norm_eps);
   if (!(rope_theta > 0) || !std::isfinite(rope_theta))
     return makeError("{}: rope_theta is {}, expected a positive number", s, rope_theta);
+  if (rope_local_theta < 0 || !std::isfinite(rope_local_theta))
+    return makeError("{}: rope_local_theta is {}, expected 0 (none) or a positive number", s, rope_local_theta);
+  if (!(embedding_scale > 0) || !(attention_scale >= 0))
+    return makeError("{}: embedding_scale {} / attention_scale {}, expected positive numbers", s, embedding_scale,
+                     attention_scale);
   if (sliding_window < 0)
     return makeError("{}: sliding_window is {}, expected 0 (none) or a positive window", s,
                      sliding_window);
@@ -401,6 +510,18 @@ int64_t ModelConfig::windowOf(int64_t layer) const {
                                                                                              : 0;
 }
 
+double ModelConfig::ropeThetaOf(int64_t layer) const {
+  return rope_local_theta > 0 && windowOf(layer) > 0 ? rope_local_theta : rope_theta;
+}
+
+bool ModelConfig::ropeScaledAt(int64_t layer) const {
+  return !(rope_local_theta > 0 && windowOf(layer) > 0);
+}
+
+double ModelConfig::attentionScale() const {
+  return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(head_dim));
+}
+
 Result<ModelConfig> parseHfConfigText(std::string_view text, const std::string& name) {
   try {
     json root = json::parse(text.begin(), text.end());
@@ -422,6 +543,12 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
   ModelConfig c;
   c.source = file.path();
   KILN_ASSIGN(c.architecture, file.getString("general.architecture"));
+  // llama.cpp's gemma3 stores its norm weights with the 1 already added and
+  // needs its own metadata (sliding pattern, local theta, query scale): not read yet.
+  if (c.architecture == "gemma3")
+    return makeError("{}: general.architecture 'gemma3': kiln imports Gemma 3 from Hugging Face checkpoint "
+                     "directories only, not from GGUF yet",
+                     file.path());
   if (!isSupportedArch(c.architecture))
     return makeError("{}: general.architecture '{}' is not supported; supported: {}",
                      file.path(), printable(c.architecture), kSupported);

@@ -1,4 +1,4 @@
-// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3, phi3), read
+// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3, phi3, gemma3), read
 // from a Hugging Face config.json or from GGUF metadata, so the importer and
 // the runtime never look at either format's keys directly.
 #pragma once
@@ -35,8 +35,14 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 0;
 };
 
+// The gated MLP's activation: down(act(gate) · up).
+enum class MlpActivation {
+  kSilu,      // SwiGLU (Llama ...)
+  kGeluTanh,  // GeGLU with PyTorch's tanh-approximated GELU (gemma3's gelu_pytorch_tanh)
+};
+
 struct ModelConfig {
-  std::string architecture;  // llama | mistral | qwen2 | qwen3 | phi3 (SmolLM uses llama)
+  std::string architecture;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma3 (SmolLM uses llama)
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
@@ -63,6 +69,21 @@ struct ModelConfig {
   // slides when sliding_window > 0, as Mistral's).
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;
+  // gemma3: sliding layers rotate with their own theta and no scaling
+  // (rope_local_base_freq); 0: every layer uses rope_theta and rope_scaling.
+  double rope_local_theta = 0.0;
+  MlpActivation mlp_activation = MlpActivation::kSilu;
+  // gemma3's sandwich norms: post_attention_layernorm normalizes the
+  // attention output and post_feedforward_layernorm the MLP output before
+  // each residual add; pre_feedforward_layernorm is the FFN input norm.
+  bool sandwich_norms = false;
+  // Every RMSNorm scales by (norm_weight_offset + w) in f32 (gemma3: 1).
+  double norm_weight_offset = 0.0;
+  // The embedding rows are multiplied by this (gemma3: sqrt(hidden_size),
+  // rounded to the table's type).
+  double embedding_scale = 1.0;
+  // Attention logits scale; 0: 1/sqrt(head_dim) (gemma3: query_pre_attn_scalar^-0.5).
+  double attention_scale = 0.0;
   // Storage type of the big weights (BF16 for a bf16 checkpoint, Q4_1 for a
   // Q4_1 GGUF); a hint for buffer planning, individual tensors may differ.
   ElementType weight_dtype = ElementType::F32;
@@ -75,10 +96,16 @@ struct ModelConfig {
 
   // The attention window of `layer`: W, or 0 for full causal attention.
   int64_t windowOf(int64_t layer) const;
+  // The rotary theta of `layer`, and whether rope_scaling applies to it.
+  double ropeThetaOf(int64_t layer) const;
+  bool ropeScaledAt(int64_t layer) const;
+  // The attention logits scale (attention_scale, or 1/sqrt(head_dim)).
+  double attentionScale() const;
 };
 
 std::string_view ropeStyleName(RopeStyle style);             // "half" | "interleaved"
 std::string_view ropeScalingKindName(RopeScaling::Kind kind);  // "none" | "linear" | "llama3"
+std::string_view mlpActivationName(MlpActivation activation);  // "silu" | "gelu_tanh"
 
 // Reads a Hugging Face config.json. Errors name the file, the field and the
 // expected type; an unsupported model_type lists the supported ones.

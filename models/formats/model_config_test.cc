@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "models/formats/gguf_file.h"
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/model_files.h"
@@ -162,6 +164,62 @@ TEST(ModelConfigTest, Phi3) {
             "c.json: field 'partial_rotary_factor' is 0.75, kiln rotates whole heads only (1.0)");
 }
 
+// gemma-3-1b-it's config.json (text model): five sliding layers of 512 to
+// one global, local theta 1e4, query_pre_attn_scalar 256 over head_dim 256.
+TEST(ModelConfigTest, Gemma3) {
+  const std::string gemma = R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+      "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144, "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": null,
+      "query_pre_attn_scalar": 256, "sliding_window": 512, "sliding_window_pattern": 6,
+      "hidden_activation": "gelu_pytorch_tanh", "attn_logit_softcapping": null, "final_logit_softcapping": null,
+      "attention_bias": false, "torch_dtype": "bfloat16")";
+  auto c = parseHfConfigText(gemma + "}", "g.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "gemma3");
+  EXPECT_TRUE(c->tie_word_embeddings);  // Gemma3TextConfig's default
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->norm_weight_offset, 1.0);
+  EXPECT_EQ(c->mlp_activation, MlpActivation::kGeluTanh);
+  EXPECT_DOUBLE_EQ(c->embedding_scale, std::sqrt(1152.0));
+  EXPECT_DOUBLE_EQ(c->attentionScale(), 1.0 / 16);
+  for (int64_t l : {0, 4, 6, 24}) EXPECT_EQ(c->windowOf(l), 512) << l;
+  for (int64_t l : {5, 11, 23}) EXPECT_EQ(c->windowOf(l), 0) << l;
+  EXPECT_EQ(c->ropeThetaOf(0), 10000.0);
+  EXPECT_EQ(c->ropeThetaOf(5), 1e6);
+
+  // 4B and up: linear scaling 8 on the global layers only.
+  auto scaled = parseHfConfigText(gemma + R"(, "rope_scaling": {"rope_type": "linear", "factor": 8.0}})", "g.json");
+  ASSERT_TRUE(scaled.ok()) << scaled.error().message;
+  EXPECT_EQ(scaled->rope_scaling.kind, RopeScaling::Kind::kLinear);
+  EXPECT_FALSE(scaled->ropeScaledAt(0));
+  EXPECT_TRUE(scaled->ropeScaledAt(5));
+  // transformers >= 4.56: rope_parameters per layer type.
+  auto per_type = parseHfConfigText(R"({"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 100, "head_dim": 32,
+      "layer_types": ["sliding_attention", "full_attention"],
+      "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})",
+                                    "g.json");
+  ASSERT_TRUE(per_type.ok()) << per_type.error().message;
+  EXPECT_EQ(per_type->rope_theta, 1e6);
+  EXPECT_EQ(per_type->rope_local_theta, 1e4);
+  EXPECT_EQ(per_type->rope_scaling.factor, 8.0);
+  EXPECT_EQ(per_type->windowOf(0), 4096);
+
+  EXPECT_EQ(parseError(gemma + R"(, "final_logit_softcapping": 30.0})"),
+            "c.json: field 'final_logit_softcapping' is 30.0, which kiln does not implement");
+  EXPECT_EQ(parseError(gemma + R"(, "hidden_activation": "gelu"})"),
+            "c.json: field 'hidden_activation' is 'gelu', kiln runs Gemma 3's 'gelu_pytorch_tanh' only");
+  EXPECT_EQ(parseError(gemma + R"(, "use_bidirectional_attention": true})"),
+            "c.json: field 'use_bidirectional_attention' is true, kiln runs causal decoders only");
+  EXPECT_EQ(parseError(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}})"),
+            "c.json: model_type 'gemma3' is Gemma 3's image-text model (Gemma3ForConditionalGeneration, weights "
+            "under language_model); kiln imports the text model, model_type 'gemma3_text' (Gemma3ForCausalLM: "
+            "gemma-3-1b, or a text-only export)");
+}
+
 // transformers' sliding layers: Mistral slides every layer; Qwen2/3 only
 // with use_sliding_window, from max_window_layers on, or as layer_types says.
 TEST(ModelConfigTest, SlidingWindowLayers) {
@@ -279,12 +337,13 @@ TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
 
 TEST(ModelConfigBadInputTest, UnsupportedArchitecture) {
   EXPECT_EQ(parseError(R"({"model_type": "gpt2"})"),
-            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3");
+            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text");
   EXPECT_EQ(parseError(R"({"architectures": ["GPT2LMHeadModel"]})"),
             "c.json: architectures[0] 'GPT2LMHeadModel' is not supported; supported: "
-            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM");
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
+            "Gemma3ForCausalLM");
   EXPECT_EQ(parseError("{}"),
-            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3, phi3)");
+            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3, phi3, gemma3_text)");
   EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
             "c.json: field 'rope_scaling.rope_type' is 'yarn', supported: default, linear, llama3");
   EXPECT_EQ(parseError(llamaJson(R"("hidden_act": "gelu")")),
@@ -309,9 +368,10 @@ TEST(ModelConfigBadInputTest, Validate) {
   ModelConfig c;
   c.architecture = "llama";
   EXPECT_EQ(c.validate().error().message, "model config: hidden_size is 0, expected a positive value");
-  c.architecture = "gemma3";
+  c.architecture = "gemma2";
   EXPECT_EQ(c.validate().error().message,
-            "model config: architecture 'gemma3' is not supported; supported: llama, mistral, qwen2, qwen3, phi3");
+            "model config: architecture 'gemma2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3, "
+            "gemma3_text");
 }
 
 TEST(ModelConfigTest, MissingFile) {
@@ -429,7 +489,7 @@ TEST(ModelConfigBadInputTest, FromGgufMetadata) {
   std::vector<uint8_t> bytes = w.serialize();
   EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
             "t.gguf: general.architecture 'gpt2' is not supported; supported: llama, mistral, "
-            "qwen2, qwen3, phi3");
+            "qwen2, qwen3, phi3, gemma3_text");
   testing::GgufWriter m;
   m.addString("general.architecture", "llama").addString("llama.block_count", "2");
   bytes = m.serialize();

@@ -15,7 +15,7 @@ constexpr WeightRole kPerLayerRoles[] = {
     WeightRole::kO,        WeightRole::kQBias, WeightRole::kKBias, WeightRole::kVBias,
     WeightRole::kOBias,    WeightRole::kQNorm, WeightRole::kKNorm, WeightRole::kQkv,
     WeightRole::kFfnNorm,  WeightRole::kGate,  WeightRole::kUp,    WeightRole::kGateUp,
-    WeightRole::kDown};
+    WeightRole::kDown,     WeightRole::kAttnPostNorm, WeightRole::kFfnPostNorm};
 
 // GGUF and HF tensor names per role, without the layer prefix.
 struct RoleNames {
@@ -44,6 +44,8 @@ RoleNames roleNames(WeightRole role) {
     case WeightRole::kGate: return {"ffn_gate.weight", "mlp.gate_proj.weight"};
     case WeightRole::kUp: return {"ffn_up.weight", "mlp.up_proj.weight"};
     case WeightRole::kDown: return {"ffn_down.weight", "mlp.down_proj.weight"};
+    case WeightRole::kAttnPostNorm: return {"post_attention_norm.weight", "post_attention_layernorm.weight"};
+    case WeightRole::kFfnPostNorm: return {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"};
     case WeightRole::kFinalNorm: return {"output_norm.weight", "model.norm.weight"};
     case WeightRole::kLmHead: return {"output.weight", "lm_head.weight"};
   }
@@ -72,6 +74,8 @@ std::string_view weightRoleName(WeightRole role) {
     case WeightRole::kGate: return "ffn_gate";
     case WeightRole::kUp: return "ffn_up";
     case WeightRole::kDown: return "ffn_down";
+    case WeightRole::kAttnPostNorm: return "attn_post_norm";
+    case WeightRole::kFfnPostNorm: return "ffn_post_norm";
     case WeightRole::kFinalNorm: return "final_norm";
     case WeightRole::kLmHead: return "lm_head";
   }
@@ -136,6 +140,8 @@ const TensorInfo* ModelSource::findTensor(std::string_view name) const {
 
 std::string ModelSource::formatName(WeightRole role, int layer) const {
   RoleNames names = roleNames(role);
+  // Gemma's post_attention_layernorm normalizes the attention output; its FFN input norm has a name of its own.
+  if (role == WeightRole::kFfnNorm && config_.sandwich_norms) names.hf = "pre_feedforward_layernorm.weight";
   if (format_ == Format::kGguf)
     return isPerLayer(role) ? fmt::format("blk.{}.{}", layer, names.gguf)
                             : std::string(names.gguf);
@@ -164,6 +170,8 @@ std::vector<int64_t> ModelSource::expectedShape(WeightRole role) const {
     case WeightRole::kLmHead: return {c.vocab_size, c.hidden_size};
     case WeightRole::kAttnNorm:
     case WeightRole::kFfnNorm:
+    case WeightRole::kAttnPostNorm:
+    case WeightRole::kFfnPostNorm:
     case WeightRole::kFinalNorm: return {c.hidden_size};
     case WeightRole::kQ: return {q, c.hidden_size};
     case WeightRole::kK:
@@ -229,6 +237,8 @@ bool ModelSource::usesRole(WeightRole role) const {
     case WeightRole::kGate:
     case WeightRole::kUp: return !config_.fused_gate_up;
     case WeightRole::kGateUp: return config_.fused_gate_up;
+    case WeightRole::kAttnPostNorm:
+    case WeightRole::kFfnPostNorm: return config_.sandwich_norms;
     default: return true;
   }
 }

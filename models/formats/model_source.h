@@ -31,6 +31,9 @@ namespace kiln::formats {
 //   kQkv [(num_heads + 2 num_kv_heads)*D, H]  (fused_qkv only, in place of kQ, kK, kV: phi3)
 //   kGateUp [2F, H]       (fused_gate_up only, in place of kGate, kUp: gate rows, then up rows)
 //   kGate, kUp [F, H]     kDown [H, F]
+//   kAttnPostNorm, kFfnPostNorm [H]  (sandwich_norms only: gemma3's norms of the
+//                         attention and MLP outputs; kFfnNorm is then its
+//                         pre_feedforward_layernorm)
 enum class WeightRole {
   kTokenEmbedding,
   kAttnNorm,
@@ -50,6 +53,8 @@ enum class WeightRole {
   kUp,
   kGateUp,
   kDown,
+  kAttnPostNorm,
+  kFfnPostNorm,
   kFinalNorm,
   kLmHead,
 };

@@ -14,6 +14,13 @@
 //   x     = x + linear(silu(linear(h2, Wg)) · linear(h2, Wu), Wd),  h2 = rms_norm(x)
 //           (phi3: gate, up = split(linear(h2, Wgate_up)))
 //
+// Gemma 3 (gemma3): x = embed(tokens) · sqrt(hidden) first; every norm
+// weight is weight_offset(w, 1) (its 1 + w, made in f32 at load);
+// q·kᵀ is scaled by query_pre_attn_scalar^-1/2; sliding layers rotate with
+// rope_local_base_freq, the others with rope_theta and rope_scaling; the
+// MLP is GeGLU (gelu_tanh for silu); and the attention and MLP outputs are
+// each rms_norm'ed before their residual add (the sandwich norms).
+//
 // x (the residual stream) has the residual type, everything else the
 // activation type; with an f32 residual and bf16 activations the adds are
 // (f32, bf16) -> f32 and the norms f32 -> bf16.
@@ -85,12 +92,14 @@ class LlamaBuilder {
   RankedTensorType act(llvm::ArrayRef<int64_t> shape) { return tensor(shape, act_); }
 
   Value weight(WeightRole role, int layer);
+  Value normWeight(WeightRole role, int layer);
+  Value rmsNorm(Value x, WeightRole role, int layer, const std::string& name);
   Value linear(Value input, WeightRole weightRole, std::optional<WeightRole> bias,
                int layer, int64_t outFeatures, const std::string& name);
   Value attention(Value h, Value positions, Value pastK, Value pastV,
                   int layer, Value& presentK, Value& presentV);
   Value mlp(Value h, int layer);
-  xfmr::RopeAttr ropeAttr();
+  xfmr::RopeAttr ropeAttr(int layer);
   DictionaryAttr configAttr();
 
   MLIRContext& context_;
@@ -126,6 +135,25 @@ Value LlamaBuilder::weight(WeightRole role, int layer) {
                                          builder_.getStringAttr(name));
 }
 
+// A norm's weight as the kernels use it: the stored w, or gemma's 1 + w in f32.
+Value LlamaBuilder::normWeight(WeightRole role, int layer) {
+  Value w = weight(role, layer);
+  if (!w || config_.norm_weight_offset == 0.0) return w;
+  auto stored = cast<RankedTensorType>(w.getType());
+  return builder_.create<xfmr::WeightOffsetOp>(
+      loc(source_.weightName(role, layer) + ".offset"),
+      tensor(stored.getShape(), builder_.getF32Type()), w,
+      builder_.getF64FloatAttr(config_.norm_weight_offset));
+}
+
+Value LlamaBuilder::rmsNorm(Value x, WeightRole role, int layer, const std::string& name) {
+  Value w = normWeight(role, layer);
+  if (!w) return {};
+  auto shape = cast<RankedTensorType>(x.getType()).getShape();
+  return builder_.create<xfmr::RmsNormOp>(loc(name), act(shape), x, w,
+                                          builder_.getF64FloatAttr(config_.rms_norm_eps));
+}
+
 Value LlamaBuilder::linear(Value input, WeightRole weightRole,
                            std::optional<WeightRole> biasRole, int layer,
                            int64_t outFeatures, const std::string& name) {
@@ -136,14 +164,17 @@ Value LlamaBuilder::linear(Value input, WeightRole weightRole,
                                          input, w, b);
 }
 
-xfmr::RopeAttr LlamaBuilder::ropeAttr() {
-  const formats::RopeScaling& scaling = config_.rope_scaling;
+// Gemma 3's sliding layers rotate with their own theta, unscaled.
+xfmr::RopeAttr LlamaBuilder::ropeAttr(int layer) {
+  const formats::RopeScaling unscaled;
+  const formats::RopeScaling& scaling =
+      config_.ropeScaledAt(layer) ? config_.rope_scaling : unscaled;
   auto f = [](double v) { return llvm::APFloat(v); };
   int64_t originalMax = scaling.original_max_position_embeddings > 0
                             ? scaling.original_max_position_embeddings
                             : config_.max_position_embeddings;
   return xfmr::RopeAttr::get(
-      &context_, f(config_.rope_theta),
+      &context_, f(config_.ropeThetaOf(layer)),
       std::string(formats::ropeStyleName(config_.rope_style)),
       std::string(formats::ropeScalingKindName(scaling.kind)), f(scaling.factor),
       f(scaling.low_freq_factor), f(scaling.high_freq_factor), originalMax);
@@ -189,8 +220,8 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
   };
   Value qh = split(q, heads, "q_heads"), kh = split(k, kvHeads, "k_heads");
   if (config_.qk_norm) {
-    Value qNorm = weight(WeightRole::kQNorm, layer);
-    Value kNorm = weight(WeightRole::kKNorm, layer);
+    Value qNorm = normWeight(WeightRole::kQNorm, layer);
+    Value kNorm = normWeight(WeightRole::kKNorm, layer);
     if (!qNorm || !kNorm) return {};
     FloatAttr eps = builder_.getF64FloatAttr(config_.rms_norm_eps);
     qh = builder_.create<xfmr::RmsNormOp>(loc(prefix + "q_norm"), act({kDynamic, heads, headDim}),
@@ -198,7 +229,7 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
     kh = builder_.create<xfmr::RmsNormOp>(loc(prefix + "k_norm"), act({kDynamic, kvHeads, headDim}),
                                           kh, kNorm, eps);
   }
-  xfmr::RopeAttr rope = ropeAttr();
+  xfmr::RopeAttr rope = ropeAttr(layer);
   Value qr = builder_.create<xfmr::RopeOp>(
       loc(prefix + "rope_q"), act({kDynamic, heads, headDim}), qh, positions, rope);
   Value kr = builder_.create<xfmr::RopeOp>(
@@ -234,7 +265,7 @@ Value LlamaBuilder::attention(Value h, Value positions, Value pastK, Value pastV
       loc(prefix + "qk"), scoreType, qt, kt, builder_.getUnitAttr());
   Value scaled = builder_.create<xfmr::ScaleOp>(
       loc(prefix + "scale"), scores,
-      builder_.getF64FloatAttr(1.0 / std::sqrt(static_cast<double>(headDim))));
+      builder_.getF64FloatAttr(config_.attentionScale()));
   const int64_t window = config_.windowOf(layer);
   Value masked = builder_.create<xfmr::CausalMaskOp>(
       loc(prefix + "mask"), scaled,
@@ -272,9 +303,12 @@ Value LlamaBuilder::mlp(Value h, int layer) {
     up = linear(h, WeightRole::kUp, std::nullopt, layer, ffn, prefix + "up_proj");
   }
   if (!gate || !up) return {};
-  Value activated = builder_.create<xfmr::SiluOp>(loc(prefix + "silu"), gate);
-  Value product = builder_.create<xfmr::MulOp>(loc(prefix + "silu_mul"),
-                                               activated, up);
+  const bool gelu = config_.mlp_activation == formats::MlpActivation::kGeluTanh;
+  Value activated =
+      gelu ? builder_.create<xfmr::GeluTanhOp>(loc(prefix + "gelu_tanh"), gate).getResult()
+           : builder_.create<xfmr::SiluOp>(loc(prefix + "silu"), gate).getResult();
+  Value product = builder_.create<xfmr::MulOp>(
+      loc(prefix + (gelu ? "gelu_tanh_mul" : "silu_mul")), activated, up);
   return linear(product, WeightRole::kDown, std::nullopt, layer,
                 config_.hidden_size, prefix + "down_proj");
 }
@@ -320,6 +354,15 @@ DictionaryAttr LlamaBuilder::configAttr() {
       if (config_.sliding_layers[l]) layers.push_back(int64_t(l));
     entries.push_back(builder_.getNamedAttr("sliding_layers", builder_.getDenseI64ArrayAttr(layers)));
   }
+  if (config_.sandwich_norms) {  // gemma3 (absent for the others, whose plans stay as they were)
+    entries.push_back(builder_.getNamedAttr(
+        "mlp_activation", s(std::string(formats::mlpActivationName(config_.mlp_activation)))));
+    entries.push_back(builder_.getNamedAttr("sandwich_norms", builder_.getBoolAttr(true)));
+    entries.push_back(builder_.getNamedAttr("norm_weight_offset", f(config_.norm_weight_offset)));
+    entries.push_back(builder_.getNamedAttr("embedding_scale", f(config_.embedding_scale)));
+    entries.push_back(builder_.getNamedAttr("attention_scale", f(config_.attentionScale())));
+    entries.push_back(builder_.getNamedAttr("rope_local_theta", f(config_.rope_local_theta)));
+  }
   return builder_.getDictionaryAttr(entries);
 }
 
@@ -355,40 +398,49 @@ OwningOpRef<ModuleOp> LlamaBuilder::build() {
   Value tokens = entry->getArgument(0), positions = entry->getArgument(1);
 
   const int64_t hidden = config_.hidden_size;
-  const double eps = config_.rms_norm_eps;
   Value table = weight(WeightRole::kTokenEmbedding, 0);
   if (!table) return nullptr;
+  // Gemma's scale is a tensor of the table's type (Gemma3TextScaledWordEmbedding).
+  FloatAttr embedScale;
+  if (config_.embedding_scale != 1.0) {
+    llvm::APFloat scale(config_.embedding_scale);
+    if (auto stored = dyn_cast<FloatType>(cast<RankedTensorType>(table.getType()).getElementType())) {
+      bool lost = false;
+      scale.convert(stored.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven, &lost);
+      scale.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &lost);
+    }
+    embedScale = builder_.getF64FloatAttr(scale.convertToDouble());
+  }
   Value x = builder_.create<xfmr::EmbedOp>(
-      loc("embed"), tensor({kDynamic, hidden}, residual_), tokens, table);
+      loc("embed"), tensor({kDynamic, hidden}, residual_), tokens, table, embedScale);
   llvm::SmallVector<Value> returned = {Value()};
   for (int64_t l = 0; l < layers; ++l) {
     const std::string prefix = "layer" + std::to_string(l) + ".";
-    Value attnNorm = weight(WeightRole::kAttnNorm, l);
-    if (!attnNorm) return nullptr;
-    Value h = builder_.create<xfmr::RmsNormOp>(
-        loc(prefix + "attn_norm"), act({kDynamic, hidden}), x, attnNorm,
-        builder_.getF64FloatAttr(eps));
+    Value h = rmsNorm(x, WeightRole::kAttnNorm, l, prefix + "attn_norm");
+    if (!h) return nullptr;
     Value presentK, presentV;
     Value attn = attention(h, positions, entry->getArgument(2 + 2 * l),
                            entry->getArgument(3 + 2 * l), l, presentK, presentV);
     if (!attn) return nullptr;
+    if (config_.sandwich_norms)
+      attn = rmsNorm(attn, WeightRole::kAttnPostNorm, l, prefix + "attn_post_norm");
+    if (!attn) return nullptr;
     x = builder_.create<xfmr::AddOp>(loc(prefix + "attn_residual"), x, attn);
-    Value ffnNorm = weight(WeightRole::kFfnNorm, l);
-    if (!ffnNorm) return nullptr;
-    Value h2 = builder_.create<xfmr::RmsNormOp>(
-        loc(prefix + "ffn_norm"), act({kDynamic, hidden}), x, ffnNorm,
-        builder_.getF64FloatAttr(eps));
+    Value h2 = rmsNorm(x, WeightRole::kFfnNorm, l, prefix + "ffn_norm");
+    if (!h2) return nullptr;
     Value down = mlp(h2, l);
+    if (down && config_.sandwich_norms)
+      down = rmsNorm(down, WeightRole::kFfnPostNorm, l, prefix + "ffn_post_norm");
     if (!down) return nullptr;
     x = builder_.create<xfmr::AddOp>(loc(prefix + "ffn_residual"), x, down);
     returned.append({presentK, presentV});
   }
-  Value finalNorm = weight(WeightRole::kFinalNorm, 0);
+  Value finalNorm = normWeight(WeightRole::kFinalNorm, 0);
   Value head = weight(WeightRole::kLmHead, 0);
   if (!finalNorm || !head) return nullptr;
   Value normed = builder_.create<xfmr::RmsNormOp>(
       loc("final_norm"), act({kDynamic, hidden}), x, finalNorm,
-      builder_.getF64FloatAttr(eps));
+      builder_.getF64FloatAttr(config_.rms_norm_eps));
   returned[0] = builder_.create<xfmr::LogitsOp>(
       loc("logits"), act({kDynamic, config_.vocab_size}), normed, head);
   builder_.create<func::ReturnOp>(loc("return"), returned);

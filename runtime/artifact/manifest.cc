@@ -179,14 +179,20 @@ Result<WeightPrepare> parsePrepare(const Reader& r, const json& p, const std::st
   WeightPrepare prep;
   auto op = r.string(p, path, "op");
   if (!op.ok()) return op.error();
-  if (*op != "concat_rows" && *op != "quantize")
+  if (*op != "concat_rows" && *op != "quantize" && *op != "offset")
     return r.error(path + ".op",
-                   fmt::format("unknown prepare op '{}' (expected concat_rows or quantize)", *op));
+                   fmt::format("unknown prepare op '{}' (expected concat_rows, quantize or offset)", *op));
   prep.op = *op;
   auto inputs = r.shape(p, path, "inputs", /*allow_dynamic=*/false);
   if (!inputs.ok()) return inputs.error();
   if (inputs->empty()) return r.error(path + ".inputs", "expected at least one weight id");
   prep.inputs = *inputs;
+  if (prep.op == "offset") {
+    if (prep.inputs.size() != 1) return r.error(path + ".inputs", "offset takes one weight id");
+    if (!p.contains("value") || !p["value"].is_number())
+      return r.error(path + ".value", "expected a number (what offset adds)");
+    prep.value = p["value"].get<double>();
+  }
   if (prep.op == "quantize") {
     auto scheme = r.string(p, path, "scheme");
     if (!scheme.ok()) return scheme.error();
@@ -545,6 +551,8 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
       a && (a->mode == "rejection") != (step.args.size() == 5))
     return r.error(path + ".args", fmt::format("mode {} {} draft_probs but the step has {} args", a->mode,
                                                a->mode == "rejection" ? "takes" : "takes no", step.args.size()));
+  if (const auto* m = std::get_if<SiluMulParams>(&step.params); m && !m->activation.empty() && m->activation != "gelu_tanh")
+    return r.error(path + ".params.activation", fmt::format("'{}', expected gelu_tanh or absent (silu)", m->activation));
   if (const auto* m = std::get_if<SiluMulParams>(&step.params); m && m->merged_gate_up != (step.args.size() == 1))
     return r.error(path + ".args", fmt::format("merged_gate_up is {} but the step has {} args", m->merged_gate_up,
                                                step.args.size()));

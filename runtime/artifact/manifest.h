@@ -27,14 +27,16 @@ namespace kiln {
 inline constexpr int kManifestVersion = 2;
 
 // A weight's load-time preparation. concat_rows joins row-blocked tensors
-// along their first dimension; quantize is listed for completeness (the CPU
+// along their first dimension; offset makes f32(input) + value (gemma's
+// 1 + w norm weights); quantize is listed for completeness (the CPU
 // weight store rejects it).
 struct WeightPrepare {
-  std::string op;               // "concat_rows" | "quantize"
+  std::string op;               // "concat_rows" | "offset" | "quantize"
   std::vector<int64_t> inputs;  // weight ids
   std::string scheme;           // quantize only: "int8" | "int4" | "fp8e4m3"
   int64_t group = 0;            // quantize only
   int64_t result = 0;           // quantize only: 0 data, 1 scales
+  double value = 0;             // offset only: what is added
 };
 
 struct ManifestWeight {

@@ -34,6 +34,7 @@ inline constexpr char kTreeMask[] = "tree_mask";
 inline constexpr char kSlidingWindow[] = "sliding_window";
 inline constexpr char kQkNorm[] = "qk_norm";
 inline constexpr char kQkNormEpsilon[] = "qk_norm_epsilon";
+inline constexpr char kActivation[] = "activation";
 
 // Rotary embedding.
 inline constexpr char kRopeTheta[] = "rope_theta";

@@ -103,6 +103,7 @@ void visitFields(P& p, V&& v) {
   if constexpr (std::is_same_v<S, EmbeddingParams>) {
     v(key::kHidden, p.hidden, R, Rule::kPositive);
     v(key::kTableType, p.table_type, R, Rule::kElementType);
+    v(key::kScale, p.scale, O, Rule::kPositiveNumber);
     v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, RmsNormParams>) {
     v(key::kHidden, p.hidden, R, Rule::kPositive);
@@ -151,6 +152,7 @@ void visitFields(P& p, V&& v) {
   } else if constexpr (std::is_same_v<S, SiluMulParams>) {
     v(key::kFfn, p.ffn, R, Rule::kPositive);
     v(key::kMergedGateUp, p.merged_gate_up, R, Rule::kAny);
+    v(key::kActivation, p.activation, O, Rule::kAny);
     v(key::kXType, p.x_type, O, Rule::kActivationType);
     v(key::kOutType, p.out_type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, ElementwiseParams>) {

@@ -50,6 +50,7 @@ std::string supportedStepKinds();
 struct EmbeddingParams {
   int64_t hidden = 0;
   std::string table_type;  // the table's element type, GGUF blocks included
+  double scale = 1.0;      // rows are multiplied by it (gemma3: sqrt(hidden))
   std::string out_type;
 };
 
@@ -110,9 +111,12 @@ struct PagedAttentionParams {
   std::string q_type, out_type;
 };
 
+// act(gate) · up; act is SiLU, or with activation "gelu_tanh" PyTorch's
+// tanh-approximated GELU (gemma3's GeGLU).
 struct SiluMulParams {
   int64_t ffn = 0;
   bool merged_gate_up = false;
+  std::string activation;  // empty: silu | "gelu_tanh"
   std::string x_type, out_type;
 };
 

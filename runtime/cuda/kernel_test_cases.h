@@ -101,6 +101,11 @@ inline std::vector<KernelCase> f32PlanKernelCases() {
   }
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}, {"x_type", f32}, {"out_type", f32}}});
   cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}, {"x_type", f32}, {"out_type", f32}}});
+  // Gemma 3 (1B: hidden 1152, ffn 6912): GeGLU, and the scaled embedding.
+  cases.push_back({"silu_mul", {{"ffn", 6912}, {"merged_gate_up", true}, {"activation", "gelu_tanh"},
+                                {"x_type", f32}, {"out_type", f32}}});
+  cases.push_back({"embedding", {{"hidden", 1152}, {"table_type", "f32"}, {"scale", 33.941125496954285},
+                                 {"out_type", f32}}});
   cases.push_back({"argmax", {{"vocab", 128256}, {"logits_type", f32}}});
   return cases;
 }
@@ -265,6 +270,8 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"attention_combine", {{"heads", 32}, {"head_dim", 128}}});
   cases.push_back({"silu_mul", {{"ffn", 1536}, {"merged_gate_up", true}}});
   cases.push_back({"silu_mul", {{"ffn", 14336}, {"merged_gate_up", false}}});
+  cases.push_back({"silu_mul", {{"ffn", 6912}, {"merged_gate_up", false}, {"activation", "gelu_tanh"}}});
+  cases.push_back({"embedding", {{"hidden", 1152}, {"table_type", "bf16"}, {"scale", 34.0}, {"out_type", "f32"}}});
   cases.push_back({"add", {{"width", 576}}});
   cases.push_back({"add", {{"width", 2048}, {"a_type", "f32"}, {"out_type", "f32"}}});
   cases.push_back({"mul", {{"width", 4096}}});

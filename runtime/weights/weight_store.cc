@@ -272,9 +272,31 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
         return makeError("{}: concat_rows produced {} bytes, expected {}", where, at, *bytes);
       bw.data = nullptr;
       bw.size_bytes = *bytes;
+    } else if (mw.prepare->op == "offset") {
+      // f32(w) + value in f32, as gemma's norm computes 1 + w.float().
+      const int64_t input = mw.prepare->inputs[0];
+      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+      BoundWeight& ib = store.weights_[indexOf(input)];
+      store.join(ib);
+      auto itype = kernelType(ib.format_type);
+      if (*type != ElementType::F32 || !itype ||
+          (*itype != WeightType::F32 && *itype != WeightType::F16 && *itype != WeightType::BF16))
+        return makeError("{}: offset makes f32 from an f32, f16 or bf16 weight; input {} '{}' is {}, the result {}",
+                         where, input, ib.name, lower(formats::elementTypeName(ib.format_type)), mw.type);
+      if (ib.shape != mw.shape)
+        return makeError("{}: offset input {} has shape {}, the result {}", where, input,
+                         formats::shapeToString(ib.shape), formats::shapeToString(mw.shape));
+      auto buffer = std::make_unique<uint8_t[]>(*bytes);
+      float* out = reinterpret_cast<float*>(buffer.get());
+      KILN_RETURN_IF_ERROR(dequantizeRow(*itype, ib.data, out, *numel));
+      const float value = float(mw.prepare->value);
+      for (int64_t e = 0; e < *numel; ++e) out[e] += value;
+      bw.data = buffer.get();
+      bw.size_bytes = *bytes;
+      store.owned_.push_back(std::move(buffer));
     } else {
       return makeError("{}: prepare op '{}' (scheme {}) is not supported by the CPU backend "
-                       "(supported: concat_rows, quantize)",
+                       "(supported: concat_rows, offset, quantize)",
                        where, mw.prepare->op, mw.prepare->scheme);
     }
 

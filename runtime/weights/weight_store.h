@@ -4,7 +4,8 @@
 // (size and mtime), and binds every manifest weight by id:
 //   - a checkpoint tensor: its mapped bytes, after checking type and shape;
 //   - a prepared weight: built once here (concat_rows joins row-blocked
-//     tensors byte-wise, valid for plain types and ggml block types).
+//     tensors byte-wise, valid for plain types and ggml block types;
+//     offset adds a constant to a float weight in f32).
 // Weights that steps read are then put in a form the kernels take: f32,
 // f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k and q6_k matrices stay as they
 // are; 1-D f16/bf16

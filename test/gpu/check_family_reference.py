@@ -14,7 +14,7 @@ the same weights) and the greedy continuations (identical). Needs torch and
 transformers only (the GPU machine; runs on its CPU too):
 
   python3 test/gpu/check_family_reference.py test/fixtures/tiny-qwen3 test/fixtures/tiny-mistral-swa \
-      test/fixtures/tiny-phi3
+      test/fixtures/tiny-phi3 test/fixtures/tiny-gemma3
 
 Prints one JSON line per fixture and attention implementation; exits 1 if
 any differs.

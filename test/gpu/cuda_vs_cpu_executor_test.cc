@@ -267,13 +267,15 @@ TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
 
 // Qwen3 (per-head q/k norm in rope_kv_append, layer 1 sliding over 12 keys),
 // Mistral with sliding_window 7 and Phi-3 (fused qkv and gate/up in the
-// checkpoint, sliding_window 9): a 300-token prefill and decode steps far
+// checkpoint, sliding_window 9) and Gemma 3 (GeGLU, (1 + w) sandwich norms,
+// scaled embeddings, a global layer with linearly scaled RoPE between
+// sliding ones): a 300-token prefill and decode steps far
 // past the windows. The f32 plan (CUDA-core attention, split decode) follows
 // the CPU executor to f32 rounding; the bf16 plan (tensor-core prefill and
 // decode_attention with their windows, head_dim 64) to bf16's tolerance of
 // the CPU's f32 run.
 TEST(CudaExecutor, Qwen3AndSlidingWindowFollowTheCpuExecutor) {
-  for (const char* name : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3"}) {
+  for (const char* name : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3", "tiny-gemma3"}) {
     const std::string fixture = checkoutPath(std::string("test/fixtures/") + name);
     auto manifest = Manifest::load(fixture + "/artifact");
     ASSERT_TRUE(manifest.ok()) << manifest.error().message;

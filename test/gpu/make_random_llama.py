@@ -3,7 +3,7 @@
 
 Writes DIR/{config.json, model.safetensors} with transformers (the config's
 family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM or Phi3ForCausalLM (config), seeded, saved in bf16) and a reference JSON for
+Qwen3ForCausalLM, Phi3ForCausalLM or Gemma3ForCausalLM (config), seeded, saved in bf16) and a reference JSON for
 test/gpu/hf_logits_gpu_test: for PROMPTS random prompts (token ids, no
 tokenizer), the greedy continuation of NEW tokens with the model in fp32
 (weights exactly the saved bf16 values), and for the first LOGIT_CASES
@@ -18,7 +18,8 @@ tensor names and shapes written here must match it (exit 3 if not).
 --norm-noise S: every RMSNorm weight (input/post-attention/final, and
 Qwen3's q_norm/k_norm) becomes 1 + S * N(0, 1) after the random init, which
 leaves them all 1; default 0.1 for the families beyond Llama (whose q/k norm
-weights would otherwise go untested), 0 for Llama.
+weights would otherwise go untested), 0 for Llama. Gemma 3 stores w of its
+(1 + w) norms: they become S * N(0, 1) instead.
 The reference's format and the runs behind it: test/gpu/hf_reference.py.
 --bench: also time batch-1 greedy decode with transformers (bf16, eager
 attention) and the HBM read and bf16 GEMM probes of scripts/hf_bench.py, same process.
@@ -38,7 +39,7 @@ from hf_reference import bf16_control, check_tables, configure_torch, load_llama
 # config.json's model_type -> the transformers classes of its family.
 FAMILIES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
             "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-            "phi3": ("Phi3Config", "Phi3ForCausalLM")}
+            "phi3": ("Phi3Config", "Phi3ForCausalLM"), "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
 
 
 def family_classes(config_path):
@@ -82,7 +83,8 @@ def main():
         with torch.no_grad():
             for name, param in model.named_parameters():
                 if name.endswith("norm.weight"):
-                    param.copy_(1.0 + noise * torch.randn(param.shape, generator=gen_norm))
+                    base = 0.0 if model_type == "gemma3_text" else 1.0
+                    param.copy_(base + noise * torch.randn(param.shape, generator=gen_norm))
     model = model.to(torch.bfloat16).eval()
     os.makedirs(args.out, exist_ok=True)
     try:

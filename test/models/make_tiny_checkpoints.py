@@ -11,6 +11,10 @@
                  KV head of 64 (test/fixtures/tiny-mistral-swa's shapes)
   tiny-phi3/     Phi-3: fused qkv_proj and gate_up_proj, sliding_window 9,
                  hidden 128, 2 heads / 1 KV head of 64 (test/fixtures/tiny-phi3's)
+  tiny-gemma3/   Gemma 3 (gemma3_text): pre/post feed-forward norms beside the
+                 attention's, q/k norm, layers 0, 1 sliding over 10, layer 2
+                 global with linear RoPE scaling 8 (test/fixtures/tiny-gemma3's
+                 shapes)
 
 Only the tensor table is written (see make_header_only_checkpoint.py).
 Usage: make_tiny_checkpoints.py [OUTPUT_DIR]   Standard library only.
@@ -51,6 +55,14 @@ MISTRAL_SWA = dict(BASE, architectures=["MistralForCausalLM"], model_type="mistr
                    num_attention_heads=2, num_key_value_heads=1, head_dim=64, sliding_window=7,
                    hidden_act="silu")
 
+GEMMA3 = dict(BASE, architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", hidden_size=96,
+              num_hidden_layers=3, head_dim=64, rms_norm_eps=1e-06, rope_theta=1000000.0,
+              rope_local_base_freq=10000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
+              query_pre_attn_scalar=48, sliding_window=10, sliding_window_pattern=3,
+              layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+              hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
+              eos_token_id=1)
+
 
 def fuse(tensors, cfg):
     """Phi-3's table: q/k/v as one qkv_proj, gate/up as one gate_up_proj."""
@@ -72,6 +84,11 @@ def fuse(tensors, cfg):
 
 def tensors(cfg, bias, qk_norm=False, fused=False):
     out = llama_tensors(cfg)
+    if cfg["model_type"] == "gemma3_text":  # the MLP's own pre and post norms
+        h = cfg["hidden_size"]
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            out += [(p + "pre_feedforward_layernorm.weight", [h]), (p + "post_feedforward_layernorm.weight", [h])]
     if fused:
         out = fuse(out, cfg)
     if qk_norm:
@@ -106,6 +123,7 @@ def main():
     write(os.path.join(out, "tiny-qwen3"), QWEN3, qk_norm=True)
     write(os.path.join(out, "tiny-mistral-swa"), MISTRAL_SWA)
     write(os.path.join(out, "tiny-phi3"), PHI3, fused=True)
+    write(os.path.join(out, "tiny-gemma3"), GEMMA3, qk_norm=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Tiny random-weight Qwen3 and Mistral (sliding window) checkpoints + float64 references.
+"""Tiny random-weight Qwen3, Mistral (sliding window), Phi-3 and Gemma 3 checkpoints + float64 references.
 
 Writes test/fixtures/<name>/{config.json, model.safetensors, reference.json}
 with real random f32 weights and the logits of a NumPy forward written from
-transformers' modeling_qwen3.py / modeling_mistral.py semantics (and modeling_phi3.py's), in float64:
+transformers' modeling_qwen3.py / modeling_mistral.py semantics (and modeling_phi3.py's,
+modeling_gemma3.py's), in float64:
 
   tiny-qwen3        Qwen3ForCausalLM: 2 layers, hidden 64, 4 heads / 2 KV heads
                     of head_dim 64 (not hidden / heads: q is [256, 64]), per-head
@@ -17,6 +18,18 @@ transformers' modeling_qwen3.py / modeling_mistral.py semantics (and modeling_ph
                     as one gate_up_proj (gate rows first), 2 layers, hidden
                     128, 2 heads / 1 KV head of 64, sliding_window 9 on every
                     layer (Phi-3-mini's 2047, scaled down), untied head
+  tiny-gemma3       Gemma3ForCausalLM (gemma3_text): 3 layers, hidden 96,
+                    4 heads / 2 KV heads of head_dim 64, layer_types sliding,
+                    sliding, full with sliding_window 10 (sliding_window_pattern
+                    3 says the same to transformers before layer_types); GeGLU
+                    (gelu_pytorch_tanh); RMSNorm scaling by (1 + w) in four
+                    norms a layer (input, post_attention on the attention
+                    output, pre_feedforward, post_feedforward on the MLP
+                    output) and on q/k per head; embeddings times
+                    f32(sqrt(96)); scores scaled by query_pre_attn_scalar 48
+                    ^-1/2 (not head_dim's); sliding layers rotate with
+                    rope_local_base_freq 1e4, the full layer with rope_theta
+                    1e6 and linear rope_scaling 8; tied head
 
 Semantics (transformers): q/k/v projections, view [T, heads, D]; Qwen3
 normalizes each head of q and k (x / sqrt(mean(x^2) + eps) * w, w of D);
@@ -38,6 +51,7 @@ numpy only; deterministic (fixed seed). Run from anywhere:
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 
@@ -69,6 +83,19 @@ VARIANTS = {
                 "sliding_window": 9, "hidden_act": "silu", "attention_dropout": 0.0, "embd_pdrop": 0.0,
                 "resid_pdrop": 0.0, "pad_token_id": None, "torch_dtype": "float32"},
         windows=[9, 9], qk_norm=False, fused=True),
+    "tiny-gemma3": dict(
+        config={"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 96,
+                "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 128, "max_position_embeddings": 256,
+                "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "query_pre_attn_scalar": 48,
+                "sliding_window": 10, "sliding_window_pattern": 3,
+                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+                "hidden_activation": "gelu_pytorch_tanh", "attn_logit_softcapping": None,
+                "final_logit_softcapping": None, "attention_bias": False, "attention_dropout": 0.0,
+                "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
+                "torch_dtype": "float32"},
+        windows=[10, 10, 0], qk_norm=True, gemma3=True),
 }
 
 SEQUENCES = {"a": [(7 * i + 3) % 128 for i in range(40)], "b": [(11 * i + 5) % 128 for i in range(24)]}
@@ -83,7 +110,7 @@ def head_dim(c):
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
 
-def make_weights(rng, c, qk_norm, fused=False):
+def make_weights(rng, c, qk_norm, fused=False, gemma3=False):
     hidden, heads, kv_heads, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
     ffn, vocab = c["intermediate_size"], c["vocab_size"]
 
@@ -92,7 +119,8 @@ def make_weights(rng, c, qk_norm, fused=False):
         return (rng.standard_normal((out_f, in_f)) / np.sqrt(in_f)).astype(np.float32)
 
     def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+        # Gemma stores w of (1 + w), near 0; the others w itself, near 1.
+        return ((0.0 if gemma3 else 1.0) + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     w = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)).astype(np.float32)}
     for i in range(c["num_hidden_layers"]):
@@ -109,6 +137,9 @@ def make_weights(rng, c, qk_norm, fused=False):
         w[p + "mlp.gate_proj.weight"] = linear(ffn, hidden)
         w[p + "mlp.up_proj.weight"] = linear(ffn, hidden)
         w[p + "mlp.down_proj.weight"] = linear(hidden, ffn)
+        if gemma3:  # post_attention_layernorm above is the attention output's norm
+            w[p + "pre_feedforward_layernorm.weight"] = norm(hidden)
+            w[p + "post_feedforward_layernorm.weight"] = norm(hidden)
         if fused:  # phi3's checkpoint: q | k | v rows in one qkv_proj, gate | up in one gate_up_proj
             w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
                 [w.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"], axis=0)
@@ -154,8 +185,70 @@ def rope(x, positions, theta):
     return x * np.cos(emb) + rotate_half(x) * np.sin(emb)
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward_gemma3(w, tokens, v):
+    """Gemma3ForCausalLM: Gemma3RMSNorm's x / rms · (1 + w) everywhere,
+    Gemma3TextScaledWordEmbedding (embed_scale a float32 tensor), the
+    sandwich norms of Gemma3DecoderLayer, scaling query_pre_attn_scalar^-0.5,
+    position_embeddings_local on sliding layers."""
+    c = v["config"]
+    heads, kv_heads, d = c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
+    eps = c["rms_norm_eps"]
+    w = {k: a.astype(np.float64) for k, a in w.items()}
+    t = len(tokens)
+    pos = np.arange(t)
+    group = heads // kv_heads
+
+    def norm(x, name):
+        return rms_norm(x, 1.0 + w[name], eps)
+
+    h = w["model.embed_tokens.weight"][tokens] * float(np.float32(c["hidden_size"] ** 0.5))
+    scaling = c["query_pre_attn_scalar"] ** -0.5
+    factor = c["rope_scaling"]["factor"]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        window = v["windows"][i]
+        q_idx, k_idx = pos[:, None], pos[None, :]
+        visible = k_idx <= q_idx
+        if window:
+            visible &= k_idx > q_idx - window
+        mask = np.where(visible, 0.0, -np.inf)
+        x = norm(h, p + "input_layernorm.weight")
+        q = (x @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, d)
+        k = (x @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, d)
+        val = (x @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, d)
+        q = norm(q, p + "self_attn.q_norm.weight")
+        k = norm(k, p + "self_attn.k_norm.weight")
+        # Linear scaling divides inv_freq by the factor: positions / factor.
+        if window:
+            theta, rope_pos = c["rope_local_base_freq"], pos
+        else:
+            theta, rope_pos = c["rope_theta"], pos / factor
+        q, k = rope(q, rope_pos, theta), rope(k, rope_pos, theta)
+        out = np.empty_like(q)
+        for head in range(heads):
+            kv = head // group
+            scores = q[:, head, :] @ k[:, kv, :].T * scaling + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, head, :] = scores @ val[:, kv, :]
+        attn = out.reshape(t, heads * d) @ w[p + "self_attn.o_proj.weight"].T
+        h = h + norm(attn, p + "post_attention_layernorm.weight")
+        x = norm(h, p + "pre_feedforward_layernorm.weight")
+        gate = x @ w[p + "mlp.gate_proj.weight"].T
+        up = x @ w[p + "mlp.up_proj.weight"].T
+        mlp = (gelu_tanh(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+        h = h + norm(mlp, p + "post_feedforward_layernorm.weight")
+    return norm(h, "model.norm.weight") @ w["model.embed_tokens.weight"].T
+
+
 def forward(w, tokens, v):
     """Logits [T, vocab] for every position of one sequence (float64)."""
+    if v.get("gemma3"):
+        return forward_gemma3(w, tokens, v)
     c = v["config"]
     heads, kv_heads, d = c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
     eps, theta = c["rms_norm_eps"], c["rope_theta"]
@@ -223,7 +316,8 @@ def rounded(row):
 def write_variant(name, v):
     out_dir = os.path.join(FIXTURES, name)
     os.makedirs(out_dir, exist_ok=True)
-    weights = make_weights(np.random.default_rng(SEED), v["config"], v["qk_norm"], v.get("fused", False))
+    weights = make_weights(np.random.default_rng(SEED), v["config"], v["qk_norm"], v.get("fused", False),
+                           v.get("gemma3", False))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(v["config"], f, indent=2)
         f.write("\n")
@@ -249,8 +343,10 @@ def write_variant(name, v):
 
 
 def main():
-    for name, variant in VARIANTS.items():
-        write_variant(name, variant)
+    # Names on the command line write those fixtures only (the others stay byte-identical anyway).
+    names = sys.argv[1:] or list(VARIANTS)
+    for name in names:
+        write_variant(name, VARIANTS[name])
 
 
 if __name__ == "__main__":

@@ -207,6 +207,17 @@ LogicalResult EmbedOp::verify() {
   if (!isFloatTensor(result))
     return emitOpError() << "result element type " << result.getElementType()
                          << ", expected a float type";
+  if (std::optional<llvm::APFloat> scale = getScale(); scale && !(scale->convertToDouble() > 0))
+    return emitOpError() << "scale " << scale->convertToDouble() << ", expected a positive number";
+  return success();
+}
+
+LogicalResult WeightOffsetOp::verify() {
+  if (failed(expectSameShape(*this, "result", tensorOf(getResult()), tensorOf(getInput()))))
+    return failure();
+  if (!isFloatTensor(tensorOf(getInput())))
+    return emitOpError() << "input element type " << tensorOf(getInput()).getElementType()
+                         << ", expected a float type";
   return success();
 }
 
@@ -506,11 +517,11 @@ LogicalResult AttentionOp::verify() {
 
 LogicalResult FusionRegionOp::verify() {
   static constexpr llvm::StringLiteral kKinds[] = {
-      "residual_rms_norm", "silu_mul", "rope_kv_write"};
+      "residual_rms_norm", "silu_mul", "gelu_tanh_mul", "rope_kv_write"};
   if (!llvm::is_contained(kKinds, getKind()))
     return emitOpError() << "fusion kind '" << getKind()
                          << "', expected one of: residual_rms_norm, "
-                            "silu_mul, rope_kv_write";
+                            "silu_mul, gelu_tanh_mul, rope_kv_write";
   Block& body = getBody().front();
   if (body.getNumArguments() != getInputs().size())
     return emitOpError() << "body has " << body.getNumArguments()

@@ -55,9 +55,27 @@ def Xfmr_EmbedOp : Xfmr_PureOp<"embed"> {
     %x = xfmr.embed %tokens, %table : (tensor<?xi32>, tensor<49152x576x!xfmr.quant<"q8_0", 32>>) -> tensor<?x576xf32>
     ```
   }];
-  let arguments = (ins Xfmr_IndexTensor:$tokens, Xfmr_Tensor:$table);
+  let arguments = (ins Xfmr_IndexTensor:$tokens, Xfmr_Tensor:$table,
+                       OptionalAttr<F64Attr>:$scale);
   let results = (outs Xfmr_Tensor:$result);
   let assemblyFormat = "$tokens `,` $table attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_WeightOffsetOp : Xfmr_PureOp<"weight_offset"> {
+  let summary = "A weight plus a constant, made once at load in f32";
+  let description = [{
+    `result = f32(input) + offset`. Gemma's RMSNorm scales by `1 + w`,
+    computed in float; folding the 1 into the weight at load gives the same
+    f32 scale, so the norm kernels stay `x / rms · weight`.
+
+    ```mlir
+    %w1 = xfmr.weight_offset %w {offset = 1.0 : f64} : tensor<1152xbf16> -> tensor<1152xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, F64Attr:$offset);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 
@@ -138,6 +156,20 @@ def Xfmr_SiluOp : Xfmr_PureOp<"silu", [SameOperandsAndResultType]> {
   let description = [{
     ```mlir
     %a = xfmr.silu %g : tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Xfmr_GeluTanhOp : Xfmr_PureOp<"gelu_tanh", [SameOperandsAndResultType]> {
+  let summary = "GELU, tanh approximation: x/2 · (1 + tanh(sqrt(2/pi) · (x + 0.044715 x³)))";
+  let description = [{
+    PyTorch's `gelu(approximate="tanh")` (Gemma's `gelu_pytorch_tanh`).
+
+    ```mlir
+    %a = xfmr.gelu_tanh %g : tensor<?x6912xf32>
     ```
   }];
   let arguments = (ins Xfmr_Tensor:$input);

@@ -82,6 +82,8 @@ struct CpuExecutor::BoundStep {
   float epsilon = 0.0f;
   bool writes_sum = false;
   bool merged = false;
+  bool gelu_tanh = false;     // silu_mul: GeGLU's activation instead of SiLU
+  float embed_scale = 1.0f;   // embedding: rows times this
   int heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 0.0f;
   int64_t sliding_window = 0;  // paged_attention: 0 = full causal
@@ -288,6 +290,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
         return fail(step, "table weight {} '{}' has shape {}, expected [vocab, {}]", table.id,
                     table.name, formats::shapeToString(table.shape), hidden);
       s.k = table.shape[0];  // vocab
+      s.embed_scale = float(step.as<EmbeddingParams>().scale);
       KILN_RETURN_IF_ERROR(checkWidth(step, r0, hidden, "results[0]"));
       break;
     }
@@ -406,6 +409,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       const bool merged = step.as<SiluMulParams>().merged_gate_up;
       s.width = ffn;
       s.merged = merged;
+      s.gelu_tanh = step.as<SiluMulParams>().activation == "gelu_tanh";
       if (merged) {
         KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], 2 * ffn, "args[0] (gate_up)"));
         KILN_RETURN_IF_ERROR(noAlias());
@@ -663,8 +667,11 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
   switch (s.kind) {
     case StepKind::kEmbedding: {
       const BoundWeight& table = *s.args[1].weight;
-      return embed(inputData(in, s.args[0].input), n, table.data, table.type, s.k, s.width,
-                   out.data);
+      KILN_RETURN_IF_ERROR(embed(inputData(in, s.args[0].input), n, table.data, table.type, s.k, s.width,
+                                 out.data));
+      if (s.embed_scale != 1.0f)
+        for (int64_t i = 0; i < n * s.width; ++i) out.data[i] *= s.embed_scale;
+      return {};
     }
     case StepKind::kRmsNorm: {
       return rmsNormResidual(s.args[0].data, nullptr,
@@ -752,6 +759,9 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
     }
     case StepKind::kSiluMul: {
       const int64_t rows = rowsOf(s.args[0]);
+      if (s.gelu_tanh && s.merged)
+        return geluTanhMulSplit(s.args[0].data, s.args[0].data + s.width, 2 * s.width, rows, s.width, out.data);
+      if (s.gelu_tanh) return geluTanhMulSplit(s.args[0].data, s.args[1].data, s.width, rows, s.width, out.data);
       if (s.merged) return siluMul(s.args[0].data, rows, s.width, out.data);
       return siluMulSplit(s.args[0].data, s.args[1].data, s.width, rows, s.width, out.data);
     }

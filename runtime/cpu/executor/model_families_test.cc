@@ -6,6 +6,10 @@
 //   tiny-mistral-swa  sliding window 7 on every layer
 //   tiny-phi3         q/k/v and gate/up fused in the checkpoint (qkv_proj,
 //                     gate_up_proj), sliding window 9 on every layer
+//   tiny-gemma3       Gemma 3: GeGLU, four (1 + w) norms a layer, scaled
+//                     embeddings, query_pre_attn_scalar, q/k norm; layers
+//                     0 and 1 slide over 10 keys at theta 1e4, layer 2 is
+//                     global at theta 1e6 with linear RoPE scaling 8
 // f32 logits within 1e-4 of the reference at every position a batch ends
 // on (prefill chunks, decode steps, ragged batches, sequences well past the
 // windows and the 16-key pages), and greedy continuations identical.
@@ -186,7 +190,7 @@ TEST_P(ModelFamilyTest, GreedyContinuationsMatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ModelFamilyTest, ::testing::Values("tiny-qwen3", "tiny-mistral-swa", "tiny-phi3"),
+INSTANTIATE_TEST_SUITE_P(Families, ModelFamilyTest, ::testing::Values("tiny-qwen3", "tiny-mistral-swa", "tiny-phi3", "tiny-gemma3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)

@@ -18,6 +18,12 @@ Status siluMul(const float* gate_up, int64_t tokens, int64_t ffn, float* out);
 Status siluMulSplit(const float* gate, const float* up, int64_t stride, int64_t tokens,
                     int64_t ffn, float* out);
 
+// The same with GeGLU: out = gelu_tanh(gate) * up, PyTorch's
+// gelu(approximate="tanh") g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g³)))
+// in f32 (gemma3's gelu_pytorch_tanh).
+Status geluTanhMulSplit(const float* gate, const float* up, int64_t stride, int64_t tokens,
+                        int64_t ffn, float* out);
+
 // x, out: [n] f32, out = silu(x) as ggml's SILU rounds it; out may alias x.
 void silu(const float* x, float* out, int64_t n);
 

@@ -290,7 +290,7 @@ func.func @attention_v(%q: tensor<?x9x64xf32>, %k: tensor<?x3x64xf32>, %v: tenso
 // -----
 
 func.func @fusion_kind(%x: tensor<4xf32>) {
-  // expected-error @+1 {{fusion kind 'gelu', expected one of: residual_rms_norm, silu_mul, rope_kv_write}}
+  // expected-error @+1 {{fusion kind 'gelu', expected one of: residual_rms_norm, silu_mul, gelu_tanh_mul, rope_kv_write}}
   %r = xfmr.fusion_region "gelu" (%x) : (tensor<4xf32>) -> (tensor<4xf32>) {
   ^bb0(%a: tensor<4xf32>):
     xfmr.yield %a : tensor<4xf32>
@@ -639,5 +639,29 @@ func.func @scale_result(%a: tensor<4x64xf32>) {
 func.func @kernel_kind(%a: tensor<4x64xf32>) {
   // expected-error @+1 {{kernel kind 'gelu' is not implemented by the backends, expected one of: embedding, rms_norm, residual_rms_norm, rope_kv_append, paged_attention, silu_mul, add, mul, silu, split, gather_last_tokens, tree_positions, tree_mask, accept, quantize, dequantize}}
   %r = xfmr.kernel "gelu" (%a) {params = {}} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @weight_offset_shape(%w: tensor<64xbf16>) {
+  // expected-error @+1 {{'xfmr.weight_offset' op result}}
+  %r = xfmr.weight_offset %w {offset = 1.0 : f64} : tensor<64xbf16> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @weight_offset_type(%w: tensor<64xi8>) {
+  // expected-error @+1 {{'xfmr.weight_offset' op input element type 'i8', expected a float type}}
+  %r = xfmr.weight_offset %w {offset = 1.0 : f64} : tensor<64xi8> -> tensor<64xf32>
+  return
+}
+
+// -----
+
+func.func @embed_scale(%t: tensor<?xi32>, %e: tensor<100x64xf32>) {
+  // expected-error @+1 {{'xfmr.embed' op scale}}
+  %r = xfmr.embed %t, %e {scale = -2.0 : f64} : (tensor<?xi32>, tensor<100x64xf32>) -> tensor<?x64xf32>
   return
 }

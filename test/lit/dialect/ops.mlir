@@ -15,6 +15,10 @@ func.func @unfused_layer(%tokens: tensor<?xi32>, %pos: tensor<?xi32>,
   %bk = xfmr.weight "blk.0.attn_k.bias" : tensor<192xf32>
   // CHECK: xfmr.embed
   %x = xfmr.embed %tokens, %table : (tensor<?xi32>, tensor<49152x576x!xfmr.quant<"q8_0", 32>>) -> tensor<?x576xf32>
+  // CHECK: xfmr.embed {{.*}} {scale = 2.400000e+01 : f64}
+  %xs = xfmr.embed %tokens, %table {scale = 24.0 : f64} : (tensor<?xi32>, tensor<49152x576x!xfmr.quant<"q8_0", 32>>) -> tensor<?x576xf32>
+  // CHECK: xfmr.weight_offset %{{.*}} {offset = 1.000000e+00 : f64} : tensor<576xf32> -> tensor<576xf32>
+  %norm_w1 = xfmr.weight_offset %norm_w {offset = 1.0 : f64} : tensor<576xf32> -> tensor<576xf32>
   // CHECK: xfmr.rms_norm {{.*}} {epsilon = 1.000000e-05 : f64}
   %h = xfmr.rms_norm %x, %norm_w {epsilon = 1.0e-05 : f64} : (tensor<?x576xf32>, tensor<576xf32>) -> tensor<?x576xf32>
   // CHECK: xfmr.linear %{{.*}}, %{{.*}} :
@@ -54,6 +58,8 @@ func.func @unfused_layer(%tokens: tensor<?xi32>, %pos: tensor<?xi32>,
   %r = xfmr.add %x, %o2 : tensor<?x576xf32>
   // CHECK: xfmr.silu
   %a = xfmr.silu %r : tensor<?x576xf32>
+  // CHECK: xfmr.gelu_tanh
+  %ag = xfmr.gelu_tanh %r : tensor<?x576xf32>
   // CHECK: xfmr.mul
   %g = xfmr.mul %a, %r : tensor<?x576xf32>
   // CHECK: xfmr.concat {{.*}} {axis = 1 : i64}
