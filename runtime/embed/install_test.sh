@@ -26,7 +26,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
   -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 "$cmake" --build "$work/build" >"$work/build.log" || { cat "$work/build.log"; exit 1; }
 
-prompt="The capital of France is"
+prompt="Once upon a time"
 "$work/build/generate" "$artifact" "$prompt" 24 >"$work/got.txt"
 "$kiln" run "$artifact" "$prompt" --max-tokens 24 --device cpu --quiet >"$work/want.txt" 2>/dev/null
 # kiln run ends its answer with a newline the example does not print.

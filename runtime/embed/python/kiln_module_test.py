@@ -13,7 +13,7 @@ import unittest
 import kiln
 
 ARGS = None
-PROMPT = "The capital of France is"
+PROMPT = "Once upon a time"
 MAX_TOKENS = 24
 
 
