@@ -154,21 +154,27 @@ TEST(F32Plan, FixtureInstancesCompileForSm90aWithoutSpills) {
 // with the per-head q/k norm, and windowed paged attention.
 TEST(F32Plan, FamilyFixtureInstancesCompileForSm90aWithoutSpills) {
   KILN_REQUIRE_NVRTC();
-  for (const char* fixture : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3"}) {
+  for (const char* fixture : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3", "tiny-gemma3"}) {
     SCOPED_TRACE(fixture);
+    const std::string name = fixture;
     auto manifest = Manifest::load(checkoutPath(std::string("test/fixtures/") + fixture + "/artifact"));
     ASSERT_TRUE(manifest.ok()) << manifest.error().message;
     std::set<std::string> names;
-    int qk_norm = 0, windowed = 0;
+    int qk_norm = 0, windowed = 0, geglu = 0, scaled_embedding = 0;
     for (const Step& step : manifest->findEntry("forward")->steps)
       for (const KernelVariant& v : step.variants) {
         if (v.instance.empty() || !names.insert(v.instance).second) continue;
         qk_norm += v.params.value("qk_norm", false) ? 1 : 0;
         windowed += v.params.value("sliding_window", 0) > 0 ? 1 : 0;
+        geglu += v.params.value("activation", "") == "gelu_tanh" ? 1 : 0;
+        scaled_embedding += v.params.contains("scale") && v.kind == "embedding" ? 1 : 0;
         SCOPED_TRACE(v.instance);
         expectCompilesWithoutSpills(v.kind, v.params, v.instance, "sm_90a");
       }
-    EXPECT_EQ(qk_norm, std::string(fixture) == "tiny-qwen3" ? 1 : 0);
+    // Gemma 3: the local layers' rope instance and the global layer's.
+    EXPECT_EQ(qk_norm, name == "tiny-qwen3" ? 1 : name == "tiny-gemma3" ? 2 : 0);
+    EXPECT_EQ(geglu, name == "tiny-gemma3" ? 1 : 0);
+    EXPECT_EQ(scaled_embedding, name == "tiny-gemma3" ? 1 : 0);
     EXPECT_GE(windowed, 2);  // paged_attention and its split form
   }
 }
