@@ -348,7 +348,7 @@ TEST(ManifestTest, WeightErrors) {
   m = validManifest();
   m["weights"][4]["prepare"]["op"] = "transpose";
   EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.op: unknown prepare op 'transpose' "
-                           "(expected concat_rows or quantize)");
+                           "(expected concat_rows, quantize or offset)");
 }
 
 TEST(ManifestTest, ValueErrors) {

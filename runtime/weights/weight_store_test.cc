@@ -284,7 +284,32 @@ TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
   m["weights"][5]["prepare"] = json::parse(R"({"op": "transpose", "inputs": [3]})");
   EXPECT_EQ(open(m).error().message,
             "manifest.json: weights[5].prepare.op: unknown prepare op 'transpose' (expected "
-            "concat_rows or quantize)");
+            "concat_rows, quantize or offset)");
+}
+
+// Gemma's (1 + w) norm weights: f32(w) + 1 made once at load, from bf16 or f32.
+TEST_F(WeightStoreTest, OffsetAddsInF32) {
+  json m = manifest();
+  m["weights"].push_back(json::parse(
+      R"({"id": 7, "name": "norm.weight.offset", "type": "f32", "shape": [4],
+          "prepare": {"op": "offset", "inputs": [6], "value": 1.0}})"));
+  m["entries"]["forward"]["steps"][2]["args"][1]["weight"] = 7;
+  auto store = open(m);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const BoundWeight* norm = store->find(7);
+  EXPECT_EQ(norm->type, WeightType::F32);
+  const float* v = reinterpret_cast<const float*>(norm->data);
+  EXPECT_EQ(std::vector<float>(v, v + 4), (std::vector<float>{1.5f, 2.5f, 3.5f, 4.5f}));
+
+  m["weights"][7]["prepare"]["inputs"][0] = 0;  // a q4_1 matrix
+  m["weights"][7]["shape"] = json::array({2, 64});
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 7 'norm.weight.offset': offset makes f32 from an f32, f16 or bf16 weight; "
+            "input 0 'a.weight' is q4_1, the result f32");
+  m = manifest();
+  m["weights"].push_back(json::parse(
+      R"({"id": 7, "name": "n", "type": "f32", "shape": [4], "prepare": {"op": "offset", "inputs": [6]}})"));
+  EXPECT_EQ(open(m).error().message, "manifest.json: weights[7].prepare.value: expected a number (what offset adds)");
 }
 
 TEST_F(WeightStoreTest, SourceOverrideAndMissingModel) {

@@ -25,6 +25,29 @@ TEST(SiluMulTest, AgainstFloat64) {
   }
 }
 
+// GeGLU with PyTorch's tanh GELU, gate and up in separate rows of a wider stride.
+TEST(GeluTanhMulTest, AgainstFloat64) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int64_t tokens = testing::randomInt(rng, 1, 7);
+    const int64_t ffn = testing::randomInt(rng, 1, 333);
+    const int64_t stride = ffn + testing::randomInt(rng, 0, 5);
+    std::vector<float> gate = testing::randomFloats(rng, size_t(tokens * stride), -12.0f, 12.0f);
+    std::vector<float> up = testing::randomFloats(rng, size_t(tokens * stride), -3.0f, 3.0f);
+    std::vector<float> out = testing::poisoned(size_t(tokens * ffn));
+    ASSERT_TRUE(geluTanhMulSplit(gate.data(), up.data(), stride, tokens, ffn, out.data()).ok());
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = 0; i < ffn; ++i) {
+        const double g = gate[size_t(t * stride + i)];
+        const double u = up[size_t(t * stride + i)];
+        const double expected =
+            0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+        ASSERT_NEAR(out[size_t(t * ffn + i)], expected, 1e-5 * (1.0 + std::fabs(expected)));
+      }
+  }
+  EXPECT_FALSE(geluTanhMulSplit(nullptr, nullptr, 0, 1, 0, nullptr).ok());
+}
+
 TEST(AddTest, Elementwise) {
   std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
   std::vector<float> out = testing::poisoned(3);
