@@ -10,8 +10,10 @@
  *
  * Threads: a kiln_engine is not thread-safe. Calls on one engine must not
  * overlap (the caller serializes them); different engines may be used from
- * different threads. A token callback may call kiln_cancel() on its engine,
- * nothing else of it. kiln_last_error() is per thread.
+ * different threads. A token callback may call kiln_cancel() on its engine;
+ * kiln_submit, kiln_step, kiln_run_until_idle, kiln_poll and kiln_release
+ * fail there (KILN_ERROR_INVALID_ARGUMENT), and kiln_engine_destroy must not
+ * be called. kiln_last_error() is per thread.
  *
  * ABI: every struct passed in or out starts with `struct_size`, which the
  * caller sets to sizeof(the struct it was compiled with) (the *_init

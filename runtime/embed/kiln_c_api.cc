@@ -59,6 +59,18 @@ kiln_finish_reason finishReason(kiln::FinishReason reason) {
   return KILN_FINISH_ERROR;
 }
 
+// Marks the engine as stepping for the scope (an exception included).
+class StepScope {
+ public:
+  explicit StepScope(bool& stepping) : stepping_(stepping) { stepping_ = true; }
+  ~StepScope() { stepping_ = false; }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  bool& stepping_;
+};
+
 struct RequestRecord {
   kiln_token_callback callback = nullptr;
   void* user_data = nullptr;
@@ -78,6 +90,9 @@ struct kiln_engine {
   // Released requests the engine has not retired yet: their stats are
   // dropped after the step that retires them.
   std::vector<int64_t> forget_after_step;
+  // True while kiln_step runs, i.e. while token callbacks may be called:
+  // the calls that would re-enter the engine are refused then.
+  bool stepping = false;
 
   void onToken(int64_t id, int32_t token, std::string_view text) {
     auto it = requests.find(id);
@@ -95,6 +110,11 @@ struct kiln_engine {
     });
   }
 };
+
+// What a token callback may not call (anything but kiln_cancel).
+#define KILN_REFUSE_IN_CALLBACK(engine, name)                                                    \
+  if ((engine)->stepping)                                                                       \
+    return fail(KILN_ERROR_INVALID_ARGUMENT, name ": called from a token callback (only kiln_cancel may be)")
 
 #define KILN_GUARD_BEGIN try {
 #define KILN_GUARD_END                                        \
@@ -238,6 +258,7 @@ kiln_status kiln_submit(kiln_engine* engine, const kiln_prompt* prompt, const ki
   KILN_GUARD_BEGIN
   if (engine == nullptr || prompt == nullptr || request_id == nullptr)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_submit: engine, prompt and request_id must not be NULL");
+  KILN_REFUSE_IN_CALLBACK(engine, "kiln_submit");
   kiln_prompt p;
   kiln_prompt_init(&p);
   if (!readVersioned(prompt, p))
@@ -300,7 +321,11 @@ kiln_status kiln_submit(kiln_engine* engine, const kiln_prompt* prompt, const ki
 kiln_status kiln_step(kiln_engine* engine, int* idle) {
   KILN_GUARD_BEGIN
   if (engine == nullptr) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_step: engine is NULL");
-  kiln::Status status = engine->engine->step();
+  KILN_REFUSE_IN_CALLBACK(engine, "kiln_step");
+  kiln::Status status = [&] {
+    StepScope scope(engine->stepping);
+    return engine->engine->step();
+  }();
   engine->forgetRetired();
   if (idle) *idle = engine->engine->idle() ? 1 : 0;
   if (!status.ok()) return fail(KILN_ERROR_RUNTIME, status.error().message);
@@ -311,6 +336,7 @@ kiln_status kiln_step(kiln_engine* engine, int* idle) {
 kiln_status kiln_run_until_idle(kiln_engine* engine) {
   KILN_GUARD_BEGIN
   if (engine == nullptr) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_run_until_idle: engine is NULL");
+  KILN_REFUSE_IN_CALLBACK(engine, "kiln_run_until_idle");
   while (!engine->engine->idle()) {
     if (kiln_status status = kiln_step(engine, nullptr); status != KILN_OK) return status;
   }
@@ -322,6 +348,7 @@ kiln_status kiln_poll(kiln_engine* engine, int64_t request_id, kiln_poll_result*
   KILN_GUARD_BEGIN
   if (engine == nullptr || result == nullptr)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_poll: engine and result must not be NULL");
+  KILN_REFUSE_IN_CALLBACK(engine, "kiln_poll");
   auto it = engine->requests.find(request_id);
   if (it == engine->requests.end())
     return fail(KILN_ERROR_NOT_FOUND, "kiln_poll: no request " + std::to_string(request_id));
@@ -357,6 +384,7 @@ kiln_status kiln_cancel(kiln_engine* engine, int64_t request_id) {
 kiln_status kiln_release(kiln_engine* engine, int64_t request_id) {
   KILN_GUARD_BEGIN
   if (engine == nullptr) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_release: engine is NULL");
+  KILN_REFUSE_IN_CALLBACK(engine, "kiln_release");
   auto it = engine->requests.find(request_id);
   if (it == engine->requests.end())
     return fail(KILN_ERROR_NOT_FOUND, "kiln_release: no request " + std::to_string(request_id));

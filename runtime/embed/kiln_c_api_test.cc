@@ -179,6 +179,48 @@ TEST_F(CApiTest, PollSeesWhatTheCallbackSaw) {
   EXPECT_EQ(metrics().requests, 0);
 }
 
+// A callback that cancels its own request after two tokens, and tries the
+// calls it may not make.
+struct Reentry {
+  kiln_engine* engine = nullptr;
+  int tokens = 0;
+  std::vector<kiln_status> refused;
+};
+
+void cancelAfterTwo(int64_t id, int32_t token, const char*, size_t, void* user_data) {
+  auto* r = static_cast<Reentry*>(user_data);
+  if (token < 0 || ++r->tokens != 2) return;
+  r->refused.push_back(kiln_step(r->engine, nullptr));
+  r->refused.push_back(kiln_release(r->engine, id));
+  kiln_poll_result result{};
+  result.struct_size = sizeof(result);
+  r->refused.push_back(kiln_poll(r->engine, id, &result));
+  r->refused.push_back(kiln_cancel(r->engine, id));  // allowed
+}
+
+TEST_F(CApiTest, CallbacksMayCancelButNotReenter) {
+  kiln_prompt prompt;
+  kiln_prompt_init(&prompt);
+  prompt.text = "Once upon a time";
+  kiln_sampling_params params;
+  kiln_sampling_params_init(&params);
+  params.max_tokens = 50;
+  params.ignore_eos = 1;
+  Reentry reentry;
+  reentry.engine = engine_;
+  int64_t id = -1;
+  ASSERT_EQ(kiln_submit(engine_, &prompt, &params, cancelAfterTwo, &reentry, &id), KILN_OK);
+  ASSERT_EQ(kiln_run_until_idle(engine_), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(reentry.refused, (std::vector<kiln_status>{KILN_ERROR_INVALID_ARGUMENT, KILN_ERROR_INVALID_ARGUMENT,
+                                                        KILN_ERROR_INVALID_ARGUMENT, KILN_OK}));
+  kiln_request_stats stats{};
+  stats.struct_size = sizeof(stats);
+  ASSERT_EQ(kiln_request_stats_get(engine_, id, &stats), KILN_OK);
+  EXPECT_EQ(stats.finish, KILN_FINISH_CANCELLED);
+  EXPECT_LT(stats.generated_tokens, 50);
+  EXPECT_EQ(kiln_release(engine_, id), KILN_OK);
+}
+
 // An older caller's struct: the fields it knows are written, the rest of its
 // memory is not touched.
 TEST_F(CApiTest, ShorterStructsFromOlderCallersAreHonoured) {
