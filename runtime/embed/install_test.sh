@@ -3,9 +3,11 @@
 # embed) into a temporary prefix, examples/ configured against that prefix
 # alone and built, and its greedy answer on the SmolLM2 artifact compared
 # with `kiln run`'s for the same prompt.
-#   install_test.sh CMAKE BUILD_DIR EXAMPLES_DIR ARTIFACT KILN
+# With PYTHON (the module was built), the module installed under
+# PREFIX/PYTHON_SITE must import and answer the same.
+#   install_test.sh CMAKE BUILD_DIR EXAMPLES_DIR ARTIFACT KILN [PYTHON PYTHON_SITE]
 set -euo pipefail
-cmake=$1 build=$2 examples=$3 artifact=$4 kiln=$5
+cmake=$1 build=$2 examples=$3 artifact=$4 kiln=$5 python=${6:-} python_site=${7:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -39,4 +41,17 @@ if ! cmp -s "$work/got.txt" "$work/want.txt"; then
   exit 1
 fi
 [[ -s $work/got.txt ]] || { echo "FAIL: empty answer"; exit 1; }
+
+if [[ -n $python ]]; then
+  "$cmake" --install "$build" --prefix "$work/prefix" --component python >/dev/null
+  PYTHONPATH="$work/prefix/$python_site" "$python" - "$artifact" "$prompt" "$work/prefix" >"$work/py.txt" <<'PY'
+import sys
+import kiln
+assert kiln.__file__.startswith(sys.argv[3]), f"kiln imported from {kiln.__file__}, not the prefix"
+out = kiln.LLM(sys.argv[1], device="cpu").generate(sys.argv[2], kiln.SamplingParams(max_tokens=24))
+sys.stdout.write(out.text)
+PY
+  printf '%s' "$(cat "$work/py.txt")" >"$work/py.txt"
+  cmp -s "$work/py.txt" "$work/want.txt" || { echo "FAIL: the installed Python module answered: $(cat "$work/py.txt")"; exit 1; }
+fi
 echo "PASS: $(cat "$work/got.txt")"
