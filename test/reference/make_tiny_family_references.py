@@ -123,6 +123,8 @@ def make_weights(rng, c, qk_norm, fused=False, gemma3=False):
         return ((0.0 if gemma3 else 1.0) + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     w = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)).astype(np.float32)}
+    if gemma3:  # its tied head reads rows of norm sqrt(hidden); a quarter keeps the logits O(1) (std ~3)
+        w["model.embed_tokens.weight"] *= np.float32(0.25)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(hidden)
