@@ -183,7 +183,8 @@ typedef struct kiln_request_stats {
   double prefill_seconds;         /* first forward call -> first token */
   double decode_seconds;          /* first token -> finish */
   kiln_finish_reason finish;
-  const char* error;              /* KILN_FINISH_ERROR's message, else ""; valid until kiln_release */
+  const char* error;              /* KILN_FINISH_ERROR's message, else ""; valid until the next
+                                     kiln_request_stats_get of this request or its kiln_release */
 } kiln_request_stats;
 
 KILN_API kiln_status kiln_request_stats_get(kiln_engine* engine, int64_t request_id, kiln_request_stats* stats);

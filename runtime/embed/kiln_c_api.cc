@@ -80,6 +80,7 @@ struct RequestRecord {
   std::vector<int32_t> tokens;
   std::string polled_text;
   std::vector<int32_t> polled_tokens;
+  std::string error;  // the last kiln_request_stats_get's message
 };
 
 }  // namespace
@@ -400,8 +401,8 @@ kiln_status kiln_request_stats_get(kiln_engine* engine, int64_t request_id, kiln
   KILN_GUARD_BEGIN
   if (engine == nullptr || stats == nullptr)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_request_stats_get: engine and stats must not be NULL");
-  const kiln::RequestStats* s =
-      engine->requests.contains(request_id) ? engine->engine->stats(request_id) : nullptr;
+  auto it = engine->requests.find(request_id);
+  const kiln::RequestStats* s = it != engine->requests.end() ? engine->engine->stats(request_id) : nullptr;
   if (s == nullptr)
     return fail(KILN_ERROR_NOT_FOUND, "kiln_request_stats_get: no request " + std::to_string(request_id));
   kiln_request_stats out{};
@@ -414,7 +415,9 @@ kiln_status kiln_request_stats_get(kiln_engine* engine, int64_t request_id, kiln
   out.prefill_seconds = s->prefill_seconds;
   out.decode_seconds = s->decode_seconds;
   out.finish = finishReason(s->finish);
-  out.error = s->error.c_str();
+  // A running request's stats move when it retires: the message is copied.
+  it->second.error = s->error;
+  out.error = it->second.error.c_str();
   if (!writeVersioned(out, stats))
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_request_stats_get: stats->struct_size is not set");
   return KILN_OK;
