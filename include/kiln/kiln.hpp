@@ -175,27 +175,32 @@ class Engine {
   int64_t contextLength() const { return kiln_context_length(engine_); }
 
   // Runs the prompts together (batched by the engine) to their ends and
-  // releases them; the completions come back in the prompts' order.
+  // releases them; the completions come back in the prompts' order. Other
+  // requests in the engine step along and keep their output for poll().
   std::vector<Completion> generate(const std::vector<Prompt>& prompts, const SamplingParams& params = {}) {
     std::vector<int64_t> ids;
+    std::vector<Completion> out(prompts.size());
     try {
       for (const Prompt& p : prompts) ids.push_back(submit(p, params));
-      runUntilIdle();
+      size_t running = ids.size();
+      for (bool idle = false; running > 0;) {
+        if (idle) throw Error(KILN_ERROR_INTERNAL, "the engine went idle with requests unfinished");
+        idle = step();
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (out[i].finish != KILN_FINISH_RUNNING) continue;
+          Chunk chunk = poll(ids[i]);
+          out[i].text += chunk.text;
+          out[i].tokens.insert(out[i].tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+          out[i].finish = chunk.finish;
+          if (chunk.finished()) --running;
+        }
+      }
+      for (size_t i = 0; i < ids.size(); ++i) out[i].stats = stats(ids[i], &out[i].error);
     } catch (...) {
       for (int64_t id : ids) kiln_release(engine_, id);
       throw;
     }
-    std::vector<Completion> out;
-    for (int64_t id : ids) {
-      Chunk chunk = poll(id);
-      Completion c;
-      c.text = std::move(chunk.text);
-      c.tokens = std::move(chunk.tokens);
-      c.finish = chunk.finish;
-      c.stats = stats(id, &c.error);
-      release(id);
-      out.push_back(std::move(c));
-    }
+    for (int64_t id : ids) release(id);
     return out;
   }
 

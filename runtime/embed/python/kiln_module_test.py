@@ -63,6 +63,17 @@ class KilnModuleTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "device"):
             kiln.LLM(ARGS.model, device="tpu")
 
+    def test_generate_does_not_wait_for_streams(self):
+        stream = self.llm.stream(PROMPT, kiln.SamplingParams(max_tokens=400, ignore_eos=True))
+        first = next(stream)
+        self.llm.generate("Hi", kiln.SamplingParams(max_tokens=2))
+        self.assertEqual(self.llm.metrics()["running"], 1)
+        stream.cancel()
+        rest = "".join(stream)
+        self.assertEqual(stream.finish_reason, "cancelled")
+        self.assertLess(len(first + rest), 400 * 8)
+        self.assertEqual(self.llm.metrics()["requests"], 0)
+
     def test_dropped_stream_cancels_its_request(self):
         stream = self.llm.stream(PROMPT, kiln.SamplingParams(max_tokens=200, ignore_eos=True))
         next(stream)
