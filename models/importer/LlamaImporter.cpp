@@ -400,15 +400,16 @@ OwningOpRef<ModuleOp> LlamaBuilder::build() {
   const int64_t hidden = config_.hidden_size;
   Value table = weight(WeightRole::kTokenEmbedding, 0);
   if (!table) return nullptr;
-  // Gemma's scale is a tensor of the table's type (Gemma3TextScaledWordEmbedding).
+  // Gemma's scale is cast to the type the embedding runs in
+  // (Gemma3TextScaledWordEmbedding: embed_scale.to(weight.dtype), the
+  // dtype transformers loads the model in, not the one it is stored in):
+  // kiln's activation type.
   FloatAttr embedScale;
   if (config_.embedding_scale != 1.0) {
     llvm::APFloat scale(config_.embedding_scale);
-    if (auto stored = dyn_cast<FloatType>(cast<RankedTensorType>(table.getType()).getElementType())) {
-      bool lost = false;
-      scale.convert(stored.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven, &lost);
-      scale.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &lost);
-    }
+    bool lost = false;
+    scale.convert(cast<FloatType>(act_).getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven, &lost);
+    scale.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &lost);
     embedScale = builder_.getF64FloatAttr(scale.convertToDouble());
   }
   Value x = builder_.create<xfmr::EmbedOp>(
