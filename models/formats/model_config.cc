@@ -166,6 +166,40 @@ Status rejectUnimplemented(const HfFields& f, const std::string& name) {
   return Status::success();
 }
 
+// transformers' layer_types: which layers slide. Refuses other type names,
+// and sliding layers when `window` is 0 (`no_window` says why it is).
+// Returns whether the field is there.
+Result<bool> parseLayerTypes(const HfFields& f, const std::string& name, int64_t window, std::string_view no_window,
+                             ModelConfig& c) {
+  const json* types = f.get("layer_types");
+  if (types == nullptr) return false;
+  if (!types->is_array()) return f.illTyped("layer_types", *types, "an array of layer type names");
+  if (int64_t(types->size()) != c.num_layers)
+    return makeError("{}: field 'layer_types' has {} entries, expected num_hidden_layers {}", name, types->size(),
+                     c.num_layers);
+  for (size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+    if (type == "sliding_attention") {
+      if (window == 0)
+        return makeError("{}: field 'layer_types[{}]' is 'sliding_attention' but the config sets no window ({})",
+                         name, i, no_window);
+      c.sliding_layers[i] = true;
+    } else if (type != "full_attention") {
+      return makeError("{}: field 'layer_types[{}]' is '{}', supported: full_attention, sliding_attention", name, i,
+                       printable(type));
+    }
+  }
+  return true;
+}
+
+// The window applies only if some layer slides.
+void settleSlidingWindow(int64_t window, ModelConfig& c) {
+  c.sliding_window =
+      std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end() ? window : 0;
+  if (c.sliding_window == 0) c.sliding_layers.clear();
+}
+
 // Gemma3TextConfig: every layer layer_types marks sliding_attention slides
 // by sliding_window (default 4096); without layer_types, every layer but
 // each sliding_window_pattern-th (default 6) does.
@@ -175,32 +209,16 @@ Status parseGemma3Layers(const HfFields& f, const std::string& name, ModelConfig
   if (window <= 0)
     return makeError("{}: field 'sliding_window' is {}, expected a positive window", name, window);
   c.sliding_layers.assign(size_t(std::max<int64_t>(c.num_layers, 0)), false);
-  if (const json* types = f.get("layer_types")) {
-    if (!types->is_array()) return f.illTyped("layer_types", *types, "an array of layer type names");
-    if (int64_t(types->size()) != c.num_layers)
-      return makeError("{}: field 'layer_types' has {} entries, expected num_hidden_layers {}", name,
-                       types->size(), c.num_layers);
-    for (size_t i = 0; i < types->size(); ++i) {
-      const json& t = (*types)[i];
-      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
-      if (type == "sliding_attention") {
-        c.sliding_layers[i] = true;
-      } else if (type != "full_attention") {
-        return makeError("{}: field 'layer_types[{}]' is '{}', supported: full_attention, sliding_attention", name,
-                         i, printable(type));
-      }
-    }
-  } else {
+  bool listed = false;
+  KILN_ASSIGN(listed, parseLayerTypes(f, name, window, "", c));
+  if (!listed) {
     int64_t pattern = 0;
     KILN_ASSIGN(pattern, f.integer("sliding_window_pattern", 6));
     if (pattern <= 0)
       return makeError("{}: field 'sliding_window_pattern' is {}, expected a positive period", name, pattern);
     for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers[size_t(i)] = (i + 1) % pattern != 0;
   }
-  c.sliding_window = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()
-                         ? window
-                         : 0;
-  if (c.sliding_window == 0) c.sliding_layers.clear();
+  settleSlidingWindow(window, c);
   return Status::success();
 }
 
@@ -256,34 +274,14 @@ Status parseSlidingWindow(const HfFields& f, const std::string& name, ModelConfi
   if (window < 0)
     return makeError("{}: field 'sliding_window' is {}, expected a positive window or null", name, window);
   c.sliding_layers.assign(size_t(std::max<int64_t>(c.num_layers, 0)), false);
-  if (const json* types = f.get("layer_types")) {
-    if (!types->is_array()) return f.illTyped("layer_types", *types, "an array of layer type names");
-    if (int64_t(types->size()) != c.num_layers)
-      return makeError("{}: field 'layer_types' has {} entries, expected num_hidden_layers {}", name,
-                       types->size(), c.num_layers);
-    for (size_t i = 0; i < types->size(); ++i) {
-      const json& t = (*types)[i];
-      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
-      if (type == "sliding_attention") {
-        if (window == 0)
-          return makeError("{}: field 'layer_types[{}]' is 'sliding_attention' but the config sets no window "
-                           "(use_sliding_window false or sliding_window null)",
-                           name, i);
-        c.sliding_layers[i] = true;
-      } else if (type != "full_attention") {
-        return makeError("{}: field 'layer_types[{}]' is '{}', supported: full_attention, sliding_attention", name,
-                         i, printable(type));
-      }
-    }
-  } else if (window > 0) {
+  bool listed = false;
+  KILN_ASSIGN(listed, parseLayerTypes(f, name, window, "use_sliding_window false or sliding_window null", c));
+  if (!listed && window > 0) {
     int64_t max_window_layers = 0;
     KILN_ASSIGN(max_window_layers, f.integer("max_window_layers", 28));
     for (int64_t i = std::max<int64_t>(max_window_layers, 0); i < c.num_layers; ++i) c.sliding_layers[size_t(i)] = true;
   }
-  c.sliding_window = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()
-                         ? window
-                         : 0;
-  if (c.sliding_window == 0) c.sliding_layers.clear();
+  settleSlidingWindow(window, c);
   return Status::success();
 }
 

@@ -7,29 +7,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/support/json_describe.h"
+
 namespace kiln::server {
 namespace {
 
 using nlohmann::json;
 
-// `string "warm"`, `a list`, `16.5`: what a value is, for "expected X, got Y".
-std::string describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "a list";
-    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
-    case json::value_t::string: {
-      std::string text = v.dump();
-      if (text.size() > 42) text = text.substr(0, 38) + "...\"";
-      return "string " + text;
-    }
-    default: return v.dump();
-  }
-}
-
 ApiError expected(const std::string& param, std::string_view what, const json& got) {
-  return invalidRequest(fmt::format("{}: expected {}, got {}", param, what, describe(got)), param);
+  return invalidRequest(fmt::format("{}: expected {}, got {}", param, what, describeJson(got)), param);
 }
 
 // Reads one field after another into `out`; the first failure sticks and
@@ -266,7 +252,7 @@ class BodyReader {
         if (!part.is_object() || !part.contains("type"))
           return fail(expected(part_at, "a content part {\"type\": \"text\", \"text\": ...}", part));
         if (part["type"] != "text")
-          return fail(unsupportedField(part_at + ".type", "content of type " + describe(part["type"])));
+          return fail(unsupportedField(part_at + ".type", "content of type " + describeJson(part["type"])));
         for (const auto& [key, value] : part.items())
           if (key != "type" && key != "text")
             return fail(invalidRequest(fmt::format("{}: unknown field \"{}\"; expected type and text", part_at, key),
@@ -330,7 +316,7 @@ ParsedRequest parseOpenAiRequest(Endpoint endpoint, std::string_view body_text, 
     return parsed;
   }
   if (!body.is_object()) {
-    parsed.error = invalidRequest("the body must be a JSON object, got " + describe(body));
+    parsed.error = invalidRequest("the body must be a JSON object, got " + describeJson(body));
     return parsed;
   }
   for (const auto& [key, value] : body.items()) {

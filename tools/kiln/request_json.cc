@@ -8,30 +8,15 @@
 
 #include <fmt/format.h>
 
+#include "runtime/support/json_describe.h"
+
 namespace kiln {
 namespace {
 
 using nlohmann::json;
 
-// What a JSON value is, for "expected X, got Y": `string "warm"`, `array`,
-// `16.5`. Long strings are cut: the message is one line.
-std::string describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "a list";
-    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
-    case json::value_t::string: {
-      std::string text = v.dump();
-      if (text.size() > 42) text = text.substr(0, 38) + "...\"";
-      return "string " + text;
-    }
-    default: return v.dump();
-  }
-}
-
 Error expected(std::string_view field, std::string_view what, const json& got) {
-  return makeError("{}: expected {}, got {}", field, what, describe(got));
+  return makeError("{}: expected {}, got {}", field, what, describeJson(got));
 }
 
 // An integer in [lo, hi]; a number with no fraction (16.0) counts as one.
@@ -299,7 +284,7 @@ std::span<const std::string_view> requestJsonFields() {
 }
 
 Result<JsonRequest> requestFromJson(const json& body) {
-  if (!body.is_object()) return makeError("expected a JSON object, got {}", describe(body));
+  if (!body.is_object()) return makeError("expected a JSON object, got {}", describeJson(body));
   // Unknown fields first: a misspelt "promt" is reported as itself, not as a missing prompt.
   std::vector<std::string> unknown;
   for (const auto& [key, value] : body.items())
