@@ -307,12 +307,8 @@ ParsedRequest parseOpenAiRequest(Endpoint endpoint, std::string_view body_text, 
   try {
     body = json::parse(body_text);
   } catch (const json::parse_error& e) {
-    // what(): "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ...": keep
-    // what follows the position.
-    std::string what = e.what();
-    const size_t colon = what.find(": ", what.find("column"));
-    parsed.error = invalidRequest(fmt::format("the body is not valid JSON (at byte {}): {}", e.byte,
-                                              colon == std::string::npos ? what : what.substr(colon + 2)));
+    parsed.error =
+        invalidRequest(fmt::format("the body is not valid JSON (at byte {}): {}", e.byte, parseErrorReason(e)));
     return parsed;
   }
   if (!body.is_object()) {

@@ -18,4 +18,10 @@ std::string describeJson(const nlohmann::json& value) {
   }
 }
 
+std::string parseErrorReason(const nlohmann::json::parse_error& error) {
+  const std::string what = error.what();
+  const size_t colon = what.find(": ", what.find("column"));
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
 }  // namespace kiln

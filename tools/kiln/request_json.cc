@@ -311,11 +311,7 @@ Result<JsonRequest> requestFromJsonText(std::string_view text) {
   try {
     body = json::parse(text);
   } catch (const json::parse_error& e) {
-    // what(): "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error while
-    // parsing value - invalid literal; last read: '{"a": no'". Keep what follows the position.
-    std::string what = e.what();
-    const size_t colon = what.find(": ", what.find("column"));
-    return makeError("invalid JSON at column {}: {}", e.byte, colon == std::string::npos ? what : what.substr(colon + 2));
+    return makeError("invalid JSON at column {}: {}", e.byte, parseErrorReason(e));
   }
   auto request = requestFromJson(body);
   // json sorts object keys; a tool schema goes to the template in the
