@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -223,6 +224,42 @@ double worstLogitsError(GpuExecutor& gpu_ex, CpuExecutor& cpu_ex) {
   return worst;
 }
 
+// The worst relative L2 between the CUDA executor's logits and the CPU
+// executor's on `artifact`: the CUDA run on the artifact itself (its f32
+// plan) and on the fixture's bf16 plan with `kv_type` KV. Without a GPU it
+// checks the error and leaves `errors` empty.
+struct PlanErrors {
+  double f32 = 0, bf16 = 0;
+};
+void cudaAgainstCpu(const std::string& artifact, const std::string& fixture, const std::string& kv_type,
+                    std::optional<PlanErrors>* errors) {
+  auto manifest = Manifest::load(artifact);
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = fixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const KvPoolConfig kv = kvPoolConfigFor(*manifest, 64);
+  auto ex = CudaExecutor::create(*manifest, *weights, kv, 512, {.progress = false});
+  if (!ex.ok()) {
+    EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+    return;
+  }
+  auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+  PlanErrors found;
+  found.f32 = worstLogitsError(**ex, **cpu_ex);
+
+  auto bf16 = testing::bf16Plan(fixture, kv_type);
+  ASSERT_TRUE(bf16.ok()) << bf16.error().message;
+  auto bf16_weights = WeightStore::open(*bf16, {.source_path = fixture, .check_source_stamp = false});
+  ASSERT_TRUE(bf16_weights.ok()) << bf16_weights.error().message;
+  auto bf16_ex = CudaExecutor::create(*bf16, *bf16_weights, kvPoolConfigFor(*bf16, 64), 512, {.progress = false});
+  ASSERT_TRUE(bf16_ex.ok()) << bf16_ex.error().message;
+  auto cpu_again = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
+  ASSERT_TRUE(cpu_again.ok()) << cpu_again.error().message;
+  found.bf16 = worstLogitsError(**bf16_ex, **cpu_again);
+  *errors = found;
+}
+
 // int8 and fp8 KV caches (a scale per token and kv head): the CUDA executor
 // quantizes in rope_kv_append and reads codes and scales in paged_attention
 // (prefill) and decode_attention (decode, bf16 plans) or the split
@@ -233,35 +270,18 @@ double worstLogitsError(GpuExecutor& gpu_ex, CpuExecutor& cpu_ex) {
 TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
   for (const char* kv_type : {"int8", "fp8e4m3"}) {
     const std::string artifact = kFixture + (std::string(kv_type) == "int8" ? "/artifact-kvint8" : "/artifact-kvfp8");
-    auto manifest = Manifest::load(artifact);
-    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
-    auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
-    ASSERT_TRUE(weights.ok()) << weights.error().message;
-    const KvPoolConfig kv = kvPoolConfigFor(*manifest, 64);
-    auto ex = CudaExecutor::create(*manifest, *weights, kv, 512, {.progress = false});
-    if (!ex.ok()) {
-      EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+    std::optional<PlanErrors> errors;
+    cudaAgainstCpu(artifact, kFixture, kv_type, &errors);
+    if (HasFatalFailure()) return;
+    if (!errors) {
       std::printf("no GPU: checked the error; the %s KV runs need the GPU machine\n", kv_type);
       return;
     }
-    auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
-    ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
-    const double f32_error = worstLogitsError(**ex, **cpu_ex);
-    EXPECT_LE(f32_error, 1e-3) << kv_type << " KV, f32 plan";
-
-    auto bf16 = testing::bf16Plan(kFixture, kv_type);
-    ASSERT_TRUE(bf16.ok()) << bf16.error().message;
-    auto bf16_weights = WeightStore::open(*bf16, {.source_path = kFixture, .check_source_stamp = false});
-    ASSERT_TRUE(bf16_weights.ok()) << bf16_weights.error().message;
-    auto bf16_ex = CudaExecutor::create(*bf16, *bf16_weights, kvPoolConfigFor(*bf16, 64), 512, {.progress = false});
-    ASSERT_TRUE(bf16_ex.ok()) << bf16_ex.error().message;
-    auto cpu_again = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
-    ASSERT_TRUE(cpu_again.ok()) << cpu_again.error().message;
-    const double bf16_error = worstLogitsError(**bf16_ex, **cpu_again);
-    EXPECT_LE(bf16_error, 3e-2) << kv_type << " KV, bf16 plan";
+    EXPECT_LE(errors->f32, 1e-3) << kv_type << " KV, f32 plan";
+    EXPECT_LE(errors->bf16, 3e-2) << kv_type << " KV, bf16 plan";
     std::printf("%s KV: CUDA vs CPU executor logits, worst relative L2 %.3g (f32 plan), %.3g (bf16 plan against "
                 "the CPU's f32)\n",
-                kv_type, f32_error, bf16_error);
+                kv_type, errors->f32, errors->bf16);
   }
 }
 
@@ -277,35 +297,18 @@ TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
 TEST(CudaExecutor, Qwen3AndSlidingWindowFollowTheCpuExecutor) {
   for (const char* name : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3", "tiny-gemma3"}) {
     const std::string fixture = checkoutPath(std::string("test/fixtures/") + name);
-    auto manifest = Manifest::load(fixture + "/artifact");
-    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
-    auto weights = WeightStore::open(*manifest, {.source_path = fixture, .check_source_stamp = false});
-    ASSERT_TRUE(weights.ok()) << weights.error().message;
-    const KvPoolConfig kv = kvPoolConfigFor(*manifest, 64);
-    auto ex = CudaExecutor::create(*manifest, *weights, kv, 512, {.progress = false});
-    if (!ex.ok()) {
-      EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+    std::optional<PlanErrors> errors;
+    cudaAgainstCpu(fixture + "/artifact", fixture, "bf16", &errors);
+    if (HasFatalFailure()) return;
+    if (!errors) {
       std::printf("no GPU: checked the error; %s needs the GPU machine\n", name);
       return;
     }
-    auto cpu_ex = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
-    ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
-    const double f32_error = worstLogitsError(**ex, **cpu_ex);
-    EXPECT_LE(f32_error, 1e-4) << name << ", f32 plan";
-
-    auto bf16 = testing::bf16Plan(fixture);
-    ASSERT_TRUE(bf16.ok()) << bf16.error().message;
-    auto bf16_weights = WeightStore::open(*bf16, {.source_path = fixture, .check_source_stamp = false});
-    ASSERT_TRUE(bf16_weights.ok()) << bf16_weights.error().message;
-    auto bf16_ex = CudaExecutor::create(*bf16, *bf16_weights, kvPoolConfigFor(*bf16, 64), 512, {.progress = false});
-    ASSERT_TRUE(bf16_ex.ok()) << bf16_ex.error().message;
-    auto cpu_again = cpu::CpuExecutor::create(*manifest, *weights, kv, 512);
-    ASSERT_TRUE(cpu_again.ok()) << cpu_again.error().message;
-    const double bf16_error = worstLogitsError(**bf16_ex, **cpu_again);
-    EXPECT_LE(bf16_error, 2e-2) << name << ", bf16 plan";
+    EXPECT_LE(errors->f32, 1e-4) << name << ", f32 plan";
+    EXPECT_LE(errors->bf16, 2e-2) << name << ", bf16 plan";
     std::printf("%s: CUDA vs CPU executor logits, worst relative L2 %.3g (f32 plan), %.3g (bf16 plan against the "
                 "CPU's f32)\n",
-                name, f32_error, bf16_error);
+                name, errors->f32, errors->bf16);
   }
 }
 
