@@ -1,0 +1,98 @@
+// Engine's private state and step machinery, shared by engine.cc (requests,
+// forward steps) and speculative_step.cc (drafting and verification).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/artifact/manifest.h"
+#include "runtime/backend/backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/scheduler.h"
+#include "runtime/engine/sequence.h"
+#include "runtime/kv/block_pool.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/weights/weight_store.h"
+
+namespace kiln {
+
+struct Engine::Impl {
+  EngineOptions options;
+  Manifest manifest;
+  std::optional<WeightStore> weights;
+  std::unique_ptr<Backend> executor;
+  std::optional<Scheduler> scheduler;
+  std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::string chat_template_error;
+  std::vector<int32_t> eos_ids;
+  int64_t context_length = 0;
+  int64_t vocab = 0;
+  int page_size = 16;
+
+  int64_t next_id = 1;
+  uint64_t next_arrival = 0;
+  bool in_step = false;
+  int64_t steps = 0;
+  std::map<int64_t, RequestStats> finished;
+
+  // Reused per step so the hot path does not allocate once warm.
+  std::vector<int32_t> batch_tokens, batch_positions, batch_slots, batch_tables,
+      batch_query_start, batch_kv_lens;
+  std::vector<float> logits;
+  std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
+  std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
+  std::vector<float> fork_row;
+  // Speculative decoding's per-step state: each slice's draft tree (the
+  // root alone when it drafts nothing), the verify call's inputs and
+  // outputs, and the slot moves of accepted tree nodes.
+  std::vector<spec::DraftTree> drafts;
+  std::vector<int32_t> verify_parents, verify_base, verify_accepted, verify_counts;
+  std::vector<SlotCopy> slot_moves;
+  std::vector<int32_t> verify_next;  // a sampled row's next token (-1: greedy rows sample it after)
+  std::vector<int32_t> spec_history, spec_children, spec_child_tokens;
+  int64_t spec_rows = 0, spec_drafted = 0, spec_accepted = 0;
+
+  // `sliding_window`: every layer's (the smallest), 0 if one attends to all.
+  void startScheduler(int64_t sliding_window) {
+    SchedulerOptions scheduling;
+    scheduling.max_sequences = options.max_sequences;
+    scheduling.max_batch_tokens = executor->maxTokens();
+    scheduling.prefix_cache = options.prefix_cache;
+    if (executor->honorsSlidingWindows()) scheduling.sliding_window = sliding_window;
+    scheduler.emplace(executor->blockPool(), scheduling);
+  }
+  void finish(Sequence& seq, FinishReason reason, std::string error = {});
+  void emitToken(Sequence& seq, int32_t token);
+  // Starts a parallel-sampling request's other completions from `parent`,
+  // whose prompt is computed: each forks its table and samples its first
+  // token from the same logits row (null: the greedy token `greedy`).
+  void startForks(Sequence& parent, std::span<float> row, int32_t greedy);
+  // Records the ends of retired sequences (and of forks that never started).
+  void retire();
+  Status step();
+  // Flattens `slices` into the batch_* inputs (a verify batch when `trees`:
+  // each slice's tokens are then its draft tree's nodes).
+  Status flatten(const std::vector<ScheduledSlice>& slices, const std::vector<const spec::DraftTree*>* trees,
+                 BatchInputs& in);
+  // Forward over part of a step, commit, sample.
+  Status runForward(const ScheduledStep& part);
+  // Proposes drafts for the step's decode rows that speculate, growing their
+  // tables for the draft nodes; false if none drafted.
+  bool proposeDrafts(ScheduledStep& plan);
+  // The decode rows as verify rows (with their drafts), then acceptance:
+  // accepted nodes' KV moved into place, tokens emitted, the rest rolled back.
+  Status runVerify(ScheduledStep& part, const std::vector<const spec::DraftTree*>& trees);
+  // A sampled request's row b: speculative sampling down its tree
+  // (Sampler::speculate at each node, the target's logits there), the
+  // accepted path into verify_accepted / verify_counts, the token drawn
+  // where it stopped into verify_next.
+  void sampleTreePath(Sequence& seq, const spec::DraftTree& tree, size_t b, int64_t width);
+};
+
+}  // namespace kiln
