@@ -24,6 +24,8 @@ Status SamplingParams::validate() const {
   if (max_tokens <= 0) return makeError("max_tokens {} is invalid: expected > 0", max_tokens);
   if (n < 1 || n > kMaxCompletions)
     return makeError("n {} is invalid: expected 1 <= n <= {}", n, kMaxCompletions);
+  if (logprobs < -1 || logprobs > kMaxLogprobs)
+    return makeError("logprobs {} is invalid: expected -1 (none) or 0 to {} alternatives", logprobs, kMaxLogprobs);
   for (size_t i = 0; i < stop_strings.size(); ++i)
     if (stop_strings[i].empty()) return makeError("stop_strings[{}] is invalid: expected a non-empty string", i);
   for (size_t i = 0; i < stop_token_ids.size(); ++i)

@@ -12,6 +12,9 @@ namespace kiln::sampling {
 
 // The most completions one request may ask for (n).
 inline constexpr int kMaxCompletions = 128;
+// The most alternatives a generated token's log probabilities may list
+// (OpenAI's top_logprobs limit).
+inline constexpr int kMaxLogprobs = 20;
 
 struct SamplingParams {
   float temperature = 0.0f;         // 0 => greedy (argmax); otherwise logits / temperature
@@ -30,6 +33,11 @@ struct SamplingParams {
   std::vector<std::string> stop_strings;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;          // keep generating past the model's EOS tokens
+  // Per generated token, its log probability and the `logprobs` most likely
+  // tokens' (0 to kMaxLogprobs): log-softmax of the model's raw logits for
+  // that position, before penalties, temperature, top-k/p and min-p (what
+  // vLLM returns by default). -1: none.
+  int logprobs = -1;
 
   // The first invalid field, e.g. "temperature -0.5 is invalid: expected >= 0".
   Status validate() const;

@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/request/generation_fields.h"
 #include "runtime/support/json_describe.h"
 
 namespace kiln::server {
@@ -14,8 +16,13 @@ namespace {
 
 using nlohmann::json;
 
+ApiError apiErrorOf(const FieldError& e) {
+  return e.unsupported ? ApiError{400, e.message, "invalid_request_error", e.param, "unsupported_field"}
+                       : invalidRequest(e.message, e.param);
+}
+
 ApiError expected(const std::string& param, std::string_view what, const json& got) {
-  return invalidRequest(fmt::format("{}: expected {}, got {}", param, what, describeJson(got)), param);
+  return apiErrorOf(expectedValue(param, what, got));
 }
 
 // Reads one field after another into `out`; the first failure sticks and
@@ -29,50 +36,26 @@ class BodyReader {
   void fail(ApiError e) {
     if (!error_) error_ = std::move(e);
   }
+  void fail(const FieldStatus& e) {
+    if (e) fail(apiErrorOf(*e));
+  }
   // The field's value, or nullptr when absent or null.
-  const json* field(const char* name) {
+  const json* field(std::string_view name) {
     if (error_) return nullptr;
     auto it = body_.find(name);
     return it == body_.end() || it->is_null() ? nullptr : &*it;
   }
 
   std::optional<int64_t> integer(const std::string& param, const json& v, int64_t lo, int64_t hi) {
-    const bool no_upper = hi == std::numeric_limits<int64_t>::max();
-    const std::string range = no_upper && lo == std::numeric_limits<int64_t>::min() ? std::string("an integer")
-                              : no_upper ? fmt::format("an integer >= {}", lo)
-                                         : fmt::format("an integer in [{}, {}]", lo, hi);
-    int64_t value = 0;
-    if (v.is_number_unsigned()) {
-      if (v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) return failed(param, range, v);
-      value = int64_t(v.get<uint64_t>());
-    } else if (v.is_number_integer()) {
-      value = v.get<int64_t>();
-    } else if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
-               std::abs(v.get<double>()) < 9.0e18) {
-      value = int64_t(v.get<double>());  // 16.0 counts as 16
-    } else {
-      return failed(param, range, v);
-    }
-    if (value < lo || value > hi) return failed(param, range, v);
+    FieldStatus e;
+    auto value = readInteger(param, v, lo, hi, e);
+    fail(e);
     return value;
   }
 
-  std::optional<float> number(const std::string& param, const json& v) {
-    if (!v.is_number()) return failed<float>(param, "a number", v);
-    const double d = v.get<double>();
-    if (!std::isfinite(float(d))) return failed<float>(param, "a finite number", v);
-    return float(d);
-  }
-
   std::optional<bool> boolean(const std::string& param, const json& v) {
-    if (!v.is_boolean()) return failed<bool>(param, "true or false", v);
+    if (!v.is_boolean()) return fail(expected(param, "true or false", v)), std::nullopt;
     return v.get<bool>();
-  }
-
-  template <typename T = int64_t>
-  std::optional<T> failed(const std::string& param, std::string_view what, const json& v) {
-    fail(expected(param, what, v));
-    return std::nullopt;
   }
 
   void readModel() {
@@ -103,83 +86,59 @@ class BodyReader {
     }
   }
 
-  // max_tokens (and chat's newer max_completion_tokens): at most the context,
-  // which no request can exceed whatever its prompt.
-  void readMaxTokens(const char* name) {
-    const json* v = field(name);
-    if (!v) return;
-    auto n = integer(name, *v, 1, std::numeric_limits<int64_t>::max());
-    if (!n) return;
-    if (*n > context_.context_length)
-      return fail(invalidRequest(fmt::format("{}: {} is more than the model's context length of {} tokens", name, *n,
-                                             context_.context_length),
-                                 name));
-    out_.generation.sampling.max_tokens = int(*n);
-  }
-
-  void readSampling() {
-    sampling::SamplingParams& s = out_.generation.sampling;
-    struct FloatField {
-      const char* name;
-      float sampling::SamplingParams::*member;
-    };
-    for (FloatField f : {FloatField{"temperature", &sampling::SamplingParams::temperature},
-                         FloatField{"top_p", &sampling::SamplingParams::top_p},
-                         FloatField{"min_p", &sampling::SamplingParams::min_p},
-                         FloatField{"presence_penalty", &sampling::SamplingParams::presence_penalty},
-                         FloatField{"frequency_penalty", &sampling::SamplingParams::frequency_penalty},
-                         FloatField{"repetition_penalty", &sampling::SamplingParams::repetition_penalty}})
-      if (const json* v = field(f.name))
-        if (auto x = number(f.name, *v)) s.*f.member = *x;
-    if (const json* v = field("top_k"))  // -1 is vLLM's "off"
-      if (auto k = integer("top_k", *v, -1, std::numeric_limits<int32_t>::max())) s.top_k = *k < 0 ? 0 : int(*k);
-    if (const json* v = field("n"))
-      if (auto n = integer("n", *v, 1, sampling::kMaxCompletions)) s.n = int(*n);
-    if (const json* v = field("seed"))
-      if (auto seed = integer("seed", *v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
-        s.seed = uint64_t(*seed);
-    if (const json* v = field("ignore_eos"))
-      if (auto b = boolean("ignore_eos", *v)) s.ignore_eos = *b;
-    if (const json* v = field("stop")) readStop(*v);
-    if (const json* v = field("stop_token_ids")) {
-      if (!v->is_array()) return fail(expected("stop_token_ids", "a list of token ids", *v));
-      for (size_t i = 0; i < v->size() && !error_; ++i)
-        if (auto id = integer(fmt::format("stop_token_ids[{}]", i), (*v)[i], 0, std::numeric_limits<int32_t>::max()))
-          s.stop_token_ids.push_back(int32_t(*id));
+  // The shared table (runtime/request/generation_fields.h); chat reads
+  // its own logprobs (a boolean, with top_logprobs).
+  void readGenerationFields() {
+    for (const GenerationField& f : generationFields()) {
+      if (f.name == "logprobs" && out_.endpoint == Endpoint::kChatCompletions) continue;
+      if (const json* v = field(f.name)) fail(f.read(*v, out_.generation));
     }
     if (const json* v = field("user"))
       if (!v->is_string()) fail(expected("user", "a string", *v));
+    if (error_) return;
+    // No request can exceed the context, whatever its prompt.
+    const char* name = field("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (field(name) && out_.generation.sampling.max_tokens > context_.context_length)
+      fail(invalidRequest(fmt::format("{}: {} is more than the model's context length of {} tokens", name,
+                                      out_.generation.sampling.max_tokens, context_.context_length),
+                          name));
   }
 
-  void readStop(const json& v) {
-    auto& stops = out_.generation.sampling.stop_strings;
-    if (v.is_string()) {
-      if (v.get_ref<const std::string&>().empty()) return fail(expected("stop", "a non-empty string", v));
-      stops.push_back(v.get<std::string>());
-      return;
+  // Chat's logprobs: true with top_logprobs alternatives (0 to 20).
+  void readChatLogprobs() {
+    bool wanted = false;
+    if (const json* v = field("logprobs"))
+      if (auto b = boolean("logprobs", *v)) wanted = *b;
+    if (const json* v = field("top_logprobs")) {
+      auto n = integer("top_logprobs", *v, 0, sampling::kMaxLogprobs);
+      if (n && !wanted)
+        return fail(invalidRequest("top_logprobs: only allowed with logprobs true", "top_logprobs"));
+      if (n) out_.generation.sampling.logprobs = int(*n);
     }
-    if (!v.is_array()) return fail(expected("stop", "a string or a list of strings", v));
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_string() || v[i].get_ref<const std::string&>().empty())
-        return fail(expected(fmt::format("stop[{}]", i), "a non-empty string", v[i]));
-      stops.push_back(v[i].get<std::string>());
+    if (wanted && out_.generation.sampling.logprobs < 0) out_.generation.sampling.logprobs = 0;
+  }
+
+  // tools, tool_choice ("none" or "auto") and chat_template_kwargs.
+  void readTools() {
+    if (const json* v = field("tools")) fail(kiln::readTools(*v, out_.generation.tools));
+    if (const json* v = field("tool_choice")) {
+      if (v->is_string() && (*v == "none" || *v == "auto")) {
+        out_.tool_choice = *v == "none" ? ToolChoice::kNone : ToolChoice::kAuto;
+      } else if (v->is_string() && *v == "required") {
+        return fail(unsupportedField("tool_choice", "tool_choice \"required\""));
+      } else if (v->is_object()) {
+        return fail(unsupportedField("tool_choice", "tool_choice naming a function (" + v->dump() + ")"));
+      } else {
+        return fail(expected("tool_choice", "\"none\" or \"auto\"", *v));
+      }
     }
+    if (const json* v = field("chat_template_kwargs"))
+      fail(readChatTemplateKwargs(*v, out_.generation.chat_template_kwargs));
   }
 
   // Fields whose neutral value is accepted and anything else refused as not
   // supported yet.
   void readUnsupported() {
-    if (const json* v = field("logprobs")) {
-      const bool asks = v->is_boolean() ? v->get<bool>() : true;
-      if (!v->is_boolean() && !v->is_number_integer() && !v->is_number_unsigned())
-        return fail(expected("logprobs",
-                             out_.endpoint == Endpoint::kChatCompletions ? "true or false" : "an integer", *v));
-      if (asks) return fail(unsupportedField("logprobs", "returning log probabilities"));
-    }
-    if (const json* v = field("top_logprobs")) {
-      if (!v->is_number_integer() && !v->is_number_unsigned()) return fail(expected("top_logprobs", "an integer", *v));
-      return fail(unsupportedField("top_logprobs", "returning log probabilities"));
-    }
     if (const json* v = field("logit_bias")) {
       if (!v->is_object()) return fail(expected("logit_bias", "an object {token id: bias}", *v));
       if (!v->empty()) return fail(unsupportedField("logit_bias", "biasing logits"));
@@ -218,53 +177,12 @@ class BodyReader {
     const json* v = field("messages");
     if (error_) return;
     if (!v) return fail(invalidRequest("messages: missing; expected a list of {role, content}", "messages"));
-    if (!v->is_array() || v->empty()) return fail(expected("messages", "a non-empty list of {role, content}", *v));
-    if (int64_t(v->size()) > context_.max_messages)
+    if (v->is_array() && int64_t(v->size()) > context_.max_messages)
       return fail(invalidRequest(
           fmt::format("messages: {} messages is more than this server's limit of {}", v->size(), context_.max_messages),
           "messages"));
     out_.generation.chat = true;
-    for (size_t i = 0; i < v->size() && !error_; ++i) readMessage(fmt::format("messages[{}]", i), (*v)[i]);
-  }
-
-  void readMessage(const std::string& at, const json& m) {
-    if (!m.is_object()) return fail(expected(at, "an object {role, content}", m));
-    for (const auto& [key, value] : m.items())
-      if (key != "role" && key != "content" && key != "name")
-        return fail(invalidRequest(fmt::format("{}: unknown field \"{}\"; expected role, content and name", at, key),
-                                   at + "." + key));
-    if (!m.contains("role")) return fail(invalidRequest(at + ": missing role", at + ".role"));
-    if (!m.contains("content")) return fail(invalidRequest(at + ": missing content", at + ".content"));
-    const json& role = m["role"];
-    // "developer" is OpenAI's newer name for the system role.
-    if (!role.is_string() || (role != "system" && role != "developer" && role != "user" && role != "assistant"))
-      return fail(expected(at + ".role", "\"system\", \"developer\", \"user\" or \"assistant\"", role));
-    if (m.contains("name") && !m["name"].is_string()) return fail(expected(at + ".name", "a string", m["name"]));
-    ChatMessage message{role == "developer" ? "system" : role.get<std::string>(), {}};
-    const json& content = m["content"];
-    if (content.is_string()) {
-      message.content = content.get<std::string>();
-    } else if (content.is_array()) {
-      // Text parts are joined, as OpenAI's models see them.
-      for (size_t p = 0; p < content.size(); ++p) {
-        const std::string part_at = fmt::format("{}.content[{}]", at, p);
-        const json& part = content[p];
-        if (!part.is_object() || !part.contains("type"))
-          return fail(expected(part_at, "a content part {\"type\": \"text\", \"text\": ...}", part));
-        if (part["type"] != "text")
-          return fail(unsupportedField(part_at + ".type", "content of type " + describeJson(part["type"])));
-        for (const auto& [key, value] : part.items())
-          if (key != "type" && key != "text")
-            return fail(invalidRequest(fmt::format("{}: unknown field \"{}\"; expected type and text", part_at, key),
-                                       part_at + "." + key));
-        if (!part.contains("text") || !part["text"].is_string())
-          return fail(expected(part_at + ".text", "a string", part.value("text", json())));
-        message.content += part["text"].get<std::string>();
-      }
-    } else {
-      return fail(expected(at + ".content", "a string or a list of text parts", content));
-    }
-    out_.generation.messages.push_back(std::move(message));
+    fail(kiln::readMessages(*v, out_.generation.messages));
   }
 
  private:
@@ -274,23 +192,20 @@ class BodyReader {
   std::optional<ApiError> error_;
 };
 
-constexpr std::string_view kCommonFields[] = {
-    "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed", "n",
-    "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos", "stop_token_ids", "user",
-    "logprobs", "logit_bias"};
+// Beside the shared table's fields.
+constexpr std::string_view kCommonFields[] = {"model", "stream", "stream_options", "user", "logit_bias"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "best_of", "suffix"};
-constexpr std::string_view kChatFields[] = {"messages", "max_completion_tokens", "top_logprobs"};
+constexpr std::string_view kChatFields[] = {"messages", "top_logprobs", "tools", "tool_choice",
+                                            "chat_template_kwargs"};
 
 bool isKnownField(Endpoint endpoint, std::string_view name) {
+  if (name == "max_completion_tokens") return endpoint == Endpoint::kChatCompletions;
+  if (findGenerationField(name)) return true;
   for (std::string_view f : kCommonFields)
     if (f == name) return true;
-  if (endpoint == Endpoint::kCompletions) {
-    for (std::string_view f : kCompletionFields)
-      if (f == name) return true;
-  } else {
-    for (std::string_view f : kChatFields)
-      if (f == name) return true;
-  }
+  for (std::string_view f : endpoint == Endpoint::kCompletions ? std::span<const std::string_view>(kCompletionFields)
+                                                                 : std::span<const std::string_view>(kChatFields))
+    if (f == name) return true;
   return false;
 }
 
@@ -335,21 +250,24 @@ ParsedRequest parseOpenAiRequest(Endpoint endpoint, std::string_view body_text, 
   reader.readModel();
   if (endpoint == Endpoint::kCompletions) {
     reader.readPrompt();
-    reader.readMaxTokens("max_tokens");
   } else {
     reader.readMessages();
-    reader.readMaxTokens("max_tokens");
-    reader.readMaxTokens("max_completion_tokens");
+    reader.readTools();
+    reader.readChatLogprobs();
   }
+  reader.readGenerationFields();
   reader.readStreaming();
-  reader.readSampling();
   reader.readUnsupported();
   if (reader.error()) {
     parsed.error = reader.error();
     return parsed;
   }
-  if (Status valid = s.validate(); !valid.ok())
+  if (Status valid = s.validate(); !valid.ok()) {
     parsed.error = invalidRequest(valid.error().message, paramOf(valid.error().message));
+    return parsed;
+  }
+  if (endpoint == Endpoint::kChatCompletions && !body.value("tools", json()).is_null())
+    out.generation.tools = toolsInWrittenOrder(body_text);
   return parsed;
 }
 

@@ -4,16 +4,22 @@
 // is refused by name rather than silently ignored.
 //
 // Both endpoints: model (required, the served id), stream, stream_options
-// {include_usage}, max_tokens, temperature, top_p, top_k, min_p, stop, seed,
-// n, presence_penalty, frequency_penalty, repetition_penalty, ignore_eos,
-// stop_token_ids, user (ignored), logprobs, logit_bias.
+// {include_usage}, user (ignored), logit_bias, and the shared table of
+// runtime/request/generation_fields.h: max_tokens, temperature, top_p,
+// top_k, min_p, stop, seed, n, presence_penalty, frequency_penalty,
+// repetition_penalty, ignore_eos, stop_token_ids, priority, speculation.
 // Completions: prompt (required: a string, a list of token ids, or a list
-// holding one of those), echo, best_of, suffix.
-// Chat: messages (required: [{role, content}], content a string or a list
-// of {"type": "text", "text": ...} parts), max_completion_tokens, top_logprobs.
+// holding one of those), logprobs (an integer: alternatives per token),
+// echo, best_of, suffix.
+// Chat: messages (required: roles system, developer, user, assistant, tool;
+// content a string or a list of {"type": "text", "text": ...} parts;
+// assistant tool_calls, tool_call_id, name), max_completion_tokens,
+// logprobs (true or false) with top_logprobs, tools, tool_choice ("none" or
+// "auto"), chat_template_kwargs.
 // null is the same as leaving a field out. OpenAI's fields kiln cannot
-// honour yet (logprobs, echo, best_of != n, suffix, logit_bias) are refused
-// when they ask for something, not faked.
+// honour yet (echo, best_of != n, suffix, logit_bias, tool_choice
+// "required" or naming a function) are refused when they ask for
+// something, not faked.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +41,14 @@ struct RequestContext {
   int64_t max_messages = 1024; // chat messages a request may carry
 };
 
+// "auto": the model's answer is searched for tool calls (when tools are
+// given); "none": the answer is text, though the template still shows the
+// tools (vLLM's default).
+enum class ToolChoice { kAuto, kNone };
+
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
+  ToolChoice tool_choice = ToolChoice::kAuto;
   GenerationRequest generation;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage

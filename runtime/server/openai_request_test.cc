@@ -115,10 +115,13 @@ TEST(OpenAiRequestTest, UnknownFieldsAreNamed) {
             "400 promt: unknown field \"promt\" for /v1/completions");
   EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "messages": []})")),
             "400 messages: unknown field \"messages\" for /v1/completions");
-  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "tools": []})")),
-            "400 tools: unknown field \"tools\" for /v1/chat/completions");
+  EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "tools": []})")),
+            "400 tools: unknown field \"tools\" for /v1/completions");
+  EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "max_completion_tokens": 3})")),
+            "400 max_completion_tokens: unknown field \"max_completion_tokens\" for /v1/completions");
   EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "user", "content": "Hi", "mood": 1}]})")),
-            "400 messages[0].mood: messages[0]: unknown field \"mood\"; expected role, content and name");
+            "400 messages[0].mood: messages[0]: unknown field \"mood\"; expected role, content, name, tool_calls, "
+            "tool_call_id and reasoning_content");
   EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "stream": true,
                                   "stream_options": {"include_usage": true, "x": 1}})")),
             "400 stream_options.x: stream_options: unknown field \"x\"; expected include_usage");
@@ -138,9 +141,9 @@ TEST(OpenAiRequestTest, WrongTypes) {
            "}";
   };
   EXPECT_EQ(refusal(completion(body("max_tokens", "\"ten\""))),
-            "400 max_tokens: max_tokens: expected an integer >= 1, got string \"ten\"");
-  EXPECT_EQ(refusal(completion(body("max_tokens", "2.5"))), "400 max_tokens: max_tokens: expected an integer >= 1, got 2.5");
-  EXPECT_EQ(refusal(completion(body("max_tokens", "0"))), "400 max_tokens: max_tokens: expected an integer >= 1, got 0");
+            "400 max_tokens: max_tokens: expected an integer in [1, 2147483647], got string \"ten\"");
+  EXPECT_EQ(refusal(completion(body("max_tokens", "2.5"))), "400 max_tokens: max_tokens: expected an integer in [1, 2147483647], got 2.5");
+  EXPECT_EQ(refusal(completion(body("max_tokens", "0"))), "400 max_tokens: max_tokens: expected an integer in [1, 2147483647], got 0");
   EXPECT_EQ(refusal(completion(body("temperature", "\"hot\""))),
             "400 temperature: temperature: expected a number, got string \"hot\"");
   EXPECT_EQ(refusal(completion(body("temperature", "1e300"))),
@@ -191,9 +194,9 @@ TEST(OpenAiRequestTest, BadMessages) {
             "400 messages: messages: 5 messages is more than this server's limit of 4");
   EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": ["Hi"]})")),
             "400 messages[0]: messages[0]: expected an object {role, content}, got string \"Hi\"");
-  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "tool", "content": "x"}]})")),
-            "400 messages[0].role: messages[0].role: expected \"system\", \"developer\", \"user\" or \"assistant\", "
-            "got string \"tool\"");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "robot", "content": "x"}]})")),
+            "400 messages[0].role: messages[0].role: expected \"system\", \"developer\", \"user\", \"assistant\" or "
+            "\"tool\", got string \"robot\"");
   EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "user"}]})")),
             "400 messages[0].content: messages[0]: missing content");
   EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"content": "x"}]})")),
@@ -208,14 +211,86 @@ TEST(OpenAiRequestTest, BadMessages) {
             "400 messages[0].content[0].text: messages[0].content[0].text: expected a string, got null");
 }
 
-TEST(OpenAiRequestTest, FieldsNotSupportedYetAreRefusedNotFaked) {
+TEST(OpenAiRequestTest, Logprobs) {
   ParsedRequest p = completion(R"({"model": "smollm2", "prompt": "Hi", "logprobs": 2})");
-  EXPECT_EQ(refusal(p), "400 logprobs: logprobs: returning log probabilities is not supported by kiln yet");
+  ASSERT_FALSE(p.error) << refusal(p);
+  EXPECT_EQ(p.request.generation.sampling.logprobs, 2);
+  p = completion(R"({"model": "smollm2", "prompt": "Hi"})");
+  EXPECT_EQ(p.request.generation.sampling.logprobs, -1);
+  const std::string messages = R"("messages": [{"role": "user", "content": "Hi"}])";
+  p = chat(R"({"model": "smollm2", )" + messages + R"(, "logprobs": true})");
+  ASSERT_FALSE(p.error) << refusal(p);
+  EXPECT_EQ(p.request.generation.sampling.logprobs, 0);
+  p = chat(R"({"model": "smollm2", )" + messages + R"(, "logprobs": true, "top_logprobs": 20})");
+  EXPECT_EQ(p.request.generation.sampling.logprobs, 20);
+  p = chat(R"({"model": "smollm2", )" + messages + R"(, "logprobs": false})");
+  EXPECT_EQ(p.request.generation.sampling.logprobs, -1);
+  EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "logprobs": 21})")),
+            "400 logprobs: logprobs: expected an integer in [0, 20], got 21");
+  EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "logprobs": true})")),
+            "400 logprobs: logprobs: expected an integer in [0, 20], got true");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", )" + messages + R"(, "logprobs": 3})")),
+            "400 logprobs: logprobs: expected true or false, got 3");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", )" + messages + R"(, "top_logprobs": 2})")),
+            "400 top_logprobs: top_logprobs: only allowed with logprobs true");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", )" + messages + R"(, "logprobs": true, "top_logprobs": 21})")),
+            "400 top_logprobs: top_logprobs: expected an integer in [0, 20], got 21");
+}
+
+TEST(OpenAiRequestTest, ToolsToolChoiceAndToolMessages) {
+  ParsedRequest p = chat(R"({"model": "smollm2", "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "18 C"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+      "tool_choice": "none", "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_FALSE(p.error) << refusal(p);
+  const GenerationRequest& g = p.request.generation;
+  ASSERT_EQ(g.messages.size(), 3u);
+  ASSERT_EQ(g.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(g.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(g.messages[2].role, "tool");
+  EXPECT_EQ(g.messages[2].tool_call_id, "c1");
+  // As written: "type" before "function".
+  EXPECT_EQ(g.tools,
+            std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather","parameters":{}}})"});
+  EXPECT_EQ(p.request.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(g.chat_template_kwargs, R"({"enable_thinking":false})");
+  const std::string messages = R"("messages": [{"role": "user", "content": "Hi"}])";
+  p = chat(R"({"model": "smollm2", )" + messages + R"(, "tool_choice": "auto"})");
+  EXPECT_EQ(p.request.tool_choice, ToolChoice::kAuto);
+  p = chat(R"({"model": "smollm2", )" + messages + R"(, "tool_choice": "required"})");
+  EXPECT_EQ(refusal(p), "400 tool_choice: tool_choice: tool_choice \"required\" is not supported by kiln yet");
   EXPECT_EQ(p.error->code, "unsupported_field");
-  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "logprobs": true})")),
-            "400 logprobs: logprobs: returning log probabilities is not supported by kiln yet");
-  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 2})")),
-            "400 top_logprobs: top_logprobs: returning log probabilities is not supported by kiln yet");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", )" + messages +
+                         R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})")),
+            "400 tool_choice: tool_choice: tool_choice naming a function "
+            "({\"function\":{\"name\":\"f\"},\"type\":\"function\"}) is not supported by kiln yet");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", )" + messages + R"(, "tool_choice": "sometimes"})")),
+            "400 tool_choice: tool_choice: expected \"none\" or \"auto\", got string \"sometimes\"");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", )" + messages + R"(, "tools": [3]})")),
+            "400 tools[0]: tools[0]: expected an object, got 3");
+  EXPECT_EQ(refusal(chat(R"({"model": "smollm2", "messages": [{"role": "assistant", "content": null,
+      "tool_calls": [{"type": "function", "function": {"arguments": "{}"}}]}]})")),
+            "400 messages[0].tool_calls[0].function.name: messages[0].tool_calls[0].function.name: expected a string, "
+            "got null");
+}
+
+TEST(OpenAiRequestTest, SpeculationAndPriority) {
+  ParsedRequest p = completion(R"({"model": "smollm2", "prompt": "Hi", "priority": 3,
+                                   "speculation": {"method": "ngram", "k": 2}})");
+  ASSERT_FALSE(p.error) << refusal(p);
+  EXPECT_EQ(p.request.generation.priority, 3);
+  EXPECT_EQ(p.request.generation.speculation.method, SpecMethod::kNgram);
+  EXPECT_EQ(p.request.generation.speculation.tree.text(), "chain:2");
+  EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "speculation": {"method": "ngram", "k": 0}})")),
+            "400 speculation.k: speculation.k: expected an integer in [1, 1023], got 0");
+  EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "speculation": {"method": "medusa"}})")),
+            "400 speculation.method: speculation.method: expected \"ngram\", got string \"medusa\"");
+}
+
+TEST(OpenAiRequestTest, FieldsNotSupportedYetAreRefusedNotFaked) {
   EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "echo": true})")),
             "400 echo: echo: echoing the prompt is not supported by kiln yet");
   EXPECT_EQ(refusal(completion(R"({"model": "smollm2", "prompt": "Hi", "best_of": 3})")),

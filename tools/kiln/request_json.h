@@ -7,23 +7,19 @@
 //    "temperature": 0.7, "stop": ["\n\n"], "n": 2}
 //
 // Fields (JSON names, the OpenAI / vLLM spellings):
+//   id                  a string or an integer, echoed in the answer
 //   prompt              a string (used as is, no template), or a list of token ids
-//   messages            [{"role": "system"|"user"|"assistant"|"tool", "content": string}, ...],
-//                       rendered with the model's chat template; also tool_calls
-//                       ([{id, type, function: {name, arguments}}], content then
-//                       may be null), tool_call_id, name, reasoning_content
+//   messages            rendered with the model's chat template (roles, content
+//                       parts, tool_calls, tool_call_id, name, reasoning_content:
+//                       runtime/request/generation_fields.h);
 //                       exactly one of prompt and messages is required
+//   max_tokens ... speculation   the table of runtime/request/generation_fields.h
+//                       (sampling, stop, n, priority, logprobs, speculation),
+//                       the same as kiln serve's
 //   tools               function schemas the chat template offers the model
 //   chat_template_kwargs  more template variables, e.g. {"enable_thinking": false}
-//   id                  a string or an integer, echoed in the answer
-//   max_tokens, top_k, seed, n, priority             integers
-//   temperature, top_p, min_p, presence_penalty,
-//   frequency_penalty, repetition_penalty            numbers
-//   stop                a string or a list of strings
-//   stop_token_ids      a list of token ids
-//   ignore_eos          a boolean
 // Absent fields keep SamplingParams' defaults (greedy, 256 tokens, n 1) and
-// priority 0; ranges are SamplingParams::validate()'s.
+// priority 0; null is an error; ranges are SamplingParams::validate()'s.
 #pragma once
 
 #include <span>

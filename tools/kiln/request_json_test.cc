@@ -89,6 +89,25 @@ TEST(RequestJsonTest, ToolCallsToolResultsAndTools) {
   EXPECT_EQ(r->request.chat_template_kwargs, R"({"enable_thinking":false})");
 }
 
+TEST(RequestJsonTest, VllmSpellingsLogprobsAndSpeculation) {
+  auto r = requestFromJsonText(R"({"prompt": "Hi", "top_k": -1, "seed": -3, "logprobs": 5,
+                                    "speculation": {"method": "ngram", "tree": [2, 1]}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->request.sampling.top_k, 0);  // vLLM's -1: off
+  EXPECT_EQ(r->request.sampling.seed, uint64_t(-3));
+  EXPECT_EQ(r->request.sampling.logprobs, 5);
+  EXPECT_EQ(r->request.speculation.method, SpecMethod::kNgram);
+  EXPECT_EQ(r->request.speculation.tree.text(), "widths:2,1");
+  r = requestFromJsonText(R"({"prompt": "Hi", "speculation": {"method": "ngram"}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->request.speculation.tree.text(), "chain:4");  // --spec-k's default
+  r = requestFromJsonText(R"({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
+                              {"type": "text", "text": "b"}]}]})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->request.messages[0].role, "system");
+  EXPECT_EQ(r->request.messages[0].content, "ab");
+}
+
 TEST(RequestJsonTest, PromptAsTokenIdsAndOneStopString) {
   auto r = requestFromJsonText(R"({"prompt": [1, 22, 333], "stop": "\n", "max_tokens": 4.0, "seed": 5})");
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -102,15 +121,17 @@ TEST(RequestJsonTest, PromptAsTokenIdsAndOneStopString) {
 TEST(RequestJsonTest, FieldNamesInOrder) {
   std::vector<std::string_view> names(requestJsonFields().begin(), requestJsonFields().end());
   EXPECT_EQ(names, (std::vector<std::string_view>{
-                       "id", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
-                       "stop", "stop_token_ids", "n", "priority", "ignore_eos", "presence_penalty",
-                       "frequency_penalty", "repetition_penalty", "tools", "chat_template_kwargs"}));
+                       "id", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+                       "top_k", "min_p", "seed", "stop", "stop_token_ids", "n", "priority", "ignore_eos",
+                       "presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs", "speculation",
+                       "tools", "chat_template_kwargs"}));
 }
 
 TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
   const std::string fields =
-      "expected id, prompt, messages, max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, "
-      "priority, ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, tools, chat_template_kwargs";
+      "expected id, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, top_k, min_p, seed, "
+      "stop, stop_token_ids, n, priority, ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, "
+      "logprobs, speculation, tools, chat_template_kwargs";
   struct Case {
     const char* json;
     std::string message;
@@ -139,34 +160,58 @@ TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
       {R"({"messages": []})", "messages: expected a non-empty list of {role, content}, got a list"},
       {R"({"messages": ["Hi"]})", "messages[0]: expected an object {role, content}, got string \"Hi\""},
       {R"({"messages": [{"role": "user", "content": "Hi", "nick": "bob"}]})",
-       "messages[0]: unknown field \"nick\"; expected role, content, tool_calls, tool_call_id, name and "
+       "messages[0]: unknown field \"nick\"; expected role, content, name, tool_calls, tool_call_id and "
        "reasoning_content"},
       {R"({"messages": [{"content": "Hi"}]})", "messages[0]: missing role"},
       {R"({"messages": [{"role": "user"}]})", "messages[0]: missing content"},
       {R"({"messages": [{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]})",
-       "messages[1].role: expected \"system\", \"user\", \"assistant\" or \"tool\", got string \"robot\""},
+       "messages[1].role: expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", got string "
+       "\"robot\""},
       {R"({"messages": [{"role": 1, "content": "b"}]})",
-       "messages[0].role: expected \"system\", \"user\", \"assistant\" or \"tool\", got 1"},
+       "messages[0].role: expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", got 1"},
       {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": 3}}]}]})",
        "messages[0].tool_calls[0].function.name: expected a string, got 3"},
       {R"({"messages": [{"role": "user", "content": "a"}], "tools": {"type": "function"}})",
        "tools: expected a list of function schemas, got an object"},
-      {R"({"messages": [{"role": "user", "content": ["b"]}]})", "messages[0].content: expected a string, got a list"},
+      {R"({"messages": [{"role": "user", "content": ["b"]}]})",
+       "messages[0].content[0]: expected a content part {\"type\": \"text\", \"text\": ...}, got string \"b\""},
+      {R"({"messages": [{"role": "user", "content": 5}]})",
+       "messages[0].content: expected a string or a list of text parts, got 5"},
+      {R"({"messages": [{"role": "user", "content": null, "tool_calls": []}]})",
+       "messages[0]: tool_calls: only an assistant message calls tools"},
       // Integers.
       {R"({"prompt": "Hi", "max_tokens": "12"})",
-       "max_tokens: expected an integer in [-2147483648, 2147483647], got string \"12\""},
+       "max_tokens: expected an integer in [1, 2147483647], got string \"12\""},
       {R"({"prompt": "Hi", "max_tokens": 12.5})",
-       "max_tokens: expected an integer in [-2147483648, 2147483647], got 12.5"},
+       "max_tokens: expected an integer in [1, 2147483647], got 12.5"},
       {R"({"prompt": "Hi", "max_tokens": 4294967296})",
-       "max_tokens: expected an integer in [-2147483648, 2147483647], got 4294967296"},
-      {R"({"prompt": "Hi", "max_tokens": 0})", "max_tokens 0 is invalid: expected > 0"},
-      {R"({"prompt": "Hi", "top_k": true})", "top_k: expected an integer in [-2147483648, 2147483647], got true"},
-      {R"({"prompt": "Hi", "top_k": -1})", "top_k -1 is invalid: expected >= 0 (0 disables it)"},
-      {R"({"prompt": "Hi", "seed": -1})", "seed: expected an integer in [0, 9223372036854775807], got -1"},
-      {R"({"prompt": "Hi", "seed": "7"})", "seed: expected an integer in [0, 9223372036854775807], got string \"7\""},
-      {R"({"prompt": "Hi", "n": 0})", "n 0 is invalid: expected 1 <= n <= 128"},
-      {R"({"prompt": "Hi", "n": 200})", "n 200 is invalid: expected 1 <= n <= 128"},
-      {R"({"prompt": "Hi", "n": [2]})", "n: expected an integer in [-2147483648, 2147483647], got a list"},
+       "max_tokens: expected an integer in [1, 2147483647], got 4294967296"},
+      {R"({"prompt": "Hi", "max_tokens": 0})", "max_tokens: expected an integer in [1, 2147483647], got 0"},
+      {R"({"prompt": "Hi", "top_k": true})", "top_k: expected an integer in [-1, 2147483647], got true"},
+      {R"({"prompt": "Hi", "top_k": -2})", "top_k: expected an integer in [-1, 2147483647], got -2"},
+      {R"({"prompt": "Hi", "seed": "7"})", "seed: expected an integer, got string \"7\""},
+      {R"({"prompt": "Hi", "n": 0})", "n: expected an integer in [1, 128], got 0"},
+      {R"({"prompt": "Hi", "n": 200})", "n: expected an integer in [1, 128], got 200"},
+      {R"({"prompt": "Hi", "n": [2]})", "n: expected an integer in [1, 128], got a list"},
+      {R"({"prompt": "Hi", "logprobs": 21})", "logprobs: expected an integer in [0, 20], got 21"},
+      {R"({"prompt": "Hi", "logprobs": true})", "logprobs: expected an integer in [0, 20], got true"},
+      // speculation.
+      {R"({"prompt": "Hi", "speculation": "ngram"})",
+       "speculation: expected an object {method, k} or {method, tree}, got string \"ngram\""},
+      {R"({"prompt": "Hi", "speculation": {"k": 4}})", "speculation: missing method; expected \"ngram\" or \"draft\""},
+      {R"({"prompt": "Hi", "speculation": {"method": "eagle"}})",
+       "speculation.method: expected \"ngram\" or \"draft\", got string \"eagle\""},
+      {R"({"prompt": "Hi", "speculation": {"method": "ngram", "k": 0}})",
+       "speculation.k: expected an integer in [1, 1023], got 0"},
+      {R"({"prompt": "Hi", "speculation": {"method": "ngram", "k": 2, "tree": [2]}})",
+       "speculation: k and tree both set: a chain of k tokens or a tree, not both"},
+      {R"({"prompt": "Hi", "speculation": {"method": "ngram", "tree": [2, 0]}})",
+       "speculation.tree[1]: expected an integer in [1, 1024], got 0"},
+      {R"({"prompt": "Hi", "speculation": {"method": "ngram", "tree": [1024, 2]}})",
+       "speculation.tree: expected a non-empty list of widths >= 1 (e.g. [2, 2, 1]) of at most 1024 nodes, got a "
+       "list"},
+      {R"({"prompt": "Hi", "speculation": {"method": "ngram", "depth": 2}})",
+       "speculation: unknown field \"depth\"; expected method, k and tree"},
       {R"({"prompt": "Hi", "priority": "high"})",
        "priority: expected an integer in [-2147483648, 2147483647], got string \"high\""},
       // Numbers.
