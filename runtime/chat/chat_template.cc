@@ -51,6 +51,7 @@ Result<ChatTemplate> ChatTemplate::fromTemplateString(const std::string& jinja_s
   t.template_ = std::make_shared<const jinja::Template>(parsed.take());
   t.bos_ = bos_text;
   t.eos_ = eos_text;
+  t.source_ = jinja_source;
   return t;
 }
 

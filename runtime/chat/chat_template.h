@@ -77,12 +77,15 @@ class ChatTemplate {
   // The BOS text the template was given; a render that starts with it
   // already holds the BOS token (the tokenizer must not add a second).
   const std::string& bosText() const { return bos_; }
+  // The Jinja source (tool_calls.h reads the format of tool calls from it).
+  const std::string& source() const { return source_; }
 
  private:
   ChatTemplate() = default;
   std::shared_ptr<const jinja::Template> template_;
   std::string bos_;
   std::string eos_;
+  std::string source_;
 };
 
 }  // namespace kiln
