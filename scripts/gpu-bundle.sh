@@ -64,6 +64,11 @@ if [[ -x "$KILN_COMPILE" ]]; then
   # kernels (gpu-check.sh's trained part brings the GGUF over).
   gguf="${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
   [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-bf16" --activation-type=bf16
+  # The distilled draft model (gpu-check.sh's distill part writes it; bring
+  # $OUT/draft back to this folder), for the specbench part.
+  draft="${KILN_DRAFT_CHECKPOINT:-${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2-draft}"
+  [[ -f "$draft/config.json" ]] && "$KILN_COMPILE" "$draft" -o "$BUILD/artifacts/smollm2-draft-bf16" \
+    --activation-type=bf16
 fi
 [[ -d "$BUILD/artifacts" ]] ||
   { echo "no $BUILD/artifacts and no $KILN_COMPILE to make them (build it: ninja -C build kiln-compile)" >&2; exit 1; }

@@ -75,6 +75,20 @@
 #   quant    decode speed of the int8 and int4 artifacts beside bf16 (and the HF peers) on
 #            the bench model's random checkpoint, batches KILN_QUANT_BATCHES
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
+#   distill  scripts/distill_draft.py: a 4-layer draft for SmolLM2 distilled from the Q4_1
+#            GGUF (KILN_TRAINED_GGUF, brought in parts as for `trained`) on the teacher's own
+#            answers to Python-docstring prompts, into $OUT/draft (config.json,
+#            model.safetensors, tokenizer files, distill.json; about 50 MB);
+#            KILN_DISTILL_ARGS adds flags (e.g. --steps 800), KILN_DISTILL_TIMEOUT (default
+#            540 s) bounds it. Bring $OUT/draft back to $KILN_HOME/models/smollm2-draft
+#            and scripts/gpu-bundle.sh compiles it (artifact smollm2-draft-bf16).
+#   specbench `kiln bench spec` on SmolLM2 (the GGUF as --model-source, artifact
+#            smollm2-q4_1-spec-bf16) at --batch KILN_SPECBENCH_BATCHES (default 1,16),
+#            greedy, plain beside speculative, for --spec=ngram and for the draft models
+#            of KILN_SPECBENCH_DRAFTS (default "self distilled": SmolLM2 drafting for itself,
+#            and the distilled draft, artifact smollm2-draft-bf16 with its checkpoint
+#            KILN_DRAFT_SOURCE, default /tmp/kiln-draft); every run must report identical
+#            greedy outputs
 #   serve    the scheduler on the bench model's random checkpoint (bf16): batch
 #            invariance (a probe alone and among 63 others: reported with the
 #            default kernels, checked with --batch-invariant, whose batch-32 decode
@@ -153,8 +167,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve distill specbench " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve distill specbench"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -526,6 +540,53 @@ if [[ " $PARTS " == *" sanitizer "* ]]; then
     tail -3 "$OUT/sanitizer_$tool.log"
     record "sanitizer_$tool" $rc
   done
+fi
+
+if [[ " $PARTS " == *" distill "* ]]; then
+  gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  if [[ ! -f "$gguf_file" ]]; then
+    fail distill "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
+  else
+    # shellcheck disable=SC2086  # KILN_DISTILL_ARGS is a list of flags
+    timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/distill_draft.py" --gguf "$gguf_file" \
+      --out "$OUT/draft" ${KILN_DISTILL_ARGS:-} 2>&1 | tee "$OUT/bench_distill.txt"
+    record distill "${PIPESTATUS[0]}"
+  fi
+fi
+
+if [[ " $PARTS " == *" specbench "* ]]; then
+  gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  art="$BUILD/artifacts/smollm2-q4_1-spec-bf16"
+  if [[ ! -f "$gguf_file" || ! -f "$art/manifest.json" ]]; then
+    fail specbench "NOT RUN: needs $gguf_file and $art (scripts/gpu-bundle.sh)"
+  else
+    bench=("$BUILD/bin/kiln" bench spec "$art" --model-source "$gguf_file" --device cuda --quiet
+           --batch "${KILN_SPECBENCH_BATCHES:-1,16}" --gen-tokens 128)
+    rc_all=0
+    runs=(ngram)
+    for d in ${KILN_SPECBENCH_DRAFTS:-self distilled}; do runs+=("$d"); done
+    for run in "${runs[@]}"; do
+      case $run in
+        ngram) flags=(--spec=ngram) ;;
+        self) flags=(--spec=draft:"$BUILD/artifacts/smollm2-q4_1-bf16" --draft-source "$gguf_file") ;;
+        distilled)
+          draft_src="${KILN_DRAFT_SOURCE:-/tmp/kiln-draft}"
+          if [[ ! -f "$draft_src/model.safetensors" || ! -f "$BUILD/artifacts/smollm2-draft-bf16/manifest.json" ]]; then
+            echo "== $run: NOT RUN: needs $draft_src and the artifact smollm2-draft-bf16"; rc_all=1; continue
+          fi
+          flags=(--spec=draft:"$BUILD/artifacts/smollm2-draft-bf16" --draft-source "$draft_src") ;;
+        *) echo "== $run: unknown (KILN_SPECBENCH_DRAFTS: self distilled)"; rc_all=1; continue ;;
+      esac
+      for shape in "" "--spec-tree 2,2,1"; do
+        echo "== $run ${shape:-chain:4}"
+        # shellcheck disable=SC2086  # $shape is two words or none
+        timeout 240 "${bench[@]}" "${flags[@]}" $shape 2>"$OUT/specbench_${run}.err" || {
+          echo "== $run: FAILED"; tail -3 "$OUT/specbench_${run}.err"; }
+      done
+    done 2>&1 | tee "$OUT/bench_specbench.txt"
+    grep -q "NOT RUN\|DIFFERENT\|unknown" "$OUT/bench_specbench.txt" && rc_all=1
+    record specbench $rc_all
+  fi
 fi
 
 echo

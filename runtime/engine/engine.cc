@@ -45,11 +45,6 @@ std::string_view finishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-namespace {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// The tokenizer of the model an artifact was compiled from.
 Result<Tokenizer> loadTokenizer(const WeightStore& weights, const std::string& source) {
   if (const formats::GgufFile* gguf = weights.source().gguf()) {
     auto vocab = vocabFromGguf(*gguf);
@@ -60,6 +55,10 @@ Result<Tokenizer> loadTokenizer(const WeightStore& weights, const std::string& s
   if (!vocab.ok()) return vocab.error();
   return Tokenizer::create(vocab.take());
 }
+
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The chat template text: GGUF metadata or tokenizer_config.json.
 std::optional<std::string> chatTemplateSource(const WeightStore& weights,
@@ -113,6 +112,17 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
 }
 
 }  // namespace
+
+Result<std::unique_ptr<Backend>> Engine::Impl::createDraftBackend(const Manifest& m, WeightStore& weights,
+                                                                  int64_t blocks) {
+  if (executor->name() == "cpu") {
+    weights.materializeConcats();
+    return createCpuBackend(m, weights, blocks, options);
+  }
+  EngineOptions draft = options;
+  draft.gpu_memory_fraction = 0;  // the target sized its pool; the draft's is `blocks`
+  return createCudaBackend(m, weights, blocks, draft);
+}
 
 bool cudaAvailable(std::string* why, std::string* target) {
 #ifdef KILN_HAVE_CUDA_EXECUTOR
@@ -232,6 +242,7 @@ void Engine::Impl::retire() {
       finished[fork->id] = fork->stats;
     }
   }
+  retainDraftKv();
 }
 
 Status Engine::Impl::step() {
@@ -538,6 +549,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
     window = window == 0 ? w : std::min(window, w);
   }
   impl->startScheduler(window);
+  if (!options.draft_model.empty()) KILN_RETURN_IF_ERROR(impl->openDraftModel(options.draft_model, kv_tokens));
   progress.done();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -638,9 +650,10 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     seq->stop.emplace(params.stop_strings);
     seq->on_token = on_token;
     seq->submitted = Clock::now();
-    if (request.speculation.method == SpecMethod::kNgram) {
+    if (request.speculation.enabled()) {
       seq->spec.emplace();
-      seq->spec->drafter = std::make_unique<spec::NgramDrafter>();
+      seq->spec->drafter = request.speculation.method == SpecMethod::kNgram ? static_cast<spec::Drafter*>(&e.ngram)
+                                                                            : e.draft_model.get();
       seq->spec->tree = request.speculation.tree;
     }
     return seq;
@@ -717,6 +730,12 @@ EngineMetrics Engine::metrics() const {
   m.spec_rows = impl_->spec_rows;
   m.spec_drafted_tokens = impl_->spec_drafted;
   m.spec_accepted_tokens = impl_->spec_accepted;
+  if (spec::DraftModelDrafter* draft = impl_->draft_model.get()) {
+    const BlockPool& draft_pool = draft->backend().blockPool();
+    m.draft_kv_blocks_total = draft_pool.numBlocks();
+    m.draft_kv_blocks_free = draft_pool.numFree();
+    m.draft_sequences = draft->sequences();
+  }
   return m;
 }
 

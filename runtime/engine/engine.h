@@ -55,6 +55,13 @@ struct EngineOptions {
   // Reuse the KV of cached block-aligned prompt prefixes (a radix tree over
   // token runs, LRU-evicted when the pool needs the blocks).
   bool prefix_cache = true;
+  // A draft model's artifact for speculative decoding (SpecMethod::
+  // kDraftModel): it must have the target's vocabulary; it runs on the
+  // target's backend with its own KV pool of kv_cache_tokens (a tree needs
+  // it compiled with a verify entry that holds the tree). Empty: none.
+  std::string draft_model;
+  // The draft's weights and tokenizer from another copy, as model_source.
+  std::string draft_model_source;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is
@@ -71,7 +78,9 @@ std::string_view finishReasonName(FinishReason reason);
 // output is plain greedy decoding's), or for sampled requests by
 // speculative sampling (the output has the sampler's distribution). The
 // artifact needs a verify entry at least as large (kiln-compile --spec-tree).
-enum class SpecMethod { kNone, kNgram };
+// kNgram: prompt lookup; kDraftModel: the engine's draft model
+// (EngineOptions::draft_model), greedy drafts of the top widths[d] tokens.
+enum class SpecMethod { kNone, kNgram, kDraftModel };
 
 struct SpeculationParams {
   SpecMethod method = SpecMethod::kNone;
@@ -136,6 +145,11 @@ struct EngineMetrics {
   int64_t spec_rows = 0;        // speculative decoding, as RequestStats, over all requests
   int64_t spec_drafted_tokens = 0;
   int64_t spec_accepted_tokens = 0;
+  // The draft model's own KV pool (0 without one) and the sequences with
+  // draft KV in it.
+  int64_t draft_kv_blocks_total = 0;
+  int64_t draft_kv_blocks_free = 0;
+  int64_t draft_sequences = 0;
   double prefixHitRate() const {
     return prefix_queried_tokens > 0 ? double(prefix_hit_tokens) / double(prefix_queried_tokens) : 0.0;
   }

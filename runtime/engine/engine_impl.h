@@ -16,6 +16,7 @@
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/sequence.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/spec/draft_model.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/weights/weight_store.h"
 
@@ -57,6 +58,15 @@ struct Engine::Impl {
   std::vector<int32_t> verify_next;  // a sampled row's next token (-1: greedy rows sample it after)
   std::vector<int32_t> spec_history, spec_children, spec_child_tokens;
   int64_t spec_rows = 0, spec_drafted = 0, spec_accepted = 0;
+  // The drafters requests share, and a step's rows for each. The draft
+  // model's weights outlive its executor (declared before it).
+  spec::NgramDrafter ngram;
+  Manifest draft_manifest;
+  std::optional<WeightStore> draft_weights;
+  std::unique_ptr<spec::DraftModelDrafter> draft_model;
+  std::vector<spec::DraftRequest> ngram_rows, draft_rows;
+  std::vector<size_t> model_slices;  // the plan's slice of each of draft_rows
+  std::vector<int64_t> draft_live;
 
   // `sliding_window`: every layer's (the smallest), 0 if one attends to all.
   void startScheduler(int64_t sliding_window) {
@@ -93,6 +103,22 @@ struct Engine::Impl {
   // accepted path into verify_accepted / verify_counts, the token drawn
   // where it stopped into verify_next.
   void sampleTreePath(Sequence& seq, const spec::DraftTree& tree, size_t b, int64_t width);
+  // The draft model keeps KV for running sequences only: finished,
+  // cancelled and preempted ones give theirs back (each step, and as
+  // sequences retire).
+  void retainDraftKv();
+  // A draft-model request: the engine has one, and a tree fits the draft's
+  // own verify entry (it drafts branches through it).
+  Status checkDraftModel(const SpeculationParams& speculation);
+  // Opens the draft model of options.draft_model on the target's backend
+  // kind with a pool of `kv_tokens`; refuses one whose vocabulary differs.
+  Status openDraftModel(const std::string& artifact_dir, int64_t kv_tokens);
+  // The draft model's backend (engine.cc: the target's kind, its options).
+  Result<std::unique_ptr<Backend>> createDraftBackend(const Manifest& m, WeightStore& weights, int64_t blocks);
 };
+
+// The tokenizer of the model an artifact was compiled from (its GGUF or
+// tokenizer.json at `source`).
+Result<Tokenizer> loadTokenizer(const WeightStore& weights, const std::string& source);
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
-// A request's speculative decoding between steps: its drafter, the tree it
-// drafts, and the off-switch that pauses drafting while acceptance is too
-// low to pay for the verify rows' extra tokens.
+// A request's speculative decoding between steps: its drafter (the
+// engine's, shared by every request of that method), the tree it drafts,
+// and the off-switch that pauses drafting while acceptance is too low to
+// pay for the verify rows' extra tokens.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ struct SpecState {
   static constexpr int64_t kFirstPause = 32;
   static constexpr int64_t kMaxPause = 512;
 
-  std::unique_ptr<spec::Drafter> drafter;
+  spec::Drafter* drafter = nullptr;
   spec::TreeShape tree;
   int window_rows = 0;
   int64_t window_drafted = 0, window_accepted = 0;

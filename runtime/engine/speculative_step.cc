@@ -11,36 +11,74 @@
 
 namespace kiln {
 
+Status Engine::Impl::checkDraftModel(const SpeculationParams& speculation) {
+  if (speculation.method != SpecMethod::kDraftModel) return {};
+  if (!draft_model)
+    return makeError("speculation by a draft model: this engine has none (EngineOptions::draft_model; kiln: "
+                     "--spec=draft:PATH)");
+  Backend& draft = draft_model->backend();
+  const spec::TreeShape& tree = speculation.tree;
+  if (!tree.isChain() && (tree.nodes() > draft.verifyTreeNodes() || tree.depth() > draft.verifyTreeDepth()))
+    return makeError("the draft tree {} has {} nodes and depth {}; the draft model drafts a tree through its own "
+                     "verify entry, which holds {} nodes and depth {}: compile the draft with kiln-compile "
+                     "--spec-tree={}",
+                     tree.text(), tree.nodes(), tree.depth(), draft.verifyTreeNodes(), draft.verifyTreeDepth(),
+                     tree.text());
+  return {};
+}
+
 bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
   drafts.resize(plan.slices.size());
   for (spec::DraftTree& tree : drafts) tree.tokens.clear(), tree.parents.clear();
   if (executor->verifyTreeNodes() == 0) return false;
+  retainDraftKv();
   BlockPool& pool = executor->blockPool();
   int64_t batch_tokens_now = 0;
   for (const ScheduledSlice& s : plan.slices) batch_tokens_now += s.count;
-  bool any = false;
+  // Each decode row that speculates asks its drafter for a tree within its
+  // room: the request's max_tokens and context (a bonus token follows the
+  // accepted drafts); the forward's token budget is shared, so a row's
+  // tree is cut to what is left of it after the drafts.
+  ngram_rows.clear();
+  draft_rows.clear();
+  model_slices.clear();
   for (size_t b = 0; b < plan.slices.size(); ++b) {
     const ScheduledSlice& s = plan.slices[b];
     Sequence& seq = *s.seq;
     // A decode row: the sequence's last token alone (a parallel-sampling
     // request's forks start from a forward row's logits).
     if (!seq.spec || s.count != 1 || s.begin + 1 != int64_t(seq.tokens.size()) || !seq.forks.empty()) continue;
-    spec::DraftTree& tree = drafts[b];
-    tree.reset(seq.tokens.back());
-    if (!seq.spec->drafting(seq.generated())) continue;
-    // Room: the request's max_tokens and context (a bonus token follows the
-    // accepted drafts) and the forward's token budget.
+    drafts[b].reset(seq.tokens.back());
+    if (!seq.spec->drafting(seq.generated()) || !seq.spec->drafter) continue;
     const int64_t room = std::min({seq.sampler->params().max_tokens - seq.generated() - 1,
                                    context_length - int64_t(seq.tokens.size()) - 1,
                                    executor->maxTokens() - batch_tokens_now});
     if (room <= 0) continue;
-    spec::TreeShape shape = seq.spec->tree;
-    if (shape.depth() > room) shape.widths.resize(size_t(room));
-    seq.spec->drafter->propose(seq.tokens, shape, tree);
+    spec::DraftRequest row{seq.id, seq.tokens, seq.spec->tree, &drafts[b]};
+    if (row.shape.depth() > room) row.shape.widths.resize(size_t(room));
+    if (seq.spec->drafter == draft_model.get()) {
+      draft_rows.push_back(std::move(row));
+      model_slices.push_back(b);
+    } else {
+      ngram_rows.push_back(std::move(row));
+    }
+  }
+  if (!ngram_rows.empty()) (void)ngram.propose(ngram_rows);
+  if (!draft_rows.empty() && !draft_model->propose(draft_rows).ok())
+    for (size_t b : model_slices) drafts[b].reset(plan.slices[b].seq->tokens.back());
+
+  bool any = false;
+  for (size_t b = 0; b < plan.slices.size(); ++b) {
+    Sequence& seq = *plan.slices[b].seq;
+    spec::DraftTree& tree = drafts[b];
+    if (tree.size() <= 1) continue;
+    const int64_t room = std::min({seq.sampler->params().max_tokens - seq.generated() - 1,
+                                   context_length - int64_t(seq.tokens.size()) - 1,
+                                   executor->maxTokens() - batch_tokens_now});
     // Later nodes only have earlier parents: cutting the tail keeps a tree.
-    if (tree.size() - 1 > room) {
-      tree.tokens.resize(size_t(room + 1));
-      tree.parents.resize(size_t(room + 1));
+    if (tree.size() - 1 > std::max<int64_t>(room, 0)) {
+      tree.tokens.resize(size_t(std::max<int64_t>(room, 0) + 1));
+      tree.parents.resize(tree.tokens.size());
     }
     const int64_t extra = tree.size() - 1;
     if (extra == 0) continue;
@@ -54,6 +92,55 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
     any = true;
   }
   return any;
+}
+
+void Engine::Impl::retainDraftKv() {
+  if (!draft_model) return;
+  draft_live.clear();
+  for (const auto& seq : scheduler->running())
+    if (!seq->finished && seq->spec && seq->spec->drafter == draft_model.get()) draft_live.push_back(seq->id);
+  draft_model->retain(draft_live);
+}
+
+Status Engine::Impl::openDraftModel(const std::string& artifact_dir, int64_t kv_tokens) {
+  auto manifest = Manifest::load(artifact_dir);
+  if (!manifest.ok()) return makeError("draft model: {}", manifest.error().message);
+  draft_manifest = manifest.take();
+  const Manifest& m = draft_manifest;
+  if (!m.findEntry("forward")) return makeError("draft model {}: no 'forward' entry, expected one", m.path);
+  WeightStoreOptions weight_options;
+  weight_options.defer_concat = executor->name() != "cpu";
+  if (!options.draft_model_source.empty()) {
+    weight_options.source_path = options.draft_model_source;
+    weight_options.check_source_stamp = false;
+  }
+  const std::string source = options.draft_model_source.empty() ? m.model.source : options.draft_model_source;
+  auto weights = WeightStore::open(m, weight_options);
+  if (!weights.ok()) return makeError("draft model: {}", weights.error().message);
+  draft_weights.emplace(weights.take());
+  const int64_t blocks = (kv_tokens + m.kv_cache.page_size - 1) / m.kv_cache.page_size;
+  auto backend = createDraftBackend(m, *draft_weights, blocks);
+  if (!backend.ok()) return makeError("draft model {}: {}", artifact_dir, backend.error().message);
+  // Drafts are target token ids: the vocabularies must be one.
+  if ((*backend)->vocabSize() != vocab)
+    return makeError("draft model {}: its vocabulary has {} tokens, the target's {}: a draft model must share the "
+                     "target's vocabulary",
+                     artifact_dir, (*backend)->vocabSize(), vocab);
+  auto draft_tokenizer = loadTokenizer(*draft_weights, source);
+  if (!draft_tokenizer.ok()) return makeError("draft model {}: {}", artifact_dir, draft_tokenizer.error().message);
+  const Tokenizer& target = *tokenizer;
+  const Tokenizer& draft = *draft_tokenizer;
+  if (draft.vocabSize() != target.vocabSize())
+    return makeError("draft model {}: its tokenizer has {} tokens, the target's {}: a draft model must share the "
+                     "target's vocabulary",
+                     artifact_dir, draft.vocabSize(), target.vocabSize());
+  for (int32_t id = 0; id < target.vocabSize(); ++id)
+    if (draft.tokenText(id) != target.tokenText(id))
+      return makeError("draft model {}: token {} is '{}' in its tokenizer and '{}' in the target's: a draft model "
+                       "must share the target's vocabulary",
+                       artifact_dir, id, draft.tokenText(id), target.tokenText(id));
+  draft_model = std::make_unique<spec::DraftModelDrafter>(backend.take());
+  return {};
 }
 
 void Engine::Impl::sampleTreePath(Sequence& seq, const spec::DraftTree& tree, size_t b, int64_t width) {
@@ -160,6 +247,7 @@ Status Engine::checkSpeculation(const SpeculationParams& speculation) const {
   if (!speculation.enabled()) return {};
   const spec::TreeShape& tree = speculation.tree;
   if (tree.depth() == 0) return makeError("speculative decoding needs at least one draft token (k >= 1)");
+  KILN_RETURN_IF_ERROR(impl_->checkDraftModel(speculation));
   const int64_t nodes = impl_->executor->verifyTreeNodes(), depth = impl_->executor->verifyTreeDepth();
   if (nodes == 0)
     return makeError("speculative decoding needs an artifact with a verify entry on the {} backend: compile it with "

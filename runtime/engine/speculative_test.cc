@@ -2,7 +2,9 @@
 // entry (the ctest fixture, --spec-tree=widths:2,2,2,1,1,1): greedy output
 // with n-gram drafts is token for token the output without, alone, batched
 // with plain requests, under preemption and with the prefix cache; rejected
-// drafts leave no block behind; bad settings are refused at submit.
+// drafts leave no block behind; bad settings are refused at submit. The
+// same for drafts of a draft model: SmolLM2 drafting for itself, whose
+// drafts the target accepts nearly always.
 #include "runtime/engine/engine.h"
 
 #include <cstdlib>
@@ -10,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "test/source_root.h"
 
 namespace kiln {
 namespace {
@@ -175,6 +180,112 @@ TEST(SpeculativeTest, BadSettingsAreRefusedAtSubmit) {
   empty.speculation.method = SpecMethod::kNgram;
   EXPECT_EQ(refused(empty), "speculative decoding needs at least one draft token (k >= 1)");
   EXPECT_TRUE(engine->idle());
+}
+
+// SmolLM2 as its own draft model.
+EngineOptions withSelfDraft(EngineOptions options = {}) {
+  options.draft_model = artifactDir();
+  return options;
+}
+
+GenerationRequest drafted(const std::string& prompt, int max_tokens, std::vector<int64_t> widths) {
+  GenerationRequest r = greedy(prompt, max_tokens, std::move(widths));
+  r.speculation.method = SpecMethod::kDraftModel;
+  return r;
+}
+
+// Greedy with the draft model's chain or tree is plain greedy token for
+// token; the draft is the target itself, so its greedy chain is the
+// target's own and nearly every draft token is accepted.
+TEST(DraftModelTest, ChainAndTreeDraftsKeepTheGreedyTokens) {
+  OPEN_OR_SKIP(engine, withSelfDraft());
+  const std::vector<std::vector<int32_t>> plain = plainOutputs(*engine, 32);
+  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{1, 1, 1, 1}, std::vector<int64_t>{2, 2, 1}}) {
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      std::vector<int64_t> ids;
+      auto out = runAll(*engine, {drafted(kPrompts[i], 32, widths)}, ids);
+      EXPECT_EQ(out[ids[0]], plain[i]) << "prompt " << i << " tree of depth " << widths.size();
+      const RequestStats& stats = *engine->stats(ids[0]);
+      EXPECT_GT(stats.spec_rows, 0);
+      if (widths[0] == 1)
+        EXPECT_GE(double(stats.spec_accepted_tokens), 0.9 * double(stats.spec_drafted_tokens))
+            << stats.spec_accepted_tokens << " of " << stats.spec_drafted_tokens << ", prompt " << i;
+      else  // each depth has one right child of the widths: the chain's share
+        EXPECT_GE(stats.spec_accepted_tokens, 3 * stats.spec_rows - stats.spec_rows / 4) << "prompt " << i;
+    }
+  }
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
+  // Finished sequences give their draft KV back at the next step.
+  EXPECT_EQ(m.draft_sequences, 0);
+  EXPECT_EQ(m.draft_kv_blocks_free, m.draft_kv_blocks_total);
+}
+
+// Draft-model, n-gram and plain requests in one batch under preemption:
+// every output is its plain solo output; the draft KV of every sequence
+// (preempted ones included) goes back to the draft pool.
+TEST(DraftModelTest, BatchedWithPlainAndNgramRequestsUnderPreemption) {
+  OPEN_OR_SKIP(roomy);
+  const std::vector<std::vector<int32_t>> plain = plainOutputs(*roomy, 36);
+  EngineOptions tight = withSelfDraft();
+  tight.kv_cache_tokens = 160;  // 10 blocks of 16; each request needs 4 alone
+  OPEN_OR_SKIP(engine, tight);
+  std::vector<GenerationRequest> all;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    all.push_back(drafted(kPrompts[i], 36, {1, 1, 1}));
+    all.push_back(greedy(kPrompts[i], 36));
+    all.push_back(greedy(kPrompts[i], 36, {1, 1, 1, 1}));
+  }
+  std::vector<int64_t> ids;
+  auto out = runAll(*engine, all, ids);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(engine->stats(ids[i])->finish, FinishReason::kLength) << engine->stats(ids[i])->error;
+    EXPECT_EQ(out[ids[i]], plain[i / 3]) << "request " << i;
+  }
+  const EngineMetrics m = engine->metrics();
+  EXPECT_GT(m.preemptions, 0);
+  EXPECT_GT(engine->stats(ids[0])->spec_accepted_tokens, 0);
+  EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
+  EXPECT_EQ(m.draft_sequences, 0);
+  EXPECT_EQ(m.draft_kv_blocks_free, m.draft_kv_blocks_total);
+}
+
+TEST(DraftModelTest, BadSettingsAreRefused) {
+  {
+    // No draft model opened.
+    OPEN_OR_SKIP(engine);
+    auto id = engine->submit(drafted("Hi", 4, {1, 1}), {});
+    ASSERT_FALSE(id.ok());
+    EXPECT_EQ(id.error().message,
+              "speculation by a draft model: this engine has none (EngineOptions::draft_model; kiln: "
+              "--spec=draft:PATH)");
+  }
+  OPEN_OR_SKIP(engine, withSelfDraft());
+  auto refused = [&](GenerationRequest r) {
+    auto id = engine->submit(std::move(r), {});
+    return id.ok() ? std::string("accepted") : id.error().message;
+  };
+  EXPECT_EQ(refused(drafted("Hi", 4, {})), "speculative decoding needs at least one draft token (k >= 1)");
+  EXPECT_EQ(refused(drafted("Hi", 4, {8, 4})),
+            "the draft tree widths:8,4 has 41 nodes and depth 2; the draft model drafts a tree through its own verify "
+            "entry, which holds 39 nodes and depth 6: compile the draft with kiln-compile --spec-tree=widths:8,4");
+  EXPECT_EQ(refused(drafted("Hi", 4, {1, 1, 1, 1, 1, 1, 1})),
+            "the draft tree chain:7 has 8 nodes and depth 7, more than the artifact's verify entry holds (39 nodes, "
+            "depth 6): compile with kiln-compile --spec-tree=chain:7 or draft less");
+  EXPECT_TRUE(engine->idle());
+  // A draft with another vocabulary (the 128-token tiny Llama) is refused
+  // when the engine opens.
+  EngineOptions other;
+  other.progress = false;
+  other.device = "cpu";
+  other.draft_model = checkoutPath("test/fixtures/tiny-llama/artifact");
+  other.draft_model_source = checkoutPath("test/fixtures/tiny-llama");  // the fixture records no mtime
+  auto opened = Engine::open(artifactDir(), other);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.error().message,
+            fmt::format("draft model {}: its vocabulary has 128 tokens, the target's 49152: a draft model must share "
+                        "the target's vocabulary",
+                        other.draft_model));
 }
 
 }  // namespace

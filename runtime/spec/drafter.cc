@@ -51,6 +51,11 @@ Result<TreeShape> parseTreeShape(std::string_view text) {
   return shape;
 }
 
+Status NgramDrafter::propose(std::span<const DraftRequest> rows) {
+  for (const DraftRequest& row : rows) propose(row.history, row.shape, *row.out);
+  return {};
+}
+
 void NgramDrafter::propose(std::span<const int32_t> history, const TreeShape& shape, DraftTree& out) {
   const int64_t len = int64_t(history.size());
   out.reset(len > 0 ? history.back() : 0);

@@ -1,9 +1,11 @@
-// Speculative decoding's draft side: a Drafter proposes, per request, a tree
-// of tokens that may follow the sequence so far; the target model checks
-// every node in one verify forward (runtime/backend/tree_verify.h) and the
-// engine keeps the longest path it agrees with. The n-gram prompt-lookup
-// drafter is here; a draft model, a self-draft (early exit) or a trained
-// head are other Drafters behind the same interface.
+// Speculative decoding's draft side: a Drafter proposes, for every row of
+// a step that speculates, a tree of tokens that may follow the sequence so
+// far; the target model checks every node in one verify forward
+// (runtime/backend/tree_verify.h) and the engine keeps the longest path it
+// agrees with. The n-gram prompt-lookup drafter is here, a small draft
+// model in draft_model.h; a self-draft (early exit: part of the target's
+// layers) or a trained head (reading the target's hidden states) are other
+// Drafters behind the same interface, given the target's backend when made.
 #pragma once
 
 #include <cstdint>
@@ -52,13 +54,28 @@ struct DraftTree {
   }
 };
 
+// One row of a step's drafting.
+struct DraftRequest {
+  // The engine's id of the sequence; a drafter with state per sequence (a
+  // draft model's KV) keys it by this.
+  int64_t sequence = 0;
+  // The prompt and every token generated; the last is the tree's root.
+  std::span<const int32_t> history;
+  TreeShape shape;  // already cut to the room the step has
+  DraftTree* out = nullptr;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Proposes drafts after `history` (the prompt and every token generated;
-  // its last token is the root) into `out`, within `shape`; `out` may hold
-  // the root alone when there is nothing to propose.
-  virtual void propose(std::span<const int32_t> history, const TreeShape& shape, DraftTree& out) = 0;
+  // Proposes a tree into every row's `out`, within its shape, all rows of a
+  // step at once (a model drafter runs one batched forward a depth); an
+  // `out` may hold the root alone when there is nothing to propose. An
+  // error leaves every row's root alone (the step decodes plainly).
+  virtual Status propose(std::span<const DraftRequest> rows) = 0;
+  // The sequences still running with this drafter; the state of every other
+  // one (finished, cancelled, preempted) is dropped, its memory freed.
+  virtual void retain(std::span<const int64_t> sequences) { (void)sequences; }
 };
 
 // Prompt lookup: the last n tokens of the history (n = max_ngram down to 1)
@@ -72,7 +89,9 @@ class Drafter {
 class NgramDrafter final : public Drafter {
  public:
   explicit NgramDrafter(int max_ngram = 3) : max_ngram_(max_ngram) {}
-  void propose(std::span<const int32_t> history, const TreeShape& shape, DraftTree& out) override;
+  Status propose(std::span<const DraftRequest> rows) override;
+  // One row: drafts after `history` into `out`.
+  void propose(std::span<const int32_t> history, const TreeShape& shape, DraftTree& out);
 
  private:
   int max_ngram_;

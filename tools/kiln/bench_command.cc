@@ -227,8 +227,9 @@ int benchCommand(int argc, char** argv) {
   if (auto done = parseCommandLine(argc, argv, 2, benchCli(), args)) return *done;
   const std::string workload = args.positionals().empty() ? "" : args.positionals()[0];
   if (workload == "serve") return serveBenchCommand(args);
+  if (workload == "spec") return specBenchCommand(args);
   if (workload != "decode" && workload != "prefill" && workload != "ppl")
-    return fail("usage: kiln bench decode|prefill|ppl|serve MODEL [options]; `kiln bench --help` lists them");
+    return fail("usage: kiln bench decode|prefill|ppl|serve|spec MODEL [options]; `kiln bench --help` lists them");
   // The serve workload's flags mean nothing to the others: an error rather
   // than a run that silently ignores them.
   if (auto flag = batchingFlagGiven(args))

@@ -27,6 +27,7 @@ constexpr CliFlag kEngineFlags[] = {
     {"gpu-memory-fraction", "F", kEngine, "CUDA: size the KV cache to this fraction (0, 1] of the GPU's memory"},
     {"threads", "N", kEngine, "CPU threads (default: every core)"},
     {"model-source", "PATH", kEngine, "weights and tokenizer from this copy of the checkpoint (no stamp check)"},
+    {"draft-source", "PATH", kEngine, "--spec=draft:ARTIFACT's weights and tokenizer from this copy (as --model-source)"},
     {"quiet", "", kEngine, "no progress on stderr (loading; generate's and bench serve's request bar)"},
     {"batch-invariant", "", kEngine,
      "a request's tokens the same alone and in any batch (CUDA: one kernel a step for every batch, slower; "
@@ -58,9 +59,11 @@ constexpr CliFlag kBatchingFlags[] = {
 // Speculative decoding (speculationFrom, tools/kiln/speculation_flags.h).
 constexpr const char* kSpec = "speculative decoding";
 constexpr CliFlag kSpecFlags[] = {
-    {"spec", "ngram", kSpec,
-     "draft tokens by n-gram prompt lookup and verify them in one forward (greedy: the same tokens; sampled: "
-     "speculative sampling); a model is compiled with a verify entry for the tree, an artifact must have one"},
+    {"spec", "ngram|draft:PATH", kSpec,
+     "draft tokens by n-gram prompt lookup, or greedily with the draft model PATH (a model, compiled as the target "
+     "is, or an artifact; the target's vocabulary), and verify them in one forward (greedy: the same tokens; "
+     "sampled: speculative sampling); a model is compiled with a verify entry for the tree, an artifact must have "
+     "one"},
     {"spec-k", "K", kSpec, "draft a chain of K tokens a step (default 4)"},
     {"spec-tree", "W1,W2,...", kSpec, "draft a tree instead: W1 children of the last token, W2 of each, ..."},
 };
@@ -167,7 +170,7 @@ const CliCommand& benchCli() {
   constexpr const char* kCuda = "CUDA A/B switches (each turns one optimization off, to compare in one session)";
   static const CliCommand command{
       "bench",
-      "kiln bench decode|prefill|ppl|serve MODEL [options]",
+      "kiln bench decode|prefill|ppl|serve|spec MODEL [options]",
       "Measures kiln and, in the same run, its peer: llama.cpp on the same GGUF, prompt and threads, or\n"
       "for a checkpoint directory on the GPU Hugging Face transformers (eager, and static cache +\n"
       "torch.compile) beside the roofline from the card's HBM and GEMM ceilings measured in that run.\n"
@@ -178,11 +181,17 @@ const CliCommand& benchCli() {
       "serve: many requests through the engine's scheduler (tools/kiln/serve_bench.cc says how they\n"
       "are drawn): output and total tok/s, TTFT and TPOT p50/p99, peak KV pool use, preemptions and\n"
       "prefix-cache hits, per run; --workload offline submits all at once, poisson at --rate, prefix\n"
-      "runs multi-turn conversations with the prefix cache on and off.",
+      "runs multi-turn conversations with the prefix cache on and off.\n"
+      "spec: the shipped prompts (chat, summarising a passage, code editing) decoded greedily, plain and\n"
+      "with --spec, at each --batch size (e.g. --batch 1,16): tok/s of both, the speedup, acceptance and\n"
+      "mean accepted length (per prompt kind too); the two runs' tokens must be identical.",
       tableOf({
           {"prompt-tokens", "P", kWorkload, "prompt length in tokens (default 128; prefill 2048)"},
           {"gen-tokens", "G", kWorkload, "tokens to generate per request, >= 2 (default 64; prefill 2)"},
-          {"batch", "B", kWorkload, "concurrent requests (default 1)"},
+          {"batch", "B", kWorkload, "concurrent requests (default 1); spec: a list, B1,B2,..."},
+          {"prompts", "FILE", kWorkload,
+           "spec: JSON lines {\"kind\", \"prompt\"} (default share/kiln/bench/spec_prompts.jsonl)"},
+          kSpecFlags[0], kSpecFlags[1], kSpecFlags[2],
           {"runs", "N", kWorkload, "measured runs after a warm-up, 1 to 100 (default 1; prefill 5)"},
           {"peer", "llama.cpp|hf|hf-eager|none", kWorkload,
            "default: llama.cpp for a GGUF; hf for a checkpoint directory (hf-eager for prefill); serve: "
@@ -247,6 +256,7 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
   if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);
   options.threads = int(*threads);
   if (auto fraction = args.get("gpu-memory-fraction")) {
+  options.draft_model_source = args.get("draft-source").value_or("");
     char* end = nullptr;
     const double f = std::strtod(fraction->c_str(), &end);
     if (end == fraction->c_str() || *end != '\0' || !(f > 0.0 && f <= 1.0))

@@ -58,6 +58,9 @@ int perplexityCommand(const CliArgs& args);
 
 // kiln bench serve MODEL (serve_bench.cc), after the bench arguments are parsed.
 int serveBenchCommand(const CliArgs& args);
+// kiln bench spec (spec_bench.cc): plain and speculative decoding of the
+// shipped prompts, per batch size.
+int specBenchCommand(const CliArgs& args);
 
 // Runs a peer script (share/kiln/scripts/NAME beside the binary) with
 // `input` written as JSON to a temporary file passed after `input_flag`,

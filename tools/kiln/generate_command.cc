@@ -117,6 +117,7 @@ int generateCommand(int argc, char** argv) {
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
   auto speculation = speculationFrom(args);
   if (!speculation.ok()) return fail(speculation.error().message);
+  options->draft_model = draftModelFrom(args);
   for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
     compile_flags->push_back(flag);
 

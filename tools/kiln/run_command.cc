@@ -46,6 +46,11 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
     if (!artifact.ok()) return artifact.error();
     EngineOptions gpu = options;
     gpu.device = "cuda";
+    if (!options.draft_model.empty()) {
+      auto draft = artifactFor({options.draft_model, flags, options.progress});
+      if (!draft.ok()) return makeError("draft model: {}", draft.error().message);
+      gpu.draft_model = *draft;
+    }
     auto engine = Engine::open(*artifact, gpu);
     if (engine.ok() || options.device == "cuda") return engine;
     why = engine.error().message;
@@ -62,6 +67,12 @@ Result<std::unique_ptr<Engine>> openEngine(const std::string& model, EngineOptio
   auto artifact = artifactFor({model, cpu_flags, options.progress});
   if (!artifact.ok()) return artifact.error();
   options.device = "cpu";
+  // A draft model (--spec=draft:PATH) is compiled as the target is.
+  if (!options.draft_model.empty()) {
+    auto draft = artifactFor({options.draft_model, cpu_flags, options.progress});
+    if (!draft.ok()) return makeError("draft model: {}", draft.error().message);
+    options.draft_model = *draft;
+  }
   return Engine::open(*artifact, options);
 }
 
@@ -120,6 +131,7 @@ int runCommand(int argc, char** argv) {
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
   auto speculation = speculationFrom(args);
   if (!speculation.ok()) return fail(speculation.error().message);
+  options->draft_model = draftModelFrom(args);
   for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
     compile_flags->push_back(flag);
   auto engine = openEngine(args.positionals()[0], *options, *compile_flags);
@@ -151,8 +163,8 @@ int runCommand(int argc, char** argv) {
   // the model's own next token).
   std::string spec;
   if (speculation->enabled())
-    spec = fmt::format(" | spec ngram {}: {:.0f}% of {} drafts accepted, mean accepted length {:.2f}",
-                       speculation->tree.text(),
+    spec = fmt::format(" | spec {} {}: {:.0f}% of {} drafts accepted, mean accepted length {:.2f}",
+                       speculation->method == SpecMethod::kNgram ? "ngram" : "draft", speculation->tree.text(),
                        stats->spec_drafted_tokens > 0
                            ? 100.0 * double(stats->spec_accepted_tokens) / double(stats->spec_drafted_tokens)
                            : 0.0,

@@ -14,8 +14,14 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args) {
       if (args.has(flag)) return makeError("--{} drafts for speculative decoding: add --spec=ngram", flag);
     return spec;
   }
-  if (*method != "ngram") return makeError("invalid value '{}' for --spec, expected ngram", *method);
-  spec.method = SpecMethod::kNgram;
+  if (*method == "ngram")
+    spec.method = SpecMethod::kNgram;
+  else if (method->starts_with("draft:") && method->size() > 6)
+    spec.method = SpecMethod::kDraftModel;
+  else
+    return makeError("invalid value '{}' for --spec, expected ngram or draft:PATH (a draft model or artifact with "
+                     "the target's vocabulary)",
+                     *method);
   if (args.has("spec-k") && args.has("spec-tree"))
     return makeError("--spec-k and --spec-tree both set: a chain of K tokens or a tree, not both");
   if (std::optional<std::string> tree = args.get("spec-tree")) {
@@ -32,6 +38,11 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args) {
   if (*k <= 0 || *k > 1023) return makeError("invalid value '{}' for --spec-k, expected 1 to 1023 draft tokens", *k);
   spec.tree = spec::TreeShape::chain(*k);
   return spec;
+}
+
+std::string draftModelFrom(const CliArgs& args) {
+  std::optional<std::string> method = args.get("spec");
+  return method && method->starts_with("draft:") ? method->substr(6) : std::string();
 }
 
 std::vector<std::string> speculationCompileFlags(const SpeculationParams& spec, const std::string& model) {

@@ -1,4 +1,4 @@
-// kiln run's and kiln generate's --spec, --spec-k and --spec-tree (their
+// kiln run's, kiln generate's and kiln bench spec's --spec, --spec-k and --spec-tree (their
 // table is in cli_flags.cc) as the engine's SpeculationParams.
 #pragma once
 
@@ -13,6 +13,10 @@ namespace kiln {
 // Off without --spec; --spec-k / --spec-tree without --spec, both at once,
 // k <= 0 or a width <= 0 are errors naming the flag.
 Result<SpeculationParams> speculationFrom(const CliArgs& args);
+
+// The draft model of --spec=draft:PATH (a model or an artifact; openEngine
+// compiles a model as it does the target), empty for other methods.
+std::string draftModelFrom(const CliArgs& args);
 
 // The kiln-compile flag that gives `model` a verify entry for `spec`'s tree;
 // none when speculation is off or `model` is an artifact (compiled already:
