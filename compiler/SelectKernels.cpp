@@ -78,12 +78,8 @@ struct SelectKernelsPass : impl::SelectKernelsBase<SelectKernelsPass> {
   LogicalResult select(func::FuncOp func) {
     FailureOr<EntryLayout> layout = layoutEntry(func);
     if (failed(layout)) return failure();
-    // Speculative verify's entry (its tree steps) is run by the CPU backend
-    // only: the CUDA backend does not bind it, so none of its steps gets
-    // variants.
     for (const PlannedStep& step : layout->steps)
-      if (!step.typedParams || step.kind == "tree_mask" || step.kind == "tree_positions" || step.kind == "accept")
-        return success();
+      if (!step.typedParams) return success();
     auto chosen = cuda_codegen::selectKernels(planEntryOf(*layout, activationType),
                                               {target, activationType});
     if (!chosen.ok()) return func.emitError() << chosen.error().message;

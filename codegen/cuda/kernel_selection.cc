@@ -55,6 +55,10 @@ GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type) {
   return {"argmax", params, boundedInstanceName(instanceName("argmax", params))};
 }
 
+bool runsOnHost(StepKind kind) {
+  return kind == StepKind::kTreePositions || kind == StepKind::kTreeMask || kind == StepKind::kAccept;
+}
+
 namespace {
 
 using F = KernelFeature;
@@ -101,7 +105,7 @@ nlohmann::json combineParams(const PagedAttentionParams& attention, std::string_
 std::vector<KernelVariant> f32Variants(const PlanStep& step) {
   VariantList out;
   const std::string_view kind = stepKindName(step.kind);
-  if (step.kind == StepKind::kSplit) return {};
+  if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) return {};
   if (step.kind == StepKind::kGemm) {
     // Weights with separate scales have no CUDA GEMM; blocks are expanded
     // to f32 at load.
@@ -242,7 +246,7 @@ Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& e
     const PlanStep& step = entry.steps[i];
     const SkinnyFusion& fusion = fusions[i];
     const std::string_view kind = stepKindName(step.kind);
-    if (step.kind == StepKind::kSplit) {
+    if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) {
       out.emplace_back();
       continue;
     }

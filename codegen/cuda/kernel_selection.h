@@ -26,7 +26,9 @@
 // An f32 plan (vLLM's --dtype float32) runs its GEMMs on cuBLASLt in f32 at
 // every row count and each other step's instance with its activation types
 // named; attention adds the CUDA-core kernel's split mode and combine.
-// A split is a strided copy: no variants.
+// A split is a strided copy: no variants. Speculative verify's index steps
+// (tree_positions, tree_mask, accept) run on the host: no variants; its
+// paged_attention with a tree mask runs the CUDA-core kernel alone.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -64,6 +66,11 @@ struct KernelTarget {
   std::string arch = "sm_90a";            // PlanOptions::target (not "cpu")
   std::string activation_type = "bf16";  // the plan's
 };
+
+// Whether the CUDA backend runs a step of this kind on the host (verify's
+// tree_positions, tree_mask and accept: index work over a few hundred
+// nodes, whose results it stages as inputs or reads from the logits).
+bool runsOnHost(StepKind kind);
 
 // Every step's variants, in step order. Errors name the step.
 Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& entry, const KernelTarget& target);

@@ -112,6 +112,23 @@ TEST(KernelSelection, AttentionGetsDecodeCombineAndPrefillByTarget) {
   EXPECT_EQ(select(attentionOnly(tree), "sm_90a")[0].size(), 1u);
 }
 
+// Speculative verify's index steps run on the host (the CUDA executor
+// stages the tree's positions and mask and walks the accepted path over
+// the argmax): no variants, on either activation type.
+TEST(KernelSelection, VerifyIndexStepsRunOnTheHost) {
+  PlanEntry plan;
+  plan.steps.push_back(step(StepKind::kTreePositions, json::object(), {-1, -1, -1}, {0}));
+  plan.steps.push_back(step(StepKind::kTreeMask, json::object(), {-1, -1}, {1}));
+  plan.steps.push_back(step(StepKind::kAccept, {{"mode", "greedy"}}, {2, -1, -1, -1}, {3, 4}));
+  for (const char* activation : {"bf16", "f32"}) {
+    const auto list = select(plan, "sm_90a", activation);
+    ASSERT_EQ(list.size(), 3u);
+    for (const auto& variants : list) EXPECT_TRUE(variants.empty()) << activation;
+  }
+  EXPECT_TRUE(runsOnHost(StepKind::kAccept));
+  EXPECT_FALSE(runsOnHost(StepKind::kPagedAttention));
+}
+
 // A K-quant embedding table: the GPU's embedding kernel reads it as the
 // bf16 rows the runtime expands it into; ggml's 32-element blocks it reads
 // as they are.

@@ -57,9 +57,13 @@ int32_t argmax(const float* row, int64_t vocab) {
 
 }  // namespace
 
-void acceptGreedy(std::span<const float> logits, int64_t vocab, std::span<const int32_t> tokens,
-                  std::span<const int32_t> parents, std::span<const int32_t> query_start, int64_t width,
-                  int32_t* accepted, int32_t* count) {
+namespace {
+
+// The walk both acceptances share; `target(node)`: the argmax of node's row
+// (a global index).
+template <class Target>
+void acceptPath(Target target, std::span<const int32_t> tokens, std::span<const int32_t> parents,
+                std::span<const int32_t> query_start, int64_t width, int32_t* accepted, int32_t* count) {
   for (size_t s = 0; s + 1 < query_start.size(); ++s) {
     const int32_t q0 = query_start[s], q1 = query_start[s + 1];
     int32_t* path = accepted + int64_t(s) * width;
@@ -68,16 +72,31 @@ void acceptGreedy(std::span<const float> logits, int64_t vocab, std::span<const 
     int64_t length = 0;
     path[length++] = 0;
     while (length < width) {
-      const int32_t target = argmax(logits.data() + int64_t(q0 + node) * vocab, vocab);
+      const int32_t wanted = target(q0 + node);
       int32_t next = -1;
       for (int32_t c = q0 + node + 1; c < q1 && next < 0; ++c)
-        if (parents[size_t(c)] == node && tokens[size_t(c)] == target) next = c - q0;
+        if (parents[size_t(c)] == node && tokens[size_t(c)] == wanted) next = c - q0;
       if (next < 0) break;
       path[length++] = next;
       node = next;
     }
     count[s] = int32_t(length - 1);
   }
+}
+
+}  // namespace
+
+void acceptGreedy(std::span<const float> logits, int64_t vocab, std::span<const int32_t> tokens,
+                  std::span<const int32_t> parents, std::span<const int32_t> query_start, int64_t width,
+                  int32_t* accepted, int32_t* count) {
+  acceptPath([&](int32_t t) { return argmax(logits.data() + int64_t(t) * vocab, vocab); }, tokens, parents,
+             query_start, width, accepted, count);
+}
+
+void acceptGreedyTargets(std::span<const int32_t> targets, std::span<const int32_t> tokens,
+                         std::span<const int32_t> parents, std::span<const int32_t> query_start, int64_t width,
+                         int32_t* accepted, int32_t* count) {
+  acceptPath([&](int32_t t) { return targets[size_t(t)]; }, tokens, parents, query_start, width, accepted, count);
 }
 
 }  // namespace kiln

@@ -39,4 +39,10 @@ void acceptGreedy(std::span<const float> logits, int64_t vocab, std::span<const 
                   std::span<const int32_t> parents, std::span<const int32_t> query_start, int64_t width,
                   int32_t* accepted, int32_t* count);
 
+// The same walk given each node's argmax (targets [N], by the same rule),
+// for a backend that computes it where the logits are.
+void acceptGreedyTargets(std::span<const int32_t> targets, std::span<const int32_t> tokens,
+                         std::span<const int32_t> parents, std::span<const int32_t> query_start, int64_t width,
+                         int32_t* accepted, int32_t* count);
+
 }  // namespace kiln

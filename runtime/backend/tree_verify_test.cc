@@ -47,6 +47,12 @@ TEST(TreeVerify, GreedyAcceptanceFollowsTheArgmax) {
   acceptGreedy(logits, 4, tokens, kParents, kQueryStart, 3, accepted.data(), count.data());
   EXPECT_EQ(accepted, (std::vector<int32_t>{0, 1, 2, 0, 2, -1}));
   EXPECT_EQ(count, (std::vector<int32_t>{2, 1}));
+  // The rows' argmax given instead (a backend's device argmax): the same walk.
+  std::vector<int32_t> from_targets(2 * 3), target_count(2);
+  acceptGreedyTargets(std::vector<int32_t>{1, 3, 0, 2, 0, 1, 3}, tokens, kParents, kQueryStart, 3,
+                      from_targets.data(), target_count.data());
+  EXPECT_EQ(from_targets, accepted);
+  EXPECT_EQ(target_count, count);
 }
 
 }  // namespace

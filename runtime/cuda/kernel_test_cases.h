@@ -215,9 +215,11 @@ inline std::vector<KernelCase> representativeKernelCases() {
       cases.push_back({"paged_attention", attention});
       cases.push_back({"paged_attention_split", attention});
     }
-    nlohmann::json tree = attentionParams(9, 3, 64, true);
-    tree["kv_type"] = kv_type;
-    cases.push_back({"paged_attention", tree});
+    for (auto [H, Hkv, D] : {std::tuple{9, 3, 64}, std::tuple{32, 8, 128}}) {  // speculative verify's
+      nlohmann::json tree = attentionParams(H, Hkv, D, true);
+      tree["kv_type"] = kv_type;
+      cases.push_back({"paged_attention", tree});
+    }
     nlohmann::json group16 = attentionParams(32, 2, 128, false);  // decode_attention refuses it
     group16["kv_type"] = kv_type;
     cases.push_back({"paged_attention_split", group16});

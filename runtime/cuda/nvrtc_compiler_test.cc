@@ -19,6 +19,7 @@
 #include "codegen/cuda/kernel_selection.h"
 #include "codegen/kernels/flash_attention.cuh"  // the host-visible layout helpers only
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // the same
+#include "runtime/cuda/executor/bf16_fixture_plan.h"
 #include "runtime/cuda/kernel_test_cases.h"
 #include "test/source_root.h"
 
@@ -177,6 +178,36 @@ TEST(F32Plan, FamilyFixtureInstancesCompileForSm90aWithoutSpills) {
     EXPECT_EQ(scaled_embedding, name == "tiny-gemma3" ? 1 : 0);
     EXPECT_GE(windowed, 2);  // paged_attention and its split form
   }
+}
+
+// Every kernel instance of the tiny-llama spec fixture's plans (forward and
+// verify: the tree-masked paged_attention among them), the f32 plan over
+// f32, bf16, int8 and fp8 KV and the bf16 plan over bf16, int8 and fp8 KV,
+// as the CUDA verify tests run them (test/gpu/cuda_verify_test.cc).
+TEST(SpecPlan, VerifyInstancesCompileForSm90aWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  const std::string fixture = checkoutPath("test/fixtures/tiny-llama");
+  std::set<std::string> names;
+  int trees = 0;
+  for (auto [activation, kv_type] : {std::pair{"f32", "f32"}, std::pair{"f32", "bf16"}, std::pair{"f32", "int8"},
+                                     std::pair{"f32", "fp8e4m3"}, std::pair{"bf16", "bf16"},
+                                     std::pair{"bf16", "int8"}, std::pair{"bf16", "fp8e4m3"}}) {
+    SCOPED_TRACE(std::string(activation) + " plan, " + kv_type + " KV");
+    auto plan = cuda::testing::fixturePlan(fixture, activation, kv_type, "artifact-spec");
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    const Entry* verify = plan->findEntry("verify");
+    ASSERT_NE(verify, nullptr);
+    for (const Entry* entry : {plan->findEntry("forward"), verify})
+      for (const Step& step : entry->steps)
+        for (const KernelVariant& v : step.variants) {
+          // By params: fixturePlan keeps the plan's instance names.
+          if (v.instance.empty() || !names.insert(v.kind + v.params.dump()).second) continue;
+          trees += v.params.value("tree_mask", false) ? 1 : 0;
+          SCOPED_TRACE(v.instance);
+          expectCompilesWithoutSpills(v.kind, v.params, v.instance, "sm_90a");
+        }
+  }
+  EXPECT_EQ(trees, 7);  // a tree-masked paged_attention a plan
 }
 
 // flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)

@@ -251,7 +251,7 @@ Status Engine::checkSpeculation(const SpeculationParams& speculation) const {
   const int64_t nodes = impl_->executor->verifyTreeNodes(), depth = impl_->executor->verifyTreeDepth();
   if (nodes == 0)
     return makeError("speculative decoding needs an artifact with a verify entry on the {} backend: compile it with "
-                     "kiln-compile --spec-tree={} (the CPU backend runs it; the CUDA backend does not yet)",
+                     "kiln-compile --spec-tree={}",
                      impl_->executor->name(), tree.text());
   if (tree.nodes() > nodes || tree.depth() > depth)
     return makeError("the draft tree {} has {} nodes and depth {}, more than the artifact's verify entry holds ({} "

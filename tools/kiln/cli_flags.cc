@@ -193,6 +193,9 @@ const CliCommand& benchCli() {
            "spec: JSON lines {\"kind\", \"prompt\"} (default share/kiln/bench/spec_prompts.jsonl)"},
           kSpecFlags[0], kSpecFlags[1], kSpecFlags[2],
           {"runs", "N", kWorkload, "measured runs after a warm-up, 1 to 100 (default 1; prefill 5)"},
+          {"verify", "", kWorkload,
+           "decode: time one verify step of the artifact's --spec-tree beside one plain decode step (--batch "
+           "sequences after --prompt-tokens), no peer"},
           {"peer", "llama.cpp|hf|hf-eager|none", kWorkload,
            "default: llama.cpp for a GGUF; hf for a checkpoint directory (hf-eager for prefill); serve: "
            "hf for a checkpoint directory on CUDA (offline only), else none"},

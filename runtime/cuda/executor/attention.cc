@@ -46,6 +46,10 @@ Status enqueueAttention(const Launcher& launch, const BatchInputBuffer& inputs, 
   p.block_tables = inputs.at(s.inputs[3]);
   p.query_start = inputs.at(s.inputs[4]);
   p.kv_lens = inputs.at(s.inputs[5]);
+  if (s.inputs.size() > 6 && s.inputs[6] == kTreeMask) {  // verify's, staged with the inputs
+    p.tree_mask = reinterpret_cast<const unsigned char*>(inputs.at(kTreeMask));
+    p.tree_stride = int(inputs.tree_nodes);
+  }
   p.out = reinterpret_cast<void*>(s.results[0].ptr);
   p.num_tokens = int(shape.n);
   p.num_seqs = int(shape.b);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 
 #include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/kernel_selection.h"
@@ -184,11 +185,17 @@ Status bindParams(const Step& step, const WeightStore& weights,
       s.merged = q.merged_qkv;
       s.qk_norm = q.qk_norm;
       KILN_RETURN_IF_ERROR(needValue(0));
+      const size_t pos = s.merged ? 1 : 3;  // positions, then slot_mapping
+      if (s.inputs.size() < pos + 2 || s.inputs[pos] < 0 || s.inputs[pos + 1] < 0)
+        return makeError("{}: args[{}] and [{}] must be the positions (an input, or verify's tree_positions) and "
+                         "slot_mapping",
+                         step.path, pos, pos + 1);
       break;
     }
     case StepKind::kPagedAttention: {
       const PagedAttentionParams& a = step.as<PagedAttentionParams>();
-      if (a.tree_mask) return makeError("{}: tree masks are not supported by the CUDA executor yet", step.path);
+      if (a.tree_mask && (s.inputs.size() < 7 || s.inputs[6] != kTreeMask))
+        return makeError("{}: args[6] (tree_mask) is not the tree_mask step's result", step.path);
       s.heads = int(a.attn.heads);
       s.kv_heads = int(a.attn.kv_heads);
       s.head_dim = int(a.attn.head_dim);
@@ -230,11 +237,18 @@ Status bindParams(const Step& step, const WeightStore& weights,
       KILN_RETURN_IF_ERROR(needValue(0));
       break;
     }
+    case StepKind::kMoeRouter:
+    case StepKind::kMoeFfn:
+      return makeError("{}: {} (mixture of experts) is not run by the CUDA executor yet; run this artifact on the "
+                       "CPU backend",
+                       step.path, stepKindName(step.kind));
     case StepKind::kTreePositions:
-    case StepKind::kTreeMask:
+    case StepKind::kTreeMask: break;  // computed on the host and staged (BatchInputBuffer::stageTree)
     case StepKind::kAccept:
-      return makeError("{}: {} is a step of the verify entry, which the CUDA executor does not run yet", step.path,
-                       stepKindName(step.kind));
+      if (step.as<AcceptParams>().mode != "greedy")
+        return makeError("{}: accept mode {} is not run by the CUDA executor (greedy only)", step.path,
+                         step.as<AcceptParams>().mode);
+      break;
   }
   return {};
 }
@@ -343,13 +357,17 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
   return gemm_form;
 }
 
-Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weights, WeightForm gemm_form) {
+Result<WeightLayout> layoutWeights(std::initializer_list<const Entry*> entries, const WeightStore& weights,
+                                   WeightForm gemm_form) {
   WeightLayout layout;
-  for (const Step& step : entry.steps) {
-    for (size_t i = 0; i < step.args.size(); ++i) {
-      if (step.args[i].kind != StepArg::Kind::kWeight) continue;
-      KILN_ASSIGN(form, stepWeightForm(step, i, gemm_form));
-      KILN_RETURN_IF_ERROR(layout.add(step, i, weights, form));
+  for (const Entry* entry : entries) {
+    if (!entry) continue;
+    for (const Step& step : entry->steps) {
+      for (size_t i = 0; i < step.args.size(); ++i) {
+        if (step.args[i].kind != StepArg::Kind::kWeight) continue;
+        KILN_ASSIGN(form, stepWeightForm(step, i, gemm_form));
+        KILN_RETURN_IF_ERROR(layout.add(step, i, weights, form));
+      }
     }
   }
   return layout;
@@ -371,14 +389,16 @@ Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, co
   return q_bytes + sum_bytes;
 }
 
-Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::vector<BoundStep>& steps) {
+Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::initializer_list<std::vector<BoundStep>*> lists) {
   int64_t bytes = 0;
-  for (const BoundStep& s : steps)
-    if (s.dequantize_fn) bytes = std::max(bytes, s.width * s.k * 2);
+  for (const std::vector<BoundStep>* steps : lists)
+    for (const BoundStep& s : *steps)
+      if (s.dequantize_fn) bytes = std::max(bytes, s.width * s.k * 2);
   if (bytes == 0) return int64_t(0);
   KILN_ASSIGN(buffer, memory.alloc(bytes, "the block-quantized weights expanded for cuBLASLt"));
-  for (BoundStep& s : steps)
-    if (s.dequantize_fn) s.dequantized = buffer;
+  for (std::vector<BoundStep>* steps : lists)
+    for (BoundStep& s : *steps)
+      if (s.dequantize_fn) s.dequantized = buffer;
   return bytes;
 }
 
@@ -413,12 +433,24 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
   const bool f32_plan = manifest.activation_type == "f32";
   const WeightForm gemm_form = f32_plan ? WeightForm::kF32 : WeightForm::kBf16;
   const std::vector<Step>& entry_steps = placement.entry.steps;
+  // Verify's tree positions and mask are computed on the host and staged
+  // with the inputs: the steps that read them read those.
+  std::map<int64_t, InputId> staged;
+  for (const Step& step : entry_steps) {
+    if (step.kind == StepKind::kTreePositions && step.results.size() == 1) staged[step.results[0]] = kTreePositions;
+    if (step.kind == StepKind::kTreeMask && step.results.size() == 1) staged[step.results[0]] = kTreeMask;
+  }
   std::vector<BoundStep> steps;
   for (size_t i = 0; i < entry_steps.size(); ++i) {
     const Step& step = entry_steps[i];
     BoundStep s;
     s.kind = step.kind;
     s.path = step.path;
+    if (cuda_codegen::runsOnHost(step.kind)) {  // no operands on the device
+      KILN_RETURN_IF_ERROR(bindParams(step, weights, s));
+      steps.push_back(std::move(s));
+      continue;
+    }
     KILN_RETURN_IF_ERROR(bindKernels(kernels, i, s));
     const size_t na = step.args.size();
     s.args.resize(na);
@@ -430,6 +462,10 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
       const StepArg& arg = step.args[a];
       switch (arg.kind) {
         case StepArg::Kind::kValue: {
+          if (auto it = staged.find(arg.id); it != staged.end()) {
+            s.inputs[a] = it->second;
+            break;
+          }
           KILN_ASSIGN(v, placement.value(step.path, arg.id, fmt::format("args[{}]", a)));
           s.args[a] = v;
           break;

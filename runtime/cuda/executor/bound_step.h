@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,8 +145,9 @@ inline bool hasBias(const BoundStep& s) { return gemmBias(s) != 0; }
 // not take weights: an error.
 Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_form);
 
-// Every weight the entry's steps take, each in its form.
-Result<WeightLayout> layoutWeights(const Entry& entry, const WeightStore& weights, WeightForm gemm_form);
+// Every weight the entries' steps take (null entries skipped), each in its form.
+Result<WeightLayout> layoutWeights(std::initializer_list<const Entry*> entries, const WeightStore& weights,
+                                   WeightForm gemm_form);
 
 // Moves the values the chosen variants keep apart from the arena
 // (own_storage) into buffers of their own, each set into one buffer: every
@@ -158,8 +160,8 @@ Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, co
 
 // One bf16 buffer for the largest block-quantized weight cuBLASLt batches
 // expand (BoundStep::dequantized; the gemms run one after another), set
-// on every step that expands one. Returns the bytes allocated.
-Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::vector<BoundStep>& steps);
+// on every step of the lists that expands one. Returns the bytes allocated.
+Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::initializer_list<std::vector<BoundStep>*> lists);
 
 // Where an entry's values, weights and pools are on the device.
 struct EntryPlacement {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <span>
 
+#include "runtime/backend/tree_verify.h"
 #include "runtime/cuda/executor/kiln_assign.h"
 
 namespace kiln::cuda {
@@ -47,8 +48,8 @@ Result<void*> DeviceMemory::allocHost(int64_t bytes, const char* what) {
   return p;
 }
 
-Status ActivationArena::allocate(DeviceMemory& memory, const Entry& entry, int64_t max_tokens) {
-  bytes = alignUp(entry.bytes_per_token * max_tokens);
+Status ActivationArena::allocate(DeviceMemory& memory, int64_t bytes_per_token, int64_t max_tokens) {
+  bytes = alignUp(bytes_per_token * max_tokens);
   KILN_ASSIGN(arena, memory.allocZeroed(bytes, "the activation arena"));
   base = arena;
   return {};
@@ -105,7 +106,7 @@ std::optional<InputId> parseInput(std::string_view name) {
   return std::nullopt;
 }
 
-Status BatchInputBuffer::allocate(DeviceMemory& memory, int64_t max_tokens, int64_t num_blocks) {
+void BatchInputBuffer::layOut(int64_t max_tokens, int64_t num_blocks, int64_t nodes) {
   int64_t at = 0;
   for (int id : {kTokens, kPositions, kSlotMapping, kQueryStart, kKvLens}) {
     offset[id] = at;
@@ -113,7 +114,17 @@ Status BatchInputBuffer::allocate(DeviceMemory& memory, int64_t max_tokens, int6
   }
   offset[kBlockTables] = at;
   block_table_capacity = std::max<int64_t>(num_blocks, 1) * std::min<int64_t>(max_tokens, 256);
-  elems = at + block_table_capacity;
+  at += block_table_capacity;
+  tree_nodes = nodes;
+  offset[kTreePositions] = at;
+  if (nodes > 0) at += max_tokens + 1;
+  offset[kTreeMask] = at;
+  if (nodes > 0) at += (max_tokens * nodes + 3) / 4;
+  elems = at;
+}
+
+Status BatchInputBuffer::allocate(DeviceMemory& memory, int64_t max_tokens, int64_t num_blocks, int64_t nodes) {
+  layOut(max_tokens, num_blocks, nodes);
   KILN_ASSIGN(inputs, memory.alloc(bytes(), "the batch inputs"));
   device = inputs;
   return {};
@@ -146,6 +157,12 @@ size_t BatchInputBuffer::stage(const BatchInputs& in, int max_blocks) {
     }
   }
   return size_t(offset[kBlockTables] + b * max_blocks) * 4;
+}
+
+size_t BatchInputBuffer::stageTree(const BatchInputs& in) {
+  treePositions(in.parents, in.base_positions, in.query_start, staging + offset[kTreePositions]);
+  treeAncestorMask(in.parents, in.query_start, tree_nodes, reinterpret_cast<uint8_t*>(staging + offset[kTreeMask]));
+  return size_t(offset[kTreeMask] - offset[kTreePositions]) * 4 + in.tokens.size() * size_t(tree_nodes);
 }
 
 }  // namespace kiln::cuda

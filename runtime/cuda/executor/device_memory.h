@@ -53,7 +53,9 @@ struct ActivationArena {
   // Storage value id -> the buffer of its own a fusion gave it.
   std::map<int64_t, CUdeviceptr> own_storage;
 
-  Status allocate(DeviceMemory& memory, const Entry& entry, int64_t max_tokens);
+  // bytes_per_token x T_max: the largest entry's (forward and verify share
+  // the arena; they never run at once).
+  Status allocate(DeviceMemory& memory, int64_t bytes_per_token, int64_t max_tokens);
   // One buffer for all of `values` (their lives must not overlap), as large
   // as the largest one's T_max rows. Returns its bytes (0: none of them is
   // a value of `entry`, nothing is allocated).
@@ -92,13 +94,20 @@ struct KvPools {
   }
 };
 
-enum InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kNumInputs };
+// kTreePositions and kTreeMask are speculative verify's tree_positions and
+// tree_mask results, computed on the host (tree_verify.h) and staged like
+// inputs; no entry names them as inputs.
+enum InputId {
+  kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kTreePositions, kTreeMask, kNumInputs
+};
 // An entry input's name ("tokens", "slot_mapping", ...); nullopt for one
 // the executor does not provide.
 std::optional<InputId> parseInput(std::string_view name);
 
-// Every input has T_max + 1 elements, block tables (last) the capacity of
-// min(T_max, 256) rows of num_blocks.
+// Every input has T_max + 1 elements, block tables the capacity of
+// min(T_max, 256) rows of num_blocks; after them, for a plan with a verify
+// entry, the tree positions (T_max + 1 i32) and the tree mask ([T_max,
+// tree_nodes] u8, packed into i32 elements), staged only by verify.
 struct BatchInputBuffer {
   CUdeviceptr device = 0;
   int32_t* staging = nullptr;  // pinned, mirrors `device`
@@ -106,7 +115,12 @@ struct BatchInputBuffer {
   int64_t block_table_capacity = 0;  // i32 elements
   int64_t elems = 0;
 
-  Status allocate(DeviceMemory& memory, int64_t max_tokens, int64_t num_blocks);  // `device`
+  int64_t tree_nodes = 0;  // the tree mask's row bytes (0: no verify entry)
+
+  // `device`; `tree_nodes`: the verify entry's tree (0: none).
+  Status allocate(DeviceMemory& memory, int64_t max_tokens, int64_t num_blocks, int64_t tree_nodes = 0);
+  // Lays out the offsets allocate() allocates (no memory touched).
+  void layOut(int64_t max_tokens, int64_t num_blocks, int64_t tree_nodes);
   Status allocateStaging(DeviceMemory& memory);
   int64_t bytes() const { return elems * 4; }
   const int* at(int id) const { return reinterpret_cast<const int*>(device + CUdeviceptr(offset[id] * 4)); }
@@ -114,6 +128,11 @@ struct BatchInputBuffer {
   // `max_blocks` (a graph's fixed stride, at least in.max_blocks; the rest
   // of each row zero). Returns the bytes to copy to `device`.
   size_t stage(const BatchInputs& in, int max_blocks);
+  // A verify batch's tree positions and ancestor mask, computed from
+  // in.parents and in.base_positions into `staging` (checked by
+  // checkTreeParents first). Returns the bytes to copy from the tree
+  // positions' offset on.
+  size_t stageTree(const BatchInputs& in);
 };
 
 }  // namespace kiln::cuda

@@ -8,6 +8,7 @@
 
 #include "codegen/kernels/kernel_params.cuh"
 #include "runtime/backend/plan_kv_pool.h"
+#include "runtime/backend/tree_verify.h"
 #include "runtime/cuda/executor/attention.h"
 #include "runtime/cuda/executor/bound_step.h"
 #include "runtime/cuda/executor/device_context.h"
@@ -56,6 +57,33 @@ Result<const Entry*> forwardEntry(const Manifest& manifest, const KvPoolConfig& 
   return entry;
 }
 
+// The plan's `verify` entry (kiln-compile --spec-tree), if it has one: its
+// outputs as the CPU executor reads them, and its tree's nodes (the
+// tree_mask step's row) and path width (the accepted output's row).
+struct VerifyEntry {
+  const Entry* entry = nullptr;
+  int64_t tree_nodes = 0;
+  int64_t path_width = 1;
+};
+
+Result<VerifyEntry> verifyEntry(const Manifest& manifest) {
+  VerifyEntry v;
+  v.entry = manifest.findEntry("verify");
+  if (!v.entry) return v;
+  const std::string where = manifest.path + ": entries.verify";
+  const std::vector<EntryOutput>& outs = v.entry->outputs;
+  if (outs.size() != 3 || outs[0].name != "logits" || outs[1].name != "accepted" || outs[2].name != "accepted_count")
+    return makeError("{}.outputs: expected logits, accepted and accepted_count", where);
+  const EntryValue* accepted = v.entry->findValue(outs[1].value);
+  for (const Step& step : v.entry->steps)
+    if (step.kind == StepKind::kTreeMask && step.results.size() == 1)
+      if (const EntryValue* mask = v.entry->findValue(step.results[0])) v.tree_nodes = mask->row_bytes;
+  if (!accepted || accepted->type != "i32" || v.tree_nodes <= 0)
+    return makeError("{}: expected a tree_mask step and an i32 accepted output", where);
+  v.path_width = accepted->row_bytes / 4;
+  return v;
+}
+
 }  // namespace
 
 // What the executor holds on the device. Members go in the reverse of their
@@ -71,6 +99,7 @@ struct CudaExecutor::Backend {
   DeviceContext gpu;
   DeviceMemory memory{gpu};
   KernelSet kernels{gpu};
+  KernelSet verify_kernels{gpu};
   GemmPlanner gemms{gpu, memory, tuning};
   GraphCache graphs{gpu};
   ForwardTimer forward_timer{gpu};
@@ -85,10 +114,18 @@ struct CudaExecutor::Backend {
   GreedyArgmax argmax;
   DeviceValue logits;
   void* logits_host = nullptr;  // pinned, [T_max, vocab] of the logits' type
+  // The verify entry, if the plan has one: its steps bound to the same
+  // arena (its own buffers for what its fusions move), run step by step
+  // (never a graph); its logits [N, vocab], a row per tree node.
+  ActivationArena verify_arena;
+  std::vector<BoundStep> verify_steps;
+  DeviceValue verify_logits;
+  int64_t tree_nodes = 0, path_width = 1;
 
-  // Every step of `forward` on the stream, for a batch of this shape whose
-  // inputs are already in `inputs`; a greedy shape ends in the argmax.
-  Status enqueueSteps(const LaunchShape& shape);
+  // Every step of `list` (`steps` or `verify_steps`) on the stream, for a
+  // batch of this shape whose inputs are already in `inputs`; a greedy
+  // shape ends in the argmax over `out`'s rows.
+  Status enqueueSteps(const std::vector<BoundStep>& list, const DeviceValue& out, const LaunchShape& shape);
   // The graph of `shape`, captured from enqueueSteps on first use.
   Result<CUgraphExec> decodeGraph(const LaunchShape& shape);
   // After a forward's launch: copies `bytes` of `from` back to `to`, waits
@@ -110,6 +147,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                                                            const CudaExecutorOptions& options) {
   KvPoolConfig kv = kv_requested;  // num_blocks may come from gpu_memory_fraction
   KILN_ASSIGN(entry, forwardEntry(manifest, kv_requested, max_tokens));
+  KILN_ASSIGN(verify, verifyEntry(manifest));
   // An f32 plan runs as vLLM's --dtype float32: activations, KV cache and
   // logits as the manifest types them, GEMM weights f32 and cuBLASLt in true
   // f32 (no TF32), so its logits follow the CPU executor's and transformers'
@@ -137,12 +175,15 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   ex->max_tokens_ = max_tokens;
 
   // 1. The weights, each in the form its steps take, uploaded.
-  KILN_ASSIGN(weight_layout, layoutWeights(*entry, weights, f32_plan ? WeightForm::kF32 : WeightForm::kBf16));
+  KILN_ASSIGN(weight_layout,
+              layoutWeights({entry, verify.entry}, weights, f32_plan ? WeightForm::kF32 : WeightForm::kBf16));
   ex->weight_bytes_ = weight_layout.bytes();
   KILN_RETURN_IF_ERROR(weight_layout.upload(gpu, backend.memory, weights, options.progress));
 
   // 2. Arena, KV pools, inputs, cuBLASLt workspace, pinned staging.
-  KILN_RETURN_IF_ERROR(backend.arena.allocate(backend.memory, *entry, max_tokens));
+  const int64_t bytes_per_token =
+      std::max(entry->bytes_per_token, verify.entry ? verify.entry->bytes_per_token : int64_t(0));
+  KILN_RETURN_IF_ERROR(backend.arena.allocate(backend.memory, bytes_per_token, max_tokens));
   if (options.gpu_memory_fraction > 0) {
     // The reserve: the scratch allocated below, cuBLASLt's and the graphs'.
     const int64_t reserve = int64_t(kCublasWorkspace) + (int64_t(512) << 20);
@@ -155,7 +196,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   if (!pool.ok()) return pool.error();
   ex->pool_ = std::make_unique<BlockPool>(pool.take());
   KILN_RETURN_IF_ERROR(backend.kv_pools.allocate(backend.memory, kv));
-  KILN_RETURN_IF_ERROR(backend.inputs.allocate(backend.memory, max_tokens, kv.num_blocks));
+  KILN_RETURN_IF_ERROR(backend.inputs.allocate(backend.memory, max_tokens, kv.num_blocks, verify.tree_nodes));
   KILN_RETURN_IF_ERROR(backend.gemms.allocateWorkspace());
   KILN_RETURN_IF_ERROR(backend.inputs.allocateStaging(backend.memory));
   ex->device_bytes_ = weight_layout.bytes() + backend.arena.bytes + backend.kv_pools.bytes() + backend.inputs.bytes() +
@@ -183,6 +224,31 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_ASSIGN(steps, bindSteps(manifest, placement, weights, kv, backend.kernels, *gpu.d));
   backend.steps = std::move(steps);
 
+  // 5b. The verify entry likewise: its instances (mostly the forward's, from
+  //     the JIT cache), its moved values and steps.
+  if (verify.entry) {
+    KILN_RETURN_IF_ERROR(backend.verify_kernels.configure(tuning, manifest.target));
+    const std::string verify_logits_path = manifest.path + ": entries.verify.outputs[0]";
+    backend.verify_arena.base = backend.arena.base;
+    backend.verify_arena.bytes = backend.arena.bytes;
+    const EntryPlacement verify_placement{*verify.entry, max_tokens, backend.verify_arena, weight_layout,
+                                          backend.kv_pools};
+    KILN_ASSIGN(verify_logits, verify_placement.value(verify_logits_path, verify.entry->outputs[0].value, "value"));
+    if (verify_logits.per_sequence || verify_logits.width != logits.width || verify_logits.elem != logits.elem)
+      return makeError("{}: logits must be [N, {}] {} (a row per tree node, as forward's)", verify_logits_path,
+                       logits.width, logits.elem == 4 ? "f32" : "bf16");
+    KILN_RETURN_IF_ERROR(backend.verify_kernels.load(manifest, *verify.entry, verify_logits_path, logits.width,
+                                                     logits.elem == 4 ? "f32" : "bf16", options.progress));
+    KILN_ASSIGN(verify_moved, moveFusedValues(backend.memory, backend.verify_arena, *verify.entry, max_tokens,
+                                              backend.verify_kernels));
+    ex->device_bytes_ += verify_moved;
+    KILN_ASSIGN(verify_steps, bindSteps(manifest, verify_placement, weights, kv, backend.verify_kernels, *gpu.d));
+    backend.verify_steps = std::move(verify_steps);
+    backend.verify_logits = verify_logits;
+    backend.tree_nodes = verify.tree_nodes;
+    backend.path_width = verify.path_width;
+  }
+
   // 6. Greedy batches' argmax, the step profile's events, the split-KV
   //    scratch and the logits' pinned copy.
   KILN_ASSIGN(argmax_bytes, backend.argmax.allocate(backend.memory, backend.kernels.greedy(), logits.width, max_tokens));
@@ -192,7 +258,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                tuning.gemm_autotune ? "on" : "off");
   if (tuning.profile_steps) KILN_RETURN_IF_ERROR(backend.step_timer.createEvents(backend.steps.size()));
   KILN_ASSIGN(split_bytes, backend.split_kv.allocate(backend.memory, backend.steps, max_tokens));
-  KILN_ASSIGN(expanded_bytes, allocateExpandedWeights(backend.memory, backend.steps));
+  KILN_ASSIGN(expanded_bytes, allocateExpandedWeights(backend.memory, {&backend.steps, &backend.verify_steps}));
   ex->device_bytes_ += expanded_bytes;
   ex->device_bytes_ += split_bytes;
   ex->vocab_ = logits.width;
@@ -212,18 +278,20 @@ Status CudaExecutor::checkBatch(const BatchInputs& in, size_t out_values) const 
   return {};
 }
 
-Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
+Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, const DeviceValue& out,
+                                           const LaunchShape& shape) {
   const int64_t n = shape.n, b = shape.b;
   auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
   auto input = [&](const BoundStep& s, size_t a) { return inputs.at(s.inputs[a]); };
   auto launchStep = [&](const BoundStep& s, unsigned gx, unsigned gy, unsigned gz, void* params) {
     return launch(s.fn, s.block, gx, gy, gz, params);
   };
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const BoundStep& s = steps[i];
+  const bool profile = tuning.profile_steps && &list == &steps;  // the step timer's events are forward's
+  for (size_t i = 0; i < list.size(); ++i) {
+    const BoundStep& s = list[i];
     auto rows = [&](const DeviceValue& v) { return rowsOf(v, shape); };
     Status status;
-    if (tuning.profile_steps) KILN_RETURN_IF_ERROR(step_timer.record(i));
+    if (profile) KILN_RETURN_IF_ERROR(step_timer.record(i));
     switch (s.kind) {
       case StepKind::kEmbedding: {
         kk::EmbeddingParams p{input(s, 0), ptr(s.weights[1]), ptr(s.results[0].ptr), int(n), int(s.vocab)};
@@ -240,7 +308,7 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kResidualRmsNorm: {
         const int64_t r = rows(s.args[0]);
         if (doneByGemmAfter(s, r)) break;  // the streamed gemm after it does it
-        if (sumFromGemmBefore(steps, i, r)) {  // the gemm before it wrote the sum
+        if (sumFromGemmBefore(list, i, r)) {  // the gemm before it wrote the sum
           kk::RmsNormParams p{ptr(s.results[0].ptr), nullptr, ptr(s.weights[2]), nullptr, ptr(s.results[1].ptr), int(r)};
           status = launch(s.norm_of_sum_fn, s.norm_of_sum_block, unsigned(r), 1, 1, &p);
           break;
@@ -254,10 +322,10 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
         break;
       }
       case StepKind::kGemm:
-        status = enqueueGemm(launch, gemms, inputs, kv_pools.num_slots, steps, s, rows(s.args[0]));
+        status = enqueueGemm(launch, gemms, inputs, kv_pools.num_slots, list, s, rows(s.args[0]));
         break;
       case StepKind::kRopeKvAppend: {
-        if (doneByGemmBefore(steps, i, n)) break;
+        if (doneByGemmBefore(list, i, n)) break;
         const size_t pos = s.merged ? 1 : 3;
         kk::RopeKvAppendParams p{};
         if (s.merged) p.qkv = ptr(s.args[0].ptr);
@@ -288,7 +356,7 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
       case StepKind::kMul:
       case StepKind::kSilu: {
         const int64_t r = rows(s.args[0]);
-        if (doneByGemmBefore(steps, i, r)) break;
+        if (doneByGemmBefore(list, i, r)) break;
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
         kk::ElementwiseParams p{ptr(s.args[0].ptr), second, ptr(s.results[0].ptr), int(r)};
         const int64_t blocks = std::min<int64_t>((r * s.width / 8 + 255) / 256, 65535);
@@ -320,16 +388,15 @@ Status CudaExecutor::Backend::enqueueSteps(const LaunchShape& shape) {
         break;
       }
       case StepKind::kTreePositions:
-      case StepKind::kTreeMask:
-      case StepKind::kAccept:  // refused when bound (bound_step.cc)
-        status = makeError("a verify step in the forward entry");
+      case StepKind::kTreeMask:  // staged with the inputs (verify)
+      case StepKind::kAccept:    // on the host, over the argmax of each node's logits (verify)
         break;
     }
     if (!status.ok())
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
   }
-  if (tuning.profile_steps) KILN_RETURN_IF_ERROR(step_timer.record(steps.size()));
-  if (shape.greedy) return argmax.enqueue(launch, logits, shape);
+  if (profile) KILN_RETURN_IF_ERROR(step_timer.record(list.size()));
+  if (shape.greedy) return argmax.enqueue(launch, out, shape);
   return {};
 }
 
@@ -338,7 +405,7 @@ Result<CUgraphExec> CudaExecutor::Backend::decodeGraph(const LaunchShape& shape)
   auto prepare = [&] { return gemms.prepare(steps, shape); };
   auto enqueue = [&] {
     gemms.capturing = true;
-    Status enqueued = enqueueSteps(shape);
+    Status enqueued = enqueueSteps(steps, logits, shape);
     gemms.capturing = false;
     return enqueued;
   };
@@ -390,7 +457,7 @@ Result<LaunchShape> CudaExecutor::launchForward(const BatchInputs& in, bool gree
     KILN_ASSIGN(exec, backend.decodeGraph(shape));
     KILN_RETURN_IF_ERROR(d->check(gpu.x.graphLaunch(exec, gpu.stream), "cuGraphLaunch"));
   } else {
-    KILN_RETURN_IF_ERROR(backend.enqueueSteps(shape));
+    KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.steps, backend.logits, shape));
   }
   backend.forward_timer.launched(graph && backend.graphs.captures() == captures_before,
                                  !graph && backend.gemms.plans() == plans_before, n);
@@ -434,6 +501,124 @@ Status CudaExecutor::copyBlocks(std::span<const BlockCopy> copies) {
     if (kv.scale_bytes)
       KILN_RETURN_IF_ERROR(copyRows(kv.scales(0, PoolRole::kKey), c.from * scale_block_bytes,
                                     c.to * scale_block_bytes, scale_block_bytes));
+  }
+  return {};
+}
+
+Status CudaExecutor::copySlots(std::span<const SlotCopy> copies) {
+  Backend& b = *backend_;
+  const KvPools& kv = b.kv_pools;
+  const KvPoolConfig& config = pool_->config();
+  const int64_t slots = config.num_blocks * config.page_size;
+  const int64_t slot_bytes = config.poolBytes() / slots;
+  const CudaDriver* d = b.gpu.d;
+  // A slot's values: one row a pool (2 x layers rows, the pools a fixed
+  // stride apart), one 2D copy. Its scales ([num_blocks, Hkv, page_size]
+  // f32 a pool) are Hkv floats page_size apart: a 2D copy a pool.
+  auto copy2d = [&](CUdeviceptr from, CUdeviceptr to, size_t pitch, size_t width, size_t height) {
+    CUDA_MEMCPY2D c{};
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = from;
+    c.srcPitch = pitch;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = to;
+    c.dstPitch = pitch;
+    c.WidthInBytes = width;
+    c.Height = height;
+    return d->check(b.gpu.x.memcpy2DAsync(&c, b.gpu.stream), "cuMemcpy2DAsync (kv slot copy)");
+  };
+  if (!copies.empty()) KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(b.gpu.context), "cuCtxSetCurrent"));
+  for (const SlotCopy& c : copies) {
+    if (c.from < 0 || c.from >= slots || c.to < 0 || c.to >= slots)
+      return makeError("kv pool: copy of slot {} to {} is out of range [0, {})", c.from, c.to, slots);
+    const CUdeviceptr first = kv.pool(0, PoolRole::kKey);
+    KILN_RETURN_IF_ERROR(copy2d(first + CUdeviceptr(c.from * slot_bytes), first + CUdeviceptr(c.to * slot_bytes),
+                                size_t(kv.pool_bytes + kv.scale_bytes), size_t(slot_bytes), size_t(2 * kv.layers)));
+    if (!kv.scale_bytes) continue;
+    auto scale_at = [&](int64_t slot) {
+      return int64_t(4) * ((slot / config.page_size) * config.kv_heads * config.page_size + slot % config.page_size);
+    };
+    for (int layer = 0; layer < kv.layers; ++layer)
+      for (PoolRole role : {PoolRole::kKey, PoolRole::kValue}) {
+        const CUdeviceptr scales = kv.scales(layer, role);
+        KILN_RETURN_IF_ERROR(copy2d(scales + CUdeviceptr(scale_at(c.from)), scales + CUdeviceptr(scale_at(c.to)),
+                                    size_t(config.page_size) * 4, 4, size_t(config.kv_heads)));
+      }
+  }
+  return {};
+}
+
+int64_t CudaExecutor::treeNodes() const { return backend_->tree_nodes; }
+int64_t CudaExecutor::treeDepth() const { return backend_->path_width - 1; }
+
+Status CudaExecutor::checkVerify(const BatchInputs& in, size_t logits_values, size_t accepted, size_t counts) const {
+  const Backend& backend = *backend_;
+  if (backend.tree_nodes == 0)
+    return makeError("verify: the artifact has no verify entry (compile it with kiln-compile --spec-tree)");
+  const KvPoolConfig& pool = pool_->config();
+  KILN_RETURN_IF_ERROR(checkBatchInputs(in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size,
+                                             /*logits_per_sequence=*/false},
+                                        logits_values));
+  if (int64_t(in.block_tables.size()) > backend.inputs.block_table_capacity)
+    return makeError("verify: block_tables has {} entries; the CUDA executor's buffer holds {}",
+                     in.block_tables.size(), backend.inputs.block_table_capacity);
+  const int64_t b = int64_t(in.kv_lens.size());
+  if (int64_t(in.base_positions.size()) != b)
+    return makeError("verify: base_positions has {} entries; expected one per sequence ({})",
+                     in.base_positions.size(), b);
+  KILN_RETURN_IF_ERROR(checkTreeParents(in.parents, in.query_start, backend.tree_nodes));
+  if (int64_t(accepted) < b * backend.path_width || int64_t(counts) < b)
+    return makeError("verify: accepted holds {} and count {} entries; expected {} x {} and {}", accepted, counts, b,
+                     backend.path_width, b);
+  return {};
+}
+
+Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, std::span<int32_t> accepted_out,
+                            std::span<int32_t> count_out) {
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  // Logits kept on the device: checked as if a full buffer were given.
+  const size_t logits_values = logits_out.empty() ? size_t(n * vocab_) : logits_out.size();
+  KILN_RETURN_IF_ERROR(checkVerify(in, logits_values, accepted_out.size(), count_out.size()));
+  Backend& backend = *backend_;
+  const DeviceContext& gpu = backend.gpu;
+  const CudaDriver* d = gpu.d;
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(gpu.context), "cuCtxSetCurrent"));
+  LaunchShape shape{n, b, in.max_blocks, /*splits=*/0, 1};
+  shape.greedy = true;  // each node's argmax, for the acceptance
+  for (int64_t i = 0; i < b; ++i)
+    shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
+
+  BatchInputBuffer& inputs = backend.inputs;
+  const size_t input_bytes = inputs.stage(in, in.max_blocks);
+  const size_t tree_bytes = inputs.stageTree(in);
+  const size_t tree_offset = size_t(inputs.offset[kTreePositions]) * 4;
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device, inputs.staging, input_bytes, gpu.stream),
+                                "cuMemcpyHtoDAsync (batch inputs)"));
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device + CUdeviceptr(tree_offset),
+                                                      reinterpret_cast<const uint8_t*>(inputs.staging) + tree_offset,
+                                                      tree_bytes, gpu.stream),
+                                "cuMemcpyHtoDAsync (tree positions and mask)"));
+  KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.verify_steps, backend.verify_logits, shape));
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.argmax.tokens_host, backend.argmax.tokens,
+                                                      size_t(n) * 4, gpu.stream),
+                                "cuMemcpyDtoHAsync (tree nodes' argmax)"));
+  const DeviceValue& logits = backend.verify_logits;
+  const size_t logits_bytes = size_t(n * vocab_ * logits.elem);
+  if (!logits_out.empty())
+    KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.logits_host, logits.ptr, logits_bytes, gpu.stream),
+                                  "cuMemcpyDtoHAsync (verify logits)"));
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.streamSynchronize(gpu.stream), "verify (kernel execution)"));
+  acceptGreedyTargets({backend.argmax.tokens_host, size_t(n)}, in.tokens, in.parents, in.query_start,
+                      backend.path_width, accepted_out.data(), count_out.data());
+  if (logits_out.empty()) return {};
+  if (logits.elem == 4) {
+    std::memcpy(logits_out.data(), backend.logits_host, logits_bytes);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(backend.logits_host);
+    parallelFor(n * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = bf16ToF32(h[i]);
+    });
   }
   return {};
 }

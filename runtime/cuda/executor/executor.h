@@ -74,10 +74,31 @@ class CudaExecutor {
   // only tokens_out ([B] ids) comes back. Same batch checks as forward.
   Status forwardGreedy(const BatchInputs& in, std::span<int32_t> tokens_out);
 
+  // Runs `verify` (a plan compiled with kiln-compile --spec-tree), with the
+  // CPU executor's contract (runtime/backend/tree_verify.h): row b of the
+  // batch is sequence b's draft tree (BatchInputs::parents,
+  // base_positions), whose positions and ancestor mask are computed on the
+  // host and staged with the inputs; the steps run one by one (no graph),
+  // the tree-masked paged_attention among them. logits_out: [N, vocab] f32,
+  // a row per node; empty: the logits stay on the device. accepted_out:
+  // [B, treeDepth() + 1] the greedy path's local nodes (-1 padded),
+  // count_out [B] its drafts, walked on the host over each node's argmax
+  // computed on the GPU (forwardGreedy's rule).
+  Status verify(const BatchInputs& in, std::span<float> logits_out, std::span<int32_t> accepted_out,
+                std::span<int32_t> count_out);
+  // Nodes of the verify entry's tree, root included (0: none), and its
+  // longest path in drafts.
+  int64_t treeNodes() const;
+  int64_t treeDepth() const;
+
   BlockPool& blockPool() { return *pool_; }
   // Copies blocks' keys, values and scales in every layer's device pools,
   // on the stream, ahead of the next forward (copy on write).
   Status copyBlocks(std::span<const BlockCopy> copies);
+  // Moves token slots' keys, values and (int8/fp8 pools) scales in every
+  // layer, in order, on the stream, ahead of the next forward: verify's
+  // accepted nodes into the slots of their depths.
+  Status copySlots(std::span<const SlotCopy> copies);
   int64_t vocabSize() const { return vocab_; }
   int64_t maxTokens() const { return max_tokens_; }
   // "NVIDIA H200 (sm_90)".
@@ -90,6 +111,8 @@ class CudaExecutor {
   CudaExecutor() = default;
   // `out_values`: what the caller's output holds, in logits floats.
   Status checkBatch(const BatchInputs& in, size_t out_values) const;
+  // Checks a verify batch and the outputs' sizes.
+  Status checkVerify(const BatchInputs& in, size_t logits_values, size_t accepted, size_t counts) const;
   // Stages the inputs and launches the forward (graph or steps) for `in`,
   // ending in the argmax when `greedy`; nothing is synchronized. Returns the
   // shape launched.

@@ -63,7 +63,8 @@ Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::
   };
   for (size_t i = 0; i < entry.steps.size(); ++i) {
     const Step& step = entry.steps[i];
-    if (step.variants.empty() && step.kind != StepKind::kSplit)  // a split is a strided copy
+    // A split is a strided copy; verify's index steps run on the host.
+    if (step.variants.empty() && step.kind != StepKind::kSplit && !cg::runsOnHost(step.kind))
       return makeError("{} ({}): the plan lists no kernel variants for it", step.path, stepKindName(step.kind));
     for (const KernelVariant* v : chooseVariants(step.variants, features_)) {
       ChosenVariant chosen{v->role, v->rows, v->instance, v->own_storage};
