@@ -64,6 +64,15 @@ if [[ -x "$KILN_COMPILE" ]]; then
   # kernels (gpu-check.sh's trained part brings the GGUF over).
   gguf="${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
   [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-bf16" --activation-type=bf16
+  # Speculative verify (gpu-check.sh's spec part): Llama-3-8B with a tree of
+  # 4, 16 and 64 nodes, and the GGUF with room for --spec=ngram's chain of 4
+  # and a 2,2,1 tree.
+  for tree in 4:chain:3 16:widths:3,2,1,1 64:widths:3,4,4; do
+    "$KILN_COMPILE" "$ROOT/test/models/llama3-8b" -o "$BUILD/artifacts/llama3-8b-spec${tree%%:*}-bf16" \
+      --activation-type=bf16 --spec-tree="${tree#*:}"
+  done
+  [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-spec-bf16" --activation-type=bf16 \
+    --spec-tree=widths:2,2,1,1
   # The distilled draft model (gpu-check.sh's distill part writes it; bring
   # $OUT/draft back to this folder), for the specbench part.
   draft="${KILN_DRAFT_CHECKPOINT:-${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2-draft}"

@@ -75,6 +75,15 @@
 #   quant    decode speed of the int8 and int4 artifacts beside bf16 (and the HF peers) on
 #            the bench model's random checkpoint, batches KILN_QUANT_BATCHES
 #   sanitizer compute-sanitizer memcheck and racecheck over kernels_gpu_test
+#   spec     speculative verify on CUDA: `kiln bench decode --verify` on the bench model's
+#            random checkpoint (written here when missing) with the artifacts
+#            BUILD_DIR/artifacts/llama3-8b-spec{4,16,64}-bf16 (trees chain:3,
+#            widths:3,2,1,1, widths:3,4,4) at batches KILN_SPEC_BATCHES (default "1 16"):
+#            one verify step's time over one plain decode step's, a table on stdout
+#            (the issue's goal: 16 nodes at most 1.3x at batch 1); then SmolLM2's Q4_1
+#            GGUF (the trained part's, KILN_TRAINED_GGUF) through `kiln run --spec=ngram`
+#            (chain of 4, and --spec-tree 2,2,1), greedy, on a few prompts: the text must be
+#            the plain run's (artifact smollm2-q4_1-spec-bf16)
 #   distill  scripts/distill_draft.py: a 4-layer draft for SmolLM2 distilled from the Q4_1
 #            GGUF (KILN_TRAINED_GGUF, brought in parts as for `trained`) on the teacher's own
 #            answers to Python-docstring prompts, into $OUT/draft (config.json,
@@ -167,8 +176,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve distill specbench " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve distill specbench"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -540,6 +549,81 @@ if [[ " $PARTS " == *" sanitizer "* ]]; then
     tail -3 "$OUT/sanitizer_$tool.log"
     record "sanitizer_$tool" $rc
   done
+fi
+
+write_report
+if [[ " $PARTS " == *" spec "* ]]; then
+  model="${KILN_BENCH_MODEL:-llama3-8b}"
+  ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
+  header="$ROOT/test/models/$model"
+  [[ -f "$header/model.safetensors" ]] && header="$header/model.safetensors"
+  if [[ ! -f "$ckpt/tokenizer.json" ]]; then
+    echo "== checkpoint $ckpt (no reference)"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$header" --out "$ckpt" 2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+    record "checkpoint_$model" "${PIPESTATUS[0]}"
+  fi
+  : >"$OUT/bench_spec_verify.txt"
+  for nodes in 4 16 64; do
+    art="$BUILD/artifacts/$model-spec$nodes-bf16"
+    if [[ ! -f "$art/manifest.json" ]]; then
+      fail "spec_verify_$nodes" "MISSING $art (scripts/gpu-bundle.sh compiles it)"; continue
+    fi
+    for batch in ${KILN_SPEC_BATCHES:-1 16}; do
+      name="spec_verify_${nodes}_b$batch"
+      echo "== kiln bench decode $art --verify --batch $batch"
+      timeout 240 "$BUILD/bin/kiln" bench decode "$art" --model-source "$ckpt" --device cuda --verify \
+        --batch "$batch" --prompt-tokens 128 --runs 3 --json "$OUT/$name.json" >"$OUT/$name.txt" 2>"$OUT/$name.err"
+      rc=$?
+      record "$name" $rc
+      cat "$OUT/$name.txt"
+      [[ $rc == 0 ]] || tail -5 "$OUT/$name.err"
+      grep -h '^verify-ratio' "$OUT/$name.txt" >>"$OUT/bench_spec_verify.txt"
+    done
+  done
+  echo "== verify step / plain decode step ($model, context 128)"
+  {
+    echo "| tree nodes | batch | plain decode ms | verify ms (ids back) | ratio | verify ms (logits back) | ratio |"
+    echo "|---|---|---|---|---|---|---|"
+    sed -E 's/.*nodes=([0-9]+) batch=([0-9]+) plain_ms=([0-9.]+) verify_ms=([0-9.]+) verify_logits_ms=([0-9.]+) ratio=([0-9.]+) logits_ratio=([0-9.]+).*/| \1 | \2 | \3 | \4 | \6 | \5 | \7 |/' \
+      "$OUT/bench_spec_verify.txt"
+  } | tee "$OUT/bench_spec_table.txt"
+
+  # SmolLM2 (trained: the drafts get accepted) through kiln run on CUDA:
+  # greedy text with n-gram speculation equals the plain run's.
+  gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  art="$BUILD/artifacts/smollm2-q4_1-spec-bf16"
+  if [[ ! -f "$gguf_file" ]]; then
+    fail spec_smollm2 "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
+  elif [[ ! -f "$art/manifest.json" ]]; then
+    fail spec_smollm2 "MISSING $art (scripts/gpu-bundle.sh compiles it)"
+  else
+    prompts=("Once upon a time, in a small village," "def fibonacci(n):"
+             "Copy the list exactly. red green blue yellow red green blue yellow red green blue yellow red green")
+    rc_all=0
+    for i in "${!prompts[@]}"; do
+      run=("$BUILD/bin/kiln" run "$art" --model-source "$gguf_file" "${prompts[$i]}" --max-tokens 64 --ignore-eos
+           --device cuda)
+      timeout 120 "${run[@]}" >"$OUT/spec_smollm2_${i}_plain.txt" 2>"$OUT/spec_smollm2_${i}_plain.err"
+      rc=$?
+      for spec in chain tree; do
+        flags=(--spec=ngram); [[ $spec == tree ]] && flags+=(--spec-tree 2,2,1)
+        timeout 120 "${run[@]}" "${flags[@]}" >"$OUT/spec_smollm2_${i}_$spec.txt" 2>"$OUT/spec_smollm2_${i}_$spec.err"
+        rc_spec=$?
+        if [[ $rc != 0 || $rc_spec != 0 ]]; then
+          echo "prompt $i $spec: kiln run failed (rc $rc plain, $rc_spec speculating)"; tail -3 "$OUT/spec_smollm2_${i}_$spec.err"
+          rc_all=1
+        elif cmp -s "$OUT/spec_smollm2_${i}_plain.txt" "$OUT/spec_smollm2_${i}_$spec.txt"; then
+          echo "prompt $i $spec: same text as plain; $(grep -hiE 'accept' "$OUT/spec_smollm2_${i}_$spec.err" | tail -1)"
+        else
+          echo "prompt $i $spec: DIFFERENT text from plain"; diff "$OUT/spec_smollm2_${i}_plain.txt" "$OUT/spec_smollm2_${i}_$spec.txt" | head -6
+          rc_all=1
+        fi
+      done
+    done 2>&1 | tee "$OUT/bench_spec_smollm2.txt"
+    grep -q "DIFFERENT\|failed" "$OUT/bench_spec_smollm2.txt" && rc_all=1
+    record spec_smollm2 $rc_all
+  fi
 fi
 
 if [[ " $PARTS " == *" distill "* ]]; then

@@ -744,5 +744,6 @@ const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 const Manifest& Engine::manifest() const { return impl_->manifest; }
 int64_t Engine::contextLength() const { return impl_->context_length; }
 std::string Engine::backendName() const { return impl_->executor->name(); }
+Backend& Engine::backend() { return *impl_->executor; }
 
 }  // namespace kiln

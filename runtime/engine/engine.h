@@ -208,6 +208,9 @@ class Engine {
   const Manifest& manifest() const;
   int64_t contextLength() const;
   std::string backendName() const;
+  // The backend it drives, for measurements that bypass the scheduler
+  // (kiln bench decode --verify); needs an idle engine.
+  Backend& backend();
 
  private:
   struct Impl;

@@ -237,6 +237,8 @@ int benchCommand(int argc, char** argv) {
   for (const char* flag : {"workload", "requests", "rate", "tpot-slo-ms", "input-len", "output-len", "lengths", "seed",
                            "turns", "system-len", "system-prompts", "peer-batch", "peer-requests"})
     if (args.has(flag)) return fail(fmt::format("--{} is for kiln bench serve, not {}", flag, workload));
+  const bool verify = args.has("verify");
+  if (verify && workload != "decode") return fail("--verify is for kiln bench decode, not " + workload);
   if (workload == "ppl") return perplexityCommand(args);
   const bool prefill_only = workload == "prefill";
   if (args.positionals().size() != 2) return fail("kiln bench " + workload + " needs one MODEL");
@@ -264,6 +266,10 @@ int benchCommand(int argc, char** argv) {
   options->max_batch_tokens = std::max<int64_t>(512, *prompt_tokens * *batch);
   options->max_sequences = int(*batch);
   options->kv_cache_tokens = (*prompt_tokens + *gen_tokens + 16) * *batch + 64;
+  if (verify) {  // a verify step of up to 128 nodes a sequence
+    options->max_batch_tokens = std::max<int64_t>(512, std::max<int64_t>(*prompt_tokens, 128) * *batch);
+    options->kv_cache_tokens = (*prompt_tokens + 128 + 16) * *batch + 64;
+  }
 
   // The forwards' GPU time beside their wall time (on stderr when the
   // engine closes): what the host adds between and around them.
@@ -277,6 +283,19 @@ int benchCommand(int argc, char** argv) {
   if (!cuda_switches.empty() && !on_cuda)
     return fail(fmt::format("--{} is for the CUDA backend; this run got {}", cuda_switches.back()->name, backend));
   std::vector<int32_t> prompt = benchPrompt((*engine)->tokenizer(), *prompt_tokens);
+  if (verify) {
+    std::fprintf(stderr, "kiln bench: verify and plain decode steps (%s)...\n", backend.c_str());
+    auto timing = benchVerifySteps(**engine, prompt, *batch, int(*runs));
+    if (!timing.ok()) return fail(timing.error().message);
+    printVerifyTiming(*timing);
+    if (auto path = args.get("json")) {
+      nlohmann::json out = verifyTimingJson(*timing);
+      out["model"] = (*engine)->manifest().path;
+      out["device"] = backend;
+      std::ofstream(*path) << out.dump(2) << "\n";
+    }
+    return 0;
+  }
 
   std::fprintf(stderr, "kiln bench: kiln (%s, %d threads)...\n", backend.c_str(),
                threads);

@@ -62,6 +62,20 @@ int serveBenchCommand(const CliArgs& args);
 // shipped prompts, per batch size.
 int specBenchCommand(const CliArgs& args);
 
+// kiln bench decode ARTIFACT --verify (verify_bench.cc): one verify step
+// over a full tree of the artifact's --spec-tree a sequence beside one
+// plain decode step, `batch` sequences after `prompt`, medians in ms.
+struct VerifyTiming {
+  std::string tree;  // "widths:4,4"
+  int64_t nodes = 0, batch = 0, context = 0;
+  double plain_ms = 0;
+  double verify_ms = 0;         // the accepted path walked over the device argmax (ids back)
+  double verify_logits_ms = 0;  // every node's logits copied back too (as the engine asks)
+};
+Result<VerifyTiming> benchVerifySteps(Engine& engine, const std::vector<int32_t>& prompt, int64_t batch, int runs);
+void printVerifyTiming(const VerifyTiming& timing);
+nlohmann::json verifyTimingJson(const VerifyTiming& timing);
+
 // Runs a peer script (share/kiln/scripts/NAME beside the binary) with
 // `input` written as JSON to a temporary file passed after `input_flag`,
 // then `args`; returns the JSON object it prints on stdout, which must hold
