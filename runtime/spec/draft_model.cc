@@ -24,20 +24,21 @@ void DraftModelDrafter::retain(std::span<const int64_t> sequences) {
 
 void DraftModelDrafter::addChildren(std::span<const float> logits, int64_t width, int32_t node, DraftTree& tree) {
   // The `width` largest logits, best first (the first index on ties, as
-  // greedy sampling takes).
-  int32_t best[8];
-  const int64_t keep = std::min<int64_t>(width, 8);
+  // greedy sampling takes): an insertion into a short sorted list.
+  std::vector<int32_t>& best = best_;
+  const int64_t keep = std::min<int64_t>(width, int64_t(logits.size()));
+  best.resize(size_t(keep));
   int64_t held = 0;
   for (int32_t v = 0; v < int32_t(logits.size()); ++v) {
-    if (held == keep && logits[size_t(v)] <= logits[size_t(best[held - 1])]) continue;
+    if (held == keep && logits[size_t(v)] <= logits[size_t(best[size_t(held - 1)])]) continue;
     int64_t at = held < keep ? held++ : keep - 1;
-    while (at > 0 && logits[size_t(v)] > logits[size_t(best[at - 1])]) {
-      best[at] = best[at - 1];
+    while (at > 0 && logits[size_t(v)] > logits[size_t(best[size_t(at - 1)])]) {
+      best[size_t(at)] = best[size_t(at - 1)];
       --at;
     }
-    best[at] = v;
+    best[size_t(at)] = v;
   }
-  for (int64_t i = 0; i < held; ++i) tree.add(node, best[i]);
+  for (int64_t i = 0; i < held; ++i) tree.add(node, best[size_t(i)]);
 }
 
 Status DraftModelDrafter::run(std::span<const Piece> pieces, bool verify) {
@@ -100,14 +101,8 @@ Status DraftModelDrafter::run(std::span<const Piece> pieces, bool verify) {
 Status DraftModelDrafter::propose(std::span<const DraftRequest> rows) {
   BlockPool& pool = backend_->blockPool();
   const int64_t budget = backend_->maxTokens();
-  // Rows that draft: their state, and the history's length.
-  struct Active {
-    size_t row;
-    SequenceState* state;
-    int64_t len;
-    int64_t keep;  // tokens whose KV is kept from earlier steps
-  };
-  std::vector<Active> active;
+  std::vector<Active>& active = active_;
+  active.clear();
   for (size_t r = 0; r < rows.size(); ++r) {
     const DraftRequest& row = rows[r];
     const int64_t len = int64_t(row.history.size());
@@ -173,7 +168,8 @@ Status DraftModelDrafter::propose(std::span<const DraftRequest> rows) {
   // Depth by depth: one forward for the rows still a chain (their newest
   // node, a decode row), one verify for the branched ones (their whole tree
   // so far), each chunked to the token budget.
-  std::vector<Piece> chains, trees;
+  std::vector<Piece>& chains = chains_;
+  std::vector<Piece>& trees = trees_;
   for (int64_t d = 1;; ++d) {
     chains.clear();
     trees.clear();

@@ -48,19 +48,27 @@ class DraftModelDrafter final : public Drafter {
     int64_t begin, count;
     const DraftTree* tree;  // verify rows only
   };
+  // A row that drafts this step: its state, the history's length, and the
+  // tokens whose KV is kept from earlier steps.
+  struct Active {
+    size_t row;
+    SequenceState* state;
+    int64_t len, keep;
+  };
   // Runs `pieces` as one forward (or verify when `verify`) into logits_.
   Status run(std::span<const Piece> pieces, bool verify);
   // Adds the `width` best tokens of `logits` as children of `node`.
-  static void addChildren(std::span<const float> logits, int64_t width, int32_t node, DraftTree& tree);
+  void addChildren(std::span<const float> logits, int64_t width, int32_t node, DraftTree& tree);
 
   std::unique_ptr<Backend> backend_;
   int page_size_;
   int64_t vocab_;
   std::unordered_map<int64_t, SequenceState> states_;
   // Reused per call.
-  std::vector<Piece> pieces_;
+  std::vector<Active> active_;
+  std::vector<Piece> pieces_, chains_, trees_;
   std::vector<int32_t> tokens_, positions_, slots_, tables_, query_start_, kv_lens_, parents_, base_;
-  std::vector<int32_t> accepted_, counts_, depths_;
+  std::vector<int32_t> accepted_, counts_, depths_, best_;
   std::vector<float> logits_;
 };
 
