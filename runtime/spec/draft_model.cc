@@ -200,8 +200,10 @@ Status DraftModelDrafter::propose(std::span<const DraftRequest> rows) {
       size_t n = 0;
       for (int64_t tokens = 0; first + n < trees.size() && tokens + trees[first + n].count <= budget; ++n)
         tokens += trees[first + n].count;
-      if (n == 0) return dropActive(), makeError("a draft tree of {} nodes exceeds the draft model's {} tokens a forward",
-                                                 trees[first].count, budget);
+      if (n == 0)
+        return dropActive(),
+               makeError("a draft tree of {} nodes exceeds the draft model's {} tokens a forward", trees[first].count,
+                         budget);
       std::span<const Piece> part(trees.data() + first, n);
       if (Status ran = run(part, true); !ran.ok()) return dropActive(), ran;
       // The nodes at depth d are the tree's last ones (nodes are added depth
