@@ -235,6 +235,53 @@ TEST(CudaVerify, CopySlotsMovesAcceptedNodesForEveryKvType) {
   }
 }
 
+// A verify entry the executor cannot read is refused at creation, before
+// the driver, naming the field; on the GPU a bad tree is refused before
+// anything runs with the CPU executor's message, and a plan without a
+// verify entry says what to compile.
+TEST(CudaVerify, BadEntriesAndTreesAreRefused) {
+  auto manifest = Manifest::load(kFixture + "/artifact-spec");
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const KvPoolConfig kv = kvPoolConfigFor(*manifest, 3 * kBlocksPerSequence);
+  Manifest renamed = *manifest;
+  renamed.entries.at("verify").outputs[1].name = "path";
+  auto refused = CudaExecutor::create(renamed, *weights, kv, kMaxTokens, {.progress = false});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("entries.verify.outputs: expected logits, accepted and accepted_count"),
+            std::string::npos)
+      << refused.error().message;
+
+  auto ex = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false});
+  if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the bad tree")) return;
+  prefill(**ex, kPrompts);
+  std::vector<int32_t> tokens{5, 6, 7}, positions{22, 23, 23}, slots{22, 23, 24}, qs{0, 3}, kv_lens{25}, base{22};
+  std::vector<int32_t> parents{-1, 0, 2};  // node 2 its own parent
+  const std::vector<int32_t> tables = blockTables(1);
+  BatchInputs in{tokens, positions, slots, tables, kBlocksPerSequence, qs, kv_lens};
+  in.parents = parents;
+  in.base_positions = base;
+  std::vector<float> logits(size_t(3 * (*ex)->vocabSize()));
+  std::vector<int32_t> accepted(4), count(1);
+  Status status = (*ex)->verify(in, logits, accepted, count);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().message,
+            "verify: parents[2] = 2 (node 2 of sequence 0); expected an earlier node of the same tree");
+
+  auto plain = Manifest::load(kFixture + "/artifact");
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  auto plain_weights = WeightStore::open(*plain, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(plain_weights.ok()) << plain_weights.error().message;
+  auto plain_ex = CudaExecutor::create(*plain, *plain_weights, kvPoolConfigFor(*plain, 8), 16, {.progress = false});
+  ASSERT_TRUE(plain_ex.ok()) << plain_ex.error().message;
+  EXPECT_EQ((*plain_ex)->treeNodes(), 0);
+  status = (*plain_ex)->verify(in, logits, accepted, count);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().message,
+            "verify: the artifact has no verify entry (compile it with kiln-compile --spec-tree)");
+}
+
 Tokenizer fixtureTokenizer(int64_t vocab) {
   TokenizerVocab v;
   v.model = TokenizerModel::kByteLevelBpe;
