@@ -10,6 +10,7 @@
 // RUN: not kiln-opt %t.tiny.mlir --xfmr-select-kernels=target=sm_75 2>&1 | FileCheck %s --check-prefix=BADTARGET
 // RUN: not kiln-opt %t.tiny.mlir --xfmr-select-kernels="target=sm_90a activation-type=f16" 2>&1 | FileCheck %s --check-prefix=F16
 // RUN: kiln-opt %s --xfmr-select-kernels -verify-diagnostics
+// RUN: kiln-compile %models/tiny-llama --spec-tree=chain:2 --emit=kernels --activation-type=bf16 --target=cpu | kiln-opt --xfmr-select-kernels="target=sm_90a activation-type=bf16" | FileCheck %s --check-prefix=SPEC
 
 // tiny-llama in bf16 (hidden 64, ffn 128, 4 heads of 16, bf16 pools). Every
 // GEMM takes the skinny kernels up to 8 rows and cuBLASLt above; none
@@ -67,6 +68,18 @@
 // AMPERE-NONE-NOT: folded_into_next
 // AMPERE-NONE-NOT: flash_attention_wgmma
 // AMPERE-NONE-NOT: gemm_swiglu
+
+// Speculative verify's entry gets kernels as forward does: its index steps
+// none (the CUDA executor runs them on the host), the merged qkv projection
+// still does the rope (reading the tree positions), and the tree-masked
+// attention its CUDA-core kernel alone.
+// SPEC-LABEL: func.func @verify
+// SPEC: xfmr.kernel "tree_positions"(%arg1, %arg2, %arg5) {params = {}} :
+// SPEC: xfmr.kernel "tree_mask"(%arg1, %arg5) {params = {}} :
+// SPEC: xfmr.gemm {{.*}}rope_kv_append = true, {{.*}}role = "fused_single_row"
+// SPEC: xfmr.kernel "rope_kv_append"(%{{[0-9]+}}, %0, {{.*}}role = "absorbed", rows = array<i64: 1, 8>}]}
+// SPEC: xfmr.kernel "paged_attention"({{.*}}, %1) {{.*}}xfmr.variants = [{instance = "paged_attention_{{.*}}_tree_mask1", kind = "paged_attention", {{.*}}role = "step", rows = array<i64: 1, -1>}]} :
+// SPEC: xfmr.kernel "accept"({{.*}}) {params = {mode = "greedy"}} :
 
 // An f32 plan: every GEMM on cuBLASLt in f32 at every row count; each other
 // step its own instance with the activation types named, and attention's
