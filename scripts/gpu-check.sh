@@ -78,7 +78,7 @@
 #   spec     speculative verify on CUDA: `kiln bench decode --verify` on the bench model's
 #            random checkpoint (written here when missing) with the artifacts
 #            BUILD_DIR/artifacts/llama3-8b-spec{4,16,64}-bf16 (trees chain:3,
-#            widths:3,2,1,1, widths:3,4,4) at batches KILN_SPEC_BATCHES (default "1 16"):
+#            widths:3,2,1, widths:3,4,4; root included) at batches KILN_SPEC_BATCHES (default "1 16"):
 #            one verify step's time over one plain decode step's, a table on stdout
 #            (the issue's goal: 16 nodes at most 1.3x at batch 1); then SmolLM2's Q4_1
 #            GGUF (the trained part's, KILN_TRAINED_GGUF) through `kiln run --spec=ngram`
@@ -104,7 +104,10 @@
 #            cost is measured beside; n greedy completions over copied-on-write
 #            blocks agree), then each `kiln bench serve` run of
 #            KILN_SERVE_RUNS (default "offline offline-nocache poisson prefix"; also
-#            offline-fp8kv, offline with the fp8 KV cache artifact):
+#            offline-fp8kv, offline with the fp8 KV cache artifact, and http: offline
+#            KILN_SERVE_HTTP_REQUESTS (default 500) 1000 in / 1000 out in-process and
+#            through an in-process kiln serve with streaming HTTP clients, --http:
+#            the JSON's http_overhead, the goal < 5%):
 #            offline 1000 requests 1000 in / 1000 out (KILN_SERVE_REQUESTS), with
 #            and without the prefix cache (its cost at a 0% hit rate); poisson:
 #            a rate sweep, lognormal ~1000 in / 250 out (KILN_SERVE_POISSON_REQUESTS,
@@ -504,6 +507,8 @@ if [[ " $PARTS " == *" serve "* ]]; then
       poisson) flags=(--workload poisson --rate "${KILN_SERVE_RATES:-sweep}" --lengths lognormal
                       --requests "${KILN_SERVE_POISSON_REQUESTS:-400}" --input-len 1000 --output-len 250 --peer none)
                limit=540 ;;
+      http) flags=(--requests "${KILN_SERVE_HTTP_REQUESTS:-500}" --input-len 1000 --output-len 1000 --peer none --http)
+            limit=900 ;;
       prefix) flags=(--workload prefix --requests "${KILN_SERVE_PREFIX_REQUESTS:-512}" --turns 4 --system-prompts 4
                      --system-len 2048 --input-len 256 --output-len 256 --peer none); limit=540 ;;
       *) fail "serve_$run" "unknown serve run (KILN_SERVE_RUNS)"; continue ;;
