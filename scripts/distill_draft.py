@@ -357,9 +357,14 @@ def main():
                         add_special_tokens=False).to(device)
             out = teacher.generate(**batch, max_new_tokens=args.answer_tokens, do_sample=True, temperature=0.7,
                                    top_p=0.95, pad_token_id=tok.pad_token_id)
+            prompt_len = batch["input_ids"].shape[1]
             for row, mask in zip(out, batch["attention_mask"]):
+                # Without the left padding, and without what follows the
+                # answer's end-of-sequence token (padding too).
                 pad = int((mask == 0).sum())
-                sequences.append(row[pad:].cpu())
+                ends = (row[prompt_len:] == tok.eos_token_id).nonzero()
+                end = prompt_len + int(ends[0]) + 1 if len(ends) else len(row)
+                sequences.append(row[pad:end].cpu())
     print(f"[distill] {len(sequences)} teacher answers ({time.time() - start:.0f}s)", flush=True)
 
     student = student_from(teacher, args.layers, args.hidden, args.heads, args.kv_heads, args.ffn).to(device)
@@ -371,7 +376,8 @@ def main():
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
     pad = tok.pad_token_id
     losses = []
-    order = list(range(len(sequences)))
+    held_out = sequences[-64:]  # for the agreement figure, never trained on
+    order = list(range(len(sequences) - len(held_out)))
     student.train()
     step = 0
     while step < args.steps and time.time() - start < args.time_limit:
@@ -410,13 +416,14 @@ def main():
     student.eval()
     agree = total = 0
     with torch.no_grad():
-        for r in sequences[-64:]:
+        for r in held_out:
             ids = r.unsqueeze(0).to(device)
             t = teacher(input_ids=ids).logits.argmax(-1)
             s = student(input_ids=ids).logits.argmax(-1)
             agree += int((t == s).sum())
             total += t.numel()
-    print(f"[distill] greedy agreement with the teacher: {agree / total:.3f} (last 64 answers)", flush=True)
+    print(f"[distill] greedy agreement with the teacher: {agree / total:.3f} ({len(held_out)} held-out answers)",
+          flush=True)
 
     student.to(torch.bfloat16).save_pretrained(args.out)
     with open(os.path.join(args.out, "distill.json"), "w") as f:
