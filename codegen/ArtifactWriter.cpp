@@ -89,11 +89,12 @@ std::optional<int> ManifestBuilder::weightId(Value value) {
     }
     weight["name"] = ref.getName().str();
     weight["source"] = ref.getName().str();
-  } else if (auto concat = dyn_cast<xfmr::ConcatOp>(op)) {
-    if (concat.getAxis() != 0) return std::nullopt;
+  } else if (isa<xfmr::ConcatOp, xfmr::StackOp>(op)) {
+    // Both are row blocks back to back: a stack's inputs are one row each.
+    if (auto concat = dyn_cast<xfmr::ConcatOp>(op); concat && concat.getAxis() != 0) return std::nullopt;
     json::Array inputs;
     std::string name;
-    for (Value input : concat.getInputs()) {
+    for (Value input : op->getOperands()) {
       std::optional<int> id = weightId(input);
       if (!id) return std::nullopt;
       inputs.push_back(*id);

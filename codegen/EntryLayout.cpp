@@ -246,6 +246,7 @@ bool isWeightValue(Value value) {
   if (isa<xfmr::WeightOp>(op)) return true;
   if (auto concat = dyn_cast<xfmr::ConcatOp>(op))
     return concat.getAxis() == 0 && llvm::all_of(concat.getInputs(), isWeightValue);
+  if (auto stack = dyn_cast<xfmr::StackOp>(op)) return llvm::all_of(stack.getInputs(), isWeightValue);
   if (auto quantize = dyn_cast<xfmr::QuantizeOp>(op)) return isWeightValue(quantize.getInput());
   if (auto offset = dyn_cast<xfmr::WeightOffsetOp>(op)) return isWeightValue(offset.getInput());
   return false;

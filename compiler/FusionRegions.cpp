@@ -198,10 +198,29 @@ int formRopeKvWrite(func::FuncOp func) {
   return formed;
 }
 
+// moe_router(linear(h, Wrouter))  ->  moe_route: the router GEMM (E columns,
+// a few per token) and the softmax/top-k run as one kernel reading h, so the
+// [S, E] logits never make a round trip through memory.
+int formMoeRoute(func::FuncOp func) {
+  llvm::SmallVector<llvm::SmallVector<Operation*>> chains;
+  func.walk([&](xfmr::MoeRouterOp router) {
+    if (router->getParentOfType<xfmr::FusionRegionOp>()) return;
+    auto linear = router.getRouterLogits().getDefiningOp<xfmr::LinearOp>();
+    if (!linear || linear.getBias() || !hasSingleUse(linear.getResult()) ||
+        linear->getBlock() != router->getBlock())
+      return;
+    chains.push_back({linear, router});
+  });
+  int formed = 0;
+  for (auto& ops : chains) formed += outlineFusionRegion("moe_route", ops) ? 1 : 0;
+  return formed;
+}
+
 }  // namespace
 
 int formFusionRegions(func::FuncOp func) {
-  return formRopeKvWrite(func) + formResidualRmsNorm(func) + formGatedActivation(func);
+  return formRopeKvWrite(func) + formResidualRmsNorm(func) + formGatedActivation(func) +
+         formMoeRoute(func);
 }
 
 }  // namespace kiln

@@ -25,7 +25,7 @@ xfmr::FusionRegionOp outlineFusionRegion(llvm::StringRef kind,
 /// Replaces every fusion region in `func` by its body.
 void dissolveFusionRegions(mlir::func::FuncOp func);
 
-/// Forms residual_rms_norm, silu_mul, gelu_tanh_mul and rope_kv_write regions in `func`
+/// Forms residual_rms_norm, silu_mul, gelu_tanh_mul, rope_kv_write and moe_route regions in `func`
 /// (for both the contiguous-KV and the paged form). Returns the number formed.
 int formFusionRegions(mlir::func::FuncOp func);
 

@@ -32,7 +32,7 @@ class WeightOnlyAnalysis {
     if (isa<xfmr::WeightOp>(op)) return true;
     if (auto it = cache_.find(op); it != cache_.end()) return it->second;
     bool weightOnly = op->getNumOperands() > 0 &&
-                      isa<xfmr::ConcatOp, xfmr::QuantizeOp, xfmr::ReshapeOp,
+                      isa<xfmr::ConcatOp, xfmr::StackOp, xfmr::QuantizeOp, xfmr::ReshapeOp,
                           xfmr::TransposeOp, xfmr::WeightOffsetOp>(op) &&
                       llvm::all_of(op->getOperands(),
                                    [&](Value v) { return isWeightOnly(v); });
@@ -226,6 +226,26 @@ LogicalResult Lowering::lowerRegion(xfmr::FusionRegionOp region) {
     replaceWithKernel(region, "residual_rms_norm", region.getInputs(), params);
     return success();
   }
+  if (kind == "moe_route") {
+    // (h, Wrouter) -> (weights, experts): the router GEMM inside the kernel.
+    xfmr::MoeRouterOp router;
+    for (Operation& op : body)
+      if (auto r = dyn_cast<xfmr::MoeRouterOp>(op)) router = r;
+    auto weight = region.getInputs().size() == 2
+                      ? dyn_cast<RankedTensorType>(region.getInputs()[1].getType())
+                      : RankedTensorType();
+    if (!router || !weight || weight.getRank() != 2)
+      return region.emitError() << "cannot lower moe_route region: expected linear(h, Wrouter) "
+                                   "feeding one xfmr.moe_router";
+    llvm::SmallVector<NamedAttribute> params = {
+        param(plan_key::kExperts, weight.getDimSize(0)),
+        param(plan_key::kTopK, static_cast<int64_t>(router.getTopK())),
+        param(plan_key::kNormalize, router.getNormalize()),
+        param(plan_key::kHidden, weight.getDimSize(1)),
+        param(plan_key::kWeightType, llvm::StringRef(elementOf(region.getInputs()[1])))};
+    replaceWithKernel(region, "moe_router", region.getInputs(), params);
+    return success();
+  }
   if (kind == "silu_mul" || kind == "gelu_tanh_mul") {
     // One kernel kind for both gated activations; gelu_tanh says which (the
     // CUDA gemm epilogues that fold silu_mul take the SiLU form only).
@@ -341,6 +361,26 @@ LogicalResult Lowering::lower(func::FuncOp func) {
             .Case([&](xfmr::MulOp mul) {
               replaceWithKernel(mul, "mul", mul->getOperands(),
                                 {param(plan_key::kWidth, lastDim(mul.getResult()))});
+              return success();
+            })
+            .Case([&](xfmr::MoeRouterOp router) {
+              // Router logits from elsewhere (a quantized router GEMM).
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kExperts, lastDim(router.getRouterLogits())),
+                  param(plan_key::kTopK, static_cast<int64_t>(router.getTopK())),
+                  param(plan_key::kNormalize, router.getNormalize())};
+              replaceWithKernel(router, "moe_router", router->getOperands(), params);
+              return success();
+            })
+            .Case([&](xfmr::MoeFfnOp moe) {
+              auto gate = cast<RankedTensorType>(moe.getGate().getType());
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kHidden, gate.getDimSize(2)),
+                  param(plan_key::kFfn, gate.getDimSize(1)),
+                  param(plan_key::kExperts, gate.getDimSize(0)),
+                  param(plan_key::kTopK, lastDim(moe.getExperts())),
+                  param(plan_key::kWeightType, llvm::StringRef(elementOf(moe.getGate())))};
+              replaceWithKernel(moe, "moe_ffn", moe->getOperands(), params);
               return success();
             })
             .Case([&](xfmr::GeluTanhOp gelu) -> LogicalResult {

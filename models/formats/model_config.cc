@@ -17,11 +17,12 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3, phi3, gemma3_text";
+constexpr std::string_view kSupported = "llama, mistral, qwen2, qwen3, phi3, gemma3_text, mixtral, qwen3_moe";
 constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
 
 bool isSupportedArch(std::string_view a) {
-  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "phi3" || a == "gemma3";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "phi3" || a == "gemma3" ||
+         a == "mixtral" || a == "qwen3_moe";
 }
 
 std::string_view jsonTypeName(const json& j) {
@@ -117,6 +118,8 @@ std::string_view archFromClassName(std::string_view cls) {
   if (cls == "Qwen3ForCausalLM") return "qwen3";
   if (cls == "Phi3ForCausalLM") return "phi3";
   if (cls == "Gemma3ForCausalLM") return "gemma3";
+  if (cls == "MixtralForCausalLM") return "mixtral";
+  if (cls == "Qwen3MoeForCausalLM") return "qwen3_moe";
   return {};
 }
 
@@ -163,6 +166,82 @@ Status rejectUnimplemented(const HfFields& f, const std::string& name) {
   if (partial != nullptr && !(partial->is_number() && partial->get<double>() == 1.0))
     return makeError("{}: field 'partial_rotary_factor' is {}, kiln rotates whole heads only (1.0)", name,
                      partial->dump());
+  return Status::success();
+}
+
+// Routing and expert features of other MoE families (Qwen2-MoE's and
+// DeepSeek's shared experts, grouped or sigmoid routing, scaled routed
+// outputs, dense leading layers): each changes what inference computes, so a
+// config that turns one on is refused by name. Mixtral's router_jitter_noise
+// and the aux-loss settings act in training only.
+Status rejectUnimplementedMoe(const HfFields& f, const std::string& name) {
+  struct Neutral {
+    const char* key;
+    std::string_view what;  // the value that leaves inference as kiln runs it
+    bool (*ok)(const json&);
+  };
+  auto zero = [](const json& v) { return v.is_number() && v.get<double>() == 0; };
+  auto one = [](const json& v) { return v.is_number() && v.get<double>() == 1; };
+  auto upToOne = [](const json& v) { return v.is_number() && v.get<double>() <= 1; };
+  auto softmax = [](const json& v) { return v.is_string() && v.get<std::string>() == "softmax"; };
+  auto greedy = [](const json& v) { return v.is_string() && v.get<std::string>() == "greedy"; };
+  const Neutral fields[] = {
+      {"shared_expert_intermediate_size", "0 (no shared expert)", zero},
+      {"n_shared_experts", "0 (no shared expert)", zero},
+      {"num_shared_experts", "0 (no shared expert)", zero},
+      {"moe_shared_expert_intermediate_size", "0 (no shared expert)", zero},
+      {"routed_scaling_factor", "1", one},
+      {"scoring_func", "'softmax'", softmax},
+      {"topk_method", "'greedy'", greedy},
+      {"n_group", "1 (ungrouped routing)", upToOne},
+      {"topk_group", "1 (ungrouped routing)", upToOne},
+      {"first_k_dense_replace", "0", zero},
+      {"moe_layer_freq", "1", one},
+  };
+  for (const Neutral& n : fields) {
+    const json* v = f.get(n.key);
+    if (v == nullptr || n.ok(*v)) continue;
+    std::string shown = v->dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    return makeError("{}: field '{}' is {}, which kiln does not implement (it runs {} only)", name, n.key, shown,
+                     n.what);
+  }
+  return Status::success();
+}
+
+// Mixtral: num_local_experts experts of intermediate_size, every layer, the
+// top-k weights renormalized. Qwen3-MoE: num_experts of
+// moe_intermediate_size, renormalized when norm_topk_prob; layer i is MoE
+// unless listed in mlp_only_layers and when (i + 1) % decoder_sparse_step
+// == 0 (Qwen3MoeDecoderLayer's rule), else a dense MLP of intermediate_size.
+// Defaults are transformers' (MixtralConfig, Qwen3MoeConfig).
+Status parseMoe(const HfFields& f, const std::string& name, ModelConfig& c) {
+  if (c.architecture == "mixtral") {
+    KILN_ASSIGN(c.num_experts, f.integer("num_local_experts", 8));
+    KILN_ASSIGN(c.experts_per_token, f.integer("num_experts_per_tok", 2));
+    c.moe_intermediate_size = c.intermediate_size;
+    c.norm_topk_prob = true;
+    return Status::success();
+  }
+  KILN_ASSIGN(c.num_experts, f.integer("num_experts", 128));
+  KILN_ASSIGN(c.experts_per_token, f.integer("num_experts_per_tok", 8));
+  KILN_ASSIGN(c.moe_intermediate_size, f.integer("moe_intermediate_size", 768));
+  KILN_ASSIGN(c.norm_topk_prob, f.boolean("norm_topk_prob", false));
+  int64_t step = 0;
+  KILN_ASSIGN(step, f.integer("decoder_sparse_step", 1));
+  if (step <= 0) return makeError("{}: field 'decoder_sparse_step' is {}, expected a positive period", name, step);
+  c.moe_layers.assign(size_t(std::max<int64_t>(c.num_layers, 0)), false);
+  for (int64_t i = 0; i < c.num_layers; ++i) c.moe_layers[size_t(i)] = (i + 1) % step == 0;
+  if (const json* dense = f.get("mlp_only_layers")) {
+    if (!dense->is_array()) return f.illTyped("mlp_only_layers", *dense, "an array of layer indices");
+    for (size_t i = 0; i < dense->size(); ++i) {
+      const json& l = (*dense)[i];
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.num_layers)
+        return makeError("{}: field 'mlp_only_layers[{}]' is {}, expected a layer index below {}", name, i,
+                         l.dump(), c.num_layers);
+      c.moe_layers[size_t(l.get<int64_t>())] = false;
+    }
+  }
   return Status::success();
 }
 
@@ -253,20 +332,21 @@ Status parseGemma3(const HfFields& f, const std::string& name, ModelConfig& c) {
   return Status::success();
 }
 
-// transformers' rule: mistral and phi3 slide every layer by sliding_window
-// (null: none); qwen2 and qwen3 slide only with use_sliding_window, the
+// transformers' rule: mistral, mixtral and phi3 slide every layer by
+// sliding_window (null: none); qwen2, qwen3 and qwen3_moe slide only with use_sliding_window, the
 // layers layer_types marks "sliding_attention", or else those from
 // max_window_layers on; llama never slides.
 Status parseSlidingWindow(const HfFields& f, const std::string& name, ModelConfig& c) {
   if (c.architecture == "gemma3") return parseGemma3Layers(f, name, c);
-  if (c.architecture == "mistral" || c.architecture == "phi3") {
+  if (c.architecture == "mistral" || c.architecture == "phi3" || c.architecture == "mixtral") {
     KILN_ASSIGN(c.sliding_window, f.integer("sliding_window", 0));
     if (c.sliding_window < 0)
       return makeError("{}: field 'sliding_window' is {}, expected a positive window or null", name,
                        c.sliding_window);
     return Status::success();
   }
-  if (c.architecture != "qwen2" && c.architecture != "qwen3") return Status::success();
+  if (c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "qwen3_moe")
+    return Status::success();
   bool use_sw = false;
   KILN_ASSIGN(use_sw, f.boolean("use_sliding_window", false));
   int64_t window = 0;
@@ -325,7 +405,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     if (c.architecture.empty())
       return makeError("{}: architectures[0] '{}' is not supported; supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-                       "Gemma3ForCausalLM",
+                       "Gemma3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM",
                        name, printable(cls));
   }
 
@@ -361,12 +441,14 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   // projections have none whatever the config says (as in transformers).
   if (c.architecture == "qwen2") {
     c.attention_bias = true;
-  } else if (c.architecture != "mistral" && c.architecture != "phi3") {
+  } else if (c.architecture != "mistral" && c.architecture != "phi3" && c.architecture != "mixtral") {
     KILN_ASSIGN(c.attention_bias, f.boolean("attention_bias", false));
     c.output_bias = c.attention_bias;
   }
-  c.qk_norm = c.architecture == "qwen3";
+  c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
   c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";
+  KILN_RETURN_IF_ERROR(rejectUnimplementedMoe(f, name));
+  if (c.architecture == "mixtral" || c.architecture == "qwen3_moe") KILN_RETURN_IF_ERROR(parseMoe(f, name, c));
   bool mlp_bias = false;
   KILN_ASSIGN(mlp_bias, f.boolean("mlp_bias", false));
   if (mlp_bias)
@@ -486,6 +568,18 @@ Status ModelConfig::validate() const {
   if (!sliding_layers.empty() && int64_t(sliding_layers.size()) != num_layers)
     return makeError("{}: sliding_layers has {} entries, expected one per layer ({})", s, sliding_layers.size(),
                      num_layers);
+  if (num_experts < 0 || num_experts > 4096)
+    return makeError("{}: num_experts is {}, expected 0 (dense) up to 4096", s, num_experts);
+  if (num_experts > 0) {
+    if (experts_per_token < 1 || experts_per_token > num_experts)
+      return makeError("{}: experts_per_token (num_experts_per_tok) is {}, expected 1..{}", s, experts_per_token,
+                       num_experts);
+    if (moe_intermediate_size <= 0 || moe_intermediate_size > kMaxSize)
+      return makeError("{}: moe_intermediate_size is {}, expected a positive value", s, moe_intermediate_size);
+    if (!moe_layers.empty() && int64_t(moe_layers.size()) != num_layers)
+      return makeError("{}: moe_layers has {} entries, expected one per layer ({})", s, moe_layers.size(),
+                       num_layers);
+  }
   const RopeScaling& r = rope_scaling;
   if (r.kind != RopeScaling::Kind::kNone && !(r.factor > 0))
     return makeError("{}: rope_scaling factor is {}, expected a positive number", s, r.factor);
@@ -514,6 +608,11 @@ double ModelConfig::ropeThetaOf(int64_t layer) const {
 
 bool ModelConfig::ropeScaledAt(int64_t layer) const {
   return !(rope_local_theta > 0 && windowOf(layer) > 0);
+}
+
+bool ModelConfig::isMoeLayer(int64_t layer) const {
+  if (num_experts <= 0 || layer < 0 || layer >= num_layers) return false;
+  return moe_layers.empty() || moe_layers[size_t(layer)];
 }
 
 double ModelConfig::attentionScale() const {
@@ -547,10 +646,13 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
     return makeError("{}: general.architecture 'gemma3': kiln imports Gemma 3 from Hugging Face checkpoint "
                      "directories only, not from GGUF yet",
                      file.path());
-  if (!isSupportedArch(c.architecture))
-    return makeError("{}: general.architecture '{}' is not supported; supported: {}",
-                     file.path(), printable(c.architecture), kSupported);
+  // llama.cpp spells Qwen3-MoE qwen3moe; Mixtral is llama with experts.
   const std::string a = c.architecture + ".";
+  if (c.architecture == "qwen3moe") c.architecture = "qwen3_moe";
+  if (!isSupportedArch(c.architecture) || c.architecture == "mixtral")
+    return makeError("{}: general.architecture '{}' is not supported; supported: llama, mistral, qwen2, qwen3, "
+                     "phi3, qwen3moe",
+                     file.path(), printable(a.substr(0, a.size() - 1)));
   auto optInt = [&](const std::string& key, int64_t fallback) -> Result<int64_t> {
     if (file.find(key) == nullptr) return fallback;
     return file.getInt(key);
@@ -600,12 +702,21 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
   }
   // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 and qwen3 keep neox.
   // phi3 is neox as well.
-  const bool neox = c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3";
+  const bool neox = c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "qwen3_moe" ||
+                    c.architecture == "phi3";
   c.rope_style = neox ? RopeStyle::kHalf : RopeStyle::kInterleaved;
   c.tie_word_embeddings = file.findTensor("output.weight") == nullptr;
   c.attention_bias = file.findTensor("blk.0.attn_q.bias") != nullptr;
   c.output_bias = file.findTensor("blk.0.attn_output.bias") != nullptr;
-  c.qk_norm = c.architecture == "qwen3";
+  c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
+  // Experts, stacked [E, ...] per layer (ffn_gate_inp, ffn_{gate,up,down}_exps);
+  // llama.cpp renormalizes the top-k weights of both Mixtral and Qwen3-MoE.
+  KILN_ASSIGN(c.num_experts, optInt(a + "expert_count", 0));
+  if (c.num_experts > 0) {
+    KILN_ASSIGN(c.experts_per_token, file.getInt(a + "expert_used_count"));
+    KILN_ASSIGN(c.moe_intermediate_size, optInt(a + "expert_feed_forward_length", c.intermediate_size));
+    c.norm_topk_prob = true;
+  }
   // llama.cpp's phi3: fused attn_qkv, and ffn_up holds gate and up; its
   // long-context variants carry LongRoPE factors kiln does not implement.
   c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";

@@ -1,4 +1,5 @@
-// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3, phi3, gemma3), read
+// One description of a Llama-family decoder (llama, mistral, qwen2, qwen3, phi3, gemma3, and the
+// mixture-of-experts mixtral and qwen3_moe), read
 // from a Hugging Face config.json or from GGUF metadata, so the importer and
 // the runtime never look at either format's keys directly.
 #pragma once
@@ -42,7 +43,7 @@ enum class MlpActivation {
 };
 
 struct ModelConfig {
-  std::string architecture;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma3 (SmolLM uses llama)
+  std::string architecture;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma3 | mixtral | qwen3_moe (SmolLM uses llama)
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_layers = 0;
@@ -84,6 +85,18 @@ struct ModelConfig {
   double embedding_scale = 1.0;
   // Attention logits scale; 0: 1/sqrt(head_dim) (gemma3: query_pre_attn_scalar^-0.5).
   double attention_scale = 0.0;
+  // Mixture of experts (mixtral, qwen3_moe): num_experts > 0. An MoE
+  // layer's FFN sends each token to the experts_per_token experts of highest
+  // softmax router probability, each a SwiGLU MLP of moe_intermediate_size,
+  // and sums their outputs weighted by those probabilities (renormalized to
+  // sum 1 when norm_topk_prob). moe_layers marks the MoE layers (empty: all
+  // of them); the others have the dense MLP of intermediate_size
+  // (Qwen3-MoE's mlp_only_layers and decoder_sparse_step).
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  std::vector<bool> moe_layers;
   // Storage type of the big weights (BF16 for a bf16 checkpoint, Q4_1 for a
   // Q4_1 GGUF); a hint for buffer planning, individual tensors may differ.
   ElementType weight_dtype = ElementType::F32;
@@ -101,6 +114,8 @@ struct ModelConfig {
   bool ropeScaledAt(int64_t layer) const;
   // The attention logits scale (attention_scale, or 1/sqrt(head_dim)).
   double attentionScale() const;
+  // Whether `layer`'s FFN is a mixture of experts.
+  bool isMoeLayer(int64_t layer) const;
 };
 
 std::string_view ropeStyleName(RopeStyle style);             // "half" | "interleaved"

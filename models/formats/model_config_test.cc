@@ -308,6 +308,84 @@ TEST(ModelConfigBadInputTest, UnimplementedFieldsAreRejected) {
             "c.json: field 'sliding_window' is -4, expected a positive window or null");
 }
 
+// Mixtral: num_local_experts of intermediate_size on every layer, the top
+// two renormalized, the window on every layer as Mistral's; transformers'
+// defaults (8 experts, 2 a token) when the config leaves them out.
+TEST(ModelConfigTest, Mixtral) {
+  const std::string mixtral = R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "vocab_size": 100, "sliding_window": 7, "router_jitter_noise": 0.1, "output_router_logits": true)";
+  auto c = parseHfConfigText(mixtral + R"(, "num_local_experts": 4, "num_experts_per_tok": 3})", "m.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "mixtral");
+  EXPECT_EQ(c->num_experts, 4);
+  EXPECT_EQ(c->experts_per_token, 3);
+  EXPECT_EQ(c->moe_intermediate_size, 96);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->sliding_window, 7);
+  EXPECT_FALSE(c->qk_norm);
+  for (int64_t l = 0; l < 3; ++l) EXPECT_TRUE(c->isMoeLayer(l));
+  EXPECT_FALSE(c->isMoeLayer(3));
+  auto defaults = parseHfConfigText(mixtral + "}", "m.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.error().message;
+  EXPECT_EQ(defaults->num_experts, 8);
+  EXPECT_EQ(defaults->experts_per_token, 2);
+}
+
+// Qwen3-MoE: moe_intermediate_size experts, norm_topk_prob (default false),
+// and layer i sparse when (i + 1) % decoder_sparse_step == 0 and i is not
+// in mlp_only_layers; q/k norm as Qwen3.
+TEST(ModelConfigTest, Qwen3Moe) {
+  const std::string qwen = R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 100,
+      "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 24)";
+  auto c = parseHfConfigText(qwen + R"(, "decoder_sparse_step": 2, "mlp_only_layers": [3]})", "q.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "qwen3_moe");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->num_experts, 16);
+  EXPECT_EQ(c->experts_per_token, 4);
+  EXPECT_EQ(c->moe_intermediate_size, 24);
+  EXPECT_FALSE(c->norm_topk_prob);
+  std::vector<bool> moe;
+  for (int64_t l = 0; l < 6; ++l) moe.push_back(c->isMoeLayer(l));
+  EXPECT_EQ(moe, (std::vector<bool>{false, true, false, false, false, true}));
+  auto normed = parseHfConfigText(qwen + R"(, "norm_topk_prob": true})", "q.json");
+  ASSERT_TRUE(normed.ok()) << normed.error().message;
+  EXPECT_TRUE(normed->norm_topk_prob);
+  for (int64_t l = 0; l < 6; ++l) EXPECT_TRUE(normed->isMoeLayer(l));
+}
+
+// Other MoE families' features change what inference computes: each is
+// refused by name, and accepted where it says "off".
+TEST(ModelConfigBadInputTest, UnimplementedMoeFieldsAreRejected) {
+  const std::string qwen = R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "num_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 32, )";
+  EXPECT_EQ(parseError(qwen + R"("shared_expert_intermediate_size": 64})"),
+            "c.json: field 'shared_expert_intermediate_size' is 64, which kiln does not implement (it runs 0 (no "
+            "shared expert) only)");
+  EXPECT_EQ(parseError(qwen + R"("n_shared_experts": 1})"),
+            "c.json: field 'n_shared_experts' is 1, which kiln does not implement (it runs 0 (no shared expert) only)");
+  EXPECT_EQ(parseError(qwen + R"("scoring_func": "sigmoid"})"),
+            "c.json: field 'scoring_func' is \"sigmoid\", which kiln does not implement (it runs 'softmax' only)");
+  EXPECT_EQ(parseError(qwen + R"("topk_method": "noaux_tc"})"),
+            "c.json: field 'topk_method' is \"noaux_tc\", which kiln does not implement (it runs 'greedy' only)");
+  EXPECT_EQ(parseError(qwen + R"("routed_scaling_factor": 2.5})"),
+            "c.json: field 'routed_scaling_factor' is 2.5, which kiln does not implement (it runs 1 only)");
+  EXPECT_EQ(parseError(qwen + R"("n_group": 8, "topk_group": 4})"),
+            "c.json: field 'n_group' is 8, which kiln does not implement (it runs 1 (ungrouped routing) only)");
+  EXPECT_EQ(parseError(qwen + R"("first_k_dense_replace": 1})"),
+            "c.json: field 'first_k_dense_replace' is 1, which kiln does not implement (it runs 0 only)");
+  EXPECT_EQ(parseError(qwen + R"("shared_expert_intermediate_size": 0, "scoring_func": "softmax"})"), "<parsed>");
+  EXPECT_EQ(parseError(qwen + R"("num_experts_per_tok": 9})"),
+            "c.json: experts_per_token (num_experts_per_tok) is 9, expected 1..8");
+  EXPECT_EQ(parseError(qwen + R"("mlp_only_layers": [2]})"),
+            "c.json: field 'mlp_only_layers[0]' is 2, expected a layer index below 2");
+  EXPECT_EQ(parseError(qwen + R"("decoder_sparse_step": 0})"),
+            "c.json: field 'decoder_sparse_step' is 0, expected a positive period");
+}
+
 TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
   EXPECT_EQ(parseError(R"({"model_type": "llama"})"),
             "c.json: missing field 'hidden_size' (expected an integer)");
@@ -337,13 +415,18 @@ TEST(ModelConfigBadInputTest, MissingAndIllTypedFields) {
 
 TEST(ModelConfigBadInputTest, UnsupportedArchitecture) {
   EXPECT_EQ(parseError(R"({"model_type": "gpt2"})"),
-            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text");
+            "c.json: model_type 'gpt2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, "
+            "mixtral, qwen3_moe");
   EXPECT_EQ(parseError(R"({"architectures": ["GPT2LMHeadModel"]})"),
             "c.json: architectures[0] 'GPT2LMHeadModel' is not supported; supported: "
             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, "
-            "Gemma3ForCausalLM");
+            "Gemma3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM");
   EXPECT_EQ(parseError("{}"),
-            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3, phi3, gemma3_text)");
+            "c.json: missing field 'model_type' (expected a string: llama, mistral, qwen2, qwen3, phi3, gemma3_text, "
+            "mixtral, qwen3_moe)");
+  EXPECT_EQ(parseError(R"({"model_type": "qwen2_moe"})"),
+            "c.json: model_type 'qwen2_moe' is not supported; supported: llama, mistral, qwen2, qwen3, phi3, "
+            "gemma3_text, mixtral, qwen3_moe");
   EXPECT_EQ(parseError(llamaJson(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
             "c.json: field 'rope_scaling.rope_type' is 'yarn', supported: default, linear, llama3");
   EXPECT_EQ(parseError(llamaJson(R"("hidden_act": "gelu")")),
@@ -371,7 +454,7 @@ TEST(ModelConfigBadInputTest, Validate) {
   c.architecture = "gemma2";
   EXPECT_EQ(c.validate().error().message,
             "model config: architecture 'gemma2' is not supported; supported: llama, mistral, qwen2, qwen3, phi3, "
-            "gemma3_text");
+            "gemma3_text, mixtral, qwen3_moe");
 }
 
 TEST(ModelConfigTest, MissingFile) {
@@ -450,6 +533,37 @@ TEST(ModelConfigTest, Qwen3FromGgufMetadata) {
   EXPECT_EQ(c->rope_theta, 1000000.0);
 }
 
+// llama.cpp's qwen3moe: expert_count and expert_used_count, the experts'
+// own feed_forward length; its top-k weights are always renormalized.
+TEST(ModelConfigTest, Qwen3MoeFromGgufMetadata) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "qwen3moe")
+      .addUInt32("qwen3moe.block_count", 2)
+      .addUInt32("qwen3moe.context_length", 512)
+      .addUInt32("qwen3moe.embedding_length", 64)
+      .addUInt32("qwen3moe.feed_forward_length", 96)
+      .addUInt32("qwen3moe.expert_feed_forward_length", 24)
+      .addUInt32("qwen3moe.expert_count", 8)
+      .addUInt32("qwen3moe.expert_used_count", 2)
+      .addUInt32("qwen3moe.attention.head_count", 4)
+      .addUInt32("qwen3moe.attention.head_count_kv", 2)
+      .addFloat32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+  w.addTensorFilled("token_embd.weight", {50, 64}, ElementType::F32);
+  std::vector<uint8_t> bytes = w.serialize();
+  auto f = GgufFile::openBuffer(bytes, "q.gguf");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto c = configFromGguf(*f);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "qwen3_moe");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalf);
+  EXPECT_EQ(c->num_experts, 8);
+  EXPECT_EQ(c->experts_per_token, 2);
+  EXPECT_EQ(c->moe_intermediate_size, 24);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_TRUE(c->isMoeLayer(1));
+}
+
 // llama.cpp's phi3: fused attn_qkv and ffn_up (gate and up), neox rope,
 // the window from attention.sliding_window; LongRoPE factor tensors refused.
 TEST(ModelConfigTest, Phi3FromGgufMetadata) {
@@ -489,7 +603,7 @@ TEST(ModelConfigBadInputTest, FromGgufMetadata) {
   std::vector<uint8_t> bytes = w.serialize();
   EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
             "t.gguf: general.architecture 'gpt2' is not supported; supported: llama, mistral, "
-            "qwen2, qwen3, phi3, gemma3_text");
+            "qwen2, qwen3, phi3, qwen3moe");
   testing::GgufWriter m;
   m.addString("general.architecture", "llama").addString("llama.block_count", "2");
   bytes = m.serialize();

@@ -15,7 +15,12 @@ constexpr WeightRole kPerLayerRoles[] = {
     WeightRole::kO,        WeightRole::kQBias, WeightRole::kKBias, WeightRole::kVBias,
     WeightRole::kOBias,    WeightRole::kQNorm, WeightRole::kKNorm, WeightRole::kQkv,
     WeightRole::kFfnNorm,  WeightRole::kGate,  WeightRole::kUp,    WeightRole::kGateUp,
-    WeightRole::kDown,     WeightRole::kAttnPostNorm, WeightRole::kFfnPostNorm};
+    WeightRole::kDown,     WeightRole::kAttnPostNorm, WeightRole::kFfnPostNorm,
+    WeightRole::kRouter,   WeightRole::kExpertGate,   WeightRole::kExpertUp,    WeightRole::kExpertDown};
+
+bool isExpertRole(WeightRole role) {
+  return role == WeightRole::kExpertGate || role == WeightRole::kExpertUp || role == WeightRole::kExpertDown;
+}
 
 // GGUF and HF tensor names per role, without the layer prefix.
 struct RoleNames {
@@ -46,6 +51,11 @@ RoleNames roleNames(WeightRole role) {
     case WeightRole::kDown: return {"ffn_down.weight", "mlp.down_proj.weight"};
     case WeightRole::kAttnPostNorm: return {"post_attention_norm.weight", "post_attention_layernorm.weight"};
     case WeightRole::kFfnPostNorm: return {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"};
+    // HF names for Qwen3-MoE; Mixtral's are block_sparse_moe's (formatName).
+    case WeightRole::kRouter: return {"ffn_gate_inp.weight", "mlp.gate.weight"};
+    case WeightRole::kExpertGate: return {"ffn_gate_exps.weight", "mlp.experts.{}.gate_proj.weight"};
+    case WeightRole::kExpertUp: return {"ffn_up_exps.weight", "mlp.experts.{}.up_proj.weight"};
+    case WeightRole::kExpertDown: return {"ffn_down_exps.weight", "mlp.experts.{}.down_proj.weight"};
     case WeightRole::kFinalNorm: return {"output_norm.weight", "model.norm.weight"};
     case WeightRole::kLmHead: return {"output.weight", "lm_head.weight"};
   }
@@ -76,6 +86,10 @@ std::string_view weightRoleName(WeightRole role) {
     case WeightRole::kDown: return "ffn_down";
     case WeightRole::kAttnPostNorm: return "attn_post_norm";
     case WeightRole::kFfnPostNorm: return "ffn_post_norm";
+    case WeightRole::kRouter: return "ffn_router";
+    case WeightRole::kExpertGate: return "ffn_expert_gate";
+    case WeightRole::kExpertUp: return "ffn_expert_up";
+    case WeightRole::kExpertDown: return "ffn_expert_down";
     case WeightRole::kFinalNorm: return "final_norm";
     case WeightRole::kLmHead: return "lm_head";
   }
@@ -142,11 +156,28 @@ std::string ModelSource::formatName(WeightRole role, int layer) const {
   RoleNames names = roleNames(role);
   // Gemma's post_attention_layernorm normalizes the attention output; its FFN input norm has a name of its own.
   if (role == WeightRole::kFfnNorm && config_.sandwich_norms) names.hf = "pre_feedforward_layernorm.weight";
+  if (config_.architecture == "mixtral") {  // MixtralSparseMoeBlock: w1 gate, w3 up, w2 down
+    if (role == WeightRole::kRouter) names.hf = "block_sparse_moe.gate.weight";
+    if (role == WeightRole::kExpertGate) names.hf = "block_sparse_moe.experts.{}.w1.weight";
+    if (role == WeightRole::kExpertUp) names.hf = "block_sparse_moe.experts.{}.w3.weight";
+    if (role == WeightRole::kExpertDown) names.hf = "block_sparse_moe.experts.{}.w2.weight";
+  }
   if (format_ == Format::kGguf)
     return isPerLayer(role) ? fmt::format("blk.{}.{}", layer, names.gguf)
                             : std::string(names.gguf);
   return isPerLayer(role) ? fmt::format("model.layers.{}.{}", layer, names.hf)
                           : std::string(names.hf);
+}
+
+std::string ModelSource::expertWeightName(WeightRole role, int layer, int expert) const {
+  return fmt::format(fmt::runtime(formatName(role, layer)), expert);
+}
+
+std::vector<std::string> ModelSource::layerTensorNames(WeightRole role, int layer) const {
+  if (!isExpertRole(role) || expertsStacked()) return {formatName(role, layer)};
+  std::vector<std::string> names;
+  for (int e = 0; e < config_.num_experts; ++e) names.push_back(expertWeightName(role, layer, e));
+  return names;
 }
 
 std::string ModelSource::weightName(WeightRole role, int layer) const {
@@ -188,13 +219,20 @@ std::vector<int64_t> ModelSource::expectedShape(WeightRole role) const {
     case WeightRole::kGate:
     case WeightRole::kUp: return {c.intermediate_size, c.hidden_size};
     case WeightRole::kDown: return {c.hidden_size, c.intermediate_size};
+    case WeightRole::kRouter: return {c.num_experts, c.hidden_size};
+    case WeightRole::kExpertGate:
+    case WeightRole::kExpertUp:
+      if (expertsStacked()) return {c.num_experts, c.moe_intermediate_size, c.hidden_size};
+      return {c.moe_intermediate_size, c.hidden_size};
+    case WeightRole::kExpertDown:
+      if (expertsStacked()) return {c.num_experts, c.hidden_size, c.moe_intermediate_size};
+      return {c.hidden_size, c.moe_intermediate_size};
   }
   return {};
 }
 
 Status ModelSource::checkWeights() const {
-  auto check = [&](WeightRole role, int layer) -> Status {
-    std::string name = weightName(role, layer);
+  auto check = [&](WeightRole role, int layer, std::string name) -> Status {
     const TensorInfo* t = findTensor(name);
     std::vector<int64_t> expected = expectedShape(role);
     if (t == nullptr)
@@ -212,17 +250,19 @@ Status ModelSource::checkWeights() const {
   };
   for (WeightRole role :
        {WeightRole::kTokenEmbedding, WeightRole::kFinalNorm, WeightRole::kLmHead})
-    KILN_RETURN_IF_ERROR(check(role, 0));
+    KILN_RETURN_IF_ERROR(check(role, 0, weightName(role, 0)));
   for (int layer = 0; layer < config_.num_layers; ++layer) {
     for (WeightRole role : kPerLayerRoles) {
-      if (!usesRole(role)) continue;
-      KILN_RETURN_IF_ERROR(check(role, layer));
+      if (!usesRole(role, layer)) continue;
+      for (const std::string& name : layerTensorNames(role, layer))
+        KILN_RETURN_IF_ERROR(check(role, layer, name));
     }
   }
   return checkNoUnusedLayerTensors();
 }
 
-bool ModelSource::usesRole(WeightRole role) const {
+bool ModelSource::usesRole(WeightRole role, int layer) const {
+  const bool moe = config_.isMoeLayer(layer);
   switch (role) {
     case WeightRole::kQBias:
     case WeightRole::kKBias:
@@ -235,8 +275,13 @@ bool ModelSource::usesRole(WeightRole role) const {
     case WeightRole::kV: return !config_.fused_qkv;
     case WeightRole::kQkv: return config_.fused_qkv;
     case WeightRole::kGate:
-    case WeightRole::kUp: return !config_.fused_gate_up;
-    case WeightRole::kGateUp: return config_.fused_gate_up;
+    case WeightRole::kUp: return !config_.fused_gate_up && !moe;
+    case WeightRole::kGateUp: return config_.fused_gate_up && !moe;
+    case WeightRole::kDown: return !moe;
+    case WeightRole::kRouter:
+    case WeightRole::kExpertGate:
+    case WeightRole::kExpertUp:
+    case WeightRole::kExpertDown: return moe;
     case WeightRole::kAttnPostNorm:
     case WeightRole::kFfnPostNorm: return config_.sandwich_norms;
     default: return true;
@@ -251,7 +296,8 @@ Status ModelSource::checkNoUnusedLayerTensors() const {
   std::set<std::string> used;
   for (int layer = 0; layer < config_.num_layers; ++layer)
     for (WeightRole role : kPerLayerRoles)
-      if (usesRole(role)) used.insert(formatName(role, layer));
+      if (usesRole(role, layer))
+        for (std::string& name : layerTensorNames(role, layer)) used.insert(std::move(name));
   for (const TensorInfo& t : tensors()) {
     const std::string& name = t.name;
     if (name.compare(0, prefix.size(), prefix) != 0 || used.count(name)) continue;

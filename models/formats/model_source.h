@@ -34,6 +34,12 @@ namespace kiln::formats {
 //   kAttnPostNorm, kFfnPostNorm [H]  (sandwich_norms only: gemma3's norms of the
 //                         attention and MLP outputs; kFfnNorm is then its
 //                         pre_feedforward_layernorm)
+//   kRouter [E, H]        (MoE layers: the router, E = num_experts; in place of
+//                         kGate, kUp, kDown)
+//   kExpertGate, kExpertUp [F', H], kExpertDown [H, F'] per expert, F' =
+//                         moe_intermediate_size (HF: one tensor per expert,
+//                         expertWeightName); GGUF stacks them [E, F', H] and
+//                         [E, H, F'] under one name (expertsStacked)
 enum class WeightRole {
   kTokenEmbedding,
   kAttnNorm,
@@ -55,6 +61,10 @@ enum class WeightRole {
   kDown,
   kAttnPostNorm,
   kFfnPostNorm,
+  kRouter,
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,
   kFinalNorm,
   kLmHead,
 };
@@ -95,14 +105,21 @@ class ModelSource {
   std::string weightName(WeightRole role, int layer = 0) const;
   // The tensor for `role`, or nullptr if absent.
   const TensorInfo* weight(WeightRole role, int layer = 0) const;
+  // True when a layer's experts are one [E, ...] tensor per role (GGUF's
+  // ffn_*_exps), false when each expert has its own (HF's experts.{e}.*).
+  bool expertsStacked() const { return format_ == Format::kGguf; }
+  // HF: the tensor of `expert`'s kExpertGate/Up/Down in `layer`, e.g.
+  // "model.layers.3.block_sparse_moe.experts.5.w1.weight".
+  std::string expertWeightName(WeightRole role, int layer, int expert) const;
   // Every weight the config needs exists with its expected shape; the error
   // names the tensor, its actual shape and the expected one. A per-layer
   // tensor the config does not use (attention sinks, a q_norm in a config
   // without qk_norm, ...) is refused by name: running without it would be
   // running another model.
   Status checkWeights() const;
-  // True when `role` is part of this config's graph (biases, norms).
-  bool usesRole(WeightRole role) const;
+  // True when `role` is part of this config's graph (biases, norms) in
+  // `layer` (MoE layers have a router and experts, the others an MLP).
+  bool usesRole(WeightRole role, int layer = 0) const;
   // The bytes of a weight (kWithData only).
   Result<std::span<const uint8_t>> weightData(WeightRole role, int layer = 0) const;
   Result<std::span<const uint8_t>> tensorData(const TensorInfo& tensor) const;
@@ -113,6 +130,8 @@ class ModelSource {
  private:
   ModelSource() = default;
   std::string formatName(WeightRole role, int layer) const;
+  // The per-layer tensor names `role` has in `layer`: one, or one per expert.
+  std::vector<std::string> layerTensorNames(WeightRole role, int layer) const;
   Status checkNoUnusedLayerTensors() const;
 
   std::string path_;

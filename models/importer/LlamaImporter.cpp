@@ -14,6 +14,11 @@
 //   x     = x + linear(silu(linear(h2, Wg)) · linear(h2, Wu), Wd),  h2 = rms_norm(x)
 //           (phi3: gate, up = split(linear(h2, Wgate_up)))
 //
+// Mixture of experts (mixtral, qwen3_moe), in the MoE layers:
+//   (w, e) = moe_router(linear(h2, Wrouter))        softmax, top-k [S, k] (+ renormalized)
+//   x      = x + moe_ffn(h2, w, e, Wg, Wu, Wd)      Wg/Wu [E, F', H], Wd [E, H, F']
+//           (HF's per-expert tensors stacked at import, GGUF's as stored)
+//
 // Gemma 3 (gemma3): x = embed(tokens) · sqrt(hidden) first; every norm
 // weight is weight_offset(w, 1) (its 1 + w, made in f32 at load);
 // q·kᵀ is scaled by query_pre_attn_scalar^-1/2; sliding layers rotate with
@@ -92,6 +97,9 @@ class LlamaBuilder {
   RankedTensorType act(llvm::ArrayRef<int64_t> shape) { return tensor(shape, act_); }
 
   Value weight(WeightRole role, int layer);
+  Value namedWeight(const std::string& name, WeightRole role);
+  Value expertWeights(WeightRole role, int layer);
+  Value moe(Value h, int layer);
   Value normWeight(WeightRole role, int layer);
   Value rmsNorm(Value x, WeightRole role, int layer, const std::string& name);
   Value linear(Value input, WeightRole weightRole, std::optional<WeightRole> bias,
@@ -112,8 +120,11 @@ class LlamaBuilder {
 };
 
 Value LlamaBuilder::weight(WeightRole role, int layer) {
-  std::string name = source_.weightName(role, layer);
-  const TensorInfo* info = source_.weight(role, layer);
+  return namedWeight(source_.weightName(role, layer), role);
+}
+
+Value LlamaBuilder::namedWeight(const std::string& name, WeightRole role) {
+  const TensorInfo* info = source_.findTensor(name);
   Location location = loc(name);
   if (!info) {
     emitError(location) << source_.path() << ": tensor '" << name
@@ -313,6 +324,40 @@ Value LlamaBuilder::mlp(Value h, int layer) {
                 config_.hidden_size, prefix + "down_proj");
 }
 
+// A layer's experts of `role` as one [E, ...] tensor: GGUF's as stored,
+// HF's per-expert tensors stacked (made once at load).
+Value LlamaBuilder::expertWeights(WeightRole role, int layer) {
+  if (source_.expertsStacked()) return weight(role, layer);
+  llvm::SmallVector<Value> experts;
+  for (int e = 0; e < config_.num_experts; ++e) {
+    Value w = namedWeight(source_.expertWeightName(role, layer, e), role);
+    if (!w) return {};
+    experts.push_back(w);
+  }
+  auto one = cast<RankedTensorType>(experts.front().getType());
+  llvm::SmallVector<int64_t> shape = {config_.num_experts};
+  llvm::append_range(shape, one.getShape());
+  return builder_.create<xfmr::StackOp>(
+      loc("layer" + std::to_string(layer) + "." + std::string(formats::weightRoleName(role)) + "s"),
+      tensor(shape, one.getElementType()), experts);
+}
+
+Value LlamaBuilder::moe(Value h, int layer) {
+  const std::string prefix = "layer" + std::to_string(layer) + ".";
+  const int64_t k = config_.experts_per_token;
+  Value logits = linear(h, WeightRole::kRouter, std::nullopt, layer, config_.num_experts,
+                        prefix + "router");
+  Value gate = expertWeights(WeightRole::kExpertGate, layer);
+  Value up = expertWeights(WeightRole::kExpertUp, layer);
+  Value down = expertWeights(WeightRole::kExpertDown, layer);
+  if (!logits || !gate || !up || !down) return {};
+  auto route = builder_.create<xfmr::MoeRouterOp>(
+      loc(prefix + "route"), TypeRange{act({kDynamic, k}), tensor({kDynamic, k}, builder_.getI32Type())},
+      logits, builder_.getI64IntegerAttr(k), builder_.getBoolAttr(config_.norm_topk_prob));
+  return builder_.create<xfmr::MoeFfnOp>(loc(prefix + "experts"), act({kDynamic, config_.hidden_size}), h,
+                                         route.getWeights(), route.getExperts(), gate, up, down);
+}
+
 DictionaryAttr LlamaBuilder::configAttr() {
   auto i = [&](int64_t v) { return builder_.getI64IntegerAttr(v); };
   auto f = [&](double v) { return builder_.getF64FloatAttr(v); };
@@ -353,6 +398,16 @@ DictionaryAttr LlamaBuilder::configAttr() {
     for (size_t l = 0; l < config_.sliding_layers.size(); ++l)
       if (config_.sliding_layers[l]) layers.push_back(int64_t(l));
     entries.push_back(builder_.getNamedAttr("sliding_layers", builder_.getDenseI64ArrayAttr(layers)));
+  }
+  if (config_.num_experts > 0) {  // mixtral, qwen3_moe
+    entries.push_back(builder_.getNamedAttr("num_experts", i(config_.num_experts)));
+    entries.push_back(builder_.getNamedAttr("experts_per_token", i(config_.experts_per_token)));
+    entries.push_back(builder_.getNamedAttr("moe_intermediate_size", i(config_.moe_intermediate_size)));
+    entries.push_back(builder_.getNamedAttr("norm_topk_prob", builder_.getBoolAttr(config_.norm_topk_prob)));
+    llvm::SmallVector<int64_t> moeLayers;
+    for (int64_t l = 0; l < config_.num_layers; ++l)
+      if (config_.isMoeLayer(l)) moeLayers.push_back(l);
+    entries.push_back(builder_.getNamedAttr("moe_layers", builder_.getDenseI64ArrayAttr(moeLayers)));
   }
   if (config_.sandwich_norms) {  // gemma3 (absent for the others, whose plans stay as they were)
     entries.push_back(builder_.getNamedAttr(
@@ -429,7 +484,7 @@ OwningOpRef<ModuleOp> LlamaBuilder::build() {
     x = builder_.create<xfmr::AddOp>(loc(prefix + "attn_residual"), x, attn);
     Value h2 = rmsNorm(x, WeightRole::kFfnNorm, l, prefix + "ffn_norm");
     if (!h2) return nullptr;
-    Value down = mlp(h2, l);
+    Value down = config_.isMoeLayer(l) ? moe(h2, l) : mlp(h2, l);
     if (down && config_.sandwich_norms)
       down = rmsNorm(down, WeightRole::kFfnPostNorm, l, prefix + "ffn_post_norm");
     if (!down) return nullptr;

@@ -437,6 +437,8 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kSilu:
     case StepKind::kSplit: return {"v"};
     case StepKind::kGatherLastTokens: return {"vi"};
+    case StepKind::kMoeRouter: return {"v", "vw"};  // logits, or (h, Wrouter)
+    case StepKind::kMoeFfn: return {"vvvwww"};
     case StepKind::kTreePositions: return {"iii"};
     case StepKind::kTreeMask: return {"ii"};
     case StepKind::kAccept: return {"viii", "viiii"};  // (, draft_probs)
@@ -516,7 +518,7 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   size_t min_results = 1, max_results = 1;
   if (step.kind == StepKind::kResidualRmsNorm) max_results = 2;
   if (step.kind == StepKind::kSplit) max_results = SIZE_MAX;
-  if (step.kind == StepKind::kAccept) min_results = max_results = 2;
+  if (step.kind == StepKind::kAccept || step.kind == StepKind::kMoeRouter) min_results = max_results = 2;
   if (results->size() < min_results || results->size() > max_results)
     return r.error(path + ".results",
                    fmt::format("{} gives {} result{}, got {}", *kind,

@@ -253,7 +253,8 @@ TEST(ManifestTest, UnknownStepKindListsTheSupportedOnes) {
   EXPECT_EQ(parseError(m),
             "manifest.json: entries.forward.steps[0].kind: unknown step kind 'conv2d' (supported: "
             "embedding, rms_norm, residual_rms_norm, gemm, rope_kv_append, paged_attention, "
-            "silu_mul, add, mul, silu, split, gather_last_tokens, tree_positions, tree_mask, accept)");
+            "silu_mul, add, mul, silu, split, gather_last_tokens, moe_router, moe_ffn, tree_positions, tree_mask, "
+            "accept)");
 }
 
 TEST(ManifestTest, WrongArgumentKinds) {

@@ -35,6 +35,9 @@ inline constexpr char kSlidingWindow[] = "sliding_window";
 inline constexpr char kQkNorm[] = "qk_norm";
 inline constexpr char kQkNormEpsilon[] = "qk_norm_epsilon";
 inline constexpr char kActivation[] = "activation";
+inline constexpr char kExperts[] = "experts";
+inline constexpr char kTopK[] = "top_k";
+inline constexpr char kNormalize[] = "normalize";
 
 // Rotary embedding.
 inline constexpr char kRopeTheta[] = "rope_theta";

@@ -33,6 +33,8 @@ constexpr KindName kKindNames[] = {
     {StepKind::kSilu, "silu"},
     {StepKind::kSplit, "split"},
     {StepKind::kGatherLastTokens, "gather_last_tokens"},
+    {StepKind::kMoeRouter, "moe_router"},
+    {StepKind::kMoeFfn, "moe_ffn"},
     {StepKind::kTreePositions, "tree_positions"},
     {StepKind::kTreeMask, "tree_mask"},
     {StepKind::kAccept, "accept"},
@@ -166,6 +168,18 @@ void visitFields(P& p, V&& v) {
   } else if constexpr (std::is_same_v<S, GatherLastTokensParams>) {
     v(key::kHidden, p.hidden, R, Rule::kPositive);
     v(key::kType, p.type, O, Rule::kActivationType);
+  } else if constexpr (std::is_same_v<S, MoeRouterParams>) {
+    v(key::kExperts, p.experts, R, Rule::kPositive);
+    v(key::kTopK, p.top_k, R, Rule::kPositive);
+    v(key::kNormalize, p.normalize, R, Rule::kAny);
+    v(key::kHidden, p.hidden, O, Rule::kAny);
+    v(key::kWeightType, p.weight_type, O, Rule::kAny);
+  } else if constexpr (std::is_same_v<S, MoeFfnParams>) {
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kFfn, p.ffn, R, Rule::kPositive);
+    v(key::kExperts, p.experts, R, Rule::kPositive);
+    v(key::kTopK, p.top_k, R, Rule::kPositive);
+    v(key::kWeightType, p.weight_type, R, Rule::kElementType);
   } else if constexpr (std::is_same_v<S, TreePositionsParams> || std::is_same_v<S, TreeMaskParams>) {
   } else if constexpr (std::is_same_v<S, AcceptParams>) {
     v(key::kMode, p.mode, R, Rule::kAny);
@@ -331,6 +345,21 @@ Status checkKind(const RangeCheck& c, const PagedAttentionParams& p) {
   return {};
 }
 
+Status checkKind(const RangeCheck& c, const MoeRouterParams& p) {
+  if (p.top_k > p.experts) return c.fail(key::kTopK, "is {}, more than the {} experts", p.top_k, p.experts);
+  if (p.hidden < 0) return c.fail(key::kHidden, "expected a positive size (absent: logits given), got {}", p.hidden);
+  if ((p.hidden > 0) != !p.weight_type.empty())
+    return c.fail(key::kWeightType, "is '{}' with hidden {}: the router weight's type comes with it", p.weight_type,
+                  p.hidden);
+  if (!p.weight_type.empty()) return c.rule(key::kWeightType, p.weight_type, Rule::kElementType);
+  return {};
+}
+
+Status checkKind(const RangeCheck& c, const MoeFfnParams& p) {
+  if (p.top_k > p.experts) return c.fail(key::kTopK, "is {}, more than the {} experts", p.top_k, p.experts);
+  return {};
+}
+
 Status checkKind(const RangeCheck& c, const AcceptParams& p) {
   return c.oneOf(key::kMode, p.mode, {"greedy", "rejection"});
 }
@@ -369,6 +398,8 @@ Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const 
     case StepKind::kSilu: return parseAs<ElementwiseParams>(kind, values, path);
     case StepKind::kSplit: return parseAs<SplitParams>(kind, values, path);
     case StepKind::kGatherLastTokens: return parseAs<GatherLastTokensParams>(kind, values, path);
+    case StepKind::kMoeRouter: return parseAs<MoeRouterParams>(kind, values, path);
+    case StepKind::kMoeFfn: return parseAs<MoeFfnParams>(kind, values, path);
     case StepKind::kTreePositions: return parseAs<TreePositionsParams>(kind, values, path);
     case StepKind::kTreeMask: return parseAs<TreeMaskParams>(kind, values, path);
     case StepKind::kAccept: return parseAs<AcceptParams>(kind, values, path);

@@ -34,6 +34,9 @@ enum class StepKind {
   kSilu,
   kSplit,
   kGatherLastTokens,
+  // Mixture of experts: routing (softmax, top-k) and the routed SwiGLU experts.
+  kMoeRouter,
+  kMoeFfn,
   // Speculative verify (xfmr-expand-spec-verify): host-side index work and
   // the acceptance walk, run by the executors beside the kernels.
   kTreePositions,
@@ -136,6 +139,25 @@ struct GatherLastTokensParams {
   std::string type;
 };
 
+// moe_router: (h [rows, hidden], Wrouter [experts, hidden]) or, when hidden
+// is 0, (router logits [rows, experts]) -> weights [rows, top_k] and expert
+// ids [rows, top_k] i32: each row's softmax over the experts (in f32), its
+// top_k largest, largest first, divided by their sum when `normalize`.
+struct MoeRouterParams {
+  int64_t experts = 0, top_k = 0;
+  bool normalize = false;
+  int64_t hidden = 0;       // > 0: the router GEMM runs inside the step
+  std::string weight_type;  // Wrouter's element type when hidden > 0
+};
+
+// moe_ffn: (x [rows, hidden], weights, expert ids [rows, top_k], gate, up
+// [experts, ffn, hidden], down [experts, hidden, ffn]) -> y [rows, hidden]
+// = Σ_k weights[t, k] · down[e] (silu(gate[e] x[t]) ⊙ up[e] x[t]), e = ids[t, k].
+struct MoeFfnParams {
+  int64_t hidden = 0, ffn = 0, experts = 0, top_k = 0;
+  std::string weight_type;
+};
+
 // tree_positions: positions [N] i32 = base_positions[b] + depth(node), from
 // parents [N] (local node indices, -1 for each tree's root), base_positions
 // [B] and query_start [B+1]. tree_mask: [N, nodes] i8, row i marks node i
@@ -154,7 +176,7 @@ struct AcceptParams {
 using StepParams = std::variant<EmbeddingParams, RmsNormParams, ResidualRmsNormParams, GemmParams,
                                 RopeKvAppendParams, PagedAttentionParams, SiluMulParams,
                                 ElementwiseParams, SplitParams, GatherLastTokensParams,
-                                TreePositionsParams, TreeMaskParams, AcceptParams>;
+                                MoeRouterParams, MoeFfnParams, TreePositionsParams, TreeMaskParams, AcceptParams>;
 
 // A param as the manifest and the IR carry it: integers, numbers, booleans,
 // strings and integer lists (split sizes).

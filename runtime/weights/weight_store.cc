@@ -251,12 +251,15 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
         if (ib.format_type != *type)
           return makeError("{}: concat_rows input {} '{}' has type {}, expected {}", where,
                            input, in->name, in->type, mw.type);
-        if (ib.shape.empty() ||
-            !std::equal(ib.shape.begin() + 1, ib.shape.end(), inner.begin(), inner.end()))
+        // An input of the row shape itself is one row (an expert stacked
+        // into [experts, ...]).
+        const bool one_row = ib.shape == inner;
+        if (!one_row && (ib.shape.empty() ||
+                         !std::equal(ib.shape.begin() + 1, ib.shape.end(), inner.begin(), inner.end())))
           return makeError("{}: concat_rows input {} '{}' has shape {}, expected rows of shape {}",
                            where, input, in->name, formats::shapeToString(ib.shape),
                            formats::shapeToString(inner));
-        rows += ib.shape[0];
+        rows += one_row ? 1 : ib.shape[0];
       }
       if (rows != mw.shape[0])
         return makeError("{}: concat_rows inputs have {} rows in all, the result has {}", where,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random-weight Qwen3, Mistral (sliding window), Phi-3 and Gemma 3 checkpoints + float64 references.
+"""Tiny random-weight Qwen3, Mistral (sliding window), Phi-3, Gemma 3, Mixtral and Qwen3-MoE checkpoints + float64 references.
 
 Writes test/fixtures/<name>/{config.json, model.safetensors, reference.json}
 with real random f32 weights and the logits of a NumPy forward written from
@@ -30,6 +30,23 @@ modeling_gemma3.py's), in float64:
                     ^-1/2 (not head_dim's); sliding layers rotate with
                     rope_local_base_freq 1e4, the full layer with rope_theta
                     1e6 and linear rope_scaling 8; tied head
+  tiny-mixtral      MixtralForCausalLM: 2 layers, hidden 128, 2 heads / 1 KV
+                    head of 64, sliding_window 11, every layer a mixture of 4
+                    SwiGLU experts of 64 (block_sparse_moe.experts.{e}.w1/w3/w2)
+                    with 2 routed per token, the kept softmax weights
+                    renormalized to sum 1; untied head
+  tiny-qwen3-moe    Qwen3MoeForCausalLM: 3 layers, hidden 64, 4 heads / 2 KV
+                    heads of 64 with q/k norm (as tiny-qwen3); 8 experts of 32
+                    (mlp.experts.{e}.gate_proj/up_proj/down_proj), 3 routed per
+                    token, norm_topk_prob false (softmax probabilities as they
+                    are); mlp_only_layers [1]: layer 1 is a dense MLP of 128;
+                    tied head
+
+MoE (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock): router logits x·Wgᵀ
+[T, E], softmax over experts in float, top-k (largest first), divided by
+their sum when renormalizing, and y = Σ_k w_k · down_e(silu(gate_e x) ·
+up_e x). The generator checks every token's k-th and (k+1)-th router
+probabilities stay apart (MIN_ROUTER_GAP), so f32 picks the same experts.
 
 Semantics (transformers): q/k/v projections, view [T, heads, D]; Qwen3
 normalizes each head of q and k (x / sqrt(mean(x^2) + eps) * w, w of D);
@@ -57,6 +74,15 @@ import numpy as np
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 SEED = 4321
+
+SEQUENCES = {"a": [(7 * i + 3) % 128 for i in range(40)], "b": [(11 * i + 5) % 128 for i in range(24)]}
+GREEDY_NEW = 24
+GREEDY_PROMPTS = [[1, 17, 42, 99, 5, 63, 127, 8, 77, 30], [2, 64, 11, 90, 33, 120, 7, 51],
+                  [9, 3, 88, 14, 60, 101, 45, 27, 70, 5, 112, 36], [40, 41, 42, 43, 44, 45],
+                  [100, 90, 80, 70, 60, 50, 40, 30, 20]]
+# The MoE fixtures' greedy prompts: the five above and five more (issue 25 asks for 9 of 10 identical).
+MOE_GREEDY_PROMPTS = GREEDY_PROMPTS + [[5, 6, 7, 8, 9, 10, 11], [127, 1, 126, 2, 125, 3], [33, 66, 99, 12, 45, 78, 111],
+                                       [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], [70, 20, 90, 110, 15, 55, 85, 25]]
 
 VARIANTS = {
     "tiny-qwen3": dict(
@@ -96,21 +122,52 @@ VARIANTS = {
                 "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
                 "torch_dtype": "float32"},
         windows=[10, 10, 0], qk_norm=True, gemma3=True),
+    "tiny-mixtral": dict(
+        config={"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 128,
+                "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 128, "max_position_embeddings": 256,
+                "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                "sliding_window": 11, "hidden_act": "silu", "num_local_experts": 4, "num_experts_per_tok": 2,
+                "router_jitter_noise": 0.0, "output_router_logits": False, "router_aux_loss_coef": 0.02,
+                "attention_dropout": 0.0, "torch_dtype": "float32"},
+        # seeds whose routers keep every token's k-th and (k+1)-th experts apart (MIN_ROUTER_GAP)
+        seed=4327, greedy_prompts=MOE_GREEDY_PROMPTS, windows=[11, 11], qk_norm=False, moe=dict(experts=4, top_k=2, ffn=64, normalize=True, layers=[0, 1])),
+    "tiny-qwen3-moe": dict(
+        config={"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+                "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 3,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 128,
+                "max_position_embeddings": 256, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+                "tie_word_embeddings": True, "attention_bias": False, "use_sliding_window": False,
+                "sliding_window": None, "max_window_layers": 3, "hidden_act": "silu", "num_experts": 8,
+                "num_experts_per_tok": 3, "norm_topk_prob": False, "decoder_sparse_step": 1,
+                "mlp_only_layers": [1], "output_router_logits": False, "router_aux_loss_coef": 0.001,
+                "attention_dropout": 0.0, "torch_dtype": "float32"},
+        seed=4326, greedy_prompts=MOE_GREEDY_PROMPTS, windows=[0, 0, 0], qk_norm=True, moe=dict(experts=8, top_k=3, ffn=32, normalize=False, layers=[0, 2])),
 }
 
-SEQUENCES = {"a": [(7 * i + 3) % 128 for i in range(40)], "b": [(11 * i + 5) % 128 for i in range(24)]}
-GREEDY_NEW = 24
-GREEDY_PROMPTS = [[1, 17, 42, 99, 5, 63, 127, 8, 77, 30], [2, 64, 11, 90, 33, 120, 7, 51],
-                  [9, 3, 88, 14, 60, 101, 45, 27, 70, 5, 112, 36], [40, 41, 42, 43, 44, 45],
-                  [100, 90, 80, 70, 60, 50, 40, 30, 20]]
 MIN_MARGIN = 1e-3
+MIN_ROUTER_GAP = 1e-4  # between each token's k-th and (k+1)-th router probability
 
 
 def head_dim(c):
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
 
-def make_weights(rng, c, qk_norm, fused=False, gemma3=False):
+def expert_names(cfg, layer, e):
+    """(gate, up, down) tensor names of expert e: Mixtral's w1/w3/w2, Qwen3-MoE's projections."""
+    if cfg["model_type"] == "mixtral":
+        p = f"model.layers.{layer}.block_sparse_moe."
+        return p + f"experts.{e}.w1.weight", p + f"experts.{e}.w3.weight", p + f"experts.{e}.w2.weight"
+    p = f"model.layers.{layer}.mlp.experts.{e}."
+    return p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"
+
+
+def router_name(cfg, layer):
+    block = "block_sparse_moe" if cfg["model_type"] == "mixtral" else "mlp"
+    return f"model.layers.{layer}.{block}.gate.weight"
+
+
+def make_weights(rng, c, qk_norm, fused=False, gemma3=False, moe=None):
     hidden, heads, kv_heads, d = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], head_dim(c)
     ffn, vocab = c["intermediate_size"], c["vocab_size"]
 
@@ -142,6 +199,15 @@ def make_weights(rng, c, qk_norm, fused=False, gemma3=False):
         if gemma3:  # post_attention_layernorm above is the attention output's norm
             w[p + "pre_feedforward_layernorm.weight"] = norm(hidden)
             w[p + "post_feedforward_layernorm.weight"] = norm(hidden)
+        if moe and i in moe["layers"]:  # the dense MLP's place: a router and the experts
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                del w[p + f"mlp.{name}.weight"]
+            w[router_name(c, i)] = linear(moe["experts"], hidden)
+            for e in range(moe["experts"]):
+                gate, up, down = expert_names(c, i, e)
+                w[gate] = linear(moe["ffn"], hidden)
+                w[up] = linear(moe["ffn"], hidden)
+                w[down] = linear(hidden, moe["ffn"])
         if fused:  # phi3's checkpoint: q | k | v rows in one qkv_proj, gate | up in one gate_up_proj
             w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
                 [w.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"], axis=0)
@@ -247,7 +313,30 @@ def forward_gemma3(w, tokens, v):
     return norm(h, "model.norm.weight") @ w["model.embed_tokens.weight"].T
 
 
-def forward(w, tokens, v):
+def moe_block(w, x, c, layer, moe, gaps):
+    """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock on x [T, H]; appends each
+    token's gap between its k-th and (k+1)-th router probability to `gaps`."""
+    logits = x @ w[router_name(c, layer)].T
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    k = moe["top_k"]
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        chosen = order[t, :k]
+        weights = probs[t, chosen]
+        if k < probs.shape[1]:
+            gaps.append(float(probs[t, order[t, k - 1]] - probs[t, order[t, k]]))
+        if moe["normalize"]:
+            weights = weights / weights.sum()
+        for e, weight in zip(chosen, weights):
+            gate_n, up_n, down_n = expert_names(c, layer, int(e))
+            gate, up = w[gate_n] @ x[t], w[up_n] @ x[t]
+            out[t] += weight * (w[down_n] @ (gate / (1.0 + np.exp(-gate)) * up))
+    return out
+
+
+def forward(w, tokens, v, gaps=None):
     """Logits [T, vocab] for every position of one sequence (float64)."""
     if v.get("gemma3"):
         return forward_gemma3(w, tokens, v)
@@ -291,6 +380,9 @@ def forward(w, tokens, v):
             out[:, head, :] = scores @ val[:, kv, :]
         h = h + out.reshape(t, heads * d) @ w[p + "self_attn.o_proj.weight"].T
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
+        if v.get("moe") and i in v["moe"]["layers"]:
+            h = h + moe_block(w, x, c, i, v["moe"], gaps if gaps is not None else [])
+            continue
         if v.get("fused"):
             gate, up = np.split(x @ w[p + "mlp.gate_up_proj.weight"].T, 2, axis=-1)
         else:
@@ -301,10 +393,10 @@ def forward(w, tokens, v):
     return rms_norm(h, w["model.norm.weight"], eps) @ head.T
 
 
-def greedy(w, prompt, v):
+def greedy(w, prompt, v, gaps=None):
     tokens, margins = list(prompt), []
     for _ in range(GREEDY_NEW):
-        row = forward(w, tokens, v)[-1]
+        row = forward(w, tokens, v, gaps)[-1]
         top = np.sort(row)[-2:]
         margins.append(float(top[1] - top[0]))
         tokens.append(int(np.argmax(row)))
@@ -318,26 +410,35 @@ def rounded(row):
 def write_variant(name, v):
     out_dir = os.path.join(FIXTURES, name)
     os.makedirs(out_dir, exist_ok=True)
-    weights = make_weights(np.random.default_rng(SEED), v["config"], v["qk_norm"], v.get("fused", False),
-                           v.get("gemma3", False))
+    seed = v.get("seed", SEED)
+    weights = make_weights(np.random.default_rng(seed), v["config"], v["qk_norm"], v.get("fused", False),
+                           v.get("gemma3", False), v.get("moe"))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(v["config"], f, indent=2)
         f.write("\n")
     write_safetensors(os.path.join(out_dir, "model.safetensors"), weights)
-    reference = {"generator": "test/reference/make_tiny_family_references.py", "seed": SEED,
+    reference = {"generator": "test/reference/make_tiny_family_references.py", "seed": seed,
                  "windows": v["windows"], "sequences": {}, "greedy": []}
+    gaps = []
     for seq_name, tokens in SEQUENCES.items():
-        logits = forward(weights, tokens, v)
+        logits = forward(weights, tokens, v, gaps)
         # [len(tokens), vocab]: row p is the logits after token p.
         reference["sequences"][seq_name] = {"tokens": tokens, "logits": [rounded(r) for r in logits]}
-    for prompt in GREEDY_PROMPTS:
-        continuation, margins = greedy(weights, prompt, v)
+    for prompt in v.get("greedy_prompts", GREEDY_PROMPTS):
+        prompt_gaps = []
+        continuation, margins = greedy(weights, prompt, v, prompt_gaps)
         if min(margins) < MIN_MARGIN:
             print(f"{name}: prompt {prompt} left out, a greedy step's margin is {min(margins):.2g}")
+            continue
+        if prompt_gaps and min(prompt_gaps) < MIN_ROUTER_GAP:
+            print(f"{name}: prompt {prompt} left out, a token's router gap is {min(prompt_gaps):.2g}")
             continue
         reference["greedy"].append({"prompt": prompt, "tokens": continuation,
                                     "margins": [float(f"{m:.4g}") for m in margins]})
     assert len(reference["greedy"]) >= 3, f"{name}: too few prompts with clear greedy margins"
+    if v.get("moe"):
+        reference["min_router_gap"] = float(f"{min(gaps):.4g}")
+        assert min(gaps) > MIN_ROUTER_GAP, f"{name}: a token's router probabilities nearly tie ({min(gaps):.2g})"
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(reference, f, separators=(",", ":"))
         f.write("\n")

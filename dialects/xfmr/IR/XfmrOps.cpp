@@ -381,6 +381,69 @@ LogicalResult SplitOp::verify() {
                       input.getDimSize(axis));
 }
 
+LogicalResult StackOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "has no inputs, expected at least one";
+  RankedTensorType first = tensorOf(getInputs()[0]);
+  for (auto [i, input] : llvm::enumerate(getInputs()))
+    if (tensorOf(input) != first)
+      return emitOpError() << "input " << i << " is " << tensorOf(input)
+                           << ", expected input 0's type " << first;
+  llvm::SmallVector<int64_t> shape = {int64_t(getInputs().size())};
+  llvm::append_range(shape, first.getShape());
+  RankedTensorType expected = RankedTensorType::get(shape, first.getElementType());
+  if (tensorOf(getResult()) != expected)
+    return emitOpError() << "result is " << tensorOf(getResult()) << ", expected " << expected;
+  return success();
+}
+
+LogicalResult MoeRouterOp::verify() {
+  RankedTensorType logits = tensorOf(getRouterLogits());
+  RankedTensorType weights = tensorOf(getWeights());
+  RankedTensorType experts = tensorOf(getExperts());
+  if (failed(expectRank(*this, "router_logits", logits, 2)) ||
+      failed(expectRank(*this, "weights", weights, 2)) ||
+      failed(expectRank(*this, "experts", experts, 2)))
+    return failure();
+  int64_t topK = getTopK();
+  int64_t numExperts = logits.getDimSize(1);
+  if (topK < 1 || (!ShapedType::isDynamic(numExperts) && topK > numExperts))
+    return emitOpError() << "top_k " << topK << " is out of range, expected 1.."
+                         << extentString(numExperts);
+  for (auto [what, type] : {std::pair<const char*, RankedTensorType>{"weights", weights},
+                            {"experts", experts}}) {
+    if (failed(expectExtent(*this, std::string(what) + " rows", type.getDimSize(0),
+                            logits.getDimSize(0))) ||
+        failed(expectExtent(*this, std::string(what) + " columns", type.getDimSize(1), topK)))
+      return failure();
+  }
+  if (!isFloatTensor(logits) || !isFloatTensor(weights))
+    return emitOpError() << "router_logits and weights must be float tensors";
+  return success();
+}
+
+LogicalResult MoeFfnOp::verify() {
+  RankedTensorType x = tensorOf(getInput());
+  RankedTensorType gate = tensorOf(getGate()), up = tensorOf(getUp()), down = tensorOf(getDown());
+  if (failed(expectRank(*this, "input", x, 2)) || failed(expectRank(*this, "gate", gate, 3)) ||
+      failed(expectRank(*this, "up", up, 3)) || failed(expectRank(*this, "down", down, 3)))
+    return failure();
+  const int64_t numExperts = gate.getDimSize(0), ffn = gate.getDimSize(1);
+  const int64_t hidden = x.getDimSize(1);
+  if (failed(expectExtent(*this, "gate hidden", gate.getDimSize(2), hidden)) ||
+      failed(expectSameShape(*this, "up", up, gate)) ||
+      failed(expectExtent(*this, "down experts", down.getDimSize(0), numExperts)) ||
+      failed(expectExtent(*this, "down hidden", down.getDimSize(1), hidden)) ||
+      failed(expectExtent(*this, "down ffn", down.getDimSize(2), ffn)))
+    return failure();
+  RankedTensorType weights = tensorOf(getWeights()), experts = tensorOf(getExperts());
+  if (failed(expectRank(*this, "weights", weights, 2)) ||
+      failed(expectSameShape(*this, "experts", experts, weights)) ||
+      failed(expectExtent(*this, "weights rows", weights.getDimSize(0), x.getDimSize(0))))
+    return failure();
+  return expectSameShape(*this, "result", tensorOf(getResult()), x);
+}
+
 LogicalResult BatchMatmulOp::verify() {
   RankedTensorType lhs = tensorOf(getLhs());
   RankedTensorType rhs = tensorOf(getRhs());
@@ -517,11 +580,11 @@ LogicalResult AttentionOp::verify() {
 
 LogicalResult FusionRegionOp::verify() {
   static constexpr llvm::StringLiteral kKinds[] = {
-      "residual_rms_norm", "silu_mul", "gelu_tanh_mul", "rope_kv_write"};
+      "residual_rms_norm", "silu_mul", "gelu_tanh_mul", "rope_kv_write", "moe_route"};
   if (!llvm::is_contained(kKinds, getKind()))
     return emitOpError() << "fusion kind '" << getKind()
                          << "', expected one of: residual_rms_norm, "
-                            "silu_mul, gelu_tanh_mul, rope_kv_write";
+                            "silu_mul, gelu_tanh_mul, rope_kv_write, moe_route";
   Block& body = getBody().front();
   if (body.getNumArguments() != getInputs().size())
     return emitOpError() << "body has " << body.getNumArguments()
@@ -841,7 +904,8 @@ llvm::ArrayRef<llvm::StringLiteral> KernelOp::knownKinds() {
       "embedding",      "rms_norm",         "residual_rms_norm", "rope_kv_append",
       "paged_attention", "silu_mul",        "add",               "mul",
       "silu",           "split",            "gather_last_tokens", "tree_positions",
-      "tree_mask",      "accept",           "quantize",          "dequantize"};
+      "tree_mask",      "accept",           "quantize",          "dequantize",
+      "moe_router",     "moe_ffn"};
   return kKinds;
 }
 

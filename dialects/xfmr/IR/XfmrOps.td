@@ -256,6 +256,64 @@ def Xfmr_SplitOp : Xfmr_PureOp<"split"> {
   let hasVerifier = 1;
 }
 
+def Xfmr_StackOp : Xfmr_PureOp<"stack"> {
+  let summary = "Stack tensors of one shape along a new leading axis";
+  let description = [{
+    `result[i] = inputs[i]`: N tensors of shape `[d...]` give `[N, d...]`.
+    The importer groups a mixture-of-experts layer's per-expert weights
+    (`experts.{e}.gate_proj`, ...) into one `[experts, out, in]` tensor this
+    way; the artifact makes it once at load, row blocks back to back.
+
+    ```mlir
+    %wg = xfmr.stack %g0, %g1 : (tensor<96x64xf32>, tensor<96x64xf32>) -> tensor<2x96x64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Xfmr_Tensor>:$inputs);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_MoeRouterOp : Xfmr_PureOp<"moe_router"> {
+  let summary = "Mixture-of-experts routing: softmax over experts, then top-k";
+  let description = [{
+    `router_logits` is `[S, experts]`. Each row is softmaxed in f32 and its
+    `top_k` largest probabilities kept, largest first: `weights` `[S, top_k]`
+    (in the activation type) and `experts` `[S, top_k]` (i32 expert ids).
+    With `normalize` the kept weights are divided by their sum (Mixtral;
+    Qwen3-MoE's `norm_topk_prob`), else they stay softmax probabilities.
+
+    ```mlir
+    %w, %e = xfmr.moe_router %logits {top_k = 2 : i64, normalize = true} : tensor<?x8xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$router_logits, I64Attr:$top_k, BoolAttr:$normalize);
+  let results = (outs Xfmr_Tensor:$weights, RankedTensorOf<[I32]>:$experts);
+  let assemblyFormat = "$router_logits attr-dict `:` type($router_logits) `->` type($weights) `,` type($experts)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_MoeFfnOp : Xfmr_PureOp<"moe_ffn"> {
+  let summary = "Mixture-of-experts SwiGLU FFN over each token's routed experts";
+  let description = [{
+    For each token t and each of its k routed experts e = `experts[t, k]`:
+    `y[t] += weights[t, k] · down[e] · (silu(gate[e] · x[t]) ⊙ up[e] · x[t])`.
+    `x` is `[S, hidden]`, `weights` / `experts` `[S, top_k]` (from
+    `xfmr.moe_router`), `gate` and `up` `[experts, ffn, hidden]`, `down`
+    `[experts, hidden, ffn]`. The backends group the tokens routed to each
+    expert and run that expert's weights once over its group.
+
+    ```mlir
+    %y = xfmr.moe_ffn %x, %w, %e, %wg, %wu, %wd : (tensor<?x64xf32>, tensor<?x2xf32>, tensor<?x2xi32>, tensor<4x96x64xf32>, tensor<4x96x64xf32>, tensor<4x64x96xf32>) -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Xfmr_Tensor:$weights, RankedTensorOf<[I32]>:$experts,
+                       Xfmr_Tensor:$gate, Xfmr_Tensor:$up, Xfmr_Tensor:$down);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $weights `,` $experts `,` $gate `,` $up `,` $down attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Xfmr_BatchMatmulOp : Xfmr_PureOp<"batch_matmul"> {
   let summary = "Batched matrix product";
   let description = [{
@@ -400,7 +458,7 @@ def Xfmr_FusionRegionOp : Xfmr_Op<"fusion_region", [IsolatedFromAbove,
   let description = [{
     Groups ops that the lowering turns into a single generated kernel. `kind`
     names the recognised pattern (`residual_rms_norm`, `silu_mul`,
-    `rope_kv_write`); the body computes the results from the block arguments.
+    `rope_kv_write`, `moe_route`); the body computes the results from the block arguments.
 
     ```mlir
     %h, %n = xfmr.fusion_region "residual_rms_norm" (%x, %r, %w) : (tensor<?x576xf32>, tensor<?x576xf32>, tensor<576xf32>) -> (tensor<?x576xf32>, tensor<?x576xf32>) {

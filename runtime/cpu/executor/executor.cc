@@ -11,6 +11,7 @@
 #include "runtime/cpu/kernels/elementwise.h"
 #include "runtime/cpu/kernels/embed.h"
 #include "runtime/cpu/kernels/linear.h"
+#include "runtime/cpu/kernels/moe.h"
 #include "runtime/cpu/kernels/paged_attention.h"
 #include "runtime/cpu/kernels/paged_kv.h"
 #include "runtime/cpu/kernels/rms_norm.h"
@@ -90,6 +91,10 @@ struct CpuExecutor::BoundStep {
   bool qk_norm = false;        // rope_kv_append: per-head RMSNorm of q and k (args after the pools)
   RopeParams rope;
   std::vector<int64_t> sizes;
+  // moe_router, moe_ffn
+  int64_t experts = 0, top_k = 0;
+  bool normalize = false;
+  ExpertWeights expert_weights;
 };
 
 CpuExecutor::~CpuExecutor() { std::free(arena_); }
@@ -257,18 +262,21 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
   // (positions, the tree mask, the accepted path) are integers.
   const bool index_kind = step.kind == StepKind::kTreePositions || step.kind == StepKind::kTreeMask ||
                           step.kind == StepKind::kAccept;
+  // ... and the experts each token is routed to.
+  auto indexResult = [&](size_t i) { return index_kind || (step.kind == StepKind::kMoeRouter && i == 1); };
   for (size_t i = 0; i < s.args.size(); ++i) {
     const bool index_arg = (step.kind == StepKind::kRopeKvAppend && s.args[i].kind == StepArg::Kind::kValue &&
                             i == (step.as<RopeKvAppendParams>().merged_qkv ? 1u : 3u)) ||
-                           (step.kind == StepKind::kPagedAttention && i == 6);
+                           (step.kind == StepKind::kPagedAttention && i == 6) ||
+                           (step.kind == StepKind::kMoeFfn && i == 2);
     if (s.args[i].kind == StepArg::Kind::kValue && s.args[i].integer != index_arg)
       return fail(step, "args[{}] is {}, expected {}", i, s.args[i].integer ? "an index value" : "f32",
                   index_arg ? "an index value (i32 positions, i8 tree mask)" : "f32");
   }
   for (size_t i = 0; i < s.results.size(); ++i)
-    if (s.results[i].integer != index_kind)
+    if (s.results[i].integer != indexResult(i))
       return fail(step, "results[{}] is {}, expected {}", i, s.results[i].integer ? "an index value" : "f32",
-                  index_kind ? "i32 or i8" : "f32");
+                  indexResult(i) ? "i32 or i8" : "f32");
   // Kernels that read whole inputs before writing (or write row by row what
   // they read) may work in place; the others must not alias.
   auto noAlias = [&]() -> Status {
@@ -470,6 +478,51 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_RETURN_IF_ERROR(noAlias());
       break;
     }
+    case StepKind::kMoeRouter: {
+      const MoeRouterParams& p = step.as<MoeRouterParams>();
+      s.experts = p.experts;
+      s.top_k = p.top_k;
+      s.normalize = p.normalize;
+      s.k = p.hidden;
+      if (p.hidden > 0) {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], p.hidden, "args[0] (h)"));
+        KILN_RETURN_IF_ERROR(checkWeight(step, s.args[1], {p.experts, p.hidden}, "router", /*want_f32=*/false));
+        if (p.hidden % quantBlockElements(s.args[1].weight->type) != 0)
+          return fail(step, "hidden {} is not whole {} blocks", p.hidden, weightTypeName(s.args[1].weight->type));
+      } else {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], p.experts, "args[0] (router logits)"));
+      }
+      for (size_t i = 0; i < 2; ++i) {
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.results[i], p.top_k, fmt::format("results[{}]", i)));
+        if (s.results[i].element_bytes != 4) return fail(step, "results[{}] must be 4-byte elements", i);
+      }
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kMoeFfn: {
+      const MoeFfnParams& p = step.as<MoeFfnParams>();
+      s.width = p.hidden;
+      s.top_k = p.top_k;
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], p.hidden, "args[0] (x)"));
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[1], p.top_k, "args[1] (weights)"));
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[2], p.top_k, "args[2] (experts)"));
+      if (s.args[2].element_bytes != 4) return fail(step, "args[2] (experts) must be i32");
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[3], {p.experts, p.ffn, p.hidden}, "gate", false));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[4], {p.experts, p.ffn, p.hidden}, "up", false));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[5], {p.experts, p.hidden, p.ffn}, "down", false));
+      const WeightType type = s.args[3].weight->type;
+      if (s.args[4].weight->type != type || s.args[5].weight->type != type)
+        return fail(step, "gate, up and down are {}, {} and {}; the experts take one type",
+                    weightTypeName(type), weightTypeName(s.args[4].weight->type),
+                    weightTypeName(s.args[5].weight->type));
+      if (p.hidden % quantBlockElements(type) != 0 || p.ffn % quantBlockElements(type) != 0)
+        return fail(step, "hidden {} and ffn {} must be whole {} blocks", p.hidden, p.ffn, weightTypeName(type));
+      s.expert_weights = ExpertWeights{s.args[3].weight->data, s.args[4].weight->data, s.args[5].weight->data,
+                                       type, p.experts, p.ffn, p.hidden};
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, p.hidden, "results[0]"));
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
     case StepKind::kGatherLastTokens: {
       const int64_t hidden = step.as<GatherLastTokensParams>().hidden;
       s.width = hidden;
@@ -545,11 +598,19 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   ex->scratch_slots_ = reinterpret_cast<int64_t*>(base + planned + 2 * k_bytes + sum_bytes);
 
   StepBinder binder(manifest, *entry, weights, *ex->pool_, base, max_tokens);
+  int64_t moe_floats = 0;
   for (const Step& step : entry->steps) {
     auto bound = binder.bind(step);
     if (!bound.ok()) return bound.error();
+    if (step.kind == StepKind::kMoeRouter && bound->k > 0)
+      moe_floats = std::max(moe_floats, max_tokens * bound->experts);
+    if (step.kind == StepKind::kMoeFfn) {
+      const ExpertWeights& w = bound->expert_weights;
+      moe_floats = std::max(moe_floats, moeScratchFloats(max_tokens, bound->top_k, w.hidden, w.ffn));
+    }
     ex->steps_.push_back(bound.take());
   }
+  ex->moe_scratch_.resize(size_t(moe_floats));
   Step output_step;  // only for the error path
   output_step.path = mpath + ": entries.forward.outputs[0]";
   auto logits = binder.value(output_step, entry->outputs[0].value, "value");
@@ -801,6 +862,24 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
                    in.query_start, s.results[0].width, reinterpret_cast<int32_t*>(s.results[0].data),
                    reinterpret_cast<int32_t*>(s.results[1].data));
       return {};
+    }
+    case StepKind::kMoeRouter: {
+      const int64_t rows = rowsOf(s.args[0]);
+      const float* logits = s.args[0].data;
+      if (s.k > 0) {  // the router GEMM, fused
+        const BoundWeight& w = *s.args[1].weight;
+        KILN_RETURN_IF_ERROR(linear(s.args[0].data, rows, s.k, w.data, w.type, s.experts, nullptr,
+                                    moe_scratch_.data()));
+        logits = moe_scratch_.data();
+      }
+      moeRoute(logits, rows, s.experts, s.top_k, s.normalize, s.results[0].data,
+               reinterpret_cast<int32_t*>(s.results[1].data));
+      return {};
+    }
+    case StepKind::kMoeFfn: {
+      return moeExperts(s.args[0].data, rowsOf(s.args[0]), s.args[1].data,
+                        reinterpret_cast<const int32_t*>(s.args[2].data), s.top_k, s.expert_weights,
+                        moe_scratch_, out.data);
     }
     case StepKind::kGatherLastTokens: {
       const int32_t* query_start = inputData(in, s.args[1].input);

@@ -104,6 +104,9 @@ class CpuExecutor {
   float* scratch_v_ = nullptr;
   float* scratch_sum_ = nullptr;
   int64_t* scratch_slots_ = nullptr;
+  // Mixture of experts: router logits, then the grouped experts' rows
+  // (sized at create for the largest moe step and the token budget).
+  std::vector<float> moe_scratch_;
 };
 
 }  // namespace kiln::cpu

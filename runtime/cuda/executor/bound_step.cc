@@ -237,6 +237,11 @@ Status bindParams(const Step& step, const WeightStore& weights,
       KILN_RETURN_IF_ERROR(needValue(0));
       break;
     }
+    case StepKind::kMoeRouter:
+    case StepKind::kMoeFfn:
+      return makeError("{}: {} (mixture of experts) is not run by the CUDA executor yet; run this artifact on the "
+                       "CPU backend",
+                       step.path, stepKindName(step.kind));
     case StepKind::kTreePositions:
     case StepKind::kTreeMask: break;  // computed on the host and staged (BatchInputBuffer::stageTree)
     case StepKind::kAccept:

@@ -665,3 +665,35 @@ func.func @embed_scale(%t: tensor<?xi32>, %e: tensor<100x64xf32>) {
   %r = xfmr.embed %t, %e {scale = -2.0 : f64} : (tensor<?xi32>, tensor<100x64xf32>) -> tensor<?x64xf32>
   return
 }
+
+// -----
+
+func.func @stack_mixed(%a: tensor<96x64xf32>, %b: tensor<64x64xf32>) {
+  // expected-error @+1 {{'xfmr.stack' op input 1 is 'tensor<64x64xf32>', expected input 0's type 'tensor<96x64xf32>'}}
+  %r = xfmr.stack %a, %b : (tensor<96x64xf32>, tensor<64x64xf32>) -> tensor<2x96x64xf32>
+  return
+}
+
+// -----
+
+func.func @moe_router_top_k(%l: tensor<?x4xf32>) {
+  // expected-error @+1 {{'xfmr.moe_router' op top_k 5 is out of range, expected 1..4}}
+  %w, %e = xfmr.moe_router %l {top_k = 5 : i64, normalize = true} : tensor<?x4xf32> -> tensor<?x5xf32>, tensor<?x5xi32>
+  return
+}
+
+// -----
+
+func.func @moe_router_columns(%l: tensor<?x4xf32>) {
+  // expected-error @+1 {{'xfmr.moe_router' op experts columns is 3, expected 2}}
+  %w, %e = xfmr.moe_router %l {top_k = 2 : i64, normalize = false} : tensor<?x4xf32> -> tensor<?x2xf32>, tensor<?x3xi32>
+  return
+}
+
+// -----
+
+func.func @moe_ffn_down(%x: tensor<?x64xf32>, %w: tensor<?x2xf32>, %e: tensor<?x2xi32>, %g: tensor<4x96x64xf32>, %d: tensor<4x64x32xf32>) {
+  // expected-error @+1 {{'xfmr.moe_ffn' op down ffn is 32, expected 96}}
+  %y = xfmr.moe_ffn %x, %w, %e, %g, %g, %d : (tensor<?x64xf32>, tensor<?x2xf32>, tensor<?x2xi32>, tensor<4x96x64xf32>, tensor<4x96x64xf32>, tensor<4x64x32xf32>) -> tensor<?x64xf32>
+  return
+}

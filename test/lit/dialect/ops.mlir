@@ -168,3 +168,16 @@ func.func @mixed_residual(%x: tensor<?x576xf32>, %o: tensor<?x576xbf16>, %w: ten
   %h = xfmr.rms_norm %t, %w {epsilon = 1.0e-05 : f64} : (tensor<?x576xf32>, tensor<576xbf16>) -> tensor<?x576xbf16>
   return %h : tensor<?x576xbf16>
 }
+
+// Mixture of experts: per-expert weights stacked, routing, the routed experts.
+// CHECK-LABEL: func.func @moe
+func.func @moe(%x: tensor<?x64xf32>, %wr: tensor<4x64xf32>, %g0: tensor<96x64xbf16>, %g1: tensor<96x64xbf16>, %u: tensor<2x96x64xbf16>, %d: tensor<2x64x96xbf16>) -> tensor<?x64xf32> {
+  // CHECK: xfmr.stack %{{.*}}, %{{.*}} : (tensor<96x64xbf16>, tensor<96x64xbf16>) -> tensor<2x96x64xbf16>
+  %g = xfmr.stack %g0, %g1 : (tensor<96x64xbf16>, tensor<96x64xbf16>) -> tensor<2x96x64xbf16>
+  %l = xfmr.linear %x, %wr : (tensor<?x64xf32>, tensor<4x64xf32>) -> tensor<?x4xf32>
+  // CHECK: xfmr.moe_router %{{.*}} {normalize = true, top_k = 2 : i64} : tensor<?x4xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  %w, %e = xfmr.moe_router %l {top_k = 2 : i64, normalize = true} : tensor<?x4xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  // CHECK: xfmr.moe_ffn {{.*}} -> tensor<?x64xf32>
+  %y = xfmr.moe_ffn %x, %w, %e, %g, %u, %d : (tensor<?x64xf32>, tensor<?x2xf32>, tensor<?x2xi32>, tensor<2x96x64xbf16>, tensor<2x96x64xbf16>, tensor<2x64x96xbf16>) -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
