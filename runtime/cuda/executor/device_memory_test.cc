@@ -39,5 +39,35 @@ TEST(BatchInputBuffer, StagesBlockTablesAtAGraphsWiderStride) {
   EXPECT_EQ(std::vector<int32_t>(staging.begin() + 25, staging.begin() + 29), tables);
 }
 
+// A verify batch: the tree positions and ancestor mask staged after the
+// block tables (where a plain forward's copy does not reach), one copy of
+// the positions' region and the batch's mask rows.
+TEST(BatchInputBuffer, StagesTheTreePositionsAndMaskAfterTheTables) {
+  BatchInputBuffer buffer;
+  buffer.layOut(/*max_tokens=*/8, /*num_blocks=*/2, /*tree_nodes=*/4);
+  EXPECT_EQ(buffer.offset[kBlockTables], 5 * 9);
+  EXPECT_EQ(buffer.offset[kTreePositions], 5 * 9 + 16);
+  EXPECT_EQ(buffer.offset[kTreeMask], 5 * 9 + 16 + 9);
+  EXPECT_EQ(buffer.elems, 5 * 9 + 16 + 9 + 8);  // 8 rows of 4 mask bytes
+  std::vector<int32_t> staging(size_t(buffer.elems), -1);
+  buffer.staging = staging.data();
+  // Sequence 0: a root and two children; sequence 1: a chain of two.
+  const std::vector<int32_t> tokens{5, 6, 7, 8, 9}, positions{10, 11, 11, 3, 4}, slots{10, 11, 12, 19, 20},
+      tables{0, 1}, starts{0, 3, 5}, lens{13, 5}, parents{-1, 0, 0, -1, 0}, base{10, 3};
+  BatchInputs in{tokens, positions, slots, tables, 1, starts, lens};
+  in.parents = parents;
+  in.base_positions = base;
+  EXPECT_EQ(buffer.stageTree(in), size_t(9 * 4 + 5 * 4));
+  EXPECT_EQ(std::vector<int32_t>(staging.begin() + buffer.offset[kTreePositions],
+                                 staging.begin() + buffer.offset[kTreePositions] + 5),
+            (std::vector<int32_t>{10, 11, 11, 3, 4}));
+  const auto* mask = reinterpret_cast<const uint8_t*>(staging.data() + buffer.offset[kTreeMask]);
+  EXPECT_EQ(std::vector<uint8_t>(mask, mask + 20), (std::vector<uint8_t>{1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0,
+                                                                          1, 0, 0, 0, 1, 1, 0, 0}));
+  BatchInputBuffer plain;
+  plain.layOut(8, 2, 0);  // no verify entry: nothing after the tables
+  EXPECT_EQ(plain.elems, 5 * 9 + 16);
+}
+
 }  // namespace
 }  // namespace kiln::cuda
