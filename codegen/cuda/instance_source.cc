@@ -884,6 +884,55 @@ Result<Body> gatherLastTokens(const Params& p) {
   return b;
 }
 
+// moe_router: one block of 4 warps a token (grid [N]).
+Result<Body> moeRouter(const Params& p) {
+  KILN_TRY(experts, p.positive("experts"));
+  KILN_TRY(top_k, p.positive("top_k"));
+  KILN_TRY(normalize, p.boolean("normalize"));
+  KILN_TRY(hidden, p.positive("hidden"));
+  KILN_TRY(weight_name, p.text("weight_type"));
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (top_k > experts || experts > 1024)
+    return makeError("moe_router: top_k {} of {} experts, expected top_k <= experts <= 1024", top_k, experts);
+  Body b{"moe.cuh", "", "moe_router", {128, "[N]", "MoeRouteParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using X = {};\n  using W = {};\n  using Out = {};\n  static constexpr int kHidden = {};\n"
+                         "  static constexpr int kExperts = {};\n  static constexpr int kTopK = {};\n"
+                         "  static constexpr bool kNormalize = {};\n  static constexpr int kThreads = 128;\n",
+                         x, weight, out, hidden, experts, top_k, boolLiteral(normalize));
+  return b;
+}
+
+// moe_ffn's three kernels (the runtime's kinds moe_gate_up, moe_down,
+// moe_combine, from the step's params): 8 warps, a column each, 16 routed
+// rows a pass over an expert's weights.
+Result<Body> moeExperts(const Params& p, std::string_view part) {
+  KILN_TRY(hidden, p.positive("hidden"));
+  KILN_TRY(ffn, p.positive("ffn"));
+  KILN_TRY(experts, p.positive("experts"));
+  KILN_TRY(top_k, p.positive("top_k"));
+  KILN_TRY(weight_name, p.text("weight_type"));
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (top_k > experts) return makeError("{}: top_k {} of {} experts", part, top_k, experts);
+  constexpr int kThreads = 256, kRowsPerPass = 16;
+  const std::string grid = part == "moe_gate_up" ? fmt::format("[experts={}, ceil(ffn={} / 8)]", experts, ffn)
+                           : part == "moe_down"  ? fmt::format("[experts={}, ceil(hidden={} / 8)]", experts, hidden)
+                                                 : std::string("[N]");
+  Body b{"moe.cuh", "", std::string(part), {part == "moe_combine" ? 128 : kThreads, grid, "MoeExpertsParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using X = {};\n  using W = {};\n  using Out = {};\n  static constexpr int kHidden = {};\n"
+                         "  static constexpr int kFfn = {};\n  static constexpr int kExperts = {};\n"
+                         "  static constexpr int kTopK = {};\n  static constexpr int kRowsPerPass = {};\n"
+                         "  static constexpr int kThreads = {};\n",
+                         x, weight, out, hidden, ffn, experts, top_k, kRowsPerPass,
+                         part == "moe_combine" ? 128 : kThreads);
+  return b;
+}
+
 Result<Body> sample(const Params& p) {
   KILN_TRY(vocab, p.positive("vocab"));
   KILN_TRY(logits_name, p.textOr("logits_type", "bf16"));
@@ -968,6 +1017,8 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "mul") return elementwise(p, "OpMul");
   if (kind == "silu") return elementwise(p, "OpSilu");
   if (kind == "gather_last_tokens") return gatherLastTokens(p);
+  if (kind == "moe_router") return moeRouter(p);
+  if (kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine") return moeExperts(p, kind);
   if (kind == "sample") return sample(p);
   if (kind == "argmax") return argmax(p);
   std::string known;
@@ -989,7 +1040,8 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
       "silu_mul", "gemm_swiglu", "dequantize", "add",
-      "mul", "silu", "gather_last_tokens", "sample", "argmax"};
+      "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "sample",
+      "argmax"};
   return kinds;
 }
 

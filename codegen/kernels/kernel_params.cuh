@@ -131,6 +131,30 @@ struct ElementwiseParams {
   int rows;
 };
 
+// moe_router (moe.cuh): each token's router logits x · Wrᵀ, softmax, top-k.
+struct MoeRouteParams {
+  const void* x;     // [rows, hidden] X
+  const void* w;     // [experts, hidden] W (the router)
+  void* weights;     // [rows, top_k] Out: the kept probabilities (renormalized if kNormalize)
+  int* ids;          // [rows, top_k] i32 expert ids, largest probability first
+  int rows;
+};
+
+// moe_gate_up, moe_down, moe_combine (moe.cuh): the routed SwiGLU experts.
+// A (token, k) pair is a slot s = token · top_k + k.
+struct MoeExpertsParams {
+  const void* x;        // [rows, hidden] X
+  const void* weights;  // [rows, top_k] Out (moe_router's)
+  const int* ids;       // [rows, top_k] i32
+  const void* gate;     // [experts, ffn, hidden] W
+  const void* up;       // [experts, ffn, hidden] W
+  const void* down;     // [experts, hidden, ffn] W
+  float* act;           // [rows · top_k, ffn] f32 scratch: silu(gate x) · up x of each slot
+  float* partial;       // [rows · top_k, hidden] f32 scratch: weight · down act of each slot
+  void* out;            // [rows, hidden] Out
+  int rows;
+};
+
 // gather_last_tokens: out[b] = h[query_start[b + 1] - 1].
 struct GatherLastTokensParams {
   const void* h;            // [N, hidden] type

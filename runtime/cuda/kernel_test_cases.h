@@ -107,6 +107,12 @@ inline std::vector<KernelCase> f32PlanKernelCases() {
   cases.push_back({"embedding", {{"hidden", 1152}, {"table_type", "f32"}, {"scale", 33.941125496954285},
                                  {"out_type", f32}}});
   cases.push_back({"argmax", {{"vocab", 128256}, {"logits_type", f32}}});
+  // Mixtral-8x7B's router and experts (hidden 4096, 8 experts of 14336, top 2).
+  const nlohmann::json moe{{"hidden", 4096}, {"ffn", 14336}, {"experts", 8}, {"top_k", 2}, {"weight_type", "f32"},
+                           {"x_type", f32}, {"out_type", f32}};
+  cases.push_back({"moe_router", {{"hidden", 4096}, {"experts", 8}, {"top_k", 2}, {"normalize", true},
+                                  {"weight_type", "f32"}, {"x_type", f32}, {"out_type", f32}}});
+  for (const char* part : {"moe_gate_up", "moe_down", "moe_combine"}) cases.push_back({part, moe});
   return cases;
 }
 
@@ -281,6 +287,15 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"gather_last_tokens", {{"hidden", 576}}});
   cases.push_back({"gather_last_tokens", {{"hidden", 4096}}});
   cases.push_back({"gather_last_tokens", {{"hidden", 2048}, {"type", "f32"}}});
+  // Mixtral-8x7B (8 experts of 14336 over 4096, top 2, renormalized) and
+  // Qwen3-30B-A3B (128 experts of 768 over 2048, top 8, norm_topk_prob).
+  for (auto [hidden, ffn, experts, top_k] : {std::tuple{4096, 14336, 8, 2}, std::tuple{2048, 768, 128, 8}}) {
+    cases.push_back({"moe_router", {{"hidden", hidden}, {"experts", experts}, {"top_k", top_k}, {"normalize", true},
+                                    {"weight_type", "bf16"}}});
+    for (const char* part : {"moe_gate_up", "moe_down", "moe_combine"})
+      cases.push_back({part, {{"hidden", hidden}, {"ffn", ffn}, {"experts", experts}, {"top_k", top_k},
+                              {"weight_type", "bf16"}}});
+  }
   cases.push_back({"gemm", {{"n", 960}, {"k", 576}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 14336}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
