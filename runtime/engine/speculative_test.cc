@@ -250,6 +250,22 @@ TEST(DraftModelTest, BatchedWithPlainAndNgramRequestsUnderPreemption) {
   EXPECT_EQ(m.draft_kv_blocks_free, m.draft_kv_blocks_total);
 }
 
+// A sampled request speculates with the draft model's greedy drafts by
+// speculative sampling: a seed gives the same tokens again, and drafts
+// are accepted.
+TEST(DraftModelTest, SampledRequestsSpeculateReproducibly) {
+  OPEN_OR_SKIP(engine, withSelfDraft());
+  GenerationRequest r = drafted("The three primary colors are", 24, {1, 1, 1});
+  r.sampling.temperature = 0.5f;
+  r.sampling.seed = 9;
+  std::vector<int64_t> ids;
+  auto out = runAll(*engine, {r, r}, ids);
+  EXPECT_EQ(out[ids[0]], out[ids[1]]);
+  EXPECT_EQ(out[ids[0]].size(), 24u);
+  EXPECT_GT(engine->stats(ids[0])->spec_accepted_tokens, 0);
+  EXPECT_EQ(engine->metrics().draft_sequences, 0);
+}
+
 TEST(DraftModelTest, BadSettingsAreRefused) {
   {
     // No draft model opened.

@@ -132,6 +132,7 @@ int specBenchCommand(const CliArgs& args) {
 
   auto options = engineOptionsFrom(args);
   if (!options.ok()) return fail(options.error().message);
+  options->progress = !args.has("quiet");
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   options->max_sequences = int(max_batch);
   options->max_batch_tokens = std::max<int64_t>(512, max_batch * speculation->tree.nodes());
