@@ -114,6 +114,17 @@
 #            default 400); prefix: multi-turn conversations over shared system
 #            prompts, cache on and off; KILN_SERVE_PEER (default none) adds the
 #            HF static-batch peer to offline on KILN_SERVE_PEER_REQUESTS requests
+#   moe      mixture of experts at Mixtral-8x7B's shape (hidden 4096, 8 experts of
+#            14336, top 2, bf16, random weights): kiln_moe_bench times one layer's
+#            decode step through kiln's MoE kernels (router, gathered gate/up and down
+#            GEMVs, combine) at batches KILN_MOE_BATCHES (default "1 32"), with the
+#            bytes of the experts read as GB/s and as a fraction of HBM
+#            (KILN_READ_PROBE_GBPS if given, else the H200's nominal 4800), and checks
+#            token 0 against float64; then test/gpu/hf_moe_bench.py runs transformers'
+#            MixtralForCausalLM of KILN_MOE_LAYERS (default 32: the whole 46.7 B model,
+#            93 GB) on the same card, eager and compiled, at the same batches
+#            (KILN_MOE_HF_TIMEOUT, default 480 s). The CUDA executor does not run
+#            MoE artifacts yet, so kiln's figure is the expert layer's alone.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
@@ -151,6 +162,8 @@ write_report() {
   done
   [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|floor|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU|kv_quant" "$OUT/attention_bench.txt"; }
   [[ -f "$OUT/swiglu_bench.txt" ]] && { echo "== swiglu"; grep -vE "^round" "$OUT/swiglu_bench.txt"; }
+  [[ -f "$OUT/moe_bench.txt" ]] && { echo "== moe (kiln's kernels, one layer)"; cat "$OUT/moe_bench.txt"; }
+  [[ -f "$OUT/moe_hf.json" ]] && { echo "== moe (transformers Mixtral)"; tail -1 "$OUT/moe_hf.json"; }
   # A failed test binary's failures, so they come back in this one file.
   for f in "$OUT"/*_test.log; do
     [[ -f "$f" ]] && grep -q "FAILED" "$f" && { echo "== $(basename "$f") failures"; grep -E -B3 -A12 "^\[  FAILED  \]|Failure" "$f" | head -60; }
@@ -179,8 +192,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -537,6 +550,21 @@ if [[ " $PARTS " == *" attention "* ]]; then
   echo "== the gate/up projection with SwiGLU: cuBLASLt + silu_mul against gemm_swiglu_wgmma"
   "$BUILD/bin/kiln_swiglu_bench" 2>&1 | tee "$OUT/swiglu_bench.txt"
   record swiglu_bench "${PIPESTATUS[0]}"
+fi
+
+write_report
+if [[ " $PARTS " == *" moe "* ]]; then
+  moe_batches="${KILN_MOE_BATCHES:-1 32}"
+  echo "== mixture of experts: kiln's MoE kernels, one Mixtral-8x7B layer"
+  "$BUILD/bin/kiln_moe_bench" --rows "${moe_batches// /,}" ${KILN_READ_PROBE_GBPS:+--hbm "$KILN_READ_PROBE_GBPS"} 2>&1 |
+    tee "$OUT/moe_bench.txt"
+  record moe_bench "${PIPESTATUS[0]}"
+  echo "== mixture of experts: transformers' Mixtral (${KILN_MOE_LAYERS:-32} layers) on the same card"
+  timeout "${KILN_MOE_HF_TIMEOUT:-480}" python3 "$ROOT/test/gpu/hf_moe_bench.py" --layers "${KILN_MOE_LAYERS:-32}" \
+    --batches "${moe_batches// /,}" > "$OUT/moe_hf.json" 2> "$OUT/moe_hf.err"
+  record moe_hf "$?"
+  tail -1 "$OUT/moe_hf.json"
+  grep -E "^hf_bench" "$OUT/moe_hf.err" | tail -8
 fi
 
 write_report
