@@ -228,6 +228,8 @@ void Engine::Impl::startForks(Sequence& parent, std::span<float> row, int32_t gr
     const int32_t token = row.empty() ? greedy : fork->sampler->sample(fork_row, fork->tokens);
     Sequence& started = *fork;
     scheduler->addRunning(std::move(fork));
+    if (started.on_logprobs && !row.empty())
+      started.on_logprobs(started.id, sampling::tokenLogprobs(row, token, started.sampler->params().logprobs));
     emitToken(started, token);
   }
 }
@@ -352,8 +354,9 @@ Status Engine::Impl::runForward(const ScheduledStep& part) {
   // When every one of them is plain greedy and the backend can, the greedy
   // tokens are computed where the logits are and only ids come back.
   auto samples = [](const ScheduledSlice& s) { return s.begin + s.count >= int64_t(s.seq->tokens.size()); };
+  // A row that reports logprobs needs its logits on the host.
   const bool greedy = executor->greedyOnDevice() && std::all_of(batch.begin(), batch.end(), [&](const ScheduledSlice& s) {
-    return !samples(s) || s.seq->sampler->params().isPlainGreedy();
+    return !samples(s) || (s.seq->sampler->params().isPlainGreedy() && s.seq->sampler->params().logprobs < 0);
   });
   greedy_tokens.resize(batch.size());
   Status forwarded = greedy ? executor->forwardGreedy(in, greedy_tokens) : executor->forward(in, logits);
@@ -383,16 +386,29 @@ Status Engine::Impl::runForward(const ScheduledStep& part) {
     if (samples(batch[b]) && !batch[b].seq->forks.empty())
       startForks(*batch[b].seq, std::span<float>(logits.data() + b * size_t(vocab), size_t(vocab)), -1);
   sampled.assign(batch.size(), -1);
+  row_logprobs.resize(batch.size());
   parallelFor(int64_t(batch.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const ScheduledSlice& s = batch[size_t(b)];
       if (!samples(s)) continue;  // prompt not done yet
       std::span<float> row(logits.data() + b * vocab, size_t(vocab));
+      const int top_n = s.seq->sampler->params().logprobs;
+      if (top_n < 0) {
+        sampled[size_t(b)] = s.seq->sampler->sample(row, s.seq->tokens);
+        continue;
+      }
+      // The raw row, before the sampler changes it in place.
+      std::vector<float> raw(row.begin(), row.end());
       sampled[size_t(b)] = s.seq->sampler->sample(row, s.seq->tokens);
+      row_logprobs[size_t(b)] = sampling::tokenLogprobs(raw, sampled[size_t(b)], top_n);
     }
   });
-  for (size_t b = 0; b < batch.size(); ++b)
-    if (sampled[b] >= 0) emitToken(*batch[b].seq, sampled[b]);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (sampled[b] < 0) continue;
+    Sequence& seq = *batch[b].seq;
+    if (seq.on_logprobs) seq.on_logprobs(seq.id, row_logprobs[b]);
+    emitToken(seq, sampled[b]);
+  }
   return Status::success();
 }
 
@@ -504,7 +520,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   if (!tokenizer.ok()) return tokenizer.error();
   impl->tokenizer.emplace(tokenizer.take());
   if (impl->tokenizer->eos() >= 0) impl->eos_ids.push_back(impl->tokenizer->eos());
-  if (auto chat_source = chatTemplateSource(*impl->weights, source)) {
+  std::optional<std::string> chat_source = options.chat_template.empty()
+                                               ? chatTemplateSource(*impl->weights, source)
+                                               : std::optional<std::string>(options.chat_template);
+  if (chat_source) {
     const Tokenizer& tok = *impl->tokenizer;
     auto chat = ChatTemplate::fromTemplateString(
         *chat_source, tok.bos() >= 0 ? tok.tokenText(tok.bos()) : "",
@@ -572,9 +591,8 @@ Result<std::unique_ptr<Engine>> Engine::fromBackend(std::unique_ptr<Backend> bac
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token) {
-  Impl& e = *impl_;
-  if (Status valid = request.sampling.validate(); !valid.ok()) return valid.error();
+Result<std::vector<int32_t>> Engine::promptTokens(const GenerationRequest& request) const {
+  const Impl& e = *impl_;
   std::string text = request.prompt;
   bool parse_special = false;
   bool template_wrote_bos = false;
@@ -606,6 +624,17 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
       return makeError("prompt token id {} is out of range: expected 0 <= id < {}", t,
                        e.tokenizer->vocabSize());
   if (tokens.empty()) return makeError("the prompt is empty: expected at least one token");
+  return tokens;
+}
+
+Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token, LogprobsCallback on_logprobs) {
+  Impl& e = *impl_;
+  if (Status valid = request.sampling.validate(); !valid.ok()) return valid.error();
+  if (request.sampling.logprobs >= 0 && request.speculation.enabled())
+    return makeError("logprobs with speculative decoding is not supported yet: ask for one of them");
+  auto prompt = promptTokens(request);
+  if (!prompt.ok()) return prompt.error();
+  std::vector<int32_t> tokens = prompt.take();
   // Leave room for at least one generated token.
   int64_t limit = e.context_length - 1;
   if (int64_t(tokens.size()) > limit) {
@@ -649,6 +678,7 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     seq->detokenizer.emplace(*e.tokenizer);
     seq->stop.emplace(params.stop_strings);
     seq->on_token = on_token;
+    if (params.logprobs >= 0) seq->on_logprobs = on_logprobs;
     seq->submitted = Clock::now();
     if (request.speculation.enabled()) {
       seq->spec.emplace();
@@ -741,6 +771,9 @@ EngineMetrics Engine::metrics() const {
 
 
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+const ChatTemplate* Engine::chatTemplate() const {
+  return impl_->chat_template ? &*impl_->chat_template : nullptr;
+}
 const Manifest& Engine::manifest() const { return impl_->manifest; }
 int64_t Engine::contextLength() const { return impl_->context_length; }
 std::string Engine::backendName() const { return impl_->executor->name(); }

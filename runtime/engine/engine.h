@@ -15,6 +15,7 @@
 
 #include "runtime/chat/chat_template.h"
 #include "runtime/cuda/cuda_tuning.h"
+#include "runtime/sampling/logprobs.h"
 #include "runtime/sampling/sampling_params.h"
 #include "runtime/spec/drafter.h"
 #include "runtime/support/error.h"
@@ -55,6 +56,9 @@ struct EngineOptions {
   // Reuse the KV of cached block-aligned prompt prefixes (a radix tree over
   // token runs, LRU-evicted when the pool needs the blocks).
   bool prefix_cache = true;
+  // Jinja source rendering chat requests instead of the model's own
+  // template (vLLM's --chat-template); empty: the model's.
+  std::string chat_template;
   // A draft model's artifact for speculative decoding (SpecMethod::
   // kDraftModel): it must have the target's vocabulary; it runs on the
   // target's backend with its own KV pool of kv_cache_tokens (a tree needs
@@ -129,6 +133,11 @@ struct RequestStats {
 // and at a normal end once more with token -1 if held-back text remains.
 using TokenCallback =
     std::function<void(int64_t request_id, int32_t token, std::string_view text)>;
+// For a request with SamplingParams::logprobs >= 0: called on the engine's
+// thread for each generated token, just before its TokenCallback, with the
+// token's log probability and the top alternatives (sampling/logprobs.h:
+// the raw distribution, before penalties and temperature).
+using LogprobsCallback = std::function<void(int64_t request_id, const sampling::TokenLogprobs& logprobs)>;
 
 // The engine's state between steps, for schedulers above it, benchmarks and
 // a server's metrics.
@@ -175,7 +184,15 @@ class Engine {
   // is disturbed. Returns the id of its first completion; with sampling.n > 1
   // the completions have the ids first, first + 1, ..., first + n - 1, each
   // with its own stats and callback calls.
-  Result<int64_t> submit(GenerationRequest request, TokenCallback on_token);
+  // Log probabilities are computed on the host from the row the sampler
+  // reads (a batch with such a row takes its logits back rather than the
+  // CUDA executor's on-device argmax); with speculation they are refused.
+  Result<int64_t> submit(GenerationRequest request, TokenCallback on_token, LogprobsCallback on_logprobs = {});
+  // The prompt `request` runs as token ids: its chat template rendered (with
+  // the generation prompt) and tokenized, or its ids; before truncation.
+  // Thread-safe (the tokenizer and the template are immutable): a server
+  // answers /tokenize with it from its own threads.
+  Result<std::vector<int32_t>> promptTokens(const GenerationRequest& request) const;
   // Ends a request: its KV blocks return to the pool at once (at the next
   // step when called from a token callback). The id of a request's first
   // completion cancels all its completions; another id only that one.
@@ -205,6 +222,8 @@ class Engine {
   // holds the tree (its nodes and depth); the error says what to compile.
   Status checkSpeculation(const SpeculationParams& speculation) const;
   const Tokenizer& tokenizer() const;
+  // The chat template chat requests are rendered with; null without one.
+  const ChatTemplate* chatTemplate() const;
   const Manifest& manifest() const;
   int64_t contextLength() const;
   std::string backendName() const;

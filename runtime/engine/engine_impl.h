@@ -48,6 +48,7 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
   std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
+  std::vector<sampling::TokenLogprobs> row_logprobs;  // per batch row that reports logprobs
   std::vector<float> fork_row;
   // Speculative decoding's per-step state: each slice's draft tree (the
   // root alone when it drafts nothing), the verify call's inputs and

@@ -45,6 +45,7 @@ struct Sequence {
   std::optional<StreamingDetokenizer> detokenizer;
   std::optional<sampling::StopChecker> stop;
   TokenCallback on_token;
+  LogprobsCallback on_logprobs;  // requests with sampling.logprobs >= 0
   std::optional<SpecState> spec;  // speculative decoding, when the request asks for it
   RequestStats stats;
   Clock::time_point submitted, started, first_token;
