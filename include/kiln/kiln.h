@@ -98,6 +98,11 @@ typedef struct kiln_sampling_params {
   int32_t ignore_eos;          /* keep generating past EOS */
   const char* const* stop;     /* stop strings, num_stop of them */
   size_t num_stop;
+  /* -1 (default): none; 0 to 20: kiln_poll_result carries each generated
+   * token's log probability and this many most likely alternatives:
+   * log-softmax of the model's raw logits (before penalties, temperature,
+   * top-k/p, min-p). Not with speculative decoding. */
+  int32_t logprobs;
 } kiln_sampling_params;
 
 KILN_API void kiln_sampling_params_init(kiln_sampling_params* params);
@@ -155,6 +160,14 @@ typedef struct kiln_poll_result {
   const int32_t* tokens;       /* tokens generated since the last poll */
   size_t num_tokens;
   kiln_finish_reason finish;   /* KILN_FINISH_RUNNING until the request ended */
+  /* With kiln_sampling_params.logprobs >= 0 (else NULL and 0): per token of
+   * `tokens`, its log probability [num_tokens], and the top_n most likely
+   * tokens' ids and log probabilities, most likely first, [num_tokens *
+   * top_n] row by row. Valid as long as `tokens`. */
+  const float* token_logprobs;
+  const int32_t* top_ids;
+  const float* top_logprobs;
+  size_t top_n;
 } kiln_poll_result;
 
 /* The output of a request since its last poll. The pointers stay valid

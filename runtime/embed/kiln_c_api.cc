@@ -80,6 +80,10 @@ struct RequestRecord {
   std::vector<int32_t> tokens;
   std::string polled_text;
   std::vector<int32_t> polled_tokens;
+  // Logprobs (top_n >= 0): per token, and top_n alternatives per token.
+  int top_n = -1;
+  std::vector<float> logprobs, top_logprobs, polled_logprobs, polled_top_logprobs;
+  std::vector<int32_t> top_ids, polled_top_ids;
   std::string error;  // the last kiln_request_stats_get's message
 };
 
@@ -102,6 +106,17 @@ struct kiln_engine {
     if (token >= 0) record.tokens.push_back(token);
     record.text.append(text);
     if (record.callback) record.callback(id, token, text.data(), text.size(), record.user_data);
+  }
+
+  void onLogprobs(int64_t id, const kiln::sampling::TokenLogprobs& lp) {
+    auto it = requests.find(id);
+    if (it == requests.end()) return;
+    RequestRecord& record = it->second;
+    record.logprobs.push_back(lp.logprob);
+    for (const auto& [token, logprob] : lp.top) {
+      record.top_ids.push_back(token);
+      record.top_logprobs.push_back(logprob);
+    }
   }
 
   void forgetRetired() {
@@ -246,6 +261,7 @@ void kiln_sampling_params_init(kiln_sampling_params* params) {
   params->seed = defaults.seed;
   params->max_tokens = defaults.max_tokens;
   params->ignore_eos = defaults.ignore_eos ? 1 : 0;
+  params->logprobs = defaults.logprobs;
 }
 
 void kiln_prompt_init(kiln_prompt* prompt) {
@@ -298,6 +314,7 @@ kiln_status kiln_submit(kiln_engine* engine, const kiln_prompt* prompt, const ki
   sampling.seed = s.seed;
   sampling.max_tokens = s.max_tokens;
   sampling.ignore_eos = s.ignore_eos != 0;
+  sampling.logprobs = s.logprobs;
   if (s.num_stop > 0 && s.stop == nullptr) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_submit: params->stop is NULL");
   for (size_t i = 0; i < s.num_stop; ++i) {
     if (s.stop[i] == nullptr) return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_submit: params->stop has a NULL string");
@@ -307,11 +324,12 @@ kiln_status kiln_submit(kiln_engine* engine, const kiln_prompt* prompt, const ki
     return fail(KILN_ERROR_INVALID_PARAMS, valid.error().message);
 
   kiln_engine* self = engine;
-  auto id = engine->engine->submit(std::move(request), [self](int64_t id, int32_t token, std::string_view text) {
-    self->onToken(id, token, text);
-  });
+  auto id = engine->engine->submit(
+      std::move(request), [self](int64_t id, int32_t token, std::string_view text) { self->onToken(id, token, text); },
+      [self](int64_t id, const kiln::sampling::TokenLogprobs& lp) { self->onLogprobs(id, lp); });
   if (!id.ok()) return fail(KILN_ERROR_REJECTED, id.error().message);
   RequestRecord& record = engine->requests[*id];
+  record.top_n = s.logprobs;
   record.callback = callback;
   record.user_data = user_data;
   *request_id = *id;
@@ -358,6 +376,13 @@ kiln_status kiln_poll(kiln_engine* engine, int64_t request_id, kiln_poll_result*
   record.polled_tokens.swap(record.tokens);
   record.text.clear();
   record.tokens.clear();
+  for (auto [from, to] : {std::pair{&record.logprobs, &record.polled_logprobs},
+                          std::pair{&record.top_logprobs, &record.polled_top_logprobs}}) {
+    to->swap(*from);
+    from->clear();
+  }
+  record.polled_top_ids.swap(record.top_ids);
+  record.top_ids.clear();
   const kiln::RequestStats* stats = engine->engine->stats(request_id);
   kiln_poll_result out{};
   out.struct_size = sizeof(kiln_poll_result);
@@ -365,6 +390,12 @@ kiln_status kiln_poll(kiln_engine* engine, int64_t request_id, kiln_poll_result*
   out.text_len = record.polled_text.size();
   out.tokens = record.polled_tokens.data();
   out.num_tokens = record.polled_tokens.size();
+  if (record.top_n >= 0) {
+    out.token_logprobs = record.polled_logprobs.data();
+    out.top_ids = record.polled_top_ids.data();
+    out.top_logprobs = record.polled_top_logprobs.data();
+    out.top_n = size_t(record.top_n);
+  }
   out.finish = stats ? finishReason(stats->finish) : KILN_FINISH_RUNNING;
   if (!writeVersioned(out, result))
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_poll: result->struct_size is not set");

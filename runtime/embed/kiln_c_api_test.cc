@@ -221,6 +221,40 @@ TEST_F(CApiTest, CallbacksMayCancelButNotReenter) {
   EXPECT_EQ(kiln_release(engine_, id), KILN_OK);
 }
 
+// logprobs: one per polled token, with top_n alternatives, most likely
+// first; greedy, so the token is the first of them. (Their values against
+// NumPy: test/server/serve_features_test.py.)
+TEST_F(CApiTest, PollCarriesLogprobs) {
+  kiln_prompt prompt;
+  kiln_prompt_init(&prompt);
+  prompt.text = "The capital of France is";
+  kiln_sampling_params params;
+  kiln_sampling_params_init(&params);
+  EXPECT_EQ(params.logprobs, -1);
+  params.max_tokens = 6;
+  params.ignore_eos = 1;
+  params.logprobs = 3;
+  int64_t id = -1;
+  ASSERT_EQ(kiln_submit(engine_, &prompt, &params, nullptr, nullptr, &id), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(kiln_run_until_idle(engine_), KILN_OK) << kiln_last_error();
+  kiln_poll_result result{};
+  result.struct_size = sizeof(result);
+  ASSERT_EQ(kiln_poll(engine_, id, &result), KILN_OK);
+  ASSERT_EQ(result.num_tokens, 6u);
+  ASSERT_EQ(result.top_n, 3u);
+  ASSERT_NE(result.token_logprobs, nullptr);
+  for (size_t i = 0; i < result.num_tokens; ++i) {
+    EXPECT_EQ(result.top_ids[i * 3], result.tokens[i]);
+    EXPECT_EQ(result.top_logprobs[i * 3], result.token_logprobs[i]);
+    EXPECT_LE(result.top_logprobs[i * 3 + 1], result.top_logprobs[i * 3]);
+    EXPECT_LE(result.token_logprobs[i], 0.0f);
+  }
+  EXPECT_EQ(kiln_release(engine_, id), KILN_OK);
+  params.logprobs = 21;
+  EXPECT_EQ(kiln_submit(engine_, &prompt, &params, nullptr, nullptr, &id), KILN_ERROR_INVALID_PARAMS);
+  EXPECT_NE(std::string(kiln_last_error()).find("logprobs"), std::string::npos);
+}
+
 // An older caller's struct: the fields it knows are written, the rest of its
 // memory is not touched.
 TEST_F(CApiTest, ShorterStructsFromOlderCallersAreHonoured) {

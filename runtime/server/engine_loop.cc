@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/tokenizer/tokenizer.h"
+
 namespace kiln::server {
 
 EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, int64_t max_queue, PrometheusMetrics& metrics)
@@ -105,10 +107,22 @@ void EngineLoop::run() {
 void EngineLoop::takeSubmission(Submission submission) {
   std::shared_ptr<RequestChannel> channel = submission.channel;
   // The callback runs on this thread during step(), after accept() set the first id.
-  auto first_id = engine_->submit(std::move(submission.request),
-                                  [channel](int64_t request_id, int32_t, std::string_view text) {
-                                    channel->appendText(request_id, text);
-                                  });
+  LogprobsCallback on_logprobs;
+  if (submission.request.sampling.logprobs >= 0) {
+    // Token ids become their bytes here, where the tokenizer lives.
+    on_logprobs = [channel, &tokenizer = engine_->tokenizer()](int64_t request_id,
+                                                                const sampling::TokenLogprobs& logprobs) {
+      TokenLogprob out{tokenizer.tokenBytes(logprobs.token), logprobs.logprob, {}};
+      for (const auto& [id, logprob] : logprobs.top) out.top.emplace_back(tokenizer.tokenBytes(id), logprob);
+      channel->appendLogprob(request_id, std::move(out));
+    };
+  }
+  auto first_id = engine_->submit(
+      std::move(submission.request),
+      [channel](int64_t request_id, int32_t token, std::string_view text) {
+        channel->appendText(request_id, token, text);
+      },
+      std::move(on_logprobs));
   if (!first_id.ok()) {
     channel->refuse(invalidRequest(first_id.error().message));
     metrics_.recordRejected("invalid_request");

@@ -1,5 +1,6 @@
 #include "runtime/server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -73,6 +74,8 @@ class BodyReader {
   void readStreaming() {
     if (const json* v = field("stream"))
       if (auto b = boolean("stream", *v)) out_.stream = *b;
+    if (const json* v = field("return_token_ids"))
+      if (auto b = boolean("return_token_ids", *v)) out_.return_token_ids = *b;
     if (const json* v = field("stream_options")) {
       if (!v->is_object()) return fail(expected("stream_options", "an object {include_usage}", *v));
       if (!out_.stream) return fail(invalidRequest("stream_options: only allowed with stream true", "stream_options"));
@@ -193,7 +196,8 @@ class BodyReader {
 };
 
 // Beside the shared table's fields.
-constexpr std::string_view kCommonFields[] = {"model", "stream", "stream_options", "user", "logit_bias"};
+constexpr std::string_view kCommonFields[] = {"model", "stream", "stream_options", "user", "logit_bias",
+                                              "return_token_ids"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "best_of", "suffix"};
 constexpr std::string_view kChatFields[] = {"messages", "top_logprobs", "tools", "tool_choice",
                                             "chat_template_kwargs"};
@@ -212,24 +216,75 @@ bool isKnownField(Endpoint endpoint, std::string_view name) {
 // The parameter a SamplingParams::validate() message is about: its first word.
 std::string paramOf(const std::string& message) { return message.substr(0, message.find(' ')); }
 
+
+// The body as a JSON object, or the error.
+std::optional<ApiError> parseBody(std::string_view text, json& body) {
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return invalidRequest(fmt::format("the body is not valid JSON (at byte {}): {}", e.byte, parseErrorReason(e)));
+  }
+  if (!body.is_object()) return invalidRequest("the body must be a JSON object, got " + describeJson(body));
+  return std::nullopt;
+}
+
+// An unknown field of a body that takes `fields`, named.
+std::optional<ApiError> unknownField(const json& body, std::span<const std::string_view> fields, const char* path) {
+  for (const auto& [key, value] : body.items())
+    if (std::find(fields.begin(), fields.end(), key) == fields.end())
+      return invalidRequest(fmt::format("unknown field \"{}\" for {}; expected {}", key, path, fmt::join(fields, ", ")),
+                            key);
+  return std::nullopt;
+}
+
 }  // namespace
+
+ParsedRequest parseTokenizeRequest(std::string_view body_text, const RequestContext& context) {
+  ParsedRequest parsed;
+  json body;
+  if ((parsed.error = parseBody(body_text, body))) return parsed;
+  constexpr std::string_view kFields[] = {"model", "prompt", "messages", "tools", "chat_template_kwargs"};
+  if ((parsed.error = unknownField(body, kFields, "/tokenize"))) return parsed;
+  OpenAiRequest& out = parsed.request;
+  BodyReader reader(body, context, out);
+  if (body.contains("model")) reader.readModel();
+  if (body.contains("messages")) {
+    out.endpoint = Endpoint::kChatCompletions;
+    reader.readMessages();
+    reader.readTools();
+  } else {
+    reader.readPrompt();
+  }
+  parsed.error = reader.error();
+  if (!parsed.error && !body.value("tools", json()).is_null()) out.generation.tools = toolsInWrittenOrder(body_text);
+  return parsed;
+}
+
+DetokenizeRequest parseDetokenizeRequest(std::string_view body_text, const RequestContext& context) {
+  DetokenizeRequest out;
+  json body;
+  if ((out.error = parseBody(body_text, body))) return out;
+  constexpr std::string_view kFields[] = {"model", "tokens"};
+  if ((out.error = unknownField(body, kFields, "/detokenize"))) return out;
+  OpenAiRequest unused;
+  BodyReader reader(body, context, unused);
+  if (body.contains("model")) reader.readModel();
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    reader.fail(expected("tokens", "a list of token ids", body.value("tokens", json())));
+  else
+    for (size_t i = 0; i < body["tokens"].size() && !reader.error(); ++i)
+      if (auto id = reader.integer(fmt::format("tokens[{}]", i), body["tokens"][i], 0, INT32_MAX))
+        out.tokens.push_back(int32_t(*id));
+  out.error = reader.error();
+  return out;
+}
 
 ParsedRequest parseOpenAiRequest(Endpoint endpoint, std::string_view body_text, const RequestContext& context) {
   ParsedRequest parsed;
   OpenAiRequest& out = parsed.request;
   out.endpoint = endpoint;
   json body;
-  try {
-    body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
-    parsed.error =
-        invalidRequest(fmt::format("the body is not valid JSON (at byte {}): {}", e.byte, parseErrorReason(e)));
-    return parsed;
-  }
-  if (!body.is_object()) {
-    parsed.error = invalidRequest("the body must be a JSON object, got " + describeJson(body));
-    return parsed;
-  }
+  if ((parsed.error = parseBody(body_text, body))) return parsed;
   for (const auto& [key, value] : body.items()) {
     if (!isKnownField(endpoint, key)) {
       parsed.error = invalidRequest(fmt::format("unknown field \"{}\" for {}", key,

@@ -4,7 +4,8 @@
 // is refused by name rather than silently ignored.
 //
 // Both endpoints: model (required, the served id), stream, stream_options
-// {include_usage}, user (ignored), logit_bias, and the shared table of
+// {include_usage}, user (ignored), logit_bias, return_token_ids (vLLM's:
+// choices and chunks carry "token_ids"), and the shared table of
 // runtime/request/generation_fields.h: max_tokens, temperature, top_p,
 // top_k, min_p, stop, seed, n, presence_penalty, frequency_penalty,
 // repetition_penalty, ignore_eos, stop_token_ids, priority, speculation.
@@ -26,7 +27,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "runtime/chat/tool_calls.h"
 #include "runtime/engine/engine.h"
 #include "runtime/server/api_error.h"
 
@@ -39,6 +42,9 @@ struct RequestContext {
   std::string model_id;        // the only accepted `model`
   int64_t context_length = 0;  // tokens; max_tokens above it is refused
   int64_t max_messages = 1024; // chat messages a request may carry
+  // How the served model's chat template writes tool calls: the format a
+  // chat answer is read in when tools are offered.
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
 };
 
 // "auto": the model's answer is searched for tool calls (when tools are
@@ -52,6 +58,7 @@ struct OpenAiRequest {
   GenerationRequest generation;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  bool return_token_ids = false;  // vLLM's: each choice (and chunk) lists its generated token ids
 };
 
 struct ParsedRequest {
@@ -62,5 +69,16 @@ struct ParsedRequest {
 // JSON text -> the request; text that is not a JSON object is a 400 giving
 // the parser's position.
 ParsedRequest parseOpenAiRequest(Endpoint endpoint, std::string_view body, const RequestContext& context);
+
+// vLLM's POST /tokenize: {"model"?, "prompt": text or ids} or {"model"?,
+// "messages", "tools"?, "chat_template_kwargs"?}: the prompt the engine
+// would run (the chat template rendered with the generation prompt).
+ParsedRequest parseTokenizeRequest(std::string_view body, const RequestContext& context);
+// vLLM's POST /detokenize: {"model"?, "tokens": [ids]}.
+struct DetokenizeRequest {
+  std::vector<int32_t> tokens;
+  std::optional<ApiError> error;
+};
+DetokenizeRequest parseDetokenizeRequest(std::string_view body, const RequestContext& context);
 
 }  // namespace kiln::server

@@ -15,6 +15,7 @@
 #include "runtime/server/openai_request.h"
 #include "runtime/server/openai_response.h"
 #include "runtime/server/prometheus_metrics.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace kiln::server {
 namespace {
@@ -37,7 +38,10 @@ struct Stream {
   bool has_carried = false;
   bool role_sent = false;
   bool ended = false;     // [DONE] written
-  std::vector<CompletedChoice> choices;  // stats and token counts for the usage chunk and the log
+  // Stats for the usage chunk and the log; with tool calls read, the whole
+  // answer, written when it ends.
+  std::vector<CompletedChoice> choices;
+  std::vector<int64_t> text_offsets;  // completions' logprobs: characters sent per choice
   Clock::time_point start;
 };
 
@@ -51,6 +55,7 @@ OpenAiServer::OpenAiServer(std::unique_ptr<Engine> engine, ServerOptions options
   context_->model_id = options_.model_id;
   context_->context_length = engine->contextLength();
   context_->max_messages = options_.max_messages;
+  if (const ChatTemplate* chat = engine->chatTemplate()) context_->tool_call_format = toolCallFormatOf(chat->source());
   loop_ = std::make_unique<EngineLoop>(std::move(engine), options_.max_queue, *metrics_);
   // Every streamed request holds a connection thread for its whole answer.
   const int threads =
@@ -175,6 +180,34 @@ void OpenAiServer::installRoutes() {
     handleGeneration(int(Endpoint::kChatCompletions), request, response);
   });
 
+  // vLLM's tokenizer endpoints: the prompt a request would run, and text
+  // back from ids (special tokens as their text). The engine's tokenizer and
+  // chat template are immutable, so a handler thread uses them directly.
+  http_->Post("/tokenize", [this](const httplib::Request& request, httplib::Response& response) {
+    if (!authorized(request, response)) return;
+    ParsedRequest parsed = parseTokenizeRequest(request.body, *context_);
+    if (parsed.error) return respondError(response, *parsed.error);
+    auto tokens = loop_->engine().promptTokens(parsed.request.generation);
+    if (!tokens.ok()) return respondError(response, invalidRequest(tokens.error().message));
+    response.set_content(
+        json{{"count", tokens->size()}, {"max_model_len", context_->context_length}, {"tokens", *tokens}}.dump(),
+        "application/json");
+  });
+  http_->Post("/detokenize", [this](const httplib::Request& request, httplib::Response& response) {
+    if (!authorized(request, response)) return;
+    DetokenizeRequest parsed = parseDetokenizeRequest(request.body, *context_);
+    if (parsed.error) return respondError(response, *parsed.error);
+    const Tokenizer& tokenizer = loop_->engine().tokenizer();
+    for (size_t i = 0; i < parsed.tokens.size(); ++i)
+      if (parsed.tokens[i] >= tokenizer.vocabSize())
+        return respondError(response, invalidRequest(fmt::format("tokens[{}]: {} is not a token id: expected < {}", i,
+                                                                 parsed.tokens[i], tokenizer.vocabSize()),
+                                                     fmt::format("tokens[{}]", i)));
+    response.set_content(json{{"prompt", tokenizer.decode(parsed.tokens)}}.dump(-1, ' ', false,
+                                                                                 json::error_handler_t::replace),
+                         "application/json");
+  });
+
   // Unknown paths, oversized bodies and the like get OpenAI's error shape too.
   http_->set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& request, httplib::Response& response) {
@@ -225,12 +258,23 @@ void OpenAiServer::handleGeneration(int endpoint_value, const httplib::Request& 
   while (!first.accepted && !first.error);
   if (first.error) return refuse(*first.error, first.error->status == 503 ? "shutting_down" : nullptr);
 
-  const ResponseHeader header = newResponseHeader(endpoint, options_.model_id);
+  ResponseHeader header = newResponseHeader(endpoint, options_.model_id);
+  header.logprobs = parsed.request.generation.sampling.logprobs;
+  header.token_ids = parsed.request.return_token_ids;
+  if (endpoint == Endpoint::kChatCompletions && !parsed.request.generation.tools.empty() &&
+      parsed.request.tool_choice == ToolChoice::kAuto)
+    header.tool_calls = context_->tool_call_format;
   if (!parsed.request.stream) {
     std::vector<CompletedChoice> choices(size_t(channel->completions()));
     ChannelUpdate update = std::move(first);
     for (;;) {
-      for (auto& t : update.texts) choices[size_t(t.index)].text += t.text;
+      for (auto& t : update.texts) {
+        CompletedChoice& c = choices[size_t(t.index)];
+        c.text += t.text;
+        c.token_ids.insert(c.token_ids.end(), t.token_ids.begin(), t.token_ids.end());
+        c.logprobs.insert(c.logprobs.end(), std::make_move_iterator(t.logprobs.begin()),
+                          std::make_move_iterator(t.logprobs.end()));
+      }
       for (auto& f : update.finishes) choices[size_t(f.index)].stats = f.stats;
       if (update.done) break;
       update = channel->waitForUpdate(kChannelPoll);
@@ -255,6 +299,7 @@ void OpenAiServer::handleGeneration(int endpoint_value, const httplib::Request& 
   stream->carried = std::move(first);
   stream->has_carried = true;
   stream->choices.resize(size_t(channel->completions()));
+  stream->text_offsets.resize(size_t(channel->completions()));
   stream->start = start;
   response.set_header("Cache-Control", "no-cache");
   responseOpened();
@@ -276,10 +321,26 @@ void OpenAiServer::handleGeneration(int endpoint_value, const httplib::Request& 
         if (!stream->role_sent && stream->header.endpoint == Endpoint::kChatCompletions)
           for (int i = 0; i < stream->channel->completions(); ++i) events += serverSentEvent(roleChunk(stream->header, i));
         stream->role_sent = true;
-        for (const auto& t : update.texts) events += serverSentEvent(textChunk(stream->header, t.index, t.text));
+        const bool reads_tool_calls = stream->header.tool_calls != ToolCallFormat::kNone;
+        for (auto& t : update.texts) {
+          CompletedChoice& c = stream->choices[size_t(t.index)];
+          if (reads_tool_calls) {  // the answer is read for calls once whole
+            c.text += t.text;
+            c.token_ids.insert(c.token_ids.end(), t.token_ids.begin(), t.token_ids.end());
+            c.logprobs.insert(c.logprobs.end(), std::make_move_iterator(t.logprobs.begin()),
+                              std::make_move_iterator(t.logprobs.end()));
+            continue;
+          }
+          int64_t& offset = stream->text_offsets[size_t(t.index)];
+          events += serverSentEvent(textChunk(stream->header, t.index, t, offset));
+          for (const TokenLogprob& l : t.logprobs) offset += textLength(l.bytes);
+        }
         for (const auto& f : update.finishes) {
-          stream->choices[size_t(f.index)].stats = f.stats;
-          events += serverSentEvent(finishChunk(stream->header, f.index, f.stats.finish));
+          CompletedChoice& c = stream->choices[size_t(f.index)];
+          c.stats = f.stats;
+          bool called = false;
+          if (reads_tool_calls) events += serverSentEvent(answerChunk(stream->header, f.index, c, called));
+          events += serverSentEvent(finishChunk(stream->header, f.index, f.stats.finish, called));
         }
         if (update.done) {
           if (stream->include_usage) events += serverSentEvent(usageChunk(stream->header, usageOf(stream->choices)));

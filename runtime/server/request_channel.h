@@ -16,11 +16,21 @@
 
 namespace kiln::server {
 
+// One generated token's log probabilities (GenerationRequest asked for
+// them), with the tokens as the bytes they add to the text.
+struct TokenLogprob {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
 // What the engine produced since the handler last looked.
 struct ChannelUpdate {
   struct Text {
     int index;  // the completion (choice) index, 0 .. n-1
     std::string text;
+    std::vector<int32_t> token_ids;      // the tokens this text came from
+    std::vector<TokenLogprob> logprobs;  // theirs, when asked for
   };
   struct Finish {
     int index;
@@ -35,14 +45,19 @@ struct ChannelUpdate {
 
 class RequestChannel {
  public:
-  explicit RequestChannel(int completions) : finished_(size_t(completions), false) {}
+  explicit RequestChannel(int completions)
+      : finished_(size_t(completions), false), unsent_(size_t(completions)) {}
 
   int completions() const { return int(finished_.size()); }
 
   // Engine thread.
   void accept(int64_t first_id);
   void refuse(ApiError error);
-  void appendText(int64_t request_id, std::string_view text);
+  // A token (and its log probabilities) travels with the next text of its
+  // completion (the token's own text may be held back), or before its
+  // finish. token -1: text with no token (the held-back rest at the end).
+  void appendLogprob(int64_t request_id, TokenLogprob logprob);
+  void appendText(int64_t request_id, int32_t token, std::string_view text);
   void finish(int index, const RequestStats& stats);
   bool finished(int index) const;
   int64_t firstId() const;
@@ -53,6 +68,8 @@ class RequestChannel {
   ChannelUpdate waitForUpdate(std::chrono::milliseconds timeout);
 
  private:
+  void pushText(int index, std::string_view text);  // under mutex_
+
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   ChannelUpdate pending_;
@@ -60,6 +77,12 @@ class RequestChannel {
   bool reported_accepted_ = false;
   int64_t first_id_ = -1;
   std::vector<bool> finished_;
+  struct Unsent {
+    std::vector<int32_t> token_ids;
+    std::vector<TokenLogprob> logprobs;
+    bool empty() const { return token_ids.empty() && logprobs.empty(); }
+  };
+  std::vector<Unsent> unsent_;  // per completion
   int unfinished_ = -1;  // -1 until accepted
 };
 

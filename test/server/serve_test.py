@@ -167,8 +167,9 @@ class ServeTest(unittest.TestCase):
             self.client.completions.create(model="gpt-4", prompt="Hi", max_tokens=2)
         self.assertEqual(caught.exception.code, "model_not_found")
         with self.assertRaises(openai.BadRequestError) as caught:
-            self.client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=2)
-        self.assertEqual(caught.exception.param, "logprobs")
+            self.client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, echo=True)
+        self.assertEqual(caught.exception.param, "echo")
+        self.assertEqual(caught.exception.code, "unsupported_field")
         bad_key = openai.OpenAI(base_url=self.client.base_url, api_key="wrong", max_retries=0)
         with self.assertRaises(openai.AuthenticationError):
             bad_key.models.list()

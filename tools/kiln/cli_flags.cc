@@ -117,10 +117,14 @@ const CliCommand& generateCli() {
       "engine batches them. A line is one object: \"prompt\" (text, or a list of token ids) or\n"
       "\"messages\" ([{role, content}], chat template), an optional \"id\" echoed back, and the sampling\n"
       "fields max_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, n, priority,\n"
-      "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty; blank lines are skipped.\n"
+      "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, logprobs (0 to 20\n"
+      "alternatives), speculation ({\"method\": \"ngram\", \"k\": 4}, over --spec), tools; the same\n"
+      "table as kiln serve's (runtime/request/generation_fields.h); blank lines are skipped.\n"
       "The answers are written in input order, one JSON line per request line:\n"
       "  {\"index\": i, \"id\": ..., \"prompt_tokens\": P, \"choices\": [{\"index\": j, \"text\": ...,\n"
       "   \"finish_reason\": \"length\"|\"stop\"|\"eos\"|\"cancelled\"|\"error\", \"completion_tokens\": C}]}\n"
+      "with logprobs, each choice has \"logprobs\": [{\"token\", \"logprob\", \"top_logprobs\": [{\"token\",\n"
+      "\"logprob\"}]}] per generated token: log-softmax of the raw logits (before temperature etc.).\n"
       "A line that cannot run (bad JSON, a bad field, a prompt submit refuses) is written as\n"
       "{\"index\": i, \"error\": \"line N: ...\"} and named on stderr; the others still run.\n"
       "Exit status: 0 when every line ran; 2 when some failed (everything else written); 1 when\n"
@@ -143,7 +147,8 @@ const CliCommand& serveCli() {
       "serve",
       "kiln serve MODEL [--host H] [--port P] [options]",
       "An OpenAI-compatible HTTP server: POST /v1/completions and /v1/chat/completions (streamed as\n"
-      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus).\n"
+      "server-sent events with \"stream\": true; logprobs, tools), GET /v1/models, /health and /metrics\n"
+      "(Prometheus), vLLM's POST /tokenize and /detokenize.\n"
       "Requests name the model by --model-name (default: MODEL's file or folder name without .gguf).\n"
       "A request that finds --max-queue requests waiting gets 429 with Retry-After. One line a request\n"
       "is logged on stderr. SIGINT/SIGTERM: new requests get 503, running ones finish within\n"
@@ -159,6 +164,8 @@ const CliCommand& serveCli() {
               {"shutdown-grace-seconds", "S", kHttp,
                "on SIGTERM/SIGINT, how long running requests may finish before they are cancelled (default 10)"},
               {"max-context", "N", kHttp, "limit the context to N tokens (default: the model's)"},
+              {"chat-template", "FILE", kHttp,
+               "render chat requests with this Jinja template instead of the model's (vLLM's --chat-template)"},
           },
           /*batching=*/true)};
   return command;
@@ -219,6 +226,9 @@ const CliCommand& benchCli() {
           {"system-prompts", "K", kServe, "prefix: distinct system prompts the conversations share (default 2)"},
           {"peer-batch", "B", kServe, "serve --peer hf: requests a static padded batch (default 64)"},
           {"peer-requests", "N", kServe, "serve --peer hf: run the first N requests only (default all)"},
+          {"http", "", kServe,
+           "serve: also run the workload through an in-process kiln serve on loopback (streaming HTTP clients) "
+           "and print HTTP / in-process"},
           {"no-cuda-graphs", "", kCuda, "decode steps launched one by one, not replayed from CUDA graphs",
            &CudaTuning::graphs, false},
           {"no-flash-attention", "", kCuda, "prefill attention on the CUDA-core paged_attention kernel",

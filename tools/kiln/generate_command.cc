@@ -6,6 +6,7 @@
 // rest still run. The format and exit statuses are in generateCli()'s help
 // (cli_flags.cc).
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine/engine.h"
+#include "runtime/tokenizer/tokenizer.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/speculation_flags.h"
 #include "tools/kiln/request_json.h"
@@ -38,6 +40,8 @@ struct Line {
   int64_t first_id = -1;     // the engine's id of completion 0
   int n = 1;                 // completions
   std::vector<std::string> texts;  // [n]
+  int logprobs = -1;               // alternatives asked for; -1: none
+  std::vector<std::vector<sampling::TokenLogprobs>> token_logprobs;  // [n][generated]
 };
 
 // The input's non-blank lines, with their 1-based numbers.
@@ -61,6 +65,20 @@ bool lineDone(const Engine& engine, const Line& line) {
   return true;
 }
 
+// Per generated token {"token": its text, "logprob", "top_logprobs":
+// [{"token", "logprob"}]}, as the server's chat form (-inf as -9999.0).
+nlohmann::ordered_json logprobsJson(const Tokenizer& tokenizer, const std::vector<sampling::TokenLogprobs>& tokens) {
+  auto finite = [](float x) { return std::isfinite(x) ? double(x) : -9999.0; };
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const sampling::TokenLogprobs& t : tokens) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& [id, logprob] : t.top)
+      top.push_back({{"token", tokenizer.tokenBytes(id)}, {"logprob", finite(logprob)}});
+    list.push_back({{"token", tokenizer.tokenBytes(t.token)}, {"logprob", finite(t.logprob)}, {"top_logprobs", top}});
+  }
+  return list;
+}
+
 // The answer line of input line `index`; `failed` says whether any part of it failed.
 nlohmann::ordered_json answerOf(const Engine& engine, const Line& line, int64_t index, bool& failed) {
   nlohmann::ordered_json out = {{"index", index}};
@@ -74,6 +92,7 @@ nlohmann::ordered_json answerOf(const Engine& engine, const Line& line, int64_t 
   int64_t prompt_tokens = 0;
   for (int j = 0; j < line.n; ++j) {
     nlohmann::ordered_json choice = {{"index", j}, {"text", line.texts[size_t(j)]}};
+    if (line.logprobs >= 0) choice["logprobs"] = logprobsJson(engine.tokenizer(), line.token_logprobs[size_t(j)]);
     const RequestStats* stats = engine.stats(line.first_id + j);
     if (!stats) {
       failed = true;
@@ -159,14 +178,20 @@ int generateCommand(int argc, char** argv) {
       continue;
     }
     line.id = parsed->id;
-    parsed->request.speculation = *speculation;
+    // A line's own "speculation" wins over --spec.
+    if (!parsed->request.speculation.enabled()) parsed->request.speculation = *speculation;
     line.n = parsed->request.sampling.n;
     line.texts.resize(size_t(line.n));
+    line.logprobs = parsed->request.sampling.logprobs;
+    line.token_logprobs.resize(size_t(line.n));
     // Completion j of this line has the id first_id + j (set before any step runs).
     auto id = engine.submit(std::move(parsed->request),
                             [&line, &output_tokens](int64_t request_id, int32_t token, std::string_view text) {
                               line.texts[size_t(request_id - line.first_id)].append(text);
                               if (token >= 0) ++output_tokens;
+                            },
+                            [&line](int64_t request_id, const sampling::TokenLogprobs& logprobs) {
+                              line.token_logprobs[size_t(request_id - line.first_id)].push_back(logprobs);
                             });
     if (!id.ok()) {
       lineFailed(line, id.error().message);

@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -56,6 +57,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/request_progress.h"
+#include "tools/kiln/serve_run.h"
 #include "tools/kiln/serve_workload.h"
 
 namespace kiln {
@@ -163,75 +165,15 @@ Result<ServeConfig> serveConfigFrom(const CliArgs& args) {
   return c;
 }
 
-// One request of a run as the clock saw it; times in seconds from the run's start.
-struct Trace {
-  double due = 0;  // when it arrived (offline: 0; poisson: its arrival; prefix: when submitted)
-  double first_token = -1, last_token = -1;
-  int64_t generated = 0;
-  int64_t engine_id = -1;
-  int64_t output_len = 0;
-  std::vector<int32_t> tokens;  // what it generated (prefix: the next turn's prompt)
-};
-
-struct RunFigures {
-  std::string name;
-  double rate = 0;  // poisson: requests/s offered
-  bool prefix_cache = true;
-  int64_t requests = 0, completed = 0, prompt_tokens = 0, output_tokens = 0, cached_prompt_tokens = 0;
-  double seconds = 0;
-  double ttft_p50 = 0, ttft_p99 = 0, tpot_p50 = 0, tpot_p99 = 0;  // ms
-  int64_t peak_kv_blocks = 0, kv_blocks_total = 0, preemptions = 0, steps = 0;
-  int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0;
-
-  double outputTps() const { return seconds > 0 ? double(output_tokens) / seconds : 0; }
-  double totalTps() const { return seconds > 0 ? double(prompt_tokens + output_tokens) / seconds : 0; }
-  double requestRate() const { return seconds > 0 ? double(completed) / seconds : 0; }
-  double hitRate() const {
-    return prefix_queried_tokens > 0 ? double(prefix_hit_tokens) / double(prefix_queried_tokens) : 0;
-  }
-  double peakKvUse() const { return kv_blocks_total > 0 ? double(peak_kv_blocks) / double(kv_blocks_total) : 0; }
-
-  nlohmann::json toJson() const {
-    nlohmann::json j = {{"name", name},
-                        {"prefix_cache", prefix_cache},
-                        {"requests", requests},
-                        {"completed", completed},
-                        {"failed", requests - completed},
-                        {"prompt_tokens", prompt_tokens},
-                        {"output_tokens", output_tokens},
-                        {"cached_prompt_tokens", cached_prompt_tokens},
-                        {"seconds", seconds},
-                        {"request_rate", requestRate()},
-                        {"output_tps", outputTps()},
-                        {"total_tps", totalTps()},
-                        {"ttft_ms", {{"p50", ttft_p50}, {"p99", ttft_p99}}},
-                        {"tpot_ms", {{"p50", tpot_p50}, {"p99", tpot_p99}}},
-                        {"peak_kv_blocks", peak_kv_blocks},
-                        {"kv_blocks_total", kv_blocks_total},
-                        {"peak_kv_use", peakKvUse()},
-                        {"preemptions", preemptions},
-                        {"prefix_hit_tokens", prefix_hit_tokens},
-                        {"prefix_queried_tokens", prefix_queried_tokens},
-                        {"prefix_hit_rate", hitRate()},
-                        {"steps", steps}};
-    if (rate > 0) j["rate"] = rate;
-    return j;
-  }
-};
-
-// One measured run: submits requests, steps the engine, timestamps every
-// token in its callback and samples the KV pool after every step.
-class ServeRun {
+// A run on the engine itself: submits requests, steps the engine,
+// timestamps every token in its callback and samples the KV pool after
+// every step.
+class EngineRun : public ServeRun {
  public:
-  ServeRun(Engine& engine, size_t capacity, bool progress, const std::string& name)
-      : engine_(engine), traces_(capacity), start_(Clock::now()), before_(engine.metrics()),
-        progress_(progress, int64_t(capacity), fmt::format("kiln bench serve: {} ", name)) {}
+  EngineRun(Engine& engine, size_t capacity, bool progress, const std::string& name)
+      : ServeRun(capacity, progress, name), engine_(engine), before_(engine.metrics()) {}
 
-  double now() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-  Trace& trace(size_t index) { return traces_[index]; }
-
-  // Request `index`: `prompt` then exactly `output_len` tokens (EOS ignored), due at `due`.
-  Status submit(size_t index, std::vector<int32_t> prompt, int64_t output_len, double due, bool keep_tokens) {
+  Status submit(size_t index, std::vector<int32_t> prompt, int64_t output_len, double due, bool keep_tokens) override {
     GenerationRequest request;
     request.prompt_tokens = std::move(prompt);
     request.sampling.max_tokens = int(output_len);
@@ -256,10 +198,7 @@ class ServeRun {
     return Status::success();
   }
 
-  bool busy() const { return !in_flight_.empty(); }
-
-  // One engine step; returns the requests it finished.
-  Result<std::vector<size_t>> step() {
+  Result<std::vector<size_t>> step() override {
     KILN_RETURN_IF_ERROR(engine_.step());
     const EngineMetrics m = engine_.metrics();
     peak_kv_blocks_ = std::max(peak_kv_blocks_, m.kv_blocks_total - m.kv_blocks_free - m.kv_blocks_cached);
@@ -277,31 +216,21 @@ class ServeRun {
     return finished;
   }
 
-  RunFigures figures(const std::string& name) {
-    progress_.finish(done_, output_tokens_);
+  RunFigures figures(const std::string& name) override {
+    for (size_t index : submitted_) {
+      Trace& t = traces_[index];
+      const RequestStats* stats = engine_.stats(t.engine_id);
+      if (!stats) continue;
+      t.prompt_tokens = stats->prompt_tokens;
+      t.cached_prompt_tokens = stats->cached_prompt_tokens;
+      preemptions_ += stats->preemptions;
+      const FinishReason r = stats->finish;
+      t.completed = r == FinishReason::kLength || r == FinishReason::kStop || r == FinishReason::kEos;
+    }
     RunFigures f;
     f.name = name;
-    f.seconds = now();
-    std::vector<double> ttft, tpot;
-    for (size_t index : submitted_) {
-      const Trace& t = traces_[index];
-      const RequestStats* stats = engine_.stats(t.engine_id);
-      ++f.requests;
-      if (!stats) continue;
-      f.prompt_tokens += stats->prompt_tokens;
-      f.cached_prompt_tokens += stats->cached_prompt_tokens;
-      f.output_tokens += t.generated;
-      f.preemptions += stats->preemptions;
-      const FinishReason r = stats->finish;
-      if (r != FinishReason::kLength && r != FinishReason::kStop && r != FinishReason::kEos) continue;
-      ++f.completed;
-      if (t.generated > 0) ttft.push_back((t.first_token - t.due) * 1e3);
-      if (t.generated > 1) tpot.push_back((t.last_token - t.first_token) * 1e3 / double(t.generated - 1));
-    }
-    f.ttft_p50 = percentile(ttft, 50);
-    f.ttft_p99 = percentile(ttft, 99);
-    f.tpot_p50 = percentile(tpot, 50);
-    f.tpot_p99 = percentile(tpot, 99);
+    traceFigures(f);
+    f.preemptions = preemptions_;
     const EngineMetrics after = engine_.metrics();
     f.kv_blocks_total = after.kv_blocks_total;
     f.peak_kv_blocks = peak_kv_blocks_;
@@ -313,12 +242,20 @@ class ServeRun {
 
  private:
   Engine& engine_;
-  std::vector<Trace> traces_;
-  Clock::time_point start_;
   EngineMetrics before_;
-  RequestProgress progress_;
-  std::vector<size_t> in_flight_, submitted_;
-  int64_t done_ = 0, output_tokens_ = 0, peak_kv_blocks_ = 0;
+  int64_t peak_kv_blocks_ = 0, preemptions_ = 0;
+};
+
+class EngineTarget : public ServeTarget {
+ public:
+  explicit EngineTarget(Engine& engine) : engine_(engine) {}
+  std::unique_ptr<ServeRun> newRun(size_t capacity, bool progress, const std::string& name) override {
+    return std::make_unique<EngineRun>(engine_, capacity, progress, name);
+  }
+  std::string transport() const override { return "in-process"; }
+
+ private:
+  Engine& engine_;
 };
 
 // The offline and poisson workloads' requests: prompts and output lengths.
@@ -359,18 +296,20 @@ Status drain(ServeRun& run) {
   return Status::success();
 }
 
-Result<RunFigures> runOffline(Engine& engine, const RequestSet& set, bool progress, const std::string& name) {
-  ServeRun run(engine, set.prompts.size(), progress, name);
+Result<RunFigures> runOffline(ServeTarget& target, const RequestSet& set, bool progress, const std::string& name) {
+  auto owned = target.newRun(set.prompts.size(), progress, name);
+  ServeRun& run = *owned;
   for (size_t i = 0; i < set.prompts.size(); ++i)
     KILN_RETURN_IF_ERROR(run.submit(i, set.prompts[i], set.output_lens[i], 0.0, false));
   KILN_RETURN_IF_ERROR(drain(run));
   return run.figures(name);
 }
 
-Result<RunFigures> runPoisson(Engine& engine, const RequestSet& set, double rate, ServeRng rng, bool progress) {
+Result<RunFigures> runPoisson(ServeTarget& target, const RequestSet& set, double rate, ServeRng rng, bool progress) {
   const std::string name = fmt::format("poisson {:.4g} req/s", rate);
   const std::vector<double> arrivals = poissonArrivals(rng, int64_t(set.prompts.size()), rate);
-  ServeRun run(engine, set.prompts.size(), progress, name);
+  auto owned = target.newRun(set.prompts.size(), progress, name);
+  ServeRun& run = *owned;
   for (size_t next = 0; next < arrivals.size() || run.busy();) {
     const double now = run.now();
     for (; next < arrivals.size() && arrivals[next] <= now; ++next)
@@ -410,11 +349,12 @@ Conversations drawConversations(ServeRng rng, const ServeConfig& c, std::span<co
   return conv;
 }
 
-Result<RunFigures> runPrefix(Engine& engine, const ServeConfig& c, const Conversations& conv, bool progress,
-                             int64_t& ended_early) {
+Result<RunFigures> runPrefix(ServeTarget& target, int64_t context, const ServeConfig& c, const Conversations& conv,
+                             bool progress, int64_t& ended_early) {
   const std::string name = "prefix";
-  const int64_t turns = c.turns, context = engine.contextLength();
-  ServeRun run(engine, size_t(c.conversations * turns), progress, name);
+  const int64_t turns = c.turns;
+  auto owned = target.newRun(size_t(c.conversations * turns), progress, name);
+  ServeRun& run = *owned;
   std::vector<std::vector<int32_t>> history(size_t(c.conversations));  // the last prompt of each
   auto submitTurn = [&](int64_t i, int64_t t) -> Status {
     std::vector<int32_t>& h = history[size_t(i)];
@@ -511,11 +451,39 @@ int64_t defaultKvTokens(const ServeConfig& c, int64_t max_sequences) {
 std::string cell(double v, const char* format = "{:.1f}") { return v > 0 ? fmt::format(fmt::runtime(format), v) : "-"; }
 
 void printRow(const RunFigures& f) {
-  std::printf("| %s | %lld/%lld | %.1f | %.1f | %.1f | %.1f | %s | %s | %lld/%lld (%.0f%%) | %lld | %.1f%% |\n",
-              f.name.c_str(), (long long)f.completed, (long long)f.requests, f.outputTps(), f.totalTps(), f.ttft_p50,
-              f.ttft_p99, cell(f.tpot_p50, "{:.2f}").c_str(), cell(f.tpot_p99, "{:.2f}").c_str(),
-              (long long)f.peak_kv_blocks, (long long)f.kv_blocks_total, 100 * f.peakKvUse(),
+  const std::string kv = f.peak_kv_blocks < 0 ? std::string("-")
+                                              : fmt::format("{}/{} ({:.0f}%)", f.peak_kv_blocks, f.kv_blocks_total,
+                                                            100 * f.peakKvUse());
+  std::printf("| %s | %lld/%lld | %.1f | %.1f | %.1f | %.1f | %s | %s | %s | %lld | %.1f%% |\n", f.name.c_str(),
+              (long long)f.completed, (long long)f.requests, f.outputTps(), f.totalTps(), f.ttft_p50, f.ttft_p99,
+              cell(f.tpot_p50, "{:.2f}").c_str(), cell(f.tpot_p99, "{:.2f}").c_str(), kv.c_str(),
               (long long)f.preemptions, 100 * f.hitRate());
+}
+
+// --http: each HTTP run against the in-process run of the same name.
+struct HttpOverhead {
+  std::string run;
+  double output_tps_ratio = 0;  // http / in-process
+  double ttft_p50_added_ms = 0, tpot_p50_added_ms = 0;
+  nlohmann::json toJson() const {
+    return {{"run", run},
+            {"output_tps_ratio", output_tps_ratio},
+            {"overhead", 1 - output_tps_ratio},
+            {"ttft_p50_added_ms", ttft_p50_added_ms},
+            {"tpot_p50_added_ms", tpot_p50_added_ms}};
+  }
+};
+
+std::vector<HttpOverhead> httpOverheads(const std::vector<RunFigures>& runs) {
+  std::vector<HttpOverhead> out;
+  for (const RunFigures& h : runs) {
+    if (h.transport != "http") continue;
+    const std::string base = h.name.substr(0, h.name.size() - std::string_view(" http").size());
+    for (const RunFigures& r : runs)
+      if (r.transport != "http" && r.name == base && r.outputTps() > 0)
+        out.push_back({base, h.outputTps() / r.outputTps(), h.ttft_p50 - r.ttft_p50, h.tpot_p50 - r.tpot_p50});
+  }
+  return out;
 }
 
 }  // namespace
@@ -548,60 +516,82 @@ int serveBenchCommand(const CliArgs& args) {
   int64_t context = 0, clamped = 0, ended_early = 0, page_size = 0;
   std::optional<double> max_rate_under_slo;
   RequestSet offline_set;  // the peer's requests
+  // --http: each engine's runs once in this thread and once through an
+  // in-process kiln serve, each on a freshly opened engine (the same
+  // requests: a second run on one engine would hit its prefix cache).
+  const std::vector<bool> transports = args.has("http") ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  if (args.has("http")) std::signal(SIGPIPE, SIG_IGN);  // a failed write is the server's error, not a dead process
+  std::vector<double> sweep_rates;  // a sweep's rates, from the first offline run
   for (bool cache : cache_modes) {
-    EngineOptions opts = *options;
-    opts.prefix_cache = cache;
-    auto engine_or = openEngine(args.positionals()[1], opts, *compile_flags);
-    if (!engine_or.ok()) return fail(engine_or.error().message);
-    Engine& engine = **engine_or;
-    backend = engine.backendName();
-    manifest = engine.manifest();
-    context = engine.contextLength();
-    page_size = manifest->kv_cache.page_size;
-    const std::vector<int32_t> vocabulary = normalTokens(engine.tokenizer());
-    if (vocabulary.empty()) return fail("the vocabulary has no normal tokens to draw prompts from");
-    if (!c.lognormal && c.workload != "prefix" && c.input_len + c.output_len > context)
-      return fail(fmt::format("--input-len {} + --output-len {} exceed the context of {} tokens", c.input_len,
-                              c.output_len, context));
-    std::fprintf(stderr, "kiln bench serve: %s on %s (%d threads), %d sequences, %lld batch tokens, KV pool %lld tokens%s\n",
-                 c.workload.c_str(), backend.c_str(), opts.threads, opts.max_sequences,
-                 (long long)opts.max_batch_tokens, (long long)opts.kv_cache_tokens,
-                 c.workload == "prefix" ? (cache ? ", prefix cache on" : ", prefix cache off") : "");
-    const ServeRng root(c.seed);
-    if (Status warm = warmUp(engine, root.fork(1000), vocabulary, std::min<int64_t>(concurrent, opts.max_sequences),
-                             c.workload == "prefix" ? c.system_len + c.input_len : c.input_len);
-        !warm.ok())
-      return fail(warm.error().message);
+    for (bool http : transports) {
+      EngineOptions opts = *options;
+      opts.prefix_cache = cache;
+      auto engine_or = openEngine(args.positionals()[1], opts, *compile_flags);
+      if (!engine_or.ok()) return fail(engine_or.error().message);
+      std::unique_ptr<Engine> engine_owned = engine_or.take();
+      Engine& engine = *engine_owned;
+      backend = engine.backendName();
+      manifest = engine.manifest();
+      context = engine.contextLength();
+      page_size = manifest->kv_cache.page_size;
+      const std::vector<int32_t> vocabulary = normalTokens(engine.tokenizer());
+      if (vocabulary.empty()) return fail("the vocabulary has no normal tokens to draw prompts from");
+      if (!c.lognormal && c.workload != "prefix" && c.input_len + c.output_len > context)
+        return fail(fmt::format("--input-len {} + --output-len {} exceed the context of {} tokens", c.input_len,
+                                c.output_len, context));
+      std::fprintf(stderr, "kiln bench serve: %s on %s (%d threads), %d sequences, %lld batch tokens, KV pool %lld tokens%s%s\n",
+                   c.workload.c_str(), backend.c_str(), opts.threads, opts.max_sequences,
+                   (long long)opts.max_batch_tokens, (long long)opts.kv_cache_tokens,
+                   c.workload == "prefix" ? (cache ? ", prefix cache on" : ", prefix cache off") : "",
+                   http ? ", through HTTP" : "");
+      const ServeRng root(c.seed);
+      if (Status warm = warmUp(engine, root.fork(1000), vocabulary, std::min<int64_t>(concurrent, opts.max_sequences),
+                               c.workload == "prefix" ? c.system_len + c.input_len : c.input_len);
+          !warm.ok())
+        return fail(warm.error().message);
+      std::unique_ptr<ServeTarget> target;
+      if (http) {
+        auto started = startHttpTarget(std::move(engine_owned), concurrent);
+        if (!started.ok()) return fail(started.error().message);
+        target = started.take();
+      } else {
+        target = std::make_unique<EngineTarget>(engine);
+      }
+      const std::string suffix = http ? " http" : "";
 
-    if (c.workload == "prefix") {
-      clamped = 0;
-      const Conversations conv = drawConversations(root.fork(0), c, vocabulary, context, clamped);
-      ended_early = 0;
-      auto f = runPrefix(engine, c, conv, progress, ended_early);
-      if (!f.ok()) return fail(f.error().message);
-      f->name = cache ? "prefix cache on" : "prefix cache off";
-      f->prefix_cache = cache;
-      runs.push_back(*f);
-      continue;
-    }
-    // offline, and the offline run a poisson sweep scales its rates from.
-    std::vector<double> rates = c.rates;
-    if (c.workload == "offline" || c.sweep) {
-      offline_set = drawRequests(root.fork(0), c, vocabulary, context, clamped);
-      auto f = runOffline(engine, offline_set, progress, "offline");
-      if (!f.ok()) return fail(f.error().message);
-      runs.push_back(*f);
-      if (c.sweep)
-        for (double fraction : kSweepFractions) rates.push_back(fraction * f->requestRate());
-    }
-    // Each rate its own requests (fork r + 1): a rerun of the same prompts would hit the prefix cache.
-    for (size_t r = 0; r < rates.size(); ++r) {
-      const RequestSet set = drawRequests(root.fork(r + 1), c, vocabulary, context, clamped);
-      auto f = runPoisson(engine, set, rates[r], root.fork(2000 + r), progress);
-      if (!f.ok()) return fail(f.error().message);
-      runs.push_back(*f);
-      if (f->completed == f->requests && f->tpot_p99 <= c.tpot_slo_ms)
-        max_rate_under_slo = std::max(max_rate_under_slo.value_or(0.0), rates[r]);
+      if (c.workload == "prefix") {
+        clamped = 0;
+        const Conversations conv = drawConversations(root.fork(0), c, vocabulary, context, clamped);
+        ended_early = 0;
+        auto f = runPrefix(*target, context, c, conv, progress, ended_early);
+        if (!f.ok()) return fail(f.error().message);
+        f->name = (cache ? "prefix cache on" : "prefix cache off") + suffix;
+        f->prefix_cache = cache;
+        runs.push_back(*f);
+        continue;
+      }
+      // offline, and the offline run a poisson sweep scales its rates from.
+      std::vector<double> rates = c.rates;
+      if (c.workload == "offline" || c.sweep) {
+        clamped = 0;
+        offline_set = drawRequests(root.fork(0), c, vocabulary, context, clamped);
+        auto f = runOffline(*target, offline_set, progress, "offline" + suffix);
+        if (!f.ok()) return fail(f.error().message);
+        runs.push_back(*f);
+        if (c.sweep && sweep_rates.empty())
+          for (double fraction : kSweepFractions) sweep_rates.push_back(fraction * f->requestRate());
+        if (c.sweep) rates = sweep_rates;
+      }
+      // Each rate its own requests (fork r + 1): a rerun of the same prompts would hit the prefix cache.
+      for (size_t r = 0; r < rates.size(); ++r) {
+        const RequestSet set = drawRequests(root.fork(r + 1), c, vocabulary, context, clamped);
+        auto f = runPoisson(*target, set, rates[r], root.fork(2000 + r), progress);
+        if (!f.ok()) return fail(f.error().message);
+        f->name += suffix;
+        runs.push_back(*f);
+        if (!http && f->completed == f->requests && f->tpot_p99 <= c.tpot_slo_ms)
+          max_rate_under_slo = std::max(max_rate_under_slo.value_or(0.0), rates[r]);
+      }
     }
   }
   if (clamped > 0) std::fprintf(stderr, "kiln bench serve: %lld requests' lengths cut to the context of %lld tokens\n",
@@ -647,10 +637,12 @@ int serveBenchCommand(const CliArgs& args) {
               (unsigned long long)c.seed, options->max_sequences, (long long)options->max_batch_tokens,
               (long long)runs.front().kv_blocks_total, (long long)page_size);
   std::optional<double> prefix_speedup;
-  if (c.workload == "prefix" && runs.size() == 2 && runs[1].outputTps() > 0) {
-    prefix_speedup = runs[0].outputTps() / runs[1].outputTps();
+  // In-process runs: [on, off], or with --http [on, on http, off, off http].
+  const size_t off = runs.size() == 4 ? 2 : 1;
+  if (c.workload == "prefix" && runs.size() > off && runs[off].outputTps() > 0) {
+    prefix_speedup = runs[0].outputTps() / runs[off].outputTps();
     std::printf("prefix cache: %.2fx the output tok/s with it on (hit rate %.1f%% on, %.1f%% off)\n", *prefix_speedup,
-                100 * runs[0].hitRate(), 100 * runs[1].hitRate());
+                100 * runs[0].hitRate(), 100 * runs[off].hitRate());
   }
   if (c.workload == "poisson") {
     if (max_rate_under_slo)
@@ -661,6 +653,13 @@ int serveBenchCommand(const CliArgs& args) {
   std::printf("| run | requests | output tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | "
               "peak KV blocks | preemptions | prefix hit |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const RunFigures& f : runs) printRow(f);
+  const std::vector<HttpOverhead> overheads = httpOverheads(runs);
+  for (const HttpOverhead& o : overheads)
+    std::printf("| HTTP / in-process, %s | | %.3f | | %+.1f | | %+.2f | | | | |\n", o.run.c_str(), o.output_tps_ratio,
+                o.ttft_p50_added_ms, o.tpot_p50_added_ms);
+  for (const HttpOverhead& o : overheads)
+    std::fprintf(stderr, "kiln bench serve: HTTP overhead, %s: %.1f%% of the output tok/s\n", o.run.c_str(),
+                 100 * (1 - o.output_tps_ratio));
   if (peer) {
     const double theirs = (*peer)["output_tps"].get<double>();
     std::printf("| HF transformers, static batches of %lld (%s) | %lld | %.1f | %.1f | - | - | - | - | - | - | - |\n",
@@ -695,6 +694,11 @@ int serveBenchCommand(const CliArgs& args) {
     nlohmann::json list = nlohmann::json::array();
     for (const RunFigures& f : runs) list.push_back(f.toJson());
     out["runs"] = std::move(list);
+    if (args.has("http")) {
+      nlohmann::json http = nlohmann::json::array();
+      for (const HttpOverhead& o : overheads) http.push_back(o.toJson());
+      out["http_overhead"] = std::move(http);
+    }
     if (c.workload == "poisson") {
       out["tpot_slo_ms"] = c.tpot_slo_ms;
       out["max_rate_under_slo"] = max_rate_under_slo ? nlohmann::json(*max_rate_under_slo) : nlohmann::json();

@@ -8,9 +8,13 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <unistd.h>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "runtime/server/openai_server.h"
 #include "tools/kiln/cli_args.h"
@@ -56,6 +60,13 @@ int serveCommand(int argc, char** argv) {
   auto max_context = intFlag(args, "max-context", 0, 0, std::numeric_limits<int32_t>::max());
   if (!max_context.ok()) return fail(max_context.error().message);
   options->max_context = *max_context;
+  if (auto path = args.get("chat-template")) {
+    std::ifstream in(*path, std::ios::binary);
+    if (!in) return fail(fmt::format("--chat-template {}: cannot read the file", *path));
+    std::stringstream text;
+    text << in.rdbuf();
+    options->chat_template = text.str();
+  }
   auto compile_flags = compileFlagsFrom(args);
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
 
