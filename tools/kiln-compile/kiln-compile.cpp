@@ -28,6 +28,7 @@
 #include "dialects/xfmr/IR/XfmrDialect.h"
 #include "models/formats/model_source.h"
 #include "models/importer/LlamaImporter.h"
+#include "models/importer/SsmImporter.h"
 #include "models/quantize/model_quantizer.h"
 #include "runtime/artifact/manifest.h"
 #include "runtime/support/model_cache.h"
@@ -146,11 +147,34 @@ kiln::Result<kiln::ModelIdentity> identify(const std::string& path, bool gguf) {
   return identity;
 }
 
+// A state-space checkpoint (Mamba, Mamba-2) through its importer. The
+// pipeline from the imported form on (the state-cache pass, the kernels'
+// lowering) does not take SSM layers yet: only --emit=xfmr goes through.
+int compileSsmModel(const std::string& path, const kiln::CompileOptions& options, EmitStage emit) {
+  auto source = kiln::formats::SsmSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
+  if (!source.ok()) return fail(source.error().message);
+  if (kiln::Status status = source->checkWeights(); !status.ok()) return fail(status.error().message);
+  mlir::MLIRContext context;
+  kiln::ImportOptions importOptions;
+  importOptions.activationType = options.activation_type;
+  importOptions.residualType = residualType.empty() ? std::string("f32") : residualType.getValue();
+  mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importSsmModel(context, *source, importOptions);
+  if (!module) return 1;
+  if (mlir::failed(mlir::verify(*module))) return 1;
+  if (emit != EmitStage::Xfmr)
+    return fail(path + ": state-space models (" + source->config().architecture +
+                ") import with --emit=xfmr; the compile pipeline does not lower SSM layers yet");
+  module->print(llvm::outs());
+  llvm::outs() << "\n";
+  return 0;
+}
+
 // The model at `path` through the importer, the pipeline and the manifest
 // builder: 0 with `manifest` set; 0 with it unset after printing the module
 // where `emit` (xfmr, kernels) stops; 1 after printing an error.
 int compileModel(const std::string& path, const kiln::CompileOptions& options, EmitStage emit,
                  bool printIr, std::optional<llvm::json::Value>& manifest) {
+  if (kiln::formats::SsmSource::isSsmCheckpoint(path)) return compileSsmModel(path, options, emit);
   auto source = kiln::formats::ModelSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
   if (!source.ok()) return fail(source.error().message);
   if (kiln::Status status = source->checkWeights(); !status.ok())

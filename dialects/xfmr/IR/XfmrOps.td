@@ -766,4 +766,7 @@ def Xfmr_GemmOp : Xfmr_PureOp<"gemm", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
+// State-space (Mamba) layers.
+include "XfmrSsmOps.td"
+
 #endif // KILN_XFMR_OPS
