@@ -11,7 +11,20 @@ bool precedes(const Sequence& a, const Sequence& b) {
 }
 
 Scheduler::Scheduler(BlockPool& pool, const SchedulerOptions& options) : pool_(pool), options_(options) {
-  if (options.prefix_cache) cache_.emplace(pool.config().page_size);
+  if (options.prefix_cache && options.state_pool == nullptr) cache_.emplace(pool.config().page_size);
+}
+
+int32_t Scheduler::stateSlot(int64_t seq_id) const {
+  auto it = state_slots_.find(seq_id);
+  return it == state_slots_.end() ? -1 : it->second;
+}
+
+bool Scheduler::acquireStateSlot(const Sequence& seq) {
+  if (options_.state_pool == nullptr || state_slots_.count(seq.id)) return true;
+  auto slot = options_.state_pool->acquire();
+  if (!slot.ok()) return false;
+  state_slots_[seq.id] = *slot;
+  return true;
 }
 
 Scheduler::~Scheduler() {
@@ -28,7 +41,11 @@ void Scheduler::insertWaiting(std::unique_ptr<Sequence> seq) {
 
 void Scheduler::enqueue(std::unique_ptr<Sequence> seq) { insertWaiting(std::move(seq)); }
 
-void Scheduler::addRunning(std::unique_ptr<Sequence> seq) { running_.push_back(std::move(seq)); }
+void Scheduler::addRunning(std::unique_ptr<Sequence> seq) {
+  // A fork's slot: admission kept one free for each fork of the group.
+  (void)acquireStateSlot(*seq);
+  running_.push_back(std::move(seq));
+}
 
 Sequence* Scheduler::find(int64_t id) {
   for (auto& s : running_) if (s->id == id) return s.get();
@@ -73,6 +90,10 @@ void Scheduler::releaseKv(Sequence& seq) {
   seq.cache_tail = nullptr;
   seq.cached_blocks = 0;
   seq.computed = 0;
+  if (auto it = state_slots_.find(seq.id); it != state_slots_.end()) {
+    (void)options_.state_pool->release(it->second);
+    state_slots_.erase(it);
+  }
 }
 
 void Scheduler::preempt(size_t index) {
@@ -135,6 +156,7 @@ ScheduledStep Scheduler::schedule() {
     Sequence& seq = *waiting_.front();
     const int64_t group = 1 + int64_t(seq.forks.size());
     if (int64_t(running_.size()) + group > options_.max_sequences) break;
+    if (options_.state_pool != nullptr && options_.state_pool->numFree() < group) break;
     std::vector<int32_t> hit;
     if (cache_ && seq.table.numTokens() == 0) {
       // Leave at least one token to run: its logits give the next token.
@@ -163,6 +185,7 @@ ScheduledStep Scheduler::schedule() {
       break;
     }
     promised += need_all - need_now;
+    (void)acquireStateSlot(seq);  // checked free above
     if (cache_) {
       cache_->recordLookup(int64_t(seq.tokens.size()), int64_t(hit.size()) * pool_.config().page_size);
       // The adopted blocks are the cache's: insert continues below them.

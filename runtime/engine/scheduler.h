@@ -20,11 +20,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/engine/sequence.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/kv/prefix_cache.h"
+#include "runtime/kv/state_pool.h"
 
 namespace kiln {
 
@@ -36,6 +38,13 @@ struct SchedulerOptions {
   // 0 otherwise. A sequence's blocks wholly before its window are released
   // as it grows: the backend's kernels never read them again.
   int64_t sliding_window = 0;
+  // State-space layers' state slots (docs/design/state-space.md): a
+  // sequence is admitted only with a free slot as well as its KV blocks,
+  // holds it while it runs, and gives it back when preempted (it is then
+  // recomputed from its tokens) or retired. Null for attention-only models.
+  // The prefix cache is off with it: a cached prefix's KV blocks do not
+  // carry the recurrent state at the prefix's end.
+  StatePool* state_pool = nullptr;
 };
 
 // Tokens [begin, begin + count) of `seq` in this step's forward.
@@ -85,6 +94,8 @@ class Scheduler {
   int64_t numRunning() const { return int64_t(running_.size()); }
   int64_t preemptions() const { return preemptions_; }
   int64_t slidingWindow() const { return options_.sliding_window; }
+  // The state slot `seq_id` holds while it runs, or -1.
+  int32_t stateSlot(int64_t seq_id) const;
   const PrefixCache* prefixCache() const { return cache_ ? &*cache_ : nullptr; }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
   const std::vector<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
@@ -104,6 +115,8 @@ class Scheduler {
   // Moves running_[index] back to the waiting queue, its KV released.
   void preempt(size_t index);
   void insertWaiting(std::unique_ptr<Sequence> seq);
+  // Takes a state slot for `seq` (state-space models); false if none is free.
+  bool acquireStateSlot(const Sequence& seq);
 
   BlockPool& pool_;
   SchedulerOptions options_;
@@ -112,6 +125,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t preemptions_ = 0;
+  std::unordered_map<int64_t, int32_t> state_slots_;  // sequence id -> its state slot
 };
 
 // Whether `a` runs before `b`: higher priority, then earlier arrival.
