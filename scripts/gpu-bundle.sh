@@ -77,7 +77,7 @@ if [[ -x "$KILN_COMPILE" ]]; then
   # $OUT/draft back to this folder), for the specbench part.
   draft="${KILN_DRAFT_CHECKPOINT:-${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2-draft}"
   [[ -f "$draft/config.json" ]] && "$KILN_COMPILE" "$draft" -o "$BUILD/artifacts/smollm2-draft-bf16" \
-    --activation-type=bf16
+    --activation-type=bf16 --spec-tree=widths:2,2,1,1
 fi
 [[ -d "$BUILD/artifacts" ]] ||
   { echo "no $BUILD/artifacts and no $KILN_COMPILE to make them (build it: ninja -C build kiln-compile)" >&2; exit 1; }

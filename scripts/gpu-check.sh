@@ -685,7 +685,7 @@ if [[ " $PARTS " == *" specbench "* ]]; then
     for run in "${runs[@]}"; do
       case $run in
         ngram) flags=(--spec=ngram) ;;
-        self) flags=(--spec=draft:"$BUILD/artifacts/smollm2-q4_1-bf16" --draft-source "$gguf_file") ;;
+        self) flags=(--spec=draft:"$art" --draft-source "$gguf_file") ;;
         distilled)
           draft_src="${KILN_DRAFT_SOURCE:-/tmp/kiln-draft}"
           if [[ ! -f "$draft_src/model.safetensors" || ! -f "$BUILD/artifacts/smollm2-draft-bf16/manifest.json" ]]; then

@@ -186,6 +186,8 @@ int specBenchCommand(const CliArgs& args) {
   }
   std::printf("per prompt kind:\n");
   for (const std::string& line : per_kind) std::printf("%s\n", line.c_str());
+  std::printf("t/s: generated tokens over the run's wall time, prefill included (requests in waves of the batch); "
+              "acceptance: accepted of drafted tokens; mean length: accepted drafts a verify row that drafted\n");
   std::printf("greedy outputs of plain and speculative decoding: %s\n",
               all_identical ? "identical" : "DIFFERENT (a bug: speculation must not change greedy tokens)");
   return all_identical ? 0 : 1;
