@@ -17,6 +17,10 @@ const ActivationTypeParams& activationTypeParams(std::string_view kind) {
   static const ActivationTypeParams kSiluMul{{"x_type", "x_type"}, {"out_type"}};
   static const ActivationTypeParams kCombine{{}, {"out_type"}};
   static const ActivationTypeParams kLogits{{"logits_type"}, {}};
+  // moe_router: x -> (weights, ids); the experts: (x, weights, ids, ...) -> y.
+  // The i32 expert ids are no activation.
+  static const ActivationTypeParams kMoeRouter{{"x_type"}, {nullptr, "out_type"}};
+  static const ActivationTypeParams kMoeExperts{{"x_type", "out_type"}, {"out_type"}};
   static const ActivationTypeParams kNone;
   if (kind == "embedding") return kEmbedding;
   if (kind == "rms_norm") return kRmsNorm;
@@ -28,6 +32,8 @@ const ActivationTypeParams& activationTypeParams(std::string_view kind) {
   if (kind == "silu_mul") return kSiluMul;
   if (kind == "attention_combine") return kCombine;
   if (kind == "argmax" || kind == "sample") return kLogits;
+  if (kind == "moe_router") return kMoeRouter;
+  if (kind == "moe_ffn" || kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine") return kMoeExperts;
   return kNone;
 }
 

@@ -97,6 +97,27 @@ nlohmann::json combineParams(const PagedAttentionParams& attention, std::string_
   return withActivationTypes("attention_combine", std::move(combine), activation_type);
 }
 
+// A mixture-of-experts step's instances: moe_router as it is (its router
+// GEMM inside, so only the fused form has one); moe_ffn as three kernels
+// (moe.cuh): gate/up, down and the combine. Their weights are uploaded in
+// the plan's activation type (bound_step.cc's stepWeightForm), so that is
+// the instances' weight_type.
+std::vector<KernelVariant> moeVariants(const PlanStep& step, std::string_view activation_type) {
+  VariantList out;
+  nlohmann::json params = toJson(step.params);
+  if (const auto* router = std::get_if<MoeRouterParams>(&step.params); router && router->hidden == 0) return {};
+  params["weight_type"] = std::string(activation_type);
+  auto typed = [&](std::string_view kind) { return withActivationTypes(kind, params, activation_type); };
+  if (step.kind == StepKind::kMoeRouter) {
+    out.kernel(R::kStep, kAnyRows, {}, "moe_router", typed("moe_router"));
+    return out.take();
+  }
+  out.kernel(R::kStep, kAnyRows, {}, "moe_gate_up", typed("moe_gate_up"));
+  out.kernel(R::kMoeDown, kAnyRows, {}, "moe_down", typed("moe_down"));
+  out.kernel(R::kCombine, kAnyRows, {}, "moe_combine", typed("moe_combine"));
+  return out.take();
+}
+
 // An f32 plan's step: its instance with its activation types named
 // (activation_types.h), under a name of its own. Its GEMMs run on cuBLASLt
 // in f32 (the skinny kernels are bf16's); attention takes the CUDA-core
@@ -106,6 +127,7 @@ std::vector<KernelVariant> f32Variants(const PlanStep& step) {
   VariantList out;
   const std::string_view kind = stepKindName(step.kind);
   if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) return {};
+  if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) return moeVariants(step, "f32");
   if (step.kind == StepKind::kGemm) {
     // Weights with separate scales have no CUDA GEMM; blocks are expanded
     // to f32 at load.
@@ -256,6 +278,10 @@ Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& e
     }
     if (step.kind == StepKind::kPagedAttention) {
       out.push_back(attentionVariants(step, target));
+      continue;
+    }
+    if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) {
+      out.push_back(moeVariants(step, "bf16"));
       continue;
     }
     VariantList list;

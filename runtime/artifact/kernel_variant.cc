@@ -10,7 +10,7 @@ namespace kiln {
 
 namespace {
 
-constexpr std::array<std::pair<VariantRole, const char*>, 16> kRoles{{
+constexpr std::array<std::pair<VariantRole, const char*>, 17> kRoles{{
     {VariantRole::kStep, "step"},
     {VariantRole::kSkinny, "skinny"},
     {VariantRole::kSingleRow, "single_row"},
@@ -27,6 +27,7 @@ constexpr std::array<std::pair<VariantRole, const char*>, 16> kRoles{{
     {VariantRole::kDecode, "decode"},
     {VariantRole::kCombine, "combine"},
     {VariantRole::kPrefill, "prefill"},
+    {VariantRole::kMoeDown, "moe_down"},
 }};
 
 constexpr std::array<std::pair<KernelFeature, const char*>, 5> kFeatures{{
@@ -48,6 +49,7 @@ std::vector<VariantRole> rolesOf(StepKind kind) {
     case StepKind::kSiluMul: return {R::kStep, R::kAbsorbed, R::kAbsorbedPrefill};
     case StepKind::kRopeKvAppend: return {R::kStep, R::kAbsorbed};
     case StepKind::kPagedAttention: return {R::kStep, R::kDecode, R::kCombine, R::kPrefill};
+    case StepKind::kMoeFfn: return {R::kStep, R::kMoeDown, R::kCombine};
     default: return {R::kStep};
   }
 }

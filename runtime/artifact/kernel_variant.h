@@ -45,8 +45,9 @@ enum class VariantRole {
   kAbsorbed,         // silu_mul, rope_kv_append: done by the fused gemm before it
   kAbsorbedPrefill,  // silu_mul: done by the gemm_swiglu before it
   kDecode,           // paged_attention: split-KV decode
-  kCombine,          // paged_attention: merges the decode kernel's splits
+  kCombine,          // paged_attention: merges the decode kernel's splits; moe_ffn: sums each token's experts
   kPrefill,          // paged_attention: tensor-core flash attention
+  kMoeDown,          // moe_ffn: the experts' down projections (its step kernel does gate/up)
 };
 
 const char* variantRoleName(VariantRole role);

@@ -289,13 +289,17 @@ TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
 // Mistral with sliding_window 7 and Phi-3 (fused qkv and gate/up in the
 // checkpoint, sliding_window 9) and Gemma 3 (GeGLU, (1 + w) sandwich norms,
 // scaled embeddings, a global layer with linearly scaled RoPE between
-// sliding ones): a 300-token prefill and decode steps far
+// sliding ones), and the mixtures of experts Mixtral (4 experts, top 2,
+// renormalized, sliding_window 11) and Qwen3-MoE (8 experts, top 3, a dense
+// layer between two MoE ones; moe.cuh's router and gathered expert
+// kernels): a 300-token prefill and decode steps far
 // past the windows. The f32 plan (CUDA-core attention, split decode) follows
 // the CPU executor to f32 rounding; the bf16 plan (tensor-core prefill and
 // decode_attention with their windows, head_dim 64) to bf16's tolerance of
 // the CPU's f32 run.
 TEST(CudaExecutor, Qwen3AndSlidingWindowFollowTheCpuExecutor) {
-  for (const char* name : {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3", "tiny-gemma3"}) {
+  for (const char* name :
+       {"tiny-qwen3", "tiny-mistral-swa", "tiny-phi3", "tiny-gemma3", "tiny-mixtral", "tiny-qwen3-moe"}) {
     const std::string fixture = checkoutPath(std::string("test/fixtures/") + name);
     std::optional<PlanErrors> errors;
     cudaAgainstCpu(fixture + "/artifact", fixture, "bf16", &errors);

@@ -39,7 +39,7 @@ Status checkValueTypes(const Step& step, const nlohmann::json& typed, int gemm_e
   const bool gemm = step.kind == StepKind::kGemm;
   const cuda_codegen::ActivationTypeParams& params = cuda_codegen::activationTypeParams(stepKindName(step.kind));
   for (size_t a = 0; a < args.size(); ++a) {
-    if (!args[a].valid) continue;
+    if (!args[a].valid || args[a].integer) continue;
     const char* param = a < params.args.size() ? params.args[a] : nullptr;
     KILN_ASSIGN(elem, named(param));
     if (gemm) elem = gemm_elem;
@@ -48,6 +48,7 @@ Status checkValueTypes(const Step& step, const nlohmann::json& typed, int gemm_e
                        gemm ? "GEMM" : "instance", elemName(elem), param ? fmt::format(" ({})", param) : "");
   }
   for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r].integer) continue;
     const size_t from_last = results.size() - 1 - r;
     const char* param = from_last < params.results_from_last.size() ? params.results_from_last[from_last] : nullptr;
     KILN_ASSIGN(elem, named(param));
@@ -118,6 +119,7 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
         s.split_merges_itself = kernels.kernel(v.instance).kind == "decode_attention";
         break;
       case Role::kCombine: KILN_RETURN_IF_ERROR(bind(v.instance, s.combine_fn, s.combine_block, smem)); break;
+      case Role::kMoeDown: KILN_RETURN_IF_ERROR(bind(v.instance, s.moe_down_fn, s.moe_down_block, smem)); break;
       case Role::kPrefill: {
         const Kernel& flash = kernels.kernel(v.instance);
         KILN_RETURN_IF_ERROR(bind(v.instance, s.flash_fn, s.flash_block, s.flash_smem));
@@ -134,6 +136,8 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
                      s.path);
   if (s.kind != StepKind::kGemm && s.kind != StepKind::kSplit && !s.fn)
     return makeError("{} ({}): no 'step' variant: nothing runs it", s.path, stepKindName(s.kind));
+  if (s.kind == StepKind::kMoeFfn && (!s.moe_down_fn || !s.combine_fn))
+    return makeError("{}: moe_ffn's variants need its gate/up kernel, a moe_down and a combine", s.path);
   return {};
 }
 
@@ -237,11 +241,34 @@ Status bindParams(const Step& step, const WeightStore& weights,
       KILN_RETURN_IF_ERROR(needValue(0));
       break;
     }
-    case StepKind::kMoeRouter:
-    case StepKind::kMoeFfn:
-      return makeError("{}: {} (mixture of experts) is not run by the CUDA executor yet; run this artifact on the "
-                       "CPU backend",
-                       step.path, stepKindName(step.kind));
+    case StepKind::kMoeRouter: {
+      const MoeRouterParams& p = step.as<MoeRouterParams>();
+      if (p.hidden == 0 || na != 2)
+        return makeError("{}: the CUDA executor runs moe_router with its router GEMM inside (args h, Wrouter)",
+                         step.path);
+      KILN_RETURN_IF_ERROR(needValue(0));
+      if (s.args[0].width != p.hidden || s.results.size() != 2 || !s.results[1].integer ||
+          s.results[0].width != p.top_k || s.results[1].width != p.top_k)
+        return makeError("{}: expected h [N, {}] -> weights [N, {}], i32 ids [N, {}]", step.path, p.hidden, p.top_k,
+                         p.top_k);
+      s.width = p.hidden;
+      s.k = p.top_k;
+      s.experts = p.experts;
+      break;
+    }
+    case StepKind::kMoeFfn: {
+      const MoeFfnParams& p = step.as<MoeFfnParams>();
+      for (size_t a = 0; a < 3; ++a) KILN_RETURN_IF_ERROR(needValue(a));
+      if (!s.args[2].integer || s.args[0].width != p.hidden || s.args[1].width != p.top_k ||
+          s.args[2].width != p.top_k || s.results[0].width != p.hidden)
+        return makeError("{}: expected x [N, {}], weights [N, {}], i32 ids [N, {}] -> [N, {}]", step.path, p.hidden,
+                         p.top_k, p.top_k, p.hidden);
+      s.width = p.hidden;
+      s.k = p.top_k;
+      s.experts = p.experts;
+      s.ffn = p.ffn;
+      break;
+    }
     case StepKind::kTreePositions:
     case StepKind::kTreeMask: break;  // computed on the host and staged (BatchInputBuffer::stageTree)
     case StepKind::kAccept:
@@ -340,6 +367,16 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
     if (!f || *f == WeightForm::kRaw) return makeError("{}: norm weight_type {} has no CUDA kernel", step.path, t);
     return *f;
   }
+  // The router and the stacked experts: float weights in the plan's form,
+  // as moe.cuh's instances read them (kernel_selection.cc's moeVariants).
+  if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) {
+    const std::string& t = step.kind == StepKind::kMoeRouter ? step.as<MoeRouterParams>().weight_type
+                                                              : step.as<MoeFfnParams>().weight_type;
+    if (t != "f32" && t != "bf16" && t != "f16")
+      return makeError("{} ({}): {} experts have no CUDA kernel yet (float weights only)", step.path,
+                       stepKindName(step.kind), t);
+    return gemm_form;
+  }
   // Qwen3's per-head q/k norm weights: f32, as rope_kv_append reads them.
   if (step.kind == StepKind::kRopeKvAppend && step.as<RopeKvAppendParams>().qk_norm) return WeightForm::kF32;
   if (step.kind != StepKind::kGemm)
@@ -402,18 +439,40 @@ Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::initializer_l
   return bytes;
 }
 
+Result<int64_t> allocateMoeScratch(DeviceMemory& memory, std::initializer_list<std::vector<BoundStep>*> lists,
+                                   int64_t max_tokens) {
+  int64_t act = 0, partial = 0;
+  for (const std::vector<BoundStep>* steps : lists)
+    for (const BoundStep& s : *steps)
+      if (s.kind == StepKind::kMoeFfn) {
+        act = std::max(act, max_tokens * s.k * s.ffn * 4);
+        partial = std::max(partial, max_tokens * s.k * s.width * 4);
+      }
+  if (act == 0) return int64_t(0);
+  KILN_ASSIGN(act_buffer, memory.alloc(act, "the experts' activations (moe_ffn slots)"));
+  KILN_ASSIGN(partial_buffer, memory.alloc(partial, "the experts' weighted outputs (moe_ffn slots)"));
+  for (std::vector<BoundStep>* steps : lists)
+    for (BoundStep& s : *steps)
+      if (s.kind == StepKind::kMoeFfn) {
+        s.moe_act = act_buffer;
+        s.moe_partial = partial_buffer;
+      }
+  return act + partial;
+}
+
 Result<DeviceValue> EntryPlacement::value(const std::string& path, int64_t id, const std::string& where) const {
   const EntryValue* v = entry.findValue(id);
   const EntryValue* storage = v;
   while (storage && storage->view_of) storage = entry.findValue(*storage->view_of);
   if (!v || !storage) return makeError("{}: {}: unknown value id {}", path, where, id);
-  if (v->type != "bf16" && v->type != "f32")
-    return makeError("{}: {}: value {} has type {}; the CUDA executor holds bf16 or f32 values", path, where, id,
-                     v->type);
+  if (v->type != "bf16" && v->type != "f32" && v->type != "i32")
+    return makeError("{}: {}: value {} has type {}; the CUDA executor holds bf16 or f32 values (and i32 expert ids)",
+                     path, where, id, v->type);
   if (v->rows == ValueRows::kFixed)
     return makeError("{}: {}: value {} has fixed rows; the CUDA executor plans batch rows only", path, where, id);
   DeviceValue dv;
   dv.elem = v->type == "bf16" ? 2 : 4;
+  dv.integer = v->type == "i32";
   dv.ptr = arena.base + CUdeviceptr(storage->offset * max_tokens);
   dv.width = v->row_bytes / dv.elem;
   dv.per_sequence = v->rows == ValueRows::kSequences;

@@ -31,6 +31,7 @@ struct DeviceValue {
   int elem = 2;
   bool per_sequence = false;
   bool valid = false;
+  bool integer = false;  // i32 indices (moe_router's expert ids), no activation
 };
 
 // Rows of `v` in a batch of this shape: one per sequence or one per token.
@@ -88,6 +89,15 @@ struct BoundStep {
   std::string flash_kind;  // flash_attention_wgmma on Hopper, else flash_attention
   RowRange flash_rows;
   std::vector<int64_t> sizes;   // split
+  // moe_router (k: top_k) and moe_ffn: its step kernel does gate/up over a
+  // grid [experts, ffn / 8], moe_down_fn the down projections over
+  // [experts, width / 8], combine_fn the sum of each token's experts; the
+  // slots' f32 scratch (moe_act [rows · k, ffn], moe_partial [rows · k,
+  // width]) is shared by every moe_ffn step (allocateMoeScratch).
+  int64_t experts = 0, ffn = 0;
+  CUfunction moe_down_fn = nullptr;
+  unsigned moe_down_block = 0;
+  CUdeviceptr moe_act = 0, moe_partial = 0;
   int64_t vocab = 0;            // embedding table rows
   // gemm, skinny batches (skinnyKernel picks): the skinny instance and,
   // for one row, the single-row instance (gemv_max_rows 1: more blocks per
@@ -162,6 +172,10 @@ Result<int64_t> moveFusedValues(DeviceMemory& memory, ActivationArena& arena, co
 // expand (BoundStep::dequantized; the gemms run one after another), set
 // on every step of the lists that expands one. Returns the bytes allocated.
 Result<int64_t> allocateExpandedWeights(DeviceMemory& memory, std::initializer_list<std::vector<BoundStep>*> lists);
+// The moe_ffn steps' slot scratch for `max_tokens` tokens, one buffer all
+// share (they run one after another); its bytes (0 without MoE steps).
+Result<int64_t> allocateMoeScratch(DeviceMemory& memory, std::initializer_list<std::vector<BoundStep>*> lists,
+                                   int64_t max_tokens);
 
 // Where an entry's values, weights and pools are on the device.
 struct EntryPlacement {

@@ -260,6 +260,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_ASSIGN(split_bytes, backend.split_kv.allocate(backend.memory, backend.steps, max_tokens));
   KILN_ASSIGN(expanded_bytes, allocateExpandedWeights(backend.memory, {&backend.steps, &backend.verify_steps}));
   ex->device_bytes_ += expanded_bytes;
+  KILN_ASSIGN(moe_bytes, allocateMoeScratch(backend.memory, {&backend.steps, &backend.verify_steps}, max_tokens));
+  ex->device_bytes_ += moe_bytes;
   ex->device_bytes_ += split_bytes;
   ex->vocab_ = logits.width;
   ex->logits_per_sequence_ = logits.per_sequence;
@@ -385,6 +387,25 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
       case StepKind::kGatherLastTokens: {
         kk::GatherLastTokensParams p{ptr(s.args[0].ptr), input(s, 1), ptr(s.results[0].ptr), int(b)};
         status = launchStep(s, unsigned(b), 1, 1, &p);
+        break;
+      }
+      case StepKind::kMoeRouter: {
+        kk::MoeRouteParams p{ptr(s.args[0].ptr), ptr(s.weights[1]), ptr(s.results[0].ptr),
+                             reinterpret_cast<int*>(s.results[1].ptr), int(rows(s.args[0]))};
+        status = launchStep(s, unsigned(rows(s.args[0])), 1, 1, &p);
+        break;
+      }
+      case StepKind::kMoeFfn: {
+        // gate/up and down over [experts, column tiles of 8 warps], then each token's slots summed.
+        const int64_t r = rows(s.args[0]);
+        kk::MoeExpertsParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), reinterpret_cast<const int*>(s.args[2].ptr),
+                               ptr(s.weights[3]), ptr(s.weights[4]), ptr(s.weights[5]),
+                               reinterpret_cast<float*>(s.moe_act), reinterpret_cast<float*>(s.moe_partial),
+                               ptr(s.results[0].ptr), int(r)};
+        status = launchStep(s, unsigned(s.experts), unsigned((s.ffn + 7) / 8), 1, &p);
+        if (status.ok())
+          status = launch(s.moe_down_fn, s.moe_down_block, unsigned(s.experts), unsigned((s.width + 7) / 8), 1, &p);
+        if (status.ok()) status = launch(s.combine_fn, s.combine_block, unsigned(r), 1, 1, &p);
         break;
       }
       case StepKind::kTreePositions:
