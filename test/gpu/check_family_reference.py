@@ -14,7 +14,13 @@ the same weights) and the greedy continuations (identical). Needs torch and
 transformers only (the GPU machine; runs on its CPU too):
 
   python3 test/gpu/check_family_reference.py test/fixtures/tiny-qwen3 test/fixtures/tiny-mistral-swa \
-      test/fixtures/tiny-phi3 test/fixtures/tiny-gemma3
+      test/fixtures/tiny-phi3 test/fixtures/tiny-gemma3 test/fixtures/tiny-mixtral test/fixtures/tiny-qwen3-moe
+
+The mixtures of experts store one tensor per expert, as the Hub's Mixtral
+and Qwen3-MoE checkpoints do (newer transformers fuse them when loading);
+transformers
+takes the routing softmax in float32 even in a float64 model, well inside
+the 1e-5 bound (the fixtures keep every token's router choices 1e-4 apart).
 
 Prints one JSON line per fixture and attention implementation; exits 1 if
 any differs.
