@@ -933,6 +933,66 @@ Result<Body> moeExperts(const Params& p, std::string_view part) {
   return b;
 }
 
+// State-space (Mamba-2) kernels, ssm.cuh.
+Result<Body> ssmConv1d(const Params& p) {
+  KILN_TRY(channels, p.positive("channels"));
+  KILN_TRY(width, p.positive("width"));
+  KILN_TRY(act, p.boolean("silu"));
+  KILN_TRY(weight_name, p.textOr("weight_type", "f32"));
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (width < 2 || width > 8) return makeError("ssm_conv1d: width {}, expected 2 to 8", width);
+  Body b{"ssm.cuh", "", "ssm_conv1d", {128, fmt::format("[ceil(channels={} / 128), B]", channels), "SsmConvParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using X = {};\n  using W = {};\n  using Out = {};\n  static constexpr int kChannels = {};\n"
+                         "  static constexpr int kWidth = {};\n  static constexpr bool kSilu = {};\n"
+                         "  static constexpr int kThreads = 128;\n",
+                         x, weight, out, channels, width, boolLiteral(act));
+  return b;
+}
+
+Result<Body> ssdScan(const Params& p) {
+  KILN_TRY(heads, p.positive("heads"));
+  KILN_TRY(head_dim, p.positive("head_dim"));
+  KILN_TRY(groups, p.positive("groups"));
+  KILN_TRY(state, p.positive("state"));
+  KILN_TRY(param_name, p.textOr("param_type", "f32"));
+  KILN_TRY(param, elementType(p, "param_type", param_name, false));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (heads % groups != 0) return makeError("ssd_scan: {} groups do not divide {} heads", groups, heads);
+  // The longest chunk (a power of two, 8 to 64) whose δ, Λ, b, c, x and c·b fit 46 KiB of shared memory.
+  int64_t chunk = 64;
+  while (chunk > 8 && 4 * (2 * chunk + 2 * chunk * state + chunk * head_dim + chunk * chunk) > 46 * 1024) chunk /= 2;
+  if (4 * (2 * chunk + 2 * chunk * state + chunk * head_dim + chunk * chunk) > 46 * 1024)
+    return makeError("ssd_scan: state {} x head_dim {} leave no chunk of 8 rows in shared memory", state, head_dim);
+  Body b{"ssm.cuh", "", "ssd_scan", {256, fmt::format("[heads={}, B]", heads), "SsdScanParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using X = {};\n  using P = {};\n  using Out = {};\n  static constexpr int kHeads = {};\n"
+                         "  static constexpr int kHeadDim = {};\n  static constexpr int kGroups = {};\n"
+                         "  static constexpr int kState = {};\n  static constexpr int kChunk = {};\n"
+                         "  static constexpr int kThreads = 256;\n",
+                         x, param, out, heads, head_dim, groups, state, chunk);
+  return b;
+}
+
+Result<Body> ssmGatedNorm(const Params& p) {
+  KILN_TRY(features, p.positive("features"));
+  KILN_TRY(group, p.positive("group_size"));
+  KILN_TRY(weight_name, p.textOr("weight_type", "f32"));
+  KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (features % group != 0) return makeError("ssm_gated_norm: group {} does not divide {}", group, features);
+  Body b{"ssm.cuh", "", "ssm_gated_norm", {256, "[rows]", "SsmGatedNormParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using X = {};\n  using W = {};\n  using Out = {};\n  static constexpr int kFeatures = {};\n"
+                         "  static constexpr int kGroup = {};\n  static constexpr int kThreads = 256;\n",
+                         x, weight, out, features, group);
+  return b;
+}
+
 Result<Body> sample(const Params& p) {
   KILN_TRY(vocab, p.positive("vocab"));
   KILN_TRY(logits_name, p.textOr("logits_type", "bf16"));
@@ -1019,6 +1079,9 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "gather_last_tokens") return gatherLastTokens(p);
   if (kind == "moe_router") return moeRouter(p);
   if (kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine") return moeExperts(p, kind);
+  if (kind == "ssm_conv1d") return ssmConv1d(p);
+  if (kind == "ssd_scan") return ssdScan(p);
+  if (kind == "ssm_gated_norm") return ssmGatedNorm(p);
   if (kind == "sample") return sample(p);
   if (kind == "argmax") return argmax(p);
   std::string known;
@@ -1040,7 +1103,8 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
       "silu_mul", "gemm_swiglu", "dequantize", "add",
-      "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "sample",
+      "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "ssm_conv1d", "ssd_scan",
+      "ssm_gated_norm", "sample",
       "argmax"};
   return kinds;
 }

@@ -296,6 +296,15 @@ inline std::vector<KernelCase> representativeKernelCases() {
       cases.push_back({part, {{"hidden", hidden}, {"ffn", ffn}, {"experts", experts}, {"top_k", top_k},
                               {"weight_type", "bf16"}}});
   }
+  // Mamba-2 2.7B's layer (hidden 2560, 80 heads of 64, 1 group, state 128,
+  // conv over 5376 channels) and tiny-mamba2's (8 heads of 16, 2 groups, state 16).
+  for (auto [heads, head_dim, groups, state] : {std::tuple{80, 64, 1, 128}, std::tuple{8, 16, 2, 16}}) {
+    cases.push_back({"ssm_conv1d", {{"channels", heads * head_dim + 2 * groups * state}, {"width", 4}, {"silu", true},
+                                    {"weight_type", "bf16"}}});
+    cases.push_back({"ssd_scan", {{"heads", heads}, {"head_dim", head_dim}, {"groups", groups}, {"state", state}}});
+    cases.push_back({"ssm_gated_norm", {{"features", heads * head_dim}, {"group_size", heads * head_dim},
+                                        {"weight_type", "bf16"}}});
+  }
   cases.push_back({"gemm", {{"n", 960}, {"k", 576}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 14336}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});
