@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
       "usage: kiln <command> [options]\n"
       "  run MODEL [PROMPT]                    generate text\n"
       "  generate MODEL --input FILE           offline batch: JSON-lines requests in, answers out\n"
-      "  bench decode|prefill|ppl|serve MODEL  measure decode, prefill or serving speed beside a peer, or\n"
-      "                                        perplexity\n"
+      "  bench decode|prefill|ppl|serve|spec MODEL\n"
+      "                                        measure decode, prefill or serving speed beside a peer,\n"
+      "                                        perplexity, or speculative decoding beside plain\n"
       "  serve MODEL                           an OpenAI-compatible HTTP server\n"
       "`kiln <command> --help` lists a command's options.\n";
   if (argc < 2) {
