@@ -710,12 +710,22 @@ Result<ModelConfig> configFromGguf(const GgufFile& file) {
   c.output_bias = file.findTensor("blk.0.attn_output.bias") != nullptr;
   c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
   // Experts, stacked [E, ...] per layer (ffn_gate_inp, ffn_{gate,up,down}_exps);
-  // llama.cpp renormalizes the top-k weights of both Mixtral and Qwen3-MoE.
+  // llama.cpp renormalizes the top-k weights of both Mixtral and Qwen3-MoE
+  // unless expert_weights_norm says otherwise.
   KILN_ASSIGN(c.num_experts, optInt(a + "expert_count", 0));
   if (c.num_experts > 0) {
     KILN_ASSIGN(c.experts_per_token, file.getInt(a + "expert_used_count"));
     KILN_ASSIGN(c.moe_intermediate_size, optInt(a + "expert_feed_forward_length", c.intermediate_size));
     c.norm_topk_prob = true;
+    if (file.find(a + "expert_weights_norm") != nullptr) KILN_ASSIGN(c.norm_topk_prob, file.getBool(a + "expert_weights_norm"));
+    for (const char* shared : {"expert_shared_count", "expert_shared_feed_forward_length", "expert_group_count"}) {
+      if (file.find(a + shared) == nullptr) continue;
+      int64_t n = 0;
+      KILN_ASSIGN(n, file.getInt(a + shared));
+      if (n > (std::string_view(shared) == "expert_group_count" ? 1 : 0))
+        return makeError("{}: metadata '{}{}' is {}, which kiln does not implement", file.path(), printable(a),
+                         shared, n);
+    }
   }
   // llama.cpp's phi3: fused attn_qkv, and ffn_up holds gate and up; its
   // long-context variants carry LongRoPE factors kiln does not implement.

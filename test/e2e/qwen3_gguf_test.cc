@@ -1,6 +1,8 @@
 // Qwen3 from a GGUF as llama.cpp names it (general.architecture "qwen3",
-// attn_q_norm / attn_k_norm, attention.key_length != hidden / heads), made
-// by test/reference/make_family_ggufs.py from tiny-qwen3's weights and
+// attn_q_norm / attn_k_norm, attention.key_length != hidden / heads), and
+// Qwen3-MoE ("qwen3moe": ffn_gate_inp and the stacked ffn_*_exps, the
+// expert_* metadata), made by test/reference/make_family_ggufs.py from
+// tiny-qwen3's and tiny-qwen3-moe's shapes and
 // compiled by kiln-compile (ctest fixtures), run by the CPU executor against
 // the float64 reference with llama.cpp's qwen3 semantics: logits within 1e-4
 // at every position of a chunked prefill, decode steps and a ragged batch,
@@ -27,12 +29,12 @@ struct Sequence {
   int64_t done = 0;
 };
 
-class Qwen3Gguf : public ::testing::Test {
+class Qwen3Gguf : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const char* dir = std::getenv("KILN_FAMILY_GGUF_DIR");
     ASSERT_NE(dir, nullptr) << "KILN_FAMILY_GGUF_DIR is not set (ctest sets it to the folder its fixture writes)";
-    const std::string root = std::string(dir) + "/tiny-qwen3";
+    const std::string root = std::string(dir) + "/" + GetParam();
     auto manifest = Manifest::load(root + "/artifact");
     ASSERT_TRUE(manifest.ok()) << manifest.error().message;
     manifest_ = std::make_unique<Manifest>(manifest.take());
@@ -103,7 +105,7 @@ class Qwen3Gguf : public ::testing::Test {
   nlohmann::json reference_;
 };
 
-TEST_F(Qwen3Gguf, LogitsMatchTheReference) {
+TEST_P(Qwen3Gguf, LogitsMatchTheReference) {
   EXPECT_EQ(manifest_->kv_cache.head_dim, 64);
   Sequence a = sequence("a"), b = sequence("b");
   double worst = check({{&a, 20}});
@@ -113,10 +115,10 @@ TEST_F(Qwen3Gguf, LogitsMatchTheReference) {
     if (b.done < int64_t(b.tokens.size())) chunks.push_back({&b, 1});
     worst = std::max(worst, check(chunks));
   }
-  std::printf("qwen3 GGUF: max |logits - float64 reference| = %.3g\n", worst);
+  std::printf("%s GGUF: max |logits - float64 reference| = %.3g\n", GetParam(), worst);
 }
 
-TEST_F(Qwen3Gguf, GreedyContinuationsMatch) {
+TEST_P(Qwen3Gguf, GreedyContinuationsMatch) {
   ASSERT_GE(reference_["greedy"].size(), 3u);
   for (const auto& g : reference_["greedy"]) {
     Sequence s;
@@ -136,6 +138,14 @@ TEST_F(Qwen3Gguf, GreedyContinuationsMatch) {
     s.table.release(executor_->blockPool());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, Qwen3Gguf, ::testing::Values("tiny-qwen3", "tiny-qwen3-moe"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace kiln

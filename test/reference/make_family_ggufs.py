@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tiny-qwen3 as llama.cpp's converter writes a Qwen3 GGUF, with its float64 reference.
+"""tiny-qwen3 and a Qwen3-MoE as llama.cpp's converter writes their GGUFs, with float64 references.
 
 Writes, into --out (a build folder the ctest fixture names):
   tiny-qwen3/model.gguf      the weights of test/fixtures/tiny-qwen3 (the same
@@ -15,6 +15,15 @@ Writes, into --out (a build folder the ctest fixture names):
                              continuations, with llama.cpp's qwen3 semantics,
                              which have no sliding window (GGUF carries none
                              for qwen3), so every layer attends fully.
+  tiny-qwen3-moe/model.gguf  tiny-qwen3-moe's shapes under "qwen3moe", every
+                             layer a mixture (llama.cpp's qwen3moe has no dense
+                             layers): blk.N.ffn_gate_inp [E, H] and the experts
+                             stacked, ffn_gate_exps / ffn_up_exps [E, F, H],
+                             ffn_down_exps [E, H, F]; qwen3moe.expert_count 8,
+                             expert_used_count 3, expert_feed_forward_length 32.
+                             Its own seed (router choices 1e-4 apart); top-k
+                             weights renormalized, as llama.cpp's qwen3moe graph.
+  tiny-qwen3-moe/reference.json  likewise.
 
 numpy and gguf only; deterministic.
     python3 test/reference/make_family_ggufs.py --out DIR
@@ -49,12 +58,39 @@ def gguf_name(hf):
     return f"blk.{layer}.{HF_TO_GGUF[rest]}"
 
 
-def write_qwen3(out_dir):
-    v = dict(family.VARIANTS["tiny-qwen3"])
+QWEN3_MOE_SEED = 4323
+
+
+def moe_gguf_tensors(weights, c, moe):
+    """HF per-expert tensors -> llama.cpp's stacked ffn_*_exps and ffn_gate_inp."""
+    out = {}
+    for name, w in weights.items():
+        if ".mlp." not in name:
+            out[gguf_name(name)] = w
+    for layer in moe["layers"]:
+        out[f"blk.{layer}.ffn_gate_inp.weight"] = weights[family.router_name(c, layer)]
+        for i, role in enumerate(("gate", "up", "down")):
+            out[f"blk.{layer}.ffn_{role}_exps.weight"] = np.stack(
+                [weights[family.expert_names(c, layer, e)[i]] for e in range(moe["experts"])])
+    return out
+
+
+def write_qwen3(out_dir, variant="tiny-qwen3"):
+    v = dict(family.VARIANTS[variant])
     c = v["config"]
-    weights = family.make_weights(np.random.default_rng(family.SEED), c, v["qk_norm"])
+    moe = None
+    seed = family.SEED
+    if variant == "tiny-qwen3-moe":  # llama.cpp's qwen3moe: every layer MoE, renormalized
+        moe = dict(v["moe"], layers=list(range(c["num_hidden_layers"])), normalize=True)
+        v["moe"] = moe
+        seed = QWEN3_MOE_SEED
+    weights = family.make_weights(np.random.default_rng(seed), c, v["qk_norm"], moe=moe)
+    if moe:
+        tensors = sorted(moe_gguf_tensors(weights, c, moe).items())
+    else:  # in the order of the HF names, as before the MoE variant
+        tensors = [(gguf_name(n), weights[n]) for n in sorted(weights)]
     os.makedirs(out_dir, exist_ok=True)
-    writer = GGUFWriter(os.path.join(out_dir, "model.gguf"), "qwen3")
+    writer = GGUFWriter(os.path.join(out_dir, "model.gguf"), "qwen3moe" if moe else "qwen3")
     writer.add_block_count(c["num_hidden_layers"])
     writer.add_context_length(c["max_position_embeddings"])
     writer.add_embedding_length(c["hidden_size"])
@@ -65,22 +101,29 @@ def write_qwen3(out_dir):
     writer.add_value_length(c["head_dim"])
     writer.add_layer_norm_rms_eps(c["rms_norm_eps"])
     writer.add_rope_freq_base(c["rope_theta"])
-    for name in sorted(weights):
-        writer.add_tensor(gguf_name(name), weights[name])
+    if moe:
+        writer.add_expert_count(moe["experts"])
+        writer.add_expert_used_count(moe["top_k"])
+        writer.add_expert_feed_forward_length(moe["ffn"])
+    for name, tensor in tensors:
+        writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
 
     full = dict(v, windows=[0] * c["num_hidden_layers"])  # llama.cpp's qwen3: no window
-    reference = {"generator": "test/reference/make_family_ggufs.py", "seed": family.SEED, "windows": full["windows"],
+    reference = {"generator": "test/reference/make_family_ggufs.py", "seed": seed, "windows": full["windows"],
                  "sequences": {}, "greedy": []}
+    gaps = []
     for name, tokens in family.SEQUENCES.items():
-        logits = family.forward(weights, tokens, full)
+        logits = family.forward(weights, tokens, full, gaps)
         reference["sequences"][name] = {"tokens": tokens, "logits": [family.rounded(r) for r in logits]}
+    assert not gaps or min(gaps) > family.MIN_ROUTER_GAP, f"{variant}: router probabilities nearly tie"
     for prompt in family.GREEDY_PROMPTS:
-        continuation, margins = family.greedy(weights, prompt, full)
-        if min(margins) >= family.MIN_MARGIN:
+        prompt_gaps = []
+        continuation, margins = family.greedy(weights, prompt, full, prompt_gaps)
+        if min(margins) >= family.MIN_MARGIN and (not prompt_gaps or min(prompt_gaps) > family.MIN_ROUTER_GAP):
             reference["greedy"].append({"prompt": prompt, "tokens": continuation,
                                         "margins": [float(f"{m:.4g}") for m in margins]})
     assert len(reference["greedy"]) >= 3, "too few prompts with clear greedy margins"
@@ -93,6 +136,7 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     write_qwen3(os.path.join(args.out, "tiny-qwen3"))
+    write_qwen3(os.path.join(args.out, "tiny-qwen3-moe"), "tiny-qwen3-moe")
 
 
 if __name__ == "__main__":
