@@ -152,7 +152,9 @@ def teacher_config(g):
         head_dim=hidden // heads,
         max_position_embeddings=g.meta[a + "context_length"],
         rms_norm_eps=g.meta[a + "attention.layer_norm_rms_epsilon"],
+        # transformers 5 reads rope_parameters, earlier ones rope_theta.
         rope_theta=g.meta[a + "rope.freq_base"],
+        rope_parameters={"rope_type": "default", "rope_theta": g.meta[a + "rope.freq_base"]},
         tie_word_embeddings="output.weight" not in g.tensors,
         bos_token_id=g.meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=g.meta.get("tokenizer.ggml.eos_token_id"),
@@ -215,10 +217,16 @@ def tokenizer_files(g, out):
 
 
 def load_tokenizer(out):
-    """transformers' fast tokenizer over the files just written (the tokenizers library is its dependency)."""
-    from transformers import PreTrainedTokenizerFast
+    """transformers' tokenizer over the files just written (tokenizers-backed, as in 4.x's fast classes)."""
+    try:
+        from transformers import AutoTokenizer
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"))
+        tok = AutoTokenizer.from_pretrained(out)
+    except Exception as e:  # an older or newer class layout: the tokenizer.json alone
+        print(f"[distill] AutoTokenizer: {e}; loading tokenizer.json directly", flush=True)
+        from transformers import PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"))
     config = json.load(open(os.path.join(out, "tokenizer_config.json"), encoding="utf-8"))
     tok.bos_token, tok.eos_token = config["bos_token"], config["eos_token"]
     tok.pad_token = config["eos_token"]
@@ -273,6 +281,14 @@ def stdlib_docstrings(min_chars=200, max_chars=1200):
 # --- Distillation -------------------------------------------------------------
 
 
+def rope_base(config):
+    """The RoPE base of a config from transformers 4 (rope_theta) or 5 (rope_parameters)."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return params["rope_theta"]
+    return config.rope_theta
+
+
 def student_from(teacher, layers, hidden, heads, kv_heads, ffn):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -280,7 +296,8 @@ def student_from(teacher, layers, hidden, heads, kv_heads, ffn):
     config = LlamaConfig(
         vocab_size=t.vocab_size, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
-        max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps, rope_theta=t.rope_theta,
+        max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps,
+        rope_theta=rope_base(t), rope_parameters={"rope_type": "default", "rope_theta": rope_base(t)},
         tie_word_embeddings=True, bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id,
         pad_token_id=t.pad_token_id, torch_dtype="bfloat16")
     student = LlamaForCausalLM(config)
