@@ -698,11 +698,11 @@ if [[ " $PARTS " == *" specbench "* ]]; then
       for shape in "" "--spec-tree 2,2,1"; do
         echo "== $run ${shape:-chain:4}"
         # shellcheck disable=SC2086  # $shape is two words or none
-        timeout 240 "${bench[@]}" "${flags[@]}" $shape 2>"$OUT/specbench_${run}.err" || {
+        timeout 150 "${bench[@]}" "${flags[@]}" $shape 2>"$OUT/specbench_${run}.err" || {
           echo "== $run: FAILED"; tail -3 "$OUT/specbench_${run}.err"; }
       done
     done 2>&1 | tee "$OUT/bench_specbench.txt"
-    grep -q "NOT RUN\|DIFFERENT\|unknown" "$OUT/bench_specbench.txt" && rc_all=1
+    grep -q "NOT RUN\|DIFFERENT\|unknown\|FAILED" "$OUT/bench_specbench.txt" && rc_all=1
     record specbench $rc_all
   fi
 fi
