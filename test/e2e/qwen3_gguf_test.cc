@@ -1,8 +1,9 @@
 // Qwen3 from a GGUF as llama.cpp names it (general.architecture "qwen3",
 // attn_q_norm / attn_k_norm, attention.key_length != hidden / heads), and
 // Qwen3-MoE ("qwen3moe": ffn_gate_inp and the stacked ffn_*_exps, the
-// expert_* metadata), made by test/reference/make_family_ggufs.py from
-// tiny-qwen3's and tiny-qwen3-moe's shapes and
+// expert_* metadata) and Mixtral ("llama" with experts, Q/K rows permuted
+// into adjacent rotary pairs), made by test/reference/make_family_ggufs.py
+// from tiny-qwen3's, tiny-qwen3-moe's and tiny-mixtral's shapes and
 // compiled by kiln-compile (ctest fixtures), run by the CPU executor against
 // the float64 reference with llama.cpp's qwen3 semantics: logits within 1e-4
 // at every position of a chunked prefill, decode steps and a ragged batch,
@@ -29,7 +30,7 @@ struct Sequence {
   int64_t done = 0;
 };
 
-class Qwen3Gguf : public ::testing::TestWithParam<const char*> {
+class FamilyGguf : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const char* dir = std::getenv("KILN_FAMILY_GGUF_DIR");
@@ -105,7 +106,7 @@ class Qwen3Gguf : public ::testing::TestWithParam<const char*> {
   nlohmann::json reference_;
 };
 
-TEST_P(Qwen3Gguf, LogitsMatchTheReference) {
+TEST_P(FamilyGguf, LogitsMatchTheReference) {
   EXPECT_EQ(manifest_->kv_cache.head_dim, 64);
   Sequence a = sequence("a"), b = sequence("b");
   double worst = check({{&a, 20}});
@@ -118,7 +119,7 @@ TEST_P(Qwen3Gguf, LogitsMatchTheReference) {
   std::printf("%s GGUF: max |logits - float64 reference| = %.3g\n", GetParam(), worst);
 }
 
-TEST_P(Qwen3Gguf, GreedyContinuationsMatch) {
+TEST_P(FamilyGguf, GreedyContinuationsMatch) {
   ASSERT_GE(reference_["greedy"].size(), 3u);
   for (const auto& g : reference_["greedy"]) {
     Sequence s;
@@ -139,7 +140,7 @@ TEST_P(Qwen3Gguf, GreedyContinuationsMatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Qwen3Gguf, ::testing::Values("tiny-qwen3", "tiny-qwen3-moe"),
+INSTANTIATE_TEST_SUITE_P(Families, FamilyGguf, ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)

@@ -24,6 +24,15 @@ Writes, into --out (a build folder the ctest fixture names):
                              Its own seed (router choices 1e-4 apart); top-k
                              weights renormalized, as llama.cpp's qwen3moe graph.
   tiny-qwen3-moe/reference.json  likewise.
+  tiny-mixtral/model.gguf    tiny-mixtral's weights (its seed) as llama.cpp writes
+                             Mixtral: general.architecture "llama" with
+                             llama.expert_count 4 and expert_used_count 2,
+                             ffn_gate_inp and the stacked ffn_*_exps, and each
+                             head's Q/K rows permuted into adjacent rotary pairs
+                             (the converter's permutation; kiln rotates them
+                             interleaved); no sliding window (llama.cpp's llama
+                             graph has none), so the reference attends fully.
+  tiny-mixtral/reference.json  likewise.
 
 numpy and gguf only; deterministic.
     python3 test/reference/make_family_ggufs.py --out DIR
@@ -65,7 +74,7 @@ def moe_gguf_tensors(weights, c, moe):
     """HF per-expert tensors -> llama.cpp's stacked ffn_*_exps and ffn_gate_inp."""
     out = {}
     for name, w in weights.items():
-        if ".mlp." not in name:
+        if ".mlp." not in name and ".block_sparse_moe." not in name:
             out[gguf_name(name)] = w
     for layer in moe["layers"]:
         out[f"blk.{layer}.ffn_gate_inp.weight"] = weights[family.router_name(c, layer)]
@@ -112,17 +121,59 @@ def write_qwen3(out_dir, variant="tiny-qwen3"):
     writer.write_tensors_to_file()
     writer.close()
 
-    full = dict(v, windows=[0] * c["num_hidden_layers"])  # llama.cpp's qwen3: no window
-    reference = {"generator": "test/reference/make_family_ggufs.py", "seed": seed, "windows": full["windows"],
+    # llama.cpp's qwen3: no window
+    write_reference(out_dir, weights, dict(v, windows=[0] * c["num_hidden_layers"]), seed, variant)
+
+
+def rotary_pairs_adjacent(w, heads):
+    """[heads · D, H] rows of q or k: each head's rotary pairs (i, i + D/2) made
+    adjacent rows (2i, 2i + 1), as llama.cpp's converter stores llama's Q and K."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_mixtral(out_dir):
+    v = dict(family.VARIANTS["tiny-mixtral"])
+    c, moe, seed = v["config"], v["moe"], v["seed"]
+    weights = family.make_weights(np.random.default_rng(seed), c, v["qk_norm"], moe=moe)
+    tensors = moe_gguf_tensors(weights, c, moe)
+    for layer in range(c["num_hidden_layers"]):
+        for role, heads in (("q", c["num_attention_heads"]), ("k", c["num_key_value_heads"])):
+            name = f"blk.{layer}.attn_{role}.weight"
+            tensors[name] = rotary_pairs_adjacent(tensors[name], heads)
+    os.makedirs(out_dir, exist_ok=True)
+    writer = GGUFWriter(os.path.join(out_dir, "model.gguf"), "llama")
+    writer.add_block_count(c["num_hidden_layers"])
+    writer.add_context_length(c["max_position_embeddings"])
+    writer.add_embedding_length(c["hidden_size"])
+    writer.add_feed_forward_length(c["intermediate_size"])
+    writer.add_head_count(c["num_attention_heads"])
+    writer.add_head_count_kv(c["num_key_value_heads"])
+    writer.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    writer.add_rope_freq_base(c["rope_theta"])
+    writer.add_expert_count(moe["experts"])
+    writer.add_expert_used_count(moe["top_k"])
+    for name, tensor in sorted(tensors.items()):
+        writer.add_tensor(name, tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    # llama.cpp's llama graph has no sliding window
+    write_reference(out_dir, weights, dict(v, windows=[0] * c["num_hidden_layers"]), seed, "tiny-mixtral")
+
+
+def write_reference(out_dir, weights, v, seed, variant):
+    """make_tiny_family_references.py's reference.json for `weights` under `v`."""
+    reference = {"generator": "test/reference/make_family_ggufs.py", "seed": seed, "windows": v["windows"],
                  "sequences": {}, "greedy": []}
     gaps = []
     for name, tokens in family.SEQUENCES.items():
-        logits = family.forward(weights, tokens, full, gaps)
+        logits = family.forward(weights, tokens, v, gaps)
         reference["sequences"][name] = {"tokens": tokens, "logits": [family.rounded(r) for r in logits]}
     assert not gaps or min(gaps) > family.MIN_ROUTER_GAP, f"{variant}: router probabilities nearly tie"
     for prompt in family.GREEDY_PROMPTS:
         prompt_gaps = []
-        continuation, margins = family.greedy(weights, prompt, full, prompt_gaps)
+        continuation, margins = family.greedy(weights, prompt, v, prompt_gaps)
         if min(margins) >= family.MIN_MARGIN and (not prompt_gaps or min(prompt_gaps) > family.MIN_ROUTER_GAP):
             reference["greedy"].append({"prompt": prompt, "tokens": continuation,
                                         "margins": [float(f"{m:.4g}") for m in margins]})
@@ -137,6 +188,7 @@ def main():
     args = parser.parse_args()
     write_qwen3(os.path.join(args.out, "tiny-qwen3"))
     write_qwen3(os.path.join(args.out, "tiny-qwen3-moe"), "tiny-qwen3-moe")
+    write_mixtral(os.path.join(args.out, "tiny-mixtral"))
 
 
 if __name__ == "__main__":
