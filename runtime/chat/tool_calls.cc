@@ -52,7 +52,8 @@ ParsedAnswer parseHermes(std::string_view answer) {
     const size_t body = at + kOpen.size();
     size_t end = answer.find(kClose, body);
     // The last call may stop at EOS before its closing tag.
-    const std::string_view text = answer.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
+    const std::string_view text =
+        answer.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
     auto value = parseJson(trim(text));
     std::optional<ChatToolCall> call = value ? callOf(*value) : std::nullopt;
     if (!call) return {std::string(answer), {}};

@@ -150,7 +150,8 @@ constexpr GenerationField kFields[] = {
      [](const json& v, GenerationRequest& out) {
        return readInt("max_completion_tokens", v, 1, kInt32Max, out.sampling.max_tokens);
      }},
-    {"temperature", [](const json& v, GenerationRequest& out) { return floatField<&S::temperature>("temperature", v, out); }},
+    {"temperature",
+     [](const json& v, GenerationRequest& out) { return floatField<&S::temperature>("temperature", v, out); }},
     {"top_p", [](const json& v, GenerationRequest& out) { return floatField<&S::top_p>("top_p", v, out); }},
     {"top_k",
      [](const json& v, GenerationRequest& out) -> FieldStatus {
@@ -175,8 +176,13 @@ constexpr GenerationField kFields[] = {
      }},
     {"stop", [](const json& v, GenerationRequest& out) { return readStop(v, out.sampling.stop_strings); }},
     {"stop_token_ids",
-     [](const json& v, GenerationRequest& out) { return readTokenIds("stop_token_ids", v, out.sampling.stop_token_ids); }},
-    {"n", [](const json& v, GenerationRequest& out) { return readInt("n", v, 1, sampling::kMaxCompletions, out.sampling.n); }},
+     [](const json& v, GenerationRequest& out) {
+       return readTokenIds("stop_token_ids", v, out.sampling.stop_token_ids);
+     }},
+    {"n",
+     [](const json& v, GenerationRequest& out) {
+       return readInt("n", v, 1, sampling::kMaxCompletions, out.sampling.n);
+     }},
     {"priority",
      [](const json& v, GenerationRequest& out) {
        return readInt("priority", v, std::numeric_limits<int32_t>::min(), kInt32Max, out.priority);
@@ -188,7 +194,9 @@ constexpr GenerationField kFields[] = {
        return std::nullopt;
      }},
     {"presence_penalty",
-     [](const json& v, GenerationRequest& out) { return floatField<&S::presence_penalty>("presence_penalty", v, out); }},
+     [](const json& v, GenerationRequest& out) {
+       return floatField<&S::presence_penalty>("presence_penalty", v, out);
+     }},
     {"frequency_penalty",
      [](const json& v, GenerationRequest& out) {
        return floatField<&S::frequency_penalty>("frequency_penalty", v, out);

@@ -539,7 +539,8 @@ int serveBenchCommand(const CliArgs& args) {
       if (!c.lognormal && c.workload != "prefix" && c.input_len + c.output_len > context)
         return fail(fmt::format("--input-len {} + --output-len {} exceed the context of {} tokens", c.input_len,
                                 c.output_len, context));
-      std::fprintf(stderr, "kiln bench serve: %s on %s (%d threads), %d sequences, %lld batch tokens, KV pool %lld tokens%s%s\n",
+      std::fprintf(stderr,
+                   "kiln bench serve: %s on %s (%d threads), %d sequences, %lld batch tokens, KV pool %lld tokens%s%s\n",
                    c.workload.c_str(), backend.c_str(), opts.threads, opts.max_sequences,
                    (long long)opts.max_batch_tokens, (long long)opts.kv_cache_tokens,
                    c.workload == "prefix" ? (cache ? ", prefix cache on" : ", prefix cache off") : "",

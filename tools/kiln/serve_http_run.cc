@@ -71,7 +71,8 @@ class HttpRun : public ServeRun {
                        {"stream", true},
                        {"stream_options", {{"include_usage", true}}},
                        {"return_token_ids", true}};
-    clients_[index] = std::thread([this, index, text = body.dump(), keep_tokens] { request(index, text, keep_tokens); });
+    clients_[index] =
+        std::thread([this, index, text = body.dump(), keep_tokens] { request(index, text, keep_tokens); });
     in_flight_.push_back(index);
     submitted_.push_back(index);
     return Status::success();
