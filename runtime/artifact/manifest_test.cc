@@ -180,6 +180,28 @@ TEST(StepParamsTest, AttentionHeadsChecked) {
             "p: missing param 'kv_heads' (expected an integer)");
 }
 
+// Mixture of experts: top_k within the experts; moe_router's router GEMM
+// inside (hidden) comes with its weight's type, and written back the same.
+TEST(StepParamsTest, MoeParamsChecked) {
+  ParamMap router{{"experts", int64_t(8)}, {"top_k", int64_t(2)}, {"normalize", true},
+                  {"hidden", int64_t(4096)}, {"weight_type", std::string("bf16")}};
+  auto good = parseStepParams(StepKind::kMoeRouter, router, "p");
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_EQ(stepParamsMap(*good), router);
+  router["top_k"] = int64_t(9);
+  EXPECT_EQ(parseStepParams(StepKind::kMoeRouter, router, "p").error().message, "p.top_k: is 9, more than the 8 experts");
+  router["top_k"] = int64_t(2);
+  router.erase("weight_type");
+  EXPECT_EQ(parseStepParams(StepKind::kMoeRouter, router, "p").error().message,
+            "p.weight_type: is '' with hidden 4096: the router weight's type comes with it");
+  ParamMap experts{{"hidden", int64_t(64)}, {"ffn", int64_t(96)}, {"experts", int64_t(4)}, {"top_k", int64_t(5)},
+                   {"weight_type", std::string("f32")}};
+  EXPECT_EQ(parseStepParams(StepKind::kMoeFfn, experts, "p").error().message, "p.top_k: is 5, more than the 4 experts");
+  experts["top_k"] = int64_t(2);
+  experts["weight_type"] = std::string("q9_9");
+  EXPECT_EQ(parseStepParams(StepKind::kMoeFfn, experts, "p").error().message, "p.weight_type: unknown element type 'q9_9'");
+}
+
 // int8 and fp8 pools carry a scale per (token slot, kv head) and say so;
 // the float pools carry none; any other type is unknown.
 TEST(ManifestTest, KvCacheTypeAndScales) {
