@@ -50,6 +50,7 @@ struct SamplingParams {
   int max_tokens = 256;
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  int logprobs = -1;  // -1: none; 0 to 20: each token's logprob and that many alternatives
 };
 
 struct Message {
@@ -65,16 +66,24 @@ struct Prompt {
 };
 
 // Output since the last poll.
+// One token's log probability and its most likely alternatives (id, logprob).
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 struct Chunk {
   std::string text;
   std::vector<int32_t> tokens;
   kiln_finish_reason finish = KILN_FINISH_RUNNING;
+  std::vector<TokenLogprobs> logprobs;  // one per token, when SamplingParams::logprobs >= 0
   bool finished() const { return finish != KILN_FINISH_RUNNING; }
 };
 
 struct Completion {
   std::string text;
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;  // one per token, when SamplingParams::logprobs >= 0
   kiln_finish_reason finish = KILN_FINISH_RUNNING;
   kiln_request_stats stats{};  // stats.error is empty here (copied out as `error`)
   std::string error;
@@ -136,6 +145,7 @@ class Engine {
     s.ignore_eos = params.ignore_eos ? 1 : 0;
     s.stop = stop.data();
     s.num_stop = stop.size();
+    s.logprobs = params.logprobs;
     int64_t id = -1;
     check(kiln_submit(engine_, &p, &s, callback, user_data, &id));
     return id;
@@ -153,7 +163,15 @@ class Engine {
     kiln_poll_result r{};
     r.struct_size = sizeof(r);
     check(kiln_poll(engine_, id, &r));
-    return Chunk{std::string(r.text, r.text_len), std::vector<int32_t>(r.tokens, r.tokens + r.num_tokens), r.finish};
+    Chunk chunk{std::string(r.text, r.text_len), std::vector<int32_t>(r.tokens, r.tokens + r.num_tokens), r.finish, {}};
+    if (r.token_logprobs)
+      for (size_t i = 0; i < r.num_tokens; ++i) {
+        TokenLogprobs t{r.token_logprobs[i], {}};
+        for (size_t j = 0; j < r.top_n; ++j)
+          t.top.emplace_back(r.top_ids[i * r.top_n + j], r.top_logprobs[i * r.top_n + j]);
+        chunk.logprobs.push_back(std::move(t));
+      }
+    return chunk;
   }
   void cancel(int64_t id) { check(kiln_cancel(engine_, id)); }
   void release(int64_t id) { check(kiln_release(engine_, id)); }
@@ -191,6 +209,7 @@ class Engine {
           Chunk chunk = poll(ids[i]);
           out[i].text += chunk.text;
           out[i].tokens.insert(out[i].tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+          out[i].logprobs.insert(out[i].logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
           out[i].finish = chunk.finish;
           if (chunk.finished()) --running;
         }

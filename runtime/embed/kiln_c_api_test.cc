@@ -320,13 +320,18 @@ TEST_F(CApiTest, CppLayerGeneratesAndThrows) {
   kiln::api::SamplingParams params;
   params.max_tokens = 8;
   params.ignore_eos = true;
+  params.logprobs = 2;
   auto completions = engine.generate({textPrompt("The capital of France is"), textPrompt("1, 2, 3,")}, params);
   ASSERT_EQ(completions.size(), 2u);
   for (const auto& c : completions) {
     EXPECT_EQ(c.tokens.size(), 8u);
     EXPECT_EQ(c.finish, KILN_FINISH_LENGTH);
     EXPECT_FALSE(c.text.empty());
+    ASSERT_EQ(c.logprobs.size(), 8u);
+    EXPECT_EQ(c.logprobs[0].top.size(), 2u);
+    EXPECT_EQ(c.logprobs[0].top[0].first, c.tokens[0]);  // greedy
   }
+  params.logprobs = -1;
   params.temperature = -1;
   try {
     engine.generate({textPrompt("Hi")}, params);
