@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -100,7 +101,7 @@ std::optional<std::string> ssmArch(const json& root) {
   auto type = root.find("model_type");
   if (type != root.end() && type->is_string()) {
     std::string t = type->get<std::string>();
-    if (t == "mamba" || t == "mamba2") return t;
+    if (t == "mamba" || t == "mamba2" || t == "nemotron_h") return t;
     return std::nullopt;
   }
   auto archs = root.find("architectures");
@@ -108,6 +109,7 @@ std::optional<std::string> ssmArch(const json& root) {
     std::string cls = (*archs)[0].get<std::string>();
     if (cls == "MambaForCausalLM") return std::string("mamba");
     if (cls == "Mamba2ForCausalLM") return std::string("mamba2");
+    if (cls == "NemotronHForCausalLM") return std::string("nemotron_h");
   }
   return std::nullopt;
 }
@@ -144,9 +146,78 @@ Status rejectUnimplemented(const Fields& f, const std::string& name, const SsmCo
   return Status::success();
 }
 
+// Nemotron-H (NemotronHConfig): Mamba-2 mixers under mamba_* names, the
+// gated norm per group of I / G, attention layers without positions, relu²
+// MLP layers; hybrid_override_pattern (or layers_block_type) lists them.
+// MoE layers ('E') and the MTP head are refused.
+Status parseNemotronH(const Fields& f, const std::string& name, SsmConfig& c) {
+  auto string_is = [&](const char* key, std::initializer_list<const char*> allowed) -> Status {
+    std::optional<std::string> v;
+    KILN_SSM_ASSIGN(v, f.string(key));
+    if (!v) return Status::success();
+    for (const char* a : allowed)
+      if (*v == a) return Status::success();
+    return makeError("{}: field '{}' is '{}', kiln runs '{}' only", name, key, printable(*v), *allowed.begin());
+  };
+  KILN_RETURN_IF_ERROR(string_is("mlp_hidden_act", {"relu2"}));
+  KILN_RETURN_IF_ERROR(string_is("mamba_hidden_act", {"silu", "swish"}));
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    bool on = false;
+    KILN_SSM_ASSIGN(on, f.boolean(key, false));
+    if (on) return makeError("{}: field '{}' is true, which kiln does not implement for nemotron_h", name, key);
+  }
+  if (const json* mtp = f.get("num_nextn_predict_layers"); mtp && !(mtp->is_number_integer() && mtp->get<int64_t>() == 0))
+    return makeError("{}: field 'num_nextn_predict_layers' is {}, kiln runs no MTP head", name, shown(*mtp));
+  KILN_SSM_ASSIGN(c.num_heads, f.integer("mamba_num_heads", 128));
+  KILN_SSM_ASSIGN(c.head_dim, f.integer("mamba_head_dim", 64));
+  c.intermediate_size = c.num_heads * c.head_dim;
+  KILN_SSM_ASSIGN(c.n_groups, f.integer("n_groups", 8));
+  KILN_SSM_ASSIGN(c.state_size, f.integer("ssm_state_size", 128));
+  KILN_SSM_ASSIGN(c.chunk_size, f.integer("chunk_size", 128));
+  KILN_SSM_ASSIGN(c.attn_heads, f.integer("num_attention_heads", 32));
+  KILN_SSM_ASSIGN(c.attn_kv_heads, f.integer("num_key_value_heads", 8));
+  KILN_SSM_ASSIGN(c.attn_head_dim, f.integer("head_dim", c.attn_heads > 0 ? c.hidden_size / c.attn_heads : 0));
+  KILN_SSM_ASSIGN(c.mlp_intermediate_size, f.integer("intermediate_size", 21504));
+  if (c.n_groups <= 0 || c.intermediate_size % c.n_groups != 0)
+    return makeError("{}: field 'n_groups' is {}, expected a divisor of mamba_num_heads × mamba_head_dim {}", name,
+                     c.n_groups, c.intermediate_size);
+  c.norm_group_size = c.intermediate_size / c.n_groups;
+  if (c.attn_heads <= 0 || c.attn_kv_heads <= 0 || c.attn_heads % c.attn_kv_heads != 0 || c.attn_head_dim <= 0)
+    return makeError("{}: num_attention_heads {} / num_key_value_heads {} / head_dim {}, expected positive sizes, "
+                     "kv heads dividing heads", name, c.attn_heads, c.attn_kv_heads, c.attn_head_dim);
+  std::vector<std::string> kinds;
+  if (const json* list = f.get("layers_block_type")) {
+    if (!list->is_array()) return makeError("{}: field 'layers_block_type' is {}, expected an array", name, shown(*list));
+    for (const json& k : *list) kinds.push_back(k.is_string() ? k.get<std::string>() : k.dump());
+  } else {
+    std::optional<std::string> pattern;
+    KILN_SSM_ASSIGN(pattern, f.string("hybrid_override_pattern"));
+    if (!pattern) return makeError("{}: missing field 'hybrid_override_pattern' (expected a string such as \"M*M-\")", name);
+    for (char ch : *pattern)
+      kinds.push_back(ch == 'M' ? "mamba" : ch == '*' ? "attention" : ch == '-' ? "mlp" : ch == 'E' ? "moe" : std::string(1, ch));
+  }
+  if (int64_t(kinds.size()) != c.num_layers)
+    return makeError("{}: the layer pattern lists {} layers, expected num_hidden_layers {}", name, kinds.size(),
+                     c.num_layers);
+  c.layer_kinds.clear();
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == "mamba") c.layer_kinds.push_back(SsmLayerKind::kMamba);
+    else if (kinds[i] == "attention") c.layer_kinds.push_back(SsmLayerKind::kAttention);
+    else if (kinds[i] == "mlp") c.layer_kinds.push_back(SsmLayerKind::kMlp);
+    else
+      return makeError("{}: layer {} is '{}' in the layer pattern, kiln runs mamba (M), attention (*) and mlp (-) "
+                       "layers", name, i, printable(kinds[i]));
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 std::string_view ssmKindName(SsmKind kind) { return kind == SsmKind::kMamba ? "mamba" : "mamba2"; }
+
+std::string_view ssmLayerKindName(SsmLayerKind kind) {
+  return kind == SsmLayerKind::kMamba ? "mamba" : kind == SsmLayerKind::kAttention ? "attention" : "mlp";
+}
 
 int64_t SsmConfig::convChannels() const {
   return kind == SsmKind::kMamba ? intermediate_size : intermediate_size + 2 * n_groups * state_size;
@@ -212,7 +283,7 @@ Result<SsmConfig> parseSsmConfigText(std::string_view json_text, const std::stri
   SsmConfig c;
   c.source = name;
   c.architecture = *arch;
-  c.kind = *arch == "mamba" ? SsmKind::kMamba : SsmKind::kMamba2;
+  c.kind = *arch == "mamba" ? SsmKind::kMamba : SsmKind::kMamba2;  // nemotron_h's mixers are Mamba-2's
   const bool m2 = c.kind == SsmKind::kMamba2;
   // Defaults are transformers' MambaConfig / Mamba2Config.
   KILN_SSM_ASSIGN(c.hidden_size, f.integer("hidden_size", m2 ? 4096 : 768));
@@ -228,7 +299,8 @@ Result<SsmConfig> parseSsmConfigText(std::string_view json_text, const std::stri
   KILN_SSM_ASSIGN(expand, f.number("expand", 2));
   // transformers: int(expand * hidden_size)
   c.intermediate_size = int64_t(expand * double(c.hidden_size));
-  if (const json* inter = f.get("intermediate_size")) {
+  const json* inter = c.architecture == "nemotron_h" ? nullptr : f.get("intermediate_size");  // nemotron_h's is the MLP's
+  if (inter != nullptr) {
     if (!inter->is_number_integer() || inter->get<int64_t>() != c.intermediate_size)
       return makeError("{}: field 'intermediate_size' is {}, expected expand × hidden_size = {}", name, shown(*inter),
                        c.intermediate_size);
@@ -265,7 +337,10 @@ Result<SsmConfig> parseSsmConfigText(std::string_view json_text, const std::stri
       return makeError("{}: field 'time_step_rank' is {}, expected an integer or \"auto\"", name, shown(*rank));
     }
   }
-  KILN_RETURN_IF_ERROR(rejectUnimplemented(f, name, c));
+  c.layer_kinds.assign(size_t(std::max<int64_t>(c.num_layers, 0)), SsmLayerKind::kMamba);
+  c.norm_group_size = c.intermediate_size;
+  if (c.architecture == "nemotron_h") KILN_RETURN_IF_ERROR(parseNemotronH(f, name, c));
+  else KILN_RETURN_IF_ERROR(rejectUnimplemented(f, name, c));
   std::optional<std::string> dtype;
   KILN_SSM_ASSIGN(dtype, f.string("torch_dtype"));
   if (!dtype) KILN_SSM_ASSIGN(dtype, f.string("dtype"));

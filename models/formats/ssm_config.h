@@ -24,6 +24,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "models/formats/tensor_info.h"
 #include "runtime/support/error.h"
@@ -35,9 +36,23 @@ enum class SsmKind {
   kMamba2,  // state-space dual form: scalar A per head, grouped B/C, gated RMSNorm
 };
 
+// What a layer of the stack is. Mamba and Mamba-2 models are all kMamba; a
+// hybrid (Nemotron-H's hybrid_override_pattern "M*M-": M Mamba-2, * attention,
+// - MLP) mixes them, each block x += mixer(rms_norm(x)).
+enum class SsmLayerKind { kMamba, kAttention, kMlp };
+
 struct SsmConfig {
   SsmKind kind = SsmKind::kMamba;
-  std::string architecture;  // "mamba" | "mamba2"
+  std::string architecture;  // "mamba" | "mamba2" | "nemotron_h"
+  std::vector<SsmLayerKind> layer_kinds;  // one per layer
+  // Hybrid attention layers: causal GQA without positional encoding
+  // (Nemotron-H), scaled by head_dim^-1/2.
+  int64_t attn_heads = 0, attn_kv_heads = 0, attn_head_dim = 0;
+  // Hybrid MLP layers: down(relu(up(x))²).
+  int64_t mlp_intermediate_size = 0;
+  // Mamba-2's gated RMSNorm normalizes runs of this many features:
+  // intermediate_size (Mamba2ForCausalLM), intermediate_size / n_groups (Nemotron-H).
+  int64_t norm_group_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;  // expand · hidden_size
   int64_t num_layers = 0;
@@ -71,9 +86,11 @@ struct SsmConfig {
 };
 
 std::string_view ssmKindName(SsmKind kind);  // "mamba" | "mamba2"
+std::string_view ssmLayerKindName(SsmLayerKind kind);  // "mamba" | "attention" | "mlp"
 
-// Whether config.json text names a state-space model (model_type mamba or
-// mamba2, or architectures[0] MambaForCausalLM / Mamba2ForCausalLM).
+// Whether config.json text names a state-space model (model_type mamba,
+// mamba2 or nemotron_h, or architectures[0] MambaForCausalLM /
+// Mamba2ForCausalLM / NemotronHForCausalLM).
 bool isSsmConfigText(std::string_view json_text);
 // Reads a state-space model's config.json. Fields that change the
 // computation in ways kiln does not implement are refused by name.

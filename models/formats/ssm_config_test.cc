@@ -60,6 +60,48 @@ TEST(SsmConfigTest, Mamba2GroupsHeadsAndInfiniteLimit) {
   EXPECT_EQ(limited->time_step_max_limit, 0.2);
 }
 
+std::string nemotronJson(const std::string& extra = "") {
+  return R"({"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 64,
+             "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-", "vocab_size": 128,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "mlp_hidden_act": "relu2",
+             "intermediate_size": 96, "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 2,
+             "ssm_state_size": 16, "conv_kernel": 4, "chunk_size": 8, "time_step_limit": [0.0, Infinity])" +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST(SsmConfigTest, NemotronHLayerPatternAndGroupedNorm) {
+  auto c = parseSsmConfigText(nemotronJson(), "c.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->kind, SsmKind::kMamba2);
+  ASSERT_EQ(c->layer_kinds.size(), 4u);
+  EXPECT_EQ(c->layer_kinds[0], SsmLayerKind::kMamba);
+  EXPECT_EQ(c->layer_kinds[1], SsmLayerKind::kAttention);
+  EXPECT_EQ(c->layer_kinds[3], SsmLayerKind::kMlp);
+  EXPECT_EQ(c->intermediate_size, 128);  // mamba_num_heads x mamba_head_dim, not intermediate_size (the MLP's)
+  EXPECT_EQ(c->mlp_intermediate_size, 96);
+  EXPECT_EQ(c->norm_group_size, 64);  // I / n_groups
+  EXPECT_EQ(c->attn_head_dim, 16);
+  auto listed = parseSsmConfigText(
+      nemotronJson(R"("layers_block_type": ["mamba", "attention", "mamba", "mlp"])"), "c.json");
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(listed->layer_kinds, c->layer_kinds);
+  // A Mamba2ForCausalLM normalizes the whole row.
+  EXPECT_EQ(parseSsmConfigText(mamba2Json(), "c.json")->norm_group_size, 128);
+}
+
+TEST(SsmConfigTest, NemotronHRefusesWhatItDoesNotRun) {
+  auto moe = nemotronJson();
+  moe.replace(moe.find("\"M*M-\""), 6, "\"M*ME\"");
+  EXPECT_NE(parseError(moe).find("layer 3 is 'moe'"), std::string::npos) << parseError(moe);
+  EXPECT_NE(parseError(nemotronJson(R"("mlp_hidden_act": "gelu")")).find("'mlp_hidden_act'"), std::string::npos);
+  EXPECT_NE(parseError(nemotronJson(R"("attention_bias": true)")).find("'attention_bias'"), std::string::npos);
+  EXPECT_NE(parseError(nemotronJson(R"("num_nextn_predict_layers": 1)")).find("'num_nextn_predict_layers'"),
+            std::string::npos);
+  auto short_pattern = nemotronJson();
+  short_pattern.replace(short_pattern.find("\"M*M-\""), 6, "\"M*M\"");
+  EXPECT_NE(parseError(short_pattern).find("lists 3 layers"), std::string::npos);
+}
+
 TEST(SsmConfigTest, RecognizesSsmConfigsOnly) {
   EXPECT_TRUE(isSsmConfigText(mambaJson()));
   EXPECT_TRUE(isSsmConfigText(mamba2Json()));

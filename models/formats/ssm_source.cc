@@ -55,6 +55,20 @@ Status SsmSource::checkWeights() const {
   if (!c.tie_word_embeddings) expected["lm_head.weight"] = {c.vocab_size, H};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     expected[layerNormName(l)] = {H};
+    const SsmLayerKind kind = c.layer_kinds.empty() ? SsmLayerKind::kMamba : c.layer_kinds[size_t(l)];
+    if (kind == SsmLayerKind::kAttention) {
+      const int64_t q = c.attn_heads * c.attn_head_dim, kv = c.attn_kv_heads * c.attn_head_dim;
+      expected[mixerName(l, "q_proj.weight")] = {q, H};
+      expected[mixerName(l, "k_proj.weight")] = {kv, H};
+      expected[mixerName(l, "v_proj.weight")] = {kv, H};
+      expected[mixerName(l, "o_proj.weight")] = {H, q};
+      continue;
+    }
+    if (kind == SsmLayerKind::kMlp) {
+      expected[mixerName(l, "up_proj.weight")] = {c.mlp_intermediate_size, H};
+      expected[mixerName(l, "down_proj.weight")] = {H, c.mlp_intermediate_size};
+      continue;
+    }
     expected[mixerName(l, "in_proj.weight")] = {c.inProjFeatures(), H};
     expected[mixerName(l, "conv1d.weight")] = {C, 1, K};
     if (c.use_conv_bias) expected[mixerName(l, "conv1d.bias")] = {C};

@@ -18,6 +18,11 @@
 //   y, ssm'    = ssd_scan(u, dt, dt_bias, A_log, B, C, D, past_ssm)
 //   x          = x + linear(gated_rms_norm(y, z, norm), out_proj)
 //
+// Nemotron-H (a hybrid stack, hybrid_override_pattern "M*M-"): every block
+// is x += mixer(rms_norm(x)) with a Mamba-2 mixer (its gated norm per group
+// of I / G), causal GQA attention without positions (kv_concat, as the
+// Llama importer's, scaled by head_dim^-1/2), or an MLP down(relu(up(x))²).
+//
 // then norm_f and the head (the embedding when tied). x has the residual
 // type, the carried conv inputs the activation type, the SSM state f32.
 //
@@ -30,6 +35,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+
+#include <cmath>
 
 using namespace mlir;
 using kiln::formats::ElementType;
@@ -62,6 +69,11 @@ class SsmBuilder {
   llvm::SmallVector<Value> split(Value input, llvm::ArrayRef<int64_t> sizes, const std::string& name);
   Value mambaMixer(Value h, int64_t layer, Value pastConv, Value pastSsm, Value& conv, Value& ssm);
   Value mamba2Mixer(Value h, int64_t layer, Value pastConv, Value pastSsm, Value& conv, Value& ssm);
+  Value attention(Value h, int64_t layer, Value pastK, Value pastV, Value& presentK, Value& presentV);
+  Value mlp(Value h, int64_t layer);
+  formats::SsmLayerKind kindOf(int64_t layer) const {
+    return config_.layer_kinds.empty() ? formats::SsmLayerKind::kMamba : config_.layer_kinds[size_t(layer)];
+  }
   RankedTensorType ssmStateType();
   DictionaryAttr configAttr();
 
@@ -180,9 +192,58 @@ Value SsmBuilder::mamba2Mixer(Value h, int64_t l, Value pastConv, Value pastSsm,
   Value y = builder_.create<xfmr::ReshapeOp>(loc(p + "y_merge"), act({kDynamic, I}), scan.getResult());
   Value normed = builder_.create<xfmr::GatedRmsNormOp>(loc(p + "gated_norm"), act({kDynamic, I}), y, zxdt[0], normW,
                                                        builder_.getF64FloatAttr(c.layer_norm_epsilon),
-                                                       builder_.getI64IntegerAttr(I));
+                                                       builder_.getI64IntegerAttr(c.norm_group_size));
   return linear(normed, name("out_proj.weight"), c.use_bias ? name("out_proj.bias") : "", c.hidden_size,
                 p + "out_proj");
+}
+
+Value SsmBuilder::attention(Value h, int64_t l, Value pastK, Value pastV, Value& presentK, Value& presentV) {
+  const SsmConfig& c = config_;
+  const int64_t heads = c.attn_heads, kvHeads = c.attn_kv_heads, D = c.attn_head_dim;
+  const std::string p = "layer" + std::to_string(l) + ".";
+  auto name = [&](const char* what) { return SsmSource::mixerName(l, what); };
+  Value q = linear(h, name("q_proj.weight"), "", heads * D, p + "q_proj");
+  Value k = linear(h, name("k_proj.weight"), "", kvHeads * D, p + "k_proj");
+  Value v = linear(h, name("v_proj.weight"), "", kvHeads * D, p + "v_proj");
+  if (!q || !k || !v) return {};
+  auto split = [&](Value x, int64_t n, const char* what) -> Value {
+    return builder_.create<xfmr::ReshapeOp>(loc(p + what), act({kDynamic, n, D}), x);
+  };
+  RankedTensorType kvType = act({kDynamic, kvHeads, D});
+  presentK = builder_.create<xfmr::KvConcatOp>(loc(p + "k_cache"), kvType, pastK, split(k, kvHeads, "k_heads"));
+  presentV = builder_.create<xfmr::KvConcatOp>(loc(p + "v_cache"), kvType, pastV, split(v, kvHeads, "v_heads"));
+  DenseI64ArrayAttr swap01 = builder_.getDenseI64ArrayAttr({1, 0, 2});
+  auto headsFirst = [&](Value x, int64_t n, const char* what) -> Value {
+    return builder_.create<xfmr::TransposeOp>(loc(p + what), act({n, kDynamic, D}), x, swap01);
+  };
+  Value qt = headsFirst(split(q, heads, "q_heads"), heads, "q_transpose");
+  Value kt = headsFirst(presentK, kvHeads, "k_transpose");
+  Value vt = headsFirst(presentV, kvHeads, "v_transpose");
+  if (heads != kvHeads) {
+    IntegerAttr groups = builder_.getI64IntegerAttr(heads / kvHeads);
+    kt = builder_.create<xfmr::RepeatKvOp>(loc(p + "k_repeat"), act({heads, kDynamic, D}), kt, groups);
+    vt = builder_.create<xfmr::RepeatKvOp>(loc(p + "v_repeat"), act({heads, kDynamic, D}), vt, groups);
+  }
+  Value scores = builder_.create<xfmr::BatchMatmulOp>(loc(p + "qk"), act({heads, kDynamic, kDynamic}), qt, kt,
+                                                      builder_.getUnitAttr());
+  Value scaled = builder_.create<xfmr::ScaleOp>(loc(p + "scale"), scores,
+                                                builder_.getF64FloatAttr(1.0 / std::sqrt(double(D))));
+  Value masked = builder_.create<xfmr::CausalMaskOp>(loc(p + "mask"), scaled, IntegerAttr());
+  Value probs = builder_.create<xfmr::SoftmaxOp>(loc(p + "softmax"), masked, builder_.getI64IntegerAttr(2));
+  Value context = builder_.create<xfmr::BatchMatmulOp>(loc(p + "pv"), act({heads, kDynamic, D}), probs, vt,
+                                                       UnitAttr());
+  Value tokensFirst = builder_.create<xfmr::TransposeOp>(loc(p + "o_transpose"), act({kDynamic, heads, D}), context,
+                                                         swap01);
+  Value merged = builder_.create<xfmr::ReshapeOp>(loc(p + "o_merge"), act({kDynamic, heads * D}), tokensFirst);
+  return linear(merged, name("o_proj.weight"), "", c.hidden_size, p + "o_proj");
+}
+
+Value SsmBuilder::mlp(Value h, int64_t l) {
+  const std::string p = "layer" + std::to_string(l) + ".";
+  Value up = linear(h, SsmSource::mixerName(l, "up_proj.weight"), "", config_.mlp_intermediate_size, p + "up_proj");
+  if (!up) return {};
+  Value act2 = builder_.create<xfmr::ReluSquaredOp>(loc(p + "relu_squared"), up);
+  return linear(act2, SsmSource::mixerName(l, "down_proj.weight"), "", config_.hidden_size, p + "down_proj");
 }
 
 DictionaryAttr SsmBuilder::configAttr() {
@@ -210,7 +271,16 @@ DictionaryAttr SsmBuilder::configAttr() {
     entries.push_back(builder_.getNamedAttr("ssm_groups", i(c.n_groups)));
     entries.push_back(builder_.getNamedAttr("chunk_size", i(c.chunk_size)));
   }
-  llvm::SmallVector<Attribute> kinds(c.num_layers, builder_.getStringAttr("mamba"));
+  llvm::SmallVector<Attribute> kinds;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    kinds.push_back(builder_.getStringAttr(formats::ssmLayerKindName(kindOf(l))));
+  if (!c.layer_kinds.empty() && c.architecture == "nemotron_h") {
+    entries.push_back(builder_.getNamedAttr("attention_heads", i(c.attn_heads)));
+    entries.push_back(builder_.getNamedAttr("attention_kv_heads", i(c.attn_kv_heads)));
+    entries.push_back(builder_.getNamedAttr("attention_head_dim", i(c.attn_head_dim)));
+    entries.push_back(builder_.getNamedAttr("mlp_intermediate_size", i(c.mlp_intermediate_size)));
+    entries.push_back(builder_.getNamedAttr("norm_group_size", i(c.norm_group_size)));
+  }
   entries.push_back(builder_.getNamedAttr("layer_kinds", builder_.getArrayAttr(kinds)));
   return builder_.getDictionaryAttr(entries);
 }
@@ -224,19 +294,26 @@ OwningOpRef<ModuleOp> SsmBuilder::build() {
   RankedTensorType ids = tensor({kDynamic}, builder_.getI32Type());
   RankedTensorType convType = act({c.conv_kernel - 1, c.convChannels()});
   RankedTensorType ssmType = ssmStateType();
+  RankedTensorType kvType = act({kDynamic, c.attn_kv_heads, c.attn_head_dim});
   llvm::SmallVector<Type> inputs = {ids, ids};
   llvm::SmallVector<Type> results = {act({kDynamic, c.vocab_size})};
+  llvm::SmallVector<std::string> names = {"tokens", "positions"};
+  llvm::SmallVector<int64_t> firstArg;  // each layer's first state argument (MLP layers carry none)
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    inputs.append({convType, ssmType});
-    results.append({convType, ssmType});
+    firstArg.push_back(int64_t(inputs.size()));
+    const std::string n = std::to_string(l);
+    if (kindOf(l) == formats::SsmLayerKind::kMamba) {
+      inputs.append({convType, ssmType});
+      results.append({convType, ssmType});
+      names.append({"past_conv." + n, "past_ssm." + n});
+    } else if (kindOf(l) == formats::SsmLayerKind::kAttention) {
+      inputs.append({kvType, kvType});
+      results.append({kvType, kvType});
+      names.append({"past_k." + n, "past_v." + n});
+    }
   }
   auto func = builder_.create<func::FuncOp>(loc("forward"), "forward", builder_.getFunctionType(inputs, results));
-  func.setArgAttr(0, "xfmr.name", builder_.getStringAttr("tokens"));
-  func.setArgAttr(1, "xfmr.name", builder_.getStringAttr("positions"));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    func.setArgAttr(2 + 2 * l, "xfmr.name", builder_.getStringAttr("past_conv." + std::to_string(l)));
-    func.setArgAttr(3 + 2 * l, "xfmr.name", builder_.getStringAttr("past_ssm." + std::to_string(l)));
-  }
+  for (size_t a = 0; a < names.size(); ++a) func.setArgAttr(unsigned(a), "xfmr.name", builder_.getStringAttr(names[a]));
   Block* entry = func.addEntryBlock();
   builder_.setInsertionPointToStart(entry);
 
@@ -251,13 +328,20 @@ OwningOpRef<ModuleOp> SsmBuilder::build() {
     if (!norm) return nullptr;
     Value h = builder_.create<xfmr::RmsNormOp>(loc(p + "norm"), act({kDynamic, c.hidden_size}), x, norm,
                                                builder_.getF64FloatAttr(c.layer_norm_epsilon));
-    Value conv, ssm;
-    Value pastConv = entry->getArgument(2 + 2 * l), pastSsm = entry->getArgument(3 + 2 * l);
-    Value out = c.kind == SsmKind::kMamba ? mambaMixer(h, l, pastConv, pastSsm, conv, ssm)
-                                          : mamba2Mixer(h, l, pastConv, pastSsm, conv, ssm);
+    Value first, second, out;
+    const formats::SsmLayerKind kind = kindOf(l);
+    if (kind == formats::SsmLayerKind::kMlp) {
+      out = mlp(h, l);
+    } else {
+      Value pastA = entry->getArgument(unsigned(firstArg[size_t(l)]));
+      Value pastB = entry->getArgument(unsigned(firstArg[size_t(l)] + 1));
+      out = kind == formats::SsmLayerKind::kAttention ? attention(h, l, pastA, pastB, first, second)
+            : c.kind == SsmKind::kMamba                ? mambaMixer(h, l, pastA, pastB, first, second)
+                                                       : mamba2Mixer(h, l, pastA, pastB, first, second);
+    }
     if (!out) return nullptr;
     x = builder_.create<xfmr::AddOp>(loc(p + "residual"), x, out);
-    returned.append({conv, ssm});
+    if (kind != formats::SsmLayerKind::kMlp) returned.append({first, second});
   }
   Value finalNorm = weight("backbone.norm_f.weight");
   Value head = weight(source_.lmHeadName());

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Are the float64 NumPy references of the state-space fixtures transformers' own forward?
 
-test/reference/make_tiny_ssm_references.py writes test/fixtures/tiny-mamba
-and tiny-mamba2 ({config.json, model.safetensors (f32), reference.json}) from
-a NumPy forward written from transformers' MambaMixer.slow_forward and
-Mamba2Mixer.torch_forward. This loads each checkpoint into transformers
-itself (MambaForCausalLM / Mamba2ForCausalLM from config.json, float64, on
+test/reference/make_tiny_ssm_references.py writes test/fixtures/tiny-mamba,
+tiny-mamba2 and tiny-hybrid ({config.json, model.safetensors (f32),
+reference.json}) from a NumPy forward written from transformers'
+MambaMixer.slow_forward, Mamba2Mixer.torch_forward and modeling_nemotron_h.py.
+This loads each checkpoint into transformers itself (MambaForCausalLM /
+Mamba2ForCausalLM / NemotronHForCausalLM from config.json, float64, on
 the CPU so the torch paths run, not mamba_ssm's kernels), and compares:
 every position's logits of the reference sequences (one prefill: Mamba-2's
 chunked SSD form, chunk_size 8 over 40 tokens), the greedy continuations by
@@ -13,7 +14,7 @@ full recompute, and the same continuations through generate() (transformers'
 cache: one prefill, then single-token recurrent steps). Needs torch and
 transformers only (the GPU machine):
 
-  python3 test/gpu/check_ssm_reference.py test/fixtures/tiny-mamba test/fixtures/tiny-mamba2
+  python3 test/gpu/check_ssm_reference.py test/fixtures/tiny-mamba test/fixtures/tiny-mamba2 test/fixtures/tiny-hybrid
 
 Prints one JSON line per fixture; exits 1 if any differs (logits by more
 than 1e-6, or any greedy continuation).

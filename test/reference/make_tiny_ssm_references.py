@@ -13,6 +13,13 @@ modeling_mamba2.py (Mamba2Mixer.torch_forward) semantics, in float64:
                16, n_groups 2 (heads 0-3 read B/C group 0, 4-7 group 1),
                state_size 16, conv_kernel 4, chunk_size 8 (prefills of 40
                tokens cross 5 chunks), time_step_limit [0, inf], untied head
+  tiny-hybrid  NemotronHForCausalLM (modeling_nemotron_h.py), a hybrid
+               stack: hybrid_override_pattern "M*M-" = Mamba-2 mixer
+               (as tiny-mamba2's, its gated RMSNorm per group of I / G =
+               64, Zamba2RMSNormGated), causal GQA attention without
+               positions (4 heads / 2 KV heads of 16, scaled 16^-1/2), Mamba-2
+               mixer, MLP down(relu(up(x))²) of 96; each block x +=
+               mixer(rms_norm(x)); untied head
 
 Semantics (transformers):
   Mamba layer: h = rms_norm(x); u, z = split(in_proj(h)); u =
@@ -68,10 +75,37 @@ VARIANTS = {
                     "residual_in_fp32": True, "rms_norm": True, "time_step_limit": [0.0, float("inf")],
                     "time_step_rank": "auto", "tie_word_embeddings": False, "pad_token_id": 0, "bos_token_id": 0,
                     "eos_token_id": 0, "torch_dtype": "float32"},
+    "tiny-hybrid": {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 64,
+                    "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-", "vocab_size": 128,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "attention_bias": False,
+                    "mlp_bias": False, "mlp_hidden_act": "relu2", "intermediate_size": 96, "mamba_num_heads": 8,
+                    "mamba_head_dim": 16, "n_groups": 2, "mamba_n_groups": 2, "ssm_state_size": 16,
+                    "conv_kernel": 4, "expand": 2, "chunk_size": 8, "use_conv_bias": True, "use_bias": False,
+                    "mamba_hidden_act": "silu", "time_step_limit": [0.0, float("inf")], "layer_norm_epsilon": 1e-05,
+                    "residual_in_fp32": False, "use_mamba_kernels": False, "num_nextn_predict_layers": 0,
+                    "tie_word_embeddings": False, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                    "torch_dtype": "float32"},
 }
 
 
+def layer_kinds(c):
+    if c["model_type"] != "nemotron_h":
+        return ["mamba"] * c["num_hidden_layers"]
+    return [{"M": "mamba", "*": "attention", "-": "mlp"}[ch] for ch in c["hybrid_override_pattern"]]
+
+
+def m2_sizes(c):
+    """(I, N, heads, head_dim, groups) of a Mamba-2 mixer: Mamba2Config's or NemotronHConfig's names."""
+    if c["model_type"] == "nemotron_h":
+        return (c["mamba_num_heads"] * c["mamba_head_dim"], c["ssm_state_size"], c["mamba_num_heads"],
+                c["mamba_head_dim"], c["n_groups"])
+    inter, n, _ = sizes(c)
+    return inter, n, c["num_heads"], c["head_dim"], c["n_groups"]
+
+
 def sizes(c):
+    if c["model_type"] == "nemotron_h":
+        return c["mamba_num_heads"] * c["mamba_head_dim"], c["ssm_state_size"], 0
     inter = int(c["expand"] * c["hidden_size"])
     rank = -(-c["hidden_size"] // 16) if c.get("time_step_rank", "auto") == "auto" else c["time_step_rank"]
     return inter, c["state_size"], rank
@@ -80,7 +114,8 @@ def sizes(c):
 def make_weights(rng, c):
     hidden, vocab, k = c["hidden_size"], c["vocab_size"], c["conv_kernel"]
     inter, n, rank = sizes(c)
-    m2 = c["model_type"] == "mamba2"
+    m2 = c["model_type"] in ("mamba2", "nemotron_h")
+    kinds = layer_kinds(c)
 
     def linear(out_f, in_f):
         return (rng.standard_normal((out_f, in_f)) / np.sqrt(in_f)).astype(np.float32)
@@ -95,8 +130,19 @@ def make_weights(rng, c):
         p = f"backbone.layers.{i}."
         w[p + "norm.weight"] = (1.0 + 0.1 * rng.standard_normal(hidden)).astype(np.float32)
         m = p + "mixer."
+        if kinds[i] == "attention":
+            q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+            w[m + "q_proj.weight"] = linear(q, hidden)
+            w[m + "k_proj.weight"] = linear(kv, hidden)
+            w[m + "v_proj.weight"] = linear(kv, hidden)
+            w[m + "o_proj.weight"] = linear(hidden, q)
+            continue
+        if kinds[i] == "mlp":
+            w[m + "up_proj.weight"] = linear(c["intermediate_size"], hidden)
+            w[m + "down_proj.weight"] = linear(hidden, c["intermediate_size"])
+            continue
         if m2:
-            heads, g = c["num_heads"], c["n_groups"]
+            inter, n, heads, _, g = m2_sizes(c)
             channels = inter + 2 * g * n
             w[m + "in_proj.weight"] = linear(inter + channels + heads, hidden)
             w[m + "conv1d.weight"] = (0.5 * rng.standard_normal((channels, 1, k))).astype(np.float32)
@@ -182,8 +228,7 @@ def mamba_mixer(w, m, x, c, state):
 
 
 def mamba2_mixer(w, m, x, c, state):
-    inter, n, _ = sizes(c)
-    heads, hd, g = c["num_heads"], c["head_dim"], c["n_groups"]
+    inter, n, heads, hd, g = m2_sizes(c)
     channels = inter + 2 * g * n
     proj = x @ w[m + "in_proj.weight"].T
     z, xbc, dt = proj[:, :inter], proj[:, inter:inter + channels], proj[:, inter + channels:]
@@ -203,16 +248,48 @@ def mamba2_mixer(w, m, x, c, state):
             s[h] = np.exp(dt[t, h] * a[h]) * s[h] + dt[t, h] * np.outer(u[t, h], b[t, group[h]])
             y[t, h] = s[h] @ cc[t, group[h]] + w[m + "D"][h] * u[t, h]
     y = y.reshape(-1, inter) * silu(z)
-    y = y / np.sqrt(np.mean(y * y, axis=-1, keepdims=True) + c["layer_norm_epsilon"]) * w[m + "norm.weight"]
+    # MambaRMSNormGated normalizes the whole row; Nemotron-H's Zamba2RMSNormGated each group of I / G.
+    group = inter // g if c["model_type"] == "nemotron_h" else inter
+    y = y.reshape(len(y), -1, group)
+    y = y / np.sqrt(np.mean(y * y, axis=-1, keepdims=True) + c["layer_norm_epsilon"])
+    y = y.reshape(len(y), inter) * w[m + "norm.weight"]
     return y @ w[m + "out_proj.weight"].T, {"conv": conv_state, "ssm": s}
 
 
-def empty_state(c):
-    inter, n, _ = sizes(c)
+def attention_mixer(w, m, x, c, state):
+    """NemotronHAttention: causal GQA over the cached and new keys, no positional encoding."""
+    heads, kv_heads, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    t = len(x)
+    q = (x @ w[m + "q_proj.weight"].T).reshape(t, heads, d)
+    k = np.concatenate([state["k"], (x @ w[m + "k_proj.weight"].T).reshape(t, kv_heads, d)])
+    v = np.concatenate([state["v"], (x @ w[m + "v_proj.weight"].T).reshape(t, kv_heads, d)])
+    past = len(state["k"])
+    visible = np.arange(past + t)[None, :] <= past + np.arange(t)[:, None]
+    out = np.empty_like(q)
+    for h in range(heads):
+        kv = h // (heads // kv_heads)
+        scores = np.where(visible, q[:, h] @ k[:, kv].T * d ** -0.5, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out[:, h] = (scores / scores.sum(axis=-1, keepdims=True)) @ v[:, kv]
+    return out.reshape(t, heads * d) @ w[m + "o_proj.weight"].T, {"k": k, "v": v}
+
+
+def mlp_mixer(w, m, x, c, state):
+    up = np.maximum(x @ w[m + "up_proj.weight"].T, 0.0)
+    return (up * up) @ w[m + "down_proj.weight"].T, state
+
+
+def empty_state(c, kind="mamba"):
+    if kind == "attention":
+        shape = (0, c["num_key_value_heads"], c["head_dim"])
+        return {"k": np.zeros(shape), "v": np.zeros(shape)}
+    if kind == "mlp":
+        return {}
     k = c["conv_kernel"]
-    if c["model_type"] == "mamba2":
-        channels = inter + 2 * c["n_groups"] * n
-        return {"conv": np.zeros((k - 1, channels)), "ssm": np.zeros((c["num_heads"], c["head_dim"], n))}
+    if c["model_type"] in ("mamba2", "nemotron_h"):
+        inter, n, heads, hd, g = m2_sizes(c)
+        return {"conv": np.zeros((k - 1, inter + 2 * g * n)), "ssm": np.zeros((heads, hd, n))}
+    inter, n, _ = sizes(c)
     return {"conv": np.zeros((k - 1, inter)), "ssm": np.zeros((inter, n))}
 
 
@@ -220,13 +297,15 @@ def forward(w, tokens, c, states=None):
     """Logits [T, vocab] of `tokens` after `states` (None: a fresh sequence), and the states after them."""
     w = {k: a.astype(np.float64) for k, a in w.items()}
     eps = c["layer_norm_epsilon"]
-    mixer = mamba2_mixer if c["model_type"] == "mamba2" else mamba_mixer
-    states = states or [empty_state(c) for _ in range(c["num_hidden_layers"])]
+    kinds = layer_kinds(c)
+    mamba = mamba2_mixer if c["model_type"] in ("mamba2", "nemotron_h") else mamba_mixer
+    mixers = {"mamba": mamba, "attention": attention_mixer, "mlp": mlp_mixer}
+    states = states or [empty_state(c, kind) for kind in kinds]
     h = w["backbone.embeddings.weight"][tokens]
     out_states = []
     for i in range(c["num_hidden_layers"]):
         p = f"backbone.layers.{i}."
-        out, st = mixer(w, p + "mixer.", rms_norm(h, w[p + "norm.weight"], eps), c, states[i])
+        out, st = mixers[kinds[i]](w, p + "mixer.", rms_norm(h, w[p + "norm.weight"], eps), c, states[i])
         h = h + out
         out_states.append(st)
     head = w["backbone.embeddings.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
@@ -263,9 +342,9 @@ def write_variant(name, c):
     for seq_name, tokens in SEQUENCES.items():
         logits, states = forward(weights, tokens, c)
         entry = {"tokens": tokens, "logits": [rounded(r) for r in logits]}
-        if seq_name == "a":  # [layer] -> flattened conv [K-1, C] and SSM state
-            entry["conv_states"] = [rounded(s["conv"]) for s in states]
-            entry["ssm_states"] = [rounded(s["ssm"]) for s in states]
+        if seq_name == "a":  # [mamba layer] -> flattened conv [K-1, C] and SSM state
+            entry["conv_states"] = [rounded(s["conv"]) for s in states if "conv" in s]
+            entry["ssm_states"] = [rounded(s["ssm"]) for s in states if "ssm" in s]
         reference["sequences"][seq_name] = entry
     # The recurrence split at any point gives the same logits (what chunked prefill and decode rely on).
     tokens = SEQUENCES["a"]

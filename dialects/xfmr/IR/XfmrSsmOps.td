@@ -98,4 +98,16 @@ def Xfmr_GatedRmsNormOp : Xfmr_PureOp<"gated_rms_norm"> {
   let hasVerifier = 1;
 }
 
+def Xfmr_ReluSquaredOp : Xfmr_PureOp<"relu_squared", [SameOperandsAndResultType]> {
+  let summary = "Squared ReLU, max(x, 0)², the activation of Nemotron-H's MLP layers";
+  let description = [{
+    ```mlir
+    %a = xfmr.relu_squared %u : tensor<?x256xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 #endif // KILN_XFMR_SSM_OPS

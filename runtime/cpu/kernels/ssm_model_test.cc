@@ -1,4 +1,4 @@
-// The CPU SSM kernels composed into whole Mamba / Mamba-2 models over the
+// The CPU SSM kernels composed into whole Mamba / Mamba-2 / Nemotron-H models over the
 // tiny fixtures (test/reference/make_tiny_ssm_references.py: random f32
 // checkpoints with float64 NumPy references written from transformers'
 // MambaMixer / Mamba2Mixer, themselves checked against transformers by
@@ -28,9 +28,13 @@ using formats::SsmConfig;
 using formats::SsmKind;
 using formats::SsmSource;
 
+// A layer's carried state: conv inputs and SSM state (Mamba layers), or the
+// keys and values so far (a hybrid's attention layers, [T, kv heads, D]).
 struct LayerState {
-  std::vector<float> conv, ssm;
+  std::vector<float> conv, ssm, k, v;
 };
+
+using formats::SsmLayerKind;
 
 class TinySsm {
  public:
@@ -46,11 +50,17 @@ class TinySsm {
   const std::string& error() const { return error_; }
   const SsmConfig& config() const { return source_->config(); }
 
+  SsmLayerKind kindOf(int64_t l) const { return config().layer_kinds[size_t(l)]; }
+
   std::vector<LayerState> freshState() const {
     const SsmConfig& c = config();
-    return std::vector<LayerState>(size_t(c.num_layers),
-                                   LayerState{std::vector<float>(size_t(c.convStateElements()), 0.0f),
-                                              std::vector<float>(size_t(c.ssmStateElements()), 0.0f)});
+    std::vector<LayerState> state(size_t(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      if (kindOf(l) == SsmLayerKind::kMamba) {
+        state[size_t(l)].conv.assign(size_t(c.convStateElements()), 0.0f);
+        state[size_t(l)].ssm.assign(size_t(c.ssmStateElements()), 0.0f);
+      }
+    return state;
   }
 
   // Logits [rows, vocab] of `tokens` after `state`, which is advanced past them.
@@ -66,6 +76,12 @@ class TinySsm {
     for (int64_t l = 0; l < c.num_layers; ++l) {
       auto m = [&](const char* what) { return w(SsmSource::mixerName(l, what)); };
       EXPECT_TRUE(rmsNormResidual(x.data(), nullptr, w(SsmSource::layerNormName(l)), eps, S, Hd, h.data()).ok());
+      if (kindOf(l) != SsmLayerKind::kMamba) {
+        std::vector<float> out = kindOf(l) == SsmLayerKind::kAttention ? attention(l, h, S, state[size_t(l)])
+                                                                       : mlp(l, h, S);
+        for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
+        continue;
+      }
       EXPECT_TRUE(linear(h.data(), S, Hd, m("in_proj.weight"), WeightType::F32, F, nullptr, proj.data()).ok());
       LayerState& st = state[size_t(l)];
       std::vector<float> gated(size_t(S * I));
@@ -110,7 +126,7 @@ class TinySsm {
         a.dt_max = float(c.time_step_max_limit);
         std::vector<float> scratch(size_t(ssdScratchFloats(a)));
         ssdScan(a, st.ssm.data(), y.data(), scratch.data());
-        gatedRmsNorm(y.data(), I, proj.data(), F, m("norm.weight"), S, I, I, eps, gated.data());
+        gatedRmsNorm(y.data(), I, proj.data(), F, m("norm.weight"), S, I, c.norm_group_size, eps, gated.data());
       }
       std::vector<float> out(size_t(S * Hd));
       EXPECT_TRUE(linear(gated.data(), S, I, m("out_proj.weight"), WeightType::F32, Hd, nullptr, out.data()).ok());
@@ -124,6 +140,56 @@ class TinySsm {
   }
 
  private:
+  // Causal GQA over the carried and new keys, no positions (Nemotron-H), in f32.
+  std::vector<float> attention(int64_t l, const std::vector<float>& h, int64_t S, LayerState& st) const {
+    const SsmConfig& c = config();
+    const int64_t H = c.attn_heads, Hkv = c.attn_kv_heads, D = c.attn_head_dim, Hd = c.hidden_size;
+    auto m = [&](const char* what) { return w(SsmSource::mixerName(l, what)); };
+    std::vector<float> q(size_t(S * H * D)), k(size_t(S * Hkv * D)), v(k.size());
+    EXPECT_TRUE(linear(h.data(), S, Hd, m("q_proj.weight"), WeightType::F32, H * D, nullptr, q.data()).ok());
+    EXPECT_TRUE(linear(h.data(), S, Hd, m("k_proj.weight"), WeightType::F32, Hkv * D, nullptr, k.data()).ok());
+    EXPECT_TRUE(linear(h.data(), S, Hd, m("v_proj.weight"), WeightType::F32, Hkv * D, nullptr, v.data()).ok());
+    const int64_t past = int64_t(st.k.size()) / (Hkv * D);
+    st.k.insert(st.k.end(), k.begin(), k.end());
+    st.v.insert(st.v.end(), v.begin(), v.end());
+    std::vector<float> ctx(q.size());
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t hh = 0; hh < H; ++hh) {
+        const int64_t kv = hh / (H / Hkv), last = past + t;
+        std::vector<float> score(size_t(last + 1));
+        float peak = -INFINITY;
+        for (int64_t j = 0; j <= last; ++j) {
+          float dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[size_t((t * H + hh) * D + d)] * st.k[size_t((j * Hkv + kv) * D + d)];
+          score[size_t(j)] = dot / std::sqrt(float(D));
+          peak = std::max(peak, score[size_t(j)]);
+        }
+        float sum = 0;
+        for (float& sc : score) sum += sc = std::exp(sc - peak);
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0;
+          for (int64_t j = 0; j <= last; ++j) acc += score[size_t(j)] * st.v[size_t((j * Hkv + kv) * D + d)];
+          ctx[size_t((t * H + hh) * D + d)] = acc / sum;
+        }
+      }
+    std::vector<float> out(size_t(S * Hd));
+    EXPECT_TRUE(linear(ctx.data(), S, H * D, m("o_proj.weight"), WeightType::F32, Hd, nullptr, out.data()).ok());
+    return out;
+  }
+
+  // down(relu(up(h))²)
+  std::vector<float> mlp(int64_t l, const std::vector<float>& h, int64_t S) const {
+    const SsmConfig& c = config();
+    const int64_t F = c.mlp_intermediate_size, Hd = c.hidden_size;
+    std::vector<float> up(size_t(S * F)), out(size_t(S * Hd));
+    EXPECT_TRUE(linear(h.data(), S, Hd, w(SsmSource::mixerName(l, "up_proj.weight")), WeightType::F32, F, nullptr,
+                       up.data()).ok());
+    for (float& u : up) u = u > 0 ? u * u : 0.0f;
+    EXPECT_TRUE(linear(up.data(), S, F, w(SsmSource::mixerName(l, "down_proj.weight")), WeightType::F32, Hd, nullptr,
+                       out.data()).ok());
+    return out;
+  }
+
   const float* w(const std::string& name) const {
     const formats::TensorInfo* t = source_->findTensor(name);
     EXPECT_NE(t, nullptr) << name;
@@ -175,9 +241,11 @@ TEST_P(SsmModelTest, CarriedStatesAfterAPromptMatchFloat64) {
   const nlohmann::json& seq = ref_["sequences"]["a"];
   auto state = model_->freshState();
   model_->forward(tokensOf(seq["tokens"]), state);
+  size_t mamba = 0;  // the reference lists the Mamba layers' states only
   for (size_t l = 0; l < state.size(); ++l) {
-    auto conv = seq["conv_states"][l].get<std::vector<double>>();
-    auto ssm = seq["ssm_states"][l].get<std::vector<double>>();
+    if (model_->kindOf(int64_t(l)) != SsmLayerKind::kMamba) continue;
+    auto conv = seq["conv_states"][mamba].get<std::vector<double>>();
+    auto ssm = seq["ssm_states"][mamba++].get<std::vector<double>>();
     ASSERT_EQ(conv.size(), state[l].conv.size());
     ASSERT_EQ(ssm.size(), state[l].ssm.size());
     for (size_t i = 0; i < conv.size(); ++i) ASSERT_NEAR(state[l].conv[i], conv[i], 1e-4) << "layer " << l;
@@ -225,13 +293,14 @@ TEST_P(SsmModelTest, PrefillInOneChunkOrManyEndsInTheSameState) {
   ASSERT_EQ(joined.size(), size_t(tokens.size()) * size_t(V));
   for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(joined[i], all[i], 2e-5) << i;
   for (size_t l = 0; l < whole.size(); ++l) {
+    for (size_t i = 0; i < whole[l].k.size(); ++i) ASSERT_NEAR(pieces[l].k[i], whole[l].k[i], 1e-5);
     // Not bit for bit: the projections feeding the conv round by their GEMM's row count.
     for (size_t i = 0; i < whole[l].conv.size(); ++i) ASSERT_NEAR(pieces[l].conv[i], whole[l].conv[i], 1e-5);
     for (size_t i = 0; i < whole[l].ssm.size(); ++i) ASSERT_NEAR(pieces[l].ssm[i], whole[l].ssm[i], 1e-5);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, SsmModelTest, ::testing::Values("tiny-mamba", "tiny-mamba2"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, SsmModelTest, ::testing::Values("tiny-mamba", "tiny-mamba2", "tiny-hybrid"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

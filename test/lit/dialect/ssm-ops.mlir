@@ -34,3 +34,10 @@ func.func @mamba2_mixer(%x: tensor<?x8x16xbf16>, %dt: tensor<?x8xbf16>, %b: tens
   %n = xfmr.gated_rms_norm %y2, %z, %nw {epsilon = 1.0e-05 : f64, group_size = 64 : i64} : (tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) -> tensor<?x128xbf16>
   return %y, %s, %n : tensor<?x8x16xbf16>, tensor<8x16x16xf32>, tensor<?x128xbf16>
 }
+
+// CHECK-LABEL: func.func @hybrid_mlp
+func.func @hybrid_mlp(%u: tensor<?x96xf32>) -> tensor<?x96xf32> {
+  // CHECK: xfmr.relu_squared %{{.*}} : tensor<?x96xf32>
+  %a = xfmr.relu_squared %u : tensor<?x96xf32>
+  return %a : tensor<?x96xf32>
+}
