@@ -909,8 +909,8 @@ Result<Body> moeRouter(const Params& p) {
 // moe_combine, from the step's params): 8 warps, a column each, 16 routed
 // rows a pass over an expert's weights.
 Result<Body> moeExperts(const Params& p, std::string_view part) {
-  KILN_TRY(hidden, p.positive("hidden"));
-  KILN_TRY(ffn, p.positive("ffn"));
+  KILN_TRY(hidden, p.positive("hidden", 8));  // 8-element weight loads
+  KILN_TRY(ffn, p.positive("ffn", 8));
   KILN_TRY(experts, p.positive("experts"));
   KILN_TRY(top_k, p.positive("top_k"));
   KILN_TRY(weight_name, p.text("weight_type"));
@@ -974,6 +974,26 @@ Result<Body> ssdScan(const Params& p) {
                          "  static constexpr int kState = {};\n  static constexpr int kChunk = {};\n"
                          "  static constexpr int kThreads = 256;\n",
                          x, param, out, heads, head_dim, groups, state, chunk);
+  return b;
+}
+
+// Mamba's selective scan: kState lanes a channel, 128 threads a block.
+Result<Body> selectiveScan(const Params& p) {
+  KILN_TRY(channels, p.positive("channels"));
+  KILN_TRY(state, p.positive("state"));
+  KILN_TRY(param_name, p.textOr("param_type", "f32"));
+  KILN_TRY(param, elementType(p, "param_type", param_name, false));
+  KILN_TRY(x, activationType(p, "x_type"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (state > 32 || (state & (state - 1)) != 0 || (channels * state) % 32 != 0)
+    return makeError("selective_scan: state {} over {} channels, expected a power of two up to 32 filling whole warps",
+                     state, channels);
+  Body b{"ssm.cuh", "", "selective_scan",
+         {128, fmt::format("[ceil(channels={} * state={} / 128), B]", channels, state), "SelectiveScanParams"}};
+  b.waits_itself = true;
+  b.config = fmt::format("  using X = {};\n  using P = {};\n  using Out = {};\n  static constexpr int kChannels = {};\n"
+                         "  static constexpr int kState = {};\n  static constexpr int kThreads = 128;\n",
+                         x, param, out, channels, state);
   return b;
 }
 
@@ -1082,6 +1102,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "ssm_conv1d") return ssmConv1d(p);
   if (kind == "ssd_scan") return ssdScan(p);
   if (kind == "ssm_gated_norm") return ssmGatedNorm(p);
+  if (kind == "selective_scan") return selectiveScan(p);
   if (kind == "sample") return sample(p);
   if (kind == "argmax") return argmax(p);
   std::string known;
@@ -1104,7 +1125,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
       "silu_mul", "gemm_swiglu", "dequantize", "add",
       "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "ssm_conv1d", "ssd_scan",
-      "ssm_gated_norm", "sample",
+      "ssm_gated_norm", "selective_scan", "sample",
       "argmax"};
   return kinds;
 }

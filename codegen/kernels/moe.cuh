@@ -13,7 +13,8 @@
 //
 // gate_up and down run a grid [E, column tiles]: each block first gathers
 // the slots routed to its expert (scanning ids, kRowsPerPass at a time),
-// then each warp streams its weight columns once for all those slots, so an
+// then each warp streams its weight columns once for all those slots (8
+// elements a lane a load: 16-byte loads of bf16 weights), so an
 // expert's weights are read once per kRowsPerPass routed rows and experts no
 // token chose are not read at all (their blocks exit after the scan).
 // Prefill-sized groups want the tensor-core grouped GEMM instead (not here).
@@ -107,6 +108,7 @@ __device__ __forceinline__ void moe_gate_up(const MoeExpertsParams& p) {
   using W = typename Config::W;
   constexpr int H = Config::kHidden, F = Config::kFfn, K = Config::kTopK, R = Config::kRowsPerPass;
   constexpr int kWarps = Config::kThreads / 32;
+  static_assert(H % 8 == 0, "rows of whole 8-element vectors");
   constexpr int kSmemBytes = (R + 2) * 4;
 #if defined(KILN_CUDA_EMULATION)
   unsigned char* const smem = emulated_shared_memory(kSmemBytes);
@@ -129,14 +131,20 @@ __device__ __forceinline__ void moe_gate_up(const MoeExpertsParams& p) {
     float g[R], u[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) g[r] = u[r] = 0.0f;
-    for (int i = lane; i < H; i += 32) {
-      const float a = to_float(wg[i]), b = to_float(wu[i]);
+    for (int i = lane * 8; i < H; i += 32 * 8) {
+      float a[8], b[8];
+      load8_nc(wg + i, a);
+      load8_nc(wu + i, b);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < n) {
-          const float v = to_float(x[(long long)(slots[r] / K) * H + i]);
-          g[r] += a * v;
-          u[r] += b * v;
+          float v[8];
+          load8(x + (long long)(slots[r] / K) * H + i, v);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            g[r] += a[j] * v[j];
+            u[r] += b[j] * v[j];
+          }
         }
       }
     }
@@ -159,6 +167,7 @@ __device__ __forceinline__ void moe_down(const MoeExpertsParams& p) {
   using Out = typename Config::Out;
   constexpr int H = Config::kHidden, F = Config::kFfn, K = Config::kTopK, R = Config::kRowsPerPass;
   constexpr int kWarps = Config::kThreads / 32;
+  static_assert(F % 8 == 0, "rows of whole 8-element vectors");
   constexpr int kSmemBytes = (R + 2) * 4;
 #if defined(KILN_CUDA_EMULATION)
   unsigned char* const smem = emulated_shared_memory(kSmemBytes);
@@ -180,11 +189,18 @@ __device__ __forceinline__ void moe_down(const MoeExpertsParams& p) {
     float d[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) d[r] = 0.0f;
-    for (int i = lane; i < F; i += 32) {
-      const float a = to_float(wd[i]);
+    for (int i = lane * 8; i < F; i += 32 * 8) {
+      float a[8];
+      load8_nc(wd + i, a);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (r < n) d[r] += a * p.act[(long long)slots[r] * F + i];
+      for (int r = 0; r < R; ++r) {
+        if (r < n) {
+          float v[8];
+          load8(p.act + (long long)slots[r] * F + i, v);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) d[r] += a[j] * v[j];
+        }
+      }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {

@@ -131,6 +131,8 @@ TEST(MoeEmulation, MixtralShapedRenormalized) {
 TEST(MoeEmulation, Qwen3MoeShapedUnnormalized) {
   std::mt19937 rng(26);
   runCase<MoeConfig<48, 24, 8, 3, false>>(rng, 5, false, "8 experts, top 3, 5 rows");
+  // Hidden and ffn past one warp's 256-element step, with a partial last step
+  runCase<MoeConfig<320, 272, 8, 3, false>>(rng, 4, false, "8 experts, top 3, hidden 320, ffn 272");
 }
 
 TEST(MoeEmulation, OneExpertTakesEveryToken) {
