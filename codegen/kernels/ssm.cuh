@@ -16,6 +16,11 @@
 //                   the result is the same up to rounding.
 //   ssm_gated_norm: grid [rows]: u = x · silu(gate), each kGroup run of a
 //                   row divided by its RMS, times w.
+//   selective_scan: Mamba(-1): grid [ceil(channels · kState / kThreads),
+//                   batch]; kState consecutive lanes hold one channel's
+//                   states, s = exp(δ A) s + δ x b, y = Σ_n s c + D x
+//                   (a shuffle sum over the kState lanes), δ = softplus(dt).
+//                   Channels are independent: the token loop runs inside.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -185,6 +190,42 @@ __device__ __forceinline__ void ssm_gated_norm(const SsmGatedNormParams& p) {
     for (int f = g0 + threadIdx.x; f < g0 + kGroup; f += T)
       out[f] = from_float<Out>(to_float(x[f]) * silu(to_float(gate[f])) * inv * to_float(w[f]));
   }
+}
+
+// Config: using X, P, Out; kChannels, kState (a power of two <= 32), kThreads.
+template <class Config>
+__device__ __forceinline__ void selective_scan(const SelectiveScanParams& p) {
+  using X = typename Config::X;
+  using Par = typename Config::P;
+  using Out = typename Config::Out;
+  constexpr int C = Config::kChannels, N = Config::kState;
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "state size a power of two up to a warp");
+  static_assert(Config::kThreads % 32 == 0, "whole warps");
+  const int lane_pair = blockIdx.x * Config::kThreads + threadIdx.x;
+  const int ch = lane_pair / N, n = lane_pair % N;
+  const int b = blockIdx.y;
+  wait_for_previous_kernel();
+  // Whole N-lane groups leave together (C · N fills whole warps when N divides 32), so the shuffles see full groups.
+  if (b >= p.batch || ch >= C) return;
+  const int begin = p.query_start[b], end = p.query_start[b + 1];
+  float* st = p.state + ((long long)p.slots[b] * C + ch) * N + n;
+  const float neg_a = -expf(to_float(static_cast<const Par*>(p.a_log)[(long long)ch * N + n]));
+  const float skip = to_float(static_cast<const Par*>(p.d)[ch]);
+  const X* x = static_cast<const X*>(p.x);
+  const X* dt = static_cast<const X*>(p.dt);
+  const X* bb = static_cast<const X*>(p.b);
+  const X* cc = static_cast<const X*>(p.c);
+  Out* y = static_cast<Out*>(p.y);
+  float s = *st;
+  for (int t = begin; t < end; ++t) {
+    const float delta = ssm_softplus(to_float(dt[(long long)t * p.dt_stride + ch]));
+    const float xt = to_float(x[(long long)t * p.x_stride + ch]);
+    s = expf(delta * neg_a) * s + delta * xt * to_float(bb[(long long)t * p.bc_stride + n]);
+    float part = s * to_float(cc[(long long)t * p.bc_stride + n]);
+    for (int o = N / 2; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    if (n == 0) y[(long long)t * C + ch] = from_float<Out>(part + skip * xt);
+  }
+  *st = s;
 }
 
 #endif

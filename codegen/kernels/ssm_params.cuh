@@ -40,6 +40,22 @@ struct SsdScanParams {
   float dt_min, dt_max;
 };
 
+// selective_scan: Mamba's per-channel scan over each sequence's rows.
+struct SelectiveScanParams {
+  const void* x;      // [rows, channels] X, row stride x_stride
+  const void* dt;     // [rows, channels] X (dt_proj's output, before softplus), row stride dt_stride
+  const void* b;      // [rows, state] X, row stride bc_stride
+  const void* c;      // [rows, state] X, row stride bc_stride
+  const void* a_log;  // [channels, state] P
+  const void* d;      // [channels] P
+  void* y;            // [rows, channels] Out
+  float* state;       // [slots, channels, state] f32
+  const int* query_start;
+  const int* slots;
+  int x_stride, dt_stride, bc_stride;
+  int batch;
+};
+
 // ssm_gated_norm: out = w · u / rms(u) per group, u = x · silu(gate).
 struct SsmGatedNormParams {
   const void* x;     // [rows, features] X

@@ -305,6 +305,9 @@ inline std::vector<KernelCase> representativeKernelCases() {
     cases.push_back({"ssm_gated_norm", {{"features", heads * head_dim}, {"group_size", heads * head_dim},
                                         {"weight_type", "bf16"}}});
   }
+  // Mamba's selective scan: mamba-2.8b (5120 channels, state 16) and tiny-mamba (128, 8).
+  cases.push_back({"selective_scan", {{"channels", 5120}, {"state", 16}}});
+  cases.push_back({"selective_scan", {{"channels", 128}, {"state", 8}, {"x_type", "f32"}, {"out_type", "f32"}}});
   cases.push_back({"gemm", {{"n", 960}, {"k", 576}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 14336}, {"k", 4096}, {"weight_type", "bf16"}, {"bias", false}}});
   cases.push_back({"gemm", {{"n", 4096}, {"k", 14336}, {"weight_type", "bf16"}, {"bias", true}}});

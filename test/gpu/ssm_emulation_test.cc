@@ -165,6 +165,56 @@ TEST(SsmEmulation, RaggedPrefillAndDecodeMatchFloat64Recurrence) {
   }
 }
 
+// Mamba's selective scan: a 13-row prefill from zero in slot 1 and a decode
+// row continuing a random state in slot 0, against the float64 recurrence
+// (MambaMixer.slow_forward's), then the next decode row of both.
+struct SelectiveConfig {
+  using X = float;
+  using P = float;
+  using Out = float;
+  static constexpr int kChannels = 12, kState = 8, kThreads = 32;
+};
+
+TEST(SsmEmulation, SelectiveScanRaggedBatchMatchesFloat64) {
+  std::mt19937 rng(31);
+  constexpr int C = SelectiveConfig::kChannels, N = SelectiveConfig::kState, R = 3, W = R + 2 * N;
+  const std::vector<float> a_log = randoms(rng, size_t(C) * N, 0.5f), d = randoms(rng, C, 1.0f);
+  std::vector<float> pool(size_t(2) * C * N, 0.0f);
+  const std::vector<float> init = randoms(rng, size_t(C) * N, 1.0f);
+  std::copy(init.begin(), init.end(), pool.begin());
+  std::vector<double> ref_state[2] = {std::vector<double>(init.begin(), init.end()), std::vector<double>(size_t(C) * N, 0.0)};
+  for (int launch_i = 0; launch_i < 2; ++launch_i) {
+    const int rows0 = launch_i == 0 ? 13 : 1, rows = rows0 + 1;
+    const std::vector<float> x = randoms(rng, size_t(rows) * C, 1.0f), dt = randoms(rng, size_t(rows) * C, 1.0f);
+    const std::vector<float> dbc = randoms(rng, size_t(rows) * W, 1.0f);  // x_proj's [dt_rank | B | C]
+    std::vector<float> y(size_t(rows + 1) * C, std::nanf(""));
+    const std::vector<int> qs = {0, rows0, rows}, slots = {1, 0};
+    kk::SelectiveScanParams p{x.data(), dt.data(), dbc.data() + R, dbc.data() + R + N, a_log.data(), d.data(),
+                              y.data(), pool.data(), qs.data(), slots.data(), C, C, W, 2};
+    emu::launch({unsigned((C * N + 31) / 32), 2, 1}, 32, [&p] { kk::selective_scan<SelectiveConfig>(p); });
+    ASSERT_TRUE(emu::failure.empty()) << emu::failure;
+    for (int seq = 0; seq < 2; ++seq) {
+      std::vector<double>& s = ref_state[seq == 0 ? 1 : 0];  // sequence 0 lives in slot 1
+      for (int t = seq == 0 ? 0 : rows0; t < (seq == 0 ? rows0 : rows); ++t)
+        for (int ch = 0; ch < C; ++ch) {
+          const double delta = softplus(dt[size_t(t) * C + ch]), xt = x[size_t(t) * C + ch];
+          double acc = 0;
+          for (int n = 0; n < N; ++n) {
+            double& sn = s[size_t(ch) * N + n];
+            sn = std::exp(-delta * std::exp(double(a_log[size_t(ch) * N + n]))) * sn + delta * xt * dbc[size_t(t) * W + R + n];
+            acc += sn * dbc[size_t(t) * W + R + N + n];
+          }
+          ASSERT_NEAR(y[size_t(t) * C + ch], acc + d[size_t(ch)] * xt, 1e-4 * (1 + std::fabs(acc)))
+              << "launch " << launch_i << " row " << t << " channel " << ch;
+        }
+    }
+    for (int slot = 0; slot < 2; ++slot)
+      for (size_t i = 0; i < size_t(C) * N; ++i)
+        ASSERT_NEAR(pool[size_t(slot) * C * N + i], ref_state[slot][i], 1e-4 * (1 + std::fabs(ref_state[slot][i])));
+    for (int ch = 0; ch < C; ++ch) EXPECT_TRUE(std::isnan(y[size_t(rows) * C + ch]));
+  }
+}
+
 TEST(SsmEmulation, GatedNormPerGroup) {
   std::mt19937 rng(30);
   constexpr int kRowsN = 3, kGateStride = 80;

@@ -1,11 +1,12 @@
 // The state-space kernels (codegen/kernels/ssm.cuh) on the GPU in bf16
 // against the CPU backend's f32 kernels (runtime/cpu/kernels/ssm.h, which
 // kiln_ssm_cpu_test checks against float64 references from transformers'
-// modeling code): a ragged batch of a 300-row prefill (ten chunks) and a
-// decode step continuing a non-zero state, then 40 more decode steps of
-// both, the states carried in their pool slots between launches. Shapes:
-// tiny-mamba2's layer and Mamba-2 2.7B's (80 heads of 64, state 128, one
-// group). Within 2e-2 (atol + rtol) of the CPU's f32.
+// modeling code): Mamba's selective scan alone, then the Mamba-2 layer's
+// conv, scan and gated norm over a ragged batch of a 300-row prefill (ten
+// chunks) and a decode step continuing a non-zero state, then 40 more
+// decode steps of both, the states carried in their pool slots between
+// launches. Shapes: tiny-mamba2's layer and Mamba-2 2.7B's (80 heads of
+// 64, state 128, one group). Within 2e-2 (atol + rtol) of the CPU's f32.
 // ctest label `gpu`: needs an NVIDIA GPU and driver (scripts/gpu-check.sh).
 #include <gtest/gtest.h>
 
@@ -130,6 +131,54 @@ void checkLayer(const Shape& s, std::mt19937& rng) {
   // The carried f32 states after 341 tokens.
   std::vector<double> states(ssm_pool.begin(), ssm_pool.end());
   expectClose(d_ssm_pool.download<float>(), states, 2e-2, 2e-2, "SSM states in the pool");
+}
+
+// Mamba's selective scan at mamba-2.8b's shape (5120 channels, state 16, dt
+// rank 160): bf16 x, dt, B, C against the CPU's f32 selectiveScan, a
+// 300-row prefill and a decode row in one batch, then 20 decode steps.
+TEST(SsmGpu, SelectiveScanBf16WithinTwoPercentOfCpuF32) {
+  auto gpu = Gpu::get();
+  ASSERT_TRUE(gpu.ok()) << "this test needs an NVIDIA GPU: " << gpu.error().message;
+  constexpr int C = 5120, N = 16, R = 160, W = R + 2 * N, kPrefill = 300, kSlots = 2;
+  std::mt19937 rng(293);
+  COMPILE(scan, "selective_scan", (json{{"channels", C}, {"state", N}, {"param_type", "f32"}}));
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> a_log(size_t(C) * N), d(C);
+  for (float& v : a_log) v = std::log(1.0f + 8.0f * (u(rng) + 1.0f) / 2.0f);
+  for (float& v : d) v = u(rng);
+  std::vector<float> pool(size_t(kSlots) * C * N, 0.0f);
+  auto d_alog = DeviceBuffer::from(a_log), d_d = DeviceBuffer::from(d), d_pool = DeviceBuffer::from(pool);
+  auto d_slots = DeviceBuffer::from(std::vector<int>{1, 0});
+  for (int step = 0; step <= 20; ++step) {
+    const int rows0 = step == 0 ? kPrefill : 1, rows = rows0 + 1;
+    std::vector<float> x, dt, dbc;
+    auto x_bf = randomBf16(rng, size_t(rows) * C, 1.0f, &x);
+    auto dt_bf = randomBf16(rng, size_t(rows) * C, 2.0f, &dt);
+    for (size_t i = 0; i < dt.size(); ++i) dt[i] = fromBf16(dt_bf[i] = toBf16(dt[i] - 2.5f));  // softplus ~0.01-0.4
+    auto dbc_bf = randomBf16(rng, size_t(rows) * W, 1.0f, &dbc);
+    auto d_x = DeviceBuffer::from(x_bf), d_dt = DeviceBuffer::from(dt_bf), d_dbc = DeviceBuffer::from(dbc_bf);
+    auto d_qs = DeviceBuffer::from(std::vector<int>{0, rows0, rows});
+    DeviceBuffer d_y(size_t(rows) * C * 2);
+    auto at = [](const DeviceBuffer& b, size_t bytes) { return static_cast<const void*>(static_cast<const char*>(b.get()) + bytes); };
+    kk::SelectiveScanParams p{d_x.get(), d_dt.get(), at(d_dbc, size_t(R) * 2), at(d_dbc, size_t(R + N) * 2),
+                              d_alog.get(), d_d.get(), d_y.get(), d_pool.as<float>(), d_qs.as<int>(), d_slots.as<int>(),
+                              C, C, W, 2};
+    KILN_GPU_OK(launch(scan, unsigned(C * N / 128), 2, 1, p));
+    std::vector<double> want(size_t(rows) * C);
+    for (int seq = 0; seq < 2; ++seq) {
+      const int begin = seq == 0 ? 0 : rows0, n = seq == 0 ? rows0 : 1, slot = seq == 0 ? 1 : 0;
+      cpu::SelectiveScanArgs a{x.data() + size_t(begin) * C, dt.data() + size_t(begin) * C,
+                               dbc.data() + size_t(begin) * W + R, dbc.data() + size_t(begin) * W + R + N,
+                               a_log.data(), d.data(), n, C, N, C, C, W};
+      std::vector<float> y(size_t(n) * C);
+      cpu::selectiveScan(a, pool.data() + size_t(slot) * C * N, y.data());
+      for (size_t i = 0; i < y.size(); ++i) want[size_t(begin) * C + i] = y[i];
+    }
+    expectClose(bf16ToFloat(d_y.download<uint16_t>()), want, 2e-2, 2e-2, fmt::format("selective_scan step {}", step));
+    if (::testing::Test::HasFailure()) return;
+  }
+  expectClose(d_pool.download<float>(), std::vector<double>(pool.begin(), pool.end()), 2e-2, 2e-2,
+              "selective_scan states in the pool");
 }
 
 TEST(SsmGpu, TinyMamba2LayerBf16WithinTwoPercentOfCpuF32) {
