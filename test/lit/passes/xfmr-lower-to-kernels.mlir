@@ -1,6 +1,7 @@
 // RUN: kiln-compile %models/tiny-qwen2 --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-page-kv-cache --xfmr-lower-to-kernels | kiln-opt | FileCheck %s
 // RUN: kiln-opt %s -split-input-file --xfmr-lower-to-kernels -verify-diagnostics
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr --activation-type=bf16 | kiln-opt --xfmr-fuse-attention --xfmr-page-kv-cache --xfmr-lower-to-kernels=activation-type=bf16 | kiln-opt | FileCheck %s --check-prefix=MIXED
+// RUN: kiln-compile %kiln_src/test/fixtures/tiny-qwen3-moe --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-page-kv-cache --xfmr-lower-to-kernels | kiln-opt | FileCheck %s --check-prefix=MOE
 
 // bf16 activations with an f32 residual stream: params name the element
 // type of each operand or result that is not bf16.
@@ -33,6 +34,20 @@
 // CHECK: xfmr.gemm {{.*}} {role = "logits"}
 // CHECK-NOT: xfmr.linear
 // CHECK-NOT: xfmr.fusion_region
+
+// Mixture of experts (tiny-qwen3-moe): the stacked experts stay weight
+// preparations; the moe_route region becomes one moe_router kernel reading
+// the normed rows and the router weight; moe_ffn one kernel over the
+// stacked experts, fed by the router's weights and i32 expert ids.
+// MOE: %[[G:.*]] = xfmr.stack {{.*}} -> tensor<8x32x64xf32>
+// MOE: %[[U:.*]] = xfmr.stack {{.*}} -> tensor<8x32x64xf32>
+// MOE: %[[D:.*]] = xfmr.stack {{.*}} -> tensor<8x64x32xf32>
+// MOE: %[[R:.*]]:2 = xfmr.kernel "moe_router"(%[[H:.*]], %{{.*}}) {params = {experts = 8 : i64, hidden = 64 : i64, normalize = false, top_k = 3 : i64, weight_type = "f32"}} : (tensor<?x64xf32>, tensor<8x64xf32>) -> (tensor<?x3xf32>, tensor<?x3xi32>)
+// MOE: xfmr.kernel "moe_ffn"(%[[H]], %[[R]]#0, %[[R]]#1, %[[G]], %[[U]], %[[D]]) {params = {experts = 8 : i64, ffn = 32 : i64, hidden = 64 : i64, top_k = 3 : i64, weight_type = "f32"}}
+// MOE: xfmr.kernel "silu_mul"
+// MOE: xfmr.kernel "moe_router"
+// MOE-NOT: xfmr.moe_router
+// MOE-NOT: xfmr.fusion_region
 
 // The runtime has no contiguous-KV attention: lowering it is an error at the op.
 func.func @forward(%q: tensor<?x4x16xf32>, %k: tensor<?x2x16xf32>, %v: tensor<?x2x16xf32>) -> tensor<?x4x16xf32> {
