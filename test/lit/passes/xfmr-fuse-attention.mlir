@@ -147,3 +147,26 @@ func.func @mlp_regions(%x: tensor<?x64xf32>, %r: tensor<?x64xf32>) -> (tensor<?x
   %m = xfmr.mul %a, %u : tensor<?x128xf32>
   return %s, %m : tensor<?x64xf32>, tensor<?x128xf32>
 }
+
+// -----
+
+// moe_router(linear(h, Wrouter)) -> one moe_route region (the router GEMM
+// and the top-k in one kernel); a router whose logits are used elsewhere
+// stays as it is.
+// ALL-LABEL: func.func @moe_route
+// ALL: %[[R:.*]]:2 = xfmr.fusion_region "moe_route"(%arg0, %{{.*}}) : (tensor<?x64xf32>, tensor<8x64xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>)
+// ALL: xfmr.linear
+// ALL: xfmr.moe_router
+// ALL: xfmr.yield
+// ALL: xfmr.moe_ffn %arg0, %[[R]]#0, %[[R]]#1
+// ALL: %[[L:.*]] = xfmr.linear
+// ALL-NEXT: xfmr.moe_router %[[L]]
+func.func @moe_route(%h: tensor<?x64xf32>, %g: tensor<8x96x64xf32>, %d: tensor<8x64x96xf32>, %h2: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x8xf32>, tensor<?x2xf32>) {
+  %wr = xfmr.weight "router" : tensor<8x64xf32>
+  %l = xfmr.linear %h, %wr : (tensor<?x64xf32>, tensor<8x64xf32>) -> tensor<?x8xf32>
+  %w, %e = xfmr.moe_router %l {top_k = 2 : i64, normalize = true} : tensor<?x8xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  %y = xfmr.moe_ffn %h, %w, %e, %g, %g, %d : (tensor<?x64xf32>, tensor<?x2xf32>, tensor<?x2xi32>, tensor<8x96x64xf32>, tensor<8x96x64xf32>, tensor<8x64x96xf32>) -> tensor<?x64xf32>
+  %l2 = xfmr.linear %h2, %wr : (tensor<?x64xf32>, tensor<8x64xf32>) -> tensor<?x8xf32>
+  %w2, %e2 = xfmr.moe_router %l2 {top_k = 2 : i64, normalize = true} : tensor<?x8xf32> -> tensor<?x2xf32>, tensor<?x2xi32>
+  return %y, %l2, %w2 : tensor<?x64xf32>, tensor<?x8xf32>, tensor<?x2xf32>
+}
