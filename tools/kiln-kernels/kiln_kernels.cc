@@ -3,6 +3,7 @@
 //
 //   kiln-kernels ARTIFACT list
 //   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90a]
+//   kiln-kernels kind KIND PARAMS_JSON [--source | --ptx | --sass | --resources] [--arch sm_90a]
 //
 // `list` shows every kernel instance among the plan's variants (chosen by
 // the compiler for its target, runtime/artifact/kernel_variant.h): its
@@ -12,6 +13,9 @@
 // source is ARTIFACT/kernels/INSTANCE.cu when present, else generated
 // (codegen/cuda). PTX, SASS and resources come from NVRTC, for the plan's
 // target (sm_90a for Hopper's wgmma kernels) unless --arch names another.
+// `kind` shows the instance of one kernel kind and its params, with no plan
+// (kinds no plan uses yet, such as the state-space kernels; sm_90a unless
+// --arch says otherwise).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -57,10 +61,12 @@ struct PlanKernels {
 constexpr const char* kUsage =
     "usage: kiln-kernels ARTIFACT list\n"
     "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90a]\n"
+    "       kiln-kernels kind KIND PARAMS_JSON [--source|--ptx|--sass|--resources] [--arch sm_90a]\n"
     "  list   every kernel instance among the plan's variants (chosen for its --target), with its\n"
     "         kind, role, rows, the features it needs and how many steps use it\n"
     "  show   one instance: its generated source (--source, the default), PTX, SASS (nvdisasm),\n"
-    "         or registers, shared memory, spills and launch shape (--resources)\n";
+    "         or registers, shared memory, spills and launch shape (--resources)\n"
+    "  kind   the same for one kernel kind and its params (a JSON object), without a plan\n";
 
 // A usage error: the usage on stderr, exit 2.
 int usage() {
@@ -136,8 +142,11 @@ int main(int argc, char** argv) {
       return 0;
     }
   if (argc < 3) return usage();
-  const fs::path artifact = argv[1];
-  const std::string command = argv[2];
+  // `kind KIND PARAMS`: a plan of that one instance.
+  const bool by_kind = std::string_view(argv[1]) == "kind";
+  if (by_kind && argc < 4) return usage();
+  const fs::path artifact = by_kind ? fs::path() : fs::path(argv[1]);
+  const std::string command = by_kind ? "show" : argv[2];
   std::string what = "--source", arch;  // arch: --arch, else the plan's target
   for (int i = command == "show" ? 4 : 3; i < argc; ++i) {
     const std::string a = argv[i];
@@ -145,7 +154,17 @@ int main(int argc, char** argv) {
     else if (command == "show" && (a == "--source" || a == "--ptx" || a == "--sass" || a == "--resources")) what = a;
     else return usage();
   }
-  auto plan = readPlan(artifact);
+  kiln::Result<PlanKernels> plan = PlanKernels{};
+  std::string by_kind_instance;
+  if (by_kind) {
+    json params = json::parse(argv[3], nullptr, /*allow_exceptions=*/false);
+    if (!params.is_object()) return fail(fmt::format("kind {}: params '{}' are not a JSON object", argv[2], argv[3]));
+    by_kind_instance = kiln::cuda_codegen::instanceName(argv[2], params);
+    plan->target = "sm_90a";
+    plan->instances[by_kind_instance] = {argv[2], params, "-", "-", "-", 0};
+  } else {
+    plan = readPlan(artifact);
+  }
   if (!plan) return fail(plan.error().message);
 
   if (command == "list") {
@@ -159,7 +178,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command != "show" || argc < 4) return usage();
-  const std::string instance = argv[3];
+  const std::string instance = by_kind ? by_kind_instance : argv[3];
   auto it = plan->instances.find(instance);
   if (it == plan->instances.end())
     return fail(fmt::format("{}: the plan has no instance '{}' (kiln-kernels {} list shows them)",
@@ -168,7 +187,7 @@ int main(int argc, char** argv) {
   auto generated = kiln::cuda_codegen::instanceSource(step.kind, step.params, instance);
   std::string source;
   const fs::path file = artifact / "kernels" / (instance + ".cu");
-  if (std::ifstream in(file); in) {
+  if (std::ifstream in(file); !by_kind && in) {
     std::stringstream ss;
     ss << in.rdbuf();
     source = ss.str();
