@@ -126,6 +126,18 @@
 #            (KILN_MOE_HF_TIMEOUT, default 480 s). kiln's figure is the expert
 #            layer's alone: a whole-model `kiln bench decode` of Mixtral needs its
 #            93 GB random checkpoint written here first, which this part does not do.
+#   mamba    state-space models (docs/design/state-space.md): ssm_gpu_test (the SSM
+#            kernels in bf16 against the CPU's f32 kernels: selective_scan at
+#            mamba-2.8b's shape, the Mamba-2 conv, chunked scan and gated norm at
+#            tiny-mamba2's and mamba2-2.7b's, a 300-token prefill and 40 decode steps);
+#            test/gpu/check_ssm_reference.py (tiny-mamba, tiny-mamba2 and tiny-hybrid's
+#            float64 references against transformers, float64 on the CPU);
+#            kiln_ssm_bench (one mamba2-2.7b layer's SSM kernels, GEMMs excluded: decode
+#            at batch 1 and 64, after 1k-32k of context, prefill at 8k and 32k, scaled
+#            to 64 layers); test/gpu/hf_mamba_bench.py (transformers' Mamba2ForCausalLM
+#            at that shape, random bf16: the same rows; KILN_MAMBA_HF_TIMEOUT, default
+#            900 s). kiln's figures are the SSM kernels' alone: the executor does not
+#            run SSM plans yet.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
@@ -165,6 +177,9 @@ write_report() {
   [[ -f "$OUT/swiglu_bench.txt" ]] && { echo "== swiglu"; grep -vE "^round" "$OUT/swiglu_bench.txt"; }
   [[ -f "$OUT/moe_bench.txt" ]] && { echo "== moe (kiln's kernels, one layer)"; cat "$OUT/moe_bench.txt"; }
   [[ -f "$OUT/moe_hf.json" ]] && { echo "== moe (transformers Mixtral)"; tail -1 "$OUT/moe_hf.json"; }
+  [[ -f "$OUT/ssm_reference.txt" ]] && { echo "== mamba (references against transformers)"; cat "$OUT/ssm_reference.txt"; }
+  [[ -f "$OUT/mamba_bench.txt" ]] && { echo "== mamba (kiln's SSM kernels, one mamba2-2.7b layer)"; cat "$OUT/mamba_bench.txt"; }
+  [[ -f "$OUT/mamba_hf.json" ]] && { echo "== mamba (transformers Mamba2ForCausalLM)"; cat "$OUT/mamba_hf.json"; }
   # A failed test binary's failures, so they come back in this one file.
   for f in "$OUT"/*_test.log; do
     [[ -f "$f" ]] && grep -q "FAILED" "$f" && { echo "== $(basename "$f") failures"; grep -E -B3 -A12 "^\[  FAILED  \]|Failure" "$f" | head -60; }
@@ -193,8 +208,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe mamba " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe mamba"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -566,6 +581,26 @@ if [[ " $PARTS " == *" moe "* ]]; then
   record moe_hf "$?"
   tail -1 "$OUT/moe_hf.json"
   grep -E "^hf_bench" "$OUT/moe_hf.err" | tail -8
+fi
+
+write_report
+if [[ " $PARTS " == *" mamba "* ]]; then
+  echo "== state-space kernels on the GPU: bf16 against the CPU's f32"
+  "$BUILD/bin/ssm_gpu_test" > "$OUT/ssm_gpu_test.log" 2>&1
+  record ssm_gpu_test "$?"
+  grep -E "^  |OK \]|FAILED" "$OUT/ssm_gpu_test.log"
+  echo "== the SSM fixtures' float64 references against transformers"
+  python3 "$ROOT/test/gpu/check_ssm_reference.py" "$ROOT/test/fixtures/tiny-mamba" "$ROOT/test/fixtures/tiny-mamba2" \
+    "$ROOT/test/fixtures/tiny-hybrid" 2>&1 | tee "$OUT/ssm_reference.txt"
+  record ssm_reference "${PIPESTATUS[0]}"
+  echo "== kiln's SSM kernels, one mamba2-2.7b layer"
+  "$BUILD/bin/kiln_ssm_bench" 2>&1 | tee "$OUT/mamba_bench.txt"
+  record mamba_bench "${PIPESTATUS[0]}"
+  echo "== transformers' Mamba2ForCausalLM at mamba2-2.7b's shape"
+  timeout "${KILN_MAMBA_HF_TIMEOUT:-900}" python3 "$ROOT/test/gpu/hf_mamba_bench.py" > "$OUT/mamba_hf.json" \
+    2> "$OUT/mamba_hf.err"
+  record mamba_hf "$?"
+  cat "$OUT/mamba_hf.json"
 fi
 
 write_report
