@@ -136,6 +136,33 @@ def ExpandSpecVerify : Pass<"xfmr-expand-spec-verify", "::mlir::ModuleOp"> {
   ];
 }
 
+def ExpandSpecDraft : Pass<"xfmr-expand-spec-draft", "::mlir::ModuleOp"> {
+  let summary = "Add a LayerSkip self-draft entry: @verify cut after K layers";
+  let description = [{
+    Clones `@verify` into `@draft`: the same tree inputs and KV pools, its
+    first `layers` decoder layers, then the final norm and the LM head over
+    the residual stream leaving layer `layers` - 1; every node's logits, no
+    `xfmr.accept`. The kept layers append their keys and values to the slots
+    the target would (same weights, same tokens, same positions), the deeper
+    layers are not run. Needs xfmr-expand-spec-verify first.
+
+    ```mlir
+    // after (layers=2)
+    func.func @draft(%tokens, %parents, %base_pos, ...) -> logits
+        attributes {xfmr.spec_draft = {layers = 2}} {
+      ... layer 0, layer 1 (kv appends into k_pool.0/1, v_pool.0/1) ...
+      %n = xfmr.rms_norm %x2, %final_norm
+      %l = xfmr.logits %n, %head
+    }
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"layers", "layers", "int64_t", "1",
+           "Decoder layers the draft runs (1 to the layer count - 1)">,
+  ];
+}
+
 def LowerToKernels : Pass<"xfmr-lower-to-kernels", "::mlir::ModuleOp"> {
   let summary = "Lower every op or fusion region to a kernel instance or a GEMM";
   let description = [{

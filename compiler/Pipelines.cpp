@@ -26,6 +26,11 @@ void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options
     spec.tree = options.spec_tree;
     spec.mode = options.spec_mode;
     pm.addPass(createExpandSpecVerify(spec));
+    if (options.spec_layerskip > 0) {
+      ExpandSpecDraftOptions draft;
+      draft.layers = options.spec_layerskip;
+      pm.addPass(createExpandSpecDraft(draft));
+    }
   }
   LowerToKernelsOptions lowering;
   lowering.activationType = options.activation_type;

@@ -60,6 +60,10 @@ Status validatePlanOptions(const PlanOptions& options) {
   const std::string& tree = options.spec_tree;
   if (tree != "none" && tree.rfind("chain:", 0) != 0 && tree.rfind("widths:", 0) != 0)
     return invalid("--spec-tree", tree, "one of: none, chain:K (e.g. chain:4), widths:W1,W2,... (e.g. widths:2,2,1)");
+  if (options.spec_layerskip > 0 && tree == "none")
+    return makeError("--spec-layerskip {} adds a draft entry beside the verify entry: give --spec-tree too (e.g. "
+                     "--spec-tree=chain:4)",
+                     options.spec_layerskip);
   if (!oneOf(options.activation_type, {"f32", "bf16", "f16"}))
     return invalid("--activation-type", options.activation_type, "one of: f32, bf16, f16");
   KILN_RETURN_IF_ERROR(validateTarget(options.target));

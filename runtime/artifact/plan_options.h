@@ -30,6 +30,9 @@ struct PlanOptions {
   unsigned page_size = kDefaultPageSize;            // tokens per KV block
   std::string spec_tree{kDefaultSpecTree};          // none | chain:K | widths:W1,W2,...
   std::string spec_mode{kDefaultSpecMode};          // greedy | rejection
+  // A LayerSkip self-draft entry (@draft): the first K layers, then the
+  // final norm and LM head (0: none; needs spec_tree).
+  unsigned spec_layerskip = 0;
   // The import's activation type: kernel params name the element type of
   // every activation operand or result that differs from it.
   std::string activation_type{kDefaultActivationType};  // f32 | bf16 | f16

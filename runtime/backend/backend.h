@@ -41,6 +41,13 @@ class Backend {
   virtual Status verify(const BatchInputs&, std::span<float>, std::span<int32_t>, std::span<int32_t>) {
     return makeError("this backend runs no verify entry");
   }
+  // LayerSkip self-draft (the plan's draft entry, kiln-compile
+  // --spec-layerskip K): the verify entry's inputs through the first
+  // draftLayers() layers, then the final norm and LM head; logits [N, vocab].
+  virtual int64_t draftLayers() const { return 0; }
+  virtual Status draft(const BatchInputs&, std::span<float>) {
+    return makeError("this backend runs no draft entry");
+  }
   virtual int64_t vocabSize() const = 0;
   virtual int64_t maxTokens() const = 0;
   virtual std::string name() const = 0;
@@ -95,6 +102,14 @@ class ExecutorBackend final : public Backend {
     if constexpr (kHasVerify) return ex_->verify(in, logits, accepted, count);
     return Backend::verify(in, logits, accepted, count);
   }
+  int64_t draftLayers() const override {
+    if constexpr (kHasDraft) return ex_->draftLayers();
+    return 0;
+  }
+  Status draft(const BatchInputs& in, std::span<float> logits) override {
+    if constexpr (kHasDraft) return ex_->draft(in, logits);
+    return Backend::draft(in, logits);
+  }
   int64_t vocabSize() const override { return ex_->vocabSize(); }
   int64_t maxTokens() const override { return ex_->maxTokens(); }
   std::string name() const override { return name_; }
@@ -103,6 +118,8 @@ class ExecutorBackend final : public Backend {
  private:
   static constexpr bool kHasVerify = requires(Executor& e, const BatchInputs& in, std::span<float> l,
                                               std::span<int32_t> a) { e.verify(in, l, a, a); };
+  static constexpr bool kHasDraft =
+      requires(Executor& e, const BatchInputs& in, std::span<float> l) { e.draft(in, l); };
   static constexpr bool kHasGreedy =
       requires(Executor& e, const BatchInputs& in, std::span<int32_t> t) { e.forwardGreedy(in, t); };
   std::unique_ptr<Executor> ex_;

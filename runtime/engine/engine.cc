@@ -569,6 +569,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   }
   impl->startScheduler(window);
   if (!options.draft_model.empty()) KILN_RETURN_IF_ERROR(impl->openDraftModel(options.draft_model, kv_tokens));
+  if (impl->executor->draftLayers() > 0) impl->layer_skip = std::make_unique<spec::LayerSkipDrafter>(*impl->executor);
   progress.done();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -683,7 +684,9 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     if (request.speculation.enabled()) {
       seq->spec.emplace();
       seq->spec->drafter = request.speculation.method == SpecMethod::kNgram ? static_cast<spec::Drafter*>(&e.ngram)
-                                                                            : e.draft_model.get();
+                           : request.speculation.method == SpecMethod::kLayerSkip
+                               ? static_cast<spec::Drafter*>(e.layer_skip.get())
+                               : e.draft_model.get();
       seq->spec->tree = request.speculation.tree;
     }
     return seq;

@@ -83,12 +83,15 @@ std::string_view finishReasonName(FinishReason reason);
 // speculative sampling (the output has the sampler's distribution). The
 // artifact needs a verify entry at least as large (kiln-compile --spec-tree).
 // kNgram: prompt lookup; kDraftModel: the engine's draft model
-// (EngineOptions::draft_model), greedy drafts of the top widths[d] tokens.
-enum class SpecMethod { kNone, kNgram, kDraftModel };
+// (EngineOptions::draft_model), greedy drafts of the top widths[d] tokens;
+// kLayerSkip: the target's first `layerskip` layers (the artifact's draft
+// entry, kiln-compile --spec-layerskip K), the top widths[d] tokens.
+enum class SpecMethod { kNone, kNgram, kDraftModel, kLayerSkip };
 
 struct SpeculationParams {
   SpecMethod method = SpecMethod::kNone;
   spec::TreeShape tree;  // a chain of k is k widths of 1
+  int64_t layerskip = 0;  // kLayerSkip: the draft's layers K
   bool enabled() const { return method != SpecMethod::kNone; }
 };
 

@@ -17,6 +17,7 @@
 #include "runtime/engine/sequence.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/spec/draft_model.h"
+#include "runtime/spec/layer_skip.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/weights/weight_store.h"
 
@@ -65,7 +66,9 @@ struct Engine::Impl {
   Manifest draft_manifest;
   std::optional<WeightStore> draft_weights;
   std::unique_ptr<spec::DraftModelDrafter> draft_model;
-  std::vector<spec::DraftRequest> ngram_rows, draft_rows;
+  std::unique_ptr<spec::LayerSkipDrafter> layer_skip;  // when the artifact has a draft entry
+  std::vector<spec::DraftRequest> ngram_rows, draft_rows, skip_rows;
+  std::vector<size_t> skip_slices;  // the plan's slice of each of skip_rows
   std::vector<size_t> model_slices;  // the plan's slice of each of draft_rows
   std::vector<int64_t> draft_live;
 
@@ -111,6 +114,9 @@ struct Engine::Impl {
   // A draft-model request: the engine has one, and a tree fits the draft's
   // own verify entry (it drafts branches through it).
   Status checkDraftModel(const SpeculationParams& speculation);
+  // A LayerSkip request: K within the model's layers and the artifact's
+  // draft entry of K layers.
+  Status checkLayerSkip(const SpeculationParams& speculation);
   // Opens the draft model of options.draft_model on the target's backend
   // kind with a pool of `kv_tokens`; refuses one whose vocabulary differs.
   Status openDraftModel(const std::string& artifact_dir, int64_t kv_tokens);

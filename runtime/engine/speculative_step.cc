@@ -27,6 +27,24 @@ Status Engine::Impl::checkDraftModel(const SpeculationParams& speculation) {
   return {};
 }
 
+Status Engine::Impl::checkLayerSkip(const SpeculationParams& speculation) {
+  if (speculation.method != SpecMethod::kLayerSkip) return {};
+  const int64_t k = speculation.layerskip, layers = manifest.model.num_layers;
+  if (k <= 0 || k >= layers)
+    return makeError("--spec=layerskip:{}: K must be 1 to {} (the model has {} layers; the draft runs fewer)", k,
+                     layers - 1, layers);
+  const int64_t compiled = executor->draftLayers();
+  if (compiled == 0)
+    return makeError("--spec=layerskip:{}: the artifact has no draft entry on the {} backend: compile it with "
+                     "kiln-compile --spec-layerskip {} --spec-tree=...",
+                     k, executor->name(), k);
+  if (compiled != k)
+    return makeError("--spec=layerskip:{}: the artifact's draft entry runs {} layers: compile it with kiln-compile "
+                     "--spec-layerskip {}",
+                     k, compiled, k);
+  return {};
+}
+
 bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
   drafts.resize(plan.slices.size());
   for (spec::DraftTree& tree : drafts) tree.tokens.clear(), tree.parents.clear();
@@ -42,6 +60,8 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
   ngram_rows.clear();
   draft_rows.clear();
   model_slices.clear();
+  skip_rows.clear();
+  skip_slices.clear();
   for (size_t b = 0; b < plan.slices.size(); ++b) {
     const ScheduledSlice& s = plan.slices[b];
     Sequence& seq = *s.seq;
@@ -59,11 +79,30 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
     if (seq.spec->drafter == draft_model.get()) {
       draft_rows.push_back(std::move(row));
       model_slices.push_back(b);
+    } else if (layer_skip && seq.spec->drafter == layer_skip.get()) {
+      // The self-draft writes its nodes' KV into the target's own slots:
+      // the table grows for the whole shape first (free or evictable
+      // blocks, never preempting), and back to the root after, the drafted
+      // nodes' slots then taken as for any drafter.
+      const int64_t extra = row.shape.nodes() - 1;
+      if (!plan.copies.empty() || !scheduler->makeFree(seq.table.blocksNeeded(pool, extra)) ||
+          !seq.table.append(pool, extra).ok())
+        continue;
+      row.table = &seq.table;
+      skip_rows.push_back(std::move(row));
+      skip_slices.push_back(b);
     } else {
       ngram_rows.push_back(std::move(row));
     }
   }
   if (!ngram_rows.empty()) (void)ngram.propose(ngram_rows);
+  if (!skip_rows.empty()) {
+    (void)layer_skip->propose(skip_rows);
+    for (size_t b : skip_slices) {
+      Sequence& seq = *plan.slices[b].seq;
+      (void)seq.table.truncate(pool, int64_t(seq.tokens.size()));
+    }
+  }
   if (!draft_rows.empty() && !draft_model->propose(draft_rows).ok())
     for (size_t b : model_slices) drafts[b].reset(plan.slices[b].seq->tokens.back());
 
@@ -248,6 +287,7 @@ Status Engine::checkSpeculation(const SpeculationParams& speculation) const {
   const spec::TreeShape& tree = speculation.tree;
   if (tree.depth() == 0) return makeError("speculative decoding needs at least one draft token (k >= 1)");
   KILN_RETURN_IF_ERROR(impl_->checkDraftModel(speculation));
+  KILN_RETURN_IF_ERROR(impl_->checkLayerSkip(speculation));
   const int64_t nodes = impl_->executor->verifyTreeNodes(), depth = impl_->executor->verifyTreeDepth();
   if (nodes == 0)
     return makeError("speculative decoding needs an artifact with a verify entry on the {} backend: compile it with "

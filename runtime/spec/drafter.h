@@ -16,6 +16,10 @@
 
 #include "runtime/support/error.h"
 
+namespace kiln {
+class BlockTable;
+}
+
 namespace kiln::spec {
 
 // The shape drafts may take: at depth d + 1, at most widths[d] children a
@@ -63,6 +67,10 @@ struct DraftRequest {
   std::span<const int32_t> history;
   TreeShape shape;  // already cut to the room the step has
   DraftTree* out = nullptr;
+  // The target's table, holding slots for the root (table position
+  // history.size() - 1) and every node of `shape` after it: for drafters
+  // that write the target's own KV (LayerSkipDrafter); null for others.
+  const BlockTable* table = nullptr;
 };
 
 class Drafter {

@@ -86,6 +86,10 @@ cl::opt<unsigned> pageSize("page-size", cl::desc("KV cache page size in tokens")
 cl::opt<std::string> specTree("spec-tree",
                               cl::desc("Speculative verify tree: none, chain:K, widths:W1,W2,..."),
                               cl::init(std::string(kiln::PlanOptions::kDefaultSpecTree)));
+cl::opt<unsigned> specLayerskip("spec-layerskip",
+                                cl::desc("LayerSkip self-draft entry: the first K layers + final norm + LM head "
+                                         "(0: none; needs --spec-tree)"),
+                                cl::init(0));
 cl::opt<std::string> specMode("spec-mode", cl::desc("Speculative acceptance: greedy, rejection"),
                               cl::init(std::string(kiln::PlanOptions::kDefaultSpecMode)));
 // The help text names every accepted target (kTargets, the list the
@@ -237,6 +241,7 @@ int main(int argc, char** argv) {
   options.page_size = pageSize;
   options.spec_tree = specTree;
   options.spec_mode = specMode;
+  options.spec_layerskip = specLayerskip;
   options.activation_type = activationType;
   options.target = target;
   if (kiln::Status status = kiln::validatePlanOptions(options); !status.ok())

@@ -164,7 +164,7 @@ int runCommand(int argc, char** argv) {
   std::string spec;
   if (speculation->enabled())
     spec = fmt::format(" | spec {} {}: {:.0f}% of {} drafts accepted, mean accepted length {:.2f}",
-                       speculation->method == SpecMethod::kNgram ? "ngram" : "draft", speculation->tree.text(),
+                       specMethodName(*speculation), speculation->tree.text(),
                        stats->spec_drafted_tokens > 0
                            ? 100.0 * double(stats->spec_accepted_tokens) / double(stats->spec_drafted_tokens)
                            : 0.0,

@@ -105,11 +105,11 @@ struct Acceptance {
 }  // namespace
 
 int specBenchCommand(const CliArgs& args) {
-  if (args.positionals().size() != 2) return fail("kiln bench spec needs one MODEL and --spec=ngram|draft:PATH");
+  if (args.positionals().size() != 2) return fail("kiln bench spec needs one MODEL and --spec=ngram|draft:PATH|layerskip:K");
   auto speculation = speculationFrom(args);
   if (!speculation.ok()) return fail(speculation.error().message);
-  if (!speculation->enabled()) return fail("kiln bench spec: --spec=ngram or --spec=draft:PATH says what drafts");
-  const std::string method = speculation->method == SpecMethod::kNgram ? "ngram" : "draft";
+  if (!speculation->enabled()) return fail("kiln bench spec: --spec=ngram, draft:PATH or layerskip:K says what drafts");
+  const std::string method = specMethodName(*speculation);
   std::vector<int64_t> batches;
   for (std::string_view rest = args.get("batch").value_or("1");;) {
     const size_t comma = rest.find(',');

@@ -1,5 +1,6 @@
 #include "tools/kiln/speculation_flags.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -18,9 +19,18 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args) {
     spec.method = SpecMethod::kNgram;
   else if (method->starts_with("draft:") && method->size() > 6)
     spec.method = SpecMethod::kDraftModel;
-  else
-    return makeError("invalid value '{}' for --spec, expected ngram or draft:PATH (a draft model or artifact with "
-                     "the target's vocabulary)",
+  else if (method->starts_with("layerskip:")) {
+    spec.method = SpecMethod::kLayerSkip;
+    const std::string k = method->substr(10);
+    char* end = nullptr;
+    spec.layerskip = std::strtoll(k.c_str(), &end, 10);
+    if (k.empty() || *end != '\0' || spec.layerskip <= 0)
+      return makeError("invalid value '{}' for --spec, expected layerskip:K with K >= 1 (the target's first K layers "
+                       "draft)",
+                       *method);
+  } else
+    return makeError("invalid value '{}' for --spec, expected ngram, draft:PATH (a draft model or artifact with "
+                     "the target's vocabulary) or layerskip:K (the target's first K layers)",
                      *method);
   if (args.has("spec-k") && args.has("spec-tree"))
     return makeError("--spec-k and --spec-tree both set: a chain of K tokens or a tree, not both");
@@ -45,10 +55,22 @@ std::string draftModelFrom(const CliArgs& args) {
   return method && method->starts_with("draft:") ? method->substr(6) : std::string();
 }
 
+std::string specMethodName(const SpeculationParams& spec) {
+  switch (spec.method) {
+    case SpecMethod::kNgram: return "ngram";
+    case SpecMethod::kDraftModel: return "draft";
+    case SpecMethod::kLayerSkip: return "layerskip:" + std::to_string(spec.layerskip);
+    case SpecMethod::kNone: break;
+  }
+  return "none";
+}
+
 std::vector<std::string> speculationCompileFlags(const SpeculationParams& spec, const std::string& model) {
   std::error_code ec;
   if (!spec.enabled() || std::filesystem::exists(std::filesystem::path(model) / "manifest.json", ec)) return {};
-  return {"--spec-tree=" + spec.tree.text()};
+  std::vector<std::string> flags = {"--spec-tree=" + spec.tree.text()};
+  if (spec.method == SpecMethod::kLayerSkip) flags.push_back("--spec-layerskip=" + std::to_string(spec.layerskip));
+  return flags;
 }
 
 }  // namespace kiln

@@ -18,6 +18,9 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args);
 // compiles a model as it does the target), empty for other methods.
 std::string draftModelFrom(const CliArgs& args);
 
+// The drafts' kind as reports name it: ngram, draft or layerskip:K.
+std::string specMethodName(const SpeculationParams& spec);
+
 // The kiln-compile flag that gives `model` a verify entry for `spec`'s tree;
 // none when speculation is off or `model` is an artifact (compiled already:
 // Engine::checkSpeculation says whether its verify entry holds the tree).

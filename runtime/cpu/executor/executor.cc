@@ -573,8 +573,9 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   // The verify entry (kiln-compile --spec-tree) shares the arena: the two
   // never run at once.
   const Entry* verify = manifest.findEntry("verify");
+  const Entry* draft = verify ? manifest.findEntry("draft") : nullptr;
   int64_t bytes_per_token = entry->bytes_per_token;
-  for (const Entry* e : {entry, verify}) {
+  for (const Entry* e : {entry, verify, draft}) {
     if (!e) continue;
     bytes_per_token = std::max(bytes_per_token, e->bytes_per_token);
     for (const Step& step : e->steps)
@@ -619,7 +620,61 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   ex->vocab_ = logits->width;
   ex->logits_per_sequence_ = logits->per_sequence;
   if (verify) KILN_RETURN_IF_ERROR(ex->bindVerify(manifest, *verify, weights));
+  if (draft) KILN_RETURN_IF_ERROR(ex->bindDraft(manifest, *draft, weights));
   return ex;
+}
+
+Status CpuExecutor::bindDraft(const Manifest& manifest, const Entry& entry, const WeightStore& weights) {
+  const std::string where = manifest.path + ": entries.draft";
+  if (entry.outputs.size() != 1 || entry.outputs[0].name != "logits")
+    return makeError("{}.outputs: expected one output named 'logits'", where);
+  StepBinder binder(manifest, entry, weights, *pool_, reinterpret_cast<uint8_t*>(arena_), max_tokens_);
+  for (const Step& step : entry.steps) {
+    auto bound = binder.bind(step);
+    if (!bound.ok()) return bound.error();
+    draft_steps_.push_back(bound.take());
+  }
+  Step output_step;
+  output_step.path = where + ".outputs";
+  auto v = binder.value(output_step, entry.outputs[0].value, "logits");
+  if (!v.ok()) return v.error();
+  if (v->integer || v->per_sequence || v->width != vocab_)
+    return makeError("{}.outputs: logits must be f32 [N, {}] (a row per tree node)", where, vocab_);
+  draft_logits_ = v->data;
+  auto layers = manifest.options.find("spec_layerskip");
+  draft_layers_ = layers == manifest.options.end() ? 0 : std::atoll(layers->second.c_str());
+  if (draft_layers_ <= 0 || draft_layers_ >= manifest.model.num_layers)
+    return makeError("{}: options.spec_layerskip is '{}', expected 1 to {} (the draft entry's layers)", manifest.path,
+                     layers == manifest.options.end() ? "" : layers->second, manifest.model.num_layers - 1);
+  return {};
+}
+
+Status CpuExecutor::checkTreeBatch(const BatchInputs& in, std::span<float> logits_out) const {
+  const KvPoolConfig& pool = pool_->config();
+  KILN_RETURN_IF_ERROR(checkBatchInputs(in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size,
+                                             /*logits_per_sequence=*/false},
+                                        logits_out.size()));
+  const int64_t b = int64_t(in.kv_lens.size());
+  if (int64_t(in.base_positions.size()) != b)
+    return makeError("base_positions has {} entries; expected one per sequence ({})", in.base_positions.size(), b);
+  return checkTreeParents(in.parents, in.query_start, tree_nodes_);
+}
+
+Status CpuExecutor::draft(const BatchInputs& in, std::span<float> logits_out) {
+  if (draft_layers_ == 0)
+    return makeError("draft: the artifact has no draft entry (compile it with kiln-compile --spec-layerskip K)");
+  if (Status checked = checkTreeBatch(in, logits_out); !checked.ok())
+    return makeError("draft: {}", checked.error().message);
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  for (int64_t t = 0; t < n; ++t) scratch_slots_[t] = in.slot_mapping[size_t(t)];
+  for (const BoundStep& step : draft_steps_) {
+    Status status = runStep(step, in, n, b);
+    if (!status.ok())
+      return makeError("{} ({}): {}", step.path, stepKindName(step.kind), status.error().message);
+  }
+  std::memcpy(logits_out.data(), draft_logits_, size_t(n * vocab_) * 4);
+  return {};
 }
 
 Status CpuExecutor::bindVerify(const Manifest& manifest, const Entry& entry, const WeightStore& weights) {

@@ -58,6 +58,13 @@ class CpuExecutor {
   // and the accepted path's longest length in draft tokens.
   int64_t treeNodes() const { return tree_nodes_; }
   int64_t treeDepth() const { return verify_path_width_ - 1; }
+  // Runs `draft` (kiln-compile --spec-layerskip K): the verify entry's
+  // inputs through the first draftLayers() layers, then the final norm and
+  // LM head; logits_out [N, vocab], every node's. Layers < K append their
+  // keys and values at the nodes' slots, the deeper layers nothing.
+  Status draft(const BatchInputs& in, std::span<float> logits_out);
+  // The draft entry's layers (0: no draft entry).
+  int64_t draftLayers() const { return draft_layers_; }
 
   // Called after every step, once per result, with the result's rows
   // ([rows, width] f32; rows are tokens, or sequences for per-sequence
@@ -81,6 +88,8 @@ class CpuExecutor {
   Status checkBatch(const BatchInputs& in, std::span<float> logits_out) const;
   Status runStep(const BoundStep& step, const BatchInputs& in, int64_t n, int64_t b);
   Status bindVerify(const Manifest& manifest, const Entry& entry, const WeightStore& weights);
+  Status bindDraft(const Manifest& manifest, const Entry& entry, const WeightStore& weights);
+  Status checkTreeBatch(const BatchInputs& in, std::span<float> logits_out) const;
 
   std::unique_ptr<BlockPool> pool_;
   std::vector<BoundStep> steps_;
@@ -98,6 +107,10 @@ class CpuExecutor {
   int32_t* verify_count_ = nullptr;
   int64_t verify_path_width_ = 1;
   int64_t tree_nodes_ = 0;
+  // The draft entry's (empty without one).
+  std::vector<BoundStep> draft_steps_;
+  float* draft_logits_ = nullptr;
+  int64_t draft_layers_ = 0;
   // Scratch after the planned arena: roped keys and values [T_max, Hkv, D]
   // each, a residual sum [T_max, hidden], slots widened to i64 [T_max].
   float* scratch_k_ = nullptr;

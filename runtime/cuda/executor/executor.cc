@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -121,6 +122,14 @@ struct CudaExecutor::Backend {
   std::vector<BoundStep> verify_steps;
   DeviceValue verify_logits;
   int64_t tree_nodes = 0, path_width = 1;
+  // The LayerSkip draft entry (kiln-compile --spec-layerskip K), if any:
+  // bound as verify's is, over the same arena and pools; its logits
+  // [N, vocab], a row per tree node.
+  KernelSet draft_kernels{gpu};
+  ActivationArena draft_arena;
+  std::vector<BoundStep> draft_steps;
+  DeviceValue draft_logits;
+  int64_t draft_layers = 0;
 
   // Every step of `list` (`steps` or `verify_steps`) on the stream, for a
   // batch of this shape whose inputs are already in `inputs`; a greedy
@@ -175,14 +184,16 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   ex->max_tokens_ = max_tokens;
 
   // 1. The weights, each in the form its steps take, uploaded.
+  const Entry* draft = verify.entry ? manifest.findEntry("draft") : nullptr;
   KILN_ASSIGN(weight_layout,
-              layoutWeights({entry, verify.entry}, weights, f32_plan ? WeightForm::kF32 : WeightForm::kBf16));
+              layoutWeights({entry, verify.entry, draft}, weights, f32_plan ? WeightForm::kF32 : WeightForm::kBf16));
   ex->weight_bytes_ = weight_layout.bytes();
   KILN_RETURN_IF_ERROR(weight_layout.upload(gpu, backend.memory, weights, options.progress));
 
   // 2. Arena, KV pools, inputs, cuBLASLt workspace, pinned staging.
   const int64_t bytes_per_token =
-      std::max(entry->bytes_per_token, verify.entry ? verify.entry->bytes_per_token : int64_t(0));
+      std::max({entry->bytes_per_token, verify.entry ? verify.entry->bytes_per_token : int64_t(0),
+                draft ? draft->bytes_per_token : int64_t(0)});
   KILN_RETURN_IF_ERROR(backend.arena.allocate(backend.memory, bytes_per_token, max_tokens));
   if (options.gpu_memory_fraction > 0) {
     // The reserve: the scratch allocated below, cuBLASLt's and the graphs'.
@@ -249,6 +260,35 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     backend.path_width = verify.path_width;
   }
 
+  // 5c. The draft entry the same way.
+  if (draft) {
+    const std::string draft_logits_path = manifest.path + ": entries.draft.outputs[0]";
+    if (draft->outputs.size() != 1 || draft->outputs[0].name != "logits")
+      return makeError("{}: entries.draft.outputs: expected one output named 'logits'", manifest.path);
+    auto layers = manifest.options.find("spec_layerskip");
+    backend.draft_layers = layers == manifest.options.end() ? 0 : std::atoll(layers->second.c_str());
+    if (backend.draft_layers <= 0 || backend.draft_layers >= manifest.model.num_layers)
+      return makeError("{}: options.spec_layerskip is '{}', expected 1 to {} (the draft entry's layers)",
+                       manifest.path, layers == manifest.options.end() ? "" : layers->second,
+                       manifest.model.num_layers - 1);
+    KILN_RETURN_IF_ERROR(backend.draft_kernels.configure(tuning, manifest.target));
+    backend.draft_arena.base = backend.arena.base;
+    backend.draft_arena.bytes = backend.arena.bytes;
+    const EntryPlacement draft_placement{*draft, max_tokens, backend.draft_arena, weight_layout, backend.kv_pools};
+    KILN_ASSIGN(draft_logits, draft_placement.value(draft_logits_path, draft->outputs[0].value, "value"));
+    if (draft_logits.per_sequence || draft_logits.width != logits.width || draft_logits.elem != logits.elem)
+      return makeError("{}: logits must be [N, {}] {} (a row per tree node, as forward's)", draft_logits_path,
+                       logits.width, logits.elem == 4 ? "f32" : "bf16");
+    KILN_RETURN_IF_ERROR(backend.draft_kernels.load(manifest, *draft, draft_logits_path, logits.width,
+                                                    logits.elem == 4 ? "f32" : "bf16", options.progress));
+    KILN_ASSIGN(draft_moved,
+                moveFusedValues(backend.memory, backend.draft_arena, *draft, max_tokens, backend.draft_kernels));
+    ex->device_bytes_ += draft_moved;
+    KILN_ASSIGN(draft_steps, bindSteps(manifest, draft_placement, weights, kv, backend.draft_kernels, *gpu.d));
+    backend.draft_steps = std::move(draft_steps);
+    backend.draft_logits = draft_logits;
+  }
+
   // 6. Greedy batches' argmax, the step profile's events, the split-KV
   //    scratch and the logits' pinned copy.
   KILN_ASSIGN(argmax_bytes, backend.argmax.allocate(backend.memory, backend.kernels.greedy(), logits.width, max_tokens));
@@ -258,9 +298,11 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                tuning.gemm_autotune ? "on" : "off");
   if (tuning.profile_steps) KILN_RETURN_IF_ERROR(backend.step_timer.createEvents(backend.steps.size()));
   KILN_ASSIGN(split_bytes, backend.split_kv.allocate(backend.memory, backend.steps, max_tokens));
-  KILN_ASSIGN(expanded_bytes, allocateExpandedWeights(backend.memory, {&backend.steps, &backend.verify_steps}));
+  KILN_ASSIGN(expanded_bytes, allocateExpandedWeights(backend.memory,
+                                                      {&backend.steps, &backend.verify_steps, &backend.draft_steps}));
   ex->device_bytes_ += expanded_bytes;
-  KILN_ASSIGN(moe_bytes, allocateMoeScratch(backend.memory, {&backend.steps, &backend.verify_steps}, max_tokens));
+  KILN_ASSIGN(moe_bytes, allocateMoeScratch(backend.memory,
+                                            {&backend.steps, &backend.verify_steps, &backend.draft_steps}, max_tokens));
   ex->device_bytes_ += moe_bytes;
   ex->device_bytes_ += split_bytes;
   ex->vocab_ = logits.width;
@@ -633,6 +675,49 @@ Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, 
   acceptGreedyTargets({backend.argmax.tokens_host, size_t(n)}, in.tokens, in.parents, in.query_start,
                       backend.path_width, accepted_out.data(), count_out.data());
   if (logits_out.empty()) return {};
+  if (logits.elem == 4) {
+    std::memcpy(logits_out.data(), backend.logits_host, logits_bytes);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(backend.logits_host);
+    parallelFor(n * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = bf16ToF32(h[i]);
+    });
+  }
+  return {};
+}
+
+int64_t CudaExecutor::draftLayers() const { return backend_->draft_layers; }
+
+Status CudaExecutor::draft(const BatchInputs& in, std::span<float> logits_out) {
+  Backend& backend = *backend_;
+  if (backend.draft_layers == 0)
+    return makeError("draft: the artifact has no draft entry (compile it with kiln-compile --spec-layerskip K)");
+  const int64_t n = int64_t(in.tokens.size());
+  const int64_t b = int64_t(in.kv_lens.size());
+  // verify's batch checks (the same inputs; no accepted path comes back).
+  KILN_RETURN_IF_ERROR(checkVerify(in, logits_out.size(), size_t(b * backend.path_width), size_t(b)));
+  const DeviceContext& gpu = backend.gpu;
+  const CudaDriver* d = gpu.d;
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(gpu.context), "cuCtxSetCurrent"));
+  LaunchShape shape{n, b, in.max_blocks, /*splits=*/0, 1};
+  for (int64_t i = 0; i < b; ++i)
+    shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
+  BatchInputBuffer& inputs = backend.inputs;
+  const size_t input_bytes = inputs.stage(in, in.max_blocks);
+  const size_t tree_bytes = inputs.stageTree(in);
+  const size_t tree_offset = size_t(inputs.offset[kTreePositions]) * 4;
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device, inputs.staging, input_bytes, gpu.stream),
+                                "cuMemcpyHtoDAsync (batch inputs)"));
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device + CUdeviceptr(tree_offset),
+                                                      reinterpret_cast<const uint8_t*>(inputs.staging) + tree_offset,
+                                                      tree_bytes, gpu.stream),
+                                "cuMemcpyHtoDAsync (tree positions and mask)"));
+  KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.draft_steps, backend.draft_logits, shape));
+  const DeviceValue& logits = backend.draft_logits;
+  const size_t logits_bytes = size_t(n * vocab_ * logits.elem);
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.logits_host, logits.ptr, logits_bytes, gpu.stream),
+                                "cuMemcpyDtoHAsync (draft logits)"));
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.streamSynchronize(gpu.stream), "draft (kernel execution)"));
   if (logits.elem == 4) {
     std::memcpy(logits_out.data(), backend.logits_host, logits_bytes);
   } else {

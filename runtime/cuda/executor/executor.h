@@ -90,6 +90,11 @@ class CudaExecutor {
   // longest path in drafts.
   int64_t treeNodes() const;
   int64_t treeDepth() const;
+  // Runs `draft` (kiln-compile --spec-layerskip K): verify's inputs and
+  // staging through the first draftLayers() layers, then the final norm
+  // and LM head, step by step; logits_out [N, vocab] f32, a row per node.
+  Status draft(const BatchInputs& in, std::span<float> logits_out);
+  int64_t draftLayers() const;  // 0: no draft entry
 
   BlockPool& blockPool() { return *pool_; }
   // Copies blocks' keys, values and scales in every layer's device pools,
