@@ -66,13 +66,14 @@ if [[ -x "$KILN_COMPILE" ]]; then
   [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-bf16" --activation-type=bf16
   # Speculative verify (gpu-check.sh's spec part): Llama-3-8B with a tree of
   # 4, 16 and 64 nodes, and the GGUF with room for --spec=ngram's chain of 4
-  # and a 2,2,1 tree.
+  # and a 2,2,1 tree, and a LayerSkip draft entry of its first
+  # KILN_SPECBENCH_LAYERSKIP (default 24) layers for --spec=layerskip:K.
   for tree in 4:chain:3 16:widths:3,2,1 64:widths:3,4,4; do
     "$KILN_COMPILE" "$ROOT/test/models/llama3-8b" -o "$BUILD/artifacts/llama3-8b-spec${tree%%:*}-bf16" \
       --activation-type=bf16 --spec-tree="${tree#*:}"
   done
   [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-spec-bf16" --activation-type=bf16 \
-    --spec-tree=widths:2,2,1,1
+    --spec-tree=widths:2,2,1,1 --spec-layerskip="${KILN_SPECBENCH_LAYERSKIP:-24}"
   # The distilled draft model (gpu-check.sh's distill part writes it; bring
   # $OUT/draft back to this folder), for the specbench part.
   draft="${KILN_DRAFT_CHECKPOINT:-${KILN_HOME:-$HOME/.cache/kiln}/models/smollm2-draft}"

@@ -94,10 +94,11 @@
 #   specbench `kiln bench spec` on SmolLM2 (the GGUF as --model-source, artifact
 #            smollm2-q4_1-spec-bf16) at --batch KILN_SPECBENCH_BATCHES (default 1,16),
 #            greedy, plain beside speculative, for --spec=ngram and for the draft models
-#            of KILN_SPECBENCH_DRAFTS (default "self distilled": SmolLM2 drafting for itself,
-#            and the distilled draft, artifact smollm2-draft-bf16 with its checkpoint
-#            KILN_DRAFT_SOURCE, default /tmp/kiln-draft); every run must report identical
-#            greedy outputs
+#            of KILN_SPECBENCH_DRAFTS (default "self distilled layerskip": SmolLM2 drafting
+#            for itself, the distilled draft, artifact smollm2-draft-bf16 with its checkpoint
+#            KILN_DRAFT_SOURCE, default /tmp/kiln-draft, and --spec=layerskip:K with K
+#            KILN_SPECBENCH_LAYERSKIP, default 24, the artifact's draft entry from
+#            scripts/gpu-bundle.sh); every run must report identical greedy outputs
 #   serve    the scheduler on the bench model's random checkpoint (bf16): batch
 #            invariance (a probe alone and among 63 others: reported with the
 #            default kernels, checked with --batch-invariant, whose batch-32 decode
@@ -717,7 +718,7 @@ if [[ " $PARTS " == *" specbench "* ]]; then
            --batch "${KILN_SPECBENCH_BATCHES:-1,16}" --gen-tokens 128)
     rc_all=0
     runs=(ngram)
-    for d in ${KILN_SPECBENCH_DRAFTS:-self distilled}; do runs+=("$d"); done
+    for d in ${KILN_SPECBENCH_DRAFTS:-self distilled layerskip}; do runs+=("$d"); done
     for run in "${runs[@]}"; do
       case $run in
         ngram) flags=(--spec=ngram) ;;
@@ -728,7 +729,8 @@ if [[ " $PARTS " == *" specbench "* ]]; then
             echo "== $run: NOT RUN: needs $draft_src and the artifact smollm2-draft-bf16"; rc_all=1; continue
           fi
           flags=(--spec=draft:"$BUILD/artifacts/smollm2-draft-bf16" --draft-source "$draft_src") ;;
-        *) echo "== $run: unknown (KILN_SPECBENCH_DRAFTS: self distilled)"; rc_all=1; continue ;;
+        layerskip) flags=(--spec=layerskip:"${KILN_SPECBENCH_LAYERSKIP:-24}") ;;
+        *) echo "== $run: unknown (KILN_SPECBENCH_DRAFTS: self distilled layerskip)"; rc_all=1; continue ;;
       esac
       for shape in "" "--spec-tree 2,2,1"; do
         echo "== $run ${shape:-chain:4}"
