@@ -91,6 +91,11 @@
 #            KILN_DISTILL_ARGS adds flags (e.g. --steps 800), KILN_DISTILL_TIMEOUT (default
 #            540 s) bounds it. Bring $OUT/draft back to $KILN_HOME/models/smollm2-draft
 #            and scripts/gpu-bundle.sh compiles it (artifact smollm2-draft-bf16).
+#   distillhead scripts/distill_head.py: Medusa draft heads (4 by default) for SmolLM2
+#            trained on its own final hidden states (the distill part's teacher and corpus),
+#            into $OUT/head (config.json, model.safetensors, head.json; about 5 MB);
+#            KILN_DISTILL_HEAD_ARGS adds flags, KILN_DISTILL_TIMEOUT bounds it. Bring
+#            $OUT/head back for `kiln bench spec smollm2 --spec=head:DIR` (CPU backend).
 #   specbench `kiln bench spec` on SmolLM2 (the GGUF as --model-source, artifact
 #            smollm2-q4_1-spec-bf16) at --batch KILN_SPECBENCH_BATCHES (default 1,16),
 #            greedy, plain beside speculative, for --spec=ngram and for the draft models
@@ -209,8 +214,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe mamba " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill specbench moe mamba"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -705,6 +710,18 @@ if [[ " $PARTS " == *" distill "* ]]; then
     timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/distill_draft.py" --gguf "$gguf_file" \
       --out "$OUT/draft" ${KILN_DISTILL_ARGS:-} 2>&1 | tee "$OUT/bench_distill.txt"
     record distill "${PIPESTATUS[0]}"
+  fi
+fi
+
+if [[ " $PARTS " == *" distillhead "* ]]; then
+  gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  if [[ ! -f "$gguf_file" ]]; then
+    fail distillhead "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
+  else
+    # shellcheck disable=SC2086  # KILN_DISTILL_HEAD_ARGS is a list of flags
+    timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/distill_head.py" --gguf "$gguf_file" \
+      --out "$OUT/head" ${KILN_DISTILL_HEAD_ARGS:-} 2>&1 | tee "$OUT/bench_distillhead.txt"
+    record distillhead "${PIPESTATUS[0]}"
   fi
 fi
 

@@ -48,6 +48,15 @@ class Backend {
   virtual Status draft(const BatchInputs&, std::span<float>) {
     return makeError("this backend runs no draft entry");
   }
+  // The target's last hidden state (the LM head's input) of the latest
+  // forward or verify, a row per logits row, valid until the next call;
+  // empty where the backend shows none. lmHead runs the LM head alone over
+  // the caller's rows. For drafters that read the target's hidden states.
+  virtual std::span<const float> lastHidden() const { return {}; }
+  virtual int64_t hiddenSize() const { return 0; }
+  virtual Status lmHead(std::span<const float>, int64_t, std::span<float>) {
+    return makeError("this backend runs no LM head alone");
+  }
   virtual int64_t vocabSize() const = 0;
   virtual int64_t maxTokens() const = 0;
   virtual std::string name() const = 0;
@@ -110,6 +119,18 @@ class ExecutorBackend final : public Backend {
     if constexpr (kHasDraft) return ex_->draft(in, logits);
     return Backend::draft(in, logits);
   }
+  std::span<const float> lastHidden() const override {
+    if constexpr (kHasHidden) return ex_->lastHidden();
+    return {};
+  }
+  int64_t hiddenSize() const override {
+    if constexpr (kHasHidden) return ex_->hiddenSize();
+    return 0;
+  }
+  Status lmHead(std::span<const float> hidden, int64_t rows, std::span<float> logits) override {
+    if constexpr (kHasHidden) return ex_->lmHead(hidden, rows, logits);
+    return Backend::lmHead(hidden, rows, logits);
+  }
   int64_t vocabSize() const override { return ex_->vocabSize(); }
   int64_t maxTokens() const override { return ex_->maxTokens(); }
   std::string name() const override { return name_; }
@@ -120,6 +141,10 @@ class ExecutorBackend final : public Backend {
                                               std::span<int32_t> a) { e.verify(in, l, a, a); };
   static constexpr bool kHasDraft =
       requires(Executor& e, const BatchInputs& in, std::span<float> l) { e.draft(in, l); };
+  static constexpr bool kHasHidden = requires(Executor& e, std::span<const float> h, std::span<float> l) {
+    e.lastHidden();
+    e.lmHead(h, int64_t(1), l);
+  };
   static constexpr bool kHasGreedy =
       requires(Executor& e, const BatchInputs& in, std::span<int32_t> t) { e.forwardGreedy(in, t); };
   std::unique_ptr<Executor> ex_;

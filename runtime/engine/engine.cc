@@ -366,6 +366,7 @@ Status Engine::Impl::runForward(const ScheduledStep& part) {
     for (const ScheduledSlice& s : batch) finish(*s.seq, FinishReason::kError, forwarded.error().message);
     return Status::success();
   }
+  if (draft_head) keepHidden(batch, nullptr);
   scheduler->commit(part);
   if (greedy) {
     for (size_t b = 0; b < batch.size(); ++b) {
@@ -570,6 +571,14 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   impl->startScheduler(window);
   if (!options.draft_model.empty()) KILN_RETURN_IF_ERROR(impl->openDraftModel(options.draft_model, kv_tokens));
   if (impl->executor->draftLayers() > 0) impl->layer_skip = std::make_unique<spec::LayerSkipDrafter>(*impl->executor);
+  if (!options.draft_head.empty()) {
+    if (impl->executor->hiddenSize() == 0)
+      return makeError("draft head {}: the {} backend shows no hidden states (a draft head runs on the cpu backend)",
+                       options.draft_head, impl->executor->name());
+    auto head = spec::loadDraftHead(options.draft_head, impl->executor->hiddenSize());
+    if (!head.ok()) return head.error();
+    impl->draft_head = std::make_unique<spec::DraftHeadDrafter>(head.take(), *impl->executor);
+  }
   progress.done();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -686,6 +695,8 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
       seq->spec->drafter = request.speculation.method == SpecMethod::kNgram ? static_cast<spec::Drafter*>(&e.ngram)
                            : request.speculation.method == SpecMethod::kLayerSkip
                                ? static_cast<spec::Drafter*>(e.layer_skip.get())
+                           : request.speculation.method == SpecMethod::kDraftHead
+                               ? static_cast<spec::Drafter*>(e.draft_head.get())
                                : e.draft_model.get();
       seq->spec->tree = request.speculation.tree;
     }

@@ -66,6 +66,10 @@ struct EngineOptions {
   std::string draft_model;
   // The draft's weights and tokenizer from another copy, as model_source.
   std::string draft_model_source;
+  // A Medusa draft head checkpoint (SpecMethod::kDraftHead,
+  // runtime/spec/draft_head.h): its hidden size must be the target's; the
+  // backend must show its hidden states (CPU). Empty: none.
+  std::string draft_head;
 };
 
 // Whether this process can run the CUDA backend (driver loads, a GPU is
@@ -85,8 +89,10 @@ std::string_view finishReasonName(FinishReason reason);
 // kNgram: prompt lookup; kDraftModel: the engine's draft model
 // (EngineOptions::draft_model), greedy drafts of the top widths[d] tokens;
 // kLayerSkip: the target's first `layerskip` layers (the artifact's draft
-// entry, kiln-compile --spec-layerskip K), the top widths[d] tokens.
-enum class SpecMethod { kNone, kNgram, kDraftModel, kLayerSkip };
+// entry, kiln-compile --spec-layerskip K), the top widths[d] tokens;
+// kDraftHead: the engine's draft head (EngineOptions::draft_head) over the
+// target's hidden state, head d's top widths[d] tokens at depth d + 1.
+enum class SpecMethod { kNone, kNgram, kDraftModel, kLayerSkip, kDraftHead };
 
 struct SpeculationParams {
   SpecMethod method = SpecMethod::kNone;

@@ -17,6 +17,7 @@
 #include "runtime/engine/sequence.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/spec/draft_model.h"
+#include "runtime/spec/draft_head.h"
 #include "runtime/spec/layer_skip.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/weights/weight_store.h"
@@ -67,8 +68,12 @@ struct Engine::Impl {
   std::optional<WeightStore> draft_weights;
   std::unique_ptr<spec::DraftModelDrafter> draft_model;
   std::unique_ptr<spec::LayerSkipDrafter> layer_skip;  // when the artifact has a draft entry
+  std::unique_ptr<spec::DraftHeadDrafter> draft_head;  // EngineOptions::draft_head
   std::vector<spec::DraftRequest> ngram_rows, draft_rows, skip_rows;
   std::vector<size_t> skip_slices;  // the plan's slice of each of skip_rows
+  std::vector<spec::DraftRequest> head_rows;
+  std::vector<size_t> head_slices;  // the plan's slice of each of head_rows
+  std::vector<int32_t> verify_last;  // each verify row's last accepted node
   std::vector<size_t> model_slices;  // the plan's slice of each of draft_rows
   std::vector<int64_t> draft_live;
 
@@ -117,6 +122,10 @@ struct Engine::Impl {
   // A LayerSkip request: K within the model's layers and the artifact's
   // draft entry of K layers.
   Status checkLayerSkip(const SpeculationParams& speculation);
+  // After a forward (trees null: row b's hidden row is b) or a verify (row
+  // b's row is its last accepted node's, `last[b]`): the draft head's
+  // sequences keep the target's hidden state that chose their last token.
+  void keepHidden(const std::vector<ScheduledSlice>& rows, const std::vector<int32_t>* last);
   // Opens the draft model of options.draft_model on the target's backend
   // kind with a pool of `kv_tokens`; refuses one whose vocabulary differs.
   Status openDraftModel(const std::string& artifact_dir, int64_t kv_tokens);

@@ -25,6 +25,9 @@ struct SpecState {
 
   spec::Drafter* drafter = nullptr;
   spec::TreeShape tree;
+  // A draft head's input: the target's hidden state at the token whose
+  // logits chose the last token (kept after each forward or verify).
+  std::vector<float> hidden;
   int window_rows = 0;
   int64_t window_drafted = 0, window_accepted = 0;
   int64_t pause = kFirstPause;

@@ -45,6 +45,21 @@ Status Engine::Impl::checkLayerSkip(const SpeculationParams& speculation) {
   return {};
 }
 
+void Engine::Impl::keepHidden(const std::vector<ScheduledSlice>& rows, const std::vector<int32_t>* last) {
+  std::span<const float> hidden = executor->lastHidden();
+  const int64_t h = executor->hiddenSize();
+  for (size_t b = 0; b < rows.size(); ++b) {
+    Sequence& seq = *rows[b].seq;
+    if (!seq.spec || seq.spec->drafter != draft_head.get()) continue;
+    const int64_t row = last ? batch_query_start[b] + (*last)[b] : int64_t(b);
+    if ((row + 1) * h > int64_t(hidden.size())) {
+      seq.spec->hidden.clear();
+      continue;
+    }
+    seq.spec->hidden.assign(hidden.begin() + row * h, hidden.begin() + (row + 1) * h);
+  }
+}
+
 bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
   drafts.resize(plan.slices.size());
   for (spec::DraftTree& tree : drafts) tree.tokens.clear(), tree.parents.clear();
@@ -62,6 +77,8 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
   model_slices.clear();
   skip_rows.clear();
   skip_slices.clear();
+  head_rows.clear();
+  head_slices.clear();
   for (size_t b = 0; b < plan.slices.size(); ++b) {
     const ScheduledSlice& s = plan.slices[b];
     Sequence& seq = *s.seq;
@@ -79,6 +96,10 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
     if (seq.spec->drafter == draft_model.get()) {
       draft_rows.push_back(std::move(row));
       model_slices.push_back(b);
+    } else if (draft_head && seq.spec->drafter == draft_head.get()) {
+      row.hidden = seq.spec->hidden;
+      head_rows.push_back(std::move(row));
+      head_slices.push_back(b);
     } else if (layer_skip && seq.spec->drafter == layer_skip.get()) {
       // The self-draft writes its nodes' KV into the target's own slots:
       // the table grows for the whole shape first (free or evictable
@@ -96,6 +117,8 @@ bool Engine::Impl::proposeDrafts(ScheduledStep& plan) {
     }
   }
   if (!ngram_rows.empty()) (void)ngram.propose(ngram_rows);
+  if (!head_rows.empty() && !draft_head->propose(head_rows).ok())
+    for (size_t b : head_slices) drafts[b].reset(plan.slices[b].seq->tokens.back());
   if (!skip_rows.empty()) {
     (void)layer_skip->propose(skip_rows);
     for (size_t b : skip_slices) {
@@ -248,6 +271,11 @@ Status Engine::Impl::runVerify(ScheduledStep& part, const std::vector<const spec
     }
     return Status::success();
   }
+  if (draft_head) {
+    verify_last.resize(rows.size());
+    for (size_t b = 0; b < rows.size(); ++b) verify_last[b] = verify_accepted[b * size_t(width) + verify_counts[b]];
+    keepHidden(rows, &verify_last);
+  }
   for (size_t b = 0; b < rows.size(); ++b) {
     ScheduledSlice& s = rows[b];
     Sequence& seq = *s.seq;
@@ -288,6 +316,9 @@ Status Engine::checkSpeculation(const SpeculationParams& speculation) const {
   if (tree.depth() == 0) return makeError("speculative decoding needs at least one draft token (k >= 1)");
   KILN_RETURN_IF_ERROR(impl_->checkDraftModel(speculation));
   KILN_RETURN_IF_ERROR(impl_->checkLayerSkip(speculation));
+  if (speculation.method == SpecMethod::kDraftHead && !impl_->draft_head)
+    return makeError("speculation by a draft head: this engine has none (EngineOptions::draft_head; kiln: "
+                     "--spec=head:PATH)");
   const int64_t nodes = impl_->executor->verifyTreeNodes(), depth = impl_->executor->verifyTreeDepth();
   if (nodes == 0)
     return makeError("speculative decoding needs an artifact with a verify entry on the {} backend: compile it with "

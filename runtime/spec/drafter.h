@@ -71,6 +71,10 @@ struct DraftRequest {
   // history.size() - 1) and every node of `shape` after it: for drafters
   // that write the target's own KV (LayerSkipDrafter); null for others.
   const BlockTable* table = nullptr;
+  // The target's hidden state (the LM head's input) at the token before
+  // the root, whose logits gave the root: for drafters that read it
+  // (DraftHeadDrafter); empty for others, or before the first forward.
+  std::span<const float> hidden;
 };
 
 class Drafter {

@@ -59,10 +59,11 @@ constexpr CliFlag kBatchingFlags[] = {
 // Speculative decoding (speculationFrom, tools/kiln/speculation_flags.h).
 constexpr const char* kSpec = "speculative decoding";
 constexpr CliFlag kSpecFlags[] = {
-    {"spec", "ngram|draft:PATH|layerskip:K", kSpec,
+    {"spec", "ngram|draft:PATH|layerskip:K|head:PATH", kSpec,
      "draft tokens by n-gram prompt lookup, greedily with the draft model PATH (a model, compiled as the target "
-     "is, or an artifact; the target's vocabulary), or greedily with the target's own first K layers (an artifact "
-     "needs kiln-compile --spec-layerskip K), and verify them in one forward (greedy: the same tokens; "
+     "is, or an artifact; the target's vocabulary), greedily with the target's own first K layers (an artifact "
+     "needs kiln-compile --spec-layerskip K), or with the Medusa draft head PATH over the target's hidden states (CPU), "
+     "and verify them in one forward (greedy: the same tokens; "
      "sampled: speculative sampling); a model is compiled with a verify entry for the tree, an artifact must have "
      "one"},
     {"spec-k", "K", kSpec, "draft a chain of K tokens a step (default 4)"},

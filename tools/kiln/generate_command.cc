@@ -137,6 +137,7 @@ int generateCommand(int argc, char** argv) {
   auto speculation = speculationFrom(args);
   if (!speculation.ok()) return fail(speculation.error().message);
   options->draft_model = draftModelFrom(args);
+  options->draft_head = draftHeadFrom(args);
   for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
     compile_flags->push_back(flag);
 

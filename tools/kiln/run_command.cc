@@ -132,6 +132,7 @@ int runCommand(int argc, char** argv) {
   auto speculation = speculationFrom(args);
   if (!speculation.ok()) return fail(speculation.error().message);
   options->draft_model = draftModelFrom(args);
+  options->draft_head = draftHeadFrom(args);
   for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[0]))
     compile_flags->push_back(flag);
   auto engine = openEngine(args.positionals()[0], *options, *compile_flags);

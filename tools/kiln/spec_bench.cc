@@ -139,6 +139,7 @@ int specBenchCommand(const CliArgs& args) {
   // Chat-wrapped prompts here are a few hundred tokens at most.
   options->kv_cache_tokens = (512 + *gen + speculation->tree.nodes() + 32) * max_batch;
   options->draft_model = draftModelFrom(args);
+  options->draft_head = draftHeadFrom(args);
   auto compile_flags = compileFlagsFrom(args);
   if (!compile_flags.ok()) return fail(compile_flags.error().message);
   for (const std::string& flag : speculationCompileFlags(*speculation, args.positionals()[1]))

@@ -19,6 +19,8 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args) {
     spec.method = SpecMethod::kNgram;
   else if (method->starts_with("draft:") && method->size() > 6)
     spec.method = SpecMethod::kDraftModel;
+  else if (method->starts_with("head:") && method->size() > 5)
+    spec.method = SpecMethod::kDraftHead;
   else if (method->starts_with("layerskip:")) {
     spec.method = SpecMethod::kLayerSkip;
     const std::string k = method->substr(10);
@@ -30,7 +32,8 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args) {
                        *method);
   } else
     return makeError("invalid value '{}' for --spec, expected ngram, draft:PATH (a draft model or artifact with "
-                     "the target's vocabulary) or layerskip:K (the target's first K layers)",
+                     "the target's vocabulary), layerskip:K (the target's first K layers) or head:PATH (a draft head "
+                     "checkpoint)",
                      *method);
   if (args.has("spec-k") && args.has("spec-tree"))
     return makeError("--spec-k and --spec-tree both set: a chain of K tokens or a tree, not both");
@@ -55,11 +58,17 @@ std::string draftModelFrom(const CliArgs& args) {
   return method && method->starts_with("draft:") ? method->substr(6) : std::string();
 }
 
+std::string draftHeadFrom(const CliArgs& args) {
+  std::optional<std::string> method = args.get("spec");
+  return method && method->starts_with("head:") ? method->substr(5) : std::string();
+}
+
 std::string specMethodName(const SpeculationParams& spec) {
   switch (spec.method) {
     case SpecMethod::kNgram: return "ngram";
     case SpecMethod::kDraftModel: return "draft";
     case SpecMethod::kLayerSkip: return "layerskip:" + std::to_string(spec.layerskip);
+    case SpecMethod::kDraftHead: return "head";
     case SpecMethod::kNone: break;
   }
   return "none";

@@ -17,6 +17,9 @@ Result<SpeculationParams> speculationFrom(const CliArgs& args);
 // The draft model of --spec=draft:PATH (a model or an artifact; openEngine
 // compiles a model as it does the target), empty for other methods.
 std::string draftModelFrom(const CliArgs& args);
+// The draft head of --spec=head:PATH (a checkpoint directory), empty for
+// other methods.
+std::string draftHeadFrom(const CliArgs& args);
 
 // The drafts' kind as reports name it: ngram, draft or layerskip:K.
 std::string specMethodName(const SpeculationParams& spec);

@@ -619,6 +619,9 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   ex->logits_ = logits->data;
   ex->vocab_ = logits->width;
   ex->logits_per_sequence_ = logits->per_sequence;
+  for (const BoundStep& s : ex->steps_)
+    if (s.kind == StepKind::kGemm && s.results[0].data == ex->logits_ && s.args.size() >= 2) ex->head_step_ = &s;
+  if (ex->head_step_) ex->hidden_size_ = ex->head_step_->k;
   if (verify) KILN_RETURN_IF_ERROR(ex->bindVerify(manifest, *verify, weights));
   if (draft) KILN_RETURN_IF_ERROR(ex->bindDraft(manifest, *draft, weights));
   return ex;
@@ -702,6 +705,8 @@ Status CpuExecutor::bindVerify(const Manifest& manifest, const Entry& entry, con
   if (!outs[1].integer || !outs[2].integer || tree_nodes_ <= 0)
     return makeError("{}: expected a tree_mask step and i32 accepted and accepted_count outputs", where);
   verify_logits_ = outs[0].data;
+  for (const BoundStep& s : verify_steps_)
+    if (s.kind == StepKind::kGemm && s.results[0].data == verify_logits_ && s.args.size() >= 2) verify_head_step_ = &s;
   verify_accepted_ = reinterpret_cast<int32_t*>(outs[1].data);
   verify_path_width_ = outs[1].width;
   verify_count_ = reinterpret_cast<int32_t*>(outs[2].data);
@@ -732,6 +737,7 @@ Status CpuExecutor::verify(const BatchInputs& in, std::span<float> logits_out, s
       return makeError("{} ({}): {}", step.path, stepKindName(step.kind), status.error().message);
   }
   std::memcpy(logits_out.data(), verify_logits_, size_t(n * vocab_) * 4);
+  if (verify_head_step_) last_hidden_ = {verify_head_step_->args[0].data, size_t(n * hidden_size_)};
   std::memcpy(accepted_out.data(), verify_accepted_, size_t(b * verify_path_width_) * 4);
   std::memcpy(count_out.data(), verify_count_, size_t(b) * 4);
   return {};
@@ -763,7 +769,19 @@ Status CpuExecutor::forward(const BatchInputs& in, std::span<float> logits_out) 
   }
   const int64_t rows = logits_per_sequence_ ? b : n;
   std::memcpy(logits_out.data(), logits_, size_t(rows * vocab_) * 4);
+  if (head_step_) last_hidden_ = {head_step_->args[0].data, size_t(rows * hidden_size_)};
   return {};
+}
+
+Status CpuExecutor::lmHead(std::span<const float> hidden, int64_t rows, std::span<float> logits) {
+  if (!head_step_) return makeError("lm head: the forward entry's logits come from no gemm step");
+  if (int64_t(hidden.size()) < rows * hidden_size_ || int64_t(logits.size()) < rows * vocab_)
+    return makeError("lm head: {} hidden and {} logits values for {} rows; expected {} x {} and {} x {}",
+                     hidden.size(), logits.size(), rows, rows, hidden_size_, rows, vocab_);
+  const BoundStep& s = *head_step_;
+  const BoundWeight& w = *s.args[1].weight;
+  const float* bias = s.args.size() == 3 ? reinterpret_cast<const float*>(s.args[2].weight->data) : nullptr;
+  return linear(hidden.data(), rows, s.k, w.data, w.type, s.width, bias, logits.data());
 }
 
 namespace {

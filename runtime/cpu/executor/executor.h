@@ -66,6 +66,16 @@ class CpuExecutor {
   // The draft entry's layers (0: no draft entry).
   int64_t draftLayers() const { return draft_layers_; }
 
+  // The target's last hidden state (the final norm's output, the LM head's
+  // input) of the latest forward or verify call: [rows, hiddenSize()], a
+  // row per logits row; valid until the next call. A view of the arena,
+  // so the hot path does nothing more for it.
+  std::span<const float> lastHidden() const { return last_hidden_; }
+  int64_t hiddenSize() const { return hidden_size_; }
+  // The LM head over `rows` hidden rows of the caller's ([rows,
+  // hiddenSize()] -> logits [rows, vocab]): forward's logits step alone.
+  Status lmHead(std::span<const float> hidden, int64_t rows, std::span<float> logits);
+
   // Called after every step, once per result, with the result's rows
   // ([rows, width] f32; rows are tokens, or sequences for per-sequence
   // values), before any later step runs. For comparing intermediate values
@@ -111,6 +121,12 @@ class CpuExecutor {
   std::vector<BoundStep> draft_steps_;
   float* draft_logits_ = nullptr;
   int64_t draft_layers_ = 0;
+  // The LM head step of forward and of verify (their last gemm), whose
+  // input is the hidden state lastHidden() shows.
+  const BoundStep* head_step_ = nullptr;
+  const BoundStep* verify_head_step_ = nullptr;
+  std::span<const float> last_hidden_;
+  int64_t hidden_size_ = 0;
   // Scratch after the planned arena: roped keys and values [T_max, Hkv, D]
   // each, a residual sum [T_max, hidden], slots widened to i64 [T_max].
   float* scratch_k_ = nullptr;
