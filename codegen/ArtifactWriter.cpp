@@ -295,6 +295,15 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
     }
     (*kvCache_)["sliding_windows"] = std::move(windows);
   }
+  json::Object planOptions{{"quant_weights", options.quant_weights},
+                           {"quant_group_size", int64_t(options.quant_group_size)},
+                           {"quant_kv", options.quant_kv},
+                           {"page_size", int64_t(options.page_size)},
+                           {"spec_tree", options.spec_tree},
+                           {"spec_mode", options.spec_mode},
+                           {"target", options.target}};
+  // Only a plan with a draft entry names it (others' manifests stay as they were).
+  if (options.spec_layerskip > 0) planOptions["spec_layerskip"] = int64_t(options.spec_layerskip);
   return json::Object{
       {"format", "kiln-artifact"},
       {"version", kManifestVersion},
@@ -303,14 +312,7 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                              {"source_size", int64_t(model.sizeBytes)},
                              {"source_mtime", model.mtimeSeconds},
                              {"config", std::move(config)}}},
-      {"options", json::Object{{"quant_weights", options.quant_weights},
-                               {"quant_group_size", int64_t(options.quant_group_size)},
-                               {"quant_kv", options.quant_kv},
-                               {"page_size", int64_t(options.page_size)},
-                               {"spec_tree", options.spec_tree},
-                               {"spec_mode", options.spec_mode},
-                               {"spec_layerskip", int64_t(options.spec_layerskip)},
-                               {"target", options.target}}},
+      {"options", std::move(planOptions)},
       {"activation_type", activationType.str()},
       {"world_size", 1},
       {"rank", 0},

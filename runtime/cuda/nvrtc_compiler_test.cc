@@ -210,6 +210,32 @@ TEST(SpecPlan, VerifyInstancesCompileForSm90aWithoutSpills) {
   EXPECT_EQ(trees, 7);  // a tree-masked paged_attention a plan
 }
 
+// The LayerSkip draft entry's instances (kiln-compile --spec-layerskip 1 on
+// the two-layer fixture: layer 0, the final norm and LM head, tree-masked),
+// f32 and bf16 plans, as the CUDA executor binds them beside verify's.
+TEST(SpecPlan, DraftInstancesCompileForSm90aWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  const std::string fixture = checkoutPath("test/fixtures/tiny-llama");
+  for (const char* activation : {"f32", "bf16"}) {
+    SCOPED_TRACE(std::string(activation) + " plan");
+    auto plan = cuda::testing::fixturePlan(fixture, activation, activation, "artifact-layerskip");
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    const Entry* draft = plan->findEntry("draft");
+    ASSERT_NE(draft, nullptr);
+    int attentions = 0;
+    std::set<std::string> names;
+    for (const Step& step : draft->steps) {
+      attentions += step.kind == StepKind::kPagedAttention ? 1 : 0;
+      for (const KernelVariant& v : step.variants) {
+        if (v.instance.empty() || !names.insert(v.kind + v.params.dump()).second) continue;
+        SCOPED_TRACE(v.instance);
+        expectCompilesWithoutSpills(v.kind, v.params, v.instance, "sm_90a");
+      }
+    }
+    EXPECT_EQ(attentions, 1);  // layer 0's alone
+  }
+}
+
 // flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)
 // and leave room for two blocks per SM (228 KiB per SM).
 TEST(FlashAttentionInstance, DynamicSharedMemoryFits) {
