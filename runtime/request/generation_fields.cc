@@ -92,19 +92,34 @@ FieldStatus readStop(const json& v, std::vector<std::string>& stops) {
 
 // {"method": "ngram", "k": K} or {"method": "ngram", "tree": [W1, ...]}, as
 // kiln run's --spec=ngram with --spec-k or --spec-tree; method "draft" is
-// the engine's draft model (kiln --spec=draft:PATH).
+// the engine's draft model (kiln --spec=draft:PATH), "head" its draft head
+// (--spec=head:DIR), "layerskip" with "layers": K the target's first K
+// layers (--spec=layerskip:K).
 FieldStatus readSpeculation(const json& v, SpeculationParams& out) {
   if (!v.is_object()) return expectedValue("speculation", "an object {method, k} or {method, tree}", v);
   for (const auto& [key, value] : v.items())
-    if (key != "method" && key != "k" && key != "tree")
+    if (key != "method" && key != "k" && key != "tree" && key != "layers")
       return FieldError{"speculation." + key,
-                        fmt::format("speculation: unknown field \"{}\"; expected method, k and tree", key)};
+                        fmt::format("speculation: unknown field \"{}\"; expected method, k, tree and layers", key)};
+  static constexpr const char* kMethods = "\"ngram\", \"draft\", \"head\" or \"layerskip\"";
   if (!v.contains("method"))
-    return FieldError{"speculation.method", "speculation: missing method; expected \"ngram\" or \"draft\""};
-  if (v["method"] != "ngram" && v["method"] != "draft")
-    return expectedValue("speculation.method", "\"ngram\" or \"draft\"", v["method"]);
+    return FieldError{"speculation.method", fmt::format("speculation: missing method; expected {}", kMethods)};
+  const json& method = v["method"];
+  if (method != "ngram" && method != "draft" && method != "head" && method != "layerskip")
+    return expectedValue("speculation.method", kMethods, method);
   SpeculationParams spec;
-  spec.method = v["method"] == "ngram" ? SpecMethod::kNgram : SpecMethod::kDraftModel;
+  spec.method = method == "ngram"   ? SpecMethod::kNgram
+                : method == "head"  ? SpecMethod::kDraftHead
+                : method == "draft" ? SpecMethod::kDraftModel
+                                    : SpecMethod::kLayerSkip;
+  if ((spec.method == SpecMethod::kLayerSkip) != v.contains("layers"))
+    return FieldError{"speculation.layers", "speculation: layers (K) goes with method \"layerskip\", and only with it"};
+  if (spec.method == SpecMethod::kLayerSkip) {
+    FieldStatus error;
+    auto layers = readInteger("speculation.layers", v["layers"], 1, 4096, error);
+    if (!layers) return error;
+    spec.layerskip = *layers;
+  }
   if (v.contains("k") && v.contains("tree"))
     return FieldError{"speculation", "speculation: k and tree both set: a chain of k tokens or a tree, not both"};
   if (v.contains("tree")) {

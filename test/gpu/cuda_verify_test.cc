@@ -1,7 +1,8 @@
 // Speculative verify on the CUDA executor, on the tiny-llama fixture
 // compiled with --spec-tree=widths:2,2,1 (artifact-spec: 11 nodes, depth
 // 3): its logits and accepted paths against the CPU executor's for a
-// chain, a tree and a root alone in one batch; the accepted nodes' KV moved
+// chain, a tree and a root alone in one batch, and the LayerSkip draft
+// entry's (artifact-layerskip) likewise; the accepted nodes' KV moved
 // into place (copySlots) for every KV type; and through the engine, n-gram
 // speculation's greedy tokens equal plain greedy decoding's, alone and
 // batched with plain requests, and a sampled request speculates the same
@@ -188,6 +189,54 @@ TEST(CudaVerify, LogitsAndPathsFollowTheCpuExecutor) {
                 "%d, %d, %d on CUDA\n",
                 plan->activation_type.c_str(), worst, gpu.count[0], gpu.count[1], gpu.count[2]);
   }
+}
+
+// The LayerSkip draft entry (artifact-layerskip: layer 0 of 2, then the
+// final norm and LM head) on the f32 plan: the CUDA executor's draft
+// logits over the chain, tree and root-alone batch are the CPU executor's,
+// and so are the verify logits after it (the draft's layer-0 KV at the
+// nodes' slots is verify's, written again).
+TEST(CudaVerify, DraftEntryFollowsTheCpuExecutor) {
+  auto plan = Manifest::load(kFixture + "/artifact-layerskip");
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto weights = WeightStore::open(*plan, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const KvPoolConfig kv = kvPoolConfigFor(*plan, 3 * kBlocksPerSequence);
+  auto cpu_ex = cpu::CpuExecutor::create(*plan, *weights, kv, kMaxTokens);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+  auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, {.progress = false});
+  if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the draft entry comparison")) return;
+  ASSERT_EQ((*ex)->draftLayers(), 1);
+  prefill(**ex, kPrompts);
+  prefill(**cpu_ex, kPrompts);
+  const std::vector<Tree> trees = verifyBatch({3, 4, 5});
+  std::vector<int32_t> tokens, parents, positions, slots, query_start{0}, kv_lens, base;
+  for (size_t b = 0; b < trees.size(); ++b) {
+    const size_t first = tokens.size();
+    for (size_t i = 0; i < trees[b].tokens.size(); ++i) {
+      const int32_t parent = trees[b].parents[i];
+      tokens.push_back(trees[b].tokens[i]);
+      parents.push_back(parent);
+      positions.push_back(parent < 0 ? kPrefix[b] : positions[first + size_t(parent)] + 1);
+      slots.push_back(slotOf(int(b), kPrefix[b] + int(i)));
+    }
+    query_start.push_back(int32_t(tokens.size()));
+    kv_lens.push_back(kPrefix[b] + int32_t(trees[b].tokens.size()));
+    base.push_back(kPrefix[b]);
+  }
+  const std::vector<int32_t> tables = blockTables(int(trees.size()));
+  BatchInputs in{tokens, positions, slots, tables, kBlocksPerSequence, query_start, kv_lens};
+  in.parents = parents;
+  in.base_positions = base;
+  std::vector<float> gpu(tokens.size() * size_t((*ex)->vocabSize())), cpu(gpu.size());
+  Status g = (*ex)->draft(in, gpu), c = (*cpu_ex)->draft(in, cpu);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_LE(relativeL2(gpu, cpu), 1e-4);
+  const Verified gv = verify(**ex, kPrefix, trees), cv = verify(**cpu_ex, kPrefix, trees);
+  EXPECT_LE(relativeL2(gv.logits, cv.logits), 1e-4);
+  EXPECT_GT(relativeL2(gpu, gv.logits), 1e-3) << "one layer of two drafts other logits";
+  std::printf("draft entry: CUDA vs CPU logits relative L2 %.3g\n", relativeL2(gpu, cpu));
 }
 
 // The accepted path 0 -> 2 -> 5 of the tree moves nodes 2 and 5 to the

@@ -101,6 +101,14 @@ TEST(RequestJsonTest, VllmSpellingsLogprobsAndSpeculation) {
   r = requestFromJsonText(R"({"prompt": "Hi", "speculation": {"method": "ngram"}})");
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->request.speculation.tree.text(), "chain:4");  // --spec-k's default
+  r = requestFromJsonText(R"({"prompt": "Hi", "speculation": {"method": "layerskip", "layers": 24, "k": 3}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->request.speculation.method, SpecMethod::kLayerSkip);
+  EXPECT_EQ(r->request.speculation.layerskip, 24);
+  EXPECT_EQ(r->request.speculation.tree.text(), "chain:3");
+  r = requestFromJsonText(R"({"prompt": "Hi", "speculation": {"method": "head"}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->request.speculation.method, SpecMethod::kDraftHead);
   r = requestFromJsonText(R"({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
                               {"type": "text", "text": "b"}]}]})");
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -198,9 +206,16 @@ TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
       // speculation.
       {R"({"prompt": "Hi", "speculation": "ngram"})",
        "speculation: expected an object {method, k} or {method, tree}, got string \"ngram\""},
-      {R"({"prompt": "Hi", "speculation": {"k": 4}})", "speculation: missing method; expected \"ngram\" or \"draft\""},
+      {R"({"prompt": "Hi", "speculation": {"k": 4}})",
+       "speculation: missing method; expected \"ngram\", \"draft\", \"head\" or \"layerskip\""},
       {R"({"prompt": "Hi", "speculation": {"method": "eagle"}})",
-       "speculation.method: expected \"ngram\" or \"draft\", got string \"eagle\""},
+       "speculation.method: expected \"ngram\", \"draft\", \"head\" or \"layerskip\", got string \"eagle\""},
+      {R"({"prompt": "Hi", "speculation": {"method": "layerskip"}})",
+       "speculation: layers (K) goes with method \"layerskip\", and only with it"},
+      {R"({"prompt": "Hi", "speculation": {"method": "ngram", "layers": 4}})",
+       "speculation: layers (K) goes with method \"layerskip\", and only with it"},
+      {R"({"prompt": "Hi", "speculation": {"method": "layerskip", "layers": 0}})",
+       "speculation.layers: expected an integer in [1, 4096], got 0"},
       {R"({"prompt": "Hi", "speculation": {"method": "ngram", "k": 0}})",
        "speculation.k: expected an integer in [1, 1023], got 0"},
       {R"({"prompt": "Hi", "speculation": {"method": "ngram", "k": 2, "tree": [2]}})",
@@ -211,7 +226,7 @@ TEST(RequestJsonTest, ErrorsNameTheFieldAndWhatWasExpected) {
        "speculation.tree: expected a non-empty list of widths >= 1 (e.g. [2, 2, 1]) of at most 1024 nodes, got a "
        "list"},
       {R"({"prompt": "Hi", "speculation": {"method": "ngram", "depth": 2}})",
-       "speculation: unknown field \"depth\"; expected method, k and tree"},
+       "speculation: unknown field \"depth\"; expected method, k, tree and layers"},
       {R"({"prompt": "Hi", "priority": "high"})",
        "priority: expected an integer in [-2147483648, 2147483647], got string \"high\""},
       // Numbers.
