@@ -13,7 +13,9 @@ namespace kiln::cuda {
 
 struct CudaTuning {
   // Replay decode batches (one token per sequence) from a CUDA graph
-  // captured per shape (batch size, block-table stride, split-KV count).
+  // captured per shape (batch size, block-table stride, split-KV count),
+  // and speculative verify batches from one per shape (tokens, rows,
+  // block-table stride, largest tree) seen twice.
   bool graphs = true;
   // Prefill chunks of bf16 pools with head_dim 64 or 128 run the
   // tensor-core flash attention; otherwise the CUDA-core paged_attention.

@@ -191,6 +191,57 @@ TEST(CudaVerify, LogitsAndPathsFollowTheCpuExecutor) {
   }
 }
 
+// Verify batches replay a CUDA graph per shape: the first call of a shape
+// runs step by step, the second captures (one capture), the third replays
+// (none); every call's logits and paths are, bit for bit, those of an
+// executor with graphs off (cuBLASLt's first heuristic algorithm in both,
+// so neither times its own). The chain alone is another shape, captured
+// on its own. On the f32 plan (cuBLASLt GEMMs) and the bf16 one (cuBLASLt
+// at the batch's 12 rows, skinny GEMMs at the chain's 4).
+TEST(CudaVerify, GraphReplayGivesTheStepByStepResults) {
+  for (const char* activation : {"f32", "bf16"}) {
+    auto plan = std::string(activation) == "f32" ? Manifest::load(kFixture + "/artifact-spec")
+                                                 : testing::bf16Plan(kFixture, "bf16", "artifact-spec");
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    auto weights = WeightStore::open(*plan, {.source_path = kFixture, .check_source_stamp = false});
+    ASSERT_TRUE(weights.ok()) << weights.error().message;
+    const KvPoolConfig kv = kvPoolConfigFor(*plan, 3 * kBlocksPerSequence);
+    CudaExecutorOptions options{.progress = false};
+    options.tuning.gemm_autotune = false;
+    auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, options);
+    if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the verify graphs")) return;
+    options.tuning.graphs = false;
+    auto eager = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, options);
+    ASSERT_TRUE(eager.ok()) << eager.error().message;
+    prefill(**ex, kPrompts);
+    prefill(**eager, kPrompts);
+    const std::vector<Tree> trees = verifyBatch({3, 4, 5});
+    const Verified want = verify(**eager, kPrefix, trees);
+    EXPECT_EQ((*eager)->graphCaptures(), 0) << activation;
+    const int64_t before = (*ex)->graphCaptures();
+    for (int call = 1; call <= 3; ++call) {
+      const Verified got = verify(**ex, kPrefix, trees);
+      EXPECT_EQ((*ex)->graphCaptures(), before + (call >= 2 ? 1 : 0)) << activation << " call " << call;
+      EXPECT_TRUE(got.logits == want.logits)
+          << activation << " call " << call << ": relative L2 " << relativeL2(got.logits, want.logits);
+      EXPECT_EQ(got.accepted, want.accepted) << activation << " call " << call;
+      EXPECT_EQ(got.count, want.count) << activation << " call " << call;
+    }
+    // Sequence 0's chain (4 nodes) alone: another shape, captured at its
+    // own second call; equal to the eager run's.
+    const Verified chain_want = verify(**eager, {kPrefix[0]}, {trees[0]});
+    const int64_t after_batch = (*ex)->graphCaptures();
+    for (int call = 1; call <= 3; ++call) {
+      const Verified got = verify(**ex, {kPrefix[0]}, {trees[0]});
+      EXPECT_EQ((*ex)->graphCaptures(), after_batch + (call >= 2 ? 1 : 0)) << activation << " chain call " << call;
+      EXPECT_TRUE(got.logits == chain_want.logits) << activation << " chain call " << call;
+      EXPECT_EQ(got.accepted, chain_want.accepted) << activation << " chain call " << call;
+    }
+    std::printf("%s plan: verify graphs %lld captured, replays equal to the step-by-step run\n", activation,
+                (long long)((*ex)->graphCaptures() - before));
+  }
+}
+
 // The LayerSkip draft entry (artifact-layerskip: layer 0 of 2, then the
 // final norm and LM head) on the f32 plan: the CUDA executor's draft
 // logits over the chain, tree and root-alone batch are the CPU executor's,

@@ -231,7 +231,7 @@ const CliCommand& benchCli() {
           {"http", "", kServe,
            "serve: also run the workload through an in-process kiln serve on loopback (streaming HTTP clients) "
            "and print HTTP / in-process"},
-          {"no-cuda-graphs", "", kCuda, "decode steps launched one by one, not replayed from CUDA graphs",
+          {"no-cuda-graphs", "", kCuda, "decode and verify steps launched one by one, not from CUDA graphs",
            &CudaTuning::graphs, false},
           {"no-flash-attention", "", kCuda, "prefill attention on the CUDA-core paged_attention kernel",
            &CudaTuning::flash_attention, false},

@@ -5,7 +5,10 @@
 // same KV cache and context, in the same run; the ratio is what a tree
 // costs over a decode step, whatever drafts it holds. The steps go straight
 // to the engine's backend (no scheduler, no drafter): a warm-up, then the
-// median of --runs x 20 steps of each, interleaved.
+// median of --runs x 20 steps of each, interleaved. Kernels are compiled
+// when the engine opens; what a shape's first calls add (cuBLASLt's plans
+// and their autotuning, the verify graph captured at a shape's second
+// call, the decode graph at its first) falls in the warm-up.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -147,7 +150,9 @@ Result<VerifyTiming> benchVerifySteps(Engine& engine, const std::vector<int32_t>
   auto verifyLogits = [&] { return backend.verify(verify, logits, accepted, counts); };
   std::vector<double> plain_ms, verify_ms, logits_ms;
   const int steps = 20 * std::max(runs, 1);
-  for (int i = -3; i < steps; ++i) {  // three warm-up rounds (graph capture, GEMM plans)
+  // Three warm-up rounds: verify's shape runs twice a round (ids, then
+  // logits back), so its graph is captured in the first and replayed after.
+  for (int i = -3; i < steps; ++i) {
     auto p = timed(decodeStep);
     auto v = timed(verifyIds);
     auto l = timed(verifyLogits);

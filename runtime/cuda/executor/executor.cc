@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "codegen/kernels/kernel_params.cuh"
@@ -33,8 +34,12 @@ namespace kk = kiln::kernels;
 
 namespace {
 
-// Decode batches of up to this many sequences replay a captured CUDA graph.
+// Decode batches and verify batches of up to this many sequences replay a
+// captured CUDA graph.
 constexpr int64_t kMaxGraphBatch = 256;
+// Verify shapes seen once and not yet captured, kept at most this many (then
+// forgotten all at once): a bound, not a cache.
+constexpr size_t kMaxVerifyShapesSeen = 1024;
 
 // The manifest's `forward` entry, once what the CUDA executor runs is
 // checked (before anything touches the driver).
@@ -90,8 +95,9 @@ Result<VerifyEntry> verifyEntry(const Manifest& manifest) {
 // What the executor holds on the device. Members go in the reverse of their
 // order here, once finish() has made the context current and drained the
 // stream: the step and forward timers (printing the forward report), the
-// graphs, cuBLASLt's plans and handle, the modules, device and pinned
-// memory, and last the stream and the context. The rest point into these.
+// verify and decode graphs, cuBLASLt's plans and handle, the modules,
+// device and pinned memory, and last the stream and the context. The rest
+// point into these.
 struct CudaExecutor::Backend {
   explicit Backend(const CudaTuning& switches) : tuning(switches) {}
   ~Backend() { gpu.finish(); }
@@ -103,6 +109,7 @@ struct CudaExecutor::Backend {
   KernelSet verify_kernels{gpu};
   GemmPlanner gemms{gpu, memory, tuning};
   GraphCache graphs{gpu};
+  GraphCache verify_graphs{gpu};  // verify batches' own, so they never evict decode's
   ForwardTimer forward_timer{gpu};
   StepTimer step_timer{gpu};
 
@@ -116,12 +123,15 @@ struct CudaExecutor::Backend {
   DeviceValue logits;
   void* logits_host = nullptr;  // pinned, [T_max, vocab] of the logits' type
   // The verify entry, if the plan has one: its steps bound to the same
-  // arena (its own buffers for what its fusions move), run step by step
-  // (never a graph); its logits [N, vocab], a row per tree node.
+  // arena (its own buffers for what its fusions move), replayed from a
+  // graph of verify_graphs from a shape's second call on (the first runs
+  // step by step: an engine's trees make many shapes that never recur);
+  // its logits [N, vocab], a row per tree node.
   ActivationArena verify_arena;
   std::vector<BoundStep> verify_steps;
   DeviceValue verify_logits;
   int64_t tree_nodes = 0, path_width = 1;
+  std::set<LaunchShape> verify_shapes_seen;  // run once, not captured
   // The LayerSkip draft entry (kiln-compile --spec-layerskip K), if any:
   // bound as verify's is, over the same arena and pools; its logits
   // [N, vocab], a row per tree node.
@@ -135,8 +145,10 @@ struct CudaExecutor::Backend {
   // batch of this shape whose inputs are already in `inputs`; a greedy
   // shape ends in the argmax over `out`'s rows.
   Status enqueueSteps(const std::vector<BoundStep>& list, const DeviceValue& out, const LaunchShape& shape);
-  // The graph of `shape`, captured from enqueueSteps on first use.
-  Result<CUgraphExec> decodeGraph(const LaunchShape& shape);
+  // The graph in `cache` of `list` at `shape`, captured from enqueueSteps
+  // (ending in `out`'s argmax when shape.greedy) on first use.
+  Result<CUgraphExec> graphOf(GraphCache& cache, const std::vector<BoundStep>& list, const DeviceValue& out,
+                              const LaunchShape& shape);
   // After a forward's launch: copies `bytes` of `from` back to `to`, waits
   // for the stream and adds the forward's times.
   Status copyBackAndWait(void* to, CUdeviceptr from, size_t bytes, const char* what, const LaunchShape& shape);
@@ -147,7 +159,9 @@ CudaExecutor::~CudaExecutor() {
     fmt::print(stderr, "{}", backend_->step_timer.profile().report());
 }
 
-int64_t CudaExecutor::graphCaptures() const { return backend_->graphs.captures(); }
+int64_t CudaExecutor::graphCaptures() const {
+  return backend_->graphs.captures() + backend_->verify_graphs.captures();
+}
 
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manifest,
                                                            const WeightStore& weights,
@@ -463,16 +477,17 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
   return {};
 }
 
-Result<CUgraphExec> CudaExecutor::Backend::decodeGraph(const LaunchShape& shape) {
-  if (CUgraphExec exec = graphs.find(shape)) return exec;
-  auto prepare = [&] { return gemms.prepare(steps, shape); };
+Result<CUgraphExec> CudaExecutor::Backend::graphOf(GraphCache& cache, const std::vector<BoundStep>& list,
+                                                   const DeviceValue& out, const LaunchShape& shape) {
+  if (CUgraphExec exec = cache.find(shape)) return exec;
+  auto prepare = [&] { return gemms.prepare(list, shape); };
   auto enqueue = [&] {
     gemms.capturing = true;
-    Status enqueued = enqueueSteps(steps, logits, shape);
+    Status enqueued = enqueueSteps(list, out, shape);
     gemms.capturing = false;
     return enqueued;
   };
-  return graphs.capture(shape, prepare, enqueue);
+  return cache.capture(shape, prepare, enqueue);
 }
 
 Result<LaunchShape> CudaExecutor::launchForward(const BatchInputs& in, bool greedy) {
@@ -517,7 +532,7 @@ Result<LaunchShape> CudaExecutor::launchForward(const BatchInputs& in, bool gree
   const int64_t captures_before = backend.graphs.captures();
   const size_t plans_before = backend.gemms.plans();
   if (graph) {
-    KILN_ASSIGN(exec, backend.decodeGraph(shape));
+    KILN_ASSIGN(exec, backend.graphOf(backend.graphs, backend.steps, backend.logits, shape));
     KILN_RETURN_IF_ERROR(d->check(gpu.x.graphLaunch(exec, gpu.stream), "cuGraphLaunch"));
   } else {
     KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.steps, backend.logits, shape));
@@ -651,9 +666,29 @@ Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, 
   shape.greedy = true;  // each node's argmax, for the acceptance
   for (int64_t i = 0; i < b; ++i)
     shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
+  // A graph reads every input at its fixed place in `inputs` (the tree's
+  // positions and mask too) and the block tables at the shape's stride, as
+  // decode's does; captured at a shape's second call (the first is
+  // remembered), replayed from its third.
+  bool graph = backend.tuning.graphs && !backend.tuning.profile_steps && b <= kMaxGraphBatch;
+  if (graph) {
+    shape.max_blocks = graphStride(in.max_blocks, pool_->config().num_blocks);
+    if (b * shape.max_blocks > backend.inputs.block_table_capacity) {
+      graph = false;
+      shape.max_blocks = in.max_blocks;
+    }
+  }
+  if (graph && !backend.verify_graphs.find(shape)) {
+    std::set<LaunchShape>& seen = backend.verify_shapes_seen;
+    if (seen.erase(shape) == 0) {
+      if (seen.size() >= kMaxVerifyShapesSeen) seen.clear();
+      seen.insert(shape);
+      graph = false;
+    }
+  }
 
   BatchInputBuffer& inputs = backend.inputs;
-  const size_t input_bytes = inputs.stage(in, in.max_blocks);
+  const size_t input_bytes = inputs.stage(in, shape.max_blocks);
   const size_t tree_bytes = inputs.stageTree(in);
   const size_t tree_offset = size_t(inputs.offset[kTreePositions]) * 4;
   KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device, inputs.staging, input_bytes, gpu.stream),
@@ -662,7 +697,12 @@ Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, 
                                                       reinterpret_cast<const uint8_t*>(inputs.staging) + tree_offset,
                                                       tree_bytes, gpu.stream),
                                 "cuMemcpyHtoDAsync (tree positions and mask)"));
-  KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.verify_steps, backend.verify_logits, shape));
+  if (graph) {
+    KILN_ASSIGN(exec, backend.graphOf(backend.verify_graphs, backend.verify_steps, backend.verify_logits, shape));
+    KILN_RETURN_IF_ERROR(d->check(gpu.x.graphLaunch(exec, gpu.stream), "cuGraphLaunch (verify)"));
+  } else {
+    KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.verify_steps, backend.verify_logits, shape));
+  }
   KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.argmax.tokens_host, backend.argmax.tokens,
                                                       size_t(n) * 4, gpu.stream),
                                 "cuMemcpyDtoHAsync (tree nodes' argmax)"));

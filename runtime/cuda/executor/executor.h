@@ -12,7 +12,8 @@
 // f32) runs in f32 throughout instead: f32 GEMM weights, every GEMM in
 // cuBLASLt with f32 operands and CUBLAS_COMPUTE_32F, no skinny kernel or
 // fusion. Decode batches split attention over the keys (split-KV) and
-// replay a CUDA graph captured for their shape.
+// replay a CUDA graph captured for their shape; verify batches replay one
+// of their own.
 //
 // The parts, a file pair each beside this one: device_context (driver,
 // device, context, stream), device_memory (allocations, arena, KV pools,
@@ -78,8 +79,10 @@ class CudaExecutor {
   // CPU executor's contract (runtime/backend/tree_verify.h): row b of the
   // batch is sequence b's draft tree (BatchInputs::parents,
   // base_positions), whose positions and ancestor mask are computed on the
-  // host and staged with the inputs; the steps run one by one (no graph),
-  // the tree-masked paged_attention among them. logits_out: [N, vocab] f32,
+  // host and staged with the inputs; the steps, the tree-masked
+  // paged_attention among them, run one by one at a shape's first call and
+  // from a CUDA graph of that shape after (CudaTuning::graphs; one capture,
+  // at the second call). logits_out: [N, vocab] f32,
   // a row per node; empty: the logits stay on the device. accepted_out:
   // [B, treeDepth() + 1] the greedy path's local nodes (-1 padded),
   // count_out [B] its drafts, walked on the host over each node's argmax
@@ -110,7 +113,7 @@ class CudaExecutor {
   const std::string& deviceName() const { return device_name_; }
   int64_t deviceBytes() const { return device_bytes_; }  // weights + arena + pools + staging
   int64_t weightBytes() const { return weight_bytes_; }
-  int64_t graphCaptures() const;  // decode graphs captured so far
+  int64_t graphCaptures() const;  // decode and verify graphs captured so far
 
  private:
   CudaExecutor() = default;
