@@ -265,13 +265,13 @@ Result<EngineOptions> engineOptionsFrom(const CliArgs& args) {
     return makeError("--device '{}': expected cpu, cuda or auto", device);
   options.device = device;
   options.model_source = args.get("model-source").value_or("");
+  options.draft_model_source = args.get("draft-source").value_or("");
   options.cuda.batch_invariant = args.has("batch-invariant");
   auto threads = args.getInt("threads", 0);
   if (!threads.ok()) return threads.error();
   if (*threads < 0) return makeError("--threads {} is invalid: expected >= 0", *threads);
   options.threads = int(*threads);
   if (auto fraction = args.get("gpu-memory-fraction")) {
-  options.draft_model_source = args.get("draft-source").value_or("");
     char* end = nullptr;
     const double f = std::strtod(fraction->c_str(), &end);
     if (end == fraction->c_str() || *end != '\0' || !(f > 0.0 && f <= 1.0))
