@@ -483,21 +483,19 @@ TEST(CudaVerify, EngineSpeculationKeepsTheGreedyTokens) {
   EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
 }
 
-// The default kernels (skinny and cuBLASLt choices by row count): the same
-// comparison, reported; a row's logits may round differently in a verify
-// batch than alone, so a near tie may flip a token.
-TEST(CudaVerify, EngineSpeculationWithDefaultKernelsReports) {
+// The default kernels (skinny and cuBLASLt choices by row count): a row's
+// logits may round differently in a verify batch than alone, so on a model
+// with near ties a token may flip. The fixture's prompts have no tie within
+// that rounding, so here too every speculative completion equals the plain
+// one; a flip means a verify row's logits moved by more than rounding.
+TEST(CudaVerify, EngineSpeculationWithDefaultKernelsKeepsTheGreedyTokens) {
   auto engine = cudaEngine(/*batch_invariant=*/false);
   if (!engine) return;
-  int equal = 0, total = 0;
   for (const auto& prompt : kEnginePrompts) {
     const auto plain = runAll(*engine, {request(prompt)})[0];
-    for (const std::vector<int64_t>& widths : {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{2, 2, 1}}) {
-      equal += runAll(*engine, {request(prompt, widths)})[0] == plain;
-      ++total;
-    }
+    for (const std::vector<int64_t>& widths : {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{2, 2, 1}})
+      EXPECT_EQ(runAll(*engine, {request(prompt, widths)})[0], plain) << "tree of " << widths.size() << " levels";
   }
-  std::printf("default kernels: %d of %d speculative greedy completions equal the plain ones\n", equal, total);
 }
 
 // A sampled request walks its tree with speculative sampling: its RNG is
