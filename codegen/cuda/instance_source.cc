@@ -13,7 +13,7 @@
 #include "codegen/kernels/flash_attention.cuh"  // flash::smem_bytes (host-visible part)
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // flash_wgmma::smem_bytes (host-visible part)
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"     // gemm_swiglu::smem_bytes (host-visible part)
-#include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout
+#include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout, the moe grid
 #include "runtime/artifact/manifest.h"
 #include "runtime/artifact/step_params_json.h"
 
@@ -906,8 +906,8 @@ Result<Body> moeRouter(const Params& p) {
 }
 
 // moe_ffn's three kernels (the runtime's kinds moe_gate_up, moe_down,
-// moe_combine, from the step's params): 8 warps, a column each, 16 routed
-// rows a pass over an expert's weights.
+// moe_combine, from the step's params): 8 warps, two columns each, up to
+// kMoeRowsPerPass routed rows a pass over an expert's weights.
 Result<Body> moeExperts(const Params& p, std::string_view part) {
   KILN_TRY(hidden, p.positive("hidden", 8));  // 8-element weight loads
   KILN_TRY(ffn, p.positive("ffn", 8));
@@ -917,10 +917,15 @@ Result<Body> moeExperts(const Params& p, std::string_view part) {
   KILN_TRY(weight, elementType(p, "weight_type", weight_name, false));
   KILN_TRY(x, activationType(p, "x_type"));
   KILN_TRY(out, activationType(p, "out_type"));
-  if (top_k > experts) return makeError("{}: top_k {} of {} experts", part, top_k, experts);
-  constexpr int kThreads = 256, kRowsPerPass = 16;
-  const std::string grid = part == "moe_gate_up" ? fmt::format("[experts={}, ceil(ffn={} / 8)]", experts, ffn)
-                           : part == "moe_down"  ? fmt::format("[experts={}, ceil(hidden={} / 8)]", experts, hidden)
+  if (top_k > experts || experts > 1024)
+    return makeError("{}: top_k {} of {} experts, expected top_k <= experts <= 1024", part, top_k, experts);
+  constexpr int kThreads = 256, kRowsPerPass = kiln::kernels::kMoeRowsPerPass;
+  const auto expertGrid = [&](std::string_view columns, int64_t n) {
+    return fmt::format("[ceil({}={} / {}), min(experts={}, N * top_k={}), ceil(N / {})]", columns, n,
+                       kiln::kernels::kMoeColumnsPerBlock, experts, top_k, kRowsPerPass);
+  };
+  const std::string grid = part == "moe_gate_up" ? expertGrid("ffn", ffn)
+                           : part == "moe_down"  ? expertGrid("hidden", hidden)
                                                  : std::string("[N]");
   Body b{"moe.cuh", "", std::string(part), {part == "moe_combine" ? 128 : kThreads, grid, "MoeExpertsParams"}};
   b.waits_itself = true;

@@ -154,6 +154,18 @@ struct MoeExpertsParams {
   void* out;            // [rows, hidden] Out
   int rows;
 };
+// moe_gate_up and moe_down run a grid [ceil(columns / kMoeColumnsPerBlock),
+// min(experts, rows · top_k), ceil(rows / kMoeRowsPerPass)]: column tiles,
+// the chosen experts in id order (blocks past the count of distinct chosen
+// experts exit), and groups of the rows routed to one expert (an expert
+// holds at most `rows` slots, each token choosing it once).
+constexpr int kMoeColumnsPerBlock = 16;
+constexpr int kMoeRowsPerPass = 32;
+// Both at least 1, so an empty batch still launches a valid grid.
+inline constexpr int moeExpertGroups(int experts, int rows, int top_k) {
+  return rows * top_k < 1 ? 1 : experts < rows * top_k ? experts : rows * top_k;
+}
+inline constexpr int moeRowGroups(int rows) { return rows < 1 ? 1 : (rows + kMoeRowsPerPass - 1) / kMoeRowsPerPass; }
 
 // gather_last_tokens: out[b] = h[query_start[b + 1] - 1].
 struct GatherLastTokensParams {

@@ -11,12 +11,18 @@
 //   moe_combine: out [t, H] = Σ_k partial[t K + k] (k in order: no atomics,
 //                so a token's output does not depend on its batch)
 //
-// gate_up and down run a grid [E, column tiles]: each block first gathers
-// the slots routed to its expert (scanning ids, kRowsPerPass at a time),
-// then each warp streams its weight columns once for all those slots (8
-// elements a lane a load: 16-byte loads of bf16 weights), so an
-// expert's weights are read once per kRowsPerPass routed rows and experts no
-// token chose are not read at all (their blocks exit after the scan).
+// gate_up and down run a grid [column tiles, chosen experts, row groups]
+// (kernel_params.cuh): blockIdx.y names the y-th distinct expert the ids
+// hold, so at one row only the k chosen experts get blocks, and each of
+// their weight streams is spread over all SMs. A block finds its expert and
+// its up to kRowsPerPass slots with block-wide prefix sums over the ids
+// (a few hundred bytes from L2), then each warp streams its weight rows once
+// for all those slots: 16-byte loads kept raw in registers, kUnroll · 2 of
+// them in flight a lane (gate and up of a column together; down two hidden
+// columns at once), the slots' rows of x from L1. Experts no token chose
+// are not read at all, and a decode batch of up to kRowsPerPass rows reads
+// each chosen expert once. Each output is one warp's sum in a fixed order
+// (no atomics), whatever the batch.
 // Prefill-sized groups want the tensor-core grouped GEMM instead (not here).
 #pragma once
 
@@ -82,132 +88,253 @@ __device__ __forceinline__ void moe_router(const MoeRouteParams& p) {
   }
 }
 
-// The next up to kRowsPerPass slots routed to `expert` from slot `*next`
-// on, into slots[]; returns how many (0: none left). Thread 0 scans; every
-// thread of the block must call it.
-template <int kRowsPerPass>
-__device__ __forceinline__ int moe_gather_slots(const int* ids, int routed, int expert, int* slots, int* shared_next,
-                                                int* shared_count) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int n = 0, s = *shared_next;
-    for (; s < routed && n < kRowsPerPass; ++s)
-      if (ids[s] == expert) slots[n++] = s;
-    *shared_next = s;
-    *shared_count = n;
+// The exclusive prefix sum of `v` over the block's threads in thread
+// order; `total` gets the block's sum. scratch: kThreads / 32 ints of
+// shared memory. Every thread of the block calls it.
+template <int kThreads>
+__device__ __forceinline__ int moe_block_exclusive_sum(int v, int* scratch, int& total) {
+  constexpr int kWarps = kThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int inclusive = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int before = __shfl_sync(0xffffffffu, inclusive, lane >= o ? lane - o : lane);
+    if (lane >= o) inclusive += before;
   }
+  if (lane == 31) scratch[warp] = inclusive;
   __syncthreads();
-  return *shared_count;
+  int earlier = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const int c = scratch[w];
+    earlier += w < warp ? c : 0;
+    total += c;
+  }
+  __syncthreads();  // scratch is free for the next call
+  return earlier + inclusive - v;
 }
 
+// Of the indices i in [0, n) with chosen(i), numbered 0, 1, .. in index
+// order, those numbered first .. first + count - 1 go to out[number -
+// first]; returns how many were chosen in all. kThreads indices a round,
+// one a thread; every thread of the block calls it, and out is visible to
+// all of them on return.
+template <int kThreads, class Chosen>
+__device__ __forceinline__ int moe_block_select(int n, Chosen chosen, int first, int count, int* out, int* scratch) {
+  int base = 0;
+  for (int c = 0; c < n; c += kThreads) {
+    const int i = c + int(threadIdx.x);
+    const int flag = i < n && chosen(i) ? 1 : 0;
+    int total = 0;
+    const int number = base + moe_block_exclusive_sum<kThreads>(flag, scratch, total);
+    if (flag && number >= first && number < first + count) out[number - first] = i;
+    base += total;
+  }
+  __syncthreads();
+  return base;
+}
+
+// A block's share of the routing: its expert (the blockIdx.y-th distinct
+// one the ids name, in id order) and its group of that expert's slots (the
+// blockIdx.z-th kRowsPerPass, in slot order) into slots[]; returns how many
+// slots (0: the block has nothing to do). Every thread calls it, after the
+// wait on the router.
+template <int kThreads, int E, int R>
+__device__ __forceinline__ int moe_block_route(const int* ids, int routed, int* chosen, int* slots, int* expert,
+                                               int* scratch) {
+  for (int e = threadIdx.x; e < E; e += kThreads) chosen[e] = 0;
+  __syncthreads();
+  for (int s = threadIdx.x; s < routed; s += kThreads) {
+    const int e = ids[s];
+    if (e >= 0 && e < E) chosen[e] = 1;  // every writer stores the same 1
+  }
+  __syncthreads();
+  const int distinct = moe_block_select<kThreads>(
+      E, [chosen](int e) { return chosen[e] != 0; }, int(blockIdx.y), 1, expert, scratch);
+  if (int(blockIdx.y) >= distinct) return 0;
+  const int e = *expert;
+  const int first = int(blockIdx.z) * R;
+  const int total = moe_block_select<kThreads>(
+      routed, [ids, e](int s) { return ids[s] == e; }, first, R, slots, scratch);
+  const int n = total - first;
+  return n < 0 ? 0 : n < R ? n : R;
+}
+
+// kVec consecutive elements of T as f32 (16 bytes of weights' worth).
+template <int kVec, class T>
+__device__ __forceinline__ void moe_load_x(const T* p, float (&out)[kVec]) {
+  if constexpr (kVec == 8) {
+    load8_nc(p, out);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out[i] = to_float(p[i]);
+  }
+}
+
+// acc[r][m] += w[r] · x[rows[m]] over K elements, for m < n: a warp's
+// kR weight rows against the block's n gathered rows of x [*, K]. Lane l
+// takes the 16-byte weight vectors l, l + 32, ..; each of the kUnroll
+// buffers of kR vectors is refilled with the vector kUnroll · 32 ahead as
+// soon as it is used, so kUnroll · kR loads a lane stay in flight (raw, not
+// yet widened to f32: half the registers for bf16). Each row of x is read
+// once per 16-byte weight vector group (kR rows share it), from L1.
+template <class W, class Xt, int K, int kR, int kM, int kUnroll>
+__device__ __forceinline__ void moe_rows_dot(const W* const (&w)[kR], const Xt* x, const int* rows, int n,
+                                             float (&acc)[kR][kM], unsigned long long policy) {
+  constexpr int kVec = 16 / int(sizeof(W));
+  constexpr int kVecs = K / kVec;
+  static_assert(K % kVec == 0, "rows of whole 16-byte vectors");
+  const int lane = threadIdx.x % 32;
+  uint4 wv[kUnroll][kR];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int v = lane + u * 32;
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      if (v < kVecs) wv[u][r] = load_u128_stream(w[r] + v * kVec, policy);
+  }
+  for (int v0 = lane; v0 < kVecs; v0 += kUnroll * 32) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + u * 32;
+      if (v >= kVecs) break;
+      float wf[kR][kVec];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+#if defined(KILN_CUDA_EMULATION)
+        W e[kVec];  // the host compiler's aliasing rules: copy, not a W view of the uint4
+        memcpy(e, &wv[u][r], 16);
+#else
+        const W* e = reinterpret_cast<const W*>(&wv[u][r]);
+#endif
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) wf[r][j] = to_float(e[j]);
+      }
+      const int ahead = v + kUnroll * 32;
+      if (ahead < kVecs) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) wv[u][r] = load_u128_stream(w[r] + ahead * kVec, policy);
+      }
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (m >= n) break;
+        float xv[kVec];
+        moe_load_x<kVec>(x + (long long)rows[m] * K + v * kVec, xv);
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc[r][m] = fmaf(wf[r][j], xv[j], acc[r][m]);
+      }
+    }
+  }
+}
+
+// The shared memory of moe_gate_up and moe_down: chosen [E], slots [R],
+// the slots' rows of x [R], the block's expert, the scan's warp sums.
+template <int E, int R, int kThreads>
+struct MoeRouteLayout {
+  static constexpr int kChosen = 0, kSlots = E, kRows = E + R, kExpert = E + 2 * R, kScratch = kExpert + 1;
+  static constexpr int kBytes = (kScratch + kThreads / 32) * 4;
+};
+
 // Config: using X, W; kHidden, kFfn, kExperts, kTopK, kRowsPerPass, kThreads.
-// Grid [E, ceil(F / warps)]: each warp one ffn column of its block's tile.
+// Grid (kernel_params.cuh): [ceil(F / (2 warps)), moeExpertGroups, ceil(rows
+// / kRowsPerPass)]. Each warp computes two ffn columns in turn, the gate and
+// up rows of a column streamed together (one pass over both) against all of
+// the block's slots, so an expert's gate and up are read once for up to
+// kRowsPerPass routed rows.
 template <class Config>
 __device__ __forceinline__ void moe_gate_up(const MoeExpertsParams& p) {
   using X = typename Config::X;
   using W = typename Config::W;
-  constexpr int H = Config::kHidden, F = Config::kFfn, K = Config::kTopK, R = Config::kRowsPerPass;
-  constexpr int kWarps = Config::kThreads / 32;
-  static_assert(H % 8 == 0, "rows of whole 8-element vectors");
-  constexpr int kSmemBytes = (R + 2) * 4;
+  constexpr int H = Config::kHidden, F = Config::kFfn, E = Config::kExperts, K = Config::kTopK;
+  constexpr int R = Config::kRowsPerPass, kThreads = Config::kThreads, kWarps = kThreads / 32;
+  static_assert(kWarps * 2 == kMoeColumnsPerBlock, "two columns a warp");
+  using Layout = MoeRouteLayout<E, R, kThreads>;
 #if defined(KILN_CUDA_EMULATION)
-  unsigned char* const smem = emulated_shared_memory(kSmemBytes);
+  int* const smem = reinterpret_cast<int*>(emulated_shared_memory(Layout::kBytes));
 #else
-  __shared__ __align__(16) unsigned char smem[kSmemBytes];
+  __shared__ __align__(16) int smem[Layout::kBytes / 4];
 #endif
-  int* slots = reinterpret_cast<int*>(smem);
-  int* next = slots + R;
-  const int expert = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int col = blockIdx.y * kWarps + warp;
+  int* const slots = smem + Layout::kSlots;
+  int* const rows = smem + Layout::kRows;
   wait_for_previous_kernel();
-  if (threadIdx.x == 0) *next = 0;
-  const W* wg = static_cast<const W*>(p.gate) + ((long long)expert * F + col) * H;
-  const W* wu = static_cast<const W*>(p.up) + ((long long)expert * F + col) * H;
+  const int n = moe_block_route<kThreads, E, R>(p.ids, p.rows * K, smem + Layout::kChosen, slots,
+                                                smem + Layout::kExpert, smem + Layout::kScratch);
+  if (n == 0) return;
+  const int expert = smem[Layout::kExpert];
+  for (int m = threadIdx.x; m < n; m += kThreads) rows[m] = slots[m] / K;  // the slot's token
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // One grid of row groups reads each weight byte once (evict-first);
+  // more groups read the expert again, so they keep it.
+  const unsigned long long policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
   const X* x = static_cast<const X*>(p.x);
-  for (;;) {
-    const int n = moe_gather_slots<R>(p.ids, p.rows * K, expert, slots, next, next + 1);
-    if (n == 0) return;
-    if (col >= F) continue;
-    float g[R], u[R];
+#pragma unroll 1
+  for (int c = 0; c < 2; ++c) {
+    const int col = int(blockIdx.x) * kMoeColumnsPerBlock + c * kWarps + warp;
+    if (col >= F) break;
+    const long long row = (long long)expert * F + col;
+    const W* const w[2] = {static_cast<const W*>(p.gate) + row * H, static_cast<const W*>(p.up) + row * H};
+    float acc[2][R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) g[r] = u[r] = 0.0f;
-    for (int i = lane * 8; i < H; i += 32 * 8) {
-      float a[8], b[8];
-      load8_nc(wg + i, a);
-      load8_nc(wu + i, b);
+    for (int m = 0; m < R; ++m) acc[0][m] = acc[1][m] = 0.0f;
+    moe_rows_dot<W, X, H, 2, R, 4>(w, x, rows, n, acc, policy);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          float v[8];
-          load8(x + (long long)(slots[r] / K) * H + i, v);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            g[r] += a[j] * v[j];
-            u[r] += b[j] * v[j];
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r < n) {
-        const float gs = warp_sum(g[r]), us = warp_sum(u[r]);
-        // rounded as the activation type would hold it between the GEMMs
-        if (lane == 0) p.act[(long long)slots[r] * F + col] = round_to<X>(silu(round_to<X>(gs)) * round_to<X>(us));
-      }
+    for (int m = 0; m < R; ++m) {
+      if (m >= n) break;
+      const float gs = warp_sum(acc[0][m]), us = warp_sum(acc[1][m]);
+      // rounded as the activation type would hold it between the GEMMs
+      if (lane == 0) p.act[(long long)slots[m] * F + col] = round_to<X>(silu(round_to<X>(gs)) * round_to<X>(us));
     }
   }
 }
 
 // Config: using X, W, Out; kHidden, kFfn, kExperts, kTopK, kRowsPerPass, kThreads.
-// Grid [E, ceil(H / warps)].
+// Grid: [ceil(H / (2 warps)), moeExpertGroups, ceil(rows / kRowsPerPass)].
+// Each warp streams two hidden columns' down rows at once against the
+// block's slots' activations.
 template <class Config>
 __device__ __forceinline__ void moe_down(const MoeExpertsParams& p) {
   using W = typename Config::W;
   using Out = typename Config::Out;
-  constexpr int H = Config::kHidden, F = Config::kFfn, K = Config::kTopK, R = Config::kRowsPerPass;
-  constexpr int kWarps = Config::kThreads / 32;
-  static_assert(F % 8 == 0, "rows of whole 8-element vectors");
-  constexpr int kSmemBytes = (R + 2) * 4;
+  constexpr int H = Config::kHidden, F = Config::kFfn, E = Config::kExperts, K = Config::kTopK;
+  constexpr int R = Config::kRowsPerPass, kThreads = Config::kThreads, kWarps = kThreads / 32;
+  static_assert(kWarps * 2 == kMoeColumnsPerBlock, "two columns a warp");
+  using Layout = MoeRouteLayout<E, R, kThreads>;
 #if defined(KILN_CUDA_EMULATION)
-  unsigned char* const smem = emulated_shared_memory(kSmemBytes);
+  int* const smem = reinterpret_cast<int*>(emulated_shared_memory(Layout::kBytes));
 #else
-  __shared__ __align__(16) unsigned char smem[kSmemBytes];
+  __shared__ __align__(16) int smem[Layout::kBytes / 4];
 #endif
-  int* slots = reinterpret_cast<int*>(smem);
-  int* next = slots + R;
-  const int expert = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int col = blockIdx.y * kWarps + warp;
+  int* const slots = smem + Layout::kSlots;
   wait_for_previous_kernel();
-  if (threadIdx.x == 0) *next = 0;
-  const W* wd = static_cast<const W*>(p.down) + ((long long)expert * H + col) * F;
+  const int n = moe_block_route<kThreads, E, R>(p.ids, p.rows * K, smem + Layout::kChosen, slots,
+                                                smem + Layout::kExpert, smem + Layout::kScratch);
+  if (n == 0) return;
+  const int expert = smem[Layout::kExpert];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col0 = int(blockIdx.x) * kMoeColumnsPerBlock + warp, col1 = col0 + kWarps;
+  if (col0 >= H) return;
+  const unsigned long long policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
+  // A column past H streams col0's row again; its sums are not written.
+  const W* const down = static_cast<const W*>(p.down) + (long long)expert * H * F;
+  const W* const w[2] = {down + (long long)col0 * F, down + (long long)(col1 < H ? col1 : col0) * F};
+  float acc[2][R];
+#pragma unroll
+  for (int m = 0; m < R; ++m) acc[0][m] = acc[1][m] = 0.0f;
+  moe_rows_dot<W, float, F, 2, R, 4>(w, p.act, slots, n, acc, policy);
   const Out* weights = static_cast<const Out*>(p.weights);
-  for (;;) {
-    const int n = moe_gather_slots<R>(p.ids, p.rows * K, expert, slots, next, next + 1);
-    if (n == 0) return;
-    if (col >= H) continue;
-    float d[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) d[r] = 0.0f;
-    for (int i = lane * 8; i < F; i += 32 * 8) {
-      float a[8];
-      load8_nc(wd + i, a);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          float v[8];
-          load8(p.act + (long long)slots[r] * F + i, v);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) d[r] += a[j] * v[j];
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r < n) {
-        const float sum = warp_sum(d[r]);
-        if (lane == 0) p.partial[(long long)slots[r] * H + col] = to_float(weights[slots[r]]) * round_to<Out>(sum);
-      }
+  for (int m = 0; m < R; ++m) {
+    if (m >= n) break;
+    const float s0 = warp_sum(acc[0][m]), s1 = warp_sum(acc[1][m]);
+    if (lane == 0) {
+      const int slot = slots[m];
+      const float weight = to_float(weights[slot]);
+      p.partial[(long long)slot * H + col0] = weight * round_to<Out>(s0);
+      if (col1 < H) p.partial[(long long)slot * H + col1] = weight * round_to<Out>(s1);
     }
   }
 }

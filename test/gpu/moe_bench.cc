@@ -32,6 +32,8 @@ namespace {
 
 namespace kk = kiln::kernels;
 
+int ceilDiv(int a, int b) { return (a + b - 1) / b; }
+
 // Random bf16 of magnitude about `scale` (sign, exponent near log2(scale),
 // random mantissa): fast enough for gigabytes of expert weights.
 std::vector<uint16_t> fastRandomBf16(size_t n, float scale, uint64_t seed) {
@@ -97,15 +99,17 @@ int run(const Shape& s) {
     kk::MoeRouteParams rp{d_x.get(), d_wr.get(), d_weights.get(), d_ids.as<int>(), rows};
     kk::MoeExpertsParams ep{d_x.get(), d_weights.get(), d_ids.as<int>(), d_wg.get(), d_wu.get(), d_wd.get(),
                             d_act.as<float>(), d_partial.as<float>(), d_out.get(), rows};
+    const unsigned groups = unsigned(kk::moeExpertGroups(E, rows, K));
+    const unsigned passes = unsigned(kk::moeRowGroups(rows));
     auto chain = [&] {
       void* ra[] = {&rp};
       void* ea[] = {&ep};
       return d->cuLaunchKernel(router->function, unsigned(rows), 1, 1, 128, 1, 1, 0, nullptr, ra, nullptr) ==
                  CUDA_SUCCESS &&
-             d->cuLaunchKernel(gate_up->function, unsigned(E), unsigned((F + 7) / 8), 1, 256, 1, 1, 0, nullptr, ea,
-                               nullptr) == CUDA_SUCCESS &&
-             d->cuLaunchKernel(down->function, unsigned(E), unsigned((H + 7) / 8), 1, 256, 1, 1, 0, nullptr, ea,
-                               nullptr) == CUDA_SUCCESS &&
+             d->cuLaunchKernel(gate_up->function, unsigned(ceilDiv(F, kk::kMoeColumnsPerBlock)), groups, passes, 256,
+                               1, 1, 0, nullptr, ea, nullptr) == CUDA_SUCCESS &&
+             d->cuLaunchKernel(down->function, unsigned(ceilDiv(H, kk::kMoeColumnsPerBlock)), groups, passes, 256, 1,
+                               1, 0, nullptr, ea, nullptr) == CUDA_SUCCESS &&
              d->cuLaunchKernel(combine->function, unsigned(rows), 1, 1, 128, 1, 1, 0, nullptr, ea, nullptr) ==
                  CUDA_SUCCESS;
     };

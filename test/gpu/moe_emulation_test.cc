@@ -2,9 +2,12 @@
 // no GPU, on the emulated device of cuda_emulation.h, against a float64
 // forward of the same routing and experts: moe_router (router GEMV,
 // softmax, top-k, renormalized or not), then moe_gate_up, moe_down and
-// moe_combine over the slots each expert gathers. More slots than a pass
-// holds go to one expert (its weights walked twice), some experts get none,
-// outputs and scratch start as NaN, and rows past the batch must stay NaN.
+// moe_combine over the slots each expert gathers, on the grid the executor
+// launches (kernel_params.cuh: column tiles, chosen experts, row groups).
+// Batches of 1, 2, 7 and 32 rows; some experts get no slot; one expert
+// takes every row (with a pass of kRowsPerPass rows and with a smaller one,
+// so its weights are walked in several row groups); outputs and scratch
+// start as NaN, and rows past the batch must stay NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,12 +24,12 @@ namespace {
 
 namespace kk = kiln::kernels;
 
-template <int H, int F, int E, int K, bool Normalize>
+template <int H, int F, int E, int K, bool Normalize, int kPass = kk::kMoeRowsPerPass>
 struct MoeConfig {
   using X = float;
   using W = float;
   using Out = float;
-  static constexpr int kHidden = H, kFfn = F, kExperts = E, kTopK = K, kRowsPerPass = 4, kThreads = 256;
+  static constexpr int kHidden = H, kFfn = F, kExperts = E, kTopK = K, kRowsPerPass = kPass, kThreads = 256;
   static constexpr bool kNormalize = Normalize;
 };
 template <class C>
@@ -69,9 +72,12 @@ void runCase(std::mt19937& rng, int rows, bool crowd, const std::string& what) {
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
   kk::MoeExpertsParams p{x.data(), weights.data(), ids.data(), gate.data(), up.data(), down.data(),
                          act.data(), partial.data(), out.data(), rows};
-  emu::launch({unsigned(E), unsigned((F + 7) / 8), 1}, 256, [&p] { kk::moe_gate_up<C>(p); });
+  const unsigned groups = unsigned(kk::moeExpertGroups(E, rows, K));
+  const unsigned passes = unsigned((rows + C::kRowsPerPass - 1) / C::kRowsPerPass);
+  constexpr unsigned kColumns = kk::kMoeColumnsPerBlock;
+  emu::launch({(F + kColumns - 1) / kColumns, groups, passes}, 256, [&p] { kk::moe_gate_up<C>(p); });
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
-  emu::launch({unsigned(E), unsigned((H + 7) / 8), 1}, 256, [&p] { kk::moe_down<C>(p); });
+  emu::launch({(H + kColumns - 1) / kColumns, groups, passes}, 256, [&p] { kk::moe_down<C>(p); });
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
   emu::launch({unsigned(rows + kPoisonRows), 1, 1}, 128, [&p] { kk::moe_combine<CombineConfig<C>>(p); });
   ASSERT_TRUE(emu::failure.empty()) << what << ": " << emu::failure;
@@ -124,20 +130,28 @@ void runCase(std::mt19937& rng, int rows, bool crowd, const std::string& what) {
 
 TEST(MoeEmulation, MixtralShapedRenormalized) {
   std::mt19937 rng(25);
-  runCase<MoeConfig<64, 40, 4, 2, true>>(rng, 3, false, "4 experts, top 2, 3 rows");
-  runCase<MoeConfig<64, 40, 4, 2, true>>(rng, 9, false, "4 experts, top 2, 9 rows (some experts > one pass)");
+  for (int rows : {1, 2, 7, 32})
+    runCase<MoeConfig<64, 40, 4, 2, true>>(rng, rows, false, "4 experts, top 2, " + std::to_string(rows) + " rows");
 }
 
 TEST(MoeEmulation, Qwen3MoeShapedUnnormalized) {
   std::mt19937 rng(26);
-  runCase<MoeConfig<48, 24, 8, 3, false>>(rng, 5, false, "8 experts, top 3, 5 rows");
-  // Hidden and ffn past one warp's 256-element step, with a partial last step
-  runCase<MoeConfig<320, 272, 8, 3, false>>(rng, 4, false, "8 experts, top 3, hidden 320, ffn 272");
+  // Most experts unchosen at one and two rows.
+  for (int rows : {1, 2, 7})
+    runCase<MoeConfig<48, 24, 8, 3, false>>(rng, rows, false, "8 experts, top 3, " + std::to_string(rows) + " rows");
+  // Hidden and ffn past one warp's step of 4 · 32 vectors, with a partial
+  // last step and a partial last column tile.
+  runCase<MoeConfig<48, 280, 8, 3, false>>(rng, 4, false, "8 experts, top 3, hidden 48, ffn 280");
+  runCase<MoeConfig<1064, 24, 8, 3, false>>(rng, 4, false, "8 experts, top 3, hidden 1064, ffn 24");
+  runCase<MoeConfig<1064, 280, 8, 3, false>>(rng, 4, false, "8 experts, top 3, hidden 1064, ffn 280");
 }
 
 TEST(MoeEmulation, OneExpertTakesEveryToken) {
   std::mt19937 rng(27);
-  runCase<MoeConfig<32, 16, 4, 1, true>>(rng, 11, true, "every token to expert 0: three passes");
+  runCase<MoeConfig<32, 16, 4, 1, true>>(rng, 32, true, "every token to expert 0, top 1, 32 rows");
+  runCase<MoeConfig<32, 24, 4, 2, true>>(rng, 32, true, "every token to expert 0, top 2, 32 rows");
+  runCase<MoeConfig<32, 16, 4, 1, true, 4>>(rng, 11, true, "every token to expert 0, passes of 4 rows: three");
+  runCase<MoeConfig<40, 24, 4, 2, true, 4>>(rng, 7, false, "4 experts, top 2, passes of 4 rows");
 }
 
 }  // namespace

@@ -90,8 +90,9 @@ struct BoundStep {
   RowRange flash_rows;
   std::vector<int64_t> sizes;   // split
   // moe_router (k: top_k) and moe_ffn: its step kernel does gate/up over a
-  // grid [experts, ffn / 8], moe_down_fn the down projections over
-  // [experts, width / 8], combine_fn the sum of each token's experts; the
+  // grid [ffn / 16, chosen experts, row groups], moe_down_fn the down
+  // projections over [width / 16, ..] (kernel_params.cuh's moe grid),
+  // combine_fn the sum of each token's experts; the
   // slots' f32 scratch (moe_act [rows · k, ffn], moe_partial [rows · k,
   // width]) is shared by every moe_ffn step (allocateMoeScratch).
   int64_t experts = 0, ffn = 0;

@@ -452,15 +452,20 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
         break;
       }
       case StepKind::kMoeFfn: {
-        // gate/up and down over [experts, column tiles of 8 warps], then each token's slots summed.
+        // gate/up and down over [column tiles, chosen experts, row groups]
+        // (kernel_params.cuh), then each token's slots summed.
         const int64_t r = rows(s.args[0]);
+        const unsigned groups = unsigned(kk::moeExpertGroups(int(s.experts), int(r), int(s.k)));
+        const unsigned passes = unsigned(kk::moeRowGroups(int(r)));
         kk::MoeExpertsParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), reinterpret_cast<const int*>(s.args[2].ptr),
                                ptr(s.weights[3]), ptr(s.weights[4]), ptr(s.weights[5]),
                                reinterpret_cast<float*>(s.moe_act), reinterpret_cast<float*>(s.moe_partial),
                                ptr(s.results[0].ptr), int(r)};
-        status = launchStep(s, unsigned(s.experts), unsigned((s.ffn + 7) / 8), 1, &p);
+        constexpr int64_t kColumns = kk::kMoeColumnsPerBlock;
+        status = launchStep(s, unsigned((s.ffn + kColumns - 1) / kColumns), groups, passes, &p);
         if (status.ok())
-          status = launch(s.moe_down_fn, s.moe_down_block, unsigned(s.experts), unsigned((s.width + 7) / 8), 1, &p);
+          status = launch(s.moe_down_fn, s.moe_down_block, unsigned((s.width + kColumns - 1) / kColumns), groups,
+                          passes, &p);
         if (status.ok()) status = launch(s.combine_fn, s.combine_block, unsigned(r), 1, 1, &p);
         break;
       }
