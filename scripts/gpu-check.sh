@@ -701,28 +701,27 @@ if [[ " $PARTS " == *" spec "* ]]; then
   fi
 fi
 
-if [[ " $PARTS " == *" distill "* ]]; then
+# distill_part PART SCRIPT OUT_SUBDIR EXTRA: train a draft with scripts/SCRIPT
+# from the trained GGUF into $OUT/OUT_SUBDIR; EXTRA is a list of extra flags.
+distill_part() {
+  local part=$1 script=$2 sub=$3 extra=$4
   gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
   if [[ ! -f "$gguf_file" ]]; then
-    fail distill "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
+    fail "$part" "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
   else
-    # shellcheck disable=SC2086  # KILN_DISTILL_ARGS is a list of flags
-    timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/distill_draft.py" --gguf "$gguf_file" \
-      --out "$OUT/draft" ${KILN_DISTILL_ARGS:-} 2>&1 | tee "$OUT/bench_distill.txt"
-    record distill "${PIPESTATUS[0]}"
+    # shellcheck disable=SC2086  # extra is a list of flags
+    timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/$script" --gguf "$gguf_file" \
+      --out "$OUT/$sub" $extra 2>&1 | tee "$OUT/bench_$part.txt"
+    record "$part" "${PIPESTATUS[0]}"
   fi
+}
+
+if [[ " $PARTS " == *" distill "* ]]; then
+  distill_part distill distill_draft.py draft "${KILN_DISTILL_ARGS:-}"
 fi
 
 if [[ " $PARTS " == *" distillhead "* ]]; then
-  gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
-  if [[ ! -f "$gguf_file" ]]; then
-    fail distillhead "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
-  else
-    # shellcheck disable=SC2086  # KILN_DISTILL_HEAD_ARGS is a list of flags
-    timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/distill_head.py" --gguf "$gguf_file" \
-      --out "$OUT/head" ${KILN_DISTILL_HEAD_ARGS:-} 2>&1 | tee "$OUT/bench_distillhead.txt"
-    record distillhead "${PIPESTATUS[0]}"
-  fi
+  distill_part distillhead distill_head.py head "${KILN_DISTILL_HEAD_ARGS:-}"
 fi
 
 if [[ " $PARTS " == *" specbench "* ]]; then
