@@ -15,15 +15,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "runtime/engine/spec_test_support.h"
 #include "test/source_root.h"
 
 namespace kiln {
 namespace {
 
-std::string artifactDir() {
-  const char* dir = std::getenv("KILN_SMOLLM2_SPEC_ARTIFACT");
-  return dir ? dir : "(KILN_SMOLLM2_SPEC_ARTIFACT unset: run this test through ctest)";
-}
+using namespace spec_testing;
 
 std::unique_ptr<Engine> openEngine(EngineOptions options = {}) {
   options.progress = false;
@@ -45,30 +43,7 @@ std::unique_ptr<Engine> openEngine(EngineOptions options = {}) {
   if (!engine) GTEST_SKIP() << "SmolLM2 spec artifact unavailable (run scripts/setup.sh)"
 
 GenerationRequest greedy(const std::string& prompt, int max_tokens, std::vector<int64_t> widths = {}) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  if (!widths.empty()) {
-    r.speculation.method = SpecMethod::kNgram;
-    r.speculation.tree.widths = std::move(widths);
-  }
-  return r;
-}
-
-std::map<int64_t, std::vector<int32_t>> runAll(Engine& engine, const std::vector<GenerationRequest>& requests,
-                                               std::vector<int64_t>& ids) {
-  std::map<int64_t, std::vector<int32_t>> tokens;
-  for (const GenerationRequest& r : requests) {
-    auto id = engine.submit(r, [&](int64_t id, int32_t token, std::string_view) {
-      if (token >= 0) tokens[id].push_back(token);
-    });
-    EXPECT_TRUE(id.ok()) << (id.ok() ? "" : id.error().message);
-    if (id.ok()) ids.push_back(*id);
-  }
-  Status status = engine.runUntilIdle();
-  EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message);
-  return tokens;
+  return greedyRequest(prompt, max_tokens, SpecMethod::kNgram, std::move(widths));
 }
 
 // A prompt the model continues by repeating it, where drafts are accepted.
