@@ -19,9 +19,10 @@ numpy only; deterministic (fixed seed). Run from anywhere:
 """
 import json
 import os
-import struct
 
 import numpy as np
+
+from tiny_checkpoint import write_safetensors
 
 VARIANTS = {
     "tiny-llama": dict(hidden=64, heads=4, kv_heads=2, ffn=128, vocab=128, layers=2,
@@ -71,23 +72,6 @@ def make_weights(rng, v):
     if not v["tied"]:
         w["lm_head.weight"] = linear(VOCAB, HIDDEN)
     return w
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text.encode())
-        for blob in blobs:
-            f.write(blob)
 
 
 def rms_norm(x, w):

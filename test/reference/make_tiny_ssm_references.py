@@ -46,10 +46,11 @@ numpy only; deterministic (fixed seed). Run from anywhere:
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+from tiny_checkpoint import rms_norm, write_safetensors
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 SEED = 2929
@@ -169,27 +170,6 @@ def make_weights(rng, c):
     if not c["tie_word_embeddings"]:
         w["lm_head.weight"] = linear(vocab, hidden)
     return w
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text.encode())
-        for blob in blobs:
-            f.write(blob)
-
-
-def rms_norm(x, w, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
 def silu(x):
