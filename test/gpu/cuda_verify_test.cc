@@ -51,6 +51,10 @@ bool noGpu(const Status& created, const char* what) {
   std::printf("no GPU: checked the error; %s needs the GPU machine\n", what);
   return true;
 }
+template <class T>
+bool noGpu(const Result<T>& created, const char* what) {
+  return noGpu(created.ok() ? Status{} : Status(created.error()), what);
+}
 
 // Sequences whose keys sit in blocks [b * 8, b * 8 + 8): sequence b's
 // token at position p in slot (b * 8 + p / 16) * 16 + p % 16.
@@ -91,36 +95,51 @@ struct Verified {
   std::vector<int32_t> accepted, count;
 };
 
-template <class Executor>
-Verified verify(Executor& ex, const std::vector<int>& prefix, const std::vector<Tree>& trees) {
-  std::vector<int32_t> tokens, parents, positions, slots, query_start{0}, kv_lens, base;
+// The batch of `trees`, sequence b's nodes after its prefix[b] keys: each
+// node's position one past its parent's, its slot the next of its sequence.
+struct TreeBatch {
+  std::vector<int32_t> tokens, parents, positions, slots, query_start{0}, kv_lens, base, tables;
+
+  BatchInputs inputs() const {
+    BatchInputs in{tokens, positions, slots, tables, kBlocksPerSequence, query_start, kv_lens};
+    in.parents = parents;
+    in.base_positions = base;
+    return in;
+  }
+};
+
+TreeBatch treeBatch(const std::vector<int>& prefix, const std::vector<Tree>& trees) {
+  TreeBatch batch;
   for (size_t b = 0; b < trees.size(); ++b) {
-    const size_t first = tokens.size();
+    const size_t first = batch.tokens.size();
     for (size_t i = 0; i < trees[b].tokens.size(); ++i) {
       const int32_t parent = trees[b].parents[i];
-      tokens.push_back(trees[b].tokens[i]);
-      parents.push_back(parent);
-      positions.push_back(parent < 0 ? prefix[b] : positions[first + size_t(parent)] + 1);
-      slots.push_back(slotOf(int(b), prefix[b] + int(i)));
+      batch.tokens.push_back(trees[b].tokens[i]);
+      batch.parents.push_back(parent);
+      batch.positions.push_back(parent < 0 ? prefix[b] : batch.positions[first + size_t(parent)] + 1);
+      batch.slots.push_back(slotOf(int(b), prefix[b] + int(i)));
     }
-    query_start.push_back(int32_t(tokens.size()));
-    kv_lens.push_back(prefix[b] + int32_t(trees[b].tokens.size()));
-    base.push_back(prefix[b]);
+    batch.query_start.push_back(int32_t(batch.tokens.size()));
+    batch.kv_lens.push_back(prefix[b] + int32_t(trees[b].tokens.size()));
+    batch.base.push_back(prefix[b]);
   }
-  const std::vector<int32_t> tables = blockTables(int(trees.size()));
-  BatchInputs in{tokens, positions, slots, tables, kBlocksPerSequence, query_start, kv_lens};
-  in.parents = parents;
-  in.base_positions = base;
+  batch.tables = blockTables(int(trees.size()));
+  return batch;
+}
+
+template <class Executor>
+Verified verify(Executor& ex, const std::vector<int>& prefix, const std::vector<Tree>& trees) {
+  const TreeBatch batch = treeBatch(prefix, trees);
   Verified out;
-  out.logits.resize(tokens.size() * size_t(ex.vocabSize()));
+  out.logits.resize(batch.tokens.size() * size_t(ex.vocabSize()));
   out.accepted.resize(trees.size() * size_t(ex.treeDepth() + 1));
   out.count.resize(trees.size());
-  Status s = ex.verify(in, out.logits, out.accepted, out.count);
+  Status s = ex.verify(batch.inputs(), out.logits, out.accepted, out.count);
   EXPECT_TRUE(s.ok()) << s.error().message;
   // The contract: the greedy walk over the returned logits.
   std::vector<int32_t> walked(out.accepted.size()), walked_count(out.count.size());
-  acceptGreedy(out.logits, ex.vocabSize(), tokens, parents, query_start, ex.treeDepth() + 1, walked.data(),
-               walked_count.data());
+  acceptGreedy(out.logits, ex.vocabSize(), batch.tokens, batch.parents, batch.query_start, ex.treeDepth() + 1,
+               walked.data(), walked_count.data());
   EXPECT_EQ(out.accepted, walked);
   EXPECT_EQ(out.count, walked_count);
   return out;
@@ -162,7 +181,7 @@ TEST(CudaVerify, LogitsAndPathsFollowTheCpuExecutor) {
     const bool is_f32 = plan->activation_type == "f32";
     auto ex = CudaExecutor::create(*plan, is_f32 ? *weights : *bf16_weights, kvPoolConfigFor(*plan, 3 * kBlocksPerSequence),
                                    kMaxTokens, {.progress = false});
-    if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the verify comparison")) return;
+    if (noGpu(ex, "the verify comparison")) return;
     EXPECT_EQ((*ex)->treeNodes(), 11);
     EXPECT_EQ((*ex)->treeDepth(), 3);
     const int64_t vocab = (*ex)->vocabSize();
@@ -209,7 +228,7 @@ TEST(CudaVerify, GraphReplayGivesTheStepByStepResults) {
     CudaExecutorOptions options{.progress = false};
     options.tuning.gemm_autotune = false;
     auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, options);
-    if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the verify graphs")) return;
+    if (noGpu(ex, "the verify graphs")) return;
     options.tuning.graphs = false;
     auto eager = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, options);
     ASSERT_TRUE(eager.ok()) << eager.error().message;
@@ -256,30 +275,14 @@ TEST(CudaVerify, DraftEntryFollowsTheCpuExecutor) {
   auto cpu_ex = cpu::CpuExecutor::create(*plan, *weights, kv, kMaxTokens);
   ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
   auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, {.progress = false});
-  if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the draft entry comparison")) return;
+  if (noGpu(ex, "the draft entry comparison")) return;
   ASSERT_EQ((*ex)->draftLayers(), 1);
   prefill(**ex, kPrompts);
   prefill(**cpu_ex, kPrompts);
   const std::vector<Tree> trees = verifyBatch({3, 4, 5});
-  std::vector<int32_t> tokens, parents, positions, slots, query_start{0}, kv_lens, base;
-  for (size_t b = 0; b < trees.size(); ++b) {
-    const size_t first = tokens.size();
-    for (size_t i = 0; i < trees[b].tokens.size(); ++i) {
-      const int32_t parent = trees[b].parents[i];
-      tokens.push_back(trees[b].tokens[i]);
-      parents.push_back(parent);
-      positions.push_back(parent < 0 ? kPrefix[b] : positions[first + size_t(parent)] + 1);
-      slots.push_back(slotOf(int(b), kPrefix[b] + int(i)));
-    }
-    query_start.push_back(int32_t(tokens.size()));
-    kv_lens.push_back(kPrefix[b] + int32_t(trees[b].tokens.size()));
-    base.push_back(kPrefix[b]);
-  }
-  const std::vector<int32_t> tables = blockTables(int(trees.size()));
-  BatchInputs in{tokens, positions, slots, tables, kBlocksPerSequence, query_start, kv_lens};
-  in.parents = parents;
-  in.base_positions = base;
-  std::vector<float> gpu(tokens.size() * size_t((*ex)->vocabSize())), cpu(gpu.size());
+  const TreeBatch batch = treeBatch(kPrefix, trees);
+  const BatchInputs in = batch.inputs();
+  std::vector<float> gpu(batch.tokens.size() * size_t((*ex)->vocabSize())), cpu(gpu.size());
   Status g = (*ex)->draft(in, gpu), c = (*cpu_ex)->draft(in, cpu);
   ASSERT_TRUE(g.ok()) << g.error().message;
   ASSERT_TRUE(c.ok()) << c.error().message;
@@ -328,7 +331,7 @@ TEST(CudaVerify, CopySlotsMovesAcceptedNodesForEveryKvType) {
     run(**cpu_ex, cpu);  // the reference, on any machine
     if (HasFatalFailure()) return;
     auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, {.progress = false});
-    if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the slot copies")) continue;  // the CPU half of each
+    if (noGpu(ex, "the slot copies")) continue;  // the CPU half of each
     run(**ex, gpu);
     const double error = relativeL2(gpu, cpu);
     EXPECT_LE(error, 1e-3) << kv_type << " KV";
@@ -355,7 +358,7 @@ TEST(CudaVerify, BadEntriesAndTreesAreRefused) {
       << refused.error().message;
 
   auto ex = CudaExecutor::create(*manifest, *weights, kv, kMaxTokens, {.progress = false});
-  if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the bad tree")) return;
+  if (noGpu(ex, "the bad tree")) return;
   prefill(**ex, kPrompts);
   std::vector<int32_t> tokens{5, 6, 7}, positions{22, 23, 23}, slots{22, 23, 24}, qs{0, 3}, kv_lens{25}, base{22};
   std::vector<int32_t> parents{-1, 0, 2};  // node 2 its own parent
@@ -403,7 +406,7 @@ std::unique_ptr<Engine> cudaEngine(bool batch_invariant = true) {
   CudaExecutorOptions options{.progress = false};
   options.tuning.batch_invariant = batch_invariant;
   auto ex = CudaExecutor::create(*manifest, *weights, kvPoolConfigFor(*manifest, 64), 256, options);
-  if (noGpu(ex.ok() ? Status{} : Status(ex.error()), "the CUDA engine")) return nullptr;
+  if (noGpu(ex, "the CUDA engine")) return nullptr;
   const int64_t vocab = (*ex)->vocabSize();
   EngineOptions engine_options;
   engine_options.max_sequences = 8;
