@@ -13,8 +13,12 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/engine/spec_test_support.h"
+
 namespace kiln {
 namespace {
+
+using spec_testing::runAll;
 
 std::string artifactDir() {
   const char* dir = std::getenv("KILN_SMOLLM2_LAYERSKIP_ARTIFACT");
@@ -54,21 +58,6 @@ GenerationRequest request(const std::string& prompt, int max_tokens, std::vector
     r.speculation.tree.widths = std::move(widths);
   }
   return r;
-}
-
-std::map<int64_t, std::vector<int32_t>> runAll(Engine& engine, const std::vector<GenerationRequest>& requests,
-                                               std::vector<int64_t>& ids) {
-  std::map<int64_t, std::vector<int32_t>> tokens;
-  for (const GenerationRequest& r : requests) {
-    auto id = engine.submit(r, [&](int64_t id, int32_t token, std::string_view) {
-      if (token >= 0) tokens[id].push_back(token);
-    });
-    EXPECT_TRUE(id.ok()) << (id.ok() ? "" : id.error().message);
-    if (id.ok()) ids.push_back(*id);
-  }
-  Status status = engine.runUntilIdle();
-  EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message);
-  return tokens;
 }
 
 const std::vector<std::string> kPrompts = {
