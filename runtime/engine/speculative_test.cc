@@ -279,5 +279,18 @@ TEST(DraftModelTest, BadSettingsAreRefused) {
                         other.draft_model));
 }
 
+// LayerSkip on an artifact with a verify entry but no draft entry (this
+// one) is refused at submit, naming the compile flag.
+TEST(LayerSkipTest, ArtifactWithoutDraftEntryIsRefused) {
+  OPEN_OR_SKIP(engine);
+  GenerationRequest r = spec_testing::greedyRequest("Hi", 4, SpecMethod::kLayerSkip, {1, 1});
+  r.speculation.layerskip = 24;
+  auto id = engine->submit(r, {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.error().message,
+            "--spec=layerskip:24: the artifact has no draft entry on the cpu backend: compile it with kiln-compile "
+            "--spec-layerskip 24 --spec-tree=...");
+}
+
 }  // namespace
 }  // namespace kiln
