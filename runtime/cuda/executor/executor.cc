@@ -145,6 +145,10 @@ struct CudaExecutor::Backend {
   // batch of this shape whose inputs are already in `inputs`; a greedy
   // shape ends in the argmax over `out`'s rows.
   Status enqueueSteps(const std::vector<BoundStep>& list, const DeviceValue& out, const LaunchShape& shape);
+  // A verify or draft batch's inputs, its tree positions and mask with
+  // them, staged and copied into `inputs` on the stream (tables in rows of
+  // `max_blocks`).
+  Status uploadTreeBatch(const BatchInputs& in, int max_blocks);
   // The graph in `cache` of `list` at `shape`, captured from enqueueSteps
   // (ending in `out`'s argmax when shape.greedy) on first use.
   Result<CUgraphExec> graphOf(GraphCache& cache, const std::vector<BoundStep>& list, const DeviceValue& out,
@@ -656,6 +660,33 @@ Status CudaExecutor::checkVerify(const BatchInputs& in, size_t logits_values, si
   return {};
 }
 
+Status CudaExecutor::Backend::uploadTreeBatch(const BatchInputs& in, int max_blocks) {
+  const CudaDriver* d = gpu.d;
+  const size_t input_bytes = inputs.stage(in, max_blocks);
+  const size_t tree_bytes = inputs.stageTree(in);
+  const size_t tree_offset = size_t(inputs.offset[kTreePositions]) * 4;
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device, inputs.staging, input_bytes, gpu.stream),
+                                "cuMemcpyHtoDAsync (batch inputs)"));
+  return d->check(gpu.x.memcpyHtoDAsync(inputs.device + CUdeviceptr(tree_offset),
+                                        reinterpret_cast<const uint8_t*>(inputs.staging) + tree_offset, tree_bytes,
+                                        gpu.stream),
+                  "cuMemcpyHtoDAsync (tree positions and mask)");
+}
+
+namespace {
+// `count` logits copied back to `host` (f32, or bf16 when elem is 2) as f32.
+void widenLogits(const void* host, int64_t elem, int64_t count, std::span<float> out) {
+  if (elem == 4) {
+    std::memcpy(out.data(), host, size_t(count) * 4);
+    return;
+  }
+  const uint16_t* h = static_cast<const uint16_t*>(host);
+  parallelFor(count, 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[size_t(i)] = bf16ToF32(h[i]);
+  });
+}
+}  // namespace
+
 Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, std::span<int32_t> accepted_out,
                             std::span<int32_t> count_out) {
   const int64_t n = int64_t(in.tokens.size());
@@ -692,16 +723,7 @@ Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, 
     }
   }
 
-  BatchInputBuffer& inputs = backend.inputs;
-  const size_t input_bytes = inputs.stage(in, shape.max_blocks);
-  const size_t tree_bytes = inputs.stageTree(in);
-  const size_t tree_offset = size_t(inputs.offset[kTreePositions]) * 4;
-  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device, inputs.staging, input_bytes, gpu.stream),
-                                "cuMemcpyHtoDAsync (batch inputs)"));
-  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device + CUdeviceptr(tree_offset),
-                                                      reinterpret_cast<const uint8_t*>(inputs.staging) + tree_offset,
-                                                      tree_bytes, gpu.stream),
-                                "cuMemcpyHtoDAsync (tree positions and mask)"));
+  KILN_RETURN_IF_ERROR(backend.uploadTreeBatch(in, shape.max_blocks));
   if (graph) {
     KILN_ASSIGN(exec, backend.graphOf(backend.verify_graphs, backend.verify_steps, backend.verify_logits, shape));
     KILN_RETURN_IF_ERROR(d->check(gpu.x.graphLaunch(exec, gpu.stream), "cuGraphLaunch (verify)"));
@@ -720,14 +742,7 @@ Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, 
   acceptGreedyTargets({backend.argmax.tokens_host, size_t(n)}, in.tokens, in.parents, in.query_start,
                       backend.path_width, accepted_out.data(), count_out.data());
   if (logits_out.empty()) return {};
-  if (logits.elem == 4) {
-    std::memcpy(logits_out.data(), backend.logits_host, logits_bytes);
-  } else {
-    const uint16_t* h = static_cast<const uint16_t*>(backend.logits_host);
-    parallelFor(n * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = bf16ToF32(h[i]);
-    });
-  }
+  widenLogits(backend.logits_host, logits.elem, n * vocab_, logits_out);
   return {};
 }
 
@@ -747,30 +762,14 @@ Status CudaExecutor::draft(const BatchInputs& in, std::span<float> logits_out) {
   LaunchShape shape{n, b, in.max_blocks, /*splits=*/0, 1};
   for (int64_t i = 0; i < b; ++i)
     shape.max_q_len = std::max(shape.max_q_len, in.query_start[size_t(i + 1)] - in.query_start[size_t(i)]);
-  BatchInputBuffer& inputs = backend.inputs;
-  const size_t input_bytes = inputs.stage(in, in.max_blocks);
-  const size_t tree_bytes = inputs.stageTree(in);
-  const size_t tree_offset = size_t(inputs.offset[kTreePositions]) * 4;
-  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device, inputs.staging, input_bytes, gpu.stream),
-                                "cuMemcpyHtoDAsync (batch inputs)"));
-  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(inputs.device + CUdeviceptr(tree_offset),
-                                                      reinterpret_cast<const uint8_t*>(inputs.staging) + tree_offset,
-                                                      tree_bytes, gpu.stream),
-                                "cuMemcpyHtoDAsync (tree positions and mask)"));
+  KILN_RETURN_IF_ERROR(backend.uploadTreeBatch(in, in.max_blocks));
   KILN_RETURN_IF_ERROR(backend.enqueueSteps(backend.draft_steps, backend.draft_logits, shape));
   const DeviceValue& logits = backend.draft_logits;
   const size_t logits_bytes = size_t(n * vocab_ * logits.elem);
   KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.logits_host, logits.ptr, logits_bytes, gpu.stream),
                                 "cuMemcpyDtoHAsync (draft logits)"));
   KILN_RETURN_IF_ERROR(d->check(gpu.x.streamSynchronize(gpu.stream), "draft (kernel execution)"));
-  if (logits.elem == 4) {
-    std::memcpy(logits_out.data(), backend.logits_host, logits_bytes);
-  } else {
-    const uint16_t* h = static_cast<const uint16_t*>(backend.logits_host);
-    parallelFor(n * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = bf16ToF32(h[i]);
-    });
-  }
+  widenLogits(backend.logits_host, logits.elem, n * vocab_, logits_out);
   return {};
 }
 
@@ -783,14 +782,7 @@ Status CudaExecutor::forward(const BatchInputs& in, std::span<float> logits_out)
   const size_t bytes = size_t(out_rows * vocab_ * logits.elem);
   KILN_RETURN_IF_ERROR(
       backend.copyBackAndWait(backend.logits_host, logits.ptr, bytes, "cuMemcpyDtoHAsync (logits)", shape));
-  if (logits.elem == 4) {
-    std::memcpy(logits_out.data(), backend.logits_host, bytes);
-  } else {
-    const uint16_t* h = static_cast<const uint16_t*>(backend.logits_host);
-    parallelFor(out_rows * vocab_, 1 << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) logits_out[size_t(i)] = bf16ToF32(h[i]);
-    });
-  }
+  widenLogits(backend.logits_host, logits.elem, out_rows * vocab_, logits_out);
   return {};
 }
 
