@@ -382,7 +382,9 @@ def main():
                 ends = (row[prompt_len:] == tok.eos_token_id).nonzero()
                 end = prompt_len + int(ends[0]) + 1 if len(ends) else len(row)
                 sequences.append(row[pad:end].cpu())
-    print(f"[distill] {len(sequences)} teacher answers ({time.time() - start:.0f}s)", flush=True)
+    lengths = [len(r) for r in sequences]
+    print(f"[distill] {len(sequences)} teacher answers, {np.mean(lengths):.0f} tokens on average, "
+          f"{max(lengths)} at most ({time.time() - start:.0f}s)", flush=True)
 
     student = student_from(teacher, args.layers, args.hidden, args.heads, args.kv_heads, args.ffn).to(device)
     n_params = sum(p.numel() for p in student.parameters())
@@ -423,7 +425,7 @@ def main():
             sched.step()
             losses.append(loss.item())
             step += 1
-            if step % 100 == 0:
+            if step in (1, 10) or step % 50 == 0:
                 print(f"[distill] step {step}: KL {np.mean(losses[-100:]):.3f} ({time.time() - start:.0f}s)",
                       flush=True)
             if step >= args.steps or time.time() - start >= args.time_limit:

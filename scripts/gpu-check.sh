@@ -86,11 +86,14 @@
 #            the plain run's (artifact smollm2-q4_1-spec-bf16)
 #   distill  scripts/distill_draft.py: a 4-layer draft for SmolLM2 distilled from the Q4_1
 #            GGUF (KILN_TRAINED_GGUF, brought in parts as for `trained`) on the teacher's own
-#            answers to Python-docstring prompts, into $OUT/draft (config.json,
-#            model.safetensors, tokenizer files, distill.json; about 50 MB);
-#            KILN_DISTILL_ARGS adds flags (e.g. --steps 800), KILN_DISTILL_TIMEOUT (default
-#            540 s) bounds it. Bring $OUT/draft back to $KILN_HOME/models/smollm2-draft
-#            and scripts/gpu-bundle.sh compiles it (artifact smollm2-draft-bf16).
+#            answers to Python-docstring prompts, into KILN_DRAFT_SOURCE (default
+#            /tmp/kiln-draft: config.json, model.safetensors, tokenizer files, distill.json;
+#            about 50 MB), where a later specbench call on the same machine finds it; a copy
+#            comes back in $OUT/draft with model.safetensors in 15 MiB parts
+#            (model.safetensors.part-aa, -ab, ...: `cat model.safetensors.part-* >
+#            model.safetensors`). KILN_DISTILL_ARGS adds flags (e.g. --steps 800),
+#            KILN_DISTILL_TIMEOUT (default 540 s) bounds it. The artifact smollm2-draft-bf16
+#            (scripts/gpu-bundle.sh) is compiled from the draft's shape alone.
 #   distillhead scripts/distill_head.py: Medusa draft heads (4 by default) for SmolLM2
 #            trained on its own final hidden states (the distill part's teacher and corpus),
 #            into $OUT/head (config.json, model.safetensors, head.json; about 5 MB);
@@ -702,7 +705,8 @@ if [[ " $PARTS " == *" spec "* ]]; then
 fi
 
 # distill_part PART SCRIPT OUT_SUBDIR EXTRA: train a draft with scripts/SCRIPT
-# from the trained GGUF into $OUT/OUT_SUBDIR; EXTRA is a list of extra flags.
+# from the trained GGUF into $OUT/OUT_SUBDIR (none: EXTRA names --out); EXTRA
+# is a list of extra flags.
 distill_part() {
   local part=$1 script=$2 sub=$3 extra=$4
   gguf_file="${KILN_TRAINED_GGUF:-/tmp/kiln-xfer/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -710,14 +714,23 @@ distill_part() {
     fail "$part" "NOT RUN: no $gguf_file (scripts/split-for-device.sh --join rebuilds it)"
   else
     # shellcheck disable=SC2086  # extra is a list of flags
+    local out=()
+    [[ -n "$sub" ]] && out=(--out "$OUT/$sub")
     timeout "${KILN_DISTILL_TIMEOUT:-540}" python3 "$ROOT/scripts/$script" --gguf "$gguf_file" \
-      --out "$OUT/$sub" $extra 2>&1 | tee "$OUT/bench_$part.txt"
+      "${out[@]}" $extra 2>&1 | tee "$OUT/bench_$part.txt"
     record "$part" "${PIPESTATUS[0]}"
   fi
 }
 
 if [[ " $PARTS " == *" distill "* ]]; then
-  distill_part distill distill_draft.py draft "${KILN_DISTILL_ARGS:-}"
+  draft_src="${KILN_DRAFT_SOURCE:-/tmp/kiln-draft}"
+  distill_part distill distill_draft.py "" "--out $draft_src ${KILN_DISTILL_ARGS:-}"
+  if [[ -f "$draft_src/model.safetensors" ]]; then
+    # One file comes back from $OUT at most 16 MiB: the weights in parts.
+    mkdir -p "$OUT/draft"
+    find "$draft_src" -maxdepth 1 -type f ! -name model.safetensors -exec cp {} "$OUT/draft/" \;
+    split -b 15M "$draft_src/model.safetensors" "$OUT/draft/model.safetensors.part-"
+  fi
 fi
 
 if [[ " $PARTS " == *" distillhead "* ]]; then

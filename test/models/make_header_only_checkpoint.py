@@ -14,6 +14,10 @@ few kilobytes, with no torch and no download.
                  transformers writes it after loading the Q4_1 GGUF in fp32
                  (test/gpu/make_gguf_reference.py); config values from the
                  GGUF's metadata, tied embeddings, F32 tensors
+  smollm2-draft/ config.json, model.safetensors: the draft model that
+                 scripts/distill_draft.py writes with its default flags
+                 (4 layers x 384, SmolLM2's vocabulary, bf16), so its
+                 artifact compiles before the draft is trained
 
 Usage: make_header_only_checkpoint.py [OUTPUT_DIR]   (default: this directory)
 Standard library only.
@@ -118,6 +122,11 @@ SMOLLM2_135M = {
     "use_cache": True,
     "vocab_size": 49152,
 }
+
+# scripts/distill_draft.py's student with its default --layers, --hidden,
+# --heads, --kv-heads and --ffn; the rest follows the teacher above.
+SMOLLM2_DRAFT = dict(SMOLLM2_135M, hidden_size=384, intermediate_size=1024, num_hidden_layers=4,
+                     num_attention_heads=6, num_key_value_heads=2, torch_dtype="bfloat16")
 
 
 def llama_tensors(cfg):
@@ -230,6 +239,8 @@ def main():
     print(f"llama3.2-1b: 1 file, {total} bytes of bf16 data described")
     total = write_single(os.path.join(out, "smollm2-135m"), SMOLLM2_135M)
     print(f"smollm2-135m: 1 file, {total} bytes of f32 data described")
+    total = write_single(os.path.join(out, "smollm2-draft"), SMOLLM2_DRAFT)
+    print(f"smollm2-draft: 1 file, {total} bytes of bf16 data described")
 
 
 if __name__ == "__main__":
