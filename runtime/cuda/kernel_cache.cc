@@ -4,12 +4,12 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
-#include <unistd.h>
-
+#include "runtime/support/cache_entry.h"
 #include "runtime/support/model_cache.h"
 
 namespace kiln::cuda {
@@ -42,17 +42,39 @@ std::string readFile(const fs::path& path, bool* ok) {
   return ss.str();
 }
 
-Status writeFileAtomically(const fs::path& path, const std::string& data) {
-  const fs::path tmp = path.string() + fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << data;
-    if (!out) return makeError("{}: cannot write the JIT cache file", tmp.string());
+// The payload of a .kjit cache entry: cubin, log and PTX, each as a
+// little-endian u64 length and its bytes.
+std::string encodeKernel(const CompiledKernel& k) {
+  std::string out;
+  for (const std::string* part : {&k.cubin, &k.log, &k.ptx}) {
+    for (int i = 0; i < 8; ++i) out.push_back(char((uint64_t(part->size()) >> (8 * i)) & 0xff));
+    out += *part;
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return makeError("{}: cannot rename into the JIT cache: {}", path.string(), ec.message());
-  return Status::success();
+  return out;
+}
+
+bool decodeKernel(std::string_view bytes, CompiledKernel& k) {
+  for (std::string* part : {&k.cubin, &k.log, &k.ptx}) {
+    if (bytes.size() < 8) return false;
+    uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= uint64_t(static_cast<unsigned char>(bytes[size_t(i)])) << (8 * i);
+    bytes.remove_prefix(8);
+    if (n > bytes.size()) return false;
+    part->assign(bytes.substr(0, n));
+    bytes.remove_prefix(n);
+  }
+  return bytes.empty();
+}
+
+// Kernels compiled in this process whose cache entry could not be written
+// (unwritable folder, full disk): later loads in the process still hit.
+struct MemoryCache {
+  std::mutex mutex;
+  std::map<std::string, CompiledKernel> kernels;  // by entry path
+};
+MemoryCache& memoryCache() {
+  static MemoryCache cache;
+  return cache;
 }
 
 // Text of every header in the include folders, in name order.
@@ -94,10 +116,22 @@ Result<CompileSummary> compileKernels(const std::vector<KernelSource>& kernels,
   if (options.compile.include_dirs.empty()) options.compile.include_dirs = defaultKernelIncludeDirs();
   auto nvrtc = loadNvrtc();
   if (!nvrtc) return nvrtc.error();
+  const std::string version = (*nvrtc)->versionText();
+  // A cache folder that cannot be made or written costs this run its disk
+  // cache, never the run: one warning, and the kernels stay in memory.
+  std::atomic<bool> disk_ok{true};
+  std::mutex warn_mutex;
+  auto warnOnce = [&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(warn_mutex);
+    if (!disk_ok.exchange(false))
+      return;
+    std::fprintf(stderr, "%skiln jit: warning: %s; compiled kernels are kept in memory for this process only\n",
+                 options.progress ? "\n" : "", why.c_str());
+  };
   std::error_code ec;
   fs::create_directories(options.dir, ec);
-  if (ec) return makeError("{}: cannot create the JIT cache folder: {}", options.dir.string(), ec.message());
-  const std::string version = (*nvrtc)->versionText();
+  if (ec) warnOnce(fmt::format("cannot create the JIT cache folder {}: {}", options.dir.string(), ec.message()));
+  else removeStaleCacheTemps(options.dir);
 
   CompileSummary summary;
   summary.kernels.resize(kernels.size());
@@ -121,15 +155,32 @@ Result<CompileSummary> compileKernels(const std::vector<KernelSource>& kernels,
       const KernelSource& k = kernels[i];
       // The key already names the source; the instance name is only for a
       // reader of the folder, cut so the file name stays under NAME_MAX.
-      const std::string stem = k.name.substr(0, 128) + "-" + kernelCacheKey(k, options, version);
-      const fs::path base = options.dir / stem;
-      bool have_cubin = false, have_log = false, have_ptx = !options.compile.ptx;
+      const std::string key = kernelCacheKey(k, options, version);
+      const fs::path path = options.dir / (k.name.substr(0, 128) + "-" + key + ".kjit");
       CompiledKernel hit;
       hit.name = k.name;
-      hit.cubin = readFile(base.string() + ".cubin", &have_cubin);
-      hit.log = readFile(base.string() + ".log", &have_log);
-      if (options.compile.ptx) hit.ptx = readFile(base.string() + ".ptx", &have_ptx);
-      if (have_cubin && have_log && have_ptx && !hit.cubin.empty()) {
+      bool found = false;
+      {
+        MemoryCache& memory = memoryCache();
+        std::lock_guard<std::mutex> lock(memory.mutex);
+        if (auto it = memory.kernels.find(path.string()); it != memory.kernels.end()) {
+          hit = it->second;
+          found = true;
+        }
+      }
+      if (!found) {
+        CacheLookup entry = readCacheEntry(path, key);
+        if (entry.state == CacheLookup::State::kHit) {
+          found = decodeKernel(entry.payload, hit) && !hit.cubin.empty() &&
+                  (!options.compile.ptx || !hit.ptx.empty());
+          if (!found) {  // whole (the checksum holds) but not what this build writes
+            reportRejectedCacheEntry(path, "its payload is not a cubin, log and PTX");
+            std::error_code remove_ec;
+            fs::remove(path, remove_ec);
+          }
+        }
+      }
+      if (found) {
         hit.resources = parseResourceUsage(hit.log, k.name);
         summary.kernels[i] = std::move(hit);
         ++cached;
@@ -138,10 +189,15 @@ Result<CompileSummary> compileKernels(const std::vector<KernelSource>& kernels,
         if (!compiled) {
           errors[i] = compiled.error().message;
         } else {
-          Status s = writeFileAtomically(base.string() + ".cubin", compiled->cubin);
-          if (s.ok()) s = writeFileAtomically(base.string() + ".log", compiled->log);
-          if (s.ok() && options.compile.ptx) s = writeFileAtomically(base.string() + ".ptx", compiled->ptx);
-          if (!s.ok()) errors[i] = s.error().message;
+          if (disk_ok) {
+            Status written = writeCacheEntry(path, key, encodeKernel(*compiled));
+            if (!written.ok()) warnOnce(written.error().message);
+          }
+          if (!disk_ok) {
+            MemoryCache& memory = memoryCache();
+            std::lock_guard<std::mutex> lock(memory.mutex);
+            memory.kernels[path.string()] = *compiled;
+          }
           summary.kernels[i] = compiled.take();
         }
       }

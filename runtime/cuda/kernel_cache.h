@@ -3,9 +3,12 @@
 //
 // Key = hash(instance source, NVRTC options, arch, NVRTC version, the text of
 // every kernel header in the include folders), so editing a template
-// invalidates its instances. Files: <dir>/<instance>-<key>.{cubin,log[,ptx]},
-// written to a temporary name and renamed, so concurrent loaders never see a
-// half-written file.
+// invalidates its instances. One file per instance, <dir>/<instance>-<key>.kjit:
+// a cache entry (runtime/support/cache_entry.h) whose payload is the cubin,
+// the compile log and the PTX. An entry that is truncated, corrupted, of
+// another format version or another key is reported, deleted and compiled
+// again; a folder that cannot be created or written is warned about once and
+// the kernels stay in a process-wide memory cache instead.
 #pragma once
 
 #include <filesystem>
