@@ -33,7 +33,9 @@ const ActivationTypeParams& activationTypeParams(std::string_view kind) {
   if (kind == "attention_combine") return kCombine;
   if (kind == "argmax" || kind == "sample") return kLogits;
   if (kind == "moe_router") return kMoeRouter;
-  if (kind == "moe_ffn" || kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine") return kMoeExperts;
+  if (kind == "moe_ffn" || kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine" ||
+      kind == "moe_gate_up_mma" || kind == "moe_down_mma")
+    return kMoeExperts;
   return kNone;
 }
 

@@ -14,6 +14,7 @@
 #include "codegen/kernels/flash_attention_wgmma.cuh"  // flash_wgmma::smem_bytes (host-visible part)
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"     // gemm_swiglu::smem_bytes (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"  // argmaxChunks, the gemv_stream layout, the moe grid
+#include "codegen/kernels/moe_grouped_mma.cuh"  // moe_mma::smem_bytes (host-visible part)
 #include "runtime/artifact/manifest.h"
 #include "runtime/artifact/step_params_json.h"
 
@@ -938,6 +939,38 @@ Result<Body> moeExperts(const Params& p, std::string_view part) {
   return b;
 }
 
+// The grouped tensor-core experts (moe_grouped_mma.cuh): moe_gate_up_mma
+// and moe_down_mma, bf16 activations and weights, 8 warps, the tile width
+// chosen at launch by the average slots an expert.
+Result<Body> moeExpertsMma(const Params& p, std::string_view part) {
+  namespace mm = kernels::moe_mma;
+  KILN_TRY(hidden, p.positive("hidden", mm::kBlockK));
+  KILN_TRY(ffn, p.positive("ffn", mm::kBlockK));
+  KILN_TRY(experts, p.positive("experts"));
+  KILN_TRY(top_k, p.positive("top_k"));
+  KILN_TRY(weight_name, p.text("weight_type"));
+  KILN_TRY(x_name, p.textOr("x_type", "bf16"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  if (weight_name != "bf16") return p.bad("weight_type", weight_name, "bf16 (the tensor cores' operand type)");
+  if (x_name != "bf16") return p.bad("x_type", x_name, "bf16 (the tensor cores' operand type)");
+  if (top_k > experts || experts > 1024)
+    return makeError("{}: top_k {} of {} experts, expected top_k <= experts <= 1024", part, top_k, experts);
+  const int smem = mm::smem_bytes(int(experts));
+  Body b{"moe_grouped_mma.cuh", "", std::string(part),
+         {mm::kThreads,
+          fmt::format("moe_mma::grid({}, N, top_k={}, experts={}, hidden={}, ffn={}), dynamic smem {} bytes",
+                      part == "moe_gate_up_mma" ? "gate/up" : "down", top_k, experts, hidden, ffn, smem),
+          "MoeExpertsParams"}};
+  b.waits_itself = true;
+  b.min_blocks = 2;  // two blocks an SM: 128 registers a thread, and half the shared memory each
+  b.config = fmt::format("  using X = kiln::kernels::bf16;\n  using W = kiln::kernels::bf16;\n  using Out = {};\n"
+                         "  static constexpr int kHidden = {};\n  static constexpr int kFfn = {};\n"
+                         "  static constexpr int kExperts = {};\n  static constexpr int kTopK = {};\n"
+                         "  static constexpr int kSmemBytes = {};  // dynamic shared memory per block\n",
+                         out, hidden, ffn, experts, top_k, smem);
+  return b;
+}
+
 // State-space (Mamba-2) kernels, ssm.cuh.
 Result<Body> ssmConv1d(const Params& p) {
   KILN_TRY(channels, p.positive("channels"));
@@ -1104,6 +1137,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "gather_last_tokens") return gatherLastTokens(p);
   if (kind == "moe_router") return moeRouter(p);
   if (kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine") return moeExperts(p, kind);
+  if (kind == "moe_gate_up_mma" || kind == "moe_down_mma") return moeExpertsMma(p, kind);
   if (kind == "ssm_conv1d") return ssmConv1d(p);
   if (kind == "ssd_scan") return ssdScan(p);
   if (kind == "ssm_gated_norm") return ssmGatedNorm(p);
@@ -1129,7 +1163,8 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
       "silu_mul", "gemm_swiglu", "dequantize", "add",
-      "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "ssm_conv1d", "ssd_scan",
+      "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "moe_gate_up_mma",
+      "moe_down_mma", "ssm_conv1d", "ssd_scan",
       "ssm_gated_norm", "selective_scan", "sample",
       "argmax"};
   return kinds;

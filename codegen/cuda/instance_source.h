@@ -40,7 +40,8 @@ struct Instance {
 // residual_rms_norm, gemm, rope_kv_append, paged_attention, silu_mul, add, mul,
 // silu, gather_last_tokens, moe_router) plus the runtime's own: paged_attention_split,
 // attention_combine, flash_attention, flash_attention_wgmma, decode_attention,
-// moe_gate_up, moe_down and moe_combine (a moe_ffn step's), sample, argmax.
+// moe_gate_up, moe_down, moe_combine and the grouped moe_gate_up_mma, moe_down_mma
+// (a moe_ffn step's), sample, argmax.
 const std::vector<std::string_view>& cudaKernelKinds();
 
 // A readable instance name from kind and params (kind, then each param as
