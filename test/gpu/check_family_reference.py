@@ -21,6 +21,8 @@ and Qwen3-MoE checkpoints do (newer transformers fuse them when loading);
 transformers
 takes the routing softmax in float32 even in a float64 model, well inside
 the 1e-5 bound (the fixtures keep every token's router choices 1e-4 apart).
+Their experts run transformers' "eager" experts implementation (a loop over
+the chosen experts): its default, grouped_mm, has no float64 kernel.
 
 Prints one JSON line per fixture and attention implementation; exits 1 if
 any differs.
@@ -33,8 +35,20 @@ import torch
 from transformers import AutoModelForCausalLM
 
 
+def is_moe(path):
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    return any(config.get(k) for k in ("num_local_experts", "num_experts"))
+
+
 def load(path, attn):
     kwargs = {"attn_implementation": attn}
+    if is_moe(path):
+        # transformers 5 picks the experts' kernels by `experts_implementation`;
+        # earlier versions loop over the experts already and take no such argument.
+        import transformers
+        if int(transformers.__version__.split(".")[0]) >= 5:
+            kwargs["experts_implementation"] = "eager"
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, **kwargs)
     except TypeError:  # transformers before `dtype`
@@ -67,7 +81,9 @@ def main():
             same = sum(greedy(model, g["prompt"], len(g["tokens"])) == g["tokens"] for g in ref["greedy"])
             ok = worst < 1e-5 and same == len(ref["greedy"])
             failed |= not ok
-            print(json.dumps({"fixture": path, "attn_implementation": attn, "max_abs_logit_diff": worst,
+            print(json.dumps({"fixture": path, "attn_implementation": attn,
+                              "experts_implementation": getattr(model.config, "_experts_implementation", None),
+                              "max_abs_logit_diff": worst,
                               "greedy_identical": f"{same}/{len(ref['greedy'])}", "ok": ok}), flush=True)
     sys.exit(1 if failed else 0)
 
