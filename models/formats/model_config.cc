@@ -9,8 +9,8 @@
 #include <optional>
 
 #include "models/formats/error_text.h"
-#include "models/formats/gguf_file.h"
 #include "models/formats/mapped_file.h"
+#include "models/formats/result_assign.h"
 
 namespace kiln::formats {
 namespace {
@@ -103,13 +103,6 @@ class HfFields {
   const std::string& name_;
   std::string prefix_;
 };
-
-#define KILN_ASSIGN(lhs, expr)         \
-  do {                                 \
-    auto kiln_r_ = (expr);             \
-    if (!kiln_r_.ok()) return kiln_r_.error(); \
-    lhs = kiln_r_.take();              \
-  } while (0)
 
 std::string_view archFromClassName(std::string_view cls) {
   if (cls == "LlamaForCausalLM") return "llama";
@@ -372,6 +365,33 @@ std::optional<ElementType> dtypeFromTorchName(std::string_view name) {
   return std::nullopt;
 }
 
+Result<ModelConfig> parseHfObject(const json& root, const std::string& name);
+
+// Gemma3ForConditionalGeneration (model_type gemma3): its language model is
+// text_config, a Gemma3TextConfig (usually sparse: its defaults are
+// gemma3_text's), with the outer config's dtype when it names none. Only
+// the text model is imported; ModelSource finds its weights and leaves the
+// vision tower and projector out.
+Result<ModelConfig> parseGemma3ImageText(const json& root, const HfFields& f, const std::string& name) {
+  const json* text = f.get("text_config");
+  if (text == nullptr)
+    return makeError("{}: model_type 'gemma3' (Gemma 3's image-text model) has no field 'text_config', expected "
+                     "the language model's config there",
+                     name);
+  if (!text->is_object()) return f.illTyped("text_config", *text, "an object");
+  json inner = *text;
+  if (auto it = inner.find("model_type"); it != inner.end() && !it->is_null() && *it != "gemma3_text")
+    return makeError("{}: field 'text_config.model_type' is {}, expected \"gemma3_text\"", name, it->dump());
+  inner["model_type"] = "gemma3_text";
+  for (const char* dtype : {"torch_dtype", "dtype"})
+    if (!inner.contains(dtype) && root.contains(dtype)) inner[dtype] = root[dtype];
+  ModelConfig c;
+  KILN_ASSIGN(c, parseHfObject(inner, name + " text_config"));
+  c.source = name;
+  c.image_text_model = true;
+  return c;
+}
+
 Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
   if (!root.is_object())
     return makeError("{}: top level is {}, expected an object", name, jsonTypeName(root));
@@ -381,11 +401,7 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
 
   std::optional<std::string> model_type;
   KILN_ASSIGN(model_type, f.string("model_type"));
-  if (model_type && *model_type == "gemma3")
-    return makeError("{}: model_type 'gemma3' is Gemma 3's image-text model (Gemma3ForConditionalGeneration, "
-                     "weights under language_model); kiln imports the text model, model_type 'gemma3_text' "
-                     "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export)",
-                     name);
+  if (model_type && *model_type == "gemma3") return parseGemma3ImageText(root, f, name);
   if (model_type && *model_type == "gemma3_text") model_type = "gemma3";
   if (model_type) {
     if (!isSupportedArch(*model_type))
@@ -415,13 +431,15 @@ Result<ModelConfig> parseHfObject(const json& root, const std::string& name) {
     return makeError("{}: field 'hidden_act' is '{}', only 'silu' is supported", name,
                      printable(*act));
 
-  KILN_ASSIGN(c.hidden_size, f.integer("hidden_size", std::nullopt));
-  KILN_ASSIGN(c.intermediate_size, f.integer("intermediate_size", std::nullopt));
-  KILN_ASSIGN(c.num_layers, f.integer("num_hidden_layers", std::nullopt));
-  KILN_ASSIGN(c.num_heads, f.integer("num_attention_heads", std::nullopt));
-  KILN_ASSIGN(c.vocab_size, f.integer("vocab_size", std::nullopt));
-  // Defaults below are transformers' own for these architectures.
+  // Defaults below are transformers' own for these architectures; Gemma3TextConfig
+  // has one for every size (an image-text config's text_config often names only a few).
   const bool gemma3 = c.architecture == "gemma3";
+  auto gemma3Default = [&](int64_t v) { return gemma3 ? std::optional<int64_t>(v) : std::nullopt; };
+  KILN_ASSIGN(c.hidden_size, f.integer("hidden_size", gemma3Default(2304)));
+  KILN_ASSIGN(c.intermediate_size, f.integer("intermediate_size", gemma3Default(9216)));
+  KILN_ASSIGN(c.num_layers, f.integer("num_hidden_layers", gemma3Default(26)));
+  KILN_ASSIGN(c.num_heads, f.integer("num_attention_heads", gemma3Default(8)));
+  KILN_ASSIGN(c.vocab_size, f.integer("vocab_size", gemma3Default(262208)));
   KILN_ASSIGN(c.num_kv_heads, f.integer("num_key_value_heads", gemma3 ? 4 : c.num_heads));
   if (f.get("head_dim") == nullptr && !gemma3 && c.num_heads > 0 && c.hidden_size % c.num_heads != 0)
     return makeError("{}: hidden_size {} is not a multiple of num_heads {} and no head_dim gives the head size",
@@ -634,111 +652,6 @@ Result<ModelConfig> parseHfConfig(const std::string& path) {
   auto bytes = mapping->bytes();
   return parseHfConfigText(
       std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
-}
-
-Result<ModelConfig> configFromGguf(const GgufFile& file) {
-  ModelConfig c;
-  c.source = file.path();
-  KILN_ASSIGN(c.architecture, file.getString("general.architecture"));
-  // llama.cpp's gemma3 stores its norm weights with the 1 already added and
-  // needs its own metadata (sliding pattern, local theta, query scale): not read yet.
-  if (c.architecture == "gemma3")
-    return makeError("{}: general.architecture 'gemma3': kiln imports Gemma 3 from Hugging Face checkpoint "
-                     "directories only, not from GGUF yet",
-                     file.path());
-  // llama.cpp spells Qwen3-MoE qwen3moe; Mixtral is llama with experts.
-  const std::string a = c.architecture + ".";
-  if (c.architecture == "qwen3moe") c.architecture = "qwen3_moe";
-  if (!isSupportedArch(c.architecture) || c.architecture == "mixtral")
-    return makeError("{}: general.architecture '{}' is not supported; supported: llama, mistral, qwen2, qwen3, "
-                     "phi3, qwen3moe",
-                     file.path(), printable(a.substr(0, a.size() - 1)));
-  auto optInt = [&](const std::string& key, int64_t fallback) -> Result<int64_t> {
-    if (file.find(key) == nullptr) return fallback;
-    return file.getInt(key);
-  };
-  KILN_ASSIGN(c.num_layers, file.getInt(a + "block_count"));
-  KILN_ASSIGN(c.hidden_size, file.getInt(a + "embedding_length"));
-  KILN_ASSIGN(c.intermediate_size, file.getInt(a + "feed_forward_length"));
-  KILN_ASSIGN(c.num_heads, file.getInt(a + "attention.head_count"));
-  KILN_ASSIGN(c.max_position_embeddings, file.getInt(a + "context_length"));
-  KILN_ASSIGN(c.num_kv_heads, optInt(a + "attention.head_count_kv", c.num_heads));
-  int64_t default_head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
-  KILN_ASSIGN(c.head_dim, optInt(a + "attention.key_length", default_head_dim));
-  int64_t value_dim = 0;
-  KILN_ASSIGN(value_dim, optInt(a + "attention.value_length", c.head_dim));
-  if (value_dim != c.head_dim)
-    return makeError("{}: metadata '{}attention.value_length' is {}, kiln needs it equal to key_length {}",
-                     file.path(), printable(a), value_dim, c.head_dim);
-  KILN_ASSIGN(c.rms_norm_eps, file.getFloat(a + "attention.layer_norm_rms_epsilon"));
-  if (file.find(a + "rope.freq_base") != nullptr)
-    KILN_ASSIGN(c.rope_theta, file.getFloat(a + "rope.freq_base"));
-  KILN_ASSIGN(c.sliding_window, optInt(a + "attention.sliding_window", 0));
-
-  // Vocabulary: the explicit key, else the embedding's rows, else the token list.
-  const TensorInfo* embd = file.findTensor("token_embd.weight");
-  if (file.find(a + "vocab_size") != nullptr) {
-    KILN_ASSIGN(c.vocab_size, file.getInt(a + "vocab_size"));
-  } else if (embd != nullptr && embd->shape.size() == 2) {
-    c.vocab_size = embd->shape[0];
-  } else if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens")) {
-    c.vocab_size = static_cast<int64_t>(tokens->array_size);
-  } else {
-    return makeError("{}: no {}vocab_size, token_embd.weight or tokenizer.ggml.tokens to give "
-                     "the vocabulary size",
-                     file.path(), a);
-  }
-
-  if (file.find(a + "rope.scaling.type") != nullptr) {
-    std::string type;
-    KILN_ASSIGN(type, file.getString(a + "rope.scaling.type"));
-    if (type == "linear") {
-      c.rope_scaling.kind = RopeScaling::Kind::kLinear;
-      KILN_ASSIGN(c.rope_scaling.factor, file.getFloat(a + "rope.scaling.factor"));
-    } else if (type != "none") {
-      return makeError("{}: metadata '{}rope.scaling.type' is '{}', supported: none, linear",
-                       file.path(), printable(a), printable(type));
-    }
-  }
-  // llama.cpp permutes llama Q/K rows into adjacent pairs; qwen2 and qwen3 keep neox.
-  // phi3 is neox as well.
-  const bool neox = c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "qwen3_moe" ||
-                    c.architecture == "phi3";
-  c.rope_style = neox ? RopeStyle::kHalf : RopeStyle::kInterleaved;
-  c.tie_word_embeddings = file.findTensor("output.weight") == nullptr;
-  c.attention_bias = file.findTensor("blk.0.attn_q.bias") != nullptr;
-  c.output_bias = file.findTensor("blk.0.attn_output.bias") != nullptr;
-  c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
-  // Experts, stacked [E, ...] per layer (ffn_gate_inp, ffn_{gate,up,down}_exps);
-  // llama.cpp renormalizes the top-k weights of both Mixtral and Qwen3-MoE
-  // unless expert_weights_norm says otherwise.
-  KILN_ASSIGN(c.num_experts, optInt(a + "expert_count", 0));
-  if (c.num_experts > 0) {
-    KILN_ASSIGN(c.experts_per_token, file.getInt(a + "expert_used_count"));
-    KILN_ASSIGN(c.moe_intermediate_size, optInt(a + "expert_feed_forward_length", c.intermediate_size));
-    c.norm_topk_prob = true;
-    if (file.find(a + "expert_weights_norm") != nullptr) KILN_ASSIGN(c.norm_topk_prob, file.getBool(a + "expert_weights_norm"));
-    for (const char* shared : {"expert_shared_count", "expert_shared_feed_forward_length", "expert_group_count"}) {
-      if (file.find(a + shared) == nullptr) continue;
-      int64_t n = 0;
-      KILN_ASSIGN(n, file.getInt(a + shared));
-      if (n > (std::string_view(shared) == "expert_group_count" ? 1 : 0))
-        return makeError("{}: metadata '{}{}' is {}, which kiln does not implement", file.path(), printable(a),
-                         shared, n);
-    }
-  }
-  // llama.cpp's phi3: fused attn_qkv, and ffn_up holds gate and up; its
-  // long-context variants carry LongRoPE factors kiln does not implement.
-  c.fused_qkv = c.fused_gate_up = c.architecture == "phi3";
-  for (const char* factors : {"rope_factors_long.weight", "rope_factors_short.weight"})
-    if (file.findTensor(factors) != nullptr)
-      return makeError("{}: tensor '{}' asks for LongRoPE scaling, which kiln does not implement", file.path(),
-                       factors);
-  const TensorInfo* q = file.findTensor(c.fused_qkv ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight");
-  c.weight_dtype = q != nullptr ? q->type : embd != nullptr ? embd->type : ElementType::F32;
-
-  KILN_RETURN_IF_ERROR(c.validate());
-  return c;
 }
 
 }  // namespace kiln::formats

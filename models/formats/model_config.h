@@ -97,6 +97,11 @@ struct ModelConfig {
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = true;
   std::vector<bool> moe_layers;
+  // gemma3's image-text checkpoints (Gemma3ForConditionalGeneration): the
+  // config is its text_config; the language model's weights sit under
+  // language_model (ModelSource finds which spelling), and the vision tower
+  // and projector are left out.
+  bool image_text_model = false;
   // Storage type of the big weights (BF16 for a bf16 checkpoint, Q4_1 for a
   // Q4_1 GGUF); a hint for buffer planning, individual tensors may differ.
   ElementType weight_dtype = ElementType::F32;
@@ -128,8 +133,9 @@ Result<ModelConfig> parseHfConfig(const std::string& config_json_path);
 // Same, from JSON text; `name` stands in for the path in errors.
 Result<ModelConfig> parseHfConfigText(std::string_view json_text, const std::string& name);
 
-// Reads general.architecture and <arch>.* metadata. tie_word_embeddings is
-// true when the file has no output.weight.
+// Reads general.architecture and llama.cpp's <arch>.* metadata
+// (gguf_config.cc), for llama, mistral, qwen2, qwen3, phi3, qwen3moe and
+// gemma3. tie_word_embeddings is true when the file has no output.weight.
 Result<ModelConfig> configFromGguf(const GgufFile& file);
 
 }  // namespace kiln::formats

@@ -214,10 +214,50 @@ TEST(ModelConfigTest, Gemma3) {
             "c.json: field 'hidden_activation' is 'gelu', kiln runs Gemma 3's 'gelu_pytorch_tanh' only");
   EXPECT_EQ(parseError(gemma + R"(, "use_bidirectional_attention": true})"),
             "c.json: field 'use_bidirectional_attention' is true, kiln runs causal decoders only");
-  EXPECT_EQ(parseError(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}})"),
-            "c.json: model_type 'gemma3' is Gemma 3's image-text model (Gemma3ForConditionalGeneration, weights "
-            "under language_model); kiln imports the text model, model_type 'gemma3_text' (Gemma3ForCausalLM: "
-            "gemma-3-1b, or a text-only export)");
+}
+
+// gemma-3-4b-it's config.json (Gemma3ForConditionalGeneration): a sparse
+// text_config over Gemma3TextConfig's defaults (8 heads, 4 KV heads of 256,
+// vocab 262208, query_pre_attn_scalar 256), the dtype from the outer config.
+TEST(ModelConfigTest, Gemma3ImageText) {
+  const std::string gemma = R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+      "boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144, "mm_tokens_per_image": 256,
+      "initializer_range": 0.02, "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+      "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                        "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                        "patch_size": 14, "vision_use_head": false},
+      "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                      "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                      "sliding_window": 1024)";
+  auto c = parseHfConfigText(gemma + "}}", "c.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "gemma3");
+  EXPECT_TRUE(c->image_text_model);
+  EXPECT_EQ(c->source, "c.json");
+  EXPECT_EQ(c->hidden_size, 2560);
+  EXPECT_EQ(c->num_layers, 34);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->vocab_size, 262208);
+  EXPECT_EQ(c->weight_dtype, ElementType::BF16);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c->attentionScale(), 1.0 / 16);
+  EXPECT_EQ(c->windowOf(4), 1024);
+  EXPECT_EQ(c->windowOf(5), 0);
+  EXPECT_TRUE(c->ropeScaledAt(5));
+  EXPECT_FALSE(c->ropeScaledAt(4));
+  EXPECT_EQ(c->norm_weight_offset, 1.0);
+
+  EXPECT_EQ(parseError(gemma + R"(, "final_logit_softcapping": 30.0}})"),
+            "c.json text_config: field 'final_logit_softcapping' is 30.0, which kiln does not implement");
+  EXPECT_EQ(parseError(R"({"model_type": "gemma3", "vision_config": {}})"),
+            "c.json: model_type 'gemma3' (Gemma 3's image-text model) has no field 'text_config', expected the "
+            "language model's config there");
+  EXPECT_EQ(parseError(R"({"model_type": "gemma3", "text_config": {"model_type": "llama"}})"),
+            "c.json: field 'text_config.model_type' is \"llama\", expected \"gemma3_text\"");
+  EXPECT_EQ(parseError(R"({"model_type": "gemma3", "text_config": [1]})"),
+            "c.json: field 'text_config' is an array ([1]), expected an object");
 }
 
 // transformers' sliding layers: Mistral slides every layer; Qwen2/3 only
@@ -597,13 +637,104 @@ TEST(ModelConfigTest, Phi3FromGgufMetadata) {
             "p.gguf: tensor 'rope_factors_long.weight' asks for LongRoPE scaling, which kiln does not implement");
 }
 
+// llama.cpp's gemma3 as its converter writes gemma-3-4b: norms stored with
+// Gemma's 1 added (no offset at load), neox rope, layer i sliding unless
+// i % 6 == 5 at the local base 1e4, q scaled by key_length^-1/2.
+testing::GgufWriter gemma3Gguf(uint32_t layers, uint32_t hidden = 2560, uint32_t heads = 8, uint32_t head_dim = 256) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "gemma3")
+      .addUInt32("gemma3.context_length", 131072)
+      .addUInt32("gemma3.embedding_length", hidden)
+      .addUInt32("gemma3.block_count", layers)
+      .addUInt32("gemma3.feed_forward_length", 10240)
+      .addUInt32("gemma3.attention.head_count", heads)
+      .addFloat32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f)
+      .addUInt32("gemma3.attention.key_length", head_dim)
+      .addUInt32("gemma3.attention.value_length", head_dim)
+      .addFloat32("gemma3.rope.freq_base", 1000000.f)
+      .addUInt32("gemma3.attention.head_count_kv", heads / 2)
+      .addString("gemma3.rope.scaling.type", "linear")
+      .addFloat32("gemma3.rope.scaling.factor", 8.f);
+  w.addTensorFilled("token_embd.weight", {64, hidden}, ElementType::F16);
+  return w;
+}
+
+TEST(ModelConfigTest, Gemma3FromGgufMetadata) {
+  auto config = [](testing::GgufWriter w) {
+    std::vector<uint8_t> bytes = w.serialize();
+    return configFromGguf(*GgufFile::openBuffer(bytes, "g.gguf"));
+  };
+  auto c = config(gemma3Gguf(34).addUInt32("gemma3.attention.sliding_window", 1024));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "gemma3");
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalf);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->norm_weight_offset, 0.0);
+  EXPECT_EQ(c->mlp_activation, MlpActivation::kGeluTanh);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c->embedding_scale, std::sqrt(2560.0));
+  EXPECT_DOUBLE_EQ(c->attentionScale(), 1.0 / 16);
+  for (int64_t l : {0, 4, 6, 33}) EXPECT_EQ(c->windowOf(l), 1024) << l;
+  for (int64_t l : {5, 11, 29}) EXPECT_EQ(c->windowOf(l), 0) << l;
+  EXPECT_EQ(c->ropeThetaOf(0), 10000.0);
+  EXPECT_EQ(c->ropeThetaOf(5), 1e6);
+  EXPECT_FALSE(c->ropeScaledAt(0));
+  EXPECT_TRUE(c->ropeScaledAt(5));
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+
+  // The 27B (62 layers, hidden 5376 over 32 heads): q scaled by (hidden / heads)^-1/2.
+  auto big = config(gemma3Gguf(62, 5376, 32, 128).addUInt32("gemma3.attention.sliding_window", 1024));
+  ASSERT_TRUE(big.ok()) << big.error().message;
+  EXPECT_DOUBLE_EQ(big->attentionScale(), 1.0 / std::sqrt(168.0));
+
+  // The period and the local base from the file; a per-layer pattern.
+  auto period = config(gemma3Gguf(6)
+                           .addUInt32("gemma3.attention.sliding_window", 10)
+                           .addUInt32("gemma3.attention.sliding_window_pattern", 3)
+                           .addFloat32("gemma3.rope.freq_base_swa", 20000.f));
+  ASSERT_TRUE(period.ok()) << period.error().message;
+  EXPECT_EQ(period->sliding_layers, (std::vector<bool>{true, true, false, true, true, false}));
+  EXPECT_EQ(period->ropeThetaOf(0), 20000.0);
+  std::vector<uint8_t> flags = {0, 1, 1, 0};
+  auto listed = config(gemma3Gguf(4)
+                           .addUInt32("gemma3.attention.sliding_window", 10)
+                           .add("gemma3.attention.sliding_window_pattern",
+                                testing::ggufScalarArray(GgufValueType::kBool, 4, flags)));
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(listed->sliding_layers, (std::vector<bool>{false, true, true, false}));
+
+  // No window (llama.cpp's non-sliding gemma3): every layer global, one theta.
+  auto global = config(gemma3Gguf(6));
+  ASSERT_TRUE(global.ok()) << global.error().message;
+  EXPECT_EQ(global->sliding_window, 0);
+  EXPECT_EQ(global->ropeThetaOf(0), 1e6);
+  EXPECT_TRUE(global->ropeScaledAt(0));
+}
+
+TEST(ModelConfigBadInputTest, Gemma3FromGgufMetadata) {
+  auto error = [](testing::GgufWriter w) {
+    std::vector<uint8_t> bytes = w.serialize();
+    return configFromGguf(*GgufFile::openBuffer(bytes, "g.gguf")).error().message;
+  };
+  EXPECT_EQ(error(gemma3Gguf(6).addFloat32("gemma3.final_logit_softcapping", 30.f)),
+            "g.gguf: metadata 'gemma3.final_logit_softcapping' is 30, which kiln does not implement");
+  EXPECT_EQ(error(gemma3Gguf(4)
+                      .addUInt32("gemma3.attention.sliding_window", 10)
+                      .add("gemma3.attention.sliding_window_pattern", testing::ggufInt32Array({1, 0, 1, 0}))),
+            "g.gguf: metadata 'gemma3.attention.sliding_window_pattern' is array[int32] of 4, expected an integer "
+            "period or array[bool] of one entry a layer (4)");
+  EXPECT_EQ(error(gemma3Gguf(70000).addUInt32("gemma3.attention.sliding_window", 10)),
+            "g.gguf: metadata 'gemma3.block_count' is 70000, expected 1 to 65536");
+}
+
 TEST(ModelConfigBadInputTest, FromGgufMetadata) {
   testing::GgufWriter w;
   w.addString("general.architecture", "gpt2");
   std::vector<uint8_t> bytes = w.serialize();
   EXPECT_EQ(configFromGguf(*GgufFile::openBuffer(bytes, "t.gguf")).error().message,
             "t.gguf: general.architecture 'gpt2' is not supported; supported: llama, mistral, "
-            "qwen2, qwen3, phi3, qwen3moe");
+            "qwen2, qwen3, phi3, qwen3moe, gemma3");
   testing::GgufWriter m;
   m.addString("general.architecture", "llama").addString("llama.block_count", "2");
   bytes = m.serialize();

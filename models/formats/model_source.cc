@@ -1,4 +1,5 @@
 #include "models/formats/model_source.h"
+#include "models/formats/ssm_config.h"
 
 #include <fmt/format.h>
 
@@ -22,7 +23,8 @@ bool isExpertRole(WeightRole role) {
   return role == WeightRole::kExpertGate || role == WeightRole::kExpertUp || role == WeightRole::kExpertDown;
 }
 
-// GGUF and HF tensor names per role, without the layer prefix.
+// GGUF and HF tensor names per role, without the layer prefix (and, for
+// HF, without the decoder's "model." or the lm_head's own name).
 struct RoleNames {
   std::string_view gguf;
   std::string_view hf;
@@ -30,7 +32,7 @@ struct RoleNames {
 
 RoleNames roleNames(WeightRole role) {
   switch (role) {
-    case WeightRole::kTokenEmbedding: return {"token_embd.weight", "model.embed_tokens.weight"};
+    case WeightRole::kTokenEmbedding: return {"token_embd.weight", "embed_tokens.weight"};
     case WeightRole::kAttnNorm: return {"attn_norm.weight", "input_layernorm.weight"};
     case WeightRole::kQ: return {"attn_q.weight", "self_attn.q_proj.weight"};
     case WeightRole::kK: return {"attn_k.weight", "self_attn.k_proj.weight"};
@@ -56,7 +58,7 @@ RoleNames roleNames(WeightRole role) {
     case WeightRole::kExpertGate: return {"ffn_gate_exps.weight", "mlp.experts.{}.gate_proj.weight"};
     case WeightRole::kExpertUp: return {"ffn_up_exps.weight", "mlp.experts.{}.up_proj.weight"};
     case WeightRole::kExpertDown: return {"ffn_down_exps.weight", "mlp.experts.{}.down_proj.weight"};
-    case WeightRole::kFinalNorm: return {"output_norm.weight", "model.norm.weight"};
+    case WeightRole::kFinalNorm: return {"output_norm.weight", "norm.weight"};
     case WeightRole::kLmHead: return {"output.weight", "lm_head.weight"};
   }
   return {};
@@ -112,15 +114,23 @@ Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
     std::string config_path = (fs::path(path) / "config.json").string();
     if (!fs::exists(config_path, ec))
       return makeError("{}: checkpoint directory has no config.json", path);
+    std::ifstream config_file(config_path);
+    std::stringstream config_text;
+    config_text << config_file.rdbuf();
+    // A state-space checkpoint's config is SsmSource's (ssm_config.h); the
+    // runtime reads its tensors by name alone.
+    if (isSsmConfigText(config_text.str())) {
+      auto ckpt = SafetensorsCheckpoint::open(path, mode);
+      if (!ckpt) return ckpt.error();
+      src.checkpoint_ = std::make_unique<SafetensorsCheckpoint>(ckpt.take());
+      return src;
+    }
     auto config = parseHfConfig(config_path);
     if (!config) return config.error();
     src.config_ = config.take();
     auto ckpt = SafetensorsCheckpoint::open(path, mode);
     if (!ckpt) return ckpt.error();
     src.checkpoint_ = std::make_unique<SafetensorsCheckpoint>(ckpt.take());
-    std::ifstream config_file(config_path);
-    std::stringstream config_text;
-    config_text << config_file.rdbuf();
     auto quant = parseInt4QuantConfig(config_text.str(), config_path);
     if (!quant) return quant.error();
     if (*quant) {
@@ -129,6 +139,7 @@ Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
       src.int4_ = std::make_unique<Int4Checkpoint>(int4.take());
     }
     // Some tied checkpoints still store lm_head.weight; the flag decides.
+    if (src.config_.image_text_model) KILN_RETURN_IF_ERROR(src.findTextModel());
   } else {
     if (!fs::exists(path, ec)) return makeError("{}: no such file or directory", path);
     src.format_ = Format::kGguf;
@@ -140,6 +151,33 @@ Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
     src.config_ = config.take();
   }
   return src;
+}
+
+// Gemma3ForConditionalGeneration's language model: transformers before 4.52
+// saved it as language_model.model.* and language_model.lm_head, later ones
+// as model.language_model.* and lm_head; the vision tower and projector
+// (vision_tower.*, multi_modal_projector.*, or under model.) are left out.
+Status ModelSource::findTextModel() {
+  const std::pair<std::string_view, std::string_view> spellings[] = {
+      {"language_model.model.", "language_model.lm_head.weight"},
+      {"model.language_model.", "lm_head.weight"},
+  };
+  for (auto [decoder, head] : spellings) {
+    if (findTensor(std::string(decoder) + "embed_tokens.weight") == nullptr) continue;
+    hf_decoder_ = decoder;
+    hf_lm_head_ = head;
+    int64_t left_out = 0;
+    for (const TensorInfo& t : tensors())
+      if (t.name.compare(0, hf_decoder_.size(), hf_decoder_) != 0 && t.name != hf_lm_head_) ++left_out;
+    notices_.push_back(fmt::format("{}: {} (image-text): importing the language model ({}*) only; {} vision tower "
+                                   "and projector tensors left out, so the model takes text, not images",
+                                   path_, config_.architecture, hf_decoder_, left_out));
+    return Status::success();
+  }
+  return makeError("{}: a Gemma 3 image-text checkpoint (model_type gemma3) with no tensor "
+                   "'language_model.model.embed_tokens.weight' or 'model.language_model.embed_tokens.weight'; "
+                   "expected its language model under one of these prefixes",
+                   path_);
 }
 
 const std::vector<TensorInfo>& ModelSource::tensors() const {
@@ -165,8 +203,9 @@ std::string ModelSource::formatName(WeightRole role, int layer) const {
   if (format_ == Format::kGguf)
     return isPerLayer(role) ? fmt::format("blk.{}.{}", layer, names.gguf)
                             : std::string(names.gguf);
-  return isPerLayer(role) ? fmt::format("model.layers.{}.{}", layer, names.hf)
-                          : std::string(names.hf);
+  if (role == WeightRole::kLmHead) return hf_lm_head_;
+  return isPerLayer(role) ? fmt::format("{}layers.{}.{}", hf_decoder_, layer, names.hf)
+                          : hf_decoder_ + std::string(names.hf);
 }
 
 std::string ModelSource::expertWeightName(WeightRole role, int layer, int expert) const {
@@ -292,7 +331,7 @@ bool ModelSource::usesRole(WeightRole role, int layer) const {
 // layer's roles; HF's saved rotary inverse frequencies (recomputed from the
 // config) are the one exception. Packed int4 layers show as their .weight.
 Status ModelSource::checkNoUnusedLayerTensors() const {
-  const std::string_view prefix = format_ == Format::kGguf ? "blk." : "model.layers.";
+  const std::string prefix = format_ == Format::kGguf ? "blk." : hf_decoder_ + "layers.";
   std::set<std::string> used;
   for (int layer = 0; layer < config_.num_layers; ++layer)
     for (WeightRole role : kPerLayerRoles)

@@ -127,12 +127,17 @@ class ModelSource {
   // The shape `role` must have under this config.
   std::vector<int64_t> expectedShape(WeightRole role) const;
 
+  // What opening left out that the user should know (one line each, for
+  // stderr): an image-text checkpoint's vision tower.
+  const std::vector<std::string>& notices() const { return notices_; }
+
  private:
   ModelSource() = default;
   std::string formatName(WeightRole role, int layer) const;
   // The per-layer tensor names `role` has in `layer`: one, or one per expert.
   std::vector<std::string> layerTensorNames(WeightRole role, int layer) const;
   Status checkNoUnusedLayerTensors() const;
+  Status findTextModel();
 
   std::string path_;
   Format format_ = Format::kGguf;
@@ -141,6 +146,11 @@ class ModelSource {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
   std::unique_ptr<Int4Checkpoint> int4_;
+  // HF names: the decoder's prefix ("model.", or an image-text model's
+  // language model) and the head's name.
+  std::string hf_decoder_ = "model.";
+  std::string hf_lm_head_ = "lm_head.weight";
+  std::vector<std::string> notices_;
 };
 
 }  // namespace kiln::formats

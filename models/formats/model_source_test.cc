@@ -236,6 +236,138 @@ TEST(ModelSourceTest, HfCheckpointWithBiases) {
   EXPECT_EQ(data->size(), 48u * 32 * 2);
 }
 
+// A 1-layer Gemma 3 language model's tensors under `decoder` (hidden 32, 2
+// heads / 1 KV head of 16, ffn 48, vocab 20), with a vision tower's and a
+// projector's beside them.
+testing::SafetensorsWriter gemma3ImageText(const std::string& decoder, const std::string& vision,
+                                           const std::string& head = "") {
+  testing::SafetensorsWriter w;
+  auto f32 = ElementType::F32;
+  w.addTensorFilled(decoder + "embed_tokens.weight", f32, {20, 32});
+  const std::string p = decoder + "layers.0.";
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                           "post_feedforward_layernorm"})
+    w.addTensorFilled(p + norm + ".weight", f32, {32});
+  w.addTensorFilled(p + "self_attn.q_proj.weight", f32, {32, 32});
+  w.addTensorFilled(p + "self_attn.k_proj.weight", f32, {16, 32});
+  w.addTensorFilled(p + "self_attn.v_proj.weight", f32, {16, 32});
+  w.addTensorFilled(p + "self_attn.q_norm.weight", f32, {16});
+  w.addTensorFilled(p + "self_attn.k_norm.weight", f32, {16});
+  w.addTensorFilled(p + "self_attn.o_proj.weight", f32, {32, 32});
+  w.addTensorFilled(p + "mlp.gate_proj.weight", f32, {48, 32});
+  w.addTensorFilled(p + "mlp.up_proj.weight", f32, {48, 32});
+  w.addTensorFilled(p + "mlp.down_proj.weight", f32, {32, 48});
+  w.addTensorFilled(decoder + "norm.weight", f32, {32});
+  if (!head.empty()) w.addTensorFilled(head, f32, {20, 32});
+  w.addTensorFilled(vision + "vision_tower.vision_model.post_layernorm.weight", f32, {8});
+  w.addTensorFilled(vision + "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight", f32, {8, 8});
+  w.addTensorFilled(vision + "multi_modal_projector.mm_input_projection_weight", f32, {8, 32});
+  return w;
+}
+
+void writeGemma3ImageTextConfig(const std::string& dir, bool tied) {
+  std::ofstream(dir + "/config.json") << R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3", "torch_dtype": "float32", "vision_config": {"hidden_size": 8},
+    "text_config": {"model_type": "gemma3_text", "hidden_size": 32, "intermediate_size": 48,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+      "vocab_size": 20, "tie_word_embeddings": )"
+                                      << (tied ? "true" : "false") << "}}";
+}
+
+// Gemma3ForConditionalGeneration's language model, as transformers >= 4.52
+// saves it (model.language_model.*, lm_head) and as earlier versions and the
+// Hub's Gemma 3 checkpoints do (language_model.model.*, language_model.lm_head);
+// the vision tensors are left out with a notice.
+TEST(ModelSourceTest, Gemma3ImageTextLanguageModel) {
+  testing::TempDir dir;
+  writeGemma3ImageTextConfig(dir.path(), /*tied=*/true);
+  ASSERT_TRUE(gemma3ImageText("model.language_model.", "model.").writeFile(dir.file("model.safetensors")).ok());
+  auto src = ModelSource::open(dir.path(), OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_TRUE(src->config().image_text_model);
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->weightName(WeightRole::kTokenEmbedding), "model.language_model.embed_tokens.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kFfnNorm, 0), "model.language_model.layers.0.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kFinalNorm), "model.language_model.norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kLmHead), "model.language_model.embed_tokens.weight");  // tied
+  ASSERT_EQ(src->notices().size(), 1u);
+  EXPECT_EQ(src->notices()[0], dir.path() + ": gemma3 (image-text): importing the language model "
+                                            "(model.language_model.*) only; 3 vision tower and projector tensors "
+                                            "left out, so the model takes text, not images");
+
+  testing::TempDir legacy;
+  writeGemma3ImageTextConfig(legacy.path(), /*tied=*/false);
+  ASSERT_TRUE(gemma3ImageText("language_model.model.", "", "language_model.lm_head.weight")
+                  .writeFile(legacy.file("model.safetensors"))
+                  .ok());
+  src = ModelSource::open(legacy.path(), OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->weightName(WeightRole::kQ, 0), "language_model.model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kLmHead), "language_model.lm_head.weight");
+}
+
+// The text model's tensors under neither prefix (here the text-only
+// names), or a layer tensor the graph does not read, are refused by name.
+TEST(ModelSourceBadInputTest, Gemma3ImageTextWithoutItsLanguageModel) {
+  testing::TempDir dir;
+  writeGemma3ImageTextConfig(dir.path(), /*tied=*/true);
+  ASSERT_TRUE(gemma3ImageText("model.", "").writeFile(dir.file("model.safetensors")).ok());
+  EXPECT_EQ(ModelSource::open(dir.path(), OpenMode::kHeaderOnly).error().message,
+            dir.path() + ": a Gemma 3 image-text checkpoint (model_type gemma3) with no tensor "
+                         "'language_model.model.embed_tokens.weight' or 'model.language_model.embed_tokens.weight'; "
+                         "expected its language model under one of these prefixes");
+  auto extra = gemma3ImageText("language_model.model.", "");
+  extra.addTensorFilled("language_model.model.layers.0.self_attn.sinks", ElementType::F32, {2});
+  ASSERT_TRUE(extra.writeFile(dir.file("model.safetensors")).ok());
+  auto src = ModelSource::open(dir.path(), OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  EXPECT_EQ(src->checkWeights().error().message,
+            dir.path() + ": tensor 'language_model.model.layers.0.self_attn.sinks' is not part of the gemma3 graph "
+                         "kiln builds for this config; running without it would compute another model");
+}
+
+// llama.cpp's gemma3 names: ffn_norm is the pre-feed-forward norm,
+// post_attention_norm and post_ffw_norm the sandwich norms.
+TEST(ModelSourceTest, Gemma3GgufNames) {
+  testing::GgufWriter w;
+  w.addString("general.architecture", "gemma3")
+      .addUInt32("gemma3.block_count", 1)
+      .addUInt32("gemma3.context_length", 256)
+      .addUInt32("gemma3.embedding_length", 32)
+      .addUInt32("gemma3.feed_forward_length", 48)
+      .addUInt32("gemma3.attention.head_count", 2)
+      .addUInt32("gemma3.attention.head_count_kv", 1)
+      .addUInt32("gemma3.attention.key_length", 16)
+      .addUInt32("gemma3.attention.value_length", 16)
+      .addUInt32("gemma3.attention.sliding_window", 8)
+      .addFloat32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+  w.addTensorFilled("token_embd.weight", {20, 32}, ElementType::F16);
+  for (const char* norm : {"attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"})
+    w.addTensorFilled(std::string("blk.0.") + norm + ".weight", {32}, ElementType::F32);
+  w.addTensorFilled("blk.0.attn_q.weight", {32, 32}, ElementType::F16);
+  w.addTensorFilled("blk.0.attn_k.weight", {16, 32}, ElementType::F16);
+  w.addTensorFilled("blk.0.attn_v.weight", {16, 32}, ElementType::F16);
+  w.addTensorFilled("blk.0.attn_q_norm.weight", {16}, ElementType::F32);
+  w.addTensorFilled("blk.0.attn_k_norm.weight", {16}, ElementType::F32);
+  w.addTensorFilled("blk.0.attn_output.weight", {32, 32}, ElementType::F16);
+  w.addTensorFilled("blk.0.ffn_gate.weight", {48, 32}, ElementType::F16);
+  w.addTensorFilled("blk.0.ffn_up.weight", {48, 32}, ElementType::F16);
+  w.addTensorFilled("blk.0.ffn_down.weight", {32, 48}, ElementType::F16);
+  w.addTensorFilled("output_norm.weight", {32}, ElementType::F32);
+  testing::TempDir dir;
+  const std::string path = dir.file("gemma3.gguf");
+  ASSERT_TRUE(w.writeFile(path).ok());
+  auto src = ModelSource::open(path, OpenMode::kHeaderOnly);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  ASSERT_TRUE(src->checkWeights().ok()) << src->checkWeights().error().message;
+  EXPECT_EQ(src->weightName(WeightRole::kFfnNorm, 0), "blk.0.ffn_norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kAttnPostNorm, 0), "blk.0.post_attention_norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kFfnPostNorm, 0), "blk.0.post_ffw_norm.weight");
+  EXPECT_EQ(src->weightName(WeightRole::kLmHead), "token_embd.weight");
+  EXPECT_TRUE(src->notices().empty());
+}
+
 TEST(ModelSourceTest, Llama3_8B_HeaderOnly) {
   auto src = ModelSource::open(kFixtures + "/llama3-8b", OpenMode::kHeaderOnly);
   ASSERT_TRUE(src.ok()) << src.error().message;

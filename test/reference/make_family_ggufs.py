@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tiny-qwen3 and a Qwen3-MoE as llama.cpp's converter writes their GGUFs, with float64 references.
+"""tiny-qwen3, a Qwen3-MoE, tiny-mixtral and tiny-gemma3 as llama.cpp's converter writes their GGUFs, with float64 references.
 
 Writes, into --out (a build folder the ctest fixture names):
   tiny-qwen3/model.gguf      the weights of test/fixtures/tiny-qwen3 (the same
@@ -33,20 +33,38 @@ Writes, into --out (a build folder the ctest fixture names):
                              interleaved); no sliding window (llama.cpp's llama
                              graph has none), so the reference attends fully.
   tiny-mixtral/reference.json  likewise.
+  tiny-gemma3/model.gguf     tiny-gemma3's weights (its seed, f32) as llama.cpp's
+                             converter writes Gemma 3 (Gemma3Model): names from
+                             gguf-py's gemma3 tensor map (attn_norm,
+                             post_attention_norm, ffn_norm = pre_feedforward,
+                             post_ffw_norm, attn_q_norm / attn_k_norm, ...),
+                             every *norm.weight with the 1 of Gemma3RMSNorm's
+                             (1 + w) added in f32, Q/K not permuted, tied;
+                             gemma3.* metadata: key_length 64, rope.freq_base
+                             1e6 with linear scaling 8, attention.sliding_window
+                             10 and sliding_window_pattern 3 (layers 0, 1 slide,
+                             at llama.cpp's default local base 1e4).
+  tiny-gemma3/hf/            the same model as a Hugging Face checkpoint
+                             (gemma3_text): tiny-gemma3's config with
+                             query_pre_attn_scalar 64, since a GGUF has no such
+                             key and llama.cpp scales q by key_length^-1/2.
+  tiny-gemma3/reference.json  likewise, for that model.
 
 numpy and gguf only; deterministic.
-    python3 test/reference/make_family_ggufs.py --out DIR
+    python3 test/reference/make_family_ggufs.py --out DIR [--only tiny-gemma3 ...] [--no-reference]
 """
 import argparse
 import json
 import os
 import sys
 
+import gguf
 import numpy as np
 from gguf import GGUFWriter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_tiny_family_references as family  # noqa: E402
+from tiny_checkpoint import write_safetensors  # noqa: E402
 
 HF_TO_GGUF = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
               "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
@@ -84,7 +102,7 @@ def moe_gguf_tensors(weights, c, moe):
     return out
 
 
-def write_qwen3(out_dir, variant="tiny-qwen3"):
+def write_qwen3(out_dir, variant="tiny-qwen3", reference=True):
     v = dict(family.VARIANTS[variant])
     c = v["config"]
     moe = None
@@ -122,7 +140,8 @@ def write_qwen3(out_dir, variant="tiny-qwen3"):
     writer.close()
 
     # llama.cpp's qwen3: no window
-    write_reference(out_dir, weights, dict(v, windows=[0] * c["num_hidden_layers"]), seed, variant)
+    if reference:
+        write_reference(out_dir, weights, dict(v, windows=[0] * c["num_hidden_layers"]), seed, variant)
 
 
 def rotary_pairs_adjacent(w, heads):
@@ -131,7 +150,7 @@ def rotary_pairs_adjacent(w, heads):
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_mixtral(out_dir):
+def write_mixtral(out_dir, reference=True):
     v = dict(family.VARIANTS["tiny-mixtral"])
     c, moe, seed = v["config"], v["moe"], v["seed"]
     weights = family.make_weights(np.random.default_rng(seed), c, v["qk_norm"], moe=moe)
@@ -159,7 +178,52 @@ def write_mixtral(out_dir):
     writer.write_tensors_to_file()
     writer.close()
     # llama.cpp's llama graph has no sliding window
-    write_reference(out_dir, weights, dict(v, windows=[0] * c["num_hidden_layers"]), seed, "tiny-mixtral")
+    if reference:
+        write_reference(out_dir, weights, dict(v, windows=[0] * c["num_hidden_layers"]), seed, "tiny-mixtral")
+
+
+def write_gemma3(out_dir, reference=True):
+    v = dict(family.VARIANTS["tiny-gemma3"])
+    # llama.cpp's gemma3 scales q by key_length^-1/2 (no query_pre_attn_scalar in a GGUF)
+    c = dict(v["config"], query_pre_attn_scalar=family.head_dim(v["config"]))
+    v["config"] = c
+    weights = family.make_weights(np.random.default_rng(family.SEED), c, v["qk_norm"], gemma3=True)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, c["num_hidden_layers"])
+    tensors = {}
+    for name, w in weights.items():
+        if name.endswith("norm.weight"):  # the converter's norm_shift: Gemma3RMSNorm's 1 + w, stored
+            w = w + np.float32(1.0)
+        tensors[names.get_name(name, try_suffixes=(".weight",))] = w
+    os.makedirs(out_dir, exist_ok=True)
+    writer = GGUFWriter(os.path.join(out_dir, "model.gguf"), "gemma3")
+    writer.add_context_length(c["max_position_embeddings"])
+    writer.add_embedding_length(c["hidden_size"])
+    writer.add_block_count(c["num_hidden_layers"])
+    writer.add_feed_forward_length(c["intermediate_size"])
+    writer.add_head_count(c["num_attention_heads"])
+    writer.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    writer.add_key_length(c["head_dim"])
+    writer.add_value_length(c["head_dim"])
+    writer.add_rope_freq_base(c["rope_theta"])
+    writer.add_sliding_window(c["sliding_window"])
+    writer.add_sliding_window_pattern(c["sliding_window_pattern"])
+    writer.add_head_count_kv(c["num_key_value_heads"])
+    writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    writer.add_rope_scaling_factor(c["rope_scaling"]["factor"])
+    for name, tensor in sorted(tensors.items()):
+        writer.add_tensor(name, tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    hf_dir = os.path.join(out_dir, "hf")
+    os.makedirs(hf_dir, exist_ok=True)
+    with open(os.path.join(hf_dir, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    write_safetensors(os.path.join(hf_dir, "model.safetensors"), weights)
+    if reference:
+        write_reference(out_dir, weights, v, family.SEED, "tiny-gemma3")
 
 
 def write_reference(out_dir, weights, v, seed, variant):
@@ -182,13 +246,18 @@ def write_reference(out_dir, weights, v, seed, variant):
         json.dump(reference, f, separators=(",", ":"))
 
 
+WRITERS = {"tiny-qwen3": write_qwen3, "tiny-qwen3-moe": lambda out, reference: write_qwen3(out, "tiny-qwen3-moe", reference),
+           "tiny-mixtral": write_mixtral, "tiny-gemma3": write_gemma3}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", action="append", choices=sorted(WRITERS), help="write these models only")
+    parser.add_argument("--no-reference", action="store_true", help="write the models, not their references")
     args = parser.parse_args()
-    write_qwen3(os.path.join(args.out, "tiny-qwen3"))
-    write_qwen3(os.path.join(args.out, "tiny-qwen3-moe"), "tiny-qwen3-moe")
-    write_mixtral(os.path.join(args.out, "tiny-mixtral"))
+    for name in args.only or WRITERS:
+        WRITERS[name](os.path.join(args.out, name), reference=not args.no_reference)
 
 
 if __name__ == "__main__":

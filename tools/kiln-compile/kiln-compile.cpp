@@ -183,6 +183,7 @@ int compileModel(const std::string& path, const kiln::CompileOptions& options, E
   if (!source.ok()) return fail(source.error().message);
   if (kiln::Status status = source->checkWeights(); !status.ok())
     return fail(status.error().message);
+  for (const std::string& notice : source->notices()) llvm::errs() << "kiln-compile: note: " << notice << "\n";
 
   mlir::MLIRContext context;
   kiln::ImportOptions importOptions;
