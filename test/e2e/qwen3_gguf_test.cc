@@ -1,13 +1,15 @@
-// Qwen3 from a GGUF as llama.cpp names it (general.architecture "qwen3",
-// attn_q_norm / attn_k_norm, attention.key_length != hidden / heads), and
-// Qwen3-MoE ("qwen3moe": ffn_gate_inp and the stacked ffn_*_exps, the
-// expert_* metadata) and Mixtral ("llama" with experts, Q/K rows permuted
-// into adjacent rotary pairs), made by test/reference/make_family_ggufs.py
-// from tiny-qwen3's, tiny-qwen3-moe's and tiny-mixtral's shapes and
-// compiled by kiln-compile (ctest fixtures), run by the CPU executor against
-// the float64 reference with llama.cpp's qwen3 semantics: logits within 1e-4
-// at every position of a chunked prefill, decode steps and a ragged batch,
-// and the greedy continuations identical.
+// Families from GGUFs as llama.cpp names them, made by
+// test/reference/make_family_ggufs.py and compiled by kiln-compile (ctest
+// fixtures): Qwen3 (general.architecture "qwen3", attn_q_norm /
+// attn_k_norm, attention.key_length != hidden / heads), Qwen3-MoE
+// ("qwen3moe": ffn_gate_inp and the stacked ffn_*_exps, the expert_*
+// metadata), Mixtral ("llama" with experts, Q/K rows permuted into adjacent
+// rotary pairs) and Gemma 3 ("gemma3": norms stored with their 1 added,
+// sliding_window_pattern, q scaled by key_length^-1/2), from tiny-qwen3's,
+// tiny-qwen3-moe's, tiny-mixtral's and tiny-gemma3's weights. The CPU
+// executor against the float64 reference with llama.cpp's semantics of
+// each: logits within 1e-4 at every position of a chunked prefill, decode
+// steps and a ragged batch, and the greedy continuations identical.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -15,19 +17,15 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "runtime/artifact/manifest.h"
-#include "runtime/backend/plan_kv_pool.h"
-#include "runtime/cpu/executor/executor.h"
-#include "runtime/weights/weight_store.h"
+#include "test/e2e/artifact_runner.h"
 
 namespace kiln {
 namespace {
 
-struct Sequence {
-  std::vector<int32_t> tokens;
+using e2e::ArtifactRunner;
+
+struct Sequence : e2e::Sequence {
   std::vector<std::vector<double>> logits;  // reference, [len, vocab]
-  BlockTable table{16};
-  int64_t done = 0;
 };
 
 class FamilyGguf : public ::testing::TestWithParam<const char*> {
@@ -36,57 +34,24 @@ class FamilyGguf : public ::testing::TestWithParam<const char*> {
     const char* dir = std::getenv("KILN_FAMILY_GGUF_DIR");
     ASSERT_NE(dir, nullptr) << "KILN_FAMILY_GGUF_DIR is not set (ctest sets it to the folder its fixture writes)";
     const std::string root = std::string(dir) + "/" + GetParam();
-    auto manifest = Manifest::load(root + "/artifact");
-    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
-    manifest_ = std::make_unique<Manifest>(manifest.take());
-    ASSERT_EQ(manifest_->model.source_format, "gguf");
-    auto weights = WeightStore::open(*manifest_);
-    ASSERT_TRUE(weights.ok()) << weights.error().message;
-    weights_ = std::make_unique<WeightStore>(weights.take());
-    auto executor = cpu::CpuExecutor::create(*manifest_, *weights_, kvPoolConfigFor(*manifest_, 16), 24);
-    ASSERT_TRUE(executor.ok()) << executor.error().message;
-    executor_ = executor.take();
+    auto runner = ArtifactRunner::load(root + "/artifact");
+    ASSERT_TRUE(runner.ok()) << runner.error().message;
+    runner_ = std::make_unique<ArtifactRunner>(runner.take());
+    ASSERT_EQ(runner_->manifest().model.source_format, "gguf");
     std::ifstream file(root + "/reference.json");
     reference_ = nlohmann::json::parse(file);
   }
 
   Sequence sequence(const std::string& name) {
     Sequence s;
-    s.tokens = reference_["sequences"][name]["tokens"].get<std::vector<int32_t>>();
+    static_cast<e2e::Sequence&>(s) = runner_->sequence(reference_["sequences"][name]["tokens"].get<std::vector<int32_t>>());
     s.logits = reference_["sequences"][name]["logits"].get<std::vector<std::vector<double>>>();
-    s.table = BlockTable(manifest_->kv_cache.page_size);
     return s;
   }
 
-  // One forward over (sequence, count) chunks; each chunk's last logits.
   std::vector<std::vector<float>> run(const std::vector<std::pair<Sequence*, int64_t>>& chunks) {
-    std::vector<int32_t> tokens, positions, slots, query_start{0}, kv_lens, tables;
-    int max_blocks = 0;
-    for (auto [s, count] : chunks) {
-      EXPECT_TRUE(s->table.append(executor_->blockPool(), count).ok());
-      max_blocks = std::max(max_blocks, int(s->table.blocks().size()));
-    }
-    for (auto [s, count] : chunks) {
-      for (int64_t p = s->done; p < s->done + count; ++p) {
-        tokens.push_back(s->tokens[size_t(p)]);
-        positions.push_back(int32_t(p));
-        slots.push_back(int32_t(*s->table.slot(p)));
-      }
-      s->done += count;
-      query_start.push_back(int32_t(tokens.size()));
-      kv_lens.push_back(int32_t(s->done));
-      auto blocks = s->table.blocks();
-      tables.insert(tables.end(), blocks.begin(), blocks.end());
-      tables.resize(tables.size() + size_t(max_blocks) - blocks.size(), 0);
-    }
-    const int64_t vocab = executor_->vocabSize();
-    std::vector<float> logits(chunks.size() * size_t(vocab));
-    Status status = executor_->forward({tokens, positions, slots, tables, max_blocks, query_start, kv_lens}, logits);
-    EXPECT_TRUE(status.ok()) << status.error().message;
-    std::vector<std::vector<float>> out;
-    for (size_t b = 0; b < chunks.size(); ++b)
-      out.emplace_back(logits.begin() + b * vocab, logits.begin() + (b + 1) * vocab);
-    return out;
+    std::vector<std::pair<e2e::Sequence*, int64_t>> plain(chunks.begin(), chunks.end());
+    return runner_->run(plain);
   }
 
   double check(const std::vector<std::pair<Sequence*, int64_t>>& chunks) {
@@ -100,14 +65,12 @@ class FamilyGguf : public ::testing::TestWithParam<const char*> {
     return worst;
   }
 
-  std::unique_ptr<Manifest> manifest_;
-  std::unique_ptr<WeightStore> weights_;
-  std::unique_ptr<cpu::CpuExecutor> executor_;
+  std::unique_ptr<ArtifactRunner> runner_;
   nlohmann::json reference_;
 };
 
 TEST_P(FamilyGguf, LogitsMatchTheReference) {
-  EXPECT_EQ(manifest_->kv_cache.head_dim, 64);
+  EXPECT_EQ(runner_->manifest().kv_cache.head_dim, 64);
   Sequence a = sequence("a"), b = sequence("b");
   double worst = check({{&a, 20}});
   worst = std::max(worst, check({{&a, 3}, {&b, 16}}));
@@ -122,25 +85,24 @@ TEST_P(FamilyGguf, LogitsMatchTheReference) {
 TEST_P(FamilyGguf, GreedyContinuationsMatch) {
   ASSERT_GE(reference_["greedy"].size(), 3u);
   for (const auto& g : reference_["greedy"]) {
-    Sequence s;
-    s.tokens = g["prompt"].get<std::vector<int32_t>>();
-    s.table = BlockTable(manifest_->kv_cache.page_size);
+    e2e::Sequence s = runner_->sequence(g["prompt"].get<std::vector<int32_t>>());
     const auto want = g["tokens"].get<std::vector<int32_t>>();
     std::vector<int32_t> got;
-    auto logits = run({{&s, int64_t(s.tokens.size())}});
+    auto logits = runner_->run({{&s, int64_t(s.tokens.size())}});
     for (size_t step = 0; step < want.size(); ++step) {
       const int32_t next = int32_t(std::max_element(logits[0].begin(), logits[0].end()) - logits[0].begin());
       got.push_back(next);
       if (step + 1 == want.size()) break;
       s.tokens.push_back(next);
-      logits = run({{&s, 1}});
+      logits = runner_->run({{&s, 1}});
     }
     EXPECT_EQ(got, want);
-    s.table.release(executor_->blockPool());
+    s.table.release(runner_->executor().blockPool());
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyGguf, ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"),
+INSTANTIATE_TEST_SUITE_P(Families, FamilyGguf, ::testing::Values("tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
+                                                                   "tiny-gemma3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)
