@@ -155,7 +155,12 @@ void ExpandSpecDraftPass::runOnOperation() {
     return signalPassFailure();
   }
   builder.setInsertionPoint(ret);
-  auto normType = cast<RankedTensorType>(stream.getType());
+  // The stream's shape in the type @verify's norm writes: with a wider
+  // residual stream (f32 under bf16 activations) the LM head reads the
+  // activation type.
+  auto normType = RankedTensorType::get(
+      cast<RankedTensorType>(stream.getType()).getShape(),
+      cast<RankedTensorType>(logits.getHidden().getType()).getElementType());
   Value normed = builder.create<xfmr::RmsNormOp>(logits.getLoc(), normType,
                                                  stream, normWeight, epsilon);
   Value draftLogits = builder.create<xfmr::LogitsOp>(

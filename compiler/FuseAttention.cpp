@@ -99,11 +99,25 @@ int mergeProjections(func::FuncOp func) {
     });
     if (!compatible) continue;
 
-    // Insert after the last of the group so every weight is defined.
-    xfmr::LinearOp last = group.front();
+    // Insert at the first of the group, so every user of any part comes
+    // after the merged product. Weight references defined later are moved up
+    // (they have no operands); a bias computed later keeps the group apart.
+    xfmr::LinearOp first = group.front();
     for (xfmr::LinearOp linear : group)
-      if (last->isBeforeInBlock(linear)) last = linear;
-    OpBuilder builder(last);
+      if (linear->isBeforeInBlock(first)) first = linear;
+    auto definedAfterFirst = [&](Value v) {
+      Operation* def = v.getDefiningOp();
+      return def && def->getBlock() == first->getBlock() && first->isBeforeInBlock(def);
+    };
+    bool biasesReady = llvm::all_of(group, [&](xfmr::LinearOp linear) {
+      return !withBias || !definedAfterFirst(linear.getBias()) ||
+             linear.getBias().getDefiningOp<xfmr::WeightOp>();
+    });
+    if (!biasesReady) continue;
+    for (xfmr::LinearOp linear : group)
+      for (Value operand : {linear.getWeight(), linear.getBias()})
+        if (operand && definedAfterFirst(operand)) operand.getDefiningOp()->moveBefore(first);
+    OpBuilder builder(first);
     Location loc = builder.getFusedLoc(llvm::to_vector(llvm::map_range(
         group, [](xfmr::LinearOp l) { return l.getLoc(); })));
     llvm::SmallVector<Value> weights, biases;

@@ -109,6 +109,28 @@ func.func @merge_qkv(%x: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x32xf32
 
 // -----
 
+// The merged GEMM goes where the first projection was, so a user of that
+// projection placed before the second one still follows it; the second
+// weight reference moves up.
+// ALL-LABEL: func.func @merge_first_used_before_second
+// ALL: %[[WA:.*]] = xfmr.weight "a"
+// ALL: %[[WB:.*]] = xfmr.weight "b"
+// ALL: %[[W:.*]] = xfmr.concat %[[WA]], %[[WB]]
+// ALL: %[[Y:.*]] = xfmr.linear %arg0, %[[W]]
+// ALL: %[[P:.*]]:2 = xfmr.split %[[Y]]
+// ALL: %[[S:.*]] = xfmr.silu %[[P]]#0
+// ALL: return %[[S]], %[[P]]#1
+func.func @merge_first_used_before_second(%x: tensor<?x64xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
+  %wa = xfmr.weight "a" : tensor<8x64xf32>
+  %a = xfmr.linear %x, %wa : (tensor<?x64xf32>, tensor<8x64xf32>) -> tensor<?x8xf32>
+  %s = xfmr.silu %a : tensor<?x8xf32>
+  %wb = xfmr.weight "b" : tensor<8x64xf32>
+  %b = xfmr.linear %x, %wb : (tensor<?x64xf32>, tensor<8x64xf32>) -> tensor<?x8xf32>
+  return %s, %b : tensor<?x8xf32>, tensor<?x8xf32>
+}
+
+// -----
+
 // Weights of different element types are not merged.
 // ALL-LABEL: func.func @no_merge_mixed_types
 // ALL-NOT: xfmr.concat
