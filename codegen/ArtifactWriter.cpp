@@ -72,6 +72,8 @@ class ManifestBuilder {
   int poolLayers_ = 0;
   llvm::DenseMap<Value, int> poolLayerOf_;        // pool argument -> its layer
   std::map<int, int64_t> slidingWindows_;         // layer -> its attention's window (> 0)
+  std::vector<json::Object> stateLayers_;         // state_cache.layers
+  std::string stateConvType_;
 };
 
 // The weight id of `value` (a checkpoint tensor or a load-time preparation of
@@ -174,6 +176,28 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
         return std::nullopt;
       }
       if (scales) (*kvCache_)["scales"] = scales.getValue().str();
+      continue;
+    }
+    if (auto pool = dyn_cast<xfmr::StatePoolType>(arg.getType())) {
+      // conv_pool.N / ssm_pool.N
+      llvm::StringRef role, layer;
+      std::tie(role, layer) = llvm::StringRef(name).split(".");
+      unsigned layerIndex = 0;
+      if (!role.consume_back("_pool") || (role != "conv" && role != "ssm") || layer.getAsInteger(10, layerIndex)) {
+        func.emitError() << "state pool argument " << arg.getArgNumber() << " is named '" << name
+                         << "', expected 'conv_pool.N' or 'ssm_pool.N'";
+        return std::nullopt;
+      }
+      blockArgs.try_emplace(arg, json::Object{{"state", json::Object{{"layer", int64_t(layerIndex)},
+                                                                      {"role", role.str()}}}});
+      if (stateLayers_.size() <= layerIndex) stateLayers_.resize(layerIndex + 1);
+      json::Array shape;
+      for (int64_t extent : pool.getSlotShape()) shape.push_back(extent);
+      const int64_t bytes = pool.slotElements() * (pool.getElementType().getIntOrFloatBitWidth() / 8);
+      json::Object& layerJson = stateLayers_[layerIndex];
+      layerJson[role.str()] = std::move(shape);
+      layerJson[role.str() + "_bytes"] = bytes;
+      if (role == "conv") stateConvType_ = xfmr::elementTypeName(pool.getElementType());
       continue;
     }
     auto type = cast<RankedTensorType>(arg.getType());
@@ -295,6 +319,17 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
     }
     (*kvCache_)["sliding_windows"] = std::move(windows);
   }
+  // A state-space model without attention layers: pools of no layers, the
+  // block bookkeeping alone (the scheduler's token accounting).
+  if (!kvCache_ && !stateLayers_.empty())
+    kvCache_ = json::Object{{"layers", 0}, {"page_size", int64_t(options.page_size)}, {"kv_heads", 0},
+                            {"head_dim", 0}, {"type", activationType.str()}};
+  std::optional<json::Object> stateCache;
+  if (!stateLayers_.empty()) {
+    json::Array layers;
+    for (json::Object& layer : stateLayers_) layers.push_back(std::move(layer));
+    stateCache = json::Object{{"conv_type", stateConvType_}, {"layers", std::move(layers)}};
+  }
   json::Object planOptions{{"quant_weights", options.quant_weights},
                            {"quant_group_size", int64_t(options.quant_group_size)},
                            {"quant_kv", options.quant_kv},
@@ -304,7 +339,7 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                            {"target", options.target}};
   // Only a plan with a draft entry names it (others' manifests stay as they were).
   if (options.spec_layerskip > 0) planOptions["spec_layerskip"] = int64_t(options.spec_layerskip);
-  return json::Object{
+  json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", kManifestVersion},
       {"model", json::Object{{"source", model.path},
@@ -327,6 +362,8 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
 std::optional<json::Value> buildManifest(ModuleOp module, const ModelIdentity& model,
                                          const CompileOptions& options,
                                          llvm::StringRef activationType) {
+  if (stateCache) manifest["state_cache"] = std::move(*stateCache);
+  return json::Value(std::move(manifest));
   return ManifestBuilder(module).build(model, options, activationType);
 }
 

@@ -341,6 +341,69 @@ LogicalResult Lowering::lower(func::FuncOp func) {
               replaceWithKernel(attention, "paged_attention", attention->getOperands(), params);
               return success();
             })
+            .Case([&](xfmr::PooledCausalConv1dOp conv) {
+              auto weight = cast<RankedTensorType>(conv.getWeight().getType());
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kChannels, weight.getDimSize(0)),
+                  param(plan_key::kWidth, weight.getDimSize(2)),
+                  param(plan_key::kSilu, conv.getActivation() == "silu"),
+                  param(plan_key::kBias, static_cast<bool>(conv.getBias()))};
+              replaceWithKernel(conv, "ssm_conv1d", conv->getOperands(), params);
+              return success();
+            })
+            .Case([&](xfmr::PooledSelectiveScanOp scan) {
+              auto aLog = cast<RankedTensorType>(scan.getALog().getType());
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kChannels, aLog.getDimSize(0)),
+                  param(plan_key::kState, aLog.getDimSize(1))};
+              replaceWithKernel(scan, "selective_scan", scan->getOperands(), params);
+              return success();
+            })
+            .Case([&](xfmr::PooledSsdScanOp scan) {
+              auto x = cast<RankedTensorType>(scan.getX().getType());
+              auto b = cast<RankedTensorType>(scan.getB().getType());
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kHeads, x.getDimSize(1)),
+                  param(plan_key::kHeadDim, x.getDimSize(2)),
+                  param(plan_key::kGroups, b.getDimSize(1)),
+                  param(plan_key::kState, b.getDimSize(2)),
+                  param(plan_key::kChunkSize, static_cast<int64_t>(scan.getChunkSize())),
+                  param(plan_key::kDtMin, scan.getDtMin().convertToDouble()),
+                  param(plan_key::kDtMax, scan.getDtMax().convertToDouble())};
+              replaceWithKernel(scan, "ssd_scan", scan->getOperands(), params);
+              return success();
+            })
+            .Case([&](xfmr::PagedKvAppendOp append) -> LogicalResult {
+              // Attention without positional encoding (Nemotron-H): no rope
+              // region forms around the append, which runs alone.
+              auto pool = cast<xfmr::KvPoolType>(append.getKeyPool().getType());
+              if (xfmr::kvPoolTypeName(pool) == "int8" || xfmr::kvPoolTypeName(pool) == "fp8e4m3")
+                return append.emitError() << "cannot lower a paged_kv_append outside a rope_kv_write region "
+                                             "into a quantized pool";
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kKvHeads, static_cast<int64_t>(pool.getKvHeads())),
+                  param(plan_key::kHeadDim, static_cast<int64_t>(pool.getHeadDim())),
+                  param(plan_key::kPageSize, static_cast<int64_t>(pool.getPageSize())),
+                  param(plan_key::kKvType, xfmr::kvPoolTypeName(pool))};
+              replaceWithKernel(append, "kv_append",
+                                {append.getKey(), append.getValue(), append.getSlotMapping(),
+                                 append.getKeyPool(), append.getValuePool()},
+                                params);
+              return success();
+            })
+            .Case([&](xfmr::ReluSquaredOp relu) {
+              replaceWithKernel(relu, "relu_squared", relu->getOperands(),
+                                {param(plan_key::kWidth, lastDim(relu.getResult()))});
+              return success();
+            })
+            .Case([&](xfmr::GatedRmsNormOp norm) {
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kFeatures, lastDim(norm.getResult())),
+                  param(plan_key::kGroupSize, static_cast<int64_t>(norm.getGroupSize())),
+                  param(plan_key::kEpsilon, norm.getEpsilon().convertToDouble())};
+              replaceWithKernel(norm, "ssm_gated_norm", norm->getOperands(), params);
+              return success();
+            })
             .Case([&](xfmr::GatherLastTokensOp gather) {
               llvm::SmallVector<NamedAttribute> params = {
                   param(plan_key::kHidden, lastDim(gather.getHidden()))};

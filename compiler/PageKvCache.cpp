@@ -14,6 +14,7 @@
 
 #include "compiler/FusionRegions.h"
 #include "compiler/Passes.h"
+#include "compiler/RaggedBatch.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -90,6 +91,16 @@ LogicalResult PageKvCachePass::page(func::FuncOp forward) {
     return WalkResult::advance();
   });
   if (walk.wasInterrupted()) return failure();
+  // A state-space model without attention layers has nothing to page
+  // (xfmr-pool-ssm-state makes its batch ragged).
+  bool hasSsm = false;
+  forward.walk([&](Operation* op) {
+    if (isa<xfmr::CausalConv1dOp, xfmr::SelectiveScanOp, xfmr::SsdScanOp>(op)) hasSsm = true;
+  });
+  if (attentions.empty() && hasSsm) {
+    formFusionRegions(forward);
+    return success();
+  }
   if (attentions.empty())
     return forward.emitError() << "xfmr-page-kv-cache found no xfmr.attention "
                                   "in @forward";
@@ -148,30 +159,9 @@ LogicalResult PageKvCachePass::page(func::FuncOp forward) {
 
   // Only the last token of each sequence is sampled: gather those rows before
   // the final norm and return logits alone (the pools hold the KV state).
-  auto ret = cast<func::ReturnOp>(entry.getTerminator());
-  Value logits = ret.getOperand(0);
-  auto logitsOp = logits.getDefiningOp<xfmr::LogitsOp>();
-  if (!logitsOp)
-    return ret.emitError() << "xfmr-page-kv-cache expects @forward's first "
-                              "result to come from xfmr.logits";
-  Value hidden = logitsOp.getHidden();
-  Operation* gatherAfter = logitsOp;
-  if (auto norm = hidden.getDefiningOp<xfmr::RmsNormOp>()) {
-    hidden = norm.getInput();
-    gatherAfter = norm;
-  }
-  builder.setInsertionPoint(gatherAfter);
-  Value last = builder.create<xfmr::GatherLastTokensOp>(
-      logitsOp.getLoc(), hidden.getType(), hidden, queryStart);
-  gatherAfter->replaceUsesOfWith(hidden, last);
-
-  builder.setInsertionPoint(ret);
-  builder.create<func::ReturnOp>(ret.getLoc(), ValueRange{logits});
-  ret.erase();
+  if (failed(returnLastTokenLogits(forward, queryStart))) return failure();
   for (Operation* concat : deadConcats)
     if (concat->use_empty()) concat->erase();
-  forward.setType(builder.getFunctionType(entry.getArgumentTypes(),
-                                          {logits.getType()}));
   formFusionRegions(forward);
   return success();
 }

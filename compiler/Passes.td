@@ -74,6 +74,32 @@ def PageKvCache : Pass<"xfmr-page-kv-cache", "::mlir::ModuleOp"> {
   ];
 }
 
+def PoolSsmState : Pass<"xfmr-pool-ssm-state", "::mlir::ModuleOp"> {
+  let summary = "Give each state-space layer a state pool and run its conv and "
+                "scan over a ragged batch";
+  let description = [{
+    Does for Mamba layers what `xfmr-page-kv-cache` does for attention:
+    `@forward`'s per-layer `past_conv.i` / `past_ssm.i` tensors become
+    pools of one slot per running sequence, `!xfmr.state_pool<[K-1, C],
+    type>` (the conv's carried inputs, activation type) and
+    `!xfmr.state_pool<[I, N] | [H, P, N], f32>` (the SSM state), named
+    `conv_pool.i` / `ssm_pool.i` (i counts the state-space layers). Every
+    conv and scan becomes its pooled form, taking the ragged batch's
+    `query_start [B+1]` (xfmr-page-kv-cache's, or a new argument for
+    models without attention) and `state_slots [B]`, a slot per sequence.
+    The entry returns the logits of each sequence's last token only. A
+    model without state-space layers is left as it is.
+
+    ```mlir
+    // before
+    %y, %s = xfmr.causal_conv1d %u, %past_conv, %w bias %b {activation = "silu"}
+    // after
+    %y = xfmr.pooled_causal_conv1d %u, %conv_pool, %w, %qstart, %slots bias %b {activation = "silu"}
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
+}
+
 def InsertQuantization : Pass<"xfmr-insert-quantization", "::mlir::ModuleOp"> {
   let summary = "Quantize weights and the KV cache";
   let description = [{

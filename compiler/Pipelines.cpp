@@ -16,6 +16,8 @@ void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options
   PageKvCacheOptions paging;
   paging.pageSize = options.page_size;
   pm.addPass(createPageKvCache(paging));
+  // After paging: attention layers' query_start is the one the scans take.
+  pm.addPass(createPoolSsmState());
   InsertQuantizationOptions quant;
   quant.weights = options.quant_weights;
   quant.groupSize = options.quant_group_size;

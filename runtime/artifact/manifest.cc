@@ -273,13 +273,14 @@ Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
   auto kv = r.object(root, "", "kv_cache");
   if (!kv.ok()) return kv.error();
   KvCacheConfig config;
-  auto layers = r.integer(**kv, "kv_cache", "layers", 1);
+  auto layers = r.integer(**kv, "kv_cache", "layers", 0);
   if (!layers.ok()) return layers.error();
   auto page = r.integer(**kv, "kv_cache", "page_size", 1);
   if (!page.ok()) return page.error();
-  auto heads = r.integer(**kv, "kv_cache", "kv_heads", 1);
+  // A model without attention layers (layers 0) has pools of no heads.
+  auto heads = r.integer(**kv, "kv_cache", "kv_heads", *layers > 0 ? 1 : 0);
   if (!heads.ok()) return heads.error();
-  auto dim = r.integer(**kv, "kv_cache", "head_dim", 1);
+  auto dim = r.integer(**kv, "kv_cache", "head_dim", *layers > 0 ? 1 : 0);
   if (!dim.ok()) return dim.error();
   auto type = r.string(**kv, "kv_cache", "type");
   if (!type.ok()) return type.error();
@@ -347,6 +348,58 @@ Result<ParamMap> parseParams(const Reader& r, const json& step, const std::strin
 
 // A rope_kv_append or paged_attention step reads and writes the pools
 // kv_cache describes.
+// state_cache: {"conv_type": t, "layers": [{"conv": [K-1, C], "ssm": [...],
+// "conv_bytes": n, "ssm_bytes": n}, ...]}; each layer's bytes must be its
+// shapes' in its type.
+Result<StateCacheConfig> parseStateCache(const Reader& r, const json& root) {
+  auto state = r.object(root, "", "state_cache");
+  if (!state.ok()) return state.error();
+  StateCacheConfig config;
+  auto type = r.string(**state, "state_cache", "conv_type");
+  if (!type.ok()) return type.error();
+  config.conv_type = *type;
+  const int64_t conv_element = config.conv_type == "f32" ? 4 : config.conv_type == "bf16" || config.conv_type == "f16" ? 2 : 0;
+  if (conv_element == 0)
+    return r.error("state_cache.conv_type", fmt::format("'{}', expected f32, bf16 or f16", config.conv_type));
+  auto layers = r.array(**state, "state_cache", "layers");
+  if (!layers.ok()) return layers.error();
+  if ((*layers)->empty()) return r.error("state_cache.layers", "expected at least one state-space layer");
+  for (size_t i = 0; i < (*layers)->size(); ++i) {
+    const std::string p = Reader::index("state_cache.layers", i);
+    const json& l = (**layers)[i];
+    if (!l.is_object()) return r.error(p, fmt::format("expected an object, got {}", l.type_name()));
+    StateCacheLayer layer;
+    auto conv = r.shape(l, p, "conv", /*allow_dynamic=*/false);
+    if (!conv.ok()) return conv.error();
+    auto ssm = r.shape(l, p, "ssm", /*allow_dynamic=*/false);
+    if (!ssm.ok()) return ssm.error();
+    auto conv_bytes = r.integer(l, p, "conv_bytes", 1);
+    if (!conv_bytes.ok()) return conv_bytes.error();
+    auto ssm_bytes = r.integer(l, p, "ssm_bytes", 1);
+    if (!ssm_bytes.ok()) return ssm_bytes.error();
+    if (conv->size() != 2) return r.error(p + ".conv", fmt::format("has {} extents, expected 2 ([K-1, C])", conv->size()));
+    if (ssm->size() != 2 && ssm->size() != 3)
+      return r.error(p + ".ssm", fmt::format("has {} extents, expected 2 ([I, N]) or 3 ([H, P, N])", ssm->size()));
+    int64_t conv_elements = 1, ssm_elements = 1;
+    for (int64_t e : *conv) conv_elements *= e;
+    for (int64_t e : *ssm) ssm_elements *= e;
+    if (conv_elements <= 0 || ssm_elements <= 0 || conv_elements > (int64_t(1) << 40) || ssm_elements > (int64_t(1) << 40))
+      return r.error(p, "expected positive extents");
+    if (*conv_bytes != conv_elements * conv_element)
+      return r.error(p + ".conv_bytes", fmt::format("{} is not {} {} elements ({} bytes)", *conv_bytes, conv_elements,
+                                                    config.conv_type, conv_elements * conv_element));
+    if (*ssm_bytes != ssm_elements * 4)
+      return r.error(p + ".ssm_bytes", fmt::format("{} is not {} f32 elements ({} bytes)", *ssm_bytes, ssm_elements,
+                                                   ssm_elements * 4));
+    layer.conv = conv.take();
+    layer.ssm = ssm.take();
+    layer.conv_bytes = *conv_bytes;
+    layer.ssm_bytes = *ssm_bytes;
+    config.layers.push_back(std::move(layer));
+  }
+  return config;
+}
+
 Status checkHeadsMatchPool(const Reader& r, const AttentionHeads& a, const std::string& path,
                            const KvCacheConfig& kv) {
   auto mismatch = [&](const char* name, int64_t value, int64_t pool) {
@@ -364,9 +417,9 @@ Status checkHeadsMatchPool(const Reader& r, const AttentionHeads& a, const std::
 
 Result<StepArg> parseArg(const Reader& r, const json& a, const std::string& path,
                          const Entry& entry, const std::set<int64_t>& weight_ids,
-                         const KvCacheConfig& kv) {
+                         const KvCacheConfig& kv, const StateCacheConfig& state) {
   if (!a.is_object() || a.size() != 1)
-    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool'");
+    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool', 'state'");
   StepArg arg;
   if (a.contains("input")) {
     auto name = r.string(a, path, "input");
@@ -404,7 +457,7 @@ Result<StepArg> parseArg(const Reader& r, const json& a, const std::string& path
     arg.layer = int(*layer);
     arg.role = *role == "k" ? PoolRole::kKey : PoolRole::kValue;
   } else {
-    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool'");
+    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool', 'state'");
   }
   return arg;
 }
@@ -428,6 +481,22 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kResidualRmsNorm: return {"vvw"};
     case StepKind::kGemm: return {"vw", "vww"};
     // positions are an input, or verify's tree_positions value
+  } else if (a.contains("state")) {
+    auto pool = r.object(a, path, "state");
+    if (!pool.ok()) return pool.error();
+    const std::string p = path + ".state";
+    auto layer = r.integer(**pool, p, "layer", 0);
+    if (!layer.ok()) return layer.error();
+    if (*layer >= int64_t(state.layers.size()))
+      return r.error(p + ".layer", fmt::format("layer {} is out of range (state_cache has {} layers)", *layer,
+                                               state.layers.size()));
+    auto role = r.string(**pool, p, "role");
+    if (!role.ok()) return role.error();
+    if (*role != "conv" && *role != "ssm")
+      return r.error(p + ".role", fmt::format("expected \"conv\" or \"ssm\", got \"{}\"", *role));
+    arg.kind = StepArg::Kind::kState;
+    arg.layer = int(*layer);
+    arg.state_role = *role == "conv" ? StateRole::kConv : StateRole::kSsm;
     case StepKind::kRopeKvAppend:
       return {"viipp", "vvviipp", "viippww", "vvviippww", "vvipp", "vvvvipp", "vvippww", "vvvvippww"};
     case StepKind::kPagedAttention: return {"vppiii", "vppiiiv"};  // (, tree_mask)
@@ -440,6 +509,7 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kMoeRouter: return {"v", "vw"};  // logits, or (h, Wrouter)
     case StepKind::kMoeFfn: return {"vvvwww"};
     case StepKind::kTreePositions: return {"iii"};
+    case StepArg::Kind::kState: return 's';
     case StepKind::kTreeMask: return {"ii"};
     case StepKind::kAccept: return {"viii", "viiii"};  // (, draft_probs)
   }
@@ -450,14 +520,14 @@ std::string describeSignature(std::string_view sig) {
   std::string out;
   for (char c : sig) {
     if (!out.empty()) out += ", ";
-    out += c == 'i' ? "input" : c == 'w' ? "weight" : c == 'v' ? "value" : "pool";
+    out += c == 'i' ? "input" : c == 'w' ? "weight" : c == 'v' ? "value" : c == 's' ? "state pool" : "pool";
   }
   return "(" + out + ")";
 }
 
 Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
                        const Entry& entry, const std::set<int64_t>& weight_ids,
-                       const KvCacheConfig& kv) {
+                       const KvCacheConfig& kv, const StateCacheConfig& state) {
   if (!s.is_object()) return r.error(path, fmt::format("expected an object, got {}", s.type_name()));
   Step step;
   step.path = r.file() + ": " + path;
@@ -467,6 +537,15 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   if (!parsed_kind)
     return r.error(path + ".kind", fmt::format("unknown step kind '{}' (supported: {})", *kind,
                                                supportedStepKinds()));
+    // x, conv pool, weight, query_start, state_slots (, bias)
+    case StepKind::kSsmConv1d: return {"vswii", "vswiiw"};
+    // x, dt, a_log, b, c, d, ssm pool, query_start, state_slots
+    case StepKind::kSelectiveScan: return {"vvwvvwsii"};
+    // x, dt, dt_bias, a_log, b, c, d, ssm pool, query_start, state_slots
+    case StepKind::kSsdScan: return {"vvwwvvwsii"};
+    case StepKind::kSsmGatedNorm: return {"vvw"};
+    case StepKind::kKvAppend: return {"vvipp"};  // k, v, slot_mapping, k_pool, v_pool
+    case StepKind::kReluSquared: return {"v"};
   step.kind = *parsed_kind;
   if (s.contains("instance")) {
     auto instance = r.string(s, path, "instance");
@@ -485,7 +564,7 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   if (!args.ok()) return args.error();
   std::string letters;
   for (size_t i = 0; i < (*args)->size(); ++i) {
-    auto arg = parseArg(r, (**args)[i], Reader::index(path + ".args", i), entry, weight_ids, kv);
+    auto arg = parseArg(r, (**args)[i], Reader::index(path + ".args", i), entry, weight_ids, kv, state);
     if (!arg.ok()) return arg.error();
     letters += argLetter(arg->kind);
     step.args.push_back(arg.take());
@@ -505,6 +584,10 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
     for (size_t i = 0; i < (*variants)->size(); ++i) {
       auto v = variantFromJson((**variants)[i], step.kind, r.file() + ": " + Reader::index(path + ".variants", i));
       if (!v.ok()) return v.error();
+  if (const auto* append = std::get_if<KvAppendParams>(&step.params))
+    KILN_RETURN_IF_ERROR(checkHeadsMatchPool(
+        r, AttentionHeads{append->kv_heads, append->kv_heads, append->head_dim, append->page_size, append->kv_type},
+        path, kv));
       step.variants.push_back(v.take());
     }
   }
@@ -522,7 +605,8 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   if (results->size() < min_results || results->size() > max_results)
     return r.error(path + ".results",
                    fmt::format("{} gives {} result{}, got {}", *kind,
-                               max_results == SIZE_MAX ? "at least 1"
+                               max_results == 0          ? "no"
+                               : max_results == SIZE_MAX ? "at least 1"
                                : min_results == 2      ? "2"
                                : max_results == 2      ? "1 or 2"
                                                        : "1",
@@ -541,6 +625,7 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
                                                  g->bias, expected, step.args.size()));
   }
   if (const auto* q = std::get_if<RopeKvAppendParams>(&step.params)) {
+  if (step.kind == StepKind::kKvAppend) min_results = max_results = 0;
     const size_t expected = (q->merged_qkv ? 5 : 7) + (q->qk_norm ? 2 : 0);
     if (step.args.size() != expected)
       return r.error(path + ".args", fmt::format("merged_qkv is {} and qk_norm {} but the step has {} args",
@@ -563,7 +648,8 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
 }
 
 Result<Entry> parseEntry(const Reader& r, const json& e, const std::string& path,
-                         const std::set<int64_t>& weight_ids, const KvCacheConfig& kv) {
+                         const std::set<int64_t>& weight_ids, const KvCacheConfig& kv,
+                         const StateCacheConfig& state) {
   Entry entry;
   auto inputs = r.array(e, path, "inputs");
   if (!inputs.ok()) return inputs.error();
@@ -663,7 +749,7 @@ Result<Entry> parseEntry(const Reader& r, const json& e, const std::string& path
   auto steps = r.array(e, path, "steps");
   if (!steps.ok()) return steps.error();
   for (size_t i = 0; i < (*steps)->size(); ++i) {
-    auto step = parseStep(r, (**steps)[i], Reader::index(path + ".steps", i), entry, weight_ids, kv);
+    auto step = parseStep(r, (**steps)[i], Reader::index(path + ".steps", i), entry, weight_ids, kv, state);
     if (!step.ok()) return step.error();
     entry.steps.push_back(step.take());
   }
@@ -766,7 +852,7 @@ Result<Manifest> Manifest::parse(std::string_view json_text, const std::string& 
     const std::string p = "entries." + it.key();
     if (!it.value().is_object())
       return r.error(p, fmt::format("expected an object, got {}", it.value().type_name()));
-    auto entry = parseEntry(r, it.value(), p, weight_ids, m.kv_cache);
+    auto entry = parseEntry(r, it.value(), p, weight_ids, m.kv_cache, m.state_cache);
     if (!entry.ok()) return entry.error();
     KILN_RETURN_IF_ERROR(checkSlidingWindows(r, *entry, p, m.kv_cache));
     entry->name = it.key();
@@ -784,6 +870,13 @@ Result<Manifest> Manifest::load(const std::string& artifact_dir_or_file) {
   std::ifstream file(path, std::ios::binary);
   if (!file)
     return makeError("{}: cannot open the artifact manifest (expected DIR/manifest.json "
+  if (root.contains("state_cache")) {
+    auto state = parseStateCache(r, root);
+    if (!state.ok()) return state.error();
+    m.state_cache = state.take();
+  }
+  if (m.kv_cache.layers == 0 && m.state_cache.layers.empty())
+    return r.error("kv_cache.layers", "is 0 and there is no state_cache: the model carries no state");
                      "written by kiln-compile -o DIR)",
                      path);
   std::ostringstream text;

@@ -72,6 +72,30 @@ struct KvCacheConfig {
   }
 };
 
+// The state-space layers' carried state (docs/design/state-space.md): one
+// slot per running sequence in each layer's two pools, the conv's last K - 1
+// inputs [K-1, C] in `conv_type` and the SSM state ([I, N] or [H, P, N]) in
+// f32. Layers are numbered over the state-space layers alone; empty for
+// attention-only models.
+struct StateCacheLayer {
+  std::vector<int64_t> conv;  // [K-1, C]
+  std::vector<int64_t> ssm;   // [I, N] (mamba) | [H, P, N] (mamba2)
+  int64_t conv_bytes = 0;     // one slot's, in conv_type
+  int64_t ssm_bytes = 0;      // one slot's, f32
+};
+
+struct StateCacheConfig {
+  std::string conv_type;  // "f32", "bf16", "f16"
+  std::vector<StateCacheLayer> layers;
+
+  // Bytes one sequence's slot takes over all layers.
+  int64_t slotBytes() const {
+    int64_t bytes = 0;
+    for (const StateCacheLayer& l : layers) bytes += l.conv_bytes + l.ssm_bytes;
+    return bytes;
+  }
+};
+
 struct EntryInput {
   std::string name;
   std::string type;            // "i32"
@@ -96,16 +120,18 @@ struct EntryValue {
 };
 
 enum class PoolRole { kKey, kValue };
+enum class StateRole { kConv, kSsm };
 
 // One step argument: an entry input by name, a weight by id, a value by id,
-// or a layer's K or V pool.
+// a layer's K or V pool, or a state-space layer's conv or SSM state pool.
 struct StepArg {
-  enum class Kind { kInput, kWeight, kValue, kPool };
+  enum class Kind { kInput, kWeight, kValue, kPool, kState };
   Kind kind = Kind::kValue;
   std::string input;  // kInput
   int64_t id = 0;     // kWeight, kValue
-  int layer = 0;      // kPool
+  int layer = 0;      // kPool, kState
   PoolRole role = PoolRole::kKey;
+  StateRole state_role = StateRole::kConv;  // kState
 };
 
 struct Step {
@@ -168,7 +194,8 @@ struct Manifest {
   int world_size = 1;
   int rank = 0;
   std::vector<ManifestWeight> weights;  // sorted by id
-  KvCacheConfig kv_cache;
+  KvCacheConfig kv_cache;  // layers 0: no attention layers (a state-space model)
+  StateCacheConfig state_cache;
   std::map<std::string, Entry> entries;
 
   const ManifestWeight* findWeight(int64_t id) const;

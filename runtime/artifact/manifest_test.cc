@@ -276,7 +276,7 @@ TEST(ManifestTest, UnknownStepKindListsTheSupportedOnes) {
             "manifest.json: entries.forward.steps[0].kind: unknown step kind 'conv2d' (supported: "
             "embedding, rms_norm, residual_rms_norm, gemm, rope_kv_append, paged_attention, "
             "silu_mul, add, mul, silu, split, gather_last_tokens, moe_router, moe_ffn, tree_positions, tree_mask, "
-            "accept)");
+            "accept, ssm_conv1d, selective_scan, ssd_scan, ssm_gated_norm, kv_append, relu_squared)");
 }
 
 TEST(ManifestTest, WrongArgumentKinds) {
@@ -297,7 +297,7 @@ TEST(ManifestTest, WrongArgumentKinds) {
   m["entries"]["forward"]["steps"][0]["args"][0] = json::parse(R"({"tensor": 1})");
   EXPECT_EQ(parseError(m),
             "manifest.json: entries.forward.steps[0].args[0]: expected an object with one of "
-            "'input', 'weight', 'value', 'pool'");
+            "'input', 'weight', 'value', 'pool', 'state'");
 }
 
 TEST(ManifestTest, UnknownValueIdInResultsAndOutputs) {
@@ -311,6 +311,48 @@ TEST(ManifestTest, UnknownValueIdInResultsAndOutputs) {
   m["entries"]["forward"]["steps"][1]["results"] = json::parse("[]");
   EXPECT_EQ(parseError(m), "manifest.json: entries.forward.steps[1].results: rms_norm gives 1 "
                            "result, got 0");
+}
+
+// A state-space model: no attention layers (kv_cache of 0 layers), a
+// state_cache whose bytes follow its shapes, and steps whose state pool
+// arguments name its layers and roles.
+TEST(ManifestTest, StateCacheAndStateArguments) {
+  json m = validManifest();
+  m["kv_cache"] = json::parse(R"({"layers": 0, "page_size": 16, "kv_heads": 0, "head_dim": 0, "type": "f32"})");
+  EXPECT_EQ(parseError(m), "manifest.json: kv_cache.layers: is 0 and there is no state_cache: the model carries no "
+                           "state");
+  m["state_cache"] = json::parse(R"({"conv_type": "f32", "layers": [
+      {"conv": [3, 32], "conv_bytes": 384, "ssm": [4, 8, 16], "ssm_bytes": 2048}]})");
+  m["entries"]["forward"]["inputs"].push_back(json::parse(R"({"name": "state_slots", "type": "i32", "shape": [-1]})"));
+  m["entries"]["forward"]["steps"].insert(
+      m["entries"]["forward"]["steps"].begin() + 1,
+      json::parse(R"({"kind": "ssm_conv1d", "params": {"channels": 32, "width": 4, "silu": true},
+                      "args": [{"value": 0}, {"state": {"layer": 0, "role": "conv"}}, {"weight": 3},
+                               {"input": "query_start"}, {"input": "state_slots"}], "results": [1]})"));
+  auto parsed = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->kv_cache.layers, 0);
+  ASSERT_EQ(parsed->state_cache.layers.size(), 1u);
+  EXPECT_EQ(parsed->state_cache.slotBytes(), 384 + 2048);
+  const Step& conv = parsed->findEntry("forward")->steps[1];
+  EXPECT_EQ(conv.args[1].kind, StepArg::Kind::kState);
+  EXPECT_EQ(conv.args[1].state_role, StateRole::kConv);
+  EXPECT_EQ(conv.as<SsmConv1dParams>().width, 4);
+
+  json bad = m;
+  bad["state_cache"]["layers"][0]["ssm_bytes"] = 2000;
+  EXPECT_EQ(parseError(bad), "manifest.json: state_cache.layers[0].ssm_bytes: 2000 is not 512 f32 elements "
+                             "(2048 bytes)");
+  bad = m;
+  bad["entries"]["forward"]["steps"][1]["args"][1] = json::parse(R"({"state": {"layer": 1, "role": "conv"}})");
+  EXPECT_EQ(parseError(bad), "manifest.json: entries.forward.steps[1].args[1].state.layer: layer 1 is out of "
+                             "range (state_cache has 1 layers)");
+  bad["entries"]["forward"]["steps"][1]["args"][1] = json::parse(R"({"state": {"layer": 0, "role": "k"}})");
+  EXPECT_EQ(parseError(bad), "manifest.json: entries.forward.steps[1].args[1].state.role: expected \"conv\" or "
+                             "\"ssm\", got \"k\"");
+  bad["entries"]["forward"]["steps"][1]["args"][1] = json::parse(R"({"pool": {"layer": 0, "role": "k"}})");
+  EXPECT_EQ(parseError(bad), "manifest.json: entries.forward.steps[1].args[1].pool.layer: layer 0 is out of "
+                             "range (kv_cache.layers is 0)");
 }
 
 TEST(ManifestTest, PoolArguments) {

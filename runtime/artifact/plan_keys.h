@@ -39,6 +39,17 @@ inline constexpr char kExperts[] = "experts";
 inline constexpr char kTopK[] = "top_k";
 inline constexpr char kNormalize[] = "normalize";
 
+// State-space layers.
+inline constexpr char kChannels[] = "channels";
+inline constexpr char kState[] = "state";
+inline constexpr char kGroups[] = "groups";
+inline constexpr char kChunkSize[] = "chunk_size";
+inline constexpr char kDtMin[] = "dt_min";
+inline constexpr char kDtMax[] = "dt_max";
+inline constexpr char kSilu[] = "silu";
+inline constexpr char kFeatures[] = "features";
+inline constexpr char kGroupSize[] = "group_size";
+
 // Rotary embedding.
 inline constexpr char kRopeTheta[] = "rope_theta";
 inline constexpr char kRopeStyle[] = "rope_style";

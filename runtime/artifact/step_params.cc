@@ -38,6 +38,12 @@ constexpr KindName kKindNames[] = {
     {StepKind::kTreePositions, "tree_positions"},
     {StepKind::kTreeMask, "tree_mask"},
     {StepKind::kAccept, "accept"},
+    {StepKind::kSsmConv1d, "ssm_conv1d"},
+    {StepKind::kSelectiveScan, "selective_scan"},
+    {StepKind::kSsdScan, "ssd_scan"},
+    {StepKind::kSsmGatedNorm, "ssm_gated_norm"},
+    {StepKind::kKvAppend, "kv_append"},
+    {StepKind::kReluSquared, "relu_squared"},
 };
 
 }  // namespace
@@ -183,6 +189,31 @@ void visitFields(P& p, V&& v) {
   } else if constexpr (std::is_same_v<S, TreePositionsParams> || std::is_same_v<S, TreeMaskParams>) {
   } else if constexpr (std::is_same_v<S, AcceptParams>) {
     v(key::kMode, p.mode, R, Rule::kAny);
+  } else if constexpr (std::is_same_v<S, SsmConv1dParams>) {
+    v(key::kChannels, p.channels, R, Rule::kPositive);
+    v(key::kWidth, p.width, R, Rule::kPositive);
+    v(key::kSilu, p.silu, R, Rule::kAny);
+    v(key::kBias, p.bias, D, Rule::kAny);
+  } else if constexpr (std::is_same_v<S, SelectiveScanParams>) {
+    v(key::kChannels, p.channels, R, Rule::kPositive);
+    v(key::kState, p.state, R, Rule::kPositive);
+  } else if constexpr (std::is_same_v<S, SsdScanParams>) {
+    v(key::kHeads, p.heads, R, Rule::kPositive);
+    v(key::kHeadDim, p.head_dim, R, Rule::kPositive);
+    v(key::kGroups, p.groups, R, Rule::kPositive);
+    v(key::kState, p.state, R, Rule::kPositive);
+    v(key::kChunkSize, p.chunk_size, R, Rule::kPositive);
+    v(key::kDtMin, p.dt_min, D, Rule::kAny);
+    v(key::kDtMax, p.dt_max, O, Rule::kAny);
+  } else if constexpr (std::is_same_v<S, KvAppendParams>) {
+    v(key::kKvHeads, p.kv_heads, R, Rule::kPositive);
+    v(key::kHeadDim, p.head_dim, R, Rule::kPositive);
+    v(key::kPageSize, p.page_size, R, Rule::kPositive);
+    v(key::kKvType, p.kv_type, R, Rule::kElementType);
+  } else if constexpr (std::is_same_v<S, SsmGatedNormParams>) {
+    v(key::kFeatures, p.features, R, Rule::kPositive);
+    v(key::kGroupSize, p.group_size, R, Rule::kPositive);
+    v(key::kEpsilon, p.epsilon, R, Rule::kPositiveNumber);
   } else {
     static_assert(!sizeof(S), "a params struct without a field table");
   }
@@ -360,6 +391,24 @@ Status checkKind(const RangeCheck& c, const MoeFfnParams& p) {
   return {};
 }
 
+Status checkKind(const RangeCheck& c, const SsmConv1dParams& p) {
+  if (p.width < 2 || p.width > 8) return c.fail(key::kWidth, "expected 2 to 8 taps, got {}", p.width);
+  return {};
+}
+
+Status checkKind(const RangeCheck& c, const SsdScanParams& p) {
+  if (p.heads % p.groups != 0) return c.fail(key::kGroups, "{} does not divide the {} heads", p.groups, p.heads);
+  if (!(p.dt_min >= 0) || !(p.dt_max > p.dt_min))
+    return c.fail(key::kDtMax, "the limits are [{}, {}], expected 0 <= dt_min < dt_max", p.dt_min, p.dt_max);
+  return {};
+}
+
+Status checkKind(const RangeCheck& c, const SsmGatedNormParams& p) {
+  if (p.features % p.group_size != 0)
+    return c.fail(key::kGroupSize, "{} does not divide the {} features", p.group_size, p.features);
+  return {};
+}
+
 Status checkKind(const RangeCheck& c, const AcceptParams& p) {
   return c.oneOf(key::kMode, p.mode, {"greedy", "rejection"});
 }
@@ -395,7 +444,8 @@ Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const 
     case StepKind::kSiluMul: return parseAs<SiluMulParams>(kind, values, path);
     case StepKind::kAdd:
     case StepKind::kMul:
-    case StepKind::kSilu: return parseAs<ElementwiseParams>(kind, values, path);
+    case StepKind::kSilu:
+    case StepKind::kReluSquared: return parseAs<ElementwiseParams>(kind, values, path);
     case StepKind::kSplit: return parseAs<SplitParams>(kind, values, path);
     case StepKind::kGatherLastTokens: return parseAs<GatherLastTokensParams>(kind, values, path);
     case StepKind::kMoeRouter: return parseAs<MoeRouterParams>(kind, values, path);
@@ -403,6 +453,11 @@ Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const 
     case StepKind::kTreePositions: return parseAs<TreePositionsParams>(kind, values, path);
     case StepKind::kTreeMask: return parseAs<TreeMaskParams>(kind, values, path);
     case StepKind::kAccept: return parseAs<AcceptParams>(kind, values, path);
+    case StepKind::kSsmConv1d: return parseAs<SsmConv1dParams>(kind, values, path);
+    case StepKind::kSelectiveScan: return parseAs<SelectiveScanParams>(kind, values, path);
+    case StepKind::kSsdScan: return parseAs<SsdScanParams>(kind, values, path);
+    case StepKind::kSsmGatedNorm: return parseAs<SsmGatedNormParams>(kind, values, path);
+    case StepKind::kKvAppend: return parseAs<KvAppendParams>(kind, values, path);
   }
   return makeError("{}: unknown step kind", path);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,6 +43,16 @@ enum class StepKind {
   kTreePositions,
   kTreeMask,
   kAccept,
+  // State-space (Mamba) layers: the conv and the scans read and write each
+  // sequence's slot of the layer's state pools (docs/design/state-space.md).
+  kSsmConv1d,
+  kSelectiveScan,
+  kSsdScan,
+  kSsmGatedNorm,
+  // Hybrid stacks (Nemotron-H): attention without positional encoding
+  // appends its keys and values as they are; the MLP's squared ReLU.
+  kKvAppend,
+  kReluSquared,
 };
 
 // "embedding", "gemm", ... (the manifest spelling).
@@ -173,10 +184,56 @@ struct AcceptParams {
   std::string mode;  // "greedy" | "rejection"
 };
 
+// ssm_conv1d: (x [N, channels], conv state pool [slots, width - 1,
+// channels], weight [channels, 1, width], query_start, state_slots
+// (, bias [channels])) -> y [N, channels] = act(causal depthwise conv over
+// each sequence's carried inputs and rows); the pool then holds each
+// sequence's last width - 1 inputs. act is SiLU when `silu`.
+struct SsmConv1dParams {
+  int64_t channels = 0, width = 0;
+  bool silu = false;
+  bool bias = false;
+};
+
+// selective_scan (Mamba): (x, dt [N, channels], a_log [channels, state],
+// b, c [N, state], d [channels], ssm state pool [slots, channels, state]
+// f32, query_start, state_slots) -> y [N, channels].
+struct SelectiveScanParams {
+  int64_t channels = 0, state = 0;
+};
+
+// ssd_scan (Mamba-2): (x [N, heads · head_dim], dt [N, heads], dt_bias,
+// a_log [heads], b, c [N, groups · state], d [heads], ssm state pool
+// [slots, heads, head_dim, state] f32, query_start, state_slots) -> y
+// [N, heads · head_dim]; δ = clamp(softplus(dt + dt_bias), dt_min, dt_max),
+// prefill in chunks of chunk_size. dt_max absent: no upper limit.
+struct SsdScanParams {
+  int64_t heads = 0, head_dim = 0, groups = 0, state = 0, chunk_size = 0;
+  double dt_min = 0;
+  double dt_max = std::numeric_limits<double>::infinity();
+};
+
+// ssm_gated_norm: (x, gate [N, features], weight [features]) -> weight · u /
+// rms(u) over each group_size run of u = x · silu(gate).
+struct SsmGatedNormParams {
+  int64_t features = 0, group_size = 0;
+  double epsilon = 0;
+};
+
+// kv_append: (k, v [N, kv_heads · head_dim], slot_mapping, k_pool, v_pool),
+// no result: each token's keys and values into its slot, unrotated (an
+// attention layer without positional encoding). The pools are kv_cache's.
+struct KvAppendParams {
+  int64_t kv_heads = 0, head_dim = 0, page_size = 0;
+  std::string kv_type;
+};
+
 using StepParams = std::variant<EmbeddingParams, RmsNormParams, ResidualRmsNormParams, GemmParams,
                                 RopeKvAppendParams, PagedAttentionParams, SiluMulParams,
                                 ElementwiseParams, SplitParams, GatherLastTokensParams,
-                                MoeRouterParams, MoeFfnParams, TreePositionsParams, TreeMaskParams, AcceptParams>;
+                                MoeRouterParams, MoeFfnParams, TreePositionsParams, TreeMaskParams, AcceptParams,
+                                SsmConv1dParams, SelectiveScanParams, SsdScanParams, SsmGatedNormParams,
+                                KvAppendParams>;
 
 // A param as the manifest and the IR carry it: integers, numbers, booleans,
 // strings and integer lists (split sizes).

@@ -11,6 +11,7 @@
 
 #include "runtime/backend/batch.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/kv/state_pool.h"
 #include "runtime/support/error.h"
 
 namespace kiln {
@@ -26,6 +27,10 @@ class Backend {
     return makeError("this backend computes no greedy tokens itself");
   }
   virtual BlockPool& blockPool() = 0;
+  // The state-space layers' slots (runtime/kv/state_pool.h), null for
+  // attention-only models. The engine's scheduler hands them out; a batch
+  // names each sequence's in BatchInputs::state_slots.
+  virtual StatePool* statePool() { return nullptr; }
   // Copies blocks' keys and values (and scales) in every layer: the
   // copy-on-write of a shared block, done before the forward that writes it.
   virtual Status copyBlocks(std::span<const BlockCopy> copies) = 0;
@@ -89,6 +94,10 @@ class ExecutorBackend final : public Backend {
     return Backend::forwardGreedy(in, tokens);
   }
   BlockPool& blockPool() override { return ex_->blockPool(); }
+  StatePool* statePool() override {
+    if constexpr (requires(Executor& e) { e.statePool(); }) return ex_->statePool();
+    return nullptr;
+  }
   // Executors that keep the pools in host memory leave the copy to it.
   Status copyBlocks(std::span<const BlockCopy> copies) override {
     if constexpr (requires(Executor& e) { e.copyBlocks(copies); }) return ex_->copyBlocks(copies);

@@ -55,6 +55,20 @@ Status checkBatchInputs(const BatchInputs& in, const BatchLimits& limits, size_t
       return makeError("forward: slot {} at index {} is outside the pool's {} slots",
                        in.slot_mapping[size_t(t)], t, limits.num_blocks * limits.page_size);
   }
+  if (limits.state_slots > 0) {
+    if (int64_t(in.state_slots.size()) != b)
+      return makeError("forward: state_slots has {} entries; expected one per sequence ({})", in.state_slots.size(),
+                       b);
+    for (int64_t s = 0; s < b; ++s) {
+      const int32_t slot = in.state_slots[size_t(s)];
+      if (slot < 0 || slot >= limits.state_slots)
+        return makeError("forward: state_slots[{}] = {} is outside the state pool's {} slots", s, slot,
+                         limits.state_slots);
+      for (int64_t o = 0; o < s; ++o)
+        if (in.state_slots[size_t(o)] == slot)
+          return makeError("forward: sequences {} and {} share state slot {}", o, s, slot);
+    }
+  }
   return {};
 }
 

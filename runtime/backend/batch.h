@@ -26,6 +26,10 @@ struct BatchInputs {
   // the nodes, positions base + depth, kv_lens counting every node.
   std::span<const int32_t> parents = {};         // [N] local parent, -1 for the root
   std::span<const int32_t> base_positions = {};  // [B] the root's position
+  // State-space models only (runtime/kv/state_pool.h): each sequence's slot
+  // of the state pools. A sequence whose rows start at position 0 starts
+  // from the zero state.
+  std::span<const int32_t> state_slots = {};  // [B]
 };
 
 // What a batch is checked against, by every backend, before anything runs.
@@ -35,6 +39,7 @@ struct BatchLimits {
   int64_t num_blocks = 0;  // KV pool blocks
   int64_t page_size = 0;
   bool logits_per_sequence = true;  // logits rows are sequences (else tokens)
+  int64_t state_slots = 0;          // > 0: state-space layers' slots, one per sequence (distinct)
 };
 
 // Sizes, ranges and consistency of a ragged batch (token ids, positions,

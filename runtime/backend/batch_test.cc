@@ -38,6 +38,27 @@ TEST(CheckBatchInputs, LogitsRowsAreSequencesOrTokensAsThePlanSays) {
             "forward: logits_out holds 200 floats; expected 4 rows x vocab 100");
 }
 
+// A state-space plan's batch names each sequence's state slot: one per
+// sequence, inside the state pool, no two alike.
+TEST(CheckBatchInputs, StateSlotsOnePerSequenceInRangeAndDistinct) {
+  TwoSequences b;
+  BatchLimits limits = kLimits;
+  limits.state_slots = 3;
+  std::vector<int32_t> state_slots{2, 0};
+  BatchInputs in = b.inputs();
+  in.state_slots = state_slots;
+  EXPECT_EQ(errorOf(checkBatchInputs(in, limits, 200)), "ok");
+  in.state_slots = std::span<const int32_t>(state_slots).first(1);
+  EXPECT_EQ(errorOf(checkBatchInputs(in, limits, 200)),
+            "forward: state_slots has 1 entries; expected one per sequence (2)");
+  state_slots = {2, 3};
+  in.state_slots = state_slots;
+  EXPECT_EQ(errorOf(checkBatchInputs(in, limits, 200)),
+            "forward: state_slots[1] = 3 is outside the state pool's 3 slots");
+  state_slots = {1, 1};
+  EXPECT_EQ(errorOf(checkBatchInputs(in, limits, 200)), "forward: sequences 0 and 1 share state slot 1");
+}
+
 TEST(CheckBatchInputs, NamesTheFieldTheIndexAndTheRange) {
   TwoSequences b;
   b.tokens[3] = 100;

@@ -33,4 +33,17 @@ Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest
   return Status::success();
 }
 
+StatePoolConfig statePoolConfigFor(const Manifest& manifest, int64_t num_slots) {
+  StatePoolConfig config;
+  const StateCacheConfig& state = manifest.state_cache;
+  for (const StateCacheLayer& layer : state.layers) {
+    int64_t ssm = 1;
+    for (int64_t e : layer.ssm) ssm *= e;
+    config.layers.push_back({.conv_rows = layer.conv[0], .conv_channels = layer.conv[1], .ssm_elements = ssm});
+  }
+  config.num_slots = num_slots;
+  config.conv_element_bytes = state.conv_type == "f32" ? 4 : 2;
+  return config;
+}
+
 }  // namespace kiln

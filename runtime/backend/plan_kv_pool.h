@@ -7,6 +7,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/kv/state_pool.h"
 #include "runtime/support/error.h"
 
 namespace kiln {
@@ -23,5 +24,9 @@ int64_t kvBlocksInBytes(const KvPoolConfig& kv, int64_t bytes);
 // A pool must have the artifact's kv_cache shape (layers, page, heads, dim)
 // and type, and hold scales exactly where kv_cache.scales says.
 Status checkPoolMatchesManifest(const KvPoolConfig& kv, const Manifest& manifest);
+
+// The state pool an artifact's state_cache asks for, with `num_slots` slots
+// (no layers for an attention-only plan).
+StatePoolConfig statePoolConfigFor(const Manifest& manifest, int64_t num_slots);
 
 }  // namespace kiln

@@ -83,8 +83,8 @@ std::optional<std::string> chatTemplateSource(const WeightStore& weights,
 
 Result<std::unique_ptr<Backend>> createCpuBackend(const Manifest& m, const WeightStore& weights,
                                                   int64_t blocks, const EngineOptions& options) {
-  auto ex = cpu::CpuExecutor::create(m, weights, kvPoolConfigFor(m, blocks),
-                                     options.max_batch_tokens);
+  auto ex = cpu::CpuExecutor::create(m, weights, kvPoolConfigFor(m, blocks), options.max_batch_tokens,
+                                     /*state_slots=*/options.max_sequences);
   if (!ex.ok()) return ex.error();
   // The CPU's paged attention reads only each layer's window.
   return std::unique_ptr<Backend>(new ExecutorBackend<cpu::CpuExecutor>(ex.take(), "cpu", false, true));
@@ -297,6 +297,7 @@ Status Engine::Impl::flatten(const std::vector<ScheduledSlice>& slices,
   batch_slots.clear();
   batch_query_start.assign(1, 0);
   batch_kv_lens.clear();
+  batch_state_slots.clear();
   batch_tables.assign(slices.size() * max_blocks, 0);
   verify_parents.clear();
   verify_base.clear();
@@ -329,6 +330,7 @@ Status Engine::Impl::flatten(const std::vector<ScheduledSlice>& slices,
     std::copy(blocks.begin(), blocks.end(), batch_tables.begin() + int64_t(b * max_blocks));
     batch_query_start.push_back(int32_t(batch_tokens.size()));
     batch_kv_lens.push_back(int32_t(begin + count));
+    if (executor->statePool()) batch_state_slots.push_back(scheduler->stateSlot(seq.id));
   }
   in = BatchInputs{};
   in.tokens = batch_tokens;
@@ -338,6 +340,7 @@ Status Engine::Impl::flatten(const std::vector<ScheduledSlice>& slices,
   in.max_blocks = int(max_blocks);
   in.query_start = batch_query_start;
   in.kv_lens = batch_kv_lens;
+  in.state_slots = batch_state_slots;
   if (trees) {
     in.parents = verify_parents;
     in.base_positions = verify_base;
@@ -419,6 +422,9 @@ Result<std::vector<double>> Engine::scoreTokens(std::span<const int32_t> tokens)
   if (!idle()) return makeError("scoreTokens: the engine has requests running; score when it is idle");
   const int64_t n = int64_t(tokens.size());
   if (n < 2) return makeError("scoreTokens: {} token(s); scoring needs at least 2", n);
+  if (im.executor->statePool())
+    return makeError("scoreTokens: not supported for models with state-space layers (it scores each position as "
+                     "its own sequence over the KV cache, which those layers do not keep)");
   if (n > im.context_length)
     return makeError("scoreTokens: {} tokens exceed the context length {}", n, im.context_length);
   for (int64_t i = 0; i < n; ++i)
@@ -648,6 +654,13 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
   // Leave room for at least one generated token.
   int64_t limit = e.context_length - 1;
   if (int64_t(tokens.size()) > limit) {
+  if (e.executor->statePool() && request.speculation.enabled())
+    return makeError("speculative decoding is not supported for models with state-space layers: their verify "
+                     "step would advance the recurrent state past rejected drafts; ask without speculation");
+  if (e.executor->statePool() && request.sampling.n > 1)
+    return makeError("n {} > 1 is not supported for models with state-space layers (a completion's fork would "
+                     "need a copy of the parent's recurrent state); ask for n = 1 and submit the prompt again",
+                     request.sampling.n);
     if (!request.truncate_prompt)
       return makeError("the prompt has {} tokens but the context holds {} (model limit {}): "
                        "shorten it, or ask for truncation (--truncate)",

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "runtime/artifact/manifest.h"
 #include "runtime/backend/backend.h"
 #include "runtime/engine/engine.h"
@@ -46,7 +48,7 @@ struct Engine::Impl {
 
   // Reused per step so the hot path does not allocate once warm.
   std::vector<int32_t> batch_tokens, batch_positions, batch_slots, batch_tables,
-      batch_query_start, batch_kv_lens;
+      batch_query_start, batch_kv_lens, batch_state_slots;
   std::vector<float> logits;
   std::vector<int32_t> sampled;  // per batch row, -1 when the row samples nothing
   std::vector<int32_t> greedy_tokens;  // forwardGreedy's, per batch row
@@ -85,6 +87,10 @@ struct Engine::Impl {
     scheduling.prefix_cache = options.prefix_cache;
     if (executor->honorsSlidingWindows()) scheduling.sliding_window = sliding_window;
     scheduler.emplace(executor->blockPool(), scheduling);
+    scheduling.state_pool = executor->statePool();
+    if (scheduling.state_pool && options.prefix_cache && options.progress)
+      fmt::print(stderr, "kiln: prefix caching is off for this model: its state-space layers carry a recurrent "
+                         "state that cached KV blocks do not hold\n");
   }
   void finish(Sequence& seq, FinishReason reason, std::string error = {});
   void emitToken(Sequence& seq, int32_t token);

@@ -38,10 +38,12 @@ std::optional<KvElement> parseKvElement(std::string_view name) {
 }
 
 Result<BlockPool> BlockPool::create(const KvPoolConfig& config, KvStorage storage) {
-  if (config.layers <= 0 || config.num_blocks <= 0 || config.page_size <= 0 ||
-      config.kv_heads <= 0 || config.head_dim <= 0)
+  // layers 0: a model without attention layers (state-space), whose pool
+  // keeps the block bookkeeping alone.
+  if (config.layers < 0 || config.num_blocks <= 0 || config.page_size <= 0 ||
+      (config.layers > 0 && (config.kv_heads <= 0 || config.head_dim <= 0)))
     return makeError("kv pool: layers ({}), num_blocks ({}), page_size ({}), kv_heads ({}) and "
-                     "head_dim ({}) must all be positive",
+                     "head_dim ({}) must all be positive (layers, kv_heads and head_dim may be 0 together)",
                      config.layers, config.num_blocks, config.page_size, config.kv_heads,
                      config.head_dim);
   if (config.num_blocks > std::numeric_limits<int32_t>::max())

@@ -89,7 +89,22 @@ TEST(BlockPoolTest, RejectsBadConfig) {
   ASSERT_FALSE(pool.ok());
   EXPECT_EQ(pool.error().message,
             "kv pool: layers (2), num_blocks (4), page_size (0), kv_heads (2) and head_dim (8) "
-            "must all be positive");
+            "must all be positive (layers, kv_heads and head_dim may be 0 together)");
+}
+
+// A model without attention layers (state-space): the pool keeps the block
+// bookkeeping alone, with no storage.
+TEST(BlockPoolTest, NoLayersKeepsBookkeepingAlone) {
+  auto pool = BlockPool::create({.layers = 0, .num_blocks = 4, .page_size = 16, .kv_heads = 0, .head_dim = 0});
+  ASSERT_TRUE(pool.ok()) << pool.error().message;
+  std::vector<int32_t> blocks;
+  ASSERT_TRUE(pool->allocate(3, blocks).ok());
+  EXPECT_EQ(pool->numFree(), 1);
+  EXPECT_EQ(pool->config().blockBytes(), 0);
+  for (int32_t b : blocks) ASSERT_TRUE(pool->release(b).ok());
+  EXPECT_EQ(pool->numFree(), 4);
+  KvPoolConfig headless{.layers = 1, .num_blocks = 4, .page_size = 16, .kv_heads = 0, .head_dim = 8};
+  EXPECT_FALSE(BlockPool::create(headless).ok());
 }
 
 TEST(BlockPoolTest, RefCountsReturnBlocksAtZero) {

@@ -151,40 +151,13 @@ kiln::Result<kiln::ModelIdentity> identify(const std::string& path, bool gguf) {
   return identity;
 }
 
-// A state-space checkpoint (Mamba, Mamba-2) through its importer. The
-// pipeline from the imported form on (the state-cache pass, the kernels'
-// lowering) does not take SSM layers yet: only --emit=xfmr goes through.
-int compileSsmModel(const std::string& path, const kiln::CompileOptions& options, EmitStage emit) {
-  auto source = kiln::formats::SsmSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
-  if (!source.ok()) return fail(source.error().message);
-  if (kiln::Status status = source->checkWeights(); !status.ok()) return fail(status.error().message);
-  mlir::MLIRContext context;
-  kiln::ImportOptions importOptions;
-  importOptions.activationType = options.activation_type;
-  importOptions.residualType = residualType.empty() ? std::string("f32") : residualType.getValue();
-  mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importSsmModel(context, *source, importOptions);
-  if (!module) return 1;
-  if (mlir::failed(mlir::verify(*module))) return 1;
-  if (emit != EmitStage::Xfmr)
-    return fail(path + ": state-space models (" + source->config().architecture +
-                ") import with --emit=xfmr; the compile pipeline does not lower SSM layers yet");
-  module->print(llvm::outs());
-  llvm::outs() << "\n";
-  return 0;
-}
-
-// The model at `path` through the importer, the pipeline and the manifest
-// builder: 0 with `manifest` set; 0 with it unset after printing the module
-// where `emit` (xfmr, kernels) stops; 1 after printing an error.
+// The model at `path` through the importer (a state-space checkpoint's,
+// Mamba / Mamba-2 / Nemotron-H, or the transformer one), the pipeline and
+// the manifest builder: 0 with `manifest` set; 0 with it unset after
+// printing the module where `emit` (xfmr, kernels) stops; 1 after printing
+// an error.
 int compileModel(const std::string& path, const kiln::CompileOptions& options, EmitStage emit,
                  bool printIr, std::optional<llvm::json::Value>& manifest) {
-  if (kiln::formats::SsmSource::isSsmCheckpoint(path)) return compileSsmModel(path, options, emit);
-  auto source = kiln::formats::ModelSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
-  if (!source.ok()) return fail(source.error().message);
-  if (kiln::Status status = source->checkWeights(); !status.ok())
-    return fail(status.error().message);
-  for (const std::string& notice : source->notices()) llvm::errs() << "kiln-compile: note: " << notice << "\n";
-
   mlir::MLIRContext context;
   kiln::ImportOptions importOptions;
   importOptions.activationType = options.activation_type;
@@ -192,7 +165,22 @@ int compileModel(const std::string& path, const kiln::CompileOptions& options, E
   // bf16 activations it keeps 16 layers of sums from being rounded to bf16.
   importOptions.residualType = residualType.empty() ? std::string("f32")
                                                     : residualType.getValue();
-  mlir::OwningOpRef<mlir::ModuleOp> module = kiln::importModel(context, *source, importOptions);
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  bool gguf = false;
+  if (kiln::formats::SsmSource::isSsmCheckpoint(path)) {
+    auto source = kiln::formats::SsmSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
+    if (!source.ok()) return fail(source.error().message);
+    if (kiln::Status status = source->checkWeights(); !status.ok()) return fail(status.error().message);
+    module = kiln::importSsmModel(context, *source, importOptions);
+  } else {
+    auto source = kiln::formats::ModelSource::open(path, kiln::formats::OpenMode::kHeaderOnly);
+    if (!source.ok()) return fail(source.error().message);
+    if (kiln::Status status = source->checkWeights(); !status.ok())
+      return fail(status.error().message);
+    for (const std::string& notice : source->notices()) llvm::errs() << "kiln-compile: note: " << notice << "\n";
+    gguf = source->format() == kiln::formats::ModelSource::Format::kGguf;
+    module = kiln::importModel(context, *source, importOptions);
+  }
   if (!module) return 1;  // the diagnostic handler has printed why
   if (mlir::failed(mlir::verify(*module))) return 1;
   if (emit == EmitStage::Xfmr) {
@@ -218,7 +206,6 @@ int compileModel(const std::string& path, const kiln::CompileOptions& options, E
     return 0;
   }
 
-  bool gguf = source->format() == kiln::formats::ModelSource::Format::kGguf;
   kiln::Result<kiln::ModelIdentity> identity = identify(path, gguf);
   if (!identity.ok()) return fail(identity.error().message);
   manifest = kiln::buildManifest(*module, *identity, options, options.activation_type);

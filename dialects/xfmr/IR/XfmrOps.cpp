@@ -905,7 +905,8 @@ llvm::ArrayRef<llvm::StringLiteral> KernelOp::knownKinds() {
       "paged_attention", "silu_mul",        "add",               "mul",
       "silu",           "split",            "gather_last_tokens", "tree_positions",
       "tree_mask",      "accept",           "quantize",          "dequantize",
-      "moe_router",     "moe_ffn"};
+      "moe_router",     "moe_ffn",          "ssm_conv1d",        "selective_scan",
+      "ssd_scan",       "ssm_gated_norm",   "kv_append",         "relu_squared"};
   return kKinds;
 }
 

@@ -123,3 +123,74 @@ LogicalResult GatedRmsNormOp::verify() {
     return emitOpError() << "epsilon is " << getEpsilon().convertToDouble() << ", expected a positive number";
   return success();
 }
+
+namespace {
+
+// A pool's slot shape against what the op's other operands give it.
+LogicalResult expectSlot(Operation* op, StatePoolType pool, llvm::ArrayRef<int64_t> expected, bool f32) {
+  llvm::ArrayRef<int64_t> actual = pool.getSlotShape();
+  bool same = actual.size() == expected.size();
+  for (size_t i = 0; same && i < expected.size(); ++i)
+    same = ShapedType::isDynamic(expected[i]) || actual[i] == expected[i];
+  if (!same) {
+    std::string want;
+    for (int64_t e : expected) want += (want.empty() ? "" : ", ") + extent(e);
+    return op->emitOpError() << "pool " << pool << " has the wrong slot shape, expected [" << want << "]";
+  }
+  if (f32 && !pool.getElementType().isF32())
+    return op->emitOpError() << "pool " << pool << " holds " << pool.getElementType()
+                             << ", expected f32 (the carried state stays in f32)";
+  return success();
+}
+
+}  // namespace
+
+LogicalResult PooledCausalConv1dOp::verify() {
+  RankedTensorType input = typeOf(getInput()), weight = typeOf(getWeight());
+  if (input.getRank() != 2 || weight.getRank() != 3)
+    return emitOpError() << "input and weight have ranks " << input.getRank() << " and " << weight.getRank()
+                         << ", expected 2 and 3 ([N, C], [C, 1, K])";
+  const int64_t channels = input.getDimSize(1), width = weight.getDimSize(2);
+  if (ShapedType::isDynamic(width) || width < 2)
+    return emitOpError() << "weight width is " << extent(width) << ", expected a static width of at least 2";
+  if (failed(expectShape(*this, "weight", getWeight(), {channels, 1, width}, {"channels", "group size", "width"})) ||
+      failed(expectShape(*this, "result", getResult(), {input.getDimSize(0), channels}, {"rows", "channels"})) ||
+      failed(expectSlot(*this, getPool().getType(), {width - 1, channels}, false)))
+    return failure();
+  if (getBias() && failed(expectShape(*this, "bias", getBias(), {channels}, {"channels"}))) return failure();
+  if (getActivation() != "silu" && getActivation() != "none")
+    return emitOpError() << "activation is '" << getActivation() << "', expected 'silu' or 'none'";
+  return success();
+}
+
+LogicalResult PooledSelectiveScanOp::verify() {
+  RankedTensorType x = typeOf(getX()), aLog = typeOf(getALog());
+  if (x.getRank() != 2 || aLog.getRank() != 2)
+    return emitOpError() << "x and a_log have ranks " << x.getRank() << " and " << aLog.getRank()
+                         << ", expected 2 ([N, I], [I, N])";
+  const int64_t tokens = x.getDimSize(0), channels = x.getDimSize(1), state = aLog.getDimSize(1);
+  if (failed(expectShape(*this, "dt", getDt(), {tokens, channels}, {"rows", "channels"})) ||
+      failed(expectShape(*this, "b", getB(), {tokens, state}, {"rows", "state size"})) ||
+      failed(expectShape(*this, "c", getC(), {tokens, state}, {"rows", "state size"})) ||
+      failed(expectShape(*this, "d", getD(), {channels}, {"channels"})) ||
+      failed(expectShape(*this, "result", getResult(), {tokens, channels}, {"rows", "channels"})))
+    return failure();
+  return expectSlot(*this, getPool().getType(), {channels, state}, true);
+}
+
+LogicalResult PooledSsdScanOp::verify() {
+  RankedTensorType x = typeOf(getX()), b = typeOf(getB());
+  if (x.getRank() != 3 || b.getRank() != 3)
+    return emitOpError() << "x and b have ranks " << x.getRank() << " and " << b.getRank()
+                         << ", expected 3 ([N, H, P], [N, G, N])";
+  const int64_t tokens = x.getDimSize(0), heads = x.getDimSize(1), headDim = x.getDimSize(2);
+  const int64_t groups = b.getDimSize(1), state = b.getDimSize(2);
+  if (!ShapedType::isDynamic(heads) && !ShapedType::isDynamic(groups) && (groups <= 0 || heads % groups != 0))
+    return emitOpError() << "b groups is " << groups << ", expected a divisor of the " << heads << " heads";
+  if (failed(expectShape(*this, "dt", getDt(), {tokens, heads}, {"rows", "heads"})) ||
+      failed(expectShape(*this, "c", getC(), {tokens, groups, state}, {"rows", "groups", "state size"})) ||
+      failed(expectShape(*this, "result", getResult(), {tokens, heads, headDim}, {"rows", "heads", "head dim"})))
+    return failure();
+  if (getChunkSize() <= 0) return emitOpError() << "chunk_size is " << getChunkSize() << ", expected a positive length";
+  return expectSlot(*this, getPool().getType(), {heads, headDim, state}, true);
+}

@@ -110,4 +110,67 @@ def Xfmr_ReluSquaredOp : Xfmr_PureOp<"relu_squared", [SameOperandsAndResultType]
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+//===----------------------------------------------------------------------===//
+// Pooled form (xfmr-pool-ssm-state): the state lives in per-layer pools
+// indexed by each sequence's slot, over a ragged batch.
+//===----------------------------------------------------------------------===//
+
+def Xfmr_PooledCausalConv1dOp : Xfmr_Op<"pooled_causal_conv1d"> {
+  let summary = "Causal depthwise conv over a ragged batch, carried inputs in a state pool";
+  let description = [{
+    `causal_conv1d` for B sequences at once: sequence b owns rows
+    `query_start[b] .. query_start[b+1]` of `input [N, C]` and carries its
+    last K - 1 inputs in slot `state_slots[b]` of `pool`
+    (`!xfmr.state_pool<[K-1, C], type>`), read before and written after.
+
+    ```mlir
+    %y = xfmr.pooled_causal_conv1d %x, %pool, %w, %qstart, %slots bias %b {activation = "silu"} : (tensor<?x192xf32>, !xfmr.state_pool<[3, 192], f32>, tensor<192x1x4xf32>, tensor<?xi32>, tensor<?xi32>, tensor<192xf32>) -> tensor<?x192xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, Arg<Xfmr_StatePoolType, "", [MemRead, MemWrite]>:$pool,
+                       Xfmr_Tensor:$weight, Xfmr_IndexTensor:$query_start, Xfmr_IndexTensor:$state_slots,
+                       Optional<Xfmr_Tensor>:$bias, StrAttr:$activation);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input `,` $pool `,` $weight `,` $query_start `,` $state_slots (`bias` $bias^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_PooledSelectiveScanOp : Xfmr_Op<"pooled_selective_scan"> {
+  let summary = "Mamba's selective scan over a ragged batch, state in a state pool";
+  let description = [{
+    `selective_scan` for B sequences at once, each continuing the state in
+    slot `state_slots[b]` of `pool` (`!xfmr.state_pool<[I, N], f32>`).
+
+    ```mlir
+    %y = xfmr.pooled_selective_scan %x, %dt, %alog, %b, %c, %d, %pool, %qstart, %slots : (tensor<?x128xf32>, tensor<?x128xf32>, tensor<128x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>, tensor<128xf32>, !xfmr.state_pool<[128, 8], f32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x128xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$x, Xfmr_Tensor:$dt, Xfmr_Tensor:$a_log, Xfmr_Tensor:$b,
+                       Xfmr_Tensor:$c, Xfmr_Tensor:$d, Arg<Xfmr_StatePoolType, "", [MemRead, MemWrite]>:$pool,
+                       Xfmr_IndexTensor:$query_start, Xfmr_IndexTensor:$state_slots);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$x `,` $dt `,` $a_log `,` $b `,` $c `,` $d `,` $pool `,` $query_start `,` $state_slots attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_PooledSsdScanOp : Xfmr_Op<"pooled_ssd_scan"> {
+  let summary = "Mamba-2's state-space dual scan over a ragged batch, state in a state pool";
+  let description = [{
+    `ssd_scan` for B sequences at once, each continuing the state in slot
+    `state_slots[b]` of `pool` (`!xfmr.state_pool<[H, P, N], f32>`).
+
+    ```mlir
+    %y = xfmr.pooled_ssd_scan %x, %dt, %dtb, %alog, %b, %c, %d, %pool, %qstart, %slots {chunk_size = 256 : i64, dt_min = 0.0 : f64, dt_max = 0x7FF0000000000000 : f64} : (tensor<?x8x16xf32>, tensor<?x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<?x2x16xf32>, tensor<?x2x16xf32>, tensor<8xf32>, !xfmr.state_pool<[8, 16, 16], f32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$x, Xfmr_Tensor:$dt, Xfmr_Tensor:$dt_bias, Xfmr_Tensor:$a_log,
+                       Xfmr_Tensor:$b, Xfmr_Tensor:$c, Xfmr_Tensor:$d,
+                       Arg<Xfmr_StatePoolType, "", [MemRead, MemWrite]>:$pool,
+                       Xfmr_IndexTensor:$query_start, Xfmr_IndexTensor:$state_slots,
+                       I64Attr:$chunk_size, F64Attr:$dt_min, F64Attr:$dt_max);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$x `,` $dt `,` $dt_bias `,` $a_log `,` $b `,` $c `,` $d `,` $pool `,` $query_start `,` $state_slots attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 #endif // KILN_XFMR_SSM_OPS

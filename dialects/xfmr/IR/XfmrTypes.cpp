@@ -115,6 +115,28 @@ LogicalResult KvPoolType::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// StatePoolType
+//===----------------------------------------------------------------------===//
+
+LogicalResult StatePoolType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                    llvm::ArrayRef<int64_t> slotShape, Type elementType) {
+  if (slotShape.empty())
+    return emitError() << "state_pool needs a slot shape, got none";
+  for (int64_t extent : slotShape)
+    if (extent <= 0 || ShapedType::isDynamic(extent))
+      return emitError() << "state_pool slot extents must be static and positive, got " << extent;
+  if (!mlir::isa<FloatType>(elementType))
+    return emitError() << "state_pool element type " << elementType << " is not supported, expected a float type";
+  return success();
+}
+
+int64_t StatePoolType::slotElements() const {
+  int64_t elements = 1;
+  for (int64_t extent : getSlotShape()) elements *= extent;
+  return elements;
+}
+
+//===----------------------------------------------------------------------===//
 // RopeAttr
 //===----------------------------------------------------------------------===//
 

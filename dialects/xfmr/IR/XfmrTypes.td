@@ -73,4 +73,28 @@ def Xfmr_KvPoolType : Xfmr_Type<"KvPool", "kv_pool"> {
   let genVerifyDecl = 1;
 }
 
+def Xfmr_StatePoolType : Xfmr_Type<"StatePool", "state_pool"> {
+  let summary = "A state-space layer's carried state, one slot per running sequence";
+  let description = [{
+    Stateful storage for one Mamba layer's conv inputs or SSM state, laid
+    out `[num_slots, slot_shape...]`: `[slots, K-1, C]` for the conv's
+    carried inputs (activation type), `[slots, I, N]` or `[slots, H, P, N]`
+    for the SSM state (f32). A sequence's state is one slot whatever its
+    length; the runtime chooses the number of slots (its most running
+    sequences). Operations that read or write a pool carry memory effects.
+
+    Example:
+    ```mlir
+    func.func @f(%conv: !xfmr.state_pool<[3, 192], f32>, %ssm: !xfmr.state_pool<[8, 16, 16], f32>)
+    ```
+  }];
+  let parameters = (ins ArrayRefParameter<"int64_t">:$slotShape, "::mlir::Type":$elementType);
+  let assemblyFormat = "`<` `[` $slotShape `]` `,` $elementType `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Elements of one slot (the product of slot_shape).
+    int64_t slotElements() const;
+  }];
+}
+
 #endif // KILN_XFMR_TYPES

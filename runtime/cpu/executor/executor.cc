@@ -15,13 +15,16 @@
 #include "runtime/cpu/kernels/paged_attention.h"
 #include "runtime/cpu/kernels/paged_kv.h"
 #include "runtime/cpu/kernels/rms_norm.h"
+#include "runtime/cpu/kernels/ssm.h"
 
 namespace kiln::cpu {
 
 namespace {
 
 // The entry inputs the executor provides, by manifest name.
-enum class InputId { kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kParents, kBasePositions };
+enum class InputId {
+  kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kParents, kBasePositions, kStateSlots
+};
 
 std::optional<InputId> parseInput(std::string_view name) {
   if (name == "tokens") return InputId::kTokens;
@@ -32,6 +35,7 @@ std::optional<InputId> parseInput(std::string_view name) {
   if (name == "kv_lens") return InputId::kKvLens;
   if (name == "parents") return InputId::kParents;
   if (name == "base_positions") return InputId::kBasePositions;
+  if (name == "state_slots") return InputId::kStateSlots;
   return std::nullopt;
 }
 
@@ -45,6 +49,7 @@ const int32_t* inputData(const BatchInputs& in, InputId id) {
     case InputId::kKvLens: return in.kv_lens.data();
     case InputId::kParents: return in.parents.data();
     case InputId::kBasePositions: return in.base_positions.data();
+    case InputId::kStateSlots: return in.state_slots.data();
   }
   return nullptr;
 }
@@ -70,6 +75,8 @@ struct Operand {
   void* pool = nullptr;                        // kPool
   float* pool_scales = nullptr;                // kPool of int8/fp8: its scales (kvScaleIndex)
   InputId input = InputId::kTokens;            // kInput
+  int state_layer = 0;                         // kState: the state-space layer
+  StateRole state_role = StateRole::kConv;     // kState
 };
 
 struct CpuExecutor::BoundStep {
@@ -95,6 +102,10 @@ struct CpuExecutor::BoundStep {
   int64_t experts = 0, top_k = 0;
   bool normalize = false;
   ExpertWeights expert_weights;
+  // State-space steps (width: channels or features)
+  bool silu = false;
+  int64_t conv_width = 0, groups = 0, state_size = 0, chunk_size = 0, group_size = 0;
+  float dt_min = 0.0f, dt_max = 0.0f;
 };
 
 CpuExecutor::~CpuExecutor() { std::free(arena_); }
@@ -122,9 +133,9 @@ namespace {
 class StepBinder {
  public:
   StepBinder(const Manifest& manifest, const Entry& entry, const WeightStore& weights,
-             BlockPool& pool, uint8_t* arena, int64_t max_tokens)
+             BlockPool& pool, uint8_t* arena, int64_t max_tokens, StatePool* state_pool = nullptr)
       : manifest_(manifest), entry_(entry), weights_(weights), pool_(pool), arena_(arena),
-        max_tokens_(max_tokens) {}
+        max_tokens_(max_tokens), state_pool_(state_pool) {}
 
   Result<CpuExecutor::BoundStep> bind(const Step& step);
   Result<Operand> value(const Step& step, int64_t id, const std::string& where);
@@ -146,6 +157,7 @@ class StepBinder {
   BlockPool& pool_;
   uint8_t* arena_;
   int64_t max_tokens_;
+  StatePool* state_pool_;
 };
 
 Result<Operand> StepBinder::value(const Step& step, int64_t id, const std::string& where) {
@@ -199,12 +211,22 @@ Result<Operand> StepBinder::operand(const Step& step, const StepArg& arg, size_t
       op.pool_scales = arg.role == PoolRole::kKey ? pool_.keyScales(arg.layer) : pool_.valueScales(arg.layer);
       return op;
     }
+    case StepArg::Kind::kState: {
+      if (!state_pool_ || arg.layer < 0 || size_t(arg.layer) >= state_pool_->config().layers.size())
+        return fail(step, "{}: state layer {} is outside the state pool's {} layers", where, arg.layer,
+                    state_pool_ ? state_pool_->config().layers.size() : 0);
+      Operand op;
+      op.kind = arg.kind;
+      op.state_layer = arg.layer;
+      op.state_role = arg.state_role;
+      return op;
+    }
     case StepArg::Kind::kInput: {
       auto id = parseInput(arg.input);
       if (!id)
         return fail(step, "{}: input '{}' is not one the CPU executor provides (tokens, "
                           "positions, slot_mapping, block_tables, query_start, kv_lens, parents, "
-                          "base_positions)",
+                          "base_positions, state_slots)",
                     where, arg.input);
       Operand op;
       op.kind = arg.kind;
@@ -257,7 +279,8 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
     KILN_ASSIGN(op, value(step, step.results[i], fmt::format("results[{}]", i)));
     s.results.push_back(op);
   }
-  const Operand& r0 = s.results[0];
+  static const Operand kNoResult;  // kv_append writes the pools alone
+  const Operand& r0 = s.results.empty() ? kNoResult : s.results[0];
   // Only verify's index steps and the operands that carry their values
   // (positions, the tree mask, the accepted path) are integers.
   const bool index_kind = step.kind == StepKind::kTreePositions || step.kind == StepKind::kTreeMask ||
@@ -428,9 +451,20 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_RETURN_IF_ERROR(checkWidth(step, r0, ffn, "results[0]"));
       break;
     }
+    case StepKind::kKvAppend: {
+      const KvAppendParams& p = step.as<KvAppendParams>();
+      s.kv_heads = int(p.kv_heads);
+      s.head_dim = int(p.head_dim);
+      for (size_t i : {0u, 1u})
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], p.kv_heads * p.head_dim, fmt::format("args[{}]", i)));
+      if (s.args[3].pool_scales || s.args[4].pool_scales)
+        return fail(step, "kv_append writes float pools only (kv_cache.type {})", manifest_.kv_cache.type);
+      break;
+    }
     case StepKind::kAdd:
     case StepKind::kMul:
-    case StepKind::kSilu: {
+    case StepKind::kSilu:
+    case StepKind::kReluSquared: {
       const int64_t width = step.as<ElementwiseParams>().width;
       s.width = width;
       for (size_t i = 0; i < s.args.size(); ++i)
@@ -523,6 +557,72 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       KILN_RETURN_IF_ERROR(noAlias());
       break;
     }
+    case StepKind::kSsmConv1d: {
+      const SsmConv1dParams& p = step.as<SsmConv1dParams>();
+      s.width = p.channels;
+      s.conv_width = p.width;
+      s.silu = p.silu;
+      const StateLayerShape& shape = state_pool_->config().layers[size_t(s.args[1].state_layer)];
+      if (s.args[1].state_role != StateRole::kConv || shape.conv_rows != p.width - 1 || shape.conv_channels != p.channels)
+        return fail(step, "args[1] must be a conv state pool of [{}, {}] (its layer's is [{}, {}])", p.width - 1,
+                    p.channels, shape.conv_rows, shape.conv_channels);
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], p.channels, "args[0] (x)"));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[2], {p.channels, 1, p.width}, "conv", /*want_f32=*/true));
+      if (p.bias != (s.args.size() == 6))
+        return fail(step, "bias is {} but the step has {} args", p.bias, s.args.size());
+      if (p.bias) KILN_RETURN_IF_ERROR(checkWeight(step, s.args[5], {p.channels}, "bias", /*want_f32=*/true));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, p.channels, "results[0]"));
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kSelectiveScan: {
+      const SelectiveScanParams& p = step.as<SelectiveScanParams>();
+      s.width = p.channels;
+      s.state_size = p.state;
+      const StateLayerShape& shape = state_pool_->config().layers[size_t(s.args[6].state_layer)];
+      if (s.args[6].state_role != StateRole::kSsm || shape.ssm_elements != p.channels * p.state)
+        return fail(step, "args[6] must be an SSM state pool of {} x {} (its layer's holds {})", p.channels, p.state,
+                    shape.ssm_elements);
+      for (size_t i : {0u, 1u}) KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], p.channels, fmt::format("args[{}]", i)));
+      for (size_t i : {3u, 4u}) KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], p.state, fmt::format("args[{}]", i)));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[2], {p.channels, p.state}, "a_log", /*want_f32=*/true));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[5], {p.channels}, "d", /*want_f32=*/true));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, p.channels, "results[0]"));
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kSsdScan: {
+      const SsdScanParams& p = step.as<SsdScanParams>();
+      s.heads = int(p.heads);
+      s.head_dim = int(p.head_dim);
+      s.groups = p.groups;
+      s.state_size = p.state;
+      s.chunk_size = p.chunk_size;
+      s.dt_min = float(p.dt_min);
+      s.dt_max = float(p.dt_max);
+      const StateLayerShape& shape = state_pool_->config().layers[size_t(s.args[7].state_layer)];
+      if (s.args[7].state_role != StateRole::kSsm || shape.ssm_elements != p.heads * p.head_dim * p.state)
+        return fail(step, "args[7] must be an SSM state pool of {} x {} x {} (its layer's holds {})", p.heads,
+                    p.head_dim, p.state, shape.ssm_elements);
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[0], p.heads * p.head_dim, "args[0] (x)"));
+      KILN_RETURN_IF_ERROR(checkWidth(step, s.args[1], p.heads, "args[1] (dt)"));
+      for (size_t i : {4u, 5u})
+        KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], p.groups * p.state, fmt::format("args[{}]", i)));
+      for (size_t i : {2u, 3u, 6u}) KILN_RETURN_IF_ERROR(checkWeight(step, s.args[i], {p.heads}, "per-head", true));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, p.heads * p.head_dim, "results[0]"));
+      KILN_RETURN_IF_ERROR(noAlias());
+      break;
+    }
+    case StepKind::kSsmGatedNorm: {
+      const SsmGatedNormParams& p = step.as<SsmGatedNormParams>();
+      s.width = p.features;
+      s.group_size = p.group_size;
+      s.epsilon = float(p.epsilon);
+      for (size_t i : {0u, 1u}) KILN_RETURN_IF_ERROR(checkWidth(step, s.args[i], p.features, fmt::format("args[{}]", i)));
+      KILN_RETURN_IF_ERROR(checkWeight(step, s.args[2], {p.features}, "norm", /*want_f32=*/true));
+      KILN_RETURN_IF_ERROR(checkWidth(step, r0, p.features, "results[0]"));
+      break;
+    }
     case StepKind::kGatherLastTokens: {
       const int64_t hidden = step.as<GatherLastTokensParams>().hidden;
       s.width = hidden;
@@ -543,7 +643,7 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
 Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifest,
                                                          const WeightStore& weights,
                                                          const KvPoolConfig& kv,
-                                                         int64_t max_tokens) {
+                                                         int64_t max_tokens, int64_t state_slots) {
   const std::string& mpath = manifest.path;
   const Entry* entry = manifest.findEntry("forward");
   if (!entry) return makeError("{}: entries: missing entry 'forward'", mpath);
@@ -566,6 +666,18 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   std::unique_ptr<CpuExecutor> ex(new CpuExecutor());
   ex->pool_ = std::make_unique<BlockPool>(pool.take());
   ex->max_tokens_ = max_tokens;
+  if (!manifest.state_cache.layers.empty()) {
+    if (state_slots <= 0)
+      return makeError("{}: state_cache: the plan has state-space layers; expected state slots > 0 (one per "
+                       "sequence run at once), got {}",
+                       mpath, state_slots);
+    if (manifest.state_cache.conv_type != "f32")
+      return makeError("{}: state_cache.conv_type: the CPU executor keeps f32 state, got {}", mpath,
+                       manifest.state_cache.conv_type);
+    auto states = StatePool::create(statePoolConfigFor(manifest, state_slots), /*host_storage=*/true);
+    if (!states.ok()) return states.error();
+    ex->state_pool_ = std::make_unique<StatePool>(states.take());
+  }
 
   // One allocation: the planned arena, then the executor's scratch.
   const int64_t kd = int64_t(mk.kv_heads) * mk.head_dim;
@@ -598,7 +710,7 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
   ex->scratch_sum_ = reinterpret_cast<float*>(base + planned + 2 * k_bytes);
   ex->scratch_slots_ = reinterpret_cast<int64_t*>(base + planned + 2 * k_bytes + sum_bytes);
 
-  StepBinder binder(manifest, *entry, weights, *ex->pool_, base, max_tokens);
+  StepBinder binder(manifest, *entry, weights, *ex->pool_, base, max_tokens, ex->state_pool_.get());
   int64_t moe_floats = 0;
   for (const Step& step : entry->steps) {
     auto bound = binder.bind(step);
@@ -608,6 +720,12 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
     if (step.kind == StepKind::kMoeFfn) {
       const ExpertWeights& w = bound->expert_weights;
       moe_floats = std::max(moe_floats, moeScratchFloats(max_tokens, bound->top_k, w.hidden, w.ffn));
+    }
+    if (step.kind == StepKind::kSsdScan) {
+      SsdScanArgs a;
+      a.rows = max_tokens;
+      a.chunk_size = bound->chunk_size;
+      ex->ssd_scratch_.resize(std::max(ex->ssd_scratch_.size(), size_t(ssdScratchFloats(a))));
     }
     ex->steps_.push_back(bound.take());
   }
@@ -746,12 +864,27 @@ Status CpuExecutor::verify(const BatchInputs& in, std::span<float> logits_out, s
 Status CpuExecutor::checkBatch(const BatchInputs& in, std::span<float> logits_out) const {
   const KvPoolConfig& pool = pool_->config();
   return checkBatchInputs(in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size,
-                               logits_per_sequence_},
+                               logits_per_sequence_, state_pool_ ? state_pool_->numSlots() : 0},
                           logits_out.size());
+}
+
+void CpuExecutor::resetFreshStates(const BatchInputs& in) {
+  if (!state_pool_) return;
+  const StatePoolConfig& config = state_pool_->config();
+  for (size_t b = 0; b + 1 < in.query_start.size(); ++b) {
+    if (in.positions[size_t(in.query_start[b])] != 0) continue;
+    const int32_t slot = in.state_slots[b];
+    for (size_t l = 0; l < config.layers.size(); ++l) {
+      const StateLayerShape& shape = config.layers[l];
+      std::fill_n(state_pool_->conv(int64_t(l), slot), shape.conv_rows * shape.conv_channels, 0.0f);
+      std::fill_n(state_pool_->ssm(int64_t(l), slot), shape.ssm_elements, 0.0f);
+    }
+  }
 }
 
 Status CpuExecutor::forward(const BatchInputs& in, std::span<float> logits_out) {
   KILN_RETURN_IF_ERROR(checkBatch(in, logits_out));
+  resetFreshStates(in);
   const int64_t n = int64_t(in.tokens.size());
   const int64_t b = int64_t(in.kv_lens.size());
   for (int64_t t = 0; t < n; ++t) scratch_slots_[t] = in.slot_mapping[size_t(t)];
@@ -797,7 +930,8 @@ void copyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stri
 
 Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n, int64_t b) {
   auto rowsOf = [&](const Operand& v) { return v.per_sequence ? b : n; };
-  const Operand& out = s.results[0];
+  static const Operand kNoResult;  // kv_append writes the pools alone
+  const Operand& out = s.results.empty() ? kNoResult : s.results[0];
   switch (s.kind) {
     case StepKind::kEmbedding: {
       const BoundWeight& table = *s.args[1].weight;
@@ -912,6 +1046,20 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       silu(s.args[0].data, out.data, rowsOf(s.args[0]) * s.width);
       return {};
     }
+    case StepKind::kReluSquared: {
+      const int64_t count = rowsOf(s.args[0]) * s.width;
+      for (int64_t i = 0; i < count; ++i) {
+        const float r = std::max(s.args[0].data[i], 0.0f);
+        out.data[i] = r * r;
+      }
+      return {};
+    }
+    case StepKind::kKvAppend: {
+      const KvPoolConfig& pc = pool_->config();
+      KvPoolShape shape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
+                        .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
+      return appendKvPaged(s.args[0].data, s.args[1].data, n, scratch_slots_, shape, s.args[3].pool, s.args[4].pool);
+    }
     case StepKind::kSplit: {
       const int64_t rows = rowsOf(s.args[0]);
       int64_t column = 0;
@@ -953,6 +1101,76 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       return moeExperts(s.args[0].data, rowsOf(s.args[0]), s.args[1].data,
                         reinterpret_cast<const int32_t*>(s.args[2].data), s.top_k, s.expert_weights,
                         moe_scratch_, out.data);
+    }
+    case StepKind::kSsmConv1d: {
+      const int32_t* query_start = inputData(in, s.args[3].input);
+      const int32_t* slots = inputData(in, s.args[4].input);
+      const float* weight = reinterpret_cast<const float*>(s.args[2].weight->data);
+      const float* bias = s.args.size() == 6 ? reinterpret_cast<const float*>(s.args[5].weight->data) : nullptr;
+      for (int64_t seq = 0; seq < b; ++seq) {
+        const int64_t begin = query_start[seq], rows = query_start[seq + 1] - begin;
+        causalConv1d(s.args[0].data + begin * s.args[0].width, rows, s.width, s.args[0].width, weight, s.conv_width,
+                     bias, s.silu, state_pool_->conv(s.args[1].state_layer, slots[seq]), out.data + begin * out.width,
+                     out.width);
+      }
+      return {};
+    }
+    case StepKind::kSelectiveScan: {
+      const int32_t* query_start = inputData(in, s.args[7].input);
+      const int32_t* slots = inputData(in, s.args[8].input);
+      for (int64_t seq = 0; seq < b; ++seq) {
+        const int64_t begin = query_start[seq];
+        SelectiveScanArgs a;
+        a.x = s.args[0].data + begin * s.args[0].width;
+        a.dt = s.args[1].data + begin * s.args[1].width;
+        a.b = s.args[3].data + begin * s.args[3].width;
+        a.c = s.args[4].data + begin * s.args[4].width;
+        a.a_log = reinterpret_cast<const float*>(s.args[2].weight->data);
+        a.d = reinterpret_cast<const float*>(s.args[5].weight->data);
+        a.rows = query_start[seq + 1] - begin;
+        a.channels = s.width;
+        a.state_size = s.state_size;
+        a.x_stride = s.args[0].width;
+        a.dt_stride = s.args[1].width;
+        a.bc_stride = s.args[3].width;
+        selectiveScan(a, state_pool_->ssm(s.args[6].state_layer, slots[seq]), out.data + begin * out.width);
+      }
+      return {};
+    }
+    case StepKind::kSsdScan: {
+      const int32_t* query_start = inputData(in, s.args[8].input);
+      const int32_t* slots = inputData(in, s.args[9].input);
+      for (int64_t seq = 0; seq < b; ++seq) {
+        const int64_t begin = query_start[seq];
+        SsdScanArgs a;
+        a.x = s.args[0].data + begin * s.args[0].width;
+        a.dt = s.args[1].data + begin * s.args[1].width;
+        a.b = s.args[4].data + begin * s.args[4].width;
+        a.c = s.args[5].data + begin * s.args[5].width;
+        a.dt_bias = reinterpret_cast<const float*>(s.args[2].weight->data);
+        a.a_log = reinterpret_cast<const float*>(s.args[3].weight->data);
+        a.d = reinterpret_cast<const float*>(s.args[6].weight->data);
+        a.rows = query_start[seq + 1] - begin;
+        a.heads = s.heads;
+        a.head_dim = s.head_dim;
+        a.groups = s.groups;
+        a.state_size = s.state_size;
+        a.x_stride = s.args[0].width;
+        a.dt_stride = s.args[1].width;
+        a.bc_stride = s.args[4].width;
+        a.chunk_size = s.chunk_size;
+        a.dt_min = s.dt_min;
+        a.dt_max = s.dt_max;
+        ssdScan(a, state_pool_->ssm(s.args[7].state_layer, slots[seq]), out.data + begin * out.width,
+                ssd_scratch_.data());
+      }
+      return {};
+    }
+    case StepKind::kSsmGatedNorm: {
+      gatedRmsNorm(s.args[0].data, s.args[0].width, s.args[1].data, s.args[1].width,
+                   reinterpret_cast<const float*>(s.args[2].weight->data), rowsOf(s.args[0]), s.width, s.group_size,
+                   s.epsilon, out.data);
+      return {};
     }
     case StepKind::kGatherLastTokens: {
       const int32_t* query_start = inputData(in, s.args[1].input);

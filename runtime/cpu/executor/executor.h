@@ -17,6 +17,7 @@
 #include "runtime/backend/batch.h"
 #include "runtime/cpu/kernels/rope.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/kv/state_pool.h"
 #include "runtime/support/error.h"
 #include "runtime/weights/weight_store.h"
 
@@ -33,9 +34,13 @@ class CpuExecutor {
   // pool it creates from it. `max_tokens` is the token budget T_max: the
   // most tokens one forward call may carry; the arena holds
   // (arena.bytes_per_token + scratch) * T_max bytes.
+  // A plan with state-space layers (manifest.state_cache) needs
+  // `state_slots` > 0: the executor owns a state pool of that many slots
+  // (one per sequence it may run at once), which statePool() shows.
   static Result<std::unique_ptr<CpuExecutor>> create(const Manifest& manifest,
                                                      const WeightStore& weights,
-                                                     const KvPoolConfig& kv, int64_t max_tokens);
+                                                     const KvPoolConfig& kv, int64_t max_tokens,
+                                                     int64_t state_slots = 0);
   ~CpuExecutor();
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
@@ -87,6 +92,8 @@ class CpuExecutor {
   void setStepObserver(StepObserver observer) { observer_ = std::move(observer); }
 
   BlockPool& blockPool() { return *pool_; }
+  // The state-space layers' slots (null for attention-only plans).
+  StatePool* statePool() { return state_pool_.get(); }
   int64_t vocabSize() const { return vocab_; }
   int64_t maxTokens() const { return max_tokens_; }
   int64_t arenaBytes() const { return arena_bytes_; }
@@ -101,7 +108,12 @@ class CpuExecutor {
   Status bindDraft(const Manifest& manifest, const Entry& entry, const WeightStore& weights);
   Status checkTreeBatch(const BatchInputs& in, std::span<float> logits_out) const;
 
+  // Zeroes the state slots of the batch's sequences that start at position 0.
+  void resetFreshStates(const BatchInputs& in);
+
   std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<StatePool> state_pool_;
+  std::vector<float> ssd_scratch_;  // the chunked SSD scan's (ssdScratchFloats)
   std::vector<BoundStep> steps_;
   float* arena_ = nullptr;
   int64_t arena_bytes_ = 0;

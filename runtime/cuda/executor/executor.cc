@@ -198,6 +198,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_RETURN_IF_ERROR(backend.gemms.open(f32_plan, options.verbose));
   if (options.verbose)
     fmt::print(stderr, "cuda: {} driver {} ({}), cuBLASLt {} ({})\n", ex->device_name_, gpu.d->version,
+  if (!manifest.state_cache.layers.empty())
+    return makeError("{}: state_cache: the CUDA executor does not run state-space layers yet (their plan steps "
+                     "run on the CPU backend: --device cpu; docs/design/state-space.md)",
+                     manifest.path);
                gpu.d->library.path(), backend.gemms.lt().version, backend.gemms.lt().library.path());
   ex->max_tokens_ = max_tokens;
 
@@ -487,6 +491,14 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
 }
 
 Result<CUgraphExec> CudaExecutor::Backend::graphOf(GraphCache& cache, const std::vector<BoundStep>& list,
+      case StepKind::kSsmConv1d:  // plans with a state_cache are refused at create
+      case StepKind::kSelectiveScan:
+      case StepKind::kSsdScan:
+      case StepKind::kSsmGatedNorm:
+      case StepKind::kKvAppend:
+      case StepKind::kReluSquared:
+        status = makeError("not run by the CUDA executor");
+        break;
                                                    const DeviceValue& out, const LaunchShape& shape) {
   if (CUgraphExec exec = cache.find(shape)) return exec;
   auto prepare = [&] { return gemms.prepare(list, shape); };
