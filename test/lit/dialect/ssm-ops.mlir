@@ -41,3 +41,18 @@ func.func @hybrid_mlp(%u: tensor<?x96xf32>) -> tensor<?x96xf32> {
   %a = xfmr.relu_squared %u : tensor<?x96xf32>
   return %a : tensor<?x96xf32>
 }
+
+// The pooled forms over a ragged batch: each sequence's state in its slot.
+// CHECK-LABEL: func.func @pooled_mamba2
+// CHECK-SAME: !xfmr.state_pool<[3, 48], bf16>
+// CHECK: xfmr.pooled_causal_conv1d %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias %{{.*}} {activation = "silu"}
+// CHECK: xfmr.pooled_ssd_scan {{.*}} {chunk_size = 8 : i64, dt_max = 0x7FF0000000000000 : f64, dt_min = 0.000000e+00 : f64}
+func.func @pooled_mamba2(%u: tensor<?x48xbf16>, %conv: !xfmr.state_pool<[3, 48], bf16>, %ssm: !xfmr.state_pool<[4, 8, 8], f32>,
+                         %q: tensor<?xi32>, %slots: tensor<?xi32>, %x: tensor<?x4x8xbf16>, %dt: tensor<?x4xbf16>,
+                         %b: tensor<?x1x8xbf16>, %h: tensor<4xf32>) -> tensor<?x4x8xbf16> {
+  %w = xfmr.weight "conv1d.weight" : tensor<48x1x4xbf16>
+  %bias = xfmr.weight "conv1d.bias" : tensor<48xbf16>
+  %y = xfmr.pooled_causal_conv1d %u, %conv, %w, %q, %slots bias %bias {activation = "silu"} : (tensor<?x48xbf16>, !xfmr.state_pool<[3, 48], bf16>, tensor<48x1x4xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<48xbf16>) -> tensor<?x48xbf16>
+  %o = xfmr.pooled_ssd_scan %x, %dt, %h, %h, %b, %b, %h, %ssm, %q, %slots {chunk_size = 8 : i64, dt_max = 0x7FF0000000000000 : f64, dt_min = 0.000000e+00 : f64} : (tensor<?x4x8xbf16>, tensor<?x4xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<?x1x8xbf16>, tensor<?x1x8xbf16>, tensor<4xf32>, !xfmr.state_pool<[4, 8, 8], f32>, tensor<?xi32>, tensor<?xi32>) -> tensor<?x4x8xbf16>
+  return %o : tensor<?x4x8xbf16>
+}
