@@ -124,17 +124,21 @@
 #            prompts, cache on and off; KILN_SERVE_PEER (default none) adds the
 #            HF static-batch peer to offline on KILN_SERVE_PEER_REQUESTS requests
 #   moe      mixture of experts at Mixtral-8x7B's shape (hidden 4096, 8 experts of
-#            14336, top 2, bf16, random weights): kiln_moe_bench times one layer's
-#            decode step through kiln's MoE kernels (router, gathered gate/up and down
-#            GEMVs, combine) at batches KILN_MOE_BATCHES (default "1 32"), with the
-#            bytes of the experts read as GB/s and as a fraction of HBM
-#            (KILN_READ_PROBE_GBPS if given, else the H200's nominal 4800), and checks
-#            token 0 against float64; then test/gpu/hf_moe_bench.py runs transformers'
-#            MixtralForCausalLM of KILN_MOE_LAYERS (default 32: the whole 46.7 B model,
-#            93 GB) on the same card, eager and compiled, at the same batches
-#            (KILN_MOE_HF_TIMEOUT, default 480 s). kiln's figure is the expert
-#            layer's alone: a whole-model `kiln bench decode` of Mixtral needs its
-#            93 GB random checkpoint written here first, which this part does not do.
+#            14336, top 2, bf16, random weights). First kiln_moe_bench times one
+#            layer (router, experts, combine; then the expert GEMMs alone, as TFLOP/s
+#            and as the bytes of the experts read, GB/s and a fraction of HBM:
+#            KILN_READ_PROBE_GBPS if given, else the H200's nominal 4800) at
+#            KILN_MOE_LAYER_ROWS (default "1 32 2048": decode batches and a prefill
+#            chunk) on the expert path the compiler picks (KILN_MOE_PATHS, default
+#            auto; "gemv,grouped" times both), checking token 0 against float64.
+#            Then the whole model: `kiln bench decode` of the mixtral-8x7b-8l artifact
+#            (gpu-bundle.sh; Mixtral-8x7B-v0.1 with 8 of its 32 layers, 11.6 B
+#            parameters) on a random checkpoint test/gpu/make_random_checkpoint.py
+#            writes under KILN_HF_DIR (23 GB, once) at batches KILN_MOE_BATCHES
+#            (default "1 32"), 128 prompt and 128 generated tokens; then
+#            test/gpu/hf_moe_bench.py runs transformers' MixtralForCausalLM of
+#            KILN_MOE_LAYERS (default 8, kiln's shape) on the same card, eager and
+#            compiled, at the same batches (KILN_MOE_HF_TIMEOUT, default 480 s).
 #   mamba    state-space models (docs/design/state-space.md): ssm_gpu_test (the SSM
 #            kernels in bf16 against the CPU's f32 kernels: selective_scan at
 #            mamba-2.8b's shape, the Mamba-2 conv, chunked scan and gated norm at
@@ -185,6 +189,7 @@ write_report() {
   [[ -f "$OUT/attention_bench.txt" ]] && { echo "== attention"; grep -E "best|floor|torch_sdpa|flash_attention(_wgmma)? prefill|hbm_read_probe|attention ceiling|^GPU|kv_quant" "$OUT/attention_bench.txt"; }
   [[ -f "$OUT/swiglu_bench.txt" ]] && { echo "== swiglu"; grep -vE "^round" "$OUT/swiglu_bench.txt"; }
   [[ -f "$OUT/moe_bench.txt" ]] && { echo "== moe (kiln's kernels, one layer)"; cat "$OUT/moe_bench.txt"; }
+  for f in "$OUT"/moe_kiln_b*.txt; do [[ -f "$f" ]] && { echo "== moe (kiln, whole model: $(basename "$f" .txt))"; cat "$f"; }; done
   [[ -f "$OUT/moe_hf.json" ]] && { echo "== moe (transformers Mixtral)"; tail -1 "$OUT/moe_hf.json"; }
   [[ -f "$OUT/ssm_reference.txt" ]] && { echo "== mamba (references against transformers)"; cat "$OUT/ssm_reference.txt"; }
   [[ -f "$OUT/mamba_bench.txt" ]] && { echo "== mamba (kiln's SSM kernels, one mamba2-2.7b layer)"; cat "$OUT/mamba_bench.txt"; }
@@ -580,12 +585,35 @@ fi
 write_report
 if [[ " $PARTS " == *" moe "* ]]; then
   moe_batches="${KILN_MOE_BATCHES:-1 32}"
+  moe_rows="${KILN_MOE_LAYER_ROWS:-1 32 2048}"
   echo "== mixture of experts: kiln's MoE kernels, one Mixtral-8x7B layer"
-  "$BUILD/bin/kiln_moe_bench" --rows "${moe_batches// /,}" ${KILN_READ_PROBE_GBPS:+--hbm "$KILN_READ_PROBE_GBPS"} 2>&1 |
-    tee "$OUT/moe_bench.txt"
+  "$BUILD/bin/kiln_moe_bench" --rows "${moe_rows// /,}" --paths "${KILN_MOE_PATHS:-auto}" \
+    ${KILN_READ_PROBE_GBPS:+--hbm "$KILN_READ_PROBE_GBPS"} 2>&1 | tee "$OUT/moe_bench.txt"
   record moe_bench "${PIPESTATUS[0]}"
-  echo "== mixture of experts: transformers' Mixtral (${KILN_MOE_LAYERS:-32} layers) on the same card"
-  timeout "${KILN_MOE_HF_TIMEOUT:-480}" python3 "$ROOT/test/gpu/hf_moe_bench.py" --layers "${KILN_MOE_LAYERS:-32}" \
+  moe_model=mixtral-8x7b-8l
+  moe_art="$BUILD/artifacts/$moe_model-bf16"
+  moe_ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$moe_model"
+  if [[ ! -d "$moe_art" ]]; then
+    fail moe_kiln "no $moe_art (scripts/gpu-bundle.sh compiles it)"
+  else
+    if [[ ! -f "$moe_ckpt/tokenizer.json" ]]; then
+      echo "== checkpoint $moe_ckpt (random bf16)"
+      python3 "$ROOT/test/gpu/make_random_checkpoint.py" --header "$ROOT/test/models/$moe_model/model.safetensors" \
+        --out "$moe_ckpt" 2>&1 | tee "$OUT/moe_checkpoint.log"
+      record moe_checkpoint "${PIPESTATUS[0]}"
+    fi
+    for batch in $moe_batches; do
+      echo "== kiln bench decode $moe_model --batch $batch (whole model, 8 layers)"
+      timeout 300 "$BUILD/bin/kiln" bench decode "$moe_art" --model-source "$moe_ckpt" --device cuda --batch "$batch" \
+        --prompt-tokens 128 --gen-tokens 128 --peer none --json "$OUT/moe_kiln_b$batch.json" \
+        2>"$OUT/moe_kiln_b$batch.err" | tee "$OUT/moe_kiln_b$batch.txt"
+      rc=${PIPESTATUS[0]}
+      record "moe_kiln_b$batch" "$rc"
+      [[ $rc == 0 ]] || tail -5 "$OUT/moe_kiln_b$batch.err"
+    done
+  fi
+  echo "== mixture of experts: transformers' Mixtral (${KILN_MOE_LAYERS:-8} layers) on the same card"
+  timeout "${KILN_MOE_HF_TIMEOUT:-480}" python3 "$ROOT/test/gpu/hf_moe_bench.py" --layers "${KILN_MOE_LAYERS:-8}" \
     --batches "${moe_batches// /,}" > "$OUT/moe_hf.json" 2> "$OUT/moe_hf.err"
   record moe_hf "$?"
   tail -1 "$OUT/moe_hf.json"

@@ -4,6 +4,7 @@
 
 #include "codegen/cuda/activation_types.h"
 #include "codegen/cuda/instance_source.h"
+#include "codegen/kernels/moe_grouped_mma.cuh"  // moe_mma::min_rows (host-visible part)
 #include "runtime/artifact/step_params_json.h"
 
 namespace kiln::cuda_codegen {
@@ -97,12 +98,20 @@ nlohmann::json combineParams(const PagedAttentionParams& attention, std::string_
   return withActivationTypes("attention_combine", std::move(combine), activation_type);
 }
 
+// The hybrid stacks' rope-less KV append and squared ReLU run on the CPU
+// backend only: no CUDA kernel kind implements them.
+bool hasCudaKernel(StepKind kind) { return kind != StepKind::kKvAppend && kind != StepKind::kReluSquared; }
+
 // A mixture-of-experts step's instances: moe_router as it is (its router
 // GEMM inside, so only the fused form has one); moe_ffn as three kernels
 // (moe.cuh): gate/up, down and the combine. Their weights are uploaded in
 // the plan's activation type (bound_step.cc's stepWeightForm), so that is
-// the instances' weight_type.
-std::vector<KernelVariant> moeVariants(const PlanStep& step, std::string_view activation_type) {
+// the instances' weight_type. bf16 plans on sm_80 and later add the grouped
+// tensor-core gate/up and down (moe_grouped_mma.cuh) for batches that give
+// an expert moe_mma::kMinAverage slots or more on average, where their
+// template takes the shape.
+std::vector<KernelVariant> moeVariants(const PlanStep& step, std::string_view activation_type,
+                                       const KernelTarget& target) {
   VariantList out;
   nlohmann::json params = toJson(step.params);
   if (const auto* router = std::get_if<MoeRouterParams>(&step.params); router && router->hidden == 0) return {};
@@ -115,6 +124,13 @@ std::vector<KernelVariant> moeVariants(const PlanStep& step, std::string_view ac
   out.kernel(R::kStep, kAnyRows, {}, "moe_gate_up", typed("moe_gate_up"));
   out.kernel(R::kMoeDown, kAnyRows, {}, "moe_down", typed("moe_down"));
   out.kernel(R::kCombine, kAnyRows, {}, "moe_combine", typed("moe_combine"));
+  if (activation_type != "bf16" || archVersion(target.arch) < 80 ||
+      !instanceSource("moe_gate_up_mma", params, "probe").ok())
+    return out.take();
+  const MoeFfnParams& moe = std::get<MoeFfnParams>(step.params);
+  const RowRange grouped{kernels::moe_mma::min_rows(int(moe.experts), int(moe.top_k)), RowRange::kUnbounded};
+  out.kernel(R::kMoeGroupedGateUp, grouped, {}, "moe_gate_up_mma", params);
+  out.kernel(R::kMoeGroupedDown, grouped, {}, "moe_down_mma", params);
   return out.take();
 }
 
@@ -126,8 +142,8 @@ std::vector<KernelVariant> moeVariants(const PlanStep& step, std::string_view ac
 std::vector<KernelVariant> f32Variants(const PlanStep& step) {
   VariantList out;
   const std::string_view kind = stepKindName(step.kind);
-  if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) return {};
-  if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) return moeVariants(step, "f32");
+  if (step.kind == StepKind::kSplit || runsOnHost(step.kind) || !hasCudaKernel(step.kind)) return {};
+  if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) return moeVariants(step, "f32", KernelTarget{});
   if (step.kind == StepKind::kGemm) {
     // Weights with separate scales have no CUDA GEMM; blocks are expanded
     // to f32 at load.
@@ -268,7 +284,7 @@ Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& e
     const PlanStep& step = entry.steps[i];
     const SkinnyFusion& fusion = fusions[i];
     const std::string_view kind = stepKindName(step.kind);
-    if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) {
+    if (step.kind == StepKind::kSplit || runsOnHost(step.kind) || !hasCudaKernel(step.kind)) {
       out.emplace_back();
       continue;
     }
@@ -281,7 +297,7 @@ Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& e
       continue;
     }
     if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) {
-      out.push_back(moeVariants(step, "bf16"));
+      out.push_back(moeVariants(step, "bf16", target));
       continue;
     }
     VariantList list;

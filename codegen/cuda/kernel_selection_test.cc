@@ -129,6 +129,50 @@ TEST(KernelSelection, VerifyIndexStepsRunOnTheHost) {
   EXPECT_FALSE(runsOnHost(StepKind::kPagedAttention));
 }
 
+// moe_ffn: the gathered GEMVs for any batch; bf16 plans on sm_80 and later
+// add the grouped tensor-core gate/up and down from two slots an expert on
+// average (Mixtral: 8 rows; 128 experts, top 8: 32), where hidden and ffn
+// are multiples of 64. f32 plans, older targets and other shapes keep the GEMVs.
+TEST(KernelSelection, MoeGroupedGemmsFromTwoSlotsAnExpertInBf16) {
+  auto moePlan = [](int64_t hidden, int64_t ffn, int64_t experts, int64_t top_k) {
+    PlanEntry plan;
+    plan.steps.push_back(step(StepKind::kMoeFfn,
+                              {{"hidden", hidden}, {"ffn", ffn}, {"experts", experts}, {"top_k", top_k},
+                               {"weight_type", "bf16"}},
+                              {0, 1, 2, -1, -1, -1}, {3}, "moe_l0"));
+    return plan;
+  };
+  for (auto [experts, top_k, min_rows] : {std::tuple{8, 2, 8}, std::tuple{128, 8, 32}, std::tuple{4, 2, 4}}) {
+    const auto list = select(moePlan(4096, 14336, experts, top_k), "sm_90a");
+    ASSERT_EQ(list.size(), 1u);
+    const auto gate_up = ofRole(list[0], R::kMoeGroupedGateUp), down = ofRole(list[0], R::kMoeGroupedDown);
+    ASSERT_EQ(gate_up.size(), 1u);
+    ASSERT_EQ(down.size(), 1u);
+    EXPECT_EQ(gate_up[0]->kind, "moe_gate_up_mma");
+    EXPECT_EQ(down[0]->kind, "moe_down_mma");
+    expectRows(*gate_up[0], min_rows, RowRange::kUnbounded);
+    expectRows(*down[0], min_rows, RowRange::kUnbounded);
+    for (R role : {R::kStep, R::kMoeDown, R::kCombine}) {
+      ASSERT_EQ(ofRole(list[0], role).size(), 1u) << variantRoleName(role);
+      expectRows(*ofRole(list[0], role)[0], 1, RowRange::kUnbounded);
+    }
+    expectAllGenerate(list);
+  }
+  auto noGrouped = [&](const PlanEntry& plan, const char* arch, const char* activation, const char* what) {
+    const auto list = select(plan, arch, activation);
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_TRUE(ofRole(list[0], R::kMoeGroupedGateUp).empty()) << what;
+    EXPECT_TRUE(ofRole(list[0], R::kMoeGroupedDown).empty()) << what;
+    EXPECT_EQ(ofRole(list[0], R::kMoeDown).size(), 1u) << what;
+    expectAllGenerate(list);
+  };
+  noGrouped(moePlan(4096, 14336, 8, 2), "sm_90a", "f32", "f32 plan");
+  noGrouped(moePlan(4096, 14336, 8, 2), "sm_75", "bf16", "sm_75");
+  noGrouped(moePlan(4096, 280, 8, 2), "sm_90a", "bf16", "ffn 280");
+  noGrouped(moePlan(1064, 768, 8, 2), "sm_90a", "bf16", "hidden 1064");
+  EXPECT_TRUE(ofRole(select(moePlan(4096, 14336, 8, 2), "sm_80")[0], R::kMoeGroupedGateUp).size() == 1u);
+}
+
 // A K-quant embedding table: the GPU's embedding kernel reads it as the
 // bf16 rows the runtime expands it into; ggml's 32-element blocks it reads
 // as they are.

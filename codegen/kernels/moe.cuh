@@ -23,7 +23,7 @@
 // are not read at all, and a decode batch of up to kRowsPerPass rows reads
 // each chosen expert once. Each output is one warp's sum in a fixed order
 // (no atomics), whatever the batch.
-// Prefill-sized groups want the tensor-core grouped GEMM instead (not here).
+// Batches with several slots an expert run moe_grouped_mma.cuh instead.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -238,6 +238,52 @@ struct MoeRouteLayout {
   static constexpr int kBytes = (kScratch + kThreads / 32) * 4;
 };
 
+// What moe_gate_up and moe_down share before their weight streams: the
+// block's expert and up to kRowsPerPass slots (moe_block_route) in its
+// shared memory (MoeRouteLayout), and the L2 policy of the stream: one grid
+// of row groups reads each weight byte once (evict-first); more groups read
+// the expert again, so they keep it. n 0: the block has nothing to do.
+struct MoeBlockWork {
+  int n, expert;
+  int* slots;
+  int* rows;  // scratch for the slots' rows of x (moe_gate_up)
+  unsigned long long policy;
+};
+template <class Config>
+__device__ __forceinline__ MoeBlockWork moe_block_work(const MoeExpertsParams& p) {
+  constexpr int E = Config::kExperts, R = Config::kRowsPerPass, kThreads = Config::kThreads;
+  static_assert(kThreads / 32 * 2 == kMoeColumnsPerBlock, "two columns a warp");
+  using Layout = MoeRouteLayout<E, R, kThreads>;
+#if defined(KILN_CUDA_EMULATION)
+  int* const ints = reinterpret_cast<int*>(emulated_shared_memory(Layout::kBytes));
+#else
+  __shared__ __align__(16) int ints[Layout::kBytes / 4];
+#endif
+  wait_for_previous_kernel();
+  const int n = moe_block_route<kThreads, E, R>(p.ids, p.rows * Config::kTopK, ints + Layout::kChosen,
+                                                ints + Layout::kSlots, ints + Layout::kExpert, ints + Layout::kScratch);
+  const unsigned long long policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
+  return {n, n == 0 ? -1 : ints[Layout::kExpert], ints + Layout::kSlots, ints + Layout::kRows, policy};
+}
+
+// A warp's two weight rows w[0], w[1] (each K long) against the block's n
+// gathered rows of x [*, K] (moe_rows_dot); emit(m, w[0] · x[rows[m]],
+// w[1] · x[rows[m]]) on lane 0 for each m < n.
+template <class W, class Xt, int K, int R, class Emit>
+__device__ __forceinline__ void moe_two_rows(const W* const (&w)[2], const Xt* x, const int* rows, int n,
+                                             unsigned long long policy, Emit emit) {
+  float acc[2][R];
+#pragma unroll
+  for (int m = 0; m < R; ++m) acc[0][m] = acc[1][m] = 0.0f;
+  moe_rows_dot<W, Xt, K, 2, R, 4>(w, x, rows, n, acc, policy);
+#pragma unroll
+  for (int m = 0; m < R; ++m) {
+    if (m >= n) break;
+    const float s0 = warp_sum(acc[0][m]), s1 = warp_sum(acc[1][m]);
+    if (threadIdx.x % 32 == 0) emit(m, s0, s1);
+  }
+}
+
 // Config: using X, W; kHidden, kFfn, kExperts, kTopK, kRowsPerPass, kThreads.
 // Grid (kernel_params.cuh): [ceil(F / (2 warps)), moeExpertGroups, ceil(rows
 // / kRowsPerPass)]. Each warp computes two ffn columns in turn, the gate and
@@ -248,46 +294,25 @@ template <class Config>
 __device__ __forceinline__ void moe_gate_up(const MoeExpertsParams& p) {
   using X = typename Config::X;
   using W = typename Config::W;
-  constexpr int H = Config::kHidden, F = Config::kFfn, E = Config::kExperts, K = Config::kTopK;
-  constexpr int R = Config::kRowsPerPass, kThreads = Config::kThreads, kWarps = kThreads / 32;
-  static_assert(kWarps * 2 == kMoeColumnsPerBlock, "two columns a warp");
-  using Layout = MoeRouteLayout<E, R, kThreads>;
-#if defined(KILN_CUDA_EMULATION)
-  int* const smem = reinterpret_cast<int*>(emulated_shared_memory(Layout::kBytes));
-#else
-  __shared__ __align__(16) int smem[Layout::kBytes / 4];
-#endif
-  int* const slots = smem + Layout::kSlots;
-  int* const rows = smem + Layout::kRows;
-  wait_for_previous_kernel();
-  const int n = moe_block_route<kThreads, E, R>(p.ids, p.rows * K, smem + Layout::kChosen, slots,
-                                                smem + Layout::kExpert, smem + Layout::kScratch);
-  if (n == 0) return;
-  const int expert = smem[Layout::kExpert];
-  for (int m = threadIdx.x; m < n; m += kThreads) rows[m] = slots[m] / K;  // the slot's token
+  constexpr int H = Config::kHidden, F = Config::kFfn, K = Config::kTopK;
+  constexpr int R = Config::kRowsPerPass, kWarps = Config::kThreads / 32;
+  const MoeBlockWork b = moe_block_work<Config>(p);
+  if (b.n == 0) return;
+  for (int m = threadIdx.x; m < b.n; m += Config::kThreads) b.rows[m] = b.slots[m] / K;  // the slot's token
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // One grid of row groups reads each weight byte once (evict-first);
-  // more groups read the expert again, so they keep it.
-  const unsigned long long policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
+  const int warp = threadIdx.x / 32;
   const X* x = static_cast<const X*>(p.x);
 #pragma unroll 1
   for (int c = 0; c < 2; ++c) {
     const int col = int(blockIdx.x) * kMoeColumnsPerBlock + c * kWarps + warp;
     if (col >= F) break;
-    const long long row = (long long)expert * F + col;
+    const long long row = (long long)b.expert * F + col;
     const W* const w[2] = {static_cast<const W*>(p.gate) + row * H, static_cast<const W*>(p.up) + row * H};
-    float acc[2][R];
-#pragma unroll
-    for (int m = 0; m < R; ++m) acc[0][m] = acc[1][m] = 0.0f;
-    moe_rows_dot<W, X, H, 2, R, 4>(w, x, rows, n, acc, policy);
-#pragma unroll
-    for (int m = 0; m < R; ++m) {
-      if (m >= n) break;
-      const float gs = warp_sum(acc[0][m]), us = warp_sum(acc[1][m]);
+    // By value: a reference capture would put `b` in local memory.
+    moe_two_rows<W, X, H, R>(w, x, b.rows, b.n, b.policy, [act = p.act, slots = b.slots, col](int m, float gs, float us) {
       // rounded as the activation type would hold it between the GEMMs
-      if (lane == 0) p.act[(long long)slots[m] * F + col] = round_to<X>(silu(round_to<X>(gs)) * round_to<X>(us));
-    }
+      act[(long long)slots[m] * F + col] = round_to<X>(silu(round_to<X>(gs)) * round_to<X>(us));
+    });
   }
 }
 
@@ -299,44 +324,23 @@ template <class Config>
 __device__ __forceinline__ void moe_down(const MoeExpertsParams& p) {
   using W = typename Config::W;
   using Out = typename Config::Out;
-  constexpr int H = Config::kHidden, F = Config::kFfn, E = Config::kExperts, K = Config::kTopK;
-  constexpr int R = Config::kRowsPerPass, kThreads = Config::kThreads, kWarps = kThreads / 32;
-  static_assert(kWarps * 2 == kMoeColumnsPerBlock, "two columns a warp");
-  using Layout = MoeRouteLayout<E, R, kThreads>;
-#if defined(KILN_CUDA_EMULATION)
-  int* const smem = reinterpret_cast<int*>(emulated_shared_memory(Layout::kBytes));
-#else
-  __shared__ __align__(16) int smem[Layout::kBytes / 4];
-#endif
-  int* const slots = smem + Layout::kSlots;
-  wait_for_previous_kernel();
-  const int n = moe_block_route<kThreads, E, R>(p.ids, p.rows * K, smem + Layout::kChosen, slots,
-                                                smem + Layout::kExpert, smem + Layout::kScratch);
-  if (n == 0) return;
-  const int expert = smem[Layout::kExpert];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int col0 = int(blockIdx.x) * kMoeColumnsPerBlock + warp, col1 = col0 + kWarps;
+  constexpr int H = Config::kHidden, F = Config::kFfn;
+  constexpr int R = Config::kRowsPerPass, kWarps = Config::kThreads / 32;
+  const MoeBlockWork b = moe_block_work<Config>(p);
+  if (b.n == 0) return;
+  const int col0 = int(blockIdx.x) * kMoeColumnsPerBlock + threadIdx.x / 32, col1 = col0 + kWarps;
   if (col0 >= H) return;
-  const unsigned long long policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
   // A column past H streams col0's row again; its sums are not written.
-  const W* const down = static_cast<const W*>(p.down) + (long long)expert * H * F;
+  const W* const down = static_cast<const W*>(p.down) + (long long)b.expert * H * F;
   const W* const w[2] = {down + (long long)col0 * F, down + (long long)(col1 < H ? col1 : col0) * F};
-  float acc[2][R];
-#pragma unroll
-  for (int m = 0; m < R; ++m) acc[0][m] = acc[1][m] = 0.0f;
-  moe_rows_dot<W, float, F, 2, R, 4>(w, p.act, slots, n, acc, policy);
   const Out* weights = static_cast<const Out*>(p.weights);
-#pragma unroll
-  for (int m = 0; m < R; ++m) {
-    if (m >= n) break;
-    const float s0 = warp_sum(acc[0][m]), s1 = warp_sum(acc[1][m]);
-    if (lane == 0) {
-      const int slot = slots[m];
-      const float weight = to_float(weights[slot]);
-      p.partial[(long long)slot * H + col0] = weight * round_to<Out>(s0);
-      if (col1 < H) p.partial[(long long)slot * H + col1] = weight * round_to<Out>(s1);
-    }
-  }
+  moe_two_rows<W, float, F, R>(w, p.act, b.slots, b.n, b.policy,
+                               [partial = p.partial, slots = b.slots, weights, col0, col1](int m, float s0, float s1) {
+                                 const int slot = slots[m];
+                                 const float weight = to_float(weights[slot]);
+                                 partial[(long long)slot * H + col0] = weight * round_to<Out>(s0);
+                                 if (col1 < H) partial[(long long)slot * H + col1] = weight * round_to<Out>(s1);
+                               });
 }
 
 // Config: using Out; kHidden, kTopK, kThreads. Grid [rows].

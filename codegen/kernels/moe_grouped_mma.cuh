@@ -65,6 +65,12 @@ struct Tile {
   static_assert(kNTiles % 2 == 0, "slot fragments by pairs of n8 tiles (ldmatrix.x4)");
 };
 
+// Average slots an expert from which the compiler picks these kernels over
+// moe.cuh's gathered GEMVs (kernel_selection.cc), as the rows of a batch.
+constexpr int kMinAverage = 2;
+KILN_HOST_DEVICE constexpr int min_rows(int experts, int top_k) {
+  return (kMinAverage * experts + top_k - 1) / top_k;
+}
 KILN_HOST_DEVICE constexpr bool wide(int rows, int top_k, int experts) {
   return (long long)rows * top_k > (long long)kNarrowMaxAverage * experts;
 }
@@ -173,27 +179,38 @@ __device__ __forceinline__ void moe_mma_tile(const MoeExpertsParams& p) {
   const int expert = slots[128];  // moe_mma_route's expert, after the slots
   const int col0 = int(blockIdx.x) * T::kColumns;
 
-  const bf16* weights = static_cast<const bf16*>(kGateUp ? p.gate : p.down) + (long long)expert * kColumnsAll * kDepth;
-  const bf16* up = static_cast<const bf16*>(p.up) + (long long)expert * kColumnsAll * kDepth;
-  const bf16* rows_of = kGateUp ? static_cast<const bf16*>(p.x) : reinterpret_cast<const bf16*>(p.act);
+  // Each thread copies 16-byte chunk tid % 8 of rows tid / 8 + 32 i of
+  // both tiles: for the weights, of output column c0 + 32 i (minus the
+  // columns, for the up rows after the gate rows).
+  constexpr int kPassRows = kThreads / 8;
+  static_assert(T::kColumns % kPassRows == 0 && (T::kSlots % kPassRows == 0 || T::kSlots < kPassRows),
+                "whole passes of weight rows; slot rows in whole passes or one partial one");
+  const int chunk = threadIdx.x % 8, r0 = threadIdx.x / 8;
+  const int c0 = col0 + r0;
+  const long long expert_at = (long long)expert * kColumnsAll * kDepth + (long long)c0 * kDepth + chunk * 8;
+  const bf16* const first = static_cast<const bf16*>(kGateUp ? p.gate : p.down) + expert_at;
+  const bf16* const second = static_cast<const bf16*>(p.up) + expert_at;  // gate/up only
+  const bf16* const rows_of = (kGateUp ? static_cast<const bf16*>(p.x) : reinterpret_cast<const bf16*>(p.act)) +
+                              chunk * 8;
   // K step `step` into stage `stage`: weight rows past the columns and slots
   // past n become zeros.
   auto load = [&](int step, int stage) {
     const unsigned w_dst = base + stage * T::kStageBytes, x_dst = w_dst + kWeightBytes;
     const int k0 = step * moe_mma::kBlockK;
 #pragma unroll
-    for (int c = threadIdx.x; c < T::kWeightRows * 8; c += kThreads) {
-      const int r = c / 8, chunk = c % 8;
-      const int column = col0 + (kGateUp && r >= T::kColumns ? r - T::kColumns : r);
-      const bf16* matrix = kGateUp && r >= T::kColumns ? up : weights;
-      const bool real = column < kColumnsAll;
-      cp_async_16(w_dst + tile_offset(r, chunk, moe_mma::kBlockK),
-                  matrix + (real ? (long long)column * kDepth + k0 + chunk * 8 : 0), real ? 16 : 0);
+    for (int i = 0; i < T::kWeightRows / kPassRows; ++i) {
+      const bool up_row = kGateUp && i * kPassRows >= T::kColumns;
+      const int offset = i * kPassRows - (up_row ? T::kColumns : 0);
+      const bool real = c0 + offset < kColumnsAll;
+      cp_async_16(w_dst + tile_offset(r0 + i * kPassRows, chunk, moe_mma::kBlockK),
+                  (up_row ? second : first) + (real ? (long long)offset * kDepth + k0 : 0), real ? 16 : 0);
     }
-    for (int c = threadIdx.x; c < T::kSlots * 8; c += kThreads) {
-      const int r = c / 8, chunk = c % 8;
+#pragma unroll
+    for (int i = 0; i < (T::kSlots + kPassRows - 1) / kPassRows; ++i) {
+      const int r = r0 + i * kPassRows;
+      if (r >= T::kSlots) break;
       long long at = 0;
-      if (r < n) at = (long long)(kGateUp ? slots[r] / K : slots[r]) * kDepth + k0 + chunk * 8;
+      if (r < n) at = (long long)(kGateUp ? slots[r] / K : slots[r]) * kDepth + k0;
       cp_async_16(x_dst + tile_offset(r, chunk, moe_mma::kBlockK), rows_of + at, r < n ? 16 : 0);
     }
   };
@@ -201,6 +218,12 @@ __device__ __forceinline__ void moe_mma_tile(const MoeExpertsParams& p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp / T::kWarpsN, warp_n = warp % T::kWarpsN;
   constexpr int kParts = kGateUp ? 2 : 1;
+  // ldmatrix lane offsets at K step 0 of the warp's first A and B rows:
+  // rows 16 apart keep the swizzle, and step ks of 16 columns XORs ks into
+  // the chunk's bits 1-2 (tensor_core.cuh's chunk_step within a 128-byte row).
+  constexpr int kRowBytes = moe_mma::kBlockK * 2;
+  const unsigned a_lane = tile_offset(warp_m * T::kMTiles * 16 + ldsm_a_row(lane), ldsm_a_chunk(lane), moe_mma::kBlockK);
+  const unsigned b_lane = tile_offset(warp_n * T::kNTiles * 8 + ldsm_k_row(lane), ldsm_k_chunk(lane), moe_mma::kBlockK);
   float acc[kParts][T::kMTiles][T::kNTiles][4];
 #pragma unroll
   for (int g = 0; g < kParts; ++g)
@@ -229,15 +252,12 @@ __device__ __forceinline__ void moe_mma_tile(const MoeExpertsParams& p) {
 #pragma unroll
       for (int g = 0; g < kParts; ++g)
 #pragma unroll
-        for (int mt = 0; mt < T::kMTiles; ++mt) {
-          const int row = g * T::kColumns + (warp_m * T::kMTiles + mt) * 16 + ldsm_a_row(lane);
-          ldsm_x4(w_tile + tile_offset(row, 2 * ks + ldsm_a_chunk(lane), moe_mma::kBlockK), a[g][mt]);
-        }
+        for (int mt = 0; mt < T::kMTiles; ++mt)
+          ldsm_x4(w_tile + (a_lane ^ (ks << 5)) + (g * T::kColumns + mt * 16) * kRowBytes, a[g][mt]);
 #pragma unroll
       for (int np = 0; np < T::kNTiles / 2; ++np) {
         unsigned b[4];
-        const int row = (warp_n * T::kNTiles + 2 * np) * 8 + ldsm_k_row(lane);
-        ldsm_x4(x_tile + tile_offset(row, 2 * ks + ldsm_k_chunk(lane), moe_mma::kBlockK), b);
+        ldsm_x4(x_tile + (b_lane ^ (ks << 5)) + np * 16 * kRowBytes, b);
 #pragma unroll
         for (int g = 0; g < kParts; ++g)
 #pragma unroll

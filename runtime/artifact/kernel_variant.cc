@@ -10,7 +10,7 @@ namespace kiln {
 
 namespace {
 
-constexpr std::array<std::pair<VariantRole, const char*>, 17> kRoles{{
+constexpr std::array<std::pair<VariantRole, const char*>, 19> kRoles{{
     {VariantRole::kStep, "step"},
     {VariantRole::kSkinny, "skinny"},
     {VariantRole::kSingleRow, "single_row"},
@@ -28,6 +28,8 @@ constexpr std::array<std::pair<VariantRole, const char*>, 17> kRoles{{
     {VariantRole::kCombine, "combine"},
     {VariantRole::kPrefill, "prefill"},
     {VariantRole::kMoeDown, "moe_down"},
+    {VariantRole::kMoeGroupedGateUp, "moe_grouped_gate_up"},
+    {VariantRole::kMoeGroupedDown, "moe_grouped_down"},
 }};
 
 constexpr std::array<std::pair<KernelFeature, const char*>, 5> kFeatures{{
@@ -49,7 +51,7 @@ std::vector<VariantRole> rolesOf(StepKind kind) {
     case StepKind::kSiluMul: return {R::kStep, R::kAbsorbed, R::kAbsorbedPrefill};
     case StepKind::kRopeKvAppend: return {R::kStep, R::kAbsorbed};
     case StepKind::kPagedAttention: return {R::kStep, R::kDecode, R::kCombine, R::kPrefill};
-    case StepKind::kMoeFfn: return {R::kStep, R::kMoeDown, R::kCombine};
+    case StepKind::kMoeFfn: return {R::kStep, R::kMoeDown, R::kCombine, R::kMoeGroupedGateUp, R::kMoeGroupedDown};
     default: return {R::kStep};
   }
 }

@@ -48,6 +48,8 @@ enum class VariantRole {
   kCombine,          // paged_attention: merges the decode kernel's splits; moe_ffn: sums each token's experts
   kPrefill,          // paged_attention: tensor-core flash attention
   kMoeDown,          // moe_ffn: the experts' down projections (its step kernel does gate/up)
+  kMoeGroupedGateUp, // moe_ffn: gate/up as grouped tensor-core GEMMs, for batches with several slots an expert
+  kMoeGroupedDown,   // moe_ffn: ... and down (the combine stays)
 };
 
 const char* variantRoleName(VariantRole role);

@@ -292,7 +292,7 @@ inline std::vector<KernelCase> representativeKernelCases() {
   for (auto [hidden, ffn, experts, top_k] : {std::tuple{4096, 14336, 8, 2}, std::tuple{2048, 768, 128, 8}}) {
     cases.push_back({"moe_router", {{"hidden", hidden}, {"experts", experts}, {"top_k", top_k}, {"normalize", true},
                                     {"weight_type", "bf16"}}});
-    for (const char* part : {"moe_gate_up", "moe_down", "moe_combine"})
+    for (const char* part : {"moe_gate_up", "moe_down", "moe_combine", "moe_gate_up_mma", "moe_down_mma"})
       cases.push_back({part, {{"hidden", hidden}, {"ffn", ffn}, {"experts", experts}, {"top_k", top_k},
                               {"weight_type", "bf16"}}});
   }

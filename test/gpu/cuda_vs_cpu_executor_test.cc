@@ -291,8 +291,9 @@ TEST(CudaExecutor, ScaledKvCacheFollowsTheCpuExecutor) {
 // scaled embeddings, a global layer with linearly scaled RoPE between
 // sliding ones), and the mixtures of experts Mixtral (4 experts, top 2,
 // renormalized, sliding_window 11) and Qwen3-MoE (8 experts, top 3, a dense
-// layer between two MoE ones; moe.cuh's router and gathered expert
-// kernels): a 300-token prefill and decode steps far
+// layer between two MoE ones; moe.cuh's router, the prefill's experts as
+// moe_grouped_mma.cuh's grouped GEMMs in the bf16 plan, the decode steps'
+// as moe.cuh's gathered GEMVs): a 300-token prefill and decode steps far
 // past the windows. The f32 plan (CUDA-core attention, split decode) follows
 // the CPU executor to f32 rounding; the bf16 plan (tensor-core prefill and
 // decode_attention with their windows, head_dim 64) to bf16's tolerance of

@@ -14,6 +14,8 @@ few kilobytes, with no torch and no download.
                  transformers writes it after loading the Q4_1 GGUF in fp32
                  (test/gpu/make_gguf_reference.py); config values from the
                  GGUF's metadata, tied embeddings, F32 tensors
+  mixtral-8x7b-8l/ config.json, model.safetensors: Mixtral-8x7B-v0.1 with
+                 8 of its 32 layers (the MoE benchmark's whole model)
   smollm2-draft/ config.json, model.safetensors: the draft model that
                  scripts/distill_draft.py writes with its default flags
                  (4 layers x 384, SmolLM2's vocabulary, bf16), so its
@@ -129,10 +131,58 @@ SMOLLM2_DRAFT = dict(SMOLLM2_135M, hidden_size=384, intermediate_size=1024, num_
                      num_attention_heads=6, num_key_value_heads=2, torch_dtype="bfloat16")
 
 
+# mistralai/Mixtral-8x7B-v0.1's config.json with 8 of its 32 layers: the
+# layer shape of kiln's MoE benchmark (hidden 4096, 8 experts of 14336, top
+# 2, 32 / 8 heads), 11.6 B parameters (23 GB of bf16) so that a random
+# checkpoint fits the GPU machine's disk and one H200 with room for the
+# KV cache of batch 32. Its tensors as the Hub's checkpoint names them, one
+# per expert (block_sparse_moe.experts.E.w1 gate, w2 down, w3 up).
+MIXTRAL_8X7B_8L = {
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 8,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "router_jitter_noise": 0.0,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
+
+def mlp_tensors(cfg, p):
+    """One layer's feed-forward tensors: the dense SwiGLU, or Mixtral's routed experts."""
+    h, f = cfg["hidden_size"], cfg["intermediate_size"]
+    if "num_local_experts" not in cfg:
+        return [(p + "mlp.gate_proj.weight", [f, h]), (p + "mlp.up_proj.weight", [f, h]),
+                (p + "mlp.down_proj.weight", [h, f])]
+    e = cfg["num_local_experts"]
+    out = [(p + "block_sparse_moe.gate.weight", [e, h])]
+    for x in range(e):
+        q = f"{p}block_sparse_moe.experts.{x}."
+        out += [(q + "w1.weight", [f, h]), (q + "w2.weight", [h, f]), (q + "w3.weight", [f, h])]
+    return out
+
+
 def llama_tensors(cfg):
     """(name, shape) in LlamaForCausalLM state-dict order, outermost dim first."""
     h = cfg["hidden_size"]
-    f = cfg["intermediate_size"]
     v = cfg["vocab_size"]
     d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
     q = cfg["num_attention_heads"] * d
@@ -145,9 +195,7 @@ def llama_tensors(cfg):
             (p + "self_attn.k_proj.weight", [kv, h]),
             (p + "self_attn.v_proj.weight", [kv, h]),
             (p + "self_attn.o_proj.weight", [h, q]),
-            (p + "mlp.gate_proj.weight", [f, h]),
-            (p + "mlp.up_proj.weight", [f, h]),
-            (p + "mlp.down_proj.weight", [h, f]),
+        ] + mlp_tensors(cfg, p) + [
             (p + "input_layernorm.weight", [h]),
             (p + "post_attention_layernorm.weight", [h]),
         ]
@@ -241,6 +289,8 @@ def main():
     print(f"smollm2-135m: 1 file, {total} bytes of f32 data described")
     total = write_single(os.path.join(out, "smollm2-draft"), SMOLLM2_DRAFT)
     print(f"smollm2-draft: 1 file, {total} bytes of bf16 data described")
+    total = write_single(os.path.join(out, "mixtral-8x7b-8l"), MIXTRAL_8X7B_8L)
+    print(f"mixtral-8x7b-8l: 1 file, {total} bytes of bf16 data described")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,13 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
         break;
       case Role::kCombine: KILN_RETURN_IF_ERROR(bind(v.instance, s.combine_fn, s.combine_block, smem)); break;
       case Role::kMoeDown: KILN_RETURN_IF_ERROR(bind(v.instance, s.moe_down_fn, s.moe_down_block, smem)); break;
+      case Role::kMoeGroupedGateUp:
+        s.moe_grouped_rows = v.rows;
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.moe_grouped_gate_up_fn, s.moe_grouped_block, s.moe_grouped_smem));
+        break;
+      case Role::kMoeGroupedDown:
+        KILN_RETURN_IF_ERROR(bind(v.instance, s.moe_grouped_down_fn, s.moe_grouped_block, s.moe_grouped_smem));
+        break;
       case Role::kPrefill: {
         const Kernel& flash = kernels.kernel(v.instance);
         KILN_RETURN_IF_ERROR(bind(v.instance, s.flash_fn, s.flash_block, s.flash_smem));
@@ -138,6 +145,9 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
     return makeError("{} ({}): no 'step' variant: nothing runs it", s.path, stepKindName(s.kind));
   if (s.kind == StepKind::kMoeFfn && (!s.moe_down_fn || !s.combine_fn))
     return makeError("{}: moe_ffn's variants need its gate/up kernel, a moe_down and a combine", s.path);
+  if (s.kind == StepKind::kMoeFfn && (!s.moe_grouped_gate_up_fn != !s.moe_grouped_down_fn))
+    return makeError("{}: moe_ffn's grouped variants come in pairs (moe_grouped_gate_up and moe_grouped_down)",
+                     s.path);
   return {};
 }
 

@@ -99,6 +99,11 @@ struct BoundStep {
   CUfunction moe_down_fn = nullptr;
   unsigned moe_down_block = 0;
   CUdeviceptr moe_act = 0, moe_partial = 0;
+  // ... and for batches in moe_grouped_rows, gate/up and down as grouped
+  // tensor-core GEMMs (moe_grouped_mma.cuh; moe_step.h picks).
+  CUfunction moe_grouped_gate_up_fn = nullptr, moe_grouped_down_fn = nullptr;
+  unsigned moe_grouped_block = 0, moe_grouped_smem = 0;
+  std::optional<RowRange> moe_grouped_rows;
   int64_t vocab = 0;            // embedding table rows
   // gemm, skinny batches (skinnyKernel picks): the skinny instance and,
   // for one row, the single-row instance (gemv_max_rows 1: more blocks per

@@ -24,6 +24,7 @@
 #include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/executor/launch_shape.h"
 #include "runtime/cuda/executor/launcher.h"
+#include "runtime/cuda/executor/moe_step.h"
 #include "runtime/cuda/executor/weight_forms.h"
 #include "runtime/numerics/quant.h"
 #include "runtime/support/thread_pool.h"
@@ -459,24 +460,7 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
         status = launchStep(s, unsigned(rows(s.args[0])), 1, 1, &p);
         break;
       }
-      case StepKind::kMoeFfn: {
-        // gate/up and down over [column tiles, chosen experts, row groups]
-        // (kernel_params.cuh), then each token's slots summed.
-        const int64_t r = rows(s.args[0]);
-        const unsigned groups = unsigned(kk::moeExpertGroups(int(s.experts), int(r), int(s.k)));
-        const unsigned passes = unsigned(kk::moeRowGroups(int(r)));
-        kk::MoeExpertsParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), reinterpret_cast<const int*>(s.args[2].ptr),
-                               ptr(s.weights[3]), ptr(s.weights[4]), ptr(s.weights[5]),
-                               reinterpret_cast<float*>(s.moe_act), reinterpret_cast<float*>(s.moe_partial),
-                               ptr(s.results[0].ptr), int(r)};
-        constexpr int64_t kColumns = kk::kMoeColumnsPerBlock;
-        status = launchStep(s, unsigned((s.ffn + kColumns - 1) / kColumns), groups, passes, &p);
-        if (status.ok())
-          status = launch(s.moe_down_fn, s.moe_down_block, unsigned((s.width + kColumns - 1) / kColumns), groups,
-                          passes, &p);
-        if (status.ok()) status = launch(s.combine_fn, s.combine_block, unsigned(r), 1, 1, &p);
-        break;
-      }
+      case StepKind::kMoeFfn: status = enqueueMoeExperts(launch, s, rows(s.args[0])); break;
       case StepKind::kTreePositions:
       case StepKind::kTreeMask:  // staged with the inputs (verify)
       case StepKind::kAccept:    // on the host, over the argmax of each node's logits (verify)

@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/executor/attention.h"
 #include "runtime/cuda/executor/gemm_dispatch.h"
+#include "runtime/cuda/executor/moe_step.h"
 
 namespace kiln::cuda {
 
@@ -91,6 +92,7 @@ void StepTimer::addForward(const std::vector<BoundStep>& steps, const LaunchShap
     if (s.kind == StepKind::kGemm && addsResidual(s, rows)) name += " (+ residual, f32 out)";
     if (s.kind == StepKind::kGemm && expandsWeight(s, rows)) name = "dequantize + " + name;
     if (sumFromGemmBefore(steps, i, rows)) name += " (the sum from the gemm: rms_norm)";
+    if (s.kind == StepKind::kMoeFfn) name = fmt::format("{} (experts {}, top {})", moePath(s, rows), s.experts, s.k);
     if (s.kind == StepKind::kPagedAttention) {
       const char* path = attentionPath(s, shape);
       name = fmt::format("{} (heads {}/{}, head_dim {})", path == kFlashPath ? s.flash_kind.c_str() : path, s.heads,
