@@ -7,53 +7,25 @@
 #include "runtime/engine/engine.h"
 
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "models/formats/testing/safetensors_writer.h"
 #include "runtime/engine/spec_test_support.h"
+#include "runtime/spec/testing/draft_head_writer.h"
 
 namespace kiln {
 namespace {
 
-namespace fs = std::filesystem;
 using namespace spec_testing;
 
-// A head checkpoint of `heads` blocks at `hidden`, weights uniform in
-// [-scale, scale] from `seed`.
 std::string writeHead(const std::string& name, int64_t hidden, int64_t heads, float scale, unsigned seed,
                       const std::string& config = "") {
-  const fs::path dir = fs::temp_directory_path() / ("kiln-draft-head-" + name);
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json")
-      << (config.empty() ? "{\"kind\": \"medusa\", \"hidden_size\": " + std::to_string(hidden) +
-                               ", \"heads\": " + std::to_string(heads) + "}"
-                         : config);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  formats::testing::SafetensorsWriter writer;
-  auto bytes = [&](int64_t count) {
-    std::vector<uint8_t> out(size_t(count) * 4);
-    for (int64_t i = 0; i < count; ++i) {
-      const float v = u(rng);
-      std::memcpy(out.data() + 4 * i, &v, 4);
-    }
-    return out;
-  };
-  for (int64_t i = 0; i < heads; ++i) {
-    writer.addTensor("heads." + std::to_string(i) + ".weight", formats::ElementType::F32, {hidden, hidden},
-                     bytes(hidden * hidden));
-    writer.addTensor("heads." + std::to_string(i) + ".bias", formats::ElementType::F32, {hidden}, bytes(hidden));
-  }
-  EXPECT_TRUE(writer.writeFile((dir / "model.safetensors").string()).ok());
-  return dir.string();
+  std::string dir = spec::testing::writeDraftHead(name, hidden, heads, scale, seed, config);
+  EXPECT_FALSE(dir.empty()) << "could not write the head " << name;
+  return dir;
 }
 
 Result<std::unique_ptr<Engine>> open(const std::string& head) {

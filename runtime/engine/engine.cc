@@ -576,15 +576,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   }
   impl->startScheduler(window);
   if (!options.draft_model.empty()) KILN_RETURN_IF_ERROR(impl->openDraftModel(options.draft_model, kv_tokens));
-  if (impl->executor->draftLayers() > 0) impl->layer_skip = std::make_unique<spec::LayerSkipDrafter>(*impl->executor);
-  if (!options.draft_head.empty()) {
-    if (impl->executor->hiddenSize() == 0)
-      return makeError("draft head {}: the {} backend shows no hidden states (a draft head runs on the cpu backend)",
-                       options.draft_head, impl->executor->name());
-    auto head = spec::loadDraftHead(options.draft_head, impl->executor->hiddenSize());
-    if (!head.ok()) return head.error();
-    impl->draft_head = std::make_unique<spec::DraftHeadDrafter>(head.take(), *impl->executor);
-  }
+  KILN_RETURN_IF_ERROR(impl->openSelfDrafters(options.draft_head));
   progress.done();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -604,6 +596,7 @@ Result<std::unique_ptr<Engine>> Engine::fromBackend(std::unique_ptr<Backend> bac
   if (impl->tokenizer->eos() >= 0) impl->eos_ids.push_back(impl->tokenizer->eos());
   impl->chat_template_error = "the backend was given without a chat template";
   impl->startScheduler(sliding_window);
+  KILN_RETURN_IF_ERROR(impl->openSelfDrafters(options.draft_head));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -135,6 +135,10 @@ struct Engine::Impl {
   // Opens the draft model of options.draft_model on the target's backend
   // kind with a pool of `kv_tokens`; refuses one whose vocabulary differs.
   Status openDraftModel(const std::string& artifact_dir, int64_t kv_tokens);
+  // The drafters that run on the target's own backend: LayerSkip when its
+  // plan has a draft entry, and the draft head in `head_dir` (if any), which
+  // needs the backend's hidden states.
+  Status openSelfDrafters(const std::string& head_dir);
   // The draft model's backend (engine.cc: the target's kind, its options).
   Result<std::unique_ptr<Backend>> createDraftBackend(const Manifest& m, WeightStore& weights, int64_t blocks);
 };

@@ -164,6 +164,19 @@ void Engine::Impl::retainDraftKv() {
   draft_model->retain(draft_live);
 }
 
+Status Engine::Impl::openSelfDrafters(const std::string& head_dir) {
+  if (executor->draftLayers() > 0) layer_skip = std::make_unique<spec::LayerSkipDrafter>(*executor);
+  if (head_dir.empty()) return {};
+  if (executor->hiddenSize() == 0)
+    return makeError("draft head {}: the {} backend shows no hidden states (its plan's logits come from no LM head "
+                     "gemm)",
+                     head_dir, executor->name());
+  auto head = spec::loadDraftHead(head_dir, executor->hiddenSize());
+  if (!head.ok()) return head.error();
+  draft_head = std::make_unique<spec::DraftHeadDrafter>(head.take(), *executor);
+  return {};
+}
+
 Status Engine::Impl::openDraftModel(const std::string& artifact_dir, int64_t kv_tokens) {
   auto manifest = Manifest::load(artifact_dir);
   if (!manifest.ok()) return makeError("draft model: {}", manifest.error().message);

@@ -6,7 +6,9 @@
 // into place (copySlots) for every KV type; and through the engine, n-gram
 // speculation's greedy tokens equal plain greedy decoding's, alone and
 // batched with plain requests, and a sampled request speculates the same
-// way twice. Without a GPU each test checks the CUDA executor's error and
+// way twice; the target's hidden states and LM head alone (for Medusa draft
+// heads) against the CPU executor's, and a random draft head through the
+// engine keeps the greedy tokens. Without a GPU each test checks the CUDA executor's error and
 // stops; the runs need the GPU machine.
 #include <gtest/gtest.h>
 
@@ -25,6 +27,7 @@
 #include "runtime/cuda/executor/bf16_fixture_plan.h"
 #include "runtime/cuda/executor/executor.h"
 #include "runtime/engine/engine.h"
+#include "runtime/spec/testing/draft_head_writer.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "test/source_root.h"
 
@@ -293,6 +296,62 @@ TEST(CudaVerify, DraftEntryFollowsTheCpuExecutor) {
   std::printf("draft entry: CUDA vs CPU logits relative L2 %.3g\n", relativeL2(gpu, cpu));
 }
 
+// A draft head reads the LM head's input of the latest call and runs the
+// LM head alone: after a verify (a row per node) and a decode forward (a
+// row per sequence) the CUDA executor's rows are the CPU executor's, and
+// lmHead over them gives the logits of the call that left them.
+TEST(CudaVerify, HiddenStatesAndLmHeadFollowTheCpuExecutor) {
+  auto plan = Manifest::load(kFixture + "/artifact-spec");
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto weights = WeightStore::open(*plan, {.source_path = kFixture, .check_source_stamp = false});
+  ASSERT_TRUE(weights.ok()) << weights.error().message;
+  const KvPoolConfig kv = kvPoolConfigFor(*plan, 3 * kBlocksPerSequence);
+  auto cpu_ex = cpu::CpuExecutor::create(*plan, *weights, kv, kMaxTokens);
+  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+  auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, {.progress = false});
+  if (noGpu(ex, "the hidden state comparison")) return;
+  const int64_t h = (*ex)->hiddenSize(), vocab = (*ex)->vocabSize();
+  ASSERT_EQ(h, (*cpu_ex)->hiddenSize());
+  EXPECT_TRUE((*ex)->lastHidden().empty()) << "no call yet";
+  prefill(**ex, kPrompts);
+  prefill(**cpu_ex, kPrompts);
+  auto check = [&](const char* call, std::span<const float> want_logits) {
+    const std::vector<float> gpu((*ex)->lastHidden().begin(), (*ex)->lastHidden().end());
+    const std::span<const float> cpu = (*cpu_ex)->lastHidden();
+    ASSERT_EQ(gpu.size(), cpu.size()) << call;
+    EXPECT_LE(relativeL2(gpu, cpu), 1e-4) << call;
+    const int64_t rows = int64_t(gpu.size()) / h;
+    std::vector<float> again(size_t(rows * vocab));
+    Status s = (*ex)->lmHead(gpu, rows, again);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_LE(relativeL2(again, want_logits), 1e-4) << call << ": lm head over its own hidden rows";
+    EXPECT_EQ((*ex)->lastHidden().size(), gpu.size()) << call << ": lmHead keeps the hidden rows";
+    std::printf("%s: %lld hidden rows, CUDA vs CPU relative L2 %.3g\n", call, (long long)rows,
+                relativeL2(gpu, cpu));
+  };
+  const std::vector<Tree> trees = verifyBatch({3, 4, 5});
+  const Verified gv = verify(**ex, kPrefix, trees);
+  verify(**cpu_ex, kPrefix, trees);
+  check("verify", gv.logits);
+  // A decode step at each root's position (its slot rewritten alike).
+  std::vector<int32_t> tokens, positions, slots, query_start{0}, kv_lens;
+  for (size_t b = 0; b < kPrompts.size(); ++b) {
+    tokens.push_back(kPrompts[b].back());
+    positions.push_back(kPrefix[b]);
+    slots.push_back(slotOf(int(b), kPrefix[b]));
+    query_start.push_back(int32_t(b + 1));
+    kv_lens.push_back(kPrefix[b] + 1);
+  }
+  const std::vector<int32_t> tables = blockTables(int(kPrompts.size()));
+  const BatchInputs decode{tokens, positions, slots, tables, kBlocksPerSequence, query_start, kv_lens};
+  std::vector<float> gpu_logits(kPrompts.size() * size_t(vocab)), cpu_logits(gpu_logits.size());
+  ASSERT_TRUE((*ex)->forward(decode, gpu_logits).ok());
+  ASSERT_TRUE((*cpu_ex)->forward(decode, cpu_logits).ok());
+  check("decode forward", gpu_logits);
+  std::vector<float> too_few(static_cast<size_t>(vocab));
+  EXPECT_FALSE((*ex)->lmHead(std::vector<float>(size_t(h)), 2, too_few).ok()) << "two rows, one row of values";
+}
+
 // The accepted path 0 -> 2 -> 5 of the tree moves nodes 2 and 5 to the
 // slots of depths 1 and 2; a decode step after them then reads them there.
 // On every KV type (f32, bf16, int8 and fp8 with their scales) on the f32
@@ -398,7 +457,7 @@ Tokenizer fixtureTokenizer(int64_t vocab) {
 // An engine over the CUDA executor on the f32 spec plan, batch invariant
 // (each row's logits the same in any batch and at any row count, so plain
 // and verify rows round alike); null without a GPU.
-std::unique_ptr<Engine> cudaEngine(bool batch_invariant = true) {
+std::unique_ptr<Engine> cudaEngine(bool batch_invariant = true, const std::string& draft_head = "") {
   auto manifest = Manifest::load(kFixture + "/artifact-spec");
   EXPECT_TRUE(manifest.ok()) << manifest.error().message;
   auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
@@ -411,19 +470,21 @@ std::unique_ptr<Engine> cudaEngine(bool batch_invariant = true) {
   EngineOptions engine_options;
   engine_options.max_sequences = 8;
   engine_options.prefix_cache = false;
+  engine_options.draft_head = draft_head;
   auto engine = Engine::fromBackend(std::make_unique<ExecutorBackend<CudaExecutor>>(ex.take(), "cuda"),
                                     fixtureTokenizer(vocab), 256, engine_options);
   EXPECT_TRUE(engine.ok()) << engine.error().message;
   return engine.ok() ? engine.take() : nullptr;
 }
 
-GenerationRequest request(const std::vector<int32_t>& prompt, std::vector<int64_t> widths = {}) {
+GenerationRequest request(const std::vector<int32_t>& prompt, std::vector<int64_t> widths = {},
+                          SpecMethod method = SpecMethod::kNgram) {
   GenerationRequest r;
   r.prompt_tokens = prompt;
   r.sampling.max_tokens = 48;
   r.sampling.ignore_eos = true;
   if (!widths.empty()) {
-    r.speculation.method = SpecMethod::kNgram;
+    r.speculation.method = method;
     r.speculation.tree.widths = std::move(widths);
   }
   return r;
@@ -498,6 +559,28 @@ TEST(CudaVerify, EngineSpeculationWithDefaultKernelsKeepsTheGreedyTokens) {
     const auto plain = runAll(*engine, {request(prompt)})[0];
     for (const std::vector<int64_t>& widths : {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{2, 2, 1}})
       EXPECT_EQ(runAll(*engine, {request(prompt, widths)})[0], plain) << "tree of " << widths.size() << " levels";
+  }
+}
+
+// A Medusa head of random weights over the CUDA executor's hidden states:
+// its drafts are mostly rejected, the greedy tokens stay, alone and batched.
+TEST(CudaVerify, DraftHeadSpeculationKeepsTheGreedyTokens) {
+  const std::string head = spec::testing::writeDraftHead("cuda", 64, 3, 0.1f, 11);
+  ASSERT_FALSE(head.empty());
+  auto engine = cudaEngine(/*batch_invariant=*/true, head);
+  if (!engine) return;
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& prompt : kEnginePrompts) plain.push_back(runAll(*engine, {request(prompt)})[0]);
+  for (const std::vector<int64_t>& widths : {std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{2, 2, 1}}) {
+    const EngineMetrics before = engine->metrics();
+    std::vector<GenerationRequest> batch;
+    for (const auto& prompt : kEnginePrompts) batch.push_back(request(prompt, widths, SpecMethod::kDraftHead));
+    EXPECT_EQ(runAll(*engine, batch), plain) << "tree of " << widths.size() << " levels";
+    const EngineMetrics after = engine->metrics();
+    EXPECT_GT(after.spec_drafted_tokens, before.spec_drafted_tokens) << "the head drafted nothing";
+    std::printf("draft head, widths of %zu levels: %lld of %lld drafted tokens accepted\n", widths.size(),
+                (long long)(after.spec_accepted_tokens - before.spec_accepted_tokens),
+                (long long)(after.spec_drafted_tokens - before.spec_drafted_tokens));
   }
 }
 

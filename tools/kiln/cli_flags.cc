@@ -62,7 +62,7 @@ constexpr CliFlag kSpecFlags[] = {
     {"spec", "ngram|draft:PATH|layerskip:K|head:PATH", kSpec,
      "draft tokens by n-gram prompt lookup, greedily with the draft model PATH (a model, compiled as the target "
      "is, or an artifact; the target's vocabulary), greedily with the target's own first K layers (an artifact "
-     "needs kiln-compile --spec-layerskip K), or with the Medusa draft head PATH over the target's hidden states (CPU), "
+     "needs kiln-compile --spec-layerskip K), or with the Medusa draft head PATH over the target's hidden states, "
      "and verify them in one forward (greedy: the same tokens; "
      "sampled: speculative sampling); a model is compiled with a verify entry for the tree, an artifact must have "
      "one"},

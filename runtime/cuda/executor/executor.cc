@@ -141,6 +141,17 @@ struct CudaExecutor::Backend {
   std::vector<BoundStep> draft_steps;
   DeviceValue draft_logits;
   int64_t draft_layers = 0;
+  // The LM head: forward's and verify's gemm steps writing their logits
+  // (-1: none), and the rows the latest forward or verify left in the
+  // input of one of them, copied back to `hidden_host` on demand.
+  int head_step = -1, verify_head_step = -1;
+  DeviceValue hidden;  // invalid: no forward or verify yet
+  int64_t hidden_rows = 0;
+  bool hidden_copied = false;
+  std::vector<uint8_t> hidden_raw;
+  std::vector<float> hidden_host;
+  // Copies `hidden` back as f32 (once per forward or verify).
+  Status copyHiddenBack();
 
   // Every step of `list` (`steps` or `verify_steps`) on the stream, for a
   // batch of this shape whose inputs are already in `inputs`; a greedy
@@ -159,6 +170,19 @@ struct CudaExecutor::Backend {
   Status copyBackAndWait(void* to, CUdeviceptr from, size_t bytes, const char* what, const LaunchShape& shape);
 };
 
+namespace {
+// The gemm step of `steps` that writes `logits` (the LM head), or -1.
+int lmHeadStep(const std::vector<BoundStep>& steps, const DeviceValue& logits) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const BoundStep& s = steps[i];
+    if (s.kind == StepKind::kGemm && !s.results.empty() && s.results[0].ptr == logits.ptr && !s.args.empty() &&
+        s.args[0].valid)
+      return int(i);
+  }
+  return -1;
+}
+}  // namespace
+
 CudaExecutor::~CudaExecutor() {
   if (backend_ && !backend_->step_timer.profile().empty())
     fmt::print(stderr, "{}", backend_->step_timer.profile().report());
@@ -174,6 +198,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                                                            int64_t max_tokens,
                                                            const CudaExecutorOptions& options) {
   KvPoolConfig kv = kv_requested;  // num_blocks may come from gpu_memory_fraction
+  if (!manifest.state_cache.layers.empty())
+    return makeError("{}: state_cache: the CUDA executor does not run state-space layers yet (their plan steps "
+                     "run on the CPU backend: --device cpu; docs/design/state-space.md)",
+                     manifest.path);
   KILN_ASSIGN(entry, forwardEntry(manifest, kv_requested, max_tokens));
   KILN_ASSIGN(verify, verifyEntry(manifest));
   // An f32 plan runs as vLLM's --dtype float32: activations, KV cache and
@@ -199,10 +227,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   KILN_RETURN_IF_ERROR(backend.gemms.open(f32_plan, options.verbose));
   if (options.verbose)
     fmt::print(stderr, "cuda: {} driver {} ({}), cuBLASLt {} ({})\n", ex->device_name_, gpu.d->version,
-  if (!manifest.state_cache.layers.empty())
-    return makeError("{}: state_cache: the CUDA executor does not run state-space layers yet (their plan steps "
-                     "run on the CPU backend: --device cpu; docs/design/state-space.md)",
-                     manifest.path);
                gpu.d->library.path(), backend.gemms.lt().version, backend.gemms.lt().library.path());
   ex->max_tokens_ = max_tokens;
 
@@ -257,6 +281,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   // 5. Every step bound, its fusions marked.
   KILN_ASSIGN(steps, bindSteps(manifest, placement, weights, kv, backend.kernels, *gpu.d));
   backend.steps = std::move(steps);
+  backend.head_step = lmHeadStep(backend.steps, logits);
 
   // 5b. The verify entry likewise: its instances (mostly the forward's, from
   //     the JIT cache), its moved values and steps.
@@ -279,6 +304,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
     KILN_ASSIGN(verify_steps, bindSteps(manifest, verify_placement, weights, kv, backend.verify_kernels, *gpu.d));
     backend.verify_steps = std::move(verify_steps);
     backend.verify_logits = verify_logits;
+    backend.verify_head_step = lmHeadStep(backend.verify_steps, verify_logits);
     backend.tree_nodes = verify.tree_nodes;
     backend.path_width = verify.path_width;
   }
@@ -465,6 +491,14 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
       case StepKind::kTreeMask:  // staged with the inputs (verify)
       case StepKind::kAccept:    // on the host, over the argmax of each node's logits (verify)
         break;
+      case StepKind::kSsmConv1d:  // plans with a state_cache are refused at create
+      case StepKind::kSelectiveScan:
+      case StepKind::kSsdScan:
+      case StepKind::kSsmGatedNorm:
+      case StepKind::kKvAppend:
+      case StepKind::kReluSquared:
+        status = makeError("not run by the CUDA executor");
+        break;
     }
     if (!status.ok())
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
@@ -475,14 +509,6 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
 }
 
 Result<CUgraphExec> CudaExecutor::Backend::graphOf(GraphCache& cache, const std::vector<BoundStep>& list,
-      case StepKind::kSsmConv1d:  // plans with a state_cache are refused at create
-      case StepKind::kSelectiveScan:
-      case StepKind::kSsdScan:
-      case StepKind::kSsmGatedNorm:
-      case StepKind::kKvAppend:
-      case StepKind::kReluSquared:
-        status = makeError("not run by the CUDA executor");
-        break;
                                                    const DeviceValue& out, const LaunchShape& shape) {
   if (CUgraphExec exec = cache.find(shape)) return exec;
   auto prepare = [&] { return gemms.prepare(list, shape); };
@@ -544,6 +570,9 @@ Result<LaunchShape> CudaExecutor::launchForward(const BatchInputs& in, bool gree
   }
   backend.forward_timer.launched(graph && backend.graphs.captures() == captures_before,
                                  !graph && backend.gemms.plans() == plans_before, n);
+  backend.hidden = backend.head_step < 0 ? DeviceValue{} : backend.steps[size_t(backend.head_step)].args[0];
+  backend.hidden_rows = rowsOf(backend.hidden, shape);
+  backend.hidden_copied = false;
   return shape;
 }
 
@@ -735,6 +764,10 @@ Status CudaExecutor::verify(const BatchInputs& in, std::span<float> logits_out, 
     KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.logits_host, logits.ptr, logits_bytes, gpu.stream),
                                   "cuMemcpyDtoHAsync (verify logits)"));
   KILN_RETURN_IF_ERROR(d->check(gpu.x.streamSynchronize(gpu.stream), "verify (kernel execution)"));
+  backend.hidden =
+      backend.verify_head_step < 0 ? DeviceValue{} : backend.verify_steps[size_t(backend.verify_head_step)].args[0];
+  backend.hidden_rows = n;
+  backend.hidden_copied = false;
   acceptGreedyTargets({backend.argmax.tokens_host, size_t(n)}, in.tokens, in.parents, in.query_start,
                       backend.path_width, accepted_out.data(), count_out.data());
   if (logits_out.empty()) return {};
@@ -794,6 +827,84 @@ Status CudaExecutor::forwardGreedy(const BatchInputs& in, std::span<int32_t> tok
   KILN_RETURN_IF_ERROR(backend.copyBackAndWait(backend.argmax.tokens_host, backend.argmax.tokens,
                                                size_t(out_rows) * 4, "cuMemcpyDtoHAsync (tokens)", shape));
   std::memcpy(tokens_out.data(), backend.argmax.tokens_host, size_t(out_rows) * 4);
+  return {};
+}
+
+Status CudaExecutor::Backend::copyHiddenBack() {
+  if (hidden_copied || !hidden.valid) return {};
+  const size_t count = size_t(hidden_rows * hidden.width);
+  hidden_raw.resize(count * size_t(hidden.elem));
+  KILN_RETURN_IF_ERROR(gpu.d->check(gpu.d->cuCtxSetCurrent(gpu.context), "cuCtxSetCurrent"));
+  KILN_RETURN_IF_ERROR(gpu.d->check(gpu.x.memcpyDtoHAsync(hidden_raw.data(), hidden.ptr, hidden_raw.size(),
+                                                          gpu.stream),
+                                    "cuMemcpyDtoHAsync (the LM head's input)"));
+  KILN_RETURN_IF_ERROR(gpu.d->check(gpu.x.streamSynchronize(gpu.stream), "the LM head's input"));
+  hidden_host.resize(count);
+  widenLogits(hidden_raw.data(), hidden.elem, int64_t(count), hidden_host);
+  hidden_copied = true;
+  return {};
+}
+
+std::span<const float> CudaExecutor::lastHidden() const {
+  Backend& backend = *backend_;
+  if (Status s = backend.copyHiddenBack(); !s.ok()) {
+    fmt::print(stderr, "cuda: the target's hidden state: {}\n", s.error().message);
+    return {};
+  }
+  if (!backend.hidden.valid) return {};
+  return backend.hidden_host;
+}
+
+int64_t CudaExecutor::hiddenSize() const {
+  const Backend& backend = *backend_;
+  return backend.head_step < 0 ? 0 : backend.steps[size_t(backend.head_step)].k;
+}
+
+Status CudaExecutor::lmHead(std::span<const float> hidden, int64_t rows, std::span<float> logits_out) {
+  Backend& backend = *backend_;
+  if (backend.head_step < 0) return makeError("lm head: the forward entry's logits come from no gemm step");
+  const BoundStep& head = backend.steps[size_t(backend.head_step)];
+  const int64_t h = head.k;
+  if (rows < 0 || rows > max_tokens_)
+    return makeError("lm head: {} rows; expected 0 to {} (the executor's max tokens)", rows, max_tokens_);
+  if (int64_t(hidden.size()) < rows * h || int64_t(logits_out.size()) < rows * vocab_)
+    return makeError("lm head: {} hidden and {} logits values for {} rows; expected {} x {} and {} x {}",
+                     hidden.size(), logits_out.size(), rows, rows, h, rows, vocab_);
+  if (rows == 0) return {};
+  // The input buffer is the latest call's hidden state: keep it first.
+  KILN_RETURN_IF_ERROR(backend.copyHiddenBack());
+  const DeviceContext& gpu = backend.gpu;
+  const CudaDriver* d = gpu.d;
+  KILN_RETURN_IF_ERROR(d->check(d->cuCtxSetCurrent(gpu.context), "cuCtxSetCurrent"));
+  // The rows in the activation type, through the logits' pinned buffer
+  // (at least max_tokens x vocab elements of that type; hidden < vocab).
+  const DeviceValue& in = head.args[0];
+  const size_t in_bytes = size_t(rows * h * in.elem);
+  if (in.elem == 4) {
+    std::memcpy(backend.logits_host, hidden.data(), in_bytes);
+  } else {
+    uint16_t* staged = static_cast<uint16_t*>(backend.logits_host);
+    for (int64_t i = 0; i < rows * h; ++i) staged[i] = f32ToBf16(hidden[size_t(i)]);
+  }
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(in.ptr, backend.logits_host, in_bytes, gpu.stream),
+                                "cuMemcpyHtoDAsync (lm head rows)"));
+  // The head step alone: no neighbour folded in, rows as given.
+  BoundStep alone = head;
+  alone.folded_norm = -1;
+  alone.folded_rows.reset();
+  alone.sum_norm = -1;
+  alone.residual_rows.reset();
+  alone.fused = false;
+  alone.absorbed_rows.reset();
+  alone.absorbed_prefill_rows.reset();
+  KILN_RETURN_IF_ERROR(enqueueGemm(backend.launch, backend.gemms, backend.inputs, backend.kv_pools.num_slots,
+                                   backend.steps, alone, rows));
+  const DeviceValue& logits = backend.logits;
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyDtoHAsync(backend.logits_host, logits.ptr,
+                                                      size_t(rows * vocab_ * logits.elem), gpu.stream),
+                                "cuMemcpyDtoHAsync (lm head logits)"));
+  KILN_RETURN_IF_ERROR(d->check(gpu.x.streamSynchronize(gpu.stream), "lm head (kernel execution)"));
+  widenLogits(backend.logits_host, logits.elem, rows * vocab_, logits_out);
   return {};
 }
 

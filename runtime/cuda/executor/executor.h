@@ -99,6 +99,19 @@ class CudaExecutor {
   Status draft(const BatchInputs& in, std::span<float> logits_out);
   int64_t draftLayers() const;  // 0: no draft entry
 
+  // The LM head's input rows of the latest forward or verify (forward: a
+  // row per logits row; verify: a row per tree node) as f32, copied back on
+  // the first call after it and valid until the next forward or verify;
+  // empty (the reason on stderr) if the copy fails. For draft heads that
+  // predict from the target's hidden state (runtime/spec/draft_head.h).
+  std::span<const float> lastHidden() const;
+  int64_t hiddenSize() const;
+  // The forward's LM head alone (its gemm step) over `rows` caller rows
+  // (hidden [rows, hiddenSize()] -> logits [rows, vocab] f32), rows at most
+  // maxTokens(). Reuses the forward's LM-head input and logits buffers, so
+  // it keeps lastHidden() by copying it back first.
+  Status lmHead(std::span<const float> hidden, int64_t rows, std::span<float> logits);
+
   BlockPool& blockPool() { return *pool_; }
   // Copies blocks' keys, values and scales in every layer's device pools,
   // on the stream, ahead of the next forward (copy on write).
