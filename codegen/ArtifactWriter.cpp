@@ -355,6 +355,8 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
       {"kv_cache", kvCache_ ? json::Value(std::move(*kvCache_)) : json::Value(nullptr)},
       {"entries", std::move(entries)},
   };
+  if (stateCache) manifest["state_cache"] = std::move(*stateCache);
+  return json::Value(std::move(manifest));
 }
 
 }  // namespace
@@ -362,8 +364,6 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
 std::optional<json::Value> buildManifest(ModuleOp module, const ModelIdentity& model,
                                          const CompileOptions& options,
                                          llvm::StringRef activationType) {
-  if (stateCache) manifest["state_cache"] = std::move(*stateCache);
-  return json::Value(std::move(manifest));
   return ManifestBuilder(module).build(model, options, activationType);
 }
 

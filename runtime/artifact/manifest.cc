@@ -323,31 +323,6 @@ Result<KvCacheConfig> parseKvCache(const Reader& r, const json& root) {
   return config;
 }
 
-// Every paged_attention step reads its layer's pools with that layer's
-// window from kv_cache.sliding_windows, so the runtime can rely on either.
-Status checkSlidingWindows(const Reader& r, const Entry& entry, const std::string& path, const KvCacheConfig& kv) {
-  for (size_t i = 0; i < entry.steps.size(); ++i) {
-    const Step& step = entry.steps[i];
-    const auto* a = std::get_if<PagedAttentionParams>(&step.params);
-    if (!a) continue;
-    const int layer = step.args[1].layer;
-    if (a->sliding_window != kv.slidingWindow(layer))
-      return r.error(Reader::index(path + ".steps", i) + ".params.sliding_window",
-                     fmt::format("{} is not kv_cache.sliding_windows[{}] {}", a->sliding_window, layer,
-                                 kv.slidingWindow(layer)));
-  }
-  return {};
-}
-
-Result<ParamMap> parseParams(const Reader& r, const json& step, const std::string& path) {
-  if (!step.contains("params")) return ParamMap{};
-  auto params = r.object(step, path, "params");
-  if (!params.ok()) return params.error();
-  return paramsFromJson(**params, r.file() + ": " + path + ".params");
-}
-
-// A rope_kv_append or paged_attention step reads and writes the pools
-// kv_cache describes.
 // state_cache: {"conv_type": t, "layers": [{"conv": [K-1, C], "ssm": [...],
 // "conv_bytes": n, "ssm_bytes": n}, ...]}; each layer's bytes must be its
 // shapes' in its type.
@@ -400,6 +375,31 @@ Result<StateCacheConfig> parseStateCache(const Reader& r, const json& root) {
   return config;
 }
 
+// Every paged_attention step reads its layer's pools with that layer's
+// window from kv_cache.sliding_windows, so the runtime can rely on either.
+Status checkSlidingWindows(const Reader& r, const Entry& entry, const std::string& path, const KvCacheConfig& kv) {
+  for (size_t i = 0; i < entry.steps.size(); ++i) {
+    const Step& step = entry.steps[i];
+    const auto* a = std::get_if<PagedAttentionParams>(&step.params);
+    if (!a) continue;
+    const int layer = step.args[1].layer;
+    if (a->sliding_window != kv.slidingWindow(layer))
+      return r.error(Reader::index(path + ".steps", i) + ".params.sliding_window",
+                     fmt::format("{} is not kv_cache.sliding_windows[{}] {}", a->sliding_window, layer,
+                                 kv.slidingWindow(layer)));
+  }
+  return {};
+}
+
+Result<ParamMap> parseParams(const Reader& r, const json& step, const std::string& path) {
+  if (!step.contains("params")) return ParamMap{};
+  auto params = r.object(step, path, "params");
+  if (!params.ok()) return params.error();
+  return paramsFromJson(**params, r.file() + ": " + path + ".params");
+}
+
+// A rope_kv_append or paged_attention step reads and writes the pools
+// kv_cache describes.
 Status checkHeadsMatchPool(const Reader& r, const AttentionHeads& a, const std::string& path,
                            const KvCacheConfig& kv) {
   auto mismatch = [&](const char* name, int64_t value, int64_t pool) {
@@ -456,31 +456,6 @@ Result<StepArg> parseArg(const Reader& r, const json& a, const std::string& path
     arg.kind = StepArg::Kind::kPool;
     arg.layer = int(*layer);
     arg.role = *role == "k" ? PoolRole::kKey : PoolRole::kValue;
-  } else {
-    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool', 'state'");
-  }
-  return arg;
-}
-
-char argLetter(StepArg::Kind kind) {
-  switch (kind) {
-    case StepArg::Kind::kInput: return 'i';
-    case StepArg::Kind::kWeight: return 'w';
-    case StepArg::Kind::kValue: return 'v';
-    case StepArg::Kind::kPool: return 'p';
-  }
-  return '?';
-}
-
-// The argument lists each kind takes, as letters (i input, w weight,
-// v value, p pool), in the order of the table in artifact.md.
-std::vector<std::string_view> argSignatures(StepKind kind) {
-  switch (kind) {
-    case StepKind::kEmbedding: return {"iw"};
-    case StepKind::kRmsNorm: return {"vw"};
-    case StepKind::kResidualRmsNorm: return {"vvw"};
-    case StepKind::kGemm: return {"vw", "vww"};
-    // positions are an input, or verify's tree_positions value
   } else if (a.contains("state")) {
     auto pool = r.object(a, path, "state");
     if (!pool.ok()) return pool.error();
@@ -497,6 +472,32 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     arg.kind = StepArg::Kind::kState;
     arg.layer = int(*layer);
     arg.state_role = *role == "conv" ? StateRole::kConv : StateRole::kSsm;
+  } else {
+    return r.error(path, "expected an object with one of 'input', 'weight', 'value', 'pool', 'state'");
+  }
+  return arg;
+}
+
+char argLetter(StepArg::Kind kind) {
+  switch (kind) {
+    case StepArg::Kind::kInput: return 'i';
+    case StepArg::Kind::kWeight: return 'w';
+    case StepArg::Kind::kValue: return 'v';
+    case StepArg::Kind::kPool: return 'p';
+    case StepArg::Kind::kState: return 's';
+  }
+  return '?';
+}
+
+// The argument lists each kind takes, as letters (i input, w weight,
+// v value, p pool), in the order of the table in artifact.md.
+std::vector<std::string_view> argSignatures(StepKind kind) {
+  switch (kind) {
+    case StepKind::kEmbedding: return {"iw"};
+    case StepKind::kRmsNorm: return {"vw"};
+    case StepKind::kResidualRmsNorm: return {"vvw"};
+    case StepKind::kGemm: return {"vw", "vww"};
+    // positions are an input, or verify's tree_positions value
     case StepKind::kRopeKvAppend:
       return {"viipp", "vvviipp", "viippww", "vvviippww", "vvipp", "vvvvipp", "vvippww", "vvvvippww"};
     case StepKind::kPagedAttention: return {"vppiii", "vppiiiv"};  // (, tree_mask)
@@ -509,9 +510,17 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kMoeRouter: return {"v", "vw"};  // logits, or (h, Wrouter)
     case StepKind::kMoeFfn: return {"vvvwww"};
     case StepKind::kTreePositions: return {"iii"};
-    case StepArg::Kind::kState: return 's';
     case StepKind::kTreeMask: return {"ii"};
     case StepKind::kAccept: return {"viii", "viiii"};  // (, draft_probs)
+    // x, conv pool, weight, query_start, state_slots (, bias)
+    case StepKind::kSsmConv1d: return {"vswii", "vswiiw"};
+    // x, dt, a_log, b, c, d, ssm pool, query_start, state_slots
+    case StepKind::kSelectiveScan: return {"vvwvvwsii"};
+    // x, dt, dt_bias, a_log, b, c, d, ssm pool, query_start, state_slots
+    case StepKind::kSsdScan: return {"vvwwvvwsii"};
+    case StepKind::kSsmGatedNorm: return {"vvw"};
+    case StepKind::kKvAppend: return {"vvipp"};  // k, v, slot_mapping, k_pool, v_pool
+    case StepKind::kReluSquared: return {"v"};
   }
   return {};
 }
@@ -537,15 +546,6 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   if (!parsed_kind)
     return r.error(path + ".kind", fmt::format("unknown step kind '{}' (supported: {})", *kind,
                                                supportedStepKinds()));
-    // x, conv pool, weight, query_start, state_slots (, bias)
-    case StepKind::kSsmConv1d: return {"vswii", "vswiiw"};
-    // x, dt, a_log, b, c, d, ssm pool, query_start, state_slots
-    case StepKind::kSelectiveScan: return {"vvwvvwsii"};
-    // x, dt, dt_bias, a_log, b, c, d, ssm pool, query_start, state_slots
-    case StepKind::kSsdScan: return {"vvwwvvwsii"};
-    case StepKind::kSsmGatedNorm: return {"vvw"};
-    case StepKind::kKvAppend: return {"vvipp"};  // k, v, slot_mapping, k_pool, v_pool
-    case StepKind::kReluSquared: return {"v"};
   step.kind = *parsed_kind;
   if (s.contains("instance")) {
     auto instance = r.string(s, path, "instance");
@@ -559,6 +559,10 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
   step.params = params.take();
   if (const AttentionHeads* heads = attentionHeads(step.params))
     KILN_RETURN_IF_ERROR(checkHeadsMatchPool(r, *heads, path, kv));
+  if (const auto* append = std::get_if<KvAppendParams>(&step.params))
+    KILN_RETURN_IF_ERROR(checkHeadsMatchPool(
+        r, AttentionHeads{append->kv_heads, append->kv_heads, append->head_dim, append->page_size, append->kv_type},
+        path, kv));
 
   auto args = r.array(s, path, "args");
   if (!args.ok()) return args.error();
@@ -584,10 +588,6 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
     for (size_t i = 0; i < (*variants)->size(); ++i) {
       auto v = variantFromJson((**variants)[i], step.kind, r.file() + ": " + Reader::index(path + ".variants", i));
       if (!v.ok()) return v.error();
-  if (const auto* append = std::get_if<KvAppendParams>(&step.params))
-    KILN_RETURN_IF_ERROR(checkHeadsMatchPool(
-        r, AttentionHeads{append->kv_heads, append->kv_heads, append->head_dim, append->page_size, append->kv_type},
-        path, kv));
       step.variants.push_back(v.take());
     }
   }
@@ -599,6 +599,7 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
       return r.error(Reader::index(path + ".results", i),
                      fmt::format("unknown value id {}", (*results)[i]));
   size_t min_results = 1, max_results = 1;
+  if (step.kind == StepKind::kKvAppend) min_results = max_results = 0;
   if (step.kind == StepKind::kResidualRmsNorm) max_results = 2;
   if (step.kind == StepKind::kSplit) max_results = SIZE_MAX;
   if (step.kind == StepKind::kAccept || step.kind == StepKind::kMoeRouter) min_results = max_results = 2;
@@ -625,7 +626,6 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
                                                  g->bias, expected, step.args.size()));
   }
   if (const auto* q = std::get_if<RopeKvAppendParams>(&step.params)) {
-  if (step.kind == StepKind::kKvAppend) min_results = max_results = 0;
     const size_t expected = (q->merged_qkv ? 5 : 7) + (q->qk_norm ? 2 : 0);
     if (step.args.size() != expected)
       return r.error(path + ".args", fmt::format("merged_qkv is {} and qk_norm {} but the step has {} args",
@@ -845,6 +845,13 @@ Result<Manifest> Manifest::parse(std::string_view json_text, const std::string& 
   auto kv = parseKvCache(r, root);
   if (!kv.ok()) return kv.error();
   m.kv_cache = kv.take();
+  if (root.contains("state_cache")) {
+    auto state = parseStateCache(r, root);
+    if (!state.ok()) return state.error();
+    m.state_cache = state.take();
+  }
+  if (m.kv_cache.layers == 0 && m.state_cache.layers.empty())
+    return r.error("kv_cache.layers", "is 0 and there is no state_cache: the model carries no state");
 
   auto entries = r.object(root, "", "entries");
   if (!entries.ok()) return entries.error();
@@ -870,13 +877,6 @@ Result<Manifest> Manifest::load(const std::string& artifact_dir_or_file) {
   std::ifstream file(path, std::ios::binary);
   if (!file)
     return makeError("{}: cannot open the artifact manifest (expected DIR/manifest.json "
-  if (root.contains("state_cache")) {
-    auto state = parseStateCache(r, root);
-    if (!state.ok()) return state.error();
-    m.state_cache = state.take();
-  }
-  if (m.kv_cache.layers == 0 && m.state_cache.layers.empty())
-    return r.error("kv_cache.layers", "is 0 and there is no state_cache: the model carries no state");
                      "written by kiln-compile -o DIR)",
                      path);
   std::ostringstream text;

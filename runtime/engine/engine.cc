@@ -647,13 +647,6 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
   // Leave room for at least one generated token.
   int64_t limit = e.context_length - 1;
   if (int64_t(tokens.size()) > limit) {
-  if (e.executor->statePool() && request.speculation.enabled())
-    return makeError("speculative decoding is not supported for models with state-space layers: their verify "
-                     "step would advance the recurrent state past rejected drafts; ask without speculation");
-  if (e.executor->statePool() && request.sampling.n > 1)
-    return makeError("n {} > 1 is not supported for models with state-space layers (a completion's fork would "
-                     "need a copy of the parent's recurrent state); ask for n = 1 and submit the prompt again",
-                     request.sampling.n);
     if (!request.truncate_prompt)
       return makeError("the prompt has {} tokens but the context holds {} (model limit {}): "
                        "shorten it, or ask for truncation (--truncate)",
@@ -661,6 +654,13 @@ Result<int64_t> Engine::submit(GenerationRequest request, TokenCallback on_token
     tokens.erase(tokens.begin(), tokens.end() - limit);
   }
   const sampling::SamplingParams& params = request.sampling;
+  if (e.executor->statePool() && request.speculation.enabled())
+    return makeError("speculative decoding is not supported for models with state-space layers: their verify "
+                     "step would advance the recurrent state past rejected drafts; ask without speculation");
+  if (e.executor->statePool() && request.sampling.n > 1)
+    return makeError("n {} > 1 is not supported for models with state-space layers (a completion's fork would "
+                     "need a copy of the parent's recurrent state); ask for n = 1 and submit the prompt again",
+                     request.sampling.n);
   if (request.speculation.enabled()) KILN_RETURN_IF_ERROR(checkSpeculation(request.speculation));
   if (params.n > e.options.max_sequences)
     return makeError("n {} is more completions than the engine runs at once ({} sequences): expected n <= {}",
@@ -785,6 +785,11 @@ EngineMetrics Engine::metrics() const {
     m.draft_kv_blocks_total = draft_pool.numBlocks();
     m.draft_kv_blocks_free = draft_pool.numFree();
     m.draft_sequences = draft->sequences();
+  }
+  if (const StatePool* states = impl_->executor->statePool()) {
+    m.state_slots_total = states->numSlots();
+    m.state_slots_free = states->numFree();
+    m.state_bytes = states->bytes();
   }
   return m;
 }

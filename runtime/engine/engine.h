@@ -168,6 +168,11 @@ struct EngineMetrics {
   int64_t draft_kv_blocks_total = 0;
   int64_t draft_kv_blocks_free = 0;
   int64_t draft_sequences = 0;
+  // State-space models' state slots (0 without state-space layers), and the
+  // bytes all slots take (every layer's conv inputs and SSM state).
+  int64_t state_slots_total = 0;
+  int64_t state_slots_free = 0;
+  int64_t state_bytes = 0;
   double prefixHitRate() const {
     return prefix_queried_tokens > 0 ? double(prefix_hit_tokens) / double(prefix_queried_tokens) : 0.0;
   }

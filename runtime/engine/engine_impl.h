@@ -85,12 +85,12 @@ struct Engine::Impl {
     scheduling.max_sequences = options.max_sequences;
     scheduling.max_batch_tokens = executor->maxTokens();
     scheduling.prefix_cache = options.prefix_cache;
-    if (executor->honorsSlidingWindows()) scheduling.sliding_window = sliding_window;
-    scheduler.emplace(executor->blockPool(), scheduling);
     scheduling.state_pool = executor->statePool();
     if (scheduling.state_pool && options.prefix_cache && options.progress)
       fmt::print(stderr, "kiln: prefix caching is off for this model: its state-space layers carry a recurrent "
                          "state that cached KV blocks do not hold\n");
+    if (executor->honorsSlidingWindows()) scheduling.sliding_window = sliding_window;
+    scheduler.emplace(executor->blockPool(), scheduling);
   }
   void finish(Sequence& seq, FinishReason reason, std::string error = {});
   void emitToken(Sequence& seq, int32_t token);

@@ -109,6 +109,11 @@ class SsmPathTest : public ::testing::TestWithParam<const char*> {
     StatePool* states = engine.backend().statePool();
     ASSERT_NE(states, nullptr);
     EXPECT_EQ(states->numFree(), states->numSlots()) << "a state slot leaked";
+    const EngineMetrics metrics = engine.metrics();
+    EXPECT_EQ(metrics.state_slots_total, 4);
+    EXPECT_EQ(metrics.state_slots_free, 4);
+    const StatePoolConfig& config = states->config();
+    EXPECT_EQ(metrics.state_bytes, 4 * config.slotBytes());
     EXPECT_EQ(engine.backend().blockPool().numUsed(), 0) << "a KV block leaked";
   }
 

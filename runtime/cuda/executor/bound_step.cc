@@ -286,6 +286,14 @@ Status bindParams(const Step& step, const WeightStore& weights,
         return makeError("{}: accept mode {} is not run by the CUDA executor (greedy only)", step.path,
                          step.as<AcceptParams>().mode);
       break;
+    case StepKind::kSsmConv1d:
+    case StepKind::kSelectiveScan:
+    case StepKind::kSsdScan:
+    case StepKind::kSsmGatedNorm:
+    case StepKind::kKvAppend:
+    case StepKind::kReluSquared:
+      return makeError("{}: {} steps are not run by the CUDA executor (state-space plans run on the CPU backend)",
+                       step.path, stepKindName(step.kind));
   }
   return {};
 }
@@ -296,14 +304,6 @@ bool within(const RowRange& inner, const std::optional<RowRange>& outer) {
   if (outer->max == RowRange::kUnbounded) return true;
   return inner.max != RowRange::kUnbounded && inner.max <= outer->max;
 }
-    case StepKind::kSsmConv1d:
-    case StepKind::kSelectiveScan:
-    case StepKind::kSsdScan:
-    case StepKind::kSsmGatedNorm:
-    case StepKind::kKvAppend:
-    case StepKind::kReluSquared:
-      return makeError("{}: {} steps are not run by the CUDA executor (state-space plans run on the CPU backend)",
-                       step.path, stepKindName(step.kind));
 
 std::optional<RowRange> rowsOfKernel(const GemvKernel& g) {
   return g.fn ? std::optional<RowRange>(g.rows) : std::nullopt;
@@ -568,6 +568,8 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
           s.pool_scales[a] = placement.pools.scales(arg.layer, arg.role);
           break;
         }
+        case StepArg::Kind::kState:
+          return makeError("{}: args[{}]: state pools are not run by the CUDA executor", step.path, a);
       }
     }
     for (size_t r = 0; r < step.results.size(); ++r) {
@@ -578,8 +580,6 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
     KILN_RETURN_IF_ERROR(checkValueTypes(
         step,
         cuda_codegen::withActivationTypes(stepKindName(step.kind), toJson(step.params), manifest.activation_type),
-        case StepArg::Kind::kState:
-          return makeError("{}: args[{}]: state pools are not run by the CUDA executor", step.path, a);
         f32_plan ? 4 : 2, s.args, s.results));
     KILN_RETURN_IF_ERROR(bindParams(step, weights, s));
     steps.push_back(std::move(s));
