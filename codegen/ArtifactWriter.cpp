@@ -337,6 +337,12 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                            {"spec_tree", options.spec_tree},
                            {"spec_mode", options.spec_mode},
                            {"target", options.target}};
+  json::Array sourceFiles;
+  for (const ModelIdentity::File& f : model.files)
+    sourceFiles.push_back(json::Object{{"file", f.name},
+                                       {"size", int64_t(f.sizeBytes)},
+                                       {"mtime", f.mtimeSeconds},
+                                       {"sampled_hash", f.sampledHash}});
   // Only a plan with a draft entry names it (others' manifests stay as they were).
   if (options.spec_layerskip > 0) planOptions["spec_layerskip"] = int64_t(options.spec_layerskip);
   json::Object manifest{
@@ -346,6 +352,7 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                              {"source_format", model.format},
                              {"source_size", int64_t(model.sizeBytes)},
                              {"source_mtime", model.mtimeSeconds},
+                             {"source_files", std::move(sourceFiles)},
                              {"config", std::move(config)}}},
       {"options", std::move(planOptions)},
       {"activation_type", activationType.str()},

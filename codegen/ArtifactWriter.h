@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -27,6 +28,14 @@ struct ModelIdentity {
   std::string format;        // gguf | safetensors
   uint64_t sizeBytes = 0;    // file size, or the sum over a checkpoint's files
   int64_t mtimeSeconds = 0;  // newest modification time
+  /// Each file the weights come from (model.source_files).
+  struct File {
+    std::string name;  // relative to a checkpoint directory; a lone file's own name
+    uint64_t sizeBytes = 0;
+    int64_t mtimeSeconds = 0;
+    std::string sampledHash;  // 16 hex digits
+  };
+  std::vector<File> files;
 };
 
 /// Builds the manifest; emits a diagnostic at the offending op and returns

@@ -156,6 +156,31 @@ Result<ModelInfo> parseModel(const Reader& r, const json& root) {
   auto mtime = r.integer(m, "model", "source_mtime");
   if (!mtime.ok()) return mtime.error();
   info.source_mtime = *mtime;
+  if (m.contains("source_files")) {
+    auto files = r.array(m, "model", "source_files");
+    if (!files.ok()) return files.error();
+    for (size_t i = 0; i < (*files)->size(); ++i) {
+      const json& f = (**files)[i];
+      const std::string path = Reader::index("model.source_files", i);
+      if (!f.is_object()) return r.error(path, fmt::format("expected an object, got {}", f.type_name()));
+      ManifestSourceFile file;
+      auto name = r.string(f, path, "file");
+      if (!name.ok()) return name.error();
+      file.file = *name;
+      auto bytes = r.integer(f, path, "size", 0);
+      if (!bytes.ok()) return bytes.error();
+      file.size = uint64_t(*bytes);
+      auto time = r.integer(f, path, "mtime");
+      if (!time.ok()) return time.error();
+      file.mtime = *time;
+      auto hash = r.string(f, path, "sampled_hash");
+      if (!hash.ok()) return hash.error();
+      if (hash->size() != 16 || hash->find_first_not_of("0123456789abcdef") != std::string::npos)
+        return r.error(path + ".sampled_hash", fmt::format("expected 16 lower-case hex digits, got \"{}\"", *hash));
+      file.sampled_hash = *hash;
+      info.source_files.push_back(std::move(file));
+    }
+  }
   auto config = r.object(m, "model", "config");
   if (!config.ok()) return config.error();
   const json& c = **config;
@@ -769,6 +794,11 @@ Result<Entry> parseEntry(const Reader& r, const json& e, const std::string& path
       return r.error(p + ".value", fmt::format("unknown value id {}", *value));
     output.value = *value;
     entry.outputs.push_back(std::move(output));
+  }
+  if (e.contains("megakernel")) {
+    auto plan = megakernelFromJson(e["megakernel"], entry, r.file() + ": " + path + ".megakernel");
+    if (!plan.ok()) return plan.error();
+    entry.megakernel = plan.take();
   }
   return entry;
 }

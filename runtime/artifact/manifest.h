@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/artifact/kernel_variant.h"
+#include "runtime/artifact/megakernel.h"
 #include "runtime/artifact/step_params.h"
 #include "runtime/support/error.h"
 
@@ -164,9 +165,20 @@ struct Entry {
   int64_t bytes_per_token = 0;
   std::vector<Step> steps;
   std::vector<EntryOutput> outputs;
+  // The entry as the megakernel's tasks (megakernel.h); absent unless
+  // compiled with --megakernel.
+  std::optional<MegakernelPlan> megakernel;
 
   const EntryValue* findValue(int64_t id) const;
   const EntryInput* findInput(std::string_view name) const;
+};
+
+// A file the weights are read from, as it was at compile time.
+struct ManifestSourceFile {
+  std::string file;          // relative to a checkpoint directory; a lone file's own name
+  uint64_t size = 0;         // bytes
+  int64_t mtime = 0;         // seconds since the epoch
+  std::string sampled_hash;  // 16 hex digits (runtime/support/content_hash.h)
 };
 
 struct ModelInfo {
@@ -174,6 +186,9 @@ struct ModelInfo {
   std::string source_format;  // "gguf" | "safetensors"
   uint64_t source_size = 0;   // bytes, for cache validity
   int64_t source_mtime = 0;   // seconds since the epoch
+  // Each weights file with its sampled content hash; empty in manifests
+  // written before kiln-compile recorded them.
+  std::vector<ManifestSourceFile> source_files;
   // The config fields the runtime reads; the rest stays in config_json.
   std::string architecture;
   int64_t vocab_size = 0;

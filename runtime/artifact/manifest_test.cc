@@ -365,6 +365,25 @@ TEST(ManifestTest, PoolArguments) {
                            "\"k\" or \"v\", got \"q\"");
 }
 
+TEST(ManifestTest, SourceFiles) {
+  json m = validManifest();
+  m["model"]["source_files"] = json::parse(
+      R"([{"file": "tiny.gguf", "size": 1000, "mtime": 1738911720, "sampled_hash": "0123456789abcdef"}])");
+  auto parsed = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  ASSERT_EQ(parsed->model.source_files.size(), 1u);
+  EXPECT_EQ(parsed->model.source_files[0].file, "tiny.gguf");
+  EXPECT_EQ(parsed->model.source_files[0].size, 1000u);
+  EXPECT_EQ(parsed->model.source_files[0].sampled_hash, "0123456789abcdef");
+  m["model"]["source_files"][0]["sampled_hash"] = "XYZ";
+  EXPECT_EQ(parseError(m), "manifest.json: model.source_files[0].sampled_hash: expected 16 lower-case hex "
+                           "digits, got \"XYZ\"");
+  m["model"]["source_files"][0].erase("size");
+  EXPECT_EQ(parseError(m), "manifest.json: model.source_files[0]: missing field 'size' (expected an integer)");
+  m["model"]["source_files"] = json::array({7});
+  EXPECT_EQ(parseError(m), "manifest.json: model.source_files[0]: expected an object, got number");
+}
+
 TEST(ManifestTest, HeaderErrors) {
   json m = validManifest();
   m["version"] = 1;

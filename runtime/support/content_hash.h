@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/support/error.h"
+
 namespace kiln {
 
 class Fnv1a64 {
@@ -32,5 +34,17 @@ inline uint64_t fnv1a64(std::string_view bytes) {
   h.add(bytes);
   return h.value();
 }
+
+// The sampled content hash of a model file, 16 hex digits: FNV-1a 64 over
+// the file's size and its bytes, all of them for a file up to
+// kSampledWholeBytes, else its first and last MiB and kSampledBlocks blocks
+// of 64 KiB spread evenly between (about 6 MiB read whatever the size).
+// Hashing every byte of a multi-GB checkpoint at each load would take
+// seconds to minutes; the sample reads the headers (tensor tables, offsets)
+// whole and catches a file replaced by another of the same size and mtime,
+// though not an edit confined to the bytes between samples.
+inline constexpr uint64_t kSampledWholeBytes = 8ull << 20;
+inline constexpr int kSampledBlocks = 64;
+Result<std::string> sampledContentHash(const std::string& path);
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "runtime/numerics/quant.h"
+#include "runtime/support/content_hash.h"
 #include "runtime/weights/weight_quantization.h"
 
 namespace kiln {
@@ -58,13 +59,19 @@ Result<int64_t> elementCount(const std::vector<int64_t>& shape) {
 
 Result<SourceStamp> sourceStamp(const std::string& path) {
   std::error_code ec;
-  auto stampOf = [](const std::string& file) -> Result<SourceStamp> {
+  auto fileStamp = [](const std::string& file, std::string name) -> Result<SourceFileStamp> {
     struct stat st{};
     if (::stat(file.c_str(), &st) != 0)
       return makeError("{}: cannot stat: {}", file, std::strerror(errno));
-    return SourceStamp{uint64_t(st.st_size), int64_t(st.st_mtime)};
+    auto hash = sampledContentHash(file);
+    if (!hash.ok()) return hash.error();
+    return SourceFileStamp{std::move(name), uint64_t(st.st_size), int64_t(st.st_mtime), hash.take()};
   };
-  if (!fs::is_directory(path, ec)) return stampOf(path);
+  if (!fs::is_directory(path, ec)) {
+    auto stamp = fileStamp(path, fs::path(path).filename().string());
+    if (!stamp.ok()) return stamp.error();
+    return SourceStamp{stamp->size, stamp->mtime, {*stamp}};
+  }
   SourceStamp total;
   std::vector<std::string> files;
   // The files that make the checkpoint (kiln-compile counts the same ones).
@@ -77,13 +84,40 @@ Result<SourceStamp> sourceStamp(const std::string& path) {
   if (ec) return makeError("{}: cannot list the checkpoint directory: {}", path, ec.message());
   std::sort(files.begin(), files.end());
   for (const std::string& file : files) {
-    auto stamp = stampOf(file);
+    auto stamp = fileStamp(file, fs::path(file).filename().string());
     if (!stamp.ok()) return stamp.error();
     total.size += stamp->size;
     total.mtime = std::max(total.mtime, stamp->mtime);
+    total.files.push_back(stamp.take());
   }
   return total;
 }
+
+namespace {
+
+// Each file the manifest lists against the model as it is now; the error
+// names the file and both hashes.
+Status checkSourceFiles(const Manifest& manifest, const std::string& source_path, const SourceStamp& now) {
+  for (const ManifestSourceFile& then : manifest.model.source_files) {
+    auto it = std::find_if(now.files.begin(), now.files.end(),
+                           [&](const SourceFileStamp& f) { return f.file == then.file; });
+    const std::string file =
+        fs::is_directory(source_path) ? (fs::path(source_path) / then.file).string() : source_path;
+    if (it == now.files.end())
+      return makeError("{}: model.source file {} is gone since the artifact was compiled: recompile it with "
+                       "kiln-compile",
+                       manifest.path, file);
+    if (it->sampled_hash != then.sampled_hash || it->size != then.size || it->mtime != then.mtime)
+      return makeError("{}: model.source file {} changed since the artifact was compiled: its sampled content "
+                       "hash is {} (size {} bytes, mtime {}), the manifest records {} (size {} bytes, mtime {}): "
+                       "recompile it with kiln-compile",
+                       manifest.path, file, it->sampled_hash, it->size, it->mtime, then.sampled_hash, then.size,
+                       then.mtime);
+  }
+  return Status::success();
+}
+
+}  // namespace
 
 const BoundWeight* WeightStore::find(int64_t id) const {
   auto it = std::lower_bound(weights_.begin(), weights_.end(), id,
@@ -99,6 +133,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     auto stamp = sourceStamp(source_path);
     if (!stamp.ok())
       return makeError("{}: model.source: {}", mpath, stamp.error().message);
+    KILN_RETURN_IF_ERROR(checkSourceFiles(manifest, source_path, *stamp));
     if (stamp->size != manifest.model.source_size || stamp->mtime != manifest.model.source_mtime)
       return makeError("{}: model.source {} changed since the artifact was compiled (size {} "
                        "bytes, mtime {}; the manifest expects size {} bytes, mtime {}): "

@@ -56,13 +56,24 @@ struct WeightStoreOptions {
   bool defer_concat = false;
 };
 
+// One file of a model as the manifest records it (model.source_files).
+struct SourceFileStamp {
+  std::string file;  // relative to a checkpoint directory; a lone file's own name
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  std::string sampled_hash;  // sampledContentHash (runtime/support/content_hash.h)
+};
+
 // The size and mtime (seconds) the manifest records for a model: a file's
 // own, or for a checkpoint directory the sum of the sizes of its
 // *.safetensors, config.json and model.safetensors.index.json and their
-// latest mtime. Seconds are Unix time (stat's st_mtime).
+// latest mtime. Seconds are Unix time (stat's st_mtime). `files` has each
+// of those files with its sampled content hash, which catches a file
+// replaced by another of the same size and mtime.
 struct SourceStamp {
   uint64_t size = 0;
   int64_t mtime = 0;
+  std::vector<SourceFileStamp> files;  // in name order
 };
 Result<SourceStamp> sourceStamp(const std::string& path);
 

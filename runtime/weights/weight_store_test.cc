@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cstring>
 #include <fstream>
 
@@ -110,6 +113,9 @@ class WeightStoreTest : public ::testing::Test {
     m["model"]["source"] = path_;
     m["model"]["source_size"] = stamp_.size;
     m["model"]["source_mtime"] = stamp_.mtime;
+    for (const SourceFileStamp& f : stamp_.files)
+      m["model"]["source_files"].push_back(
+          {{"file", f.file}, {"size", f.size}, {"mtime", f.mtime}, {"sampled_hash", f.sampled_hash}});
     return m;
   }
 
@@ -220,6 +226,47 @@ TEST_F(WeightStoreTest, ChangedModelIsRejected) {
                         "(size {} bytes, mtime {}; the manifest expects size {} bytes, mtime {}): "
                         "recompile it with kiln-compile",
                         path_, stamp_.size, stamp_.mtime, stamp_.size + 1, stamp_.mtime));
+}
+
+// A model file rewritten in place with its size and mtime kept (a copy
+// with preserved timestamps, a restore from a backup): only the content
+// hash tells, and the error names the file and both hashes.
+TEST_F(WeightStoreTest, AModelChangedUnderTheSameSizeAndMtimeIsRejected) {
+  ASSERT_EQ(stamp_.files.size(), 1u);
+  EXPECT_EQ(stamp_.files[0].file, "model.gguf");
+  struct stat before{};
+  ASSERT_EQ(::stat(path_.c_str(), &before), 0);
+  {
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(before.st_size - 1));
+    char last = 0;
+    f.read(&last, 1);
+    f.seekp(std::streamoff(before.st_size - 1));
+    last = char(last ^ 0x5a);
+    f.write(&last, 1);
+  }
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path_.c_str(), times, 0), 0);
+  auto now = sourceStamp(path_);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->size, stamp_.size);
+  EXPECT_EQ(now->mtime, stamp_.mtime);
+  ASSERT_NE(now->files[0].sampled_hash, stamp_.files[0].sampled_hash);
+
+  auto store = open(manifest());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error().message,
+            fmt::format("manifest.json: model.source file {} changed since the artifact was compiled: its "
+                        "sampled content hash is {} (size {} bytes, mtime {}), the manifest records {} (size {} "
+                        "bytes, mtime {}): recompile it with kiln-compile",
+                        path_, now->files[0].sampled_hash, stamp_.size, stamp_.mtime,
+                        stamp_.files[0].sampled_hash, stamp_.size, stamp_.mtime));
+}
+
+TEST_F(WeightStoreTest, AManifestWithoutSourceFilesChecksSizeAndMtimeOnly) {
+  json m = manifest();
+  m["model"].erase("source_files");
+  EXPECT_TRUE(open(m).ok());
 }
 
 TEST_F(WeightStoreTest, TypeShapeAndConcatMismatches) {

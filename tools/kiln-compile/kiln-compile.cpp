@@ -137,8 +137,9 @@ int fail(const std::string& message) {
   return 1;
 }
 
-// Size and newest mtime of the model's files (the runtime's own stamp), so
-// the runtime can tell when the weights changed after compilation.
+// Size and newest mtime of the model's files, and each file's sampled
+// content hash (the runtime's own stamp), so the runtime can tell when the
+// weights changed after compilation.
 kiln::Result<kiln::ModelIdentity> identify(const std::string& path, bool gguf) {
   auto stamp = kiln::sourceStamp(path);
   if (!stamp.ok()) return stamp.error();
@@ -148,6 +149,8 @@ kiln::Result<kiln::ModelIdentity> identify(const std::string& path, bool gguf) {
   identity.format = gguf ? "gguf" : "safetensors";
   identity.sizeBytes = stamp->size;
   identity.mtimeSeconds = stamp->mtime;
+  for (const kiln::SourceFileStamp& f : stamp->files)
+    identity.files.push_back({f.file, f.size, f.mtime, f.sampled_hash});
   return identity;
 }
 
