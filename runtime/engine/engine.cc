@@ -771,7 +771,9 @@ EngineMetrics Engine::metrics() const {
   m.kv_blocks_total = pool.numBlocks();
   m.kv_blocks_free = pool.numFree();
   m.kv_blocks_cached = pool.numCachedOnly();
+  m.kv_blocks_used = impl_->held_blocks.count(s, pool.numBlocks());
   if (const PrefixCache* cache = s.prefixCache()) {
+    m.prefix_cache_blocks = cache->cachedBlocks();
     m.prefix_queried_tokens = cache->queriedTokens();
     m.prefix_hit_tokens = cache->hitTokens();
   }

@@ -156,6 +156,11 @@ struct EngineMetrics {
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_free = 0;   // on the free list
   int64_t kv_blocks_cached = 0; // held only by the prefix cache (evictable)
+  // Held by the queued and running sequences, counted from their block
+  // tables (held_blocks.h): free + cached + used == total when the pool's
+  // bookkeeping is exact.
+  int64_t kv_blocks_used = 0;
+  int64_t prefix_cache_blocks = 0;  // the prefix cache's tree (cached-only or also in use)
   int64_t prefix_queried_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;      // of those, found (their prefill skipped)
   int64_t preemptions = 0;      // sequences preempted so far

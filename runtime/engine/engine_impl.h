@@ -15,6 +15,7 @@
 #include "runtime/artifact/manifest.h"
 #include "runtime/backend/backend.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/held_blocks.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/sequence.h"
 #include "runtime/kv/block_pool.h"
@@ -44,6 +45,7 @@ struct Engine::Impl {
   uint64_t next_arrival = 0;
   bool in_step = false;
   int64_t steps = 0;
+  HeldBlockCounter held_blocks;  // metrics()'s used-block count
   std::map<int64_t, RequestStats> finished;
 
   // Reused per step so the hot path does not allocate once warm.

@@ -74,6 +74,11 @@ std::string PrometheusMetrics::render() const {
   metric("kiln_kv_blocks_free", "gauge", "KV pool blocks on the free list.", e.kv_blocks_free);
   metric("kiln_kv_blocks_cached", "gauge", "KV pool blocks held only by the prefix cache (evictable).",
          e.kv_blocks_cached);
+  metric("kiln_kv_blocks_used", "gauge",
+         "KV pool blocks the queued and running sequences hold (from their block tables; free + cached + used = total).",
+         e.kv_blocks_used);
+  metric("kiln_prefix_cache_blocks", "gauge", "KV pool blocks the prefix cache holds (evictable or also in use).",
+         e.prefix_cache_blocks);
   metric("kiln_prefix_cache_hit_rate", "gauge", "Prompt tokens found in the prefix cache / tokens looked up.",
          e.prefixHitRate());
   metric("kiln_prefix_cache_queried_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",

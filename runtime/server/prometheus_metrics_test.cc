@@ -35,6 +35,7 @@ TEST(PrometheusMetricsTest, GaugesCountersAndHistograms) {
   EXPECT_TRUE(contains(text, "kiln_kv_blocks_total 512\n"));
   EXPECT_TRUE(contains(text, "kiln_kv_blocks_free 500\n"));
   EXPECT_TRUE(contains(text, "kiln_kv_blocks_cached 12\n"));
+  EXPECT_TRUE(contains(text, "kiln_kv_blocks_used 0\n"));
   EXPECT_TRUE(contains(text, "kiln_prefix_cache_hit_rate 0.25\n"));
   EXPECT_TRUE(contains(text, "kiln_generated_tokens_total 11\n"));
   EXPECT_TRUE(contains(text, "kiln_requests_finished_total{finish_reason=\"length\"} 1\n"));
