@@ -1,7 +1,11 @@
 // Turns a MODEL argument into a compiled artifact directory: an artifact is
 // used as is; a model (path or cache name) is compiled once with kiln-compile
 // into $KILN_HOME/artifacts/<name>-<key>, keyed by the model file's identity,
-// the compile options and the compiler binary, and reused after.
+// the compile options and the compiler binary, and reused after. kiln-compile
+// writes into a temporary directory that is sealed (artifact_seal.h) and
+// renamed into place; a cached artifact whose seal fails is reported,
+// removed and compiled again. The cache is required: an unwritable one is
+// an error that says how to get past it.
 #pragma once
 
 #include <string>
