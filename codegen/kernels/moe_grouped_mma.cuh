@@ -18,10 +18,13 @@
 // slot it was not routed, and an expert with no slot is never read.
 //
 // Tiles (moe_mma::Tile): 8 warps. Up to 16 slots an expert on average
-// (decode), a tile is 16 slots and each warp takes 16 output columns (and
-// for gate/up, the matching 16 up rows), so one pass streams the expert's
-// weights once for up to 16 slots; past that, 128 slots by 64 (gate/up,
-// 128 weight rows) or 128 (down) columns, warps 2 x 4. Operands pass
+// (decode), a tile is 16 slots, so one pass streams the expert's weights
+// once for up to 16 slots: for gate/up each warp takes 16 output columns
+// and the matching 16 up rows (128 columns a block), for down 16 columns
+// and 8 of the slots (warps 4 x 2, 64 columns a block: twice the blocks of
+// a 128-column tile, so the last wave over the SMs is a smaller share);
+// past that, 128 slots by 64 (gate/up, 128 weight rows) or 128 (down)
+// columns, warps 2 x 4. Operands pass
 // through shared memory by 16-byte cp.async (weights and gathered rows of
 // x or act, slots past the tile's count as zeros) in kStages stages of K
 // steps of 64, swizzled as tensor_core.cuh's tiles, read by ldmatrix: the
@@ -54,15 +57,16 @@ constexpr int kNarrowMaxAverage = 16;
 // A block's tile of one part (gate/up or down) at one width (narrow: 16 slots).
 template <bool kGateUp, bool kWide>
 struct Tile {
-  static constexpr int kWarpsM = kWide ? 2 : 8, kWarpsN = kWide ? 4 : 1;
+  static constexpr int kWarpsM = kWide ? 2 : kGateUp ? 8 : 4, kWarpsN = kWide ? 4 : kGateUp ? 1 : 2;
   static constexpr int kMTiles = kWide ? (kGateUp ? 2 : 4) : 1;  // m16 tiles of output columns a warp
-  static constexpr int kNTiles = kWide ? 4 : 2;                   // n8 tiles of slots a warp
+  static constexpr int kNTiles = kWide ? 4 : kGateUp ? 2 : 1;     // n8 tiles of slots a warp
   static constexpr int kColumns = kWarpsM * kMTiles * 16;         // output columns a block
   static constexpr int kWeightRows = (kGateUp ? 2 : 1) * kColumns;  // gate rows, then up rows
   static constexpr int kSlots = kWarpsN * kNTiles * 8;
   static constexpr int kStageBytes = (kWeightRows + kSlots) * kBlockK * 2;
   static_assert(kWarpsM * kWarpsN * 32 == kThreads, "8 warps");
-  static_assert(kNTiles % 2 == 0, "slot fragments by pairs of n8 tiles (ldmatrix.x4)");
+  static_assert(kNTiles == 1 || kNTiles % 2 == 0,
+                "slot fragments by pairs of n8 tiles, or one n8 tile two K steps at a time (ldmatrix.x4)");
 };
 
 // Average slots an expert from which the compiler picks these kernels over
@@ -223,7 +227,12 @@ __device__ __forceinline__ void moe_mma_tile(const MoeExpertsParams& p) {
   // the chunk's bits 1-2 (tensor_core.cuh's chunk_step within a 128-byte row).
   constexpr int kRowBytes = moe_mma::kBlockK * 2;
   const unsigned a_lane = tile_offset(warp_m * T::kMTiles * 16 + ldsm_a_row(lane), ldsm_a_chunk(lane), moe_mma::kBlockK);
-  const unsigned b_lane = tile_offset(warp_n * T::kNTiles * 8 + ldsm_k_row(lane), ldsm_k_chunk(lane), moe_mma::kBlockK);
+  // One n8 tile a warp: lane l points at slot l % 8, chunk l / 8, giving
+  // b0, b1 of K step ks and b0, b1 of step ks + 1.
+  const unsigned b_lane = T::kNTiles == 1
+                              ? tile_offset(warp_n * 8 + lane % 8, lane / 8, moe_mma::kBlockK)
+                              : tile_offset(warp_n * T::kNTiles * 8 + ldsm_k_row(lane), ldsm_k_chunk(lane),
+                                            moe_mma::kBlockK);
   float acc[kParts][T::kMTiles][T::kNTiles][4];
 #pragma unroll
   for (int g = 0; g < kParts; ++g)
@@ -246,6 +255,7 @@ __device__ __forceinline__ void moe_mma_tile(const MoeExpertsParams& p) {
     if (step + kStages - 1 < kSteps) load(step + kStages - 1, (step + kStages - 1) % kStages);
     cp_async_commit();
     const unsigned w_tile = base + (step % kStages) * T::kStageBytes, x_tile = w_tile + kWeightBytes;
+    unsigned pair[4];  // one n8 tile a warp: the B fragments of two K steps
 #pragma unroll
     for (int ks = 0; ks < moe_mma::kBlockK / 16; ++ks) {
       unsigned a[kParts][T::kMTiles][4];
@@ -254,18 +264,28 @@ __device__ __forceinline__ void moe_mma_tile(const MoeExpertsParams& p) {
 #pragma unroll
         for (int mt = 0; mt < T::kMTiles; ++mt)
           ldsm_x4(w_tile + (a_lane ^ (ks << 5)) + (g * T::kColumns + mt * 16) * kRowBytes, a[g][mt]);
+      unsigned b[T::kNTiles][2];
+      if constexpr (T::kNTiles == 1) {
+        if (ks % 2 == 0) ldsm_x4(x_tile + (b_lane ^ (ks << 5)), pair);
+        b[0][0] = pair[2 * (ks % 2)];
+        b[0][1] = pair[2 * (ks % 2) + 1];
+      } else {
 #pragma unroll
-      for (int np = 0; np < T::kNTiles / 2; ++np) {
-        unsigned b[4];
-        ldsm_x4(x_tile + (b_lane ^ (ks << 5)) + np * 16 * kRowBytes, b);
-#pragma unroll
-        for (int g = 0; g < kParts; ++g)
-#pragma unroll
-          for (int mt = 0; mt < T::kMTiles; ++mt) {
-            mma_bf16(acc[g][mt][2 * np], a[g][mt], b[0], b[1]);
-            mma_bf16(acc[g][mt][2 * np + 1], a[g][mt], b[2], b[3]);
-          }
+        for (int np = 0; np < T::kNTiles / 2; ++np) {
+          unsigned r[4];
+          ldsm_x4(x_tile + (b_lane ^ (ks << 5)) + np * 16 * kRowBytes, r);
+          b[2 * np][0] = r[0];
+          b[2 * np][1] = r[1];
+          b[2 * np + 1][0] = r[2];
+          b[2 * np + 1][1] = r[3];
+        }
       }
+#pragma unroll
+      for (int g = 0; g < kParts; ++g)
+#pragma unroll
+        for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < T::kNTiles; ++nt) mma_bf16(acc[g][mt][nt], a[g][mt], b[nt][0], b[nt][1]);
     }
   }
   cp_async_wait<0>();
