@@ -123,8 +123,10 @@
 #            default 400); prefix: multi-turn conversations over shared system
 #            prompts, cache on and off; KILN_SERVE_PEER (default none) adds the
 #            HF static-batch peer to offline on KILN_SERVE_PEER_REQUESTS requests
-#   moe      mixture of experts at Mixtral-8x7B's shape (hidden 4096, 8 experts of
-#            14336, top 2, bf16, random weights). First kiln_moe_bench times one
+#   moe      mixture of experts: moe_gpu_test (the gathered GEMVs and the grouped
+#            tensor-core GEMMs against the CPU's f32 experts, 1 to 700 tokens), then
+#            at Mixtral-8x7B's shape (hidden 4096, 8 experts of
+#            14336, top 2, bf16, random weights) kiln_moe_bench times one
 #            layer (router, experts, combine; then the expert GEMMs alone, as TFLOP/s
 #            and as the bytes of the experts read, GB/s and a fraction of HBM:
 #            KILN_READ_PROBE_GBPS if given, else the H200's nominal 4800) at
@@ -586,6 +588,10 @@ write_report
 if [[ " $PARTS " == *" moe "* ]]; then
   moe_batches="${KILN_MOE_BATCHES:-1 32}"
   moe_rows="${KILN_MOE_LAYER_ROWS:-1 32 2048}"
+  echo "== mixture of experts: both expert paths against the CPU's f32 experts (moe_gpu_test)"
+  "$BUILD/bin/moe_gpu_test" > "$OUT/moe_gpu_test.log" 2>&1
+  record moe_gpu_test "$?"
+  grep -E "^moe |OK \]|FAILED|Failure" "$OUT/moe_gpu_test.log"
   echo "== mixture of experts: kiln's MoE kernels, one Mixtral-8x7B layer"
   "$BUILD/bin/kiln_moe_bench" --rows "${moe_rows// /,}" --paths "${KILN_MOE_PATHS:-auto}" \
     ${KILN_READ_PROBE_GBPS:+--hbm "$KILN_READ_PROBE_GBPS"} 2>&1 | tee "$OUT/moe_bench.txt"
