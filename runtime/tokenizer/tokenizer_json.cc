@@ -161,6 +161,10 @@ Result<TokenizerVocab> parse(const Json& root, std::string_view name,
     if (!added.contains("id") || !added.contains("content")) {
       return makeError("{}: added_tokens: entry without id or content", name);
     }
+    if (!added["id"].is_number_integer()) {
+      return makeError("{}: added_tokens: id {}: expected an integer id", name,
+                       added["id"].dump());
+    }
     KILN_RETURN_IF_ERROR(place(added["id"].get<int64_t>(),
                                added["content"].get<std::string>(),
                                added.value("special", false)

@@ -94,6 +94,19 @@ TEST(TokenizerJsonTest, Errors) {
   ASSERT_FALSE(merge.ok());
   EXPECT_NE(merge.error().message.find("model.merges[0]"), std::string::npos);
 
+  // An added token's id must be an integer: a float (1e39 overflows int64)
+  // is refused, not converted.
+  for (const char* id : {"1e39", "1.5"}) {
+    auto added = vocabFromTokenizerJsonText(
+        std::string(R"({"added_tokens": [{"id": )") + id +
+            R"(, "content": "<s>"}], "model": {"type": "BPE", "vocab": {"a": 0}}})",
+        "a.json");
+    ASSERT_FALSE(added.ok()) << id;
+    EXPECT_NE(added.error().message.find("expected an integer id"),
+              std::string::npos)
+        << added.error().message;
+  }
+
   auto missing = vocabFromTokenizerJson("/nonexistent/tokenizer.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("/nonexistent/tokenizer.json"),

@@ -1,9 +1,16 @@
 // Writes the seed corpus for the format fuzzers: small valid GGUF and
-// safetensors files covering every metadata kind and several tensor types.
-// Usage: make_corpus OUTPUT_DIR   (writes OUTPUT_DIR/gguf/*, OUTPUT_DIR/safetensors/*)
+// safetensors files covering every metadata kind and several tensor types,
+// and one-layer GPTQ and AWQ checkpoints (config.json, a "%%" line, the
+// safetensors bytes: int4_checkpoint_fuzzer.cc).
+// Usage: make_corpus OUTPUT_DIR
+//   (writes OUTPUT_DIR/gguf/*, OUTPUT_DIR/safetensors/*, OUTPUT_DIR/int4_checkpoint/*)
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/safetensors_writer.h"
@@ -32,6 +39,29 @@ GgufWriter llamaMetadata() {
   return w;
 }
 
+// config.json, the part separator, then the checkpoint's bytes.
+bool writeInt4Seed(const std::string& path, const std::string& config,
+                   const SafetensorsWriter& checkpoint) {
+  std::vector<uint8_t> bytes = checkpoint.serialize();
+  std::ofstream out(path, std::ios::binary);
+  out << config << "\n%%\n";
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(out);
+}
+
+// One packed linear layer, in_features 32, out_features 8, one group of 32.
+SafetensorsWriter int4Layer(bool gptq) {
+  const std::string p = "model.layers.0.mlp.down_proj";
+  SafetensorsWriter w;
+  w.addTensorFilled(p + ".qweight", ElementType::I32, gptq ? std::vector<int64_t>{4, 8}
+                                                           : std::vector<int64_t>{32, 1});
+  w.addTensorFilled(p + ".qzeros", ElementType::I32, {1, 1});
+  w.addTensorFilled(p + ".scales", ElementType::F16, {1, 8});
+  if (gptq) w.addTensor(p + ".g_idx", ElementType::I32, {32}, std::vector<uint8_t>(4 * 32, 0));
+  w.addTensorFilled("model.norm.weight", ElementType::F32, {8});
+  return w;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,6 +72,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   std::filesystem::create_directories(dir + "/gguf");
   std::filesystem::create_directories(dir + "/safetensors");
+  std::filesystem::create_directories(dir + "/int4_checkpoint");
   bool ok = true;
 
   // Every metadata value kind, no tensors.
@@ -82,5 +113,19 @@ int main(int argc, char** argv) {
   st.addTensorFilled("b", ElementType::F32, {4});
   st.addTensorFilled("c", ElementType::BOOL, {0});
   ok &= write(dir, st.writeFile(dir + "/safetensors/small.safetensors"));
+
+  ok &= writeInt4Seed(dir + "/int4_checkpoint/gptq",
+                      R"({"quantization_config": {"quant_method": "gptq", "bits": 4, )"
+                      R"("group_size": 32, "desc_act": false, "sym": true, )"
+                      R"("checkpoint_format": "gptq"}})",
+                      int4Layer(true));
+  ok &= writeInt4Seed(dir + "/int4_checkpoint/gptq-actorder-v2",
+                      R"({"quantization_config": {"quant_method": "gptq", "bits": 4, )"
+                      R"("group_size": -1, "desc_act": true, "sym": false, "format": "gptq_v2"}})",
+                      int4Layer(true));
+  ok &= writeInt4Seed(dir + "/int4_checkpoint/awq",
+                      R"({"quantization_config": {"quant_method": "awq", "w_bit": 4, )"
+                      R"("q_group_size": 32, "zero_point": true, "version": "gemm"}})",
+                      int4Layer(false));
   return ok ? 0 : 1;
 }
