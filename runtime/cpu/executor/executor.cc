@@ -8,6 +8,7 @@
 
 #include "runtime/backend/plan_kv_pool.h"
 #include "runtime/backend/tree_verify.h"
+#include "runtime/cpu/executor/bound_step.h"
 #include "runtime/cpu/kernels/elementwise.h"
 #include "runtime/cpu/kernels/embed.h"
 #include "runtime/cpu/kernels/linear.h"
@@ -20,11 +21,6 @@
 namespace kiln::cpu {
 
 namespace {
-
-// The entry inputs the executor provides, by manifest name.
-enum class InputId {
-  kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kParents, kBasePositions, kStateSlots
-};
 
 std::optional<InputId> parseInput(std::string_view name) {
   if (name == "tokens") return InputId::kTokens;
@@ -39,74 +35,10 @@ std::optional<InputId> parseInput(std::string_view name) {
   return std::nullopt;
 }
 
-const int32_t* inputData(const BatchInputs& in, InputId id) {
-  switch (id) {
-    case InputId::kTokens: return in.tokens.data();
-    case InputId::kPositions: return in.positions.data();
-    case InputId::kSlotMapping: return in.slot_mapping.data();
-    case InputId::kBlockTables: return in.block_tables.data();
-    case InputId::kQueryStart: return in.query_start.data();
-    case InputId::kKvLens: return in.kv_lens.data();
-    case InputId::kParents: return in.parents.data();
-    case InputId::kBasePositions: return in.base_positions.data();
-    case InputId::kStateSlots: return in.state_slots.data();
-  }
-  return nullptr;
-}
-
 constexpr int64_t kAlign = 64;
 int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
-
-// A resolved step argument or result.
-struct Operand {
-  StepArg::Kind kind = StepArg::Kind::kValue;
-  // kValue: rows of `width` elements at `data`; rows are the batch's
-  // tokens, or its sequences when `per_sequence`. Activations are f32;
-  // speculative verify's index values i32 or i8 (`element_bytes`).
-  float* data = nullptr;
-  int64_t width = 0;
-  int element_bytes = 4;
-  bool integer = false;
-  bool per_sequence = false;
-  int64_t storage_begin = 0, storage_end = 0;  // arena bytes, for alias checks
-  const BoundWeight* weight = nullptr;         // kWeight
-  void* pool = nullptr;                        // kPool
-  float* pool_scales = nullptr;                // kPool of int8/fp8: its scales (kvScaleIndex)
-  InputId input = InputId::kTokens;            // kInput
-  int state_layer = 0;                         // kState: the state-space layer
-  StateRole state_role = StateRole::kConv;     // kState
-};
-
-struct CpuExecutor::BoundStep {
-  StepKind kind = StepKind::kGemm;
-  std::string path;
-  std::vector<Operand> args;
-  std::vector<Operand> results;
-  // Kernel parameters (those the kind uses).
-  int64_t width = 0;  // hidden / n / ffn / elementwise width
-  int64_t k = 0;
-  float epsilon = 0.0f;
-  bool writes_sum = false;
-  bool merged = false;
-  bool gelu_tanh = false;     // silu_mul: GeGLU's activation instead of SiLU
-  float embed_scale = 1.0f;   // embedding: rows times this
-  int heads = 0, kv_heads = 0, head_dim = 0;
-  float scale = 0.0f;
-  int64_t sliding_window = 0;  // paged_attention: 0 = full causal
-  bool qk_norm = false;        // rope_kv_append: per-head RMSNorm of q and k (args after the pools)
-  RopeParams rope;
-  std::vector<int64_t> sizes;
-  // moe_router, moe_ffn
-  int64_t experts = 0, top_k = 0;
-  bool normalize = false;
-  ExpertWeights expert_weights;
-  // State-space steps (width: channels or features)
-  bool silu = false;
-  int64_t conv_width = 0, groups = 0, state_size = 0, chunk_size = 0, group_size = 0;
-  float dt_min = 0.0f, dt_max = 0.0f;
-};
 
 CpuExecutor::~CpuExecutor() { std::free(arena_); }
 
@@ -181,6 +113,7 @@ Result<Operand> StepBinder::value(const Step& step, int64_t id, const std::strin
   op.kind = StepArg::Kind::kValue;
   op.storage_begin = storage->offset * max_tokens_;
   op.storage_end = op.storage_begin + storage->row_bytes * max_tokens_;
+  op.value_id = storage->id;
   op.data = reinterpret_cast<float*>(arena_ + op.storage_begin);
   op.width = v->row_bytes / element_bytes;
   op.element_bytes = element_bytes;

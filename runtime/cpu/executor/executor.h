@@ -51,6 +51,15 @@ class CpuExecutor {
   // written, so the pool is never partly updated.
   Status forward(const BatchInputs& in, std::span<float> logits_out);
 
+  // Runs `forward` as the megakernel's tasks (`plan`, the forward entry's
+  // megakernel section), each on its tile with the same kernels, in an
+  // order a seeded random scheduler picks among the tasks whose waits are
+  // met, as SMs racing would; checks that every task reads only what
+  // finished tasks wrote (task_interpreter.cc). Same inputs and outputs as
+  // forward; the batch may hold at most plan.max_batch sequences.
+  Status forwardTasks(const BatchInputs& in, std::span<float> logits_out, const MegakernelPlan& plan,
+                      uint64_t seed);
+
   // Runs `verify` (an artifact compiled with kiln-compile --spec-tree): row
   // b of the batch is sequence b's draft tree (BatchInputs::parents,
   // base_positions; runtime/backend/tree_verify.h), its nodes' keys and

@@ -213,13 +213,21 @@ void attendSequenceHead(const PagedAttentionArgs& a, int b, int h, std::vector<f
 
 Status pagedAttention(const PagedAttentionArgs& args) {
   KILN_RETURN_IF_ERROR(checkArgs(args));
-  const int64_t items = int64_t(args.num_seqs) * args.num_heads;
+  const int seq_begin = args.seq_begin, seq_end = args.seq_end < 0 ? args.num_seqs : args.seq_end;
+  const int head_begin = args.head_begin, head_end = args.head_end < 0 ? args.num_heads : args.head_end;
+  if (seq_begin < 0 || seq_begin > seq_end || seq_end > args.num_seqs || head_begin < 0 || head_begin > head_end ||
+      head_end > args.num_heads)
+    return makeError("paged_attention: sequences [{}, {}) and heads [{}, {}) are not inside the batch's {} sequences "
+                     "and {} heads",
+                     seq_begin, seq_end, head_begin, head_end, args.num_seqs, args.num_heads);
+  const int heads = head_end - head_begin;
+  const int64_t items = int64_t(seq_end - seq_begin) * heads;
   parallelFor(items, 1, [&](int64_t w0, int64_t w1) {
     // [kv_len] scratch, grown to the longest context and then reused.
     thread_local std::vector<float> scores, probs, widened;
     thread_local std::vector<const float*> values, keys;
     for (int64_t w = w0; w < w1; ++w)
-      attendSequenceHead(args, int(w / args.num_heads), int(w % args.num_heads), scores, probs, values, keys,
+      attendSequenceHead(args, seq_begin + int(w / heads), head_begin + int(w % heads), scores, probs, values, keys,
                          widened);
   });
   return Status::success();

@@ -57,6 +57,11 @@ struct PagedAttentionArgs {
   // Not with tree_masks or a window.
   const uint8_t* tree_ancestors = nullptr;
   int tree_stride = 0;
+  // The (sequence, head) pairs to compute: sequences [seq_begin, seq_end)
+  // and query heads [head_begin, head_end), -1 for the last; the rest of
+  // `out` is left as it is (a megakernel task's tile, task_interpreter.h).
+  int seq_begin = 0, seq_end = -1;
+  int head_begin = 0, head_end = -1;
 };
 
 // Causal rule: query i of sequence b sits at absolute position
