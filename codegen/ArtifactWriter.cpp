@@ -4,6 +4,7 @@
 
 #include "codegen/EntryLayout.h"
 #include "codegen/KernelVariantAttr.h"
+#include "codegen/MegakernelAttr.h"
 #include "codegen/StepParamAttrs.h"
 #include "dialects/xfmr/IR/XfmrDialect.h"
 #include "runtime/artifact/manifest.h"
@@ -274,11 +275,17 @@ std::optional<json::Object> ManifestBuilder::entry(func::FuncOp func) {
       object["offset"] = v.offset;
     valuesJson.push_back(std::move(object));
   }
-  return json::Object{{"inputs", std::move(inputs)},
-                      {"values", std::move(valuesJson)},
-                      {"arena", json::Object{{"bytes_per_token", layout->bytesPerToken}}},
-                      {"steps", std::move(steps)},
-                      {"outputs", std::move(outputs)}};
+  json::Object entryJson{{"inputs", std::move(inputs)},
+                         {"values", std::move(valuesJson)},
+                         {"arena", json::Object{{"bytes_per_token", layout->bytesPerToken}}},
+                         {"steps", std::move(steps)},
+                         {"outputs", std::move(outputs)}};
+  if (Attribute tasks = func->getAttr(kMegakernelAttrName)) {
+    std::optional<json::Value> section = megakernelJson(func, tasks);
+    if (!section) return std::nullopt;
+    entryJson["megakernel"] = std::move(*section);
+  }
+  return entryJson;
 }
 
 std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,

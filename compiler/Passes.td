@@ -258,4 +258,38 @@ def SelectKernels : Pass<"xfmr-select-kernels", "::mlir::ModuleOp"> {
   ];
 }
 
+def PlanMegakernel : Pass<"xfmr-plan-megakernel", "::mlir::ModuleOp"> {
+  let summary = "Cut the decode entry into the megakernel's tile tasks, "
+                "dependency counters and task order";
+  let description = [{
+    For the persistent decode kernel (docs/design/megakernel.md): lays
+    out `@forward` as the artifact will and cuts each step into tasks, a
+    gemm into tiles of `tile` output columns over all rows, paged attention
+    into one task per (sequence slot, kv head) for `max-batch` slots, any
+    other step into one task. Each step has a counter its tasks signal; a
+    task waits for the counters of the steps it reads from, and of those
+    that last used arena rows or pools it overwrites, at their final value.
+    Tasks are listed in the order the SMs take them (topological, by
+    dependency level, weight-heavy tiles first within a level). The graph
+    is the func's `xfmr.megakernel` (codegen/MegakernelAttr.h) and the
+    entry's "megakernel" section in manifest.json.
+
+    ```mlir
+    // after (max-batch=2, tile=64)
+    func.func @forward(...) attributes {xfmr.megakernel = {max_batch = 2 : i64, tile = 64 : i64,
+        counters = [{final = 1 : i64, id = 0 : i64, step = 0 : i64}, ...],
+        tasks = [{kind = "embedding", step = 0 : i64, waits = array<i64>, signals = array<i64: 0>},
+                 {kind = "gemm", step = 2 : i64, columns = array<i64: 0, 64>,
+                  waits = array<i64: 1, 1>, signals = array<i64: 2>}, ...]}}
+    ```
+  }];
+  let options = [
+    Option<"maxBatch", "max-batch", "int64_t", "8",
+           "Sequences a decode step carries at most (attention task slots)">,
+    Option<"tile", "tile", "int64_t", "64",
+           "Output columns of a gemm task">,
+  ];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
+}
+
 #endif // KILN_PASSES

@@ -44,6 +44,8 @@ void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options
   selection.target = options.target;
   selection.activationType = options.activation_type;
   pm.addPass(createSelectKernels(selection));
+  // Reads the same layout the selection did.
+  if (options.megakernel) pm.addPass(createPlanMegakernel());
 }
 
 namespace {
@@ -69,6 +71,9 @@ struct DefaultPipelineOptions
   Option<std::string> activationType{*this, "activation-type",
                                      llvm::cl::desc("f32, bf16, f16"),
                                      llvm::cl::init(std::string(PlanOptions::kDefaultActivationType))};
+  Option<bool> megakernel{*this, "megakernel",
+                          llvm::cl::desc("Cut @forward into the megakernel's tasks (xfmr-plan-megakernel)"),
+                          llvm::cl::init(false)};
   Option<std::string> target{*this, "target",
                              llvm::cl::desc(llvm::StringRef(kTargets.data(), kTargets.size())),
                              llvm::cl::init(std::string(PlanOptions::kDefaultTarget))};
@@ -89,6 +94,7 @@ void registerPipelines() {
         options.spec_mode = o.specMode;
         options.activation_type = o.activationType;
         options.target = o.target;
+        options.megakernel = o.megakernel;
         buildDefaultPipeline(pm, options);
       });
 }

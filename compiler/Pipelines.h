@@ -14,7 +14,7 @@ using CompileOptions = PlanOptions;
 
 /// canonicalize → fuse-attention → page-kv-cache → insert-quantization →
 /// [expand-spec-verify] → lower-to-kernels → canonicalize/CSE →
-/// select-kernels.
+/// select-kernels [→ plan-megakernel].
 void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options);
 
 /// Registers `kiln-default-pipeline` for kiln-opt.

@@ -40,6 +40,10 @@ struct PlanOptions {
   // an sm_XY architecture, sm_90a for Hopper's wgmma kernels, or cpu for a
   // plan only the CPU backend runs.
   std::string target{kDefaultTarget};
+  // Cut the forward entry into the megakernel's tasks (xfmr-plan-megakernel,
+  // docs/design/megakernel.md): its "megakernel" section. Off by default
+  // until the CUDA backend runs it.
+  bool megakernel = false;
 };
 
 // Every option's value; the error names the kiln-compile flag and lists

@@ -98,6 +98,11 @@ const std::string targetHelp = "Device the CUDA kernel variants are chosen for: 
                                std::string(kiln::kTargets) + " (cpu: none, a CPU-only plan)";
 cl::opt<std::string> target("target", cl::desc(targetHelp),
                             cl::init(std::string(kiln::PlanOptions::kDefaultTarget)));
+cl::opt<bool> megakernel("megakernel",
+                          cl::desc("Cut the forward entry into the persistent decode kernel's tasks, counters "
+                                   "and order (the manifest's megakernel section; default off: "
+                                   "--megakernel=false)"),
+                          cl::init(false));
 cl::opt<bool> printIrAfterAll("print-ir-after-all",
                               cl::desc("Print the IR after every pass (to stderr)"));
 
@@ -235,6 +240,7 @@ int main(int argc, char** argv) {
   options.spec_layerskip = specLayerskip;
   options.activation_type = activationType;
   options.target = target;
+  options.megakernel = megakernel;
   if (kiln::Status status = kiln::validatePlanOptions(options); !status.ok())
     return fail(status.error().message);
   if (emit == EmitStage::Artifact && outputDir.empty())

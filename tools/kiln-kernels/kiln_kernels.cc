@@ -4,6 +4,7 @@
 //   kiln-kernels ARTIFACT list
 //   kiln-kernels ARTIFACT show INSTANCE [--source | --ptx | --sass | --resources] [--arch sm_90a]
 //   kiln-kernels kind KIND PARAMS_JSON [--source | --ptx | --sass | --resources] [--arch sm_90a]
+//   kiln-kernels ARTIFACT tasks
 //
 // `list` shows every kernel instance among the plan's variants (chosen by
 // the compiler for its target, runtime/artifact/kernel_variant.h): its
@@ -37,6 +38,7 @@
 #include "runtime/artifact/manifest.h"
 #include "runtime/artifact/step_params_json.h"
 #include "runtime/cuda/nvrtc_compiler.h"
+#include "tools/kiln-kernels/task_list.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -62,11 +64,15 @@ constexpr const char* kUsage =
     "usage: kiln-kernels ARTIFACT list\n"
     "       kiln-kernels ARTIFACT show INSTANCE [--source|--ptx|--sass|--resources] [--arch sm_90a]\n"
     "       kiln-kernels kind KIND PARAMS_JSON [--source|--ptx|--sass|--resources] [--arch sm_90a]\n"
+    "       kiln-kernels ARTIFACT tasks\n"
     "  list   every kernel instance among the plan's variants (chosen for its --target), with its\n"
     "         kind, role, rows, the features it needs and how many steps use it\n"
     "  show   one instance: its generated source (--source, the default), PTX, SASS (nvdisasm),\n"
     "         or registers, shared memory, spills and launch shape (--resources)\n"
-    "  kind   the same for one kernel kind and its params (a JSON object), without a plan\n";
+    "  kind   the same for one kernel kind and its params (a JSON object), without a plan\n"
+    "  tasks  the megakernel's task list of each entry compiled with --megakernel: per task its kind,\n"
+    "         step, tile, weight bytes, waits (counter>=value) and signals; then tasks and weight bytes\n"
+    "         per kind, the counters and the critical path\n";
 
 // A usage error: the usage on stderr, exit 2.
 int usage() {
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
   if (by_kind && argc < 4) return usage();
   const fs::path artifact = by_kind ? fs::path() : fs::path(argv[1]);
   const std::string command = by_kind ? "show" : argv[2];
+  if (command == "tasks") return argc == 3 ? kiln::printTaskList(artifact.string()) : usage();
   std::string what = "--source", arch;  // arch: --arch, else the plan's target
   for (int i = command == "show" ? 4 : 3; i < argc; ++i) {
     const std::string a = argv[i];
