@@ -32,6 +32,11 @@ Value methodOf(const Value& object, const std::string& name);
 // filter and str % args.
 Result<Value> formatPercent(const std::string& format, const List& values);
 
+// x op y on ints for op + - * ** // % (** with y >= 0), as Python computes
+// them (floored division), failing where the result leaves int64 or y is a
+// zero divisor.
+Result<Value> intArithmetic(std::string_view op, int64_t x, int64_t y);
+
 // Iterating: a list's items, a dict's keys, a str's characters; fails for
 // other values (Undefined iterates as empty, as in jinja2).
 Result<List> iterate(const Value& value);

@@ -76,6 +76,15 @@ Result<Value> selectOrReject(const Value& input, const CallArgs& args, bool by_a
   return Value(std::move(out));
 }
 
+// An indent given as a count of spaces: 0 and below indent nothing, as in
+// Python; more than kMaxIndent is refused (each nested line repeats it).
+constexpr int64_t kMaxIndent = 1024;
+Result<size_t> indentWidth(const Value& width, std::string_view filter) {
+  const int64_t n = width.asInt();
+  if (n > kMaxIndent) return makeError("{}: indent {} is wider than {} spaces", filter, n, kMaxIndent);
+  return size_t(std::max<int64_t>(0, n));
+}
+
 Result<Value> tojson(const Value& x, const CallArgs& args) {
   // transformers' signature: tojson(x, ensure_ascii=False, indent=None,
   // separators=None, sort_keys=False).
@@ -83,8 +92,15 @@ Result<Value> tojson(const Value& x, const CallArgs& args) {
   if (const Value* ascii = args.find(0, "ensure_ascii")) format.ensure_ascii = ascii->truthy();
   if (const Value* indent = args.find(1, "indent"); indent && !indent->isNone()) {
     format.pretty = true;
-    format.indent = indent->isString() ? indent->asString()
-                                       : std::string(size_t(std::max<int64_t>(0, indent->asInt())), ' ');
+    if (indent->isString()) {
+      format.indent = indent->asString();
+    } else if (indent->isInt() || indent->isBool()) {
+      auto width = indentWidth(*indent, "tojson");
+      if (!width.ok()) return width.error();
+      format.indent.assign(*width, ' ');
+    } else {
+      return makeError("tojson: indent must be an integer or a string, got {}", indent->typeName());
+    }
     format.item_separator.assign(1, ',');  // json.dumps with indent
   }
   if (const Value* seps = args.find(2, "separators"); seps && seps->isList() && seps->asList().size() == 2) {
@@ -372,7 +388,7 @@ const NamedFilter kFilters[] = {
     {"abs",
      [](const Value& x, const CallArgs&) -> Result<Value> {
        if (x.isFloat()) return Value(std::fabs(x.asFloat()));
-       if (x.isNumber()) return Value(int64_t(std::llabs(x.asInt())));
+       if (x.isNumber()) return x.asInt() < 0 ? intArithmetic("-", 0, x.asInt()) : Value(x.asInt());
        return makeError("bad operand type for abs(): '{}'", x.typeName());
      }},
     {"safe", [](const Value& x, const CallArgs&) -> Result<Value> { return x; }},
@@ -414,8 +430,13 @@ const NamedFilter kFilters[] = {
          }
          if (!v.isNumber() || !total.isNumber())
            return makeError("unsupported operand type(s) for +: '{}' and '{}'", total.typeName(), v.typeName());
-         total = total.isFloat() || v.isFloat() ? Value(total.asFloat() + v.asFloat())
-                                                : Value(total.asInt() + v.asInt());
+         if (total.isFloat() || v.isFloat()) {
+           total = Value(total.asFloat() + v.asFloat());
+         } else {
+           auto sum = intArithmetic("+", total.asInt(), v.asInt());
+           if (!sum.ok()) return sum.error();
+           total = sum.take();
+         }
        }
        return total;
      }},
@@ -438,7 +459,12 @@ const NamedFilter kFilters[] = {
     {"indent",
      [](const Value& x, const CallArgs& a) -> Result<Value> {
        const Value* width = a.find(0, "width");
-       const size_t spaces = size_t(width && width->isInt() ? std::max<int64_t>(0, width->asInt()) : 4);
+       size_t spaces = 4;
+       if (width && width->isInt()) {
+         auto w = indentWidth(*width, "indent");
+         if (!w.ok()) return w.error();
+         spaces = *w;
+       }
        std::string indention = width && width->isString() ? width->asString() : std::string(spaces, ' ');
        const bool first = flag(a, 1, "first"), blank = flag(a, 2, "blank");
        // jinja2 splits the text into lines (a trailing newline ends the last

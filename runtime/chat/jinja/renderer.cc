@@ -52,18 +52,6 @@ Seq applySlice(const Seq& seq, const SliceRange& r) {
   return out;
 }
 
-int64_t floorDiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
-int64_t floorMod(int64_t a, int64_t b) {
-  int64_t m = a % b;
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
-  return m;
-}
-
 Error badOperands(const std::string& op, const Value& a, const Value& b) {
   return makeError("unsupported operand type(s) for {}: '{}' and '{}'", op, a.typeName(), b.typeName());
 }
@@ -120,18 +108,9 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) 
     }
   } else {
     int64_t x = a.asInt(), y = b.asInt();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
-    if (op == "**") {
-      if (y < 0) return Value(std::pow(double(x), double(y)));
-      int64_t r = 1;
-      for (int64_t i = 0; i < y; ++i) r *= x;
-      return Value(r);
-    }
-    if (y == 0) return makeError("integer division or modulo by zero");
-    if (op == "//") return Value(floorDiv(x, y));
-    if (op == "%") return Value(floorMod(x, y));
+    if (op == "**" && y < 0) return Value(std::pow(double(x), double(y)));
+    if (op == "+" || op == "-" || op == "*" || op == "**" || op == "//" || op == "%")
+      return intArithmetic(op, x, y);
   }
   return badOperands(op, a, b);
 }
@@ -217,9 +196,10 @@ class Renderer {
       int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1], step = n.size() == 3 ? n[2] : 1;
       if (step == 0) return makeError("range() arg 3 must not be zero");
       List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (out.size() > 100000) return makeError("range() is too long for a template");
         out.push_back(Value(i));
+        if (__builtin_add_overflow(i, step, &i)) break;  // past int64: past stop too
       }
       return Value(std::move(out));
     });
@@ -491,7 +471,9 @@ class Renderer {
         if (!operand->isNumber())
           return at(e.loc, fmt::format("bad operand type for unary {}: '{}'", e.name, operand->typeName()));
         if (e.name == "+") return operand->isBool() ? Value(operand->asInt()) : *operand;
-        return operand->isFloat() ? Value(-operand->asFloat()) : Value(-operand->asInt());
+        if (operand->isFloat()) return Value(-operand->asFloat());
+        if (auto negated = intArithmetic("-", 0, operand->asInt()); negated.ok()) return negated;
+        else return at(e.loc, negated.error().message);
       }
       case ExprKind::kBinary:
         return evalBinary(e);

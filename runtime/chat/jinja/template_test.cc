@@ -187,6 +187,33 @@ TEST(JinjaTemplateTest, HostileTemplatesFailCleanly) {
             "RENDER ERROR: line 1 column 9: repeating a str 1000000000000 times is larger than a prompt can be");
 }
 
+// Python's ints are unbounded, kiln's 64-bit: leaving int64 is an error,
+// never a wrapped value; found by the jinja fuzzer (runtime/chat/jinja/fuzz).
+TEST(JinjaTemplateTest, IntegerOverflowFailsInsteadOfWrapping) {
+  const std::string big = "9223372036854775807";
+  for (const std::string& expr : std::vector<std::string>{big + " + 1", "-" + big + " - 2", big + " * 2", "2 ** 64",
+                                  "(-" + big + " - 1) // -1", "-(-" + big + " - 1)",
+                                  "[" + big + ", 1] | sum", "(-" + big + " - 1) | abs"}) {
+    std::string out = render("{{ " + expr + " }}");
+    EXPECT_NE(out.find("integer overflow"), std::string::npos) << expr << " gave " << out;
+  }
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-" + big + " - 1) % -1 }} {{ -7 // 2 }} {{ -7 % 2 }} {{ 7 % -2 }}"),
+            "4611686018427387904 0 -4 1 -1");
+  EXPECT_EQ(render("{{ (-" + big + " - 1) is divisibleby(-1) }}"), "True");
+  EXPECT_EQ(render("{{ range(" + big + " - 1, " + big + ", 10) | list }}"), "[9223372036854775806]");
+}
+
+// tojson's and indent's widths: a non-integer indent and one too wide to
+// print are errors (the first crashed the renderer, found by the fuzzer).
+TEST(JinjaTemplateTest, IndentArgumentsAreChecked) {
+  EXPECT_EQ(render("{{ [1] | tojson(indent=2) }}"), "[\n  1\n]");
+  EXPECT_NE(render("{{ [1] | tojson(indent=[]) }}").find("tojson: indent must be an integer or a string, got list"),
+            std::string::npos);
+  EXPECT_NE(render("{{ [1] | tojson(indent=x) }}").find("indent must be an integer or a string"), std::string::npos);
+  EXPECT_NE(render("{{ [1] | tojson(indent=1000000000000) }}").find("wider than 1024 spaces"), std::string::npos);
+  EXPECT_NE(render("{{ 'a\nb' | indent(1000000000000) }}").find("wider than 1024 spaces"), std::string::npos);
+}
+
 TEST(JinjaTemplateTest, RaiseExceptionCarriesTheTemplatesMessage) {
   EXPECT_EQ(render("x\n{{ raise_exception('Roles must alternate') }}"),
             "RENDER ERROR: line 2 column 4: Roles must alternate");
