@@ -21,11 +21,26 @@ const ActivationTypeParams& activationTypeParams(std::string_view kind) {
   // The i32 expert ids are no activation.
   static const ActivationTypeParams kMoeRouter{{"x_type"}, {nullptr, "out_type"}};
   static const ActivationTypeParams kMoeExperts{{"x_type", "out_type"}, {"out_type"}};
+  // The state-space steps (args in the manifest's order; the weights,
+  // pools and inputs between them are no activations): ssm_conv1d (x, pool,
+  // w, ...), selective_scan (x, dt, a_log, b, c, ...), ssd_scan (x, dt,
+  // dt_bias, a_log, b, c, ...), ssm_gated_norm (x, gate, w); kv_append
+  // (k, v, ...) writes the pools alone.
+  static const ActivationTypeParams kSsmConv{{"x_type"}, {"out_type"}};
+  static const ActivationTypeParams kSelectiveScan{{"x_type", "x_type", nullptr, "x_type", "x_type"}, {"out_type"}};
+  static const ActivationTypeParams kSsdScan{{"x_type", "x_type", nullptr, nullptr, "x_type", "x_type"}, {"out_type"}};
+  static const ActivationTypeParams kGatedNorm{{"x_type", "x_type"}, {"out_type"}};
+  static const ActivationTypeParams kKvAppend{{"x_type", "x_type"}, {}};
   static const ActivationTypeParams kNone;
   if (kind == "embedding") return kEmbedding;
   if (kind == "rms_norm") return kRmsNorm;
   if (kind == "residual_rms_norm") return kResidualRmsNorm;
-  if (kind == "add" || kind == "mul" || kind == "silu") return kElementwise;
+  if (kind == "add" || kind == "mul" || kind == "silu" || kind == "relu_squared") return kElementwise;
+  if (kind == "ssm_conv1d") return kSsmConv;
+  if (kind == "selective_scan") return kSelectiveScan;
+  if (kind == "ssd_scan") return kSsdScan;
+  if (kind == "ssm_gated_norm") return kGatedNorm;
+  if (kind == "kv_append") return kKvAppend;
   if (kind == "gather_last_tokens") return kGather;
   if (kind == "rope_kv_append") return kRope;
   if (kind == "paged_attention" || kind == "paged_attention_split") return kAttention;

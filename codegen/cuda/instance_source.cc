@@ -876,6 +876,25 @@ Result<Body> elementwise(const Params& p, const char* op) {
   return b;
 }
 
+// kv_append (kv_append.cuh): a token a block, 128 threads over its Hkv · D
+// keys and values.
+Result<Body> kvAppend(const Params& p) {
+  KILN_TRY(kv_heads, p.positive("kv_heads"));
+  KILN_TRY(head_dim, p.positive("head_dim"));
+  KILN_TRY(page_size, p.positive("page_size"));
+  KILN_TRY(kv_name, p.text("kv_type"));
+  KILN_TRY(x, activationType(p, "x_type"));
+  if (kv_name != "bf16" && kv_name != "f32")
+    return p.bad("kv_type", kv_name, "bf16 or f32 (kv_append writes float pools; int8/fp8 pools take rope_kv_append)");
+  KILN_TRY(kv, kvPoolType(p, "kv_append", kv_name));
+  (void)page_size;  // the slot mapping holds block · page_size + offset
+  Body b{"kv_append.cuh", "", "kv_append", {128, "[N]", "KvAppendParams"}};
+  b.config = fmt::format("  using X = {};\n  using Kv = {};\n  static constexpr int kRow = {};\n"
+                         "  static constexpr int kThreads = 128;\n",
+                         x, kv, kv_heads * head_dim);
+  return b;
+}
+
 Result<Body> gatherLastTokens(const Params& p) {
   KILN_TRY(hidden, p.positive("hidden", 8));
   KILN_TRY(type, activationType(p, "type"));
@@ -1134,6 +1153,8 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "add") return elementwise(p, "OpAdd");
   if (kind == "mul") return elementwise(p, "OpMul");
   if (kind == "silu") return elementwise(p, "OpSilu");
+  if (kind == "relu_squared") return elementwise(p, "OpReluSquared");
+  if (kind == "kv_append") return kvAppend(p);
   if (kind == "gather_last_tokens") return gatherLastTokens(p);
   if (kind == "moe_router") return moeRouter(p);
   if (kind == "moe_gate_up" || kind == "moe_down" || kind == "moe_combine") return moeExperts(p, kind);
@@ -1163,7 +1184,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "embedding", "rms_norm", "residual_rms_norm", "gemm", "rope_kv_append", "paged_attention",
       "paged_attention_split", "attention_combine", "flash_attention", "flash_attention_wgmma", "decode_attention",
       "silu_mul", "gemm_swiglu", "dequantize", "add",
-      "mul", "silu", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "moe_gate_up_mma",
+      "mul", "silu", "relu_squared", "kv_append", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "moe_gate_up_mma",
       "moe_down_mma", "ssm_conv1d", "ssd_scan",
       "ssm_gated_norm", "selective_scan", "sample",
       "argmax"};

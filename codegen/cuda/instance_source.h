@@ -38,7 +38,8 @@ struct Instance {
 
 // Kinds with a CUDA template: the manifest's kernel kinds (embedding, rms_norm,
 // residual_rms_norm, gemm, rope_kv_append, paged_attention, silu_mul, add, mul,
-// silu, gather_last_tokens, moe_router) plus the runtime's own: paged_attention_split,
+// silu, relu_squared, kv_append, gather_last_tokens, moe_router, ssm_conv1d,
+// ssd_scan, ssm_gated_norm, selective_scan) plus the runtime's own: paged_attention_split,
 // attention_combine, flash_attention, flash_attention_wgmma, decode_attention,
 // moe_gate_up, moe_down, moe_combine and the grouped moe_gate_up_mma, moe_down_mma
 // (a moe_ffn step's), sample, argmax.

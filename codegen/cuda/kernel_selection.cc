@@ -98,10 +98,6 @@ nlohmann::json combineParams(const PagedAttentionParams& attention, std::string_
   return withActivationTypes("attention_combine", std::move(combine), activation_type);
 }
 
-// The hybrid stacks' rope-less KV append and squared ReLU run on the CPU
-// backend only: no CUDA kernel kind implements them.
-bool hasCudaKernel(StepKind kind) { return kind != StepKind::kKvAppend && kind != StepKind::kReluSquared; }
-
 // A mixture-of-experts step's instances: moe_router as it is (its router
 // GEMM inside, so only the fused form has one); moe_ffn as three kernels
 // (moe.cuh): gate/up, down and the combine. Their weights are uploaded in
@@ -142,7 +138,7 @@ std::vector<KernelVariant> moeVariants(const PlanStep& step, std::string_view ac
 std::vector<KernelVariant> f32Variants(const PlanStep& step) {
   VariantList out;
   const std::string_view kind = stepKindName(step.kind);
-  if (step.kind == StepKind::kSplit || runsOnHost(step.kind) || !hasCudaKernel(step.kind)) return {};
+  if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) return {};
   if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) return moeVariants(step, "f32", KernelTarget{});
   if (step.kind == StepKind::kGemm) {
     // Weights with separate scales have no CUDA GEMM; blocks are expanded
@@ -222,6 +218,12 @@ std::vector<KernelVariant> gemmVariants(const PlanStep& step, const SkinnyFusion
   const bool bf16_weights = gemm.weight_type == "bf16";
   params["weight_type"] = "bf16";
   const bool fused = fusion.gemm_params.is_object() && !fusion.gemm_params.empty();
+  // Shapes the skinny kernels do not tile (k not a multiple of 8: Mamba's
+  // dt_proj at a small time_step_rank) run on cuBLASLt at every row count.
+  if (!fused && !instanceSource("gemm", params, "probe").ok()) {
+    out.elsewhere(R::kCublasLt, kAnyRows);
+    return out.take();
+  }
   if (!fused) {
     addSingleRow(out, R::kSingleRow, params, gemm, fusion, target);
     out.kernel(R::kSkinny, kSkinnyRows, {}, "gemm", params, bf16_weights ? step.instance : "");
@@ -284,7 +286,7 @@ Result<std::vector<std::vector<KernelVariant>>> selectKernels(const PlanEntry& e
     const PlanStep& step = entry.steps[i];
     const SkinnyFusion& fusion = fusions[i];
     const std::string_view kind = stepKindName(step.kind);
-    if (step.kind == StepKind::kSplit || runsOnHost(step.kind) || !hasCudaKernel(step.kind)) {
+    if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) {
       out.emplace_back();
       continue;
     }

@@ -10,7 +10,9 @@
 //     shape streams (gemv_stream.cuh), folding in the residual_rms_norm
 //     before it where allowed; from kFusedSwiGluMinRows rows on Hopper,
 //     gemm_swiglu for a gemm with SwiGLU folded in; otherwise cuBLASLt, up to
-//     kResidualEpilogueMaxRows adding the residual of the norm after it;
+//     kResidualEpilogueMaxRows adding the residual of the norm after it; a
+//     shape the skinny kernels do not tile (k not a multiple of 8) runs on
+//     cuBLASLt at every row count;
 //   - gemm of ggml blocks (q4_0, q4_1, q8_0, the K-quants q4_k, q5_k, q6_k,
 //     and kiln's int8/int4 as the
 //     q8_0/q4_0 blocks the weight store makes): gemm_quant.cuh reads their

@@ -461,6 +461,47 @@ TEST(KernelSelection, F32PlanRunsGemmsOnCublasAndTypedInstances) {
       << f16.error().message;
 }
 
+// The state-space steps and the hybrid's rope-less KV append and squared
+// ReLU: one instance each, typed f32 in an f32 plan; Mamba's dt_proj at a
+// rank the skinny kernels do not tile (k 4) runs on cuBLASLt at every row
+// count in a bf16 plan.
+TEST(KernelSelection, StateSpaceAndHybridStepsGetTypedInstances) {
+  PlanEntry plan;
+  plan.steps.push_back(step(StepKind::kSsmConv1d, {{"channels", 128}, {"width", 4}, {"silu", true}, {"bias", true}},
+                            {1, -1, -1, -1, -1, -1}, {2}, ""));
+  plan.steps.push_back(step(StepKind::kKvAppend, {{"kv_heads", 2}, {"head_dim", 16}, {"page_size", 16},
+                                                  {"kv_type", "f32"}},
+                            {3, 4, -1, -1, -1}, {}, ""));
+  plan.steps.push_back(step(StepKind::kReluSquared, {{"width", 96}}, {5}, {6}, ""));
+  plan.steps.push_back(
+      step(StepKind::kGemm, {{"n", 128}, {"k", 4}, {"weight_type", "f32"}, {"bias", true}}, {7, -1, -1}, {8}, ""));
+  const auto f32 = select(plan, "sm_90a", "f32");
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"ssm_conv1d", "using X = float;"}, {"kv_append", "using Kv = float;"}, {"relu_squared", "OpReluSquared"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(f32[i].size(), 1u) << want[i].first;
+    const KernelVariant& v = f32[i][0];
+    EXPECT_EQ(v.role, R::kStep);
+    EXPECT_EQ(v.kind, want[i].first);
+    auto generated = instanceSource(v.kind, v.params, v.instance);
+    ASSERT_TRUE(generated.ok()) << generated.error().message;
+    EXPECT_NE(generated->source.find(want[i].second), std::string::npos) << generated->source;
+    EXPECT_NE(generated->source.find("float"), std::string::npos) << "f32 operands: " << generated->source;
+  }
+  const auto bf16 = select(plan, "sm_90a");
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(bf16[i].size(), 1u) << want[i].first;
+  EXPECT_EQ(bf16[1][0].params.value("kv_type", ""), "f32");
+  ASSERT_EQ(bf16[3].size(), 1u);
+  EXPECT_EQ(bf16[3][0].role, R::kCublasLt);
+  expectRows(bf16[3][0], 1, RowRange::kUnbounded);
+  expectAllGenerate(bf16);
+  // int8 pools hold scaled rows: kv_append writes float pools only.
+  auto int8 = instanceSource("kv_append", {{"kv_heads", 2}, {"head_dim", 16}, {"page_size", 16}, {"kv_type", "int8"}},
+                             "kv_append_int8");
+  ASSERT_FALSE(int8.ok());
+  EXPECT_NE(int8.error().message.find("kv_type"), std::string::npos) << int8.error().message;
+}
+
 TEST(KernelSelection, VariantsRoundTripThroughThePlanAndChooseByFeature) {
   const auto hopper = select(normThenGemm(), "sm_90a");
   for (size_t s = 0; s < hopper.size(); ++s)

@@ -1,5 +1,5 @@
 // Row-wise elementwise kernels, 8 elements per thread and step: silu_mul
-// (SwiGLU) and gelu_tanh_mul (GeGLU); add, mul, silu with per-operand element types (an f32 residual
+// (SwiGLU) and gelu_tanh_mul (GeGLU); add, mul, silu, relu_squared with per-operand element types (an f32 residual
 // stream plus a bf16 branch output -> f32); gather_last_tokens copying rows
 // of Config::T.
 //
@@ -7,6 +7,7 @@
 //             ->  [rows, F] Config::Out = silu(gate) · up (gelu_tanh_mul: gelu_tanh(gate) · up)
 //   add/mul:  a [rows, W] Config::A, b [rows, W] Config::B -> [rows, W] Config::Out
 //   silu:     a [rows, W] -> [rows, W]
+//   relu_squared: a [rows, W] -> [rows, W] = relu(a)²
 //   gather_last_tokens: h [N, hidden], query_start [B + 1] -> [B, hidden]
 //
 // All math in f32, one rounding to the output type at the store.
@@ -64,6 +65,11 @@ __device__ __forceinline__ void gelu_tanh_mul(const ElementwiseParams& p) { gate
 struct OpAdd { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a + b; } };
 struct OpMul { static constexpr bool kBinary = true; __device__ static float apply(float a, float b) { return a * b; } };
 struct OpSilu { static constexpr bool kBinary = false; __device__ static float apply(float a, float) { return silu(a); } };
+// Nemotron-H's MLP activation: relu(a)².
+struct OpReluSquared {
+  static constexpr bool kBinary = false;
+  __device__ static float apply(float a, float) { return a > 0.0f ? a * a : 0.0f; }
+};
 
 // Config: using Op, A, B, Out; static constexpr int kWidth, kThreads.
 template <class Config>

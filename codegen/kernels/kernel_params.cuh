@@ -123,9 +123,20 @@ struct AttentionCombineParams {
   int num_splits;
 };
 
-// silu_mul, add, mul, silu: row-wise elementwise over `rows` rows.
+// kv_append (kv_append.cuh): keys and values into the paged pools, unrotated.
+struct KvAppendParams {
+  const void* k;            // [N, Hkv D] x type
+  const void* v;            // [N, Hkv D] x type
+  const int* slot_mapping;  // [N] i32; < 0 or >= num_slots skips the token
+  void* k_pool;             // [num_blocks, page_size, Hkv, D] kv type
+  void* v_pool;
+  int num_tokens;
+  long long num_slots;  // num_blocks * page_size
+};
+
+// silu_mul, add, mul, silu, relu_squared: row-wise elementwise over `rows` rows.
 struct ElementwiseParams {
-  const void* a;   // silu_mul: gate_up [rows, 2F] or gate [rows, F]; add/mul/silu: [rows, width] a_type
+  const void* a;   // silu_mul: gate_up [rows, 2F] or gate [rows, F]; add/mul/silu/relu_squared: [rows, width] a_type
   const void* b;   // silu_mul: up [rows, F] (unmerged); add/mul: [rows, width] b_type
   void* out;       // [rows, F or width] bf16 (add: out_type)
   int rows;

@@ -305,6 +305,14 @@ inline std::vector<KernelCase> representativeKernelCases() {
     cases.push_back({"ssm_gated_norm", {{"features", heads * head_dim}, {"group_size", heads * head_dim},
                                         {"weight_type", "bf16"}}});
   }
+  // Nemotron-H's rope-less attention appends its keys and values as they
+  // are (8 KV heads of 128 into bf16 pools; tiny-hybrid's f32 plan: 2 of 16
+  // into f32), and its MLP squares the ReLU.
+  cases.push_back({"kv_append", {{"kv_heads", 8}, {"head_dim", 128}, {"page_size", 16}, {"kv_type", "bf16"}}});
+  cases.push_back({"kv_append", {{"kv_heads", 2}, {"head_dim", 16}, {"page_size", 16}, {"kv_type", "f32"},
+                                 {"x_type", "f32"}}});
+  cases.push_back({"relu_squared", {{"width", 21504}}});
+  cases.push_back({"relu_squared", {{"width", 96}, {"a_type", "f32"}, {"out_type", "f32"}}});
   // Mamba's selective scan: mamba-2.8b (5120 channels, state 16) and tiny-mamba (128, 8).
   cases.push_back({"selective_scan", {{"channels", 5120}, {"state", 16}}});
   cases.push_back({"selective_scan", {{"channels", 128}, {"state", 8}, {"x_type", "f32"}, {"out_type", "f32"}}});

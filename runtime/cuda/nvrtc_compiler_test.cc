@@ -180,6 +180,34 @@ TEST(F32Plan, FamilyFixtureInstancesCompileForSm90aWithoutSpills) {
   }
 }
 
+// The state-space fixtures' plans (tiny-mamba, tiny-mamba2 and the
+// tiny-hybrid Nemotron-H stack), f32 and bf16: every instance among their
+// variants, the SSM kinds, kv_append and relu_squared among them, as the
+// executor generates them.
+TEST(StateSpacePlan, FixtureInstancesCompileForSm90aWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  for (const char* fixture : {"tiny-mamba", "tiny-mamba2", "tiny-hybrid"})
+    for (const char* folder : {"artifact", "artifact-bf16"}) {
+      SCOPED_TRACE(std::string(fixture) + "/" + folder);
+      auto manifest = Manifest::load(checkoutPath(std::string("test/fixtures/") + fixture + "/" + folder));
+      ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+      std::set<std::string> names, kinds;
+      for (const Step& step : manifest->findEntry("forward")->steps)
+        for (const KernelVariant& v : step.variants) {
+          if (v.instance.empty() || !names.insert(v.instance).second) continue;
+          kinds.insert(v.kind);
+          SCOPED_TRACE(v.instance);
+          expectCompilesWithoutSpills(v.kind, v.params, v.instance, "sm_90a");
+        }
+      const std::string name = fixture;
+      EXPECT_EQ(kinds.count("ssm_conv1d"), 1u);
+      EXPECT_EQ(kinds.count(name == "tiny-mamba" ? "selective_scan" : "ssd_scan"), 1u);
+      EXPECT_EQ(kinds.count("ssm_gated_norm"), name == "tiny-mamba" ? 0u : 1u);
+      EXPECT_EQ(kinds.count("kv_append"), name == "tiny-hybrid" ? 1u : 0u);
+      EXPECT_EQ(kinds.count("relu_squared"), name == "tiny-hybrid" ? 1u : 0u);
+    }
+}
+
 // Every kernel instance of the tiny-llama spec fixture's plans (forward and
 // verify: the tree-masked paged_attention among them), the f32 plan over
 // f32, bf16, int8 and fp8 KV and the bf16 plan over bf16, int8 and fp8 KV,
