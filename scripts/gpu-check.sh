@@ -151,8 +151,11 @@
 #            at batch 1 and 64, after 1k-32k of context, prefill at 8k and 32k, scaled
 #            to 64 layers); test/gpu/hf_mamba_bench.py (transformers' Mamba2ForCausalLM
 #            at that shape, random bf16: the same rows; KILN_MAMBA_HF_TIMEOUT, default
-#            900 s). kiln's figures are the SSM kernels' alone: the executor does not
-#            run SSM plans yet.
+#            900 s). kiln's figures there are the SSM kernels' alone. Then the whole
+#            models on the GPU: kiln_cuda_ssm_test (the CUDA executor and engine on
+#            tiny-mamba, tiny-mamba2 and tiny-hybrid, f32 and bf16 plans, against the
+#            CPU executor and the references: chunked prefill, slot reuse, preemption)
+#            and `kiln run ART --device cuda` on each fixture's f32 and bf16 artifact.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
@@ -632,6 +635,20 @@ if [[ " $PARTS " == *" mamba "* ]]; then
   "$BUILD/bin/ssm_gpu_test" > "$OUT/ssm_gpu_test.log" 2>&1
   record ssm_gpu_test "$?"
   grep -E "^  |OK \]|FAILED" "$OUT/ssm_gpu_test.log"
+  echo "== the CUDA executor and engine on the state-space fixtures, against the CPU and the references"
+  "$BUILD/bin/kiln_cuda_ssm_test" --gtest_output="xml:$OUT/kiln_cuda_ssm_test.xml" > "$OUT/kiln_cuda_ssm_test.log" 2>&1
+  record kiln_cuda_ssm_test "$?"
+  grep -E "worst relative|first tokens|OK \]|FAILED" "$OUT/kiln_cuda_ssm_test.log"
+  for f in tiny-mamba tiny-mamba2 tiny-hybrid; do
+    for art in artifact artifact-bf16; do
+      echo "== kiln run test/fixtures/$f/$art --device cuda"
+      "$BUILD/bin/kiln" run "$ROOT/test/fixtures/$f/$art" "Hello" --device cuda --model-source "$ROOT/test/fixtures/$f" \
+        --max-tokens 8 --ignore-eos > "$OUT/ssm_run_${f}_$art.out" 2> "$OUT/ssm_run_${f}_$art.err"
+      rc=$?
+      record "ssm_run_${f}_$art" $rc
+      tail -1 "$OUT/ssm_run_${f}_$art.err"
+    done
+  done
   echo "== the SSM fixtures' float64 references against transformers"
   python3 "$ROOT/test/gpu/check_ssm_reference.py" "$ROOT/test/fixtures/tiny-mamba" "$ROOT/test/fixtures/tiny-mamba2" \
     "$ROOT/test/fixtures/tiny-hybrid" 2>&1 | tee "$OUT/ssm_reference.txt"

@@ -97,6 +97,7 @@ Result<std::unique_ptr<Backend>> createCudaBackend(const Manifest& m, const Weig
   copt.progress = options.progress;
   copt.gpu_memory_fraction = options.gpu_memory_fraction;
   copt.tuning = options.cuda;
+  copt.state_slots = options.max_sequences;  // state-space plans: a slot per sequence, as the CPU's
   auto ex = cuda::CudaExecutor::create(m, weights, kvPoolConfigFor(m, blocks),
                                        options.max_batch_tokens, copt);
   if (!ex.ok()) return ex.error();

@@ -161,6 +161,35 @@ Status bindParams(const Step& step, const WeightStore& weights,
       return makeError("{} ({}): args[{}] must be a value", step.path, stepKindName(step.kind), a);
     return {};
   };
+  // The state-space and hybrid steps' operands: a value of rows of `width`,
+  // a weight of `shape`, the query_start and state_slots inputs, the result.
+  auto needWidth = [&](size_t a, int64_t width, const char* what) -> Status {
+    KILN_RETURN_IF_ERROR(needValue(a));
+    if (s.args[a].width != width)
+      return makeError("{}: args[{}] ({}) has rows of {}, expected {}", step.path, a, what, s.args[a].width, width);
+    return {};
+  };
+  auto needShape = [&](size_t a, std::vector<int64_t> shape, const char* what) -> Status {
+    const BoundWeight* w = a < na && step.args[a].kind == StepArg::Kind::kWeight ? weights.find(step.args[a].id)
+                                                                                 : nullptr;
+    if (!w) return makeError("{}: args[{}] ({}) must be a weight", step.path, a, what);
+    if (w->shape != shape)
+      return makeError("{}: {} {} '{}' has shape {}, expected {}", step.path, what, w->id, w->name,
+                       formats::shapeToString(w->shape), formats::shapeToString(shape));
+    return {};
+  };
+  auto needSlots = [&](size_t query_start, size_t slots) -> Status {
+    if (slots >= na || s.inputs[query_start] != kQueryStart || s.inputs[slots] != kStateSlots)
+      return makeError("{}: args[{}] and [{}] must be the query_start and state_slots inputs", step.path,
+                       query_start, slots);
+    return {};
+  };
+  auto needResult = [&](int64_t width) -> Status {
+    if (s.results.empty() || s.results[0].width != width)
+      return makeError("{}: results[0] has rows of {}, expected {}", step.path,
+                       s.results.empty() ? 0 : s.results[0].width, width);
+    return {};
+  };
   switch (step.kind) {
     case StepKind::kEmbedding: {
       const BoundWeight* table = weights.find(step.args[1].id);
@@ -286,14 +315,74 @@ Status bindParams(const Step& step, const WeightStore& weights,
         return makeError("{}: accept mode {} is not run by the CUDA executor (greedy only)", step.path,
                          step.as<AcceptParams>().mode);
       break;
-    case StepKind::kSsmConv1d:
-    case StepKind::kSelectiveScan:
-    case StepKind::kSsdScan:
-    case StepKind::kSsmGatedNorm:
-    case StepKind::kKvAppend:
-    case StepKind::kReluSquared:
-      return makeError("{}: {} steps are not run by the CUDA executor (state-space plans run on the CPU backend)",
-                       step.path, stepKindName(step.kind));
+    case StepKind::kReluSquared: {
+      s.width = step.as<ElementwiseParams>().width;
+      KILN_RETURN_IF_ERROR(needWidth(0, s.width, "x"));
+      KILN_RETURN_IF_ERROR(needResult(s.width));
+      break;
+    }
+    case StepKind::kKvAppend: {
+      const KvAppendParams& p = step.as<KvAppendParams>();  // pools and kv_type checked by the plan
+      s.kv_heads = int(p.kv_heads);
+      s.head_dim = int(p.head_dim);
+      for (size_t a : {0u, 1u}) KILN_RETURN_IF_ERROR(needWidth(a, p.kv_heads * p.head_dim, a == 0 ? "k" : "v"));
+      if (s.inputs.size() < 3 || s.inputs[2] != kSlotMapping || !s.pools[3] || !s.pools[4])
+        return makeError("{}: expected k, v, slot_mapping, k_pool, v_pool", step.path);
+      if (s.pool_scales[3] || s.pool_scales[4])
+        return makeError("{}: kv_append writes bf16 or f32 pools; int8/fp8 pools are not written unrotated",
+                         step.path);
+      break;
+    }
+    case StepKind::kSsmConv1d: {
+      const SsmConv1dParams& p = step.as<SsmConv1dParams>();
+      s.width = p.channels;
+      KILN_RETURN_IF_ERROR(needWidth(0, p.channels, "x"));
+      KILN_RETURN_IF_ERROR(needShape(2, {p.channels, 1, p.width}, "conv weight"));
+      if (p.bias) KILN_RETURN_IF_ERROR(needShape(5, {p.channels}, "conv bias"));
+      KILN_RETURN_IF_ERROR(needSlots(3, 4));
+      KILN_RETURN_IF_ERROR(needResult(p.channels));
+      break;
+    }
+    case StepKind::kSelectiveScan: {
+      const SelectiveScanParams& p = step.as<SelectiveScanParams>();
+      s.width = p.channels;
+      s.k = p.state;
+      KILN_RETURN_IF_ERROR(needWidth(0, p.channels, "x"));
+      KILN_RETURN_IF_ERROR(needWidth(1, p.channels, "dt"));
+      KILN_RETURN_IF_ERROR(needWidth(3, p.state, "b"));
+      KILN_RETURN_IF_ERROR(needWidth(4, p.state, "c"));
+      KILN_RETURN_IF_ERROR(needShape(2, {p.channels, p.state}, "a_log"));
+      KILN_RETURN_IF_ERROR(needShape(5, {p.channels}, "d"));
+      KILN_RETURN_IF_ERROR(needSlots(7, 8));
+      KILN_RETURN_IF_ERROR(needResult(p.channels));
+      break;
+    }
+    case StepKind::kSsdScan: {
+      const SsdScanParams& p = step.as<SsdScanParams>();
+      s.heads = int(p.heads);
+      s.head_dim = int(p.head_dim);
+      s.k = p.state;
+      s.dt_min = float(p.dt_min);
+      s.dt_max = float(p.dt_max);  // infinity: no upper limit
+      KILN_RETURN_IF_ERROR(needWidth(0, p.heads * p.head_dim, "x"));
+      KILN_RETURN_IF_ERROR(needWidth(1, p.heads, "dt"));
+      KILN_RETURN_IF_ERROR(needWidth(4, p.groups * p.state, "b"));
+      KILN_RETURN_IF_ERROR(needWidth(5, p.groups * p.state, "c"));
+      for (size_t a : {2u, 3u, 6u}) KILN_RETURN_IF_ERROR(needShape(a, {p.heads}, "per-head weight"));
+      KILN_RETURN_IF_ERROR(needSlots(8, 9));
+      KILN_RETURN_IF_ERROR(needResult(p.heads * p.head_dim));
+      break;
+    }
+    case StepKind::kSsmGatedNorm: {
+      const SsmGatedNormParams& p = step.as<SsmGatedNormParams>();
+      s.width = p.features;
+      s.epsilon = float(p.epsilon);
+      KILN_RETURN_IF_ERROR(needWidth(0, p.features, "x"));
+      KILN_RETURN_IF_ERROR(needWidth(1, p.features, "gate"));
+      KILN_RETURN_IF_ERROR(needShape(2, {p.features}, "norm weight"));
+      KILN_RETURN_IF_ERROR(needResult(p.features));
+      break;
+    }
   }
   return {};
 }
@@ -395,6 +484,12 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
                        stepKindName(step.kind), t);
     return gemm_form;
   }
+  // The state-space steps' conv weight and bias, A_log, D, dt_bias and
+  // gated norm weight: f32, as ssm.cuh's instances read them (their
+  // weight_type / param_type default).
+  if (step.kind == StepKind::kSsmConv1d || step.kind == StepKind::kSelectiveScan ||
+      step.kind == StepKind::kSsdScan || step.kind == StepKind::kSsmGatedNorm)
+    return WeightForm::kF32;
   // Qwen3's per-head q/k norm weights: f32, as rope_kv_append reads them.
   if (step.kind == StepKind::kRopeKvAppend && step.as<RopeKvAppendParams>().qk_norm) return WeightForm::kF32;
   if (step.kind != StepKind::kGemm)
@@ -568,15 +663,25 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
           s.pool_scales[a] = placement.pools.scales(arg.layer, arg.role);
           break;
         }
-        case StepArg::Kind::kState:
-          return makeError("{}: args[{}]: state pools are not run by the CUDA executor", step.path, a);
+        case StepArg::Kind::kState: {
+          const StatePools* states = placement.states;
+          if (!states || arg.layer < 0 || size_t(arg.layer) >= states->layers.size())
+            return makeError("{}: args[{}]: state layer {} is outside the state pools' {} layers", step.path, a,
+                             arg.layer, states ? states->layers.size() : 0);
+          const StateRole want = step.kind == StepKind::kSsmConv1d ? StateRole::kConv : StateRole::kSsm;
+          if (arg.state_role != want)
+            return makeError("{}: args[{}]: expected the layer's {} state pool", step.path, a,
+                             want == StateRole::kConv ? "conv" : "ssm");
+          s.pools[a] = states->pool(arg.layer, arg.state_role);
+          break;
+        }
       }
     }
     for (size_t r = 0; r < step.results.size(); ++r) {
       KILN_ASSIGN(v, placement.value(step.path, step.results[r], fmt::format("results[{}]", r)));
       s.results.push_back(v);
     }
-    if (s.results.empty()) return makeError("{}: no results", step.path);
+    if (s.results.empty() && step.kind != StepKind::kKvAppend) return makeError("{}: no results", step.path);
     KILN_RETURN_IF_ERROR(checkValueTypes(
         step,
         cuda_codegen::withActivationTypes(stepKindName(step.kind), toJson(step.params), manifest.activation_type),

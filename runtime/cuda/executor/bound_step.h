@@ -68,7 +68,7 @@ struct BoundStep {
   std::vector<DeviceValue> results;
   std::vector<CUdeviceptr> weights;  // by arg index (0 for non-weights)
   std::vector<int> inputs;           // by arg index (-1 for non-inputs): InputId
-  std::vector<CUdeviceptr> pools;    // by arg index (0 for non-pools)
+  std::vector<CUdeviceptr> pools;    // by arg index (0 for non-pools): a KV pool, or a state-space layer's state pool
   std::vector<CUdeviceptr> pool_scales;  // by arg index: an int8/fp8 pool's scales (0 otherwise)
   int64_t width = 0, k = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
@@ -105,6 +105,10 @@ struct BoundStep {
   unsigned moe_grouped_block = 0, moe_grouped_smem = 0;
   std::optional<RowRange> moe_grouped_rows;
   int64_t vocab = 0;            // embedding table rows
+  // State-space steps: ssm_conv1d / selective_scan width = channels,
+  // selective_scan / ssd_scan k = state size; ssd_scan heads, head_dim and
+  // its δ limits; ssm_gated_norm width = features and its epsilon.
+  float dt_min = 0, dt_max = 0, epsilon = 0;
   // gemm, skinny batches (skinnyKernel picks): the skinny instance and,
   // for one row, the single-row instance (gemv_max_rows 1: more blocks per
   // SM, more loads in flight) ...
@@ -190,6 +194,7 @@ struct EntryPlacement {
   const ActivationArena& arena;
   const WeightLayout& weights;
   const KvPools& pools;
+  const StatePools* states = nullptr;  // the state-space layers' pools (null: the plan has none)
 
   // Value `id`, named at `where` of `path` in errors: a bf16 or f32 value
   // with batch rows, in the arena (or a buffer of its own).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <utility>
 
 #include "runtime/backend/tree_verify.h"
 #include "runtime/cuda/executor/kiln_assign.h"
@@ -96,6 +97,38 @@ Status KvPools::allocate(DeviceMemory& memory, const KvPoolConfig& kv) {
   return {};
 }
 
+Status StatePools::allocate(DeviceMemory& memory, const StatePoolConfig& config) {
+  layers.clear();
+  total_bytes = 0;
+  for (size_t l = 0; l < config.layers.size(); ++l) {
+    const StateLayerShape& shape = config.layers[l];
+    Layer layer;
+    layer.conv_slot_bytes = shape.conv_rows * shape.conv_channels * config.conv_element_bytes;
+    layer.ssm_slot_bytes = shape.ssm_elements * 4;
+    if (layer.conv_slot_bytes % 4 != 0)
+      return makeError("state pool layer {}: a conv slot of {} x {} takes {} bytes, expected whole 4-byte words", l,
+                       shape.conv_rows, shape.conv_channels, layer.conv_slot_bytes);
+    layer.conv_offset = total_bytes;
+    total_bytes += alignUp(layer.conv_slot_bytes * config.num_slots);
+    layer.ssm_offset = total_bytes;
+    total_bytes += alignUp(layer.ssm_slot_bytes * config.num_slots);
+    layers.push_back(layer);
+  }
+  if (layers.empty()) return {};
+  KILN_ASSIGN(pools, memory.allocZeroed(total_bytes, "the state-space layers' state pools"));
+  base = pools;
+  return {};
+}
+
+Status StatePools::zeroSlot(const DeviceContext& gpu, int32_t slot) const {
+  for (const Layer& l : layers)
+    for (auto [offset, bytes] : {std::pair{l.conv_offset, l.conv_slot_bytes}, std::pair{l.ssm_offset, l.ssm_slot_bytes}})
+      KILN_RETURN_IF_ERROR(gpu.d->check(gpu.x.memsetD32Async(base + CUdeviceptr(offset + slot * bytes), 0,
+                                                             size_t(bytes / 4), gpu.stream),
+                                        "cuMemsetD32Async (a fresh sequence's state slot)"));
+  return {};
+}
+
 std::optional<InputId> parseInput(std::string_view name) {
   if (name == "tokens") return kTokens;
   if (name == "positions") return kPositions;
@@ -103,12 +136,13 @@ std::optional<InputId> parseInput(std::string_view name) {
   if (name == "block_tables") return kBlockTables;
   if (name == "query_start") return kQueryStart;
   if (name == "kv_lens") return kKvLens;
+  if (name == "state_slots") return kStateSlots;
   return std::nullopt;
 }
 
 void BatchInputBuffer::layOut(int64_t max_tokens, int64_t num_blocks, int64_t nodes) {
   int64_t at = 0;
-  for (int id : {kTokens, kPositions, kSlotMapping, kQueryStart, kKvLens}) {
+  for (int id : {kTokens, kPositions, kSlotMapping, kQueryStart, kKvLens, kStateSlots}) {
     offset[id] = at;
     at += max_tokens + 1;
   }
@@ -146,6 +180,7 @@ size_t BatchInputBuffer::stage(const BatchInputs& in, int max_blocks) {
   put(kSlotMapping, in.slot_mapping);
   put(kQueryStart, in.query_start);
   put(kKvLens, in.kv_lens);
+  put(kStateSlots, in.state_slots);  // empty for a plan without state-space layers
   int32_t* tables = staging + offset[kBlockTables];
   if (max_blocks == in.max_blocks) {
     put(kBlockTables, in.block_tables);

@@ -6,6 +6,7 @@
 //     (bytes_per_token x T_max, zeroed), and the buffers of the values a
 //     fusion moves out of it;
 //   - KvPools: the paged K and V pools of every layer, zeroed;
+//   - StatePools: the state-space layers' conv and SSM state slots, zeroed;
 //   - BatchInputBuffer: the batch inputs at fixed offsets of one i32 buffer
 //     and its pinned mirror, so a forward stages them with one copy.
 #pragma once
@@ -20,6 +21,7 @@
 #include "runtime/backend/batch.h"
 #include "runtime/cuda/executor/device_context.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/kv/state_pool.h"
 #include "runtime/support/error.h"
 
 namespace kiln::cuda {
@@ -94,17 +96,45 @@ struct KvPools {
   }
 };
 
+// Per state-space layer (runtime/kv/state_pool.h's layout, on the device):
+// the carried conv inputs [slots, K-1, C] of the activation type and the SSM
+// state [slots, I, N] | [slots, H, P, N] f32, each pool at an aligned
+// offset of one allocation, zeroed. A slot is zeroed again, on the stream,
+// whenever a sequence starts in it (zeroSlot).
+struct StatePools {
+  CUdeviceptr base = 0;
+  struct Layer {
+    int64_t conv_offset = 0, ssm_offset = 0;          // bytes from base
+    int64_t conv_slot_bytes = 0, ssm_slot_bytes = 0;  // one slot's
+  };
+  std::vector<Layer> layers;
+  int64_t total_bytes = 0;
+
+  // Nothing allocated for a config without layers. A slot's bytes must be
+  // whole 4-byte words (the zeroing's memset).
+  Status allocate(DeviceMemory& memory, const StatePoolConfig& config);
+  int64_t bytes() const { return total_bytes; }
+  CUdeviceptr pool(int layer, StateRole role) const {
+    const Layer& l = layers[size_t(layer)];
+    return base + CUdeviceptr(role == StateRole::kConv ? l.conv_offset : l.ssm_offset);
+  }
+  // Enqueues the zeroing of `slot` in every layer's pools on the stream.
+  Status zeroSlot(const DeviceContext& gpu, int32_t slot) const;
+};
+
 // kTreePositions and kTreeMask are speculative verify's tree_positions and
 // tree_mask results, computed on the host (tree_verify.h) and staged like
 // inputs; no entry names them as inputs.
 enum InputId {
-  kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kTreePositions, kTreeMask, kNumInputs
+  kTokens, kPositions, kSlotMapping, kBlockTables, kQueryStart, kKvLens, kStateSlots, kTreePositions, kTreeMask,
+  kNumInputs
 };
 // An entry input's name ("tokens", "slot_mapping", ...); nullopt for one
 // the executor does not provide.
 std::optional<InputId> parseInput(std::string_view name);
 
-// Every input has T_max + 1 elements, block tables the capacity of
+// Every input (state_slots too: its B entries, the state-space layers'
+// slot of each sequence) has T_max + 1 elements, block tables the capacity of
 // min(T_max, 256) rows of num_blocks; after them, for a plan with a verify
 // entry, the tree positions (T_max + 1 i32) and the tree mask ([T_max,
 // tree_nodes] u8, packed into i32 elements), staged only by verify.

@@ -12,31 +12,33 @@ namespace {
 TEST(BatchInputBuffer, NamesTheInputsTheExecutorProvides) {
   EXPECT_EQ(parseInput("slot_mapping"), kSlotMapping);
   EXPECT_EQ(parseInput("block_tables"), kBlockTables);
+  EXPECT_EQ(parseInput("state_slots"), kStateSlots);
   EXPECT_FALSE(parseInput("tree_mask").has_value());
 }
 
 TEST(BatchInputBuffer, StagesBlockTablesAtAGraphsWiderStride) {
-  // Offsets as allocate() lays them out for T_max = 4: five inputs of
+  // Offsets as allocate() lays them out for T_max = 4: six inputs of
   // T_max + 1 elements, then the block tables.
   BatchInputBuffer buffer;
-  int64_t at = 0;
-  for (int id : {kTokens, kPositions, kSlotMapping, kQueryStart, kKvLens}) {
-    buffer.offset[id] = at;
-    at += 5;
-  }
-  buffer.offset[kBlockTables] = at;  // 25
-  std::vector<int32_t> staging(25 + 16, -1);
+  buffer.layOut(/*max_tokens=*/4, /*num_blocks=*/4, /*tree_nodes=*/0);
+  ASSERT_EQ(buffer.offset[kBlockTables], 30);
+  std::vector<int32_t> staging(size_t(buffer.elems), -1);
   buffer.staging = staging.data();
   const std::vector<int32_t> tokens{7, 8}, positions{3, 5}, slots{3, 5}, tables{1, 2, 4, 6}, starts{0, 1, 2},
-      lens{4, 6};
+      lens{4, 6}, state_slots{2, 0};
   BatchInputs in{tokens, positions, slots, tables, 2, starts, lens};
-  EXPECT_EQ(buffer.stage(in, 4), size_t(25 + 2 * 4) * 4);  // two rows of 4: [1 2 0 0] [4 6 0 0]
+  in.state_slots = state_slots;
+  EXPECT_EQ(buffer.stage(in, 4), size_t(30 + 2 * 4) * 4);  // two rows of 4: [1 2 0 0] [4 6 0 0]
   EXPECT_EQ(staging[buffer.offset[kTokens] + 1], 8);
   EXPECT_EQ(staging[buffer.offset[kKvLens] + 1], 6);
-  EXPECT_EQ(std::vector<int32_t>(staging.begin() + 25, staging.begin() + 33),
+  // The state-space layers' slots, inside the one copy a forward makes.
+  EXPECT_EQ(staging[buffer.offset[kStateSlots]], 2);
+  EXPECT_EQ(staging[buffer.offset[kStateSlots] + 1], 0);
+  EXPECT_LT(buffer.offset[kStateSlots] + 2, buffer.offset[kBlockTables]);
+  EXPECT_EQ(std::vector<int32_t>(staging.begin() + 30, staging.begin() + 38),
             (std::vector<int32_t>{1, 2, 0, 0, 4, 6, 0, 0}));
-  EXPECT_EQ(buffer.stage(in, 2), size_t(25 + 2 * 2) * 4);  // the batch's own stride: copied as it is
-  EXPECT_EQ(std::vector<int32_t>(staging.begin() + 25, staging.begin() + 29), tables);
+  EXPECT_EQ(buffer.stage(in, 2), size_t(30 + 2 * 2) * 4);  // the batch's own stride: copied as it is
+  EXPECT_EQ(std::vector<int32_t>(staging.begin() + 30, staging.begin() + 34), tables);
 }
 
 // A verify batch: the tree positions and ancestor mask staged after the
@@ -45,10 +47,10 @@ TEST(BatchInputBuffer, StagesBlockTablesAtAGraphsWiderStride) {
 TEST(BatchInputBuffer, StagesTheTreePositionsAndMaskAfterTheTables) {
   BatchInputBuffer buffer;
   buffer.layOut(/*max_tokens=*/8, /*num_blocks=*/2, /*tree_nodes=*/4);
-  EXPECT_EQ(buffer.offset[kBlockTables], 5 * 9);
-  EXPECT_EQ(buffer.offset[kTreePositions], 5 * 9 + 16);
-  EXPECT_EQ(buffer.offset[kTreeMask], 5 * 9 + 16 + 9);
-  EXPECT_EQ(buffer.elems, 5 * 9 + 16 + 9 + 8);  // 8 rows of 4 mask bytes
+  EXPECT_EQ(buffer.offset[kBlockTables], 6 * 9);
+  EXPECT_EQ(buffer.offset[kTreePositions], 6 * 9 + 16);
+  EXPECT_EQ(buffer.offset[kTreeMask], 6 * 9 + 16 + 9);
+  EXPECT_EQ(buffer.elems, 6 * 9 + 16 + 9 + 8);  // 8 rows of 4 mask bytes
   std::vector<int32_t> staging(size_t(buffer.elems), -1);
   buffer.staging = staging.data();
   // Sequence 0: a root and two children; sequence 1: a chain of two.
@@ -66,7 +68,7 @@ TEST(BatchInputBuffer, StagesTheTreePositionsAndMaskAfterTheTables) {
                                                                           1, 0, 0, 0, 1, 1, 0, 0}));
   BatchInputBuffer plain;
   plain.layOut(8, 2, 0);  // no verify entry: nothing after the tables
-  EXPECT_EQ(plain.elems, 5 * 9 + 16);
+  EXPECT_EQ(plain.elems, 6 * 9 + 16);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "runtime/cuda/executor/launch_shape.h"
 #include "runtime/cuda/executor/launcher.h"
 #include "runtime/cuda/executor/moe_step.h"
+#include "runtime/cuda/executor/ssm_step.h"
 #include "runtime/cuda/executor/weight_forms.h"
 #include "runtime/numerics/quant.h"
 #include "runtime/support/thread_pool.h"
@@ -117,6 +118,7 @@ struct CudaExecutor::Backend {
   Launcher launch{gpu};
   ActivationArena arena;
   KvPools kv_pools;
+  StatePools states;  // empty without state-space layers
   BatchInputBuffer inputs;
   std::vector<BoundStep> steps;
   SplitKvScratch split_kv;
@@ -198,11 +200,18 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
                                                            int64_t max_tokens,
                                                            const CudaExecutorOptions& options) {
   KvPoolConfig kv = kv_requested;  // num_blocks may come from gpu_memory_fraction
-  if (!manifest.state_cache.layers.empty())
-    return makeError("{}: state_cache: the CUDA executor does not run state-space layers yet (their plan steps "
-                     "run on the CPU backend: --device cpu; docs/design/state-space.md)",
-                     manifest.path);
   KILN_ASSIGN(entry, forwardEntry(manifest, kv_requested, max_tokens));
+  const bool state_plan = !manifest.state_cache.layers.empty();
+  if (state_plan) {
+    if (options.state_slots <= 0)
+      return makeError("{}: state_cache: the plan has state-space layers; expected state slots > 0 (one per "
+                       "sequence run at once), got {}",
+                       manifest.path, options.state_slots);
+    if (manifest.state_cache.conv_type != manifest.activation_type)
+      return makeError("{}: state_cache.conv_type: the CUDA executor keeps the carried conv inputs in the "
+                       "activation type ({}), got {}",
+                       manifest.path, manifest.activation_type, manifest.state_cache.conv_type);
+  }
   KILN_ASSIGN(verify, verifyEntry(manifest));
   // An f32 plan runs as vLLM's --dtype float32: activations, KV cache and
   // logits as the manifest types them, GEMM weights f32 and cuBLASLt in true
@@ -254,14 +263,23 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   if (!pool.ok()) return pool.error();
   ex->pool_ = std::make_unique<BlockPool>(pool.take());
   KILN_RETURN_IF_ERROR(backend.kv_pools.allocate(backend.memory, kv));
+  // The state slots: bookkeeping on the host (the engine's scheduler hands
+  // them out), the conv and SSM states on the GPU.
+  if (state_plan) {
+    auto states = StatePool::create(statePoolConfigFor(manifest, options.state_slots), /*host_storage=*/false);
+    if (!states.ok()) return states.error();
+    ex->state_pool_ = std::make_unique<StatePool>(states.take());
+    KILN_RETURN_IF_ERROR(backend.states.allocate(backend.memory, ex->state_pool_->config()));
+  }
   KILN_RETURN_IF_ERROR(backend.inputs.allocate(backend.memory, max_tokens, kv.num_blocks, verify.tree_nodes));
   KILN_RETURN_IF_ERROR(backend.gemms.allocateWorkspace());
   KILN_RETURN_IF_ERROR(backend.inputs.allocateStaging(backend.memory));
-  ex->device_bytes_ = weight_layout.bytes() + backend.arena.bytes + backend.kv_pools.bytes() + backend.inputs.bytes() +
-                      int64_t(kCublasWorkspace);
+  ex->device_bytes_ = weight_layout.bytes() + backend.arena.bytes + backend.kv_pools.bytes() + backend.states.bytes() +
+                      backend.inputs.bytes() + int64_t(kCublasWorkspace);
 
   // 3. The logits, in the arena.
-  const EntryPlacement placement{*entry, max_tokens, backend.arena, weight_layout, backend.kv_pools};
+  const EntryPlacement placement{*entry, max_tokens, backend.arena, weight_layout, backend.kv_pools,
+                                 state_plan ? &backend.states : nullptr};
   const std::string logits_path = manifest.path + ": entries.forward.outputs[0]";
   KILN_ASSIGN(logits, placement.value(logits_path, entry->outputs[0].value, "value"));
   backend.logits = logits;
@@ -363,8 +381,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
 
 Status CudaExecutor::checkBatch(const BatchInputs& in, size_t out_values) const {
   const KvPoolConfig& pool = pool_->config();
-  KILN_RETURN_IF_ERROR(checkBatchInputs(
-      in, {max_tokens_, vocab_, pool.num_blocks, pool.page_size, logits_per_sequence_}, out_values));
+  KILN_RETURN_IF_ERROR(checkBatchInputs(in,
+                                        {max_tokens_, vocab_, pool.num_blocks, pool.page_size, logits_per_sequence_,
+                                         state_pool_ ? state_pool_->numSlots() : 0},
+                                        out_values));
   if (int64_t(in.block_tables.size()) > backend_->inputs.block_table_capacity)
     return makeError("forward: block_tables has {} entries; the CUDA executor's buffer holds {}",
                      in.block_tables.size(), backend_->inputs.block_table_capacity);
@@ -447,7 +467,8 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
       case StepKind::kSiluMul:
       case StepKind::kAdd:
       case StepKind::kMul:
-      case StepKind::kSilu: {
+      case StepKind::kSilu:
+      case StepKind::kReluSquared: {
         const int64_t r = rows(s.args[0]);
         if (doneByGemmBefore(list, i, r)) break;
         const void* second = s.args.size() > 1 && s.args[1].valid ? ptr(s.args[1].ptr) : nullptr;
@@ -491,14 +512,16 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
       case StepKind::kTreeMask:  // staged with the inputs (verify)
       case StepKind::kAccept:    // on the host, over the argmax of each node's logits (verify)
         break;
-      case StepKind::kSsmConv1d:  // plans with a state_cache are refused at create
+      case StepKind::kKvAppend: {
+        kk::KvAppendParams p{ptr(s.args[0].ptr), ptr(s.args[1].ptr), input(s, 2), ptr(s.pools[3]), ptr(s.pools[4]),
+                             int(n), kv_pools.num_slots};
+        status = launchStep(s, unsigned(n), 1, 1, &p);
+        break;
+      }
+      case StepKind::kSsmConv1d:
       case StepKind::kSelectiveScan:
       case StepKind::kSsdScan:
-      case StepKind::kSsmGatedNorm:
-      case StepKind::kKvAppend:
-      case StepKind::kReluSquared:
-        status = makeError("not run by the CUDA executor");
-        break;
+      case StepKind::kSsmGatedNorm: status = enqueueSsmStep(launch, inputs, s, shape); break;
     }
     if (!status.ok())
       return makeError("{} ({}): {}", s.path, stepKindName(s.kind), status.error().message);
@@ -560,6 +583,13 @@ Result<LaunchShape> CudaExecutor::launchForward(const BatchInputs& in, bool gree
   KILN_RETURN_IF_ERROR(d->check(gpu.x.memcpyHtoDAsync(backend.inputs.device, backend.inputs.staging, input_bytes,
                                                       gpu.stream),
                                 "cuMemcpyHtoDAsync (batch inputs)"));
+  // A sequence whose rows start at position 0 starts from the zero state
+  // (the CPU executor's rule, at the same point): its slot is cleared on
+  // the stream ahead of the steps, outside any graph.
+  if (state_pool_)
+    for (int64_t i = 0; i < b; ++i)
+      if (in.positions[size_t(in.query_start[size_t(i)])] == 0)
+        KILN_RETURN_IF_ERROR(backend.states.zeroSlot(gpu, in.state_slots[size_t(i)]));
   const int64_t captures_before = backend.graphs.captures();
   const size_t plans_before = backend.gemms.plans();
   if (graph) {

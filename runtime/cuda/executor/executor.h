@@ -2,8 +2,8 @@
 // with the same contract as the CPU executor (same manifest, step kinds and
 // BatchInputs). At creation it uploads the weights into one device
 // allocation (GEMM weights as bf16, norm weights as f32, embedding tables as
-// bound), allocates one arena (bytes_per_token x T_max) and the paged KV
-// pools, JIT-compiles every step's kernel instances (NVRTC, on-disk cache)
+// bound), allocates one arena (bytes_per_token x T_max), the paged KV
+// pools and, for state-space plans, the state slots' pools, JIT-compiles every step's kernel instances (NVRTC, on-disk cache)
 // and resolves every step's launch arguments. forward() copies the batch
 // inputs through pinned staging, launches the steps on one stream (GEMMs:
 // skinny kernels for <= 8 rows, cuBLASLt bf16 with f32 accumulation above,
@@ -34,6 +34,7 @@
 #include "runtime/backend/batch.h"
 #include "runtime/cuda/cuda_tuning.h"
 #include "runtime/kv/block_pool.h"
+#include "runtime/kv/state_pool.h"
 #include "runtime/support/error.h"
 #include "runtime/weights/weight_store.h"
 
@@ -50,6 +51,10 @@ struct CudaExecutorOptions {
   // once weights, arena and scratch are allocated (kv.num_blocks is then
   // ignored); too little left is an error saying how much.
   double gpu_memory_fraction = 0;
+  // A plan with state-space layers (the manifest's state_cache): the state
+  // slots, one per sequence run at once (the engine's max_sequences); each
+  // is that many slots of every SSM layer's conv and SSM state on the GPU.
+  int64_t state_slots = 0;
 };
 
 class CudaExecutor {
@@ -113,6 +118,11 @@ class CudaExecutor {
   Status lmHead(std::span<const float> hidden, int64_t rows, std::span<float> logits);
 
   BlockPool& blockPool() { return *pool_; }
+  // The state-space layers' slot bookkeeping (the states themselves are on
+  // the GPU); null for a plan without them. A batch names each sequence's
+  // slot in BatchInputs::state_slots; a sequence whose rows start at
+  // position 0 gets its slot zeroed on the stream before the steps.
+  StatePool* statePool() { return state_pool_.get(); }
   // Copies blocks' keys, values and scales in every layer's device pools,
   // on the stream, ahead of the next forward (copy on write).
   Status copyBlocks(std::span<const BlockCopy> copies);
@@ -140,6 +150,7 @@ class CudaExecutor {
   Result<LaunchShape> launchForward(const BatchInputs& in, bool greedy);
 
   std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<StatePool> state_pool_;
   // What it holds on the device: the owners of the driver objects and
   // memory, the kernels, the bound steps (executor.cc).
   struct Backend;
