@@ -223,6 +223,9 @@ std::optional<ApiError> parseBody(std::string_view text, json& body) {
     body = json::parse(text);
   } catch (const json::parse_error& e) {
     return invalidRequest(fmt::format("the body is not valid JSON (at byte {}): {}", e.byte, parseErrorReason(e)));
+  } catch (const json::out_of_range&) {
+    // A number literal beyond a double (1e999) is nlohmann's out_of_range, not a parse_error.
+    return invalidRequest("the body is not valid JSON: a number is too large for a 64-bit float");
   }
   if (!body.is_object()) return invalidRequest("the body must be a JSON object, got " + describeJson(body));
   return std::nullopt;

@@ -108,6 +108,14 @@ TEST(OpenAiRequestTest, MalformedBodies) {
             "400 : the body is not valid JSON (at byte 1): syntax error while parsing value - unexpected end of input; "
             "expected '[', '{', or a literal");
   EXPECT_EQ(refusal(completion("[1]")), "400 : the body must be a JSON object, got a list");
+  // Found by openai_request_fuzzer: the parser's number overflow escaped as an exception.
+  for (auto parse : {completion, chat})
+    EXPECT_EQ(refusal(parse(R"({"model": "smollm2", "max_tokens": 1e999})")),
+              "400 : the body is not valid JSON: a number is too large for a 64-bit float");
+  EXPECT_EQ(refusal(parseTokenizeRequest(R"({"prompt": 1e999})", context())),
+            "400 : the body is not valid JSON: a number is too large for a 64-bit float");
+  EXPECT_EQ(parseDetokenizeRequest(R"({"tokens": [1e999]})", context()).error.value().message,
+            "the body is not valid JSON: a number is too large for a 64-bit float");
 }
 
 TEST(OpenAiRequestTest, UnknownFieldsAreNamed) {
