@@ -56,7 +56,9 @@ class CpuExecutor {
   // order a seeded random scheduler picks among the tasks whose waits are
   // met, as SMs racing would; checks that every task reads only what
   // finished tasks wrote (task_interpreter.cc). Same inputs and outputs as
-  // forward; the batch may hold at most plan.max_batch sequences.
+  // forward; the batch may hold at most plan.max_batch sequences. A check
+  // of the plan, not a serving path: it allocates its shadow of the arena
+  // on every call.
   Status forwardTasks(const BatchInputs& in, std::span<float> logits_out, const MegakernelPlan& plan,
                       uint64_t seed);
 
