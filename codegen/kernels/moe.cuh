@@ -275,7 +275,11 @@ __device__ __forceinline__ void moe_two_rows(const W* const (&w)[2], const Xt* x
   float acc[2][R];
 #pragma unroll
   for (int m = 0; m < R; ++m) acc[0][m] = acc[1][m] = 0.0f;
-  moe_rows_dot<W, Xt, K, 2, R, 4>(w, x, rows, n, acc, policy);
+  // f32 weights widen 4 values a vector where bf16 widens 8: with as many
+  // raw vectors in flight as bf16's, their f32 rows would spill past the
+  // register cap, so they keep half.
+  constexpr int kUnroll = sizeof(W) == 4 ? 2 : 4;
+  moe_rows_dot<W, Xt, K, 2, R, kUnroll>(w, x, rows, n, acc, policy);
 #pragma unroll
   for (int m = 0; m < R; ++m) {
     if (m >= n) break;
