@@ -159,7 +159,7 @@ int specBenchCommand(const CliArgs& args) {
   // Warm-up (first-use costs: JIT, page faults), not measured.
   if (auto warm = runRequests(engine, *prompts, 1, 1, 4, *speculation); !warm.ok()) return fail(warm.error().message);
 
-  bool all_identical = true;
+  int64_t requests = 0, differing = 0;
   std::printf("%6s %10s %10s %8s %11s %12s %10s\n", "batch", "plain t/s", "spec t/s", "speedup", "acceptance",
               "mean length", "identical");
   std::vector<std::string> per_kind;
@@ -169,8 +169,12 @@ int specBenchCommand(const CliArgs& args) {
     if (!plain.ok()) return fail(plain.error().message);
     auto spec = runRequests(engine, *prompts, count, batch, int(*gen), *speculation);
     if (!spec.ok()) return fail(spec.error().message);
-    const bool identical = plain->tokens == spec->tokens;
-    all_identical = all_identical && identical;
+    int64_t same = 0;
+    for (size_t r = 0; r < plain->tokens.size() && r < spec->tokens.size(); ++r)
+      same += plain->tokens[r] == spec->tokens[r];
+    const int64_t count_here = int64_t(plain->tokens.size());
+    requests += count_here;
+    differing += count_here - same;
     Acceptance total;
     std::map<std::string, Acceptance> by_kind;
     for (size_t r = 0; r < spec->stats.size(); ++r) {
@@ -179,8 +183,9 @@ int specBenchCommand(const CliArgs& args) {
     }
     const double plain_tps = double(plain->generated) / plain->seconds;
     const double spec_tps = double(spec->generated) / spec->seconds;
+    const std::string identical = fmt::format("{}/{}", same, count_here);
     std::printf("%6lld %10.1f %10.1f %7.2fx %10.0f%% %12.2f %10s\n", (long long)batch, plain_tps, spec_tps,
-                spec_tps / plain_tps, 100.0 * total.rate(), total.meanLength(), identical ? "yes" : "NO");
+                spec_tps / plain_tps, 100.0 * total.rate(), total.meanLength(), identical.c_str());
     for (const auto& [kind, a] : by_kind)
       per_kind.push_back(fmt::format("{:>6} {:>10} {:>9.0f}% of {:>5} drafts, mean accepted length {:.2f}", batch, kind,
                                      100.0 * a.rate(), a.drafted, a.meanLength()));
@@ -189,9 +194,25 @@ int specBenchCommand(const CliArgs& args) {
   for (const std::string& line : per_kind) std::printf("%s\n", line.c_str());
   std::printf("t/s: generated tokens over the run's wall time, prefill included (requests in waves of the batch); "
               "acceptance: accepted of drafted tokens; mean length: accepted drafts a verify row that drafted\n");
-  std::printf("greedy outputs of plain and speculative decoding: %s\n",
-              all_identical ? "identical" : "DIFFERENT (a bug: speculation must not change greedy tokens)");
-  return all_identical ? 0 : 1;
+  // With the default kernels a verify row's logits may round apart from the
+  // same row decoded alone (other GEMM kernels at other row counts), which
+  // flips near ties; the batch-invariant kernels must give the same tokens.
+  const bool invariant = options->cuda.batch_invariant || engine.backendName().rfind("cpu", 0) == 0;
+  if (differing == 0) {
+    std::printf("greedy outputs of plain and speculative decoding: identical (%lld requests)\n", (long long)requests);
+    return 0;
+  }
+  if (invariant) {
+    std::printf("greedy outputs of plain and speculative decoding: DIFFERENT in %lld of %lld requests (a bug: with "
+                "batch-invariant kernels speculation must not change greedy tokens)\n",
+                (long long)differing, (long long)requests);
+    return 1;
+  }
+  std::printf("greedy outputs of plain and speculative decoding: different in %lld of %lld requests: without "
+              "--batch-invariant a verify row may round apart from a decode row and flip a near tie (run with "
+              "--batch-invariant to check that the tokens are the same)\n",
+              (long long)differing, (long long)requests);
+  return 0;
 }
 
 }  // namespace kiln

@@ -173,9 +173,11 @@ struct CudaExecutor::Backend {
 };
 
 namespace {
-// The gemm step of `steps` that writes `logits` (the LM head), or -1.
+// The gemm step of `steps` that writes `logits` (the LM head), or -1: the
+// last one writing there, since the arena gives the logits' rows to earlier
+// values whose lifetimes ended before.
 int lmHeadStep(const std::vector<BoundStep>& steps, const DeviceValue& logits) {
-  for (size_t i = 0; i < steps.size(); ++i) {
+  for (size_t i = steps.size(); i-- > 0;) {
     const BoundStep& s = steps[i];
     if (s.kind == StepKind::kGemm && !s.results.empty() && s.results[0].ptr == logits.ptr && !s.args.empty() &&
         s.args[0].valid)
