@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -165,6 +167,37 @@ std::vector<Tree> verifyBatch(const std::vector<int32_t>& chain) {
           {{kPrompts[2].back()}, {-1}}};
 }
 
+// kFixture's artifact `name` on both executors with kPrompts prefilled;
+// null without a GPU (the CUDA executor's error checked) or on a failure
+// (reported).
+struct ExecutorPair {
+  Manifest plan;
+  std::optional<WeightStore> weights;
+  std::unique_ptr<cpu::CpuExecutor> cpu;
+  std::unique_ptr<CudaExecutor> cuda;
+};
+std::unique_ptr<ExecutorPair> prefilledPair(const std::string& name, const char* what) {
+  auto plan = Manifest::load(kFixture + "/" + name);
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  if (!plan.ok()) return nullptr;
+  auto pair = std::make_unique<ExecutorPair>(ExecutorPair{plan.take(), std::nullopt, nullptr, nullptr});
+  auto weights = WeightStore::open(pair->plan, {.source_path = kFixture, .check_source_stamp = false});
+  EXPECT_TRUE(weights.ok()) << weights.error().message;
+  if (!weights.ok()) return nullptr;
+  pair->weights.emplace(weights.take());
+  const KvPoolConfig kv = kvPoolConfigFor(pair->plan, 3 * kBlocksPerSequence);
+  auto cpu_ex = cpu::CpuExecutor::create(pair->plan, *pair->weights, kv, kMaxTokens);
+  EXPECT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+  if (!cpu_ex.ok()) return nullptr;
+  auto ex = CudaExecutor::create(pair->plan, *pair->weights, kv, kMaxTokens, {.progress = false});
+  if (noGpu(ex, what)) return nullptr;
+  pair->cpu = cpu_ex.take();
+  pair->cuda = ex.take();
+  prefill(*pair->cuda, kPrompts);
+  prefill(*pair->cpu, kPrompts);
+  return pair;
+}
+
 // f32 plan to f32 rounding, bf16 plan to bf16's tolerance of the CPU's f32
 // run. Three passes, each chain draft the CPU's argmax of the pass before,
 // so the last chain is the greedy one and all its drafts are accepted.
@@ -270,18 +303,11 @@ TEST(CudaVerify, GraphReplayGivesTheStepByStepResults) {
 // and so are the verify logits after it (the draft's layer-0 KV at the
 // nodes' slots is verify's, written again).
 TEST(CudaVerify, DraftEntryFollowsTheCpuExecutor) {
-  auto plan = Manifest::load(kFixture + "/artifact-layerskip");
-  ASSERT_TRUE(plan.ok()) << plan.error().message;
-  auto weights = WeightStore::open(*plan, {.source_path = kFixture, .check_source_stamp = false});
-  ASSERT_TRUE(weights.ok()) << weights.error().message;
-  const KvPoolConfig kv = kvPoolConfigFor(*plan, 3 * kBlocksPerSequence);
-  auto cpu_ex = cpu::CpuExecutor::create(*plan, *weights, kv, kMaxTokens);
-  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
-  auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, {.progress = false});
-  if (noGpu(ex, "the draft entry comparison")) return;
+  auto pair = prefilledPair("artifact-layerskip", "the draft entry comparison");
+  if (!pair) return;
+  auto* ex = &pair->cuda;
+  auto* cpu_ex = &pair->cpu;
   ASSERT_EQ((*ex)->draftLayers(), 1);
-  prefill(**ex, kPrompts);
-  prefill(**cpu_ex, kPrompts);
   const std::vector<Tree> trees = verifyBatch({3, 4, 5});
   const TreeBatch batch = treeBatch(kPrefix, trees);
   const BatchInputs in = batch.inputs();
@@ -301,20 +327,12 @@ TEST(CudaVerify, DraftEntryFollowsTheCpuExecutor) {
 // row per sequence) the CUDA executor's rows are the CPU executor's, and
 // lmHead over them gives the logits of the call that left them.
 TEST(CudaVerify, HiddenStatesAndLmHeadFollowTheCpuExecutor) {
-  auto plan = Manifest::load(kFixture + "/artifact-spec");
-  ASSERT_TRUE(plan.ok()) << plan.error().message;
-  auto weights = WeightStore::open(*plan, {.source_path = kFixture, .check_source_stamp = false});
-  ASSERT_TRUE(weights.ok()) << weights.error().message;
-  const KvPoolConfig kv = kvPoolConfigFor(*plan, 3 * kBlocksPerSequence);
-  auto cpu_ex = cpu::CpuExecutor::create(*plan, *weights, kv, kMaxTokens);
-  ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
-  auto ex = CudaExecutor::create(*plan, *weights, kv, kMaxTokens, {.progress = false});
-  if (noGpu(ex, "the hidden state comparison")) return;
+  auto pair = prefilledPair("artifact-spec", "the hidden state comparison");
+  if (!pair) return;
+  auto* ex = &pair->cuda;
+  auto* cpu_ex = &pair->cpu;
   const int64_t h = (*ex)->hiddenSize(), vocab = (*ex)->vocabSize();
   ASSERT_EQ(h, (*cpu_ex)->hiddenSize());
-  EXPECT_TRUE((*ex)->lastHidden().empty()) << "no call yet";
-  prefill(**ex, kPrompts);
-  prefill(**cpu_ex, kPrompts);
   auto check = [&](const char* call, std::span<const float> want_logits) {
     const std::vector<float> gpu((*ex)->lastHidden().begin(), (*ex)->lastHidden().end());
     const std::span<const float> cpu = (*cpu_ex)->lastHidden();
