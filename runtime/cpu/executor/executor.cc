@@ -861,6 +861,34 @@ void copyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stri
 
 }  // namespace
 
+PagedAttentionArgs CpuExecutor::pagedAttentionArgs(const BoundStep& s, const BatchInputs& in, int64_t n,
+                                                   int64_t b) const {
+  const KvPoolConfig& pc = pool_->config();
+  PagedAttentionArgs args;
+  args.q = s.args[0].data;
+  args.out = s.results[0].data;
+  args.num_tokens = n;
+  args.num_seqs = int(b);
+  args.num_heads = s.heads;
+  args.query_start = inputData(in, s.args[4].input);
+  args.kv_len = inputData(in, s.args[5].input);
+  args.block_table = inputData(in, s.args[3].input);
+  args.max_blocks_per_seq = in.max_blocks;
+  args.k_pool = s.args[1].pool;
+  args.v_pool = s.args[2].pool;
+  args.k_scales = s.args[1].pool_scales;
+  args.v_scales = s.args[2].pool_scales;
+  args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size, .kv_heads = pc.kv_heads,
+                          .head_dim = pc.head_dim, .element = pc.element};
+  args.scale = s.scale;
+  args.sliding_window = s.sliding_window;
+  if (s.args.size() == 7) {
+    args.tree_ancestors = reinterpret_cast<const uint8_t*>(s.args[6].data);
+    args.tree_stride = int(s.args[6].width);
+  }
+  return args;
+}
+
 Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n, int64_t b) {
   auto rowsOf = [&](const Operand& v) { return v.per_sequence ? b : n; };
   static const Operand kNoResult;  // kv_append writes the pools alone
@@ -932,32 +960,8 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       return appendKvPaged(scratch_k_, v_src, n, scratch_slots_, shape, k_pool.pool, v_pool.pool,
                            k_pool.pool_scales, v_pool.pool_scales);
     }
-    case StepKind::kPagedAttention: {
-      const KvPoolConfig& pc = pool_->config();
-      PagedAttentionArgs args;
-      args.q = s.args[0].data;
-      args.out = out.data;
-      args.num_tokens = n;
-      args.num_seqs = int(b);
-      args.num_heads = s.heads;
-      args.query_start = inputData(in, s.args[4].input);
-      args.kv_len = inputData(in, s.args[5].input);
-      args.block_table = inputData(in, s.args[3].input);
-      args.max_blocks_per_seq = in.max_blocks;
-      args.k_pool = s.args[1].pool;
-      args.v_pool = s.args[2].pool;
-      args.k_scales = s.args[1].pool_scales;
-      args.v_scales = s.args[2].pool_scales;
-      args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size,
-                              .kv_heads = pc.kv_heads, .head_dim = pc.head_dim, .element = pc.element};
-      args.scale = s.scale;
-      args.sliding_window = s.sliding_window;
-      if (s.args.size() == 7) {
-        args.tree_ancestors = reinterpret_cast<const uint8_t*>(s.args[6].data);
-        args.tree_stride = int(s.args[6].width);
-      }
-      return pagedAttention(args);
-    }
+    case StepKind::kPagedAttention:
+      return pagedAttention(pagedAttentionArgs(s, in, n, b));
     case StepKind::kSiluMul: {
       const int64_t rows = rowsOf(s.args[0]);
       if (s.gelu_tanh && s.merged)

@@ -15,6 +15,7 @@
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/backend/batch.h"
+#include "runtime/cpu/kernels/paged_attention.h"
 #include "runtime/cpu/kernels/rope.h"
 #include "runtime/kv/block_pool.h"
 #include "runtime/kv/state_pool.h"
@@ -115,6 +116,9 @@ class CpuExecutor {
   CpuExecutor() = default;
   Status checkBatch(const BatchInputs& in, std::span<float> logits_out) const;
   Status runStep(const BoundStep& step, const BatchInputs& in, int64_t n, int64_t b);
+  // A paged_attention step's kernel arguments over the whole batch (every
+  // sequence and head; its tree mask when it has one).
+  PagedAttentionArgs pagedAttentionArgs(const BoundStep& s, const BatchInputs& in, int64_t n, int64_t b) const;
   Status bindVerify(const Manifest& manifest, const Entry& entry, const WeightStore& weights);
   Status bindDraft(const Manifest& manifest, const Entry& entry, const WeightStore& weights);
   Status checkTreeBatch(const BatchInputs& in, std::span<float> logits_out) const;

@@ -130,25 +130,7 @@ Status CpuExecutor::forwardTasks(const BatchInputs& in, std::span<float> logits_
         if (!shadow.appended(s.args[p].pool))
           return makeError("reads the layer's {} pool before this call's keys and values are appended",
                            p == 1 ? "K" : "V");
-      const KvPoolConfig& pc = pool_->config();
-      PagedAttentionArgs args;
-      args.q = s.args[0].data;
-      args.out = s.results[0].data;
-      args.num_tokens = n;
-      args.num_seqs = int(b);
-      args.num_heads = s.heads;
-      args.query_start = inputData(in, s.args[4].input);
-      args.kv_len = inputData(in, s.args[5].input);
-      args.block_table = inputData(in, s.args[3].input);
-      args.max_blocks_per_seq = in.max_blocks;
-      args.k_pool = s.args[1].pool;
-      args.v_pool = s.args[2].pool;
-      args.k_scales = s.args[1].pool_scales;
-      args.v_scales = s.args[2].pool_scales;
-      args.pool = KvPoolShape{.num_blocks = pc.num_blocks, .page_size = pc.page_size, .kv_heads = pc.kv_heads,
-                              .head_dim = pc.head_dim, .element = pc.element};
-      args.scale = s.scale;
-      args.sliding_window = s.sliding_window;
+      PagedAttentionArgs args = pagedAttentionArgs(s, in, n, b);
       args.seq_begin = int(task.sequence);
       args.seq_end = int(task.sequence) + 1;
       args.head_begin = int(task.kv_head) * group;
