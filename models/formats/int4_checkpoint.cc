@@ -72,6 +72,17 @@ Result<std::optional<Int4QuantConfig>> parseInt4QuantConfig(std::string_view con
 
   auto method = text({"quant_method"}, "");
   if (!method.ok()) return method.error();
+  // compressed-tensors without quantization groups carries only a
+  // sparsity_config (sparsity_config.h reads it); quantized weights in its
+  // layouts are not read.
+  if (*method == "compressed-tensors") {
+    if (q.contains("config_groups") && q["config_groups"].is_object() && !q["config_groups"].empty())
+      return makeError("{}.config_groups: compressed-tensors quantized weights are not supported "
+                       "(kiln reads gptq and awq, and compressed-tensors' sparsity_config over "
+                       "unquantized weights)",
+                       where);
+    return std::optional<Int4QuantConfig>();
+  }
   Int4QuantConfig config;
   if (*method == "gptq") {
     config.method = Method::kGptq;

@@ -40,7 +40,8 @@ struct Int4QuantConfig {
 std::string_view int4MethodName(Int4QuantConfig::Method method);  // "gptq" | "awq"
 
 // Reads "quantization_config" from config.json text; nullopt when the key is
-// absent (a float checkpoint). Errors name `name`, the field and what kiln
+// absent (a float checkpoint) or says compressed-tensors without
+// quantization groups (a sparsity_config only, sparsity_config.h). Errors name `name`, the field and what kiln
 // accepts: quant_method gptq or awq, bits 4, group_size -1 or positive, GPTQ
 // checkpoint_format/format gptq or gptq_v2, AWQ version gemm with
 // zero_point true.

@@ -140,6 +140,15 @@ Result<ModelSource> ModelSource::open(const std::string& path, OpenMode mode) {
     }
     // Some tied checkpoints still store lm_head.weight; the flag decides.
     if (src.config_.image_text_model) KILN_RETURN_IF_ERROR(src.findTextModel());
+    // After findTextModel: which weights are linears depends on the prefix.
+    auto sparsity = parseSparsityConfig(config_text.str(), config_path);
+    if (!sparsity) return sparsity.error();
+    if (*sparsity) {
+      auto sparse = SparseCheckpoint::open(*src.checkpoint_, **sparsity,
+                                           src.linearWeightNames(/*decoder_only=*/false));
+      if (!sparse) return sparse.error();
+      src.sparse_ = std::make_unique<SparseCheckpoint>(sparse.take());
+    }
   } else {
     if (!fs::exists(path, ec)) return makeError("{}: no such file or directory", path);
     src.format_ = Format::kGguf;
@@ -182,11 +191,13 @@ Status ModelSource::findTextModel() {
 
 const std::vector<TensorInfo>& ModelSource::tensors() const {
   if (int4_) return int4_->tensors();
+  if (sparse_) return sparse_->tensors();
   return gguf_ ? gguf_->tensors() : checkpoint_->tensors();
 }
 
 const TensorInfo* ModelSource::findTensor(std::string_view name) const {
   if (int4_) return int4_->findTensor(name);
+  if (sparse_) return sparse_->findTensor(name);
   return gguf_ ? gguf_->findTensor(name) : checkpoint_->findTensor(name);
 }
 
@@ -349,6 +360,30 @@ Status ModelSource::checkNoUnusedLayerTensors() const {
   return Status::success();
 }
 
+std::vector<std::string> ModelSource::linearWeightNames(bool decoder_only) const {
+  constexpr WeightRole kLinearRoles[] = {
+      WeightRole::kQ,    WeightRole::kK,      WeightRole::kV,          WeightRole::kO,
+      WeightRole::kQkv,  WeightRole::kGate,   WeightRole::kUp,         WeightRole::kGateUp,
+      WeightRole::kDown, WeightRole::kRouter, WeightRole::kExpertGate, WeightRole::kExpertUp,
+      WeightRole::kExpertDown};
+  std::vector<std::string> names;
+  for (int layer = 0; layer < config_.num_layers; ++layer)
+    for (WeightRole role : kLinearRoles)
+      if (usesRole(role, layer) && !(decoder_only && role == WeightRole::kRouter))
+        for (std::string& name : layerTensorNames(role, layer)) names.push_back(std::move(name));
+  // A tied head is the embedding, not a linear of its own.
+  if (!decoder_only && weightName(WeightRole::kLmHead) != weightName(WeightRole::kTokenEmbedding))
+    names.push_back(weightName(WeightRole::kLmHead));
+  return names;
+}
+
+bool ModelSource::decoderLinearsAre24() const {
+  if (!sparse_) return false;
+  for (const std::string& name : linearWeightNames(/*decoder_only=*/true))
+    if (!sparse_->weights24().count(name)) return false;
+  return true;
+}
+
 Result<std::span<const uint8_t>> ModelSource::tensorData(const TensorInfo& tensor) const {
   if (gguf_) {
     std::span<const uint8_t> data = gguf_->tensorData(tensor);
@@ -357,6 +392,7 @@ Result<std::span<const uint8_t>> ModelSource::tensorData(const TensorInfo& tenso
     return data;
   }
   if (int4_) return int4_->tensorData(tensor);
+  if (sparse_) return sparse_->tensorData(tensor);
   return checkpoint_->tensorData(tensor);
 }
 

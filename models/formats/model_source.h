@@ -15,6 +15,7 @@
 #include "models/formats/int4_checkpoint.h"
 #include "models/formats/model_config.h"
 #include "models/formats/safetensors_file.h"
+#include "models/formats/sparse_checkpoint.h"
 #include "models/formats/tensor_info.h"
 #include "runtime/support/error.h"
 
@@ -97,6 +98,15 @@ class ModelSource {
   // present, tensors(), findTensor() and tensorData() show each packed layer
   // as its <prefix>.weight (int4_checkpoint.h).
   const Int4Checkpoint* int4() const { return int4_.get(); }
+  // A compressed-tensors checkpoint with a sparsity_config, or nullptr. When
+  // present, tensors(), findTensor() and tensorData() show each compressed
+  // layer as its dense <module>.weight, and tensorData() refuses a weight
+  // the config says is 2:4 but is not (sparse_checkpoint.h).
+  const SparseCheckpoint* sparse() const { return sparse_.get(); }
+  // True when the checkpoint says every decoder linear (q, k, v, o, gate,
+  // up, down, fused or per expert; not the router or the LM head) is 2:4:
+  // kiln-compile then compiles with --sparsity=2:4 unless told otherwise.
+  bool decoderLinearsAre24() const;
 
   // The tensor name serving `role` in this model's format, e.g.
   // "blk.3.attn_q.weight" or "model.layers.3.self_attn.q_proj.weight".
@@ -137,6 +147,8 @@ class ModelSource {
   // The per-layer tensor names `role` has in `layer`: one, or one per expert.
   std::vector<std::string> layerTensorNames(WeightRole role, int layer) const;
   Status checkNoUnusedLayerTensors() const;
+  // The names of every linear layer's weight this config's graph reads.
+  std::vector<std::string> linearWeightNames(bool decoder_only) const;
   Status findTextModel();
 
   std::string path_;
@@ -146,6 +158,7 @@ class ModelSource {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
   std::unique_ptr<Int4Checkpoint> int4_;
+  std::unique_ptr<SparseCheckpoint> sparse_;
   // HF names: the decoder's prefix ("model.", or an image-text model's
   // language model) and the head's name.
   std::string hf_decoder_ = "model.";
