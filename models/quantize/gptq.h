@@ -7,7 +7,8 @@
 //   for each column j:  q_j = Q(w_j);  e = (w_j - q_j) / U[j, j];
 //                       w_{j+1..} -= e * U[j, j+1..]
 // in blocks of columns whose updates to later blocks are batched into one
-// GEMM (the "lazy batch" of the paper). Columns with diag H = 0 (never
+// GEMM (the "lazy batch" of the paper; column_sweep.h, which SparseGPT
+// shares). Columns with diag H = 0 (never
 // active) are set to 0. A group's grid is taken from its columns' values
 // when the first of them is reached (they carry the error of the columns
 // before). Act-order visits columns by decreasing diag H; its groups stay
