@@ -113,6 +113,14 @@ std::optional<int> ManifestBuilder::weightId(Value value) {
     weight["prepare"] = json::Object{{"op", "offset"},
                                      {"inputs", json::Array{*input}},
                                      {"value", offset.getOffset().convertToDouble()}};
+  } else if (auto sparsify = dyn_cast<xfmr::SparsifyOp>(op)) {
+    std::optional<int> input = weightId(sparsify.getInput());
+    if (!input) return std::nullopt;
+    weight["name"] = (*weights_[*input].getAsObject()->getString("name")).str() + ".sp24";
+    weight["prepare"] = json::Object{{"op", "sparsify"},
+                                     {"inputs", json::Array{*input}},
+                                     {"pattern", sparsify.getPattern().str()},
+                                     {"method", sparsify.getMethod().str()}};
   } else if (auto quantize = dyn_cast<xfmr::QuantizeOp>(op)) {
     std::optional<int> input = weightId(quantize.getInput());
     if (!input) return std::nullopt;
@@ -352,6 +360,10 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                                        {"sampled_hash", f.sampledHash}});
   // Only a plan with a draft entry names it (others' manifests stay as they were).
   if (options.spec_layerskip > 0) planOptions["spec_layerskip"] = int64_t(options.spec_layerskip);
+  if (options.sparsity != "none") {
+    planOptions["sparsity"] = options.sparsity;
+    planOptions["sparsity_method"] = options.sparsity_method;
+  }
   json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", kManifestVersion},

@@ -76,6 +76,10 @@ class WeightQuantizer {
  private:
   // quantize(w) once per weight value, placed right after its definition.
   xfmr::QuantizeOp quantizeOnce(Value weight, xfmr::QuantType type);
+  // For an sp24 weight: quantizes its kept values as the scheme says and
+  // points `weight` at the result, giving the scales; null scales when it
+  // stays sp24 (weights=none, or groups that do not fit, with a warning).
+  FailureOr<Value> quantizeSparse(xfmr::LinearOp linear, Value& weight);
 
   WeightScheme scheme_;
   llvm::DenseMap<Value, xfmr::QuantizeOp> quantized_;
@@ -102,13 +106,41 @@ xfmr::QuantizeOp WeightQuantizer::quantizeOnce(Value weight,
   return quantize;
 }
 
+FailureOr<Value> WeightQuantizer::quantizeSparse(xfmr::LinearOp linear, Value& weight) {
+  if (scheme_.kind.empty()) return Value();
+  if (scheme_.kind == "fp8e4m3") {
+    linear.emitError() << "weights=fp8 does not combine with 2:4 sparsity, expected none, int8 or int4";
+    return failure();
+  }
+  int64_t in = cast<RankedTensorType>(weight.getType()).getDimSize(1);
+  if (scheme_.group != 0 && (scheme_.group % 64 != 0 || in % scheme_.group != 0)) {
+    linear.emitWarning() << "a 2:4 sparse linear's int4 groups must be whole 64-column spans dividing its "
+                         << in << " in-features, got group size " << scheme_.group
+                         << "; its kept values stay float";
+    return Value();
+  }
+  std::string kind = scheme_.kind.str() + "sp24";
+  auto type = xfmr::QuantType::get(linear.getContext(), kind, scheme_.group);
+  xfmr::QuantizeOp quantize = quantizeOnce(weight, type);
+  weight = quantize.getResult();
+  return quantize.getScales();
+}
+
 LogicalResult WeightQuantizer::rewrite(xfmr::LinearOp linear) {
   Value weight = linear.getWeight();
   auto weightType = cast<RankedTensorType>(weight.getType());
   Value scales;
-  if (auto quant = dyn_cast<xfmr::QuantType>(weightType.getElementType())) {
+  if (auto quant = dyn_cast<xfmr::QuantType>(weightType.getElementType());
+      quant && quant.getKind() == "sp24") {
+    // linear(x, S : sp24)  ->  quantized_linear(x, S), or with weights=int8|int4
+    // quantized_linear(x, q, scales s) with q, s = quantize(S): the kept values
+    // are quantized, the metadata stays.
+    FailureOr<Value> sparseScales = quantizeSparse(linear, weight);
+    if (failed(sparseScales)) return failure();
+    scales = *sparseScales;
+  } else if (quant) {
     // linear(x, W : gguf block type)  ->  quantized_linear(x, W)
-    if (!quant.isGgufBlockFormat()) {
+    if (quant.hasSeparateScales()) {
       // linear(x, quantize(w)#0)  ->  quantized_linear(x, q, scales quantize(w)#1)
       auto quantize = weight.getDefiningOp<xfmr::QuantizeOp>();
       if (!quantize)

@@ -3,7 +3,7 @@
 // Every op that runs per batch becomes an xfmr.kernel (kind + compile-time
 // params) or an xfmr.gemm. Three kinds of op stay as they are:
 //   - xfmr.weight and ops computed from weights alone (concat of Q/K/V rows,
-//     quantize): the artifact turns them into load-time weight preparation;
+//     quantize, sparsify): the artifact turns them into load-time weight preparation;
 //   - xfmr.reshape: a view, no data moves;
 //   - ops inside a fusion region are lowered with their region.
 //
@@ -32,8 +32,8 @@ class WeightOnlyAnalysis {
     if (isa<xfmr::WeightOp>(op)) return true;
     if (auto it = cache_.find(op); it != cache_.end()) return it->second;
     bool weightOnly = op->getNumOperands() > 0 &&
-                      isa<xfmr::ConcatOp, xfmr::StackOp, xfmr::QuantizeOp, xfmr::ReshapeOp,
-                          xfmr::TransposeOp, xfmr::WeightOffsetOp>(op) &&
+                      isa<xfmr::ConcatOp, xfmr::StackOp, xfmr::QuantizeOp, xfmr::SparsifyOp,
+                          xfmr::ReshapeOp, xfmr::TransposeOp, xfmr::WeightOffsetOp>(op) &&
                       llvm::all_of(op->getOperands(),
                                    [&](Value v) { return isWeightOnly(v); });
     cache_[op] = weightOnly;

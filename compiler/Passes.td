@@ -100,6 +100,40 @@ def PoolSsmState : Pass<"xfmr-pool-ssm-state", "::mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
 }
 
+def Sparsify : Pass<"xfmr-sparsify", "::mlir::ModuleOp"> {
+  let summary = "Make the decoder linears' weights 2:4 structured-sparse";
+  let description = [{
+    Rewrites every `xfmr.linear` whose weight is a load-time value (not the
+    embedding gather, not the LM head's `xfmr.logits`) to read its weight
+    through `xfmr.sparsify`: in every group of 4 consecutive input columns
+    of a row the two weights of largest magnitude are kept, compressed to
+    half the columns, with a 4-bit index pair per group
+    (docs/design/sparsity.md). The op depends on weights alone, so the
+    artifact runs it as load-time weight preparation. `method=sparsegpt`
+    says the weights were pruned before the compile (kiln-compile
+    --sparsity-method=sparsegpt writes them): the load then checks that no
+    group keeps more than two nonzeros instead of choosing. Linears whose
+    in-features are not a multiple of 64 stay dense, with a warning.
+    xfmr-insert-quantization quantizes the compressed values when asked
+    (`!xfmr.quant<"int8sp24", 0>`, `!xfmr.quant<"int4sp24", G>`).
+
+    ```mlir
+    // before
+    %y = xfmr.linear %x, %w : (tensor<?x576xf32>, tensor<1536x576xf32>) -> tensor<?x1536xf32>
+    // after
+    %s = xfmr.sparsify %w {pattern = "2:4", method = "magnitude"} : (tensor<1536x576xf32>) -> tensor<1536x576x!xfmr.quant<"sp24", 0>>
+    %y = xfmr.linear %x, %s : (tensor<?x576xf32>, tensor<1536x576x!xfmr.quant<"sp24", 0>>) -> tensor<?x1536xf32>
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect"];
+  let options = [
+    Option<"pattern", "pattern", "std::string", "std::string(::kiln::PlanOptions::kDefaultSparsity)",
+           "Sparsity pattern: 2:4">,
+    Option<"method", "method", "std::string", "std::string(::kiln::PlanOptions::kDefaultSparsityMethod)",
+           "How the kept weights are chosen: magnitude, sparsegpt">,
+  ];
+}
+
 def InsertQuantization : Pass<"xfmr-insert-quantization", "::mlir::ModuleOp"> {
   let summary = "Quantize weights and the KV cache";
   let description = [{

@@ -18,6 +18,12 @@ void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options
   pm.addPass(createPageKvCache(paging));
   // After paging: attention layers' query_start is the one the scans take.
   pm.addPass(createPoolSsmState());
+  if (options.sparsity != "none") {
+    SparsifyOptions sparsify;
+    sparsify.pattern = options.sparsity;
+    sparsify.method = options.sparsity_method;
+    pm.addPass(createSparsify(sparsify));
+  }
   InsertQuantizationOptions quant;
   quant.weights = options.quant_weights;
   quant.groupSize = options.quant_group_size;
@@ -60,6 +66,10 @@ struct DefaultPipelineOptions
   Option<std::string> quantKv{*this, "quant-kv",
                               llvm::cl::desc("none, f16, bf16, int8, fp8"),
                               llvm::cl::init(std::string(PlanOptions::kDefaultQuantKv))};
+  Option<std::string> sparsity{*this, "sparsity", llvm::cl::desc("none, 2:4"),
+                               llvm::cl::init(std::string(PlanOptions::kDefaultSparsity))};
+  Option<std::string> sparsityMethod{*this, "sparsity-method", llvm::cl::desc("magnitude, sparsegpt"),
+                                     llvm::cl::init(std::string(PlanOptions::kDefaultSparsityMethod))};
   Option<unsigned> pageSize{*this, "page-size", llvm::cl::desc("KV page size"),
                             llvm::cl::init(PlanOptions::kDefaultPageSize)};
   Option<std::string> specTree{*this, "spec-tree",
@@ -90,6 +100,8 @@ void registerPipelines() {
         options.quant_group_size = o.quantGroupSize;
         options.quant_kv = o.quantKv;
         options.page_size = o.pageSize;
+        options.sparsity = o.sparsity;
+        options.sparsity_method = o.sparsityMethod;
         options.spec_tree = o.specTree;
         options.spec_mode = o.specMode;
         options.activation_type = o.activationType;

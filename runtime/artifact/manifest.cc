@@ -204,9 +204,9 @@ Result<WeightPrepare> parsePrepare(const Reader& r, const json& p, const std::st
   WeightPrepare prep;
   auto op = r.string(p, path, "op");
   if (!op.ok()) return op.error();
-  if (*op != "concat_rows" && *op != "quantize" && *op != "offset")
+  if (*op != "concat_rows" && *op != "quantize" && *op != "offset" && *op != "sparsify")
     return r.error(path + ".op",
-                   fmt::format("unknown prepare op '{}' (expected concat_rows, quantize or offset)", *op));
+                   fmt::format("unknown prepare op '{}' (expected concat_rows, quantize, offset or sparsify)", *op));
   prep.op = *op;
   auto inputs = r.shape(p, path, "inputs", /*allow_dynamic=*/false);
   if (!inputs.ok()) return inputs.error();
@@ -217,6 +217,18 @@ Result<WeightPrepare> parsePrepare(const Reader& r, const json& p, const std::st
     if (!p.contains("value") || !p["value"].is_number())
       return r.error(path + ".value", "expected a number (what offset adds)");
     prep.value = p["value"].get<double>();
+  }
+  if (prep.op == "sparsify") {
+    if (prep.inputs.size() != 1) return r.error(path + ".inputs", "sparsify takes one weight id");
+    auto pattern = r.string(p, path, "pattern");
+    if (!pattern.ok()) return pattern.error();
+    auto method = r.string(p, path, "method");
+    if (!method.ok()) return method.error();
+    if (*pattern != "2:4") return r.error(path + ".pattern", fmt::format("'{}', expected '2:4'", *pattern));
+    if (*method != "magnitude" && *method != "sparsegpt")
+      return r.error(path + ".method", fmt::format("'{}', expected 'magnitude' or 'sparsegpt'", *method));
+    prep.pattern = *pattern;
+    prep.method = *method;
   }
   if (prep.op == "quantize") {
     auto scheme = r.string(p, path, "scheme");

@@ -32,12 +32,16 @@ inline constexpr int kManifestVersion = 2;
 // 1 + w norm weights); quantize is listed for completeness (the CPU
 // weight store rejects it).
 struct WeightPrepare {
-  std::string op;               // "concat_rows" | "offset" | "quantize"
+  std::string op;               // "concat_rows" | "offset" | "quantize" | "sparsify"
   std::vector<int64_t> inputs;  // weight ids
-  std::string scheme;           // quantize only: "int8" | "int4" | "fp8e4m3"
+  // quantize only: "int8" | "int4" | "fp8e4m3", or "int8sp24" | "int4sp24"
+  // for a sparsify's kept values
+  std::string scheme;
   int64_t group = 0;            // quantize only
   int64_t result = 0;           // quantize only: 0 data, 1 scales
   double value = 0;             // offset only: what is added
+  std::string pattern;          // sparsify only: "2:4"
+  std::string method;           // sparsify only: "magnitude" | "sparsegpt"
 };
 
 struct ManifestWeight {

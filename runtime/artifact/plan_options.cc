@@ -32,6 +32,13 @@ Status validateQuantKv(const std::string& kv, std::string_view option) {
   return {};
 }
 
+Status validateSparsity(const std::string& sparsity, const std::string& method, std::string_view option,
+                        std::string_view method_option) {
+  if (!oneOf(sparsity, {"none", "2:4"})) return invalid(option, sparsity, "one of: none, 2:4");
+  if (!oneOf(method, {"magnitude", "sparsegpt"})) return invalid(method_option, method, "one of: magnitude, sparsegpt");
+  return {};
+}
+
 Status validateTarget(const std::string& target, std::string_view option) {
   if (!oneOf(target, {"cpu", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120"}))
     return invalid(option, target, fmt::format("one of: {}", kTargets));
@@ -55,6 +62,7 @@ Status validatePlanOptions(const PlanOptions& options) {
     return invalid("--quant-group-size", std::to_string(options.quant_group_size),
                    "a positive multiple of 32 (32, 64, 128, ...)");
   KILN_RETURN_IF_ERROR(validatePageSize(options.page_size));
+  KILN_RETURN_IF_ERROR(validateSparsity(options.sparsity, options.sparsity_method));
   if (!oneOf(options.spec_mode, {"greedy", "rejection"}))
     return invalid("--spec-mode", options.spec_mode, "one of: greedy, rejection");
   const std::string& tree = options.spec_tree;

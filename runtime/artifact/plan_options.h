@@ -19,6 +19,8 @@ struct PlanOptions {
   static constexpr unsigned kDefaultQuantGroupSize = 128;
   static constexpr std::string_view kDefaultQuantWeights = "none";
   static constexpr std::string_view kDefaultQuantKv = "none";
+  static constexpr std::string_view kDefaultSparsity = "none";
+  static constexpr std::string_view kDefaultSparsityMethod = "magnitude";
   static constexpr std::string_view kDefaultSpecTree = "none";
   static constexpr std::string_view kDefaultSpecMode = "greedy";
   static constexpr std::string_view kDefaultActivationType = "f32";
@@ -28,6 +30,12 @@ struct PlanOptions {
   unsigned quant_group_size = kDefaultQuantGroupSize;  // int4 only
   std::string quant_kv{kDefaultQuantKv};            // none | f16 | bf16 | int8 | fp8
   unsigned page_size = kDefaultPageSize;            // tokens per KV block
+  // 2:4 structured sparsity of the decoder linears (xfmr-sparsify,
+  // docs/design/sparsity.md): none | 2:4; how the kept weights were chosen:
+  // magnitude (at load) | sparsegpt (pruned before the compile, on
+  // calibration text).
+  std::string sparsity{kDefaultSparsity};
+  std::string sparsity_method{kDefaultSparsityMethod};
   std::string spec_tree{kDefaultSpecTree};          // none | chain:K | widths:W1,W2,...
   std::string spec_mode{kDefaultSpecMode};          // greedy | rejection
   // A LayerSkip self-draft entry (@draft): the first K layers, then the
@@ -55,6 +63,11 @@ Status validatePlanOptions(const PlanOptions& options);
 Status validatePageSize(unsigned page_size, std::string_view option = "--page-size");
 // The KV cache type alone, likewise (xfmr-insert-quantization's `kv`).
 Status validateQuantKv(const std::string& kv, std::string_view option = "--quant-kv");
+// The sparsity pattern and method alone, likewise (xfmr-sparsify's
+// `pattern` and `method`).
+Status validateSparsity(const std::string& sparsity, const std::string& method,
+                        std::string_view option = "--sparsity",
+                        std::string_view method_option = "--sparsity-method");
 // The target alone, likewise.
 Status validateTarget(const std::string& target, std::string_view option = "--target");
 // The target to compile for a device of compute capability major.minor:

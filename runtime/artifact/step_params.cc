@@ -334,8 +334,13 @@ Status checkKind(const RangeCheck&, const S&) {
 
 Status checkKind(const RangeCheck& c, const GemmParams& p) {
   // kiln's own schemes (xfmr-insert-quantization) keep their scales apart;
-  // float weights have none and GGUF blocks carry theirs.
-  const bool kiln_scheme = p.weight_type == "int8" || p.weight_type == "int4" || p.weight_type == "fp8e4m3";
+  // float weights have none and GGUF blocks carry theirs; 2:4 sparse weights
+  // (sp24 float, int8sp24, int4sp24) need whole 64-column spans.
+  const std::string& t = p.weight_type;
+  const bool kiln_scheme = t == "int8" || t == "int4" || t == "fp8e4m3" || t == "int8sp24" || t == "int4sp24";
+  const bool sparse24 = t == "sp24" || t == "int8sp24" || t == "int4sp24";
+  if (sparse24 && p.k % 64 != 0)
+    return c.fail(key::kWeightType, "is {} with k {}: 2:4 sparse weights need k a multiple of 64", t, p.k);
   if (p.scales != kiln_scheme)
     return c.fail(key::kScales, "weight_type {} {} a scales operand", p.weight_type,
                   p.scales ? "does not take" : "needs");

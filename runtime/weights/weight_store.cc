@@ -13,6 +13,7 @@
 
 #include "runtime/numerics/quant.h"
 #include "runtime/support/content_hash.h"
+#include "runtime/weights/sparse24.h"
 #include "runtime/weights/weight_quantization.h"
 
 namespace kiln {
@@ -174,12 +175,73 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     const uint8_t* packed = nullptr;  // weight.packed, once moved into the store
   };
   std::map<std::tuple<int64_t, std::string, int64_t>, Quantized> quantized;
+
+  // 2:4 sparse weights (sparse24.h): `sparsify` compresses its input (float
+  // or GGUF blocks, dequantized) into f32 kept values; `quantize` with
+  // int8sp24 / int4sp24 quantizes a sparsify's kept values, keeping its
+  // metadata. Result 1 of the quantize binds the scales.
+  std::map<int64_t, Sparse24Matrix> compressed;  // sparsify weight id -> its matrix
+  auto bindSparse = [&](const ManifestWeight& mw, BoundWeight& bw, const std::string& where, int64_t input,
+                        const std::string& scheme, int64_t group) -> Status {
+    const Sparse24Matrix* matrix = nullptr;
+    if (scheme == "sp24") {
+      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+      store.join(store.weights_[indexOf(input)]);
+      const BoundWeight& ib = store.weights_[indexOf(input)];
+      auto ktype = kernelType(ib.format_type);
+      if (ib.shape.size() != 2 || !ktype || ib.sparse24)
+        return makeError("{}: sparsify input {} '{}' must be a float or GGUF block matrix, got {} {}", where,
+                         input, ib.name, lower(formats::elementTypeName(ib.format_type)),
+                         formats::shapeToString(ib.shape));
+      const int64_t rows = ib.shape[0], cols = ib.shape[1];
+      std::vector<float> dense(size_t(rows * cols));
+      KILN_RETURN_IF_ERROR(dequantizeRow(*ktype, ib.data, dense.data(), rows * cols));
+      auto m = compressSparse24(dense.data(), rows, cols, mw.prepare->method, ib.name);
+      if (!m.ok()) return makeError("{}: {}", where, m.error().message);
+      matrix = &compressed.emplace(mw.id, m.take()).first->second;
+    } else {
+      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+      auto it = compressed.find(input);
+      if (it == compressed.end())
+        return makeError("{}: quantize to {} takes a sparsify's result, got weight {} '{}'", where, scheme,
+                         input, store.weights_[indexOf(input)].name);
+      matrix = &it->second;
+    }
+    auto packed = packSparse24(*matrix, scheme, group);
+    if (!packed.ok()) return makeError("{}: {}", where, packed.error().message);
+    bw.id = mw.id;
+    bw.name = mw.name;
+    bw.shape = mw.shape;
+    if (mw.prepare->result == 1) {
+      auto count = elementCount(mw.shape);
+      if (!count.ok() || uint64_t(*count) != packed->scales.size())
+        return makeError("{}: the scales have {} values, the manifest shape {} holds {}", where,
+                         packed->scales.size(), formats::shapeToString(mw.shape), count.ok() ? *count : -1);
+      auto buffer = std::make_unique<uint8_t[]>(packed->scales.size() * sizeof(float));
+      std::memcpy(buffer.get(), packed->scales.data(), packed->scales.size() * sizeof(float));
+      bw.data = buffer.get();
+      bw.size_bytes = packed->scales.size() * sizeof(float);
+      bw.format_type = ElementType::F32;
+      store.owned_.push_back(std::move(buffer));
+      return {};
+    }
+    bw.data = packed->data.get();
+    bw.size_bytes = packed->bytes;
+    bw.format_type = packed->values_type;
+    bw.sparse24 = true;
+    bw.sparse_meta_offset = packed->meta_offset;
+    store.owned_.push_back(std::move(packed->data));
+    return {};
+  };
+
   auto bindQuantized = [&](const ManifestWeight& mw, BoundWeight& bw,
                            const std::string& where) -> Status {
     const WeightPrepare& prep = *mw.prepare;
     if (prep.inputs.size() != 1)
       return makeError("{}: quantize takes one input, got {}", where, prep.inputs.size());
     const int64_t input = prep.inputs[0];
+    if (prep.scheme == "int8sp24" || prep.scheme == "int4sp24")
+      return bindSparse(mw, bw, where, input, prep.scheme, prep.group);
     auto key = std::make_tuple(input, prep.scheme, prep.group);
     auto it = quantized.find(key);
     if (it == quantized.end()) {
@@ -238,6 +300,11 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     bw.shape = mw.shape;
     if (mw.prepare && mw.prepare->op == "quantize") {
       KILN_RETURN_IF_ERROR(bindQuantized(mw, bw, where));
+      state[i] = 2;
+      return {};
+    }
+    if (mw.prepare && mw.prepare->op == "sparsify") {
+      KILN_RETURN_IF_ERROR(bindSparse(mw, bw, where, mw.prepare->inputs.at(0), "sp24", 0));
       state[i] = 2;
       return {};
     }
@@ -334,7 +401,7 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       store.owned_.push_back(std::move(buffer));
     } else {
       return makeError("{}: prepare op '{}' (scheme {}) is not supported by the CPU backend "
-                       "(supported: concat_rows, offset, quantize)",
+                       "(supported: concat_rows, offset, quantize, sparsify)",
                        where, mw.prepare->op, mw.prepare->scheme);
     }
 

@@ -38,6 +38,12 @@ struct BoundWeight {
   std::vector<int64_t> shape;  // outermost first; [n, k] for a GEMM weight
   const uint8_t* data = nullptr;
   uint64_t size_bytes = 0;
+  // 2:4 sparse (a `sparsify` preparation, or `quantize` to int8sp24 /
+  // int4sp24; docs/design/sparsity.md): `data` holds the kept values, [n,
+  // k/2] in `format_type` (f32, q8_0 or q4_0 blocks), then from
+  // `sparse_meta_offset` the metadata, [n, k/32] uint32. `shape` stays [n, k].
+  bool sparse24 = false;
+  uint64_t sparse_meta_offset = 0;
   // A deferred concat_rows (WeightStoreOptions::defer_concat): the row
   // blocks in order, and data == nullptr until materializeConcats().
   std::vector<std::span<const uint8_t>> parts;

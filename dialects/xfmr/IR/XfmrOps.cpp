@@ -735,20 +735,49 @@ LogicalResult verifyScalesShape(Operation* op, RankedTensorType data,
 }
 }  // namespace
 
+LogicalResult SparsifyOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  auto inputQuant = dyn_cast<QuantType>(input.getElementType());
+  if (!isFloatTensor(input) && !(inputQuant && inputQuant.isGgufBlockFormat()))
+    return emitOpError() << "input element type " << input.getElementType()
+                         << ", expected a float type or a GGUF block type";
+  if (input.getRank() != 2)
+    return emitOpError() << "input has rank " << input.getRank() << ", expected a weight matrix [out, in]";
+  if (getPattern() != "2:4")
+    return emitOpError() << "pattern '" << getPattern() << "', expected '2:4'";
+  if (getMethod() != "magnitude" && getMethod() != "sparsegpt")
+    return emitOpError() << "method '" << getMethod() << "', expected 'magnitude' or 'sparsegpt'";
+  auto quant = dyn_cast<QuantType>(result.getElementType());
+  if (!quant || quant.getKind() != "sp24")
+    return emitOpError() << "result element type " << result.getElementType()
+                         << ", expected !xfmr.quant<\"sp24\", 0>";
+  if (!input.isDynamicDim(1) && input.getDimSize(1) % 64 != 0)
+    return emitOpError() << "in-features " << input.getDimSize(1)
+                         << " are not a multiple of 64 (whole 2:4 metadata words of the values' blocks)";
+  return expectSameShape(*this, "result", result, input);
+}
+
 LogicalResult QuantizeOp::verify() {
   RankedTensorType input = tensorOf(getInput());
   RankedTensorType result = tensorOf(getResult());
-  if (!isFloatTensor(input))
-    return emitOpError() << "input element type " << input.getElementType()
-                         << ", expected a float type";
   auto quant = dyn_cast<QuantType>(result.getElementType());
   if (!quant)
     return emitOpError() << "result element type " << result.getElementType()
                          << ", expected !xfmr.quant";
+  auto inputQuant = dyn_cast<QuantType>(input.getElementType());
+  const bool sparseInput = inputQuant && inputQuant.getKind() == "sp24";
+  if (quant.isSparse24() != sparseInput || quant.getKind() == "sp24")
+    return emitOpError() << "quantizes " << input.getElementType() << " to " << result.getElementType()
+                         << ", expected a float input for int8, int4, fp8e4m3 and an sp24 input "
+                            "(from xfmr.sparsify) for int8sp24, int4sp24";
+  if (!sparseInput && !isFloatTensor(input))
+    return emitOpError() << "input element type " << input.getElementType()
+                         << ", expected a float type";
   if (quant.isGgufBlockFormat())
     return emitOpError() << "quantization kind '" << quant.getKind()
                          << "' is a GGUF block format, expected one of kiln's "
-                            "schemes: int8, int4, fp8e4m3";
+                            "schemes: int8, int4, fp8e4m3, int8sp24, int4sp24";
   int64_t group = getGroupAttr().getInt();
   if (group < 0 || group != static_cast<int64_t>(quant.getBlock()))
     return emitOpError() << "group " << group
@@ -773,11 +802,12 @@ LogicalResult DequantizeOp::verify() {
   if (!isFloatTensor(result))
     return emitOpError() << "result element type " << result.getElementType()
                          << ", expected a float type";
-  if (quant.isGgufBlockFormat() && getScales())
+  if (!quant.hasSeparateScales() && getScales())
     return emitOpError() << "quantization kind '" << quant.getKind()
-                         << "' stores scales in its blocks, expected no "
-                            "scales operand";
-  if (!quant.isGgufBlockFormat() && !getScales())
+                         << (quant.isGgufBlockFormat() ? "' stores scales in its blocks"
+                                                       : "' has no scales")
+                         << ", expected no scales operand";
+  if (quant.hasSeparateScales() && !getScales())
     return emitOpError() << "quantization kind '" << quant.getKind()
                          << "' keeps its scales apart, expected a scales "
                             "operand";
@@ -793,11 +823,12 @@ LogicalResult QuantizedLinearOp::verify() {
   if (!quant)
     return emitOpError() << "weight element type " << weight.getElementType()
                          << ", expected !xfmr.quant";
-  if (quant.isGgufBlockFormat() && getScales())
+  if (!quant.hasSeparateScales() && getScales())
     return emitOpError() << "quantization kind '" << quant.getKind()
-                         << "' stores scales in its blocks, expected no "
-                            "scales operand";
-  if (!quant.isGgufBlockFormat() && !getScales())
+                         << (quant.isGgufBlockFormat() ? "' stores scales in its blocks"
+                                                       : "' has no scales")
+                         << ", expected no scales operand";
+  if (quant.hasSeparateScales() && !getScales())
     return emitOpError() << "quantization kind '" << quant.getKind()
                          << "' keeps its scales apart, expected a scales "
                             "operand";
@@ -928,7 +959,7 @@ LogicalResult GemmOp::verify() {
                                 tensorOf(getResult()))))
     return failure();
   auto quant = dyn_cast<QuantType>(weight.getElementType());
-  bool needsScales = quant && !quant.isGgufBlockFormat();
+  bool needsScales = quant && quant.hasSeparateScales();
   if (needsScales != static_cast<bool>(getScales()))
     return emitOpError() << "weight element type " << weight.getElementType()
                          << (needsScales ? " keeps its scales apart, expected a "

@@ -579,6 +579,10 @@ def Xfmr_QuantizeOp : Xfmr_PureOp<"quantize"> {
     [...]`, the input shape without its last dimension), `G > 0` means
     `scales [..., C/G]` with `C % G == 0`.
 
+    A `!xfmr.quant<"sp24", 0>` input (from `xfmr.sparsify`) gives an
+    `int8sp24` or `int4sp24` result: the kept values are quantized, the
+    group counting input columns of the dense row.
+
     Without `scales` the scales are computed from the data (absmax / qmax
     per row or group); with a given `scales` operand the input is quantized
     against it and the `scales` result is that operand.
@@ -600,6 +604,29 @@ def Xfmr_QuantizeOp : Xfmr_PureOp<"quantize"> {
                        I64Attr:$group);
   let results = (outs Xfmr_Tensor:$result, Xfmr_Tensor:$scales);
   let assemblyFormat = "$input (`scales` $given_scales^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Xfmr_SparsifyOp : Xfmr_PureOp<"sparsify"> {
+  let summary = "Compress a weight to the 2:4 structured-sparse form";
+  let description = [{
+    Keeps two weights in every group of four consecutive input columns of
+    each row of `input [out, in]` (`in` a multiple of 64) and gives them as
+    `!xfmr.quant<"sp24", 0>`: the kept values and a 4-bit index pair per
+    group (docs/design/sparsity.md). `method = "magnitude"` keeps the two of
+    largest magnitude; `method = "sparsegpt"` says the weight was pruned
+    before the compile, and the load refuses it if a group holds more than
+    two nonzeros. The input is float or a GGUF block type (dequantized
+    first). On weights the lowering hoists the op into load-time weight
+    preparation, as `xfmr.quantize`.
+
+    ```mlir
+    %s = xfmr.sparsify %w {pattern = "2:4", method = "magnitude"} : (tensor<1536x576xf32>) -> tensor<1536x576x!xfmr.quant<"sp24", 0>>
+    ```
+  }];
+  let arguments = (ins Xfmr_Tensor:$input, StrAttr:$pattern, StrAttr:$method);
+  let results = (outs Xfmr_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

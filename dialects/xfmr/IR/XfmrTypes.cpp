@@ -40,16 +40,21 @@ struct QuantScheme {
   unsigned fixedBlock;  // 0: any block size (kiln's own schemes)
   double bitsPerElement;
   bool gguf;
+  bool separateScales;  // kiln's quantized schemes keep their scales in a tensor apart
+  bool sparse24;        // 2:4 compressed (docs/design/sparsity.md)
 };
 // Bits per element include the per-block scales (q4_1: 16 nibbles + two f16
 // per 32 elements = 24 bytes / 32 = 6 bits).
+// 2:4 kinds: half the elements kept, plus a 4-bit index pair per 4 (1 bit
+// an element); sp24's values are bf16 on the GPU.
 constexpr QuantScheme kSchemes[] = {
-    {"q4_0", 32, 4.5, true},   {"q4_1", 32, 5.0, true},
-    {"q5_0", 32, 5.5, true},   {"q5_1", 32, 6.0, true},
-    {"q8_0", 32, 8.5, true},   {"q4_k", 256, 4.5, true},
-    {"q5_k", 256, 5.5, true},  {"q6_k", 256, 6.5625, true},
-    {"int8", 0, 8.0, false},   {"int4", 0, 4.0, false},
-    {"fp8e4m3", 0, 8.0, false},
+    {"q4_0", 32, 4.5, true, false, false},   {"q4_1", 32, 5.0, true, false, false},
+    {"q5_0", 32, 5.5, true, false, false},   {"q5_1", 32, 6.0, true, false, false},
+    {"q8_0", 32, 8.5, true, false, false},   {"q4_k", 256, 4.5, true, false, false},
+    {"q5_k", 256, 5.5, true, false, false},  {"q6_k", 256, 6.5625, true, false, false},
+    {"int8", 0, 8.0, false, true, false},    {"int4", 0, 4.0, false, true, false},
+    {"fp8e4m3", 0, 8.0, false, true, false}, {"sp24", 0, 9.0, false, false, true},
+    {"int8sp24", 0, 5.0, false, true, true}, {"int4sp24", 0, 3.0, false, true, true},
 };
 const QuantScheme* findScheme(llvm::StringRef kind) {
   for (const QuantScheme& scheme : kSchemes)
@@ -71,10 +76,22 @@ LogicalResult QuantType::verify(function_ref<InFlightDiagnostic()> emitError,
   if (scheme->fixedBlock != 0 && block != scheme->fixedBlock)
     return emitError() << "quantization kind '" << kind << "' has block size "
                        << block << ", expected " << scheme->fixedBlock;
+  // int4sp24's groups are whole 64-column spans: one 32-value block of the
+  // compressed row each.
+  if (kind == "int4sp24" && (block == 0 || block % 64 != 0))
+    return emitError() << "quantization kind 'int4sp24' has block size " << block
+                       << ", expected a positive multiple of 64";
+  if ((kind == "sp24" || kind == "int8sp24") && block != 0)
+    return emitError() << "quantization kind '" << kind << "' has block size " << block
+                       << ", expected 0";
   return success();
 }
 
 bool QuantType::isGgufBlockFormat() const { return findScheme(getKind())->gguf; }
+
+bool QuantType::hasSeparateScales() const { return findScheme(getKind())->separateScales; }
+
+bool QuantType::isSparse24() const { return findScheme(getKind())->sparse24; }
 
 double QuantType::bitsPerElement() const {
   return findScheme(getKind())->bitsPerElement;

@@ -29,6 +29,9 @@ def Xfmr_QuantType : Xfmr_Type<"Quant", "quant"> {
     | `int8`    | kiln   | int8, one f32 scale per output channel (block = 0) |
     | `int4`    | kiln   | 4-bit, one scale per `block` elements     |
     | `fp8e4m3` | kiln   | fp8 e4m3, one f32 scale per channel or head |
+    | `sp24`    | kiln   | 2:4 sparse: the kept half of the values (float) and a 4-bit index pair per 4 (docs/design/sparsity.md) |
+    | `int8sp24` | kiln  | `sp24` with int8 values, one f32 scale per output channel (block = 0) |
+    | `int4sp24` | kiln  | `sp24` with 4-bit values, one scale per `block` input columns (a multiple of 64) |
 
     Example:
     ```mlir
@@ -44,6 +47,11 @@ def Xfmr_QuantType : Xfmr_Type<"Quant", "quant"> {
     bool isGgufBlockFormat() const;
     /// Bits of storage per element, scales included (q4_1: 6.0).
     double bitsPerElement() const;
+    /// True for kiln's quantized schemes, whose scales are a tensor apart
+    /// (int8, int4, fp8e4m3, int8sp24, int4sp24).
+    bool hasSeparateScales() const;
+    /// True for the 2:4 compressed kinds (sp24, int8sp24, int4sp24).
+    bool isSparse24() const;
   }];
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/cpu/kernels/elementwise.h"
 #include "runtime/cpu/kernels/embed.h"
 #include "runtime/cpu/kernels/linear.h"
+#include "runtime/cpu/kernels/sparse24_linear.h"
 #include "runtime/cpu/kernels/moe.h"
 #include "runtime/cpu/kernels/paged_attention.h"
 #include "runtime/cpu/kernels/paged_kv.h"
@@ -295,12 +296,21 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
       // int4 as q4_0 blocks, fp8 as f32. (The plan checked that exactly
       // these take a scales operand.)
       const std::string& wt = g.weight_type;
-      const std::string bound_as = wt == "int8" ? "q8_0" : wt == "int4" ? "q4_0" : wt == "fp8e4m3" ? "f32" : wt;
+      // 2:4 sparse weights bind their kept values the same ways (f32 for
+      // sp24), with the metadata after them (runtime/weights/sparse24.h).
+      const bool sparse24 = wt == "sp24" || wt == "int8sp24" || wt == "int4sp24";
+      if (sparse24 != s.args[1].weight->sparse24)
+        return fail(step, "weight_type is {} but weight {} is bound {}", wt, s.args[1].weight->id,
+                    s.args[1].weight->sparse24 ? "2:4 sparse" : "dense");
+      const std::string bound_as = wt == "int8" || wt == "int8sp24"   ? "q8_0"
+                                   : wt == "int4" || wt == "int4sp24" ? "q4_0"
+                                   : wt == "fp8e4m3" || wt == "sp24"  ? "f32"
+                                                                      : wt;
       if (bound_as != weightTypeName(s.args[1].weight->type) &&
           !(s.args[1].weight->format_type == formats::ElementType::F32 && bound_as == "f32"))
         return fail(step, "weight_type is {} but weight {} is bound as {}", wt, s.args[1].weight->id,
                     weightTypeName(s.args[1].weight->type));
-      if (k % quantBlockElements(s.args[1].weight->type) != 0)
+      if (!sparse24 && k % quantBlockElements(s.args[1].weight->type) != 0)
         return fail(step, "k = {} is not a multiple of {} for a {} weight", k,
                     quantBlockElements(s.args[1].weight->type),
                     weightTypeName(s.args[1].weight->type));
@@ -918,6 +928,9 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
       const BoundWeight& w = *s.args[1].weight;
       const float* bias =
           s.args.size() == 3 ? reinterpret_cast<const float*>(s.args[2].weight->data) : nullptr;
+      if (w.sparse24)
+        return sparse24Linear(s.args[0].data, rowsOf(s.args[0]), s.k, w.data, w.type,
+                              w.data + w.sparse_meta_offset, s.width, bias, out.data);
       return linear(s.args[0].data, rowsOf(s.args[0]), s.k, w.data, w.type, s.width, bias,
                     out.data);
     }

@@ -13,14 +13,13 @@
 #include "runtime/support/thread_pool.h"
 
 namespace kiln::cpu {
-namespace {
 
-// We thread over tiles ourselves; OpenBLAS's own threads would multiply the
-// thread count by the pool size.
 void pinBlasToOneThread() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
+
+namespace {
 
 // Per-thread scratch that grows to the largest request and is then reused, so
 // steady-state decode does not allocate.

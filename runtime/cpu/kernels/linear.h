@@ -34,6 +34,11 @@ Status linear(const float* x, int64_t tokens, int64_t k, const void* w, WeightTy
 // because OpenBLAS picks its kernels in its library constructor.
 const char* blasCoreName();
 
+// The GEMMs thread over tiles themselves (the kernel pool); OpenBLAS's own
+// threads would multiply the thread count by the pool size. Every caller of
+// cblas_sgemm calls this first.
+void pinBlasToOneThread();
+
 // Forces the path, for tests and benchmarks.
 enum class LinearPath { kAuto, kQuantDot, kDequantSgemm };
 

@@ -697,3 +697,42 @@ func.func @moe_ffn_down(%x: tensor<?x64xf32>, %w: tensor<?x2xf32>, %e: tensor<?x
   %y = xfmr.moe_ffn %x, %w, %e, %g, %g, %d : (tensor<?x64xf32>, tensor<?x2xf32>, tensor<?x2xi32>, tensor<4x96x64xf32>, tensor<4x96x64xf32>, tensor<4x64x32xf32>) -> tensor<?x64xf32>
   return
 }
+
+// -----
+
+func.func @sparsify_pattern(%w: tensor<64x64xf32>) {
+  // expected-error @+1 {{'xfmr.sparsify' op pattern '4:8', expected '2:4'}}
+  %s = xfmr.sparsify %w {pattern = "4:8", method = "magnitude"} : (tensor<64x64xf32>) -> tensor<64x64x!xfmr.quant<"sp24", 0>>
+  return
+}
+
+// -----
+
+func.func @sparsify_ragged(%w: tensor<64x96xf32>) {
+  // expected-error @+1 {{'xfmr.sparsify' op in-features 96 are not a multiple of 64}}
+  %s = xfmr.sparsify %w {pattern = "2:4", method = "magnitude"} : (tensor<64x96xf32>) -> tensor<64x96x!xfmr.quant<"sp24", 0>>
+  return
+}
+
+// -----
+
+func.func @sparsify_result(%w: tensor<64x64xf32>) {
+  // expected-error @+1 {{'xfmr.sparsify' op result element type '!xfmr.quant<"int8sp24", 0>', expected !xfmr.quant<"sp24", 0>}}
+  %s = xfmr.sparsify %w {pattern = "2:4", method = "sparsegpt"} : (tensor<64x64xf32>) -> tensor<64x64x!xfmr.quant<"int8sp24", 0>>
+  return
+}
+
+// -----
+
+func.func @quantize_sparse_from_dense(%w: tensor<64x64xf32>) {
+  // expected-error @+1 {{expected a float input for int8, int4, fp8e4m3 and an sp24 input (from xfmr.sparsify) for int8sp24, int4sp24}}
+  %q, %s = xfmr.quantize %w {group = 0 : i64} : (tensor<64x64xf32>) -> (tensor<64x64x!xfmr.quant<"int8sp24", 0>>, tensor<64xf32>)
+  return
+}
+
+// -----
+
+// expected-error @+1 {{quantization kind 'int4sp24' has block size 32, expected a positive multiple of 64}}
+func.func @int4sp24_block(%w: tensor<64x64x!xfmr.quant<"int4sp24", 32>>) {
+  return
+}
