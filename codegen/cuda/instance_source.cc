@@ -1135,6 +1135,69 @@ Result<Body> dequantize(const Params& p) {
   return b;
 }
 
+// The 2:4 sparse linears (sparse24_gemv.cuh, sparse24_mma.cuh): W's kept
+// values as values_type (bf16, q8_0, q4_0; the GEMM takes bf16), y as out_type.
+Result<Body> sparse24(const Params& p, bool gemm) {
+  KILN_TRY(n, p.positive("n"));
+  KILN_TRY(k, p.positive("k", 64));
+  KILN_TRY(values_name, p.textOr("values_type", "bf16"));
+  KILN_TRY(bias, p.boolean("bias"));
+  KILN_TRY(out, activationType(p, "out_type"));
+  const char* values = values_name == "bf16"   ? "kiln::kernels::Sparse24Bf16"
+                       : values_name == "q8_0" ? "kiln::kernels::Sparse24Q8_0"
+                       : values_name == "q4_0" ? "kiln::kernels::Sparse24Q4_0"
+                                               : nullptr;
+  if (!values || (gemm && values_name != "bf16"))
+    return p.bad("values_type", values_name, gemm ? "bf16" : "one of bf16, q8_0, q4_0");
+  if (gemm) {
+    constexpr int kWarpsN = 2, kWarpsM = 2, kStages = 3;
+    constexpr int kBlockN = 64 * kWarpsN, kBlockM = 64 * kWarpsM;
+    constexpr int kSmem = kStages * (kBlockN * 64 + kBlockN / 16 * 128 + kBlockM * 128);
+    Body b{"sparse24_mma.cuh", "", "sparse24_gemm",
+           {32 * kWarpsN * kWarpsM, fmt::format("[ceil(n={} / {}), ceil(rows / {})]", n, kBlockN, kBlockM),
+            "Sparse24Params"}};
+    b.config = fmt::format(
+        "  using Y = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+        "  static constexpr int kWarpsN = {};\n  static constexpr int kWarpsM = {};\n"
+        "  static constexpr int kBlockN = {};\n  static constexpr int kBlockM = {};\n"
+        "  static constexpr int kStages = {};\n  static constexpr int kSmemBytes = {};\n"
+        "  static constexpr bool kBias = {};\n",
+        out, n, k, kWarpsN, kWarpsM, kBlockN, kBlockM, kStages, kSmem, boolLiteral(bias));
+    return b;
+  }
+  KILN_TRY(max_rows, p.integerOr("max_rows", 8));
+  if (max_rows < 1 || max_rows > 8) return makeError("sparse24_gemv: param 'max_rows' is {}, expected 1..8", max_rows);
+  // A lane's loads in flight: 16-byte bf16 units, 34-byte q8_0 blocks
+  // (9 words each), 18-byte q4_0 blocks; split k over warps until the grid
+  // has about two blocks an SM, while each lane keeps two steps of work.
+  const int64_t block_columns = values_name == "bf16" ? 16 : 64, units = k / block_columns;
+  int rows_per_warp = 2, unroll = values_name == "q8_0" ? 2 : 4, split = 1;
+  auto blocks = [&](int s) { return (n + 8 / s * rows_per_warp - 1) / (8 / s * rows_per_warp); };
+  while (split < 8 && blocks(split) < 264 && units >= 32 * split * 2 * 2) split *= 2;
+  if (p.has("sparse_split")) {
+    KILN_TRY(s, p.positive("sparse_split"));
+    KILN_TRY(r, p.positive("sparse_rows_per_warp"));
+    KILN_TRY(u, p.positive("sparse_unroll"));
+    if (8 % s != 0 || r > 8 || u > 8)
+      return makeError("sparse24_gemv: tiling split {} rows_per_warp {} unroll {}: expected split in "
+                       "{{1, 2, 4, 8}}, rows_per_warp <= 8, unroll <= 8", s, r, u);
+    split = int(s);
+    rows_per_warp = int(r);
+    unroll = int(u);
+  }
+  const int rows_per_block = 8 / split * rows_per_warp;
+  Body b{"sparse24_gemv.cuh", "", "sparse24_gemv",
+         {256, fmt::format("[ceil(n={} / {}), 1, ceil(rows / {})]", n, rows_per_block, max_rows), "Sparse24Params"}};
+  b.waits_itself = true;
+  b.config = fmt::format(
+      "  using Values = {};\n  using Y = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+      "  static constexpr int kMaxRows = {};\n  static constexpr int kRowsPerWarp = {};\n"
+      "  static constexpr int kSplitK = {};\n  static constexpr int kUnroll = {};\n"
+      "  static constexpr int kRowsPerBlock = {};\n  static constexpr bool kBias = {};\n",
+      values, out, n, k, max_rows, rows_per_warp, split, unroll, rows_per_block, boolLiteral(bias));
+  return b;
+}
+
 Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "embedding") return embedding(p);
   if (kind == "rms_norm") return rmsNorm(p, false);
@@ -1165,6 +1228,7 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "selective_scan") return selectiveScan(p);
   if (kind == "sample") return sample(p);
   if (kind == "argmax") return argmax(p);
+  if (kind == "sparse24_gemv" || kind == "sparse24_gemm") return sparse24(p, kind == "sparse24_gemm");
   std::string known;
   for (std::string_view k : cudaKernelKinds()) known += (known.empty() ? "" : ", ") + std::string(k);
   return makeError("kernel kind '{}' has no CUDA template; known kinds: {}", kind, known);
@@ -1187,7 +1251,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "mul", "silu", "relu_squared", "kv_append", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "moe_gate_up_mma",
       "moe_down_mma", "ssm_conv1d", "ssd_scan",
       "ssm_gated_norm", "selective_scan", "sample",
-      "argmax"};
+      "argmax", "sparse24_gemv", "sparse24_gemm"};
   return kinds;
 }
 

@@ -42,7 +42,8 @@ struct Instance {
 // ssd_scan, ssm_gated_norm, selective_scan) plus the runtime's own: paged_attention_split,
 // attention_combine, flash_attention, flash_attention_wgmma, decode_attention,
 // moe_gate_up, moe_down, moe_combine and the grouped moe_gate_up_mma, moe_down_mma
-// (a moe_ffn step's), sample, argmax.
+// (a moe_ffn step's), sample, argmax, and the 2:4 sparse linears' sparse24_gemv,
+// sparse24_gemm.
 const std::vector<std::string_view>& cudaKernelKinds();
 
 // A readable instance name from kind and params (kind, then each param as

@@ -362,6 +362,20 @@ inline std::vector<KernelCase> representativeKernelCases() {
   cases.push_back({"argmax", {{"vocab", 128256}}});
   cases.push_back({"argmax", {{"vocab", 49152}, {"logits_type", "f32"}}});
   cases.push_back({"argmax", {{"vocab", 1001}}});  // not a multiple of 8: scalar loads, one chunk
+  // The 2:4 sparse linears: the decode GEMV for every values type, 1 and 8
+  // rows, bf16 and f32 out; the tensor-core GEMM at SmolLM2's and Llama's.
+  for (const char* values : {"bf16", "q8_0", "q4_0"})
+    for (int rows : {1, 8})
+      for (const char* out : {"bf16", "f32"}) {
+        cases.push_back({"sparse24_gemv", {{"n", 4096}, {"k", 14336}, {"values_type", values}, {"bias", false},
+                                           {"max_rows", rows}, {"out_type", out}}});
+        cases.push_back({"sparse24_gemv", {{"n", 576}, {"k", 576}, {"values_type", values}, {"bias", true},
+                                           {"max_rows", rows}, {"out_type", out}}});
+      }
+  for (const char* out : {"bf16", "f32"}) {
+    cases.push_back({"sparse24_gemm", {{"n", 14336}, {"k", 4096}, {"bias", false}, {"out_type", out}}});
+    cases.push_back({"sparse24_gemm", {{"n", 576}, {"k", 1536}, {"bias", true}, {"out_type", out}}});
+  }
   return cases;
 }
 
