@@ -12,7 +12,9 @@ nonzeros and the bitmask marks a kept zero.
   bitmask24   format sparse-24-bitmask: <module>.compressed [out, in/2],
               .bitmask uint8 [out, ceil(in/8)], .shape int64 [2, 1]
   bitmask     format sparse-bitmask, sparsity_structure 2:4: .compressed
-              flat [nnz], .bitmask, .shape int64 [2], .row_offsets [out]
+              flat [nnz], .bitmask, .shape int64 [2], .row_offsets [out];
+              this compressor's mask marks the nonzeros whatever the
+              structure, so q_proj keeps fewer than half its columns
   dense       format dense, sparsity_structure 2:4: the pruned weights
               as the package decompresses bitmask24 (the loader's expected
               output, bit for bit)
