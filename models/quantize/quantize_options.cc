@@ -2,28 +2,52 @@
 
 namespace kiln::quantize {
 
+namespace {
+
+// SparseGPT writes the pruned float model; an int4 method that writes its
+// own model would have to quantize that one, which is not what it was
+// calibrated on, so the two are not combined.
+Status validateSparseGpt(const QuantizeOptions& options, const std::string& sparsity) {
+  if (sparsity != "2:4")
+    return makeError("--sparsity-method=sparsegpt prunes to the 2:4 pattern: it needs --sparsity=2:4, "
+                     "got --sparsity={}",
+                     sparsity);
+  if (options.method != "rtn" || !options.grid.sym)
+    return makeError("--sparsity-method=sparsegpt and {} both write the model before the compile: "
+                     "give one of them (the pruned model takes --quant-weights=int8|int4 at load)",
+                     options.method != "rtn" ? "--quant-method=" + options.method
+                                             : std::string("--quant-sym=false"));
+  if (options.calibration.empty())
+    return makeError("--sparsity-method=sparsegpt needs --calibration FILE (text the model is run on, "
+                     "or a .json array of token ids)");
+  return {};
+}
+
+}  // namespace
+
 Status validateQuantizeOptions(const QuantizeOptions& options, const std::string& quant_weights,
-                               const GivenFlags& given) {
+                               const std::string& sparsity, const GivenFlags& given) {
   const std::string& method = options.method;
   if (method != "rtn" && method != "gptq" && method != "awq")
     return makeError("invalid value '{}' for --quant-method, expected one of: rtn, gptq, awq", method);
+  if (options.sparsegpt) KILN_RETURN_IF_ERROR(validateSparseGpt(options, sparsity));
   if (quant_weights != "int4" && (method != "rtn" || given.sym))
     return makeError("{} quantizes to int4 groups: it needs --quant-weights=int4, got "
                      "--quant-weights={}",
                      method != "rtn" ? "--quant-method=" + method : std::string("--quant-sym"),
                      quant_weights);
-  const bool calibrated = method == "gptq" || method == "awq";
-  if (calibrated && options.calibration.empty())
+  if ((method == "gptq" || method == "awq") && options.calibration.empty())
     return makeError("--quant-method={} needs --calibration FILE (text the model is run on, or a "
                      ".json array of token ids)",
                      method);
-  if (!calibrated && (given.calibration || given.calibration_ctx || given.calibration_tokens))
-    return makeError("--calibration{} is for --quant-method=gptq or awq; {} takes no calibration data",
+  if (!options.calibrated() && (given.calibration || given.calibration_ctx || given.calibration_tokens))
+    return makeError("--calibration{} is for --quant-method=gptq or awq; {} takes no calibration data "
+                     "(--sparsity-method=sparsegpt does)",
                      given.calibration ? "" : given.calibration_ctx ? "-ctx" : "-tokens", method);
   if (given.act_order && method != "gptq")
     return makeError("--quant-act-order is GPTQ's column order: it needs --quant-method=gptq, got {}",
                      method);
-  if (given.damp && method != "gptq")
+  if (given.damp && method != "gptq" && !options.sparsegpt)
     return makeError("--quant-damp is GPTQ's dampening: it needs --quant-method=gptq, got {}", method);
   if (!(options.damp > 0.0 && options.damp <= 10.0))
     return makeError("invalid value '{}' for --quant-damp, expected a fraction of the Hessian's mean "

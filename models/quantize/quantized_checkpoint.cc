@@ -1,6 +1,6 @@
-// The checkpoint form of a quantized model (quantized_model.h): a GPTQ
-// checkpoint directory with one model.safetensors, config.json with its
-// quantization_config, and the source's tokenizer files.
+// The checkpoint form of a written model (quantized_model.h): a checkpoint
+// directory with one model.safetensors, config.json (with a GPTQ
+// quantization_config for int4 linears), and the source's tokenizer files.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/quantize/float_tensors.h"
 #include "models/quantize/quantized_model.h"
 
 namespace kiln::quantize {
@@ -36,8 +37,8 @@ std::string endingIn(const std::string& name, const std::string& suffix) {
 
 }  // namespace
 
-Status writeGptqCheckpoint(const formats::SafetensorsCheckpoint& source,
-                           const QuantizedModel& model, const std::string& dir) {
+Status writeCheckpoint(const formats::SafetensorsCheckpoint& source, const QuantizedModel& model,
+                       const std::string& dir) {
   const formats::SafetensorsCheckpoint* ckpt = &source;
   const std::string& from = source.directory();
 
@@ -60,9 +61,11 @@ Status writeGptqCheckpoint(const formats::SafetensorsCheckpoint& source,
     }
     OutTensor o{t.name, std::string(formats::elementTypeName(t.type)), t.shape, {}, {}};
     if (auto f = model.floats.find(t.name); f != model.floats.end()) {
-      o.dtype = "F32";
-      o.owned.resize(f->second.size() * 4);
-      std::memcpy(o.owned.data(), f->second.data(), o.owned.size());
+      // A pruned linear keeps its float type (its zeros stay zeros).
+      const ElementType type = model.int4() || !isFloatType(t.type) ? ElementType::F32 : t.type;
+      o.dtype = std::string(formats::elementTypeName(type));
+      o.owned.resize(f->second.size() * (type == ElementType::F32 ? 4 : 2));
+      KILN_RETURN_IF_ERROR(storeWeightF32(o.owned, type, f->second));
     } else {
       auto data = ckpt->tensorData(t);
       if (!data.ok()) return data.error();
@@ -72,7 +75,9 @@ Status writeGptqCheckpoint(const formats::SafetensorsCheckpoint& source,
   }
 
   json header = json::object();
-  header["__metadata__"] = {{"format", "pt"}, {"kiln.quantization.method", model.method}};
+  header["__metadata__"] = {{"format", "pt"},
+                            {model.int4() ? "kiln.quantization.method" : "kiln.sparsity.method",
+                             model.method}};
   uint64_t offset = 0;
   for (OutTensor& t : tensors) {
     if (!t.owned.empty()) t.bytes = t.owned;
@@ -101,13 +106,14 @@ Status writeGptqCheckpoint(const formats::SafetensorsCheckpoint& source,
   json config = json::parse(config_text.str(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object())
     return makeError("{}/config.json: expected a JSON object", from);
-  config["quantization_config"] = {{"quant_method", "gptq"},
-                                   {"bits", 4},
-                                   {"group_size", model.grid.group},
-                                   {"sym", model.grid.sym},
-                                   {"desc_act", false},
-                                   {"checkpoint_format", "gptq_v2"},
-                                   {"kiln_method", model.method}};
+  if (model.int4())
+    config["quantization_config"] = {{"quant_method", "gptq"},
+                                     {"bits", 4},
+                                     {"group_size", model.grid.group},
+                                     {"sym", model.grid.sym},
+                                     {"desc_act", false},
+                                     {"checkpoint_format", "gptq_v2"},
+                                     {"kiln_method", model.method}};
   std::ofstream(dir + "/config.json") << config.dump(2) << "\n";
   for (const char* name : kSideFiles) {
     const fs::path file = fs::path(from) / name;
@@ -131,7 +137,7 @@ Result<std::string> writeQuantizedModel(const formats::ModelSource& source,
   if (!source.checkpoint() || source.int4())
     return makeError("{}: not a float safetensors checkpoint", source.path());
   const std::string path = (fs::path(dir) / "model").string();
-  KILN_RETURN_IF_ERROR(writeGptqCheckpoint(*source.checkpoint(), model, path));
+  KILN_RETURN_IF_ERROR(writeCheckpoint(*source.checkpoint(), model, path));
   return path;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "models/quantize/quantized_model.h"
 
@@ -44,16 +45,49 @@ struct OutTensor {
   std::span<const uint8_t> bytes;    // what is written
 };
 
+// A metadata entry the written model adds: its key, then its type and value.
+struct AddedEntry {
+  std::string key;
+  std::function<void(GgufOut&)> write;
+};
+
+AddedEntry stringEntry(std::string key, std::string value) {
+  return {std::move(key), [value = std::move(value)](GgufOut& out) {
+            out.u32(8);  // string
+            out.str(value);
+          }};
+}
+
+// kiln.quantization.* for int4 linears, kiln.sparsity.* for pruned ones,
+// nothing for a dequantized copy.
+std::vector<AddedEntry> addedEntries(const QuantizedModel& model) {
+  if (model.method == "sparsegpt")
+    return {stringEntry("kiln.sparsity.method", model.method), stringEntry("kiln.sparsity.pattern", "2:4")};
+  if (!model.int4()) return {};
+  const uint32_t group = uint32_t(model.grid.group);
+  const uint8_t sym = model.grid.sym ? 1 : 0;
+  return {stringEntry("kiln.quantization.method", model.method),
+          {"kiln.quantization.group_size",
+           [group](GgufOut& out) {
+             out.u32(4);  // uint32
+             out.u32(group);
+           }},
+          {"kiln.quantization.sym", [sym](GgufOut& out) {
+             out.u32(7);  // bool
+             out.raw(&sym, 1);
+           }}};
+}
+
 }  // namespace
 
 Status writeQuantizedGguf(const formats::GgufFile& source, const QuantizedModel& model,
                           const std::string& path) {
   const formats::GgufFile* gguf = &source;
-  for (const char* key : {"kiln.quantization.method", "kiln.quantization.group_size",
-                          "kiln.quantization.sym"})
-    if (gguf->find(key))
-      return makeError("{}: metadata '{}' is already there: the model was quantized by kiln before",
-                       source.path(), key);
+  const std::vector<AddedEntry> added = addedEntries(model);
+  for (const AddedEntry& entry : added)
+    if (gguf->find(entry.key))
+      return makeError("{}: metadata '{}' is already there: the model was {} by kiln before",
+                       source.path(), entry.key, model.int4() ? "quantized" : "pruned");
 
   std::vector<OutTensor> tensors;
   for (const formats::TensorInfo& t : gguf->tensors()) {
@@ -84,19 +118,13 @@ Status writeQuantizedGguf(const formats::GgufFile& source, const QuantizedModel&
   out.u32(0x46554747);  // "GGUF"
   out.u32(3);
   out.u64(tensors.size());
-  out.u64(gguf->metadataKeys().size() + 3);
+  out.u64(gguf->metadataKeys().size() + added.size());
   const std::span<const uint8_t> entries = gguf->metadataBytes();
   out.raw(entries.data(), entries.size());
-  out.str("kiln.quantization.method");
-  out.u32(8);  // string
-  out.str(model.method);
-  out.str("kiln.quantization.group_size");
-  out.u32(4);  // uint32
-  out.u32(uint32_t(model.grid.group));
-  out.str("kiln.quantization.sym");
-  out.u32(7);  // bool
-  const uint8_t sym = model.grid.sym ? 1 : 0;
-  out.raw(&sym, 1);
+  for (const AddedEntry& entry : added) {
+    out.str(entry.key);
+    entry.write(out);
+  }
   uint64_t offset = 0;
   for (const OutTensor& t : tensors) {
     out.str(t.info->name);

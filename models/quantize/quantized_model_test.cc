@@ -123,7 +123,7 @@ TEST(QuantizedCheckpoint, IsAGptqCheckpointThatLoadsToTheSameValues) {
   model.grid = {.group = 32, .sym = false};
   model.linears["model.layers.0.self_attn.q_proj.weight"] = linear(16, 64, model.grid);
   model.floats["model.layers.0.input_layernorm.weight"] = std::vector<float>(64, 0.5f);
-  ASSERT_TRUE(writeGptqCheckpoint(*source, model, dir.file("out")).ok());
+  ASSERT_TRUE(writeCheckpoint(*source, model, dir.file("out")).ok());
 
   std::ifstream config_file(dir.file("out/config.json"));
   std::stringstream config;

@@ -13,11 +13,15 @@
 //                --calibration FILE [--quant-group-size=G] [--quant-sym=B]
 //   kiln-compile MODEL -o DIR --quant-weights=int4 --quant-sym=false
 //
-// which quantizes the decoder linears first (models/quantize: GPTQ and AWQ
-// run the model's f32 plan on the CPU over the calibration tokens), writes
-// the quantized model into DIR (model.gguf, or a GPTQ checkpoint in
-// DIR/model) and compiles that. Symmetric round-to-nearest, the default,
-// quantizes at load instead (xfmr-insert-quantization).
+//   kiln-compile MODEL -o DIR --sparsity=2:4 --sparsity-method=sparsegpt
+//                --calibration FILE [--quant-weights=int8|int4]
+//
+// which quantize or prune the decoder linears first (models/quantize: GPTQ,
+// AWQ and SparseGPT run the model's f32 plan on the CPU over the
+// calibration tokens), write the model into DIR (model.gguf, or a
+// checkpoint in DIR/model) and compile that. Symmetric round-to-nearest,
+// the default, quantizes at load instead (xfmr-insert-quantization), as
+// magnitude 2:4 pruning prunes at load (xfmr-sparsify).
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,6 +85,14 @@ cl::opt<unsigned> quantGroupSize("quant-group-size", cl::desc("int4 group size")
                                  cl::init(kiln::PlanOptions::kDefaultQuantGroupSize));
 cl::opt<std::string> quantKv("quant-kv", cl::desc("KV cache type: none, f16, bf16, int8, fp8"),
                              cl::init(std::string(kiln::PlanOptions::kDefaultQuantKv)));
+cl::opt<std::string> sparsity("sparsity",
+                              cl::desc("Structured sparsity of the decoder linears: none, 2:4 "
+                                       "(docs/design/sparsity.md)"),
+                              cl::init(std::string(kiln::PlanOptions::kDefaultSparsity)));
+cl::opt<std::string> sparsityMethod(
+    "sparsity-method",
+    cl::desc("How the kept 2:4 weights are chosen: magnitude (at load), sparsegpt (needs --calibration)"),
+    cl::init(std::string(kiln::PlanOptions::kDefaultSparsityMethod)));
 cl::opt<unsigned> pageSize("page-size", cl::desc("KV cache page size in tokens"),
                            cl::init(kiln::PlanOptions::kDefaultPageSize));
 cl::opt<std::string> specTree("spec-tree",
@@ -119,15 +131,15 @@ cl::opt<cl::boolOrDefault> quantSym(
 cl::opt<bool> quantActOrder("quant-act-order",
                             cl::desc("GPTQ: quantize columns by decreasing activation energy"));
 cl::opt<double> quantDamp("quant-damp",
-                          cl::desc("GPTQ: dampening added to the Hessian's diagonal, a fraction of "
-                                   "its mean"),
+                          cl::desc("GPTQ, SparseGPT: dampening added to the Hessian's diagonal, a "
+                                   "fraction of its mean"),
                           cl::init(QuantizeOptions::kDefaultDamp));
 cl::opt<bool> quantClip("quant-clip", cl::desc("AWQ: search each group's clipping range"),
                         cl::init(true));
 cl::opt<std::string> calibration(
     "calibration",
-    cl::desc("Calibration data for gptq and awq: text (the model's tokenizer), or a .json array "
-             "of token ids"),
+    cl::desc("Calibration data for gptq, awq and sparsegpt: text (the model's tokenizer), or a "
+             ".json array of token ids"),
     cl::value_desc("file"));
 cl::opt<int64_t> calibrationCtx("calibration-ctx", cl::desc("Tokens a calibration sequence"),
                                 cl::init(QuantizeOptions::kDefaultCalibrationCtx));
@@ -235,6 +247,8 @@ int main(int argc, char** argv) {
   options.quant_group_size = quantGroupSize;
   options.quant_kv = quantKv;
   options.page_size = pageSize;
+  options.sparsity = sparsity;
+  options.sparsity_method = sparsityMethod;
   options.spec_tree = specTree;
   options.spec_mode = specMode;
   options.spec_layerskip = specLayerskip;
@@ -248,6 +262,7 @@ int main(int argc, char** argv) {
 
   QuantizeOptions quant;
   quant.method = quantMethod;
+  quant.sparsegpt = sparsityMethod == "sparsegpt";
   quant.grid = {.group = int64_t(quantGroupSize.getValue()),
                 .sym = quantSym == cl::BOU_UNSET ? quantMethod != "awq" : quantSym == cl::BOU_TRUE};
   quant.act_order = quantActOrder;
@@ -264,18 +279,25 @@ int main(int argc, char** argv) {
   given.calibration_ctx = calibrationCtx.getNumOccurrences() > 0;
   given.calibration_tokens = calibrationTokens.getNumOccurrences() > 0;
   given.sym = quantSym != cl::BOU_UNSET;
-  if (kiln::Status status = kiln::quantize::validateQuantizeOptions(quant, quantWeights, given);
+  if (kiln::Status status = kiln::quantize::validateQuantizeOptions(quant, quantWeights, sparsity, given);
       !status.ok())
     return fail(status.error().message);
   if (quant.writesModel() && emit != EmitStage::Artifact)
-    return fail("--quant-method=" + quant.method +
-                " writes the quantized model into the artifact: give -o DIR, not --emit");
+    return fail(quant.writerFlag() + " writes the " + (quant.sparsegpt ? "pruned" : "quantized") +
+                " model into the artifact: give -o DIR, not --emit");
 
   kiln::Result<std::string> path = kiln::resolveModel(modelPath);
   if (!path.ok()) return fail(path.error().message);
   if (quant.writesModel()) {
+    auto log = [](const std::string& line) { llvm::errs() << "kiln-compile: " << line << "\n"; };
     std::optional<kiln::Manifest> plan;
-    if (quant.method != "rtn") {
+    if (quant.calibrated()) {
+      // SparseGPT prunes a GGUF's block-typed linears as f32: the plan runs a
+      // copy with them dequantized.
+      if (quant.sparsegpt) {
+        path = kiln::quantize::floatLinearsModel(*path, quant, outputDir, log);
+        if (!path.ok()) return fail(path.error().message);
+      }
       // The model as it is, f32 on the CPU: what calibration runs.
       kiln::CompileOptions planOptions;
       planOptions.target = "cpu";
@@ -289,9 +311,7 @@ int main(int argc, char** argv) {
       if (!parsed.ok()) return fail(parsed.error().message);
       plan.emplace(parsed.take());
     }
-    auto written = kiln::quantize::quantizeModel(
-        *path, plan ? &*plan : nullptr, quant, outputDir,
-        [](const std::string& line) { llvm::errs() << "kiln-compile: " << line << "\n"; });
+    auto written = kiln::quantize::quantizeModel(*path, plan ? &*plan : nullptr, quant, outputDir, log);
     if (!written.ok()) return fail(written.error().message);
     path = *written;
   }
