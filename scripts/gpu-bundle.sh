@@ -31,7 +31,7 @@ HOST_LIBS="${KILN_GPU_HOST_LIBS:-libfmt.so.9 libopenblas.so.0 libgfortran.so.5 l
 binaries=(kernels_gpu_test kiln_cuda_test kiln_cuda_executor_test kiln_cuda_vs_cpu_executor_test kiln kiln-kernels
           kiln_attention_bench hf_logits_gpu_test kiln_gemv_sweep kiln_quant_sweep kiln_gemm_search kiln_swiglu_bench
           kiln_batch_invariance_test kiln_moe_bench moe_gpu_test ssm_gpu_test kiln_ssm_bench
-          kiln_cuda_ssm_test)
+          kiln_cuda_ssm_test kiln_sparse24_gpu_test kiln_sparse24_bench)
 
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   launcher=()

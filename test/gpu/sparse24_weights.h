@@ -34,7 +34,8 @@ inline int64_t sparse24RowBytes(const std::string& values, int64_t k) {
 }
 
 // W [n, k] with a random pair kept in each group of four, kept values drawn
-// from N(0, sigma); with_dense keeps the dense matrix for a reference.
+// uniformly with standard deviation sigma; with_dense keeps the dense matrix
+// for a reference.
 inline Sparse24Weight randomSparse24Weight(const std::string& values, int64_t n, int64_t k, float sigma,
                                            std::mt19937& rng, bool with_dense) {
   static constexpr int kPairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
@@ -45,7 +46,7 @@ inline Sparse24Weight randomSparse24Weight(const std::string& values, int64_t n,
   w.metadata_offset = cuda::sparse24MetadataOffset(n, row_bytes);
   w.prepared.assign(size_t(w.metadata_offset + n * k / 8), 0);
   if (with_dense) w.dense.assign(size_t(n * k), 0.0f);
-  std::normal_distribution<float> normal(0.0f, sigma);
+  std::uniform_real_distribution<float> uniform(-1.7320508f * sigma, 1.7320508f * sigma);
   std::vector<float> kept(size_t(k / 2)), stored(size_t(k / 2));
   std::vector<int> pair(size_t(k / 4));
   auto* meta = reinterpret_cast<uint32_t*>(w.prepared.data() + w.metadata_offset);
@@ -56,7 +57,7 @@ inline Sparse24Weight randomSparse24Weight(const std::string& values, int64_t n,
       meta[r * (k / 32) + g / 8] |= uint32_t(kPairs[pair[size_t(g)]][0] | kPairs[pair[size_t(g)]][1] << 2)
                                     << (4 * (g % 8));
     }
-    for (float& v : kept) v = normal(rng);
+    for (float& v : kept) v = uniform(rng);
     if (values == "bf16") {
       auto* bits = reinterpret_cast<uint16_t*>(row);
       for (size_t i = 0; i < kept.size(); ++i) {
