@@ -1,13 +1,16 @@
-// The quantized model's two file forms: a GGUF keeps every metadata entry
+// The written model's two file forms: a GGUF keeps every metadata entry
 // and tensor of its source and holds the linears as q4_0/q4_1 blocks; a
 // checkpoint becomes a GPTQ checkpoint the int4 loader reads back to the
-// same values, with its tokenizer files beside it.
+// same values, with its tokenizer files beside it. A pruned model's linears
+// are float: f32 in a GGUF, the source's float type in a plain checkpoint.
 #include "models/quantize/quantized_model.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -17,6 +20,7 @@
 #include "models/formats/testing/gguf_writer.h"
 #include "models/formats/testing/safetensors_writer.h"
 #include "models/formats/testing/temp_dir.h"
+#include "models/quantize/float_tensors.h"
 #include "runtime/numerics/quant.h"
 
 namespace kiln::quantize {
@@ -156,6 +160,91 @@ TEST(QuantizedCheckpoint, IsAGptqCheckpointThatLoadsToTheSameValues) {
   const formats::TensorInfo* embed = int4->findTensor("model.embed_tokens.weight");
   ASSERT_NE(embed, nullptr);
   EXPECT_EQ(embed->type, ElementType::BF16);
+}
+
+// Every other value of `rows` x `cols` ramp values zeroed: a 2:4 pattern.
+std::vector<float> pruned(int64_t rows, int64_t cols) {
+  std::vector<float> v = ramp(size_t(rows * cols), 0.01f);
+  for (size_t i = 1; i < v.size(); i += 2) v[i] = 0.0f;
+  return v;
+}
+
+TEST(PrunedGguf, HoldsLinearsAsF32WithSparsityEntries) {
+  formats::testing::TempDir dir;
+  formats::testing::GgufWriter w;
+  w.addString("general.architecture", "llama")
+      .addTensorFilled("blk.0.attn_q.weight", {8, 64}, ElementType::Q4_1)
+      .addTensorFilled("token_embd.weight", {2, 32}, ElementType::Q8_0);
+  ASSERT_TRUE(w.writeFile(dir.file("in.gguf")).ok());
+  auto source = formats::GgufFile::open(dir.file("in.gguf"));
+  ASSERT_TRUE(source.ok()) << source.error().message;
+
+  QuantizedModel model;
+  model.method = "sparsegpt";
+  model.floats["blk.0.attn_q.weight"] = pruned(8, 64);
+  ASSERT_TRUE(writeQuantizedGguf(*source, model, dir.file("out.gguf")).ok());
+  auto out = formats::GgufFile::open(dir.file("out.gguf"));
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  std::vector<std::string> keys = source->metadataKeys();
+  keys.insert(keys.end(), {"kiln.sparsity.method", "kiln.sparsity.pattern"});
+  EXPECT_EQ(out->metadataKeys(), keys);
+  EXPECT_EQ(*out->getString("kiln.sparsity.method"), "sparsegpt");
+  EXPECT_EQ(*out->getString("kiln.sparsity.pattern"), "2:4");
+  const formats::TensorInfo& wq = out->tensors()[0];
+  EXPECT_EQ(wq.type, ElementType::F32);
+  std::vector<float> values(8 * 64);
+  std::memcpy(values.data(), out->tensorData(wq).data(), values.size() * 4);
+  EXPECT_EQ(values, pruned(8, 64));
+  EXPECT_EQ(out->tensors()[1].type, ElementType::Q8_0);
+
+  auto again = writeQuantizedGguf(*out, model, dir.file("again.gguf"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().message.find("'kiln.sparsity.method' is already there: the model was pruned"),
+            std::string::npos)
+      << again.error().message;
+}
+
+TEST(PrunedCheckpoint, KeepsEachTensorsFloatTypeAndNoQuantizationConfig) {
+  formats::testing::TempDir dir;
+  std::filesystem::create_directories(dir.file("in"));
+  formats::testing::SafetensorsWriter w;
+  w.addTensorFilled("model.layers.0.self_attn.q_proj.weight", ElementType::BF16, {16, 64})
+      .addTensorFilled("model.layers.0.mlp.down_proj.weight", ElementType::F32, {16, 64});
+  ASSERT_TRUE(w.writeFile(dir.file("in/model.safetensors")).ok());
+  std::ofstream(dir.file("in/config.json")) << R"({"model_type": "llama", "hidden_size": 64})";
+  auto source = formats::SafetensorsCheckpoint::open(dir.file("in"), formats::OpenMode::kWithData);
+  ASSERT_TRUE(source.ok()) << source.error().message;
+
+  QuantizedModel model;
+  model.method = "sparsegpt";
+  model.floats["model.layers.0.self_attn.q_proj.weight"] = pruned(16, 64);
+  model.floats["model.layers.0.mlp.down_proj.weight"] = pruned(16, 64);
+  ASSERT_TRUE(writeCheckpoint(*source, model, dir.file("out")).ok());
+
+  std::ifstream config_file(dir.file("out/config.json"));
+  std::stringstream config;
+  config << config_file.rdbuf();
+  EXPECT_EQ(config.str().find("quantization_config"), std::string::npos) << config.str();
+  auto out = formats::SafetensorsCheckpoint::open(dir.file("out"), formats::OpenMode::kWithData);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  for (const auto& [name, type] : {std::pair{"model.layers.0.self_attn.q_proj.weight", ElementType::BF16},
+                                   {"model.layers.0.mlp.down_proj.weight", ElementType::F32}}) {
+    const formats::TensorInfo* t = out->findTensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->type, type) << name;
+    auto data = out->tensorData(*t);
+    ASSERT_TRUE(data.ok()) << data.error().message;
+    const BoundWeight bound{.name = name, .format_type = t->type, .shape = t->shape,
+                            .data = data->data(), .size_bytes = data->size()};
+    auto values = boundWeightF32(bound);
+    ASSERT_TRUE(values.ok()) << values.error().message;
+    const std::vector<float> want = pruned(16, 64);
+    for (size_t i = 0; i < want.size(); ++i) {
+      // bf16 keeps the zeros and rounds the kept values to 8 bits.
+      EXPECT_EQ((*values)[i] == 0.0f, want[i] == 0.0f) << name << " " << i;
+      EXPECT_NEAR((*values)[i], want[i], std::fabs(want[i]) / 128) << name << " " << i;
+    }
+  }
 }
 
 }  // namespace
