@@ -1150,9 +1150,12 @@ Result<Body> sparse24(const Params& p, bool gemm) {
   if (!values || (gemm && values_name != "bf16"))
     return p.bad("values_type", values_name, gemm ? "bf16" : "one of bf16, q8_0, q4_0");
   if (gemm) {
-    constexpr int kWarpsN = 2, kWarpsM = 2, kStages = 3;
+    constexpr int kWarpsN = 2, kWarpsM = 2;
     constexpr int kBlockN = 64 * kWarpsN, kBlockM = 64 * kWarpsM;
-    constexpr int kSmem = kStages * (kBlockN * 64 + kBlockN / 16 * 128 + kBlockM * 128);
+    // Stages of cp.async in flight (the bench's sweep pins others).
+    KILN_TRY(stages, p.integerOr("sparse_stages", 3));
+    if (stages < 2 || stages > 4) return makeError("sparse24_gemm: param 'sparse_stages' is {}, expected 2..4", stages);
+    const int64_t smem = stages * (kBlockN * 64 + kBlockN / 16 * 128 + kBlockM * 128);
     Body b{"sparse24_mma.cuh", "", "sparse24_gemm",
            {32 * kWarpsN * kWarpsM, fmt::format("[ceil(n={} / {}), ceil(rows / {})]", n, kBlockN, kBlockM),
             "Sparse24Params"}};
@@ -1162,7 +1165,7 @@ Result<Body> sparse24(const Params& p, bool gemm) {
         "  static constexpr int kBlockN = {};\n  static constexpr int kBlockM = {};\n"
         "  static constexpr int kStages = {};\n  static constexpr int kSmemBytes = {};\n"
         "  static constexpr bool kBias = {};\n",
-        out, n, k, kWarpsN, kWarpsM, kBlockN, kBlockM, kStages, kSmem, boolLiteral(bias));
+        out, n, k, kWarpsN, kWarpsM, kBlockN, kBlockM, stages, smem, boolLiteral(bias));
     return b;
   }
   KILN_TRY(max_rows, p.integerOr("max_rows", 8));

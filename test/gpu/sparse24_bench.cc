@@ -17,7 +17,9 @@
 //
 // GPU machine only (scripts/gpu-bundle.sh carries it):
 //
-//   kiln_sparse24_bench [--rows R] [--reps N]
+//   kiln_sparse24_bench [--rows R] [--reps N] [--sweep]
+//
+// --sweep also times every GEMV tiling and 2-4 GEMM stages per shape.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -77,24 +79,38 @@ struct DecodeRow {
   double us = -1, gbps = 0;
 };
 
-DecodeRow sparseGemv(const std::string& values, const Shape& s, const DeviceBuffer& d_x, std::mt19937& rng, int reps) {
-  const Sparse24Weight w = randomSparse24Weight(values, s.n, s.k, 0.02f, rng, false);
-  auto k = compile("sparse24_gemv", json{{"n", s.n}, {"k", s.k}, {"values_type", values}, {"bias", false},
-                                         {"max_rows", 1}, {"out_type", "bf16"}});
+// One sparse weight's copies past L2, timed under sparse24_gemv instances.
+struct SparseDecode {
+  Sparse24Weight w;
+  std::vector<DeviceBuffer> copies;
+  DeviceBuffer y;
+};
+SparseDecode sparseDecode(const std::string& values, const Shape& s, std::mt19937& rng) {
+  SparseDecode out{randomSparse24Weight(values, s.n, s.k, 0.02f, rng, false), {}, DeviceBuffer(size_t(s.n) * 2)};
+  out.copies = copiesPastL2(out.w.prepared);
+  return out;
+}
+
+// sparse24_gemv of `values` at batch 1, with `tiling` (sparse_split,
+// sparse_rows_per_warp, sparse_unroll) pinned when given.
+DecodeRow sparseGemv(const std::string& values, const Shape& s, SparseDecode& weight, const DeviceBuffer& d_x,
+                     int reps, const json& tiling = json::object()) {
+  json params{{"n", s.n}, {"k", s.k}, {"values_type", values}, {"bias", false}, {"max_rows", 1}, {"out_type", "bf16"}};
+  params.update(tiling);
+  auto k = compile("sparse24_gemv", params);
   if (!k) {
     std::fprintf(stderr, "kiln_sparse24_bench: %s\n", k.error().message.c_str());
     return {};
   }
   const int rpb = configConstant(*k, "kRowsPerBlock");
-  std::vector<DeviceBuffer> copies = copiesPastL2(w.prepared);
-  DeviceBuffer d_y(size_t(s.n) * 2);
-  std::vector<kk::Sparse24Params> params;
-  for (const DeviceBuffer& c : copies)
-    params.push_back({d_x.get(), c.get(), reinterpret_cast<const unsigned*>(c.as<uint8_t>() + w.metadata_offset),
-                      nullptr, d_y.get(), 1});
+  std::vector<kk::Sparse24Params> launches;
+  for (const DeviceBuffer& c : weight.copies)
+    launches.push_back({d_x.get(), c.get(),
+                        reinterpret_cast<const unsigned*>(c.as<uint8_t>() + weight.w.metadata_offset), nullptr,
+                        weight.y.get(), 1});
   DecodeRow row;
-  row.us = cycledUs(*k, unsigned((s.n + rpb - 1) / rpb), 1, 0, params, reps);
-  row.gbps = double(w.prepared.size()) / (row.us * 1e-6) / 1e9;
+  row.us = cycledUs(*k, unsigned((s.n + rpb - 1) / rpb), 1, 0, launches, reps);
+  row.gbps = double(weight.w.prepared.size()) / (row.us * 1e-6) / 1e9;
   return row;
 }
 
@@ -132,7 +148,7 @@ struct PrefillRow {
 };
 
 PrefillRow prefill(const Shape& s, int rows, std::mt19937& rng, const cuda::CublasLt& lt, cublasLtHandle_t handle,
-                   int reps) {
+                   int reps, int stages) {
   PrefillRow out;
   const cuda::CudaDriver* d = (*Gpu::get())->d;
   const Sparse24Weight w = randomSparse24Weight("bf16", s.n, s.k, 0.02f, rng, false);
@@ -141,7 +157,9 @@ PrefillRow prefill(const Shape& s, int rows, std::mt19937& rng, const cuda::Cubl
   auto d_x = DeviceBuffer::from(xb), d_w = DeviceBuffer::from(wb), d_sparse = DeviceBuffer::from(w.prepared);
   auto d_meta = DeviceBuffer::from(w.mma_metadata);
   DeviceBuffer d_y(size_t(rows) * s.n * 2);
-  auto k = compile("sparse24_gemm", json{{"n", s.n}, {"k", s.k}, {"bias", false}, {"out_type", "bf16"}});
+  json params{{"n", s.n}, {"k", s.k}, {"bias", false}, {"out_type", "bf16"}};
+  if (stages > 0) params["sparse_stages"] = stages;
+  auto k = compile("sparse24_gemm", params);
   if (!k) {
     std::fprintf(stderr, "kiln_sparse24_bench: %s\n", k.error().message.c_str());
     return out;
@@ -184,7 +202,29 @@ PrefillRow prefill(const Shape& s, int rows, std::mt19937& rng, const cuda::Cubl
   return out;
 }
 
-int run(int rows, int reps) {
+// Every sparse24_gemv tiling at batch 1, the three fastest printed beside
+// the instance's own choice.
+void sweepGemv(const std::string& values, const Shape& s, SparseDecode& weight, const DeviceBuffer& d_x, int reps,
+               const DecodeRow& chosen) {
+  const int units = s.k / (values == "bf16" ? 16 : 64);
+  std::vector<std::pair<double, std::string>> timed;
+  for (int split : {1, 2, 4, 8})
+    for (int rows_per_warp : {1, 2, 4})
+      for (int unroll : {1, 2, 4, 8}) {
+        if (units < 32 * split * unroll) continue;  // lanes without a full step
+        const DecodeRow r = sparseGemv(values, s, weight, d_x, reps,
+                                       json{{"sparse_split", split}, {"sparse_rows_per_warp", rows_per_warp},
+                                            {"sparse_unroll", unroll}});
+        if (r.us > 0) timed.push_back({r.us, fmt::format("split {} rows/warp {} unroll {}", split, rows_per_warp, unroll)});
+      }
+  std::sort(timed.begin(), timed.end());
+  std::printf("  sweep %s %s: chosen %.2f us;", values.c_str(), s.name, chosen.us);
+  for (size_t i = 0; i < std::min<size_t>(3, timed.size()); ++i)
+    std::printf(" %.2f us (%s)%s", timed[i].first, timed[i].second.c_str(), i + 1 < std::min<size_t>(3, timed.size()) ? "," : "");
+  std::printf("\n");
+}
+
+int run(int rows, int reps, bool sweep) {
   auto gpu = Gpu::get();
   if (!gpu) {
     std::fprintf(stderr, "kiln_sparse24_bench: %s\n", gpu.error().message.c_str());
@@ -211,7 +251,11 @@ int run(int rows, int reps) {
     const DecodeRow dense = denseGemv(s, d_x, rng, reps * 10, streamed);
     DecodeRow sparse[3];
     const char* values[3] = {"bf16", "q8_0", "q4_0"};
-    for (int v = 0; v < 3; ++v) sparse[v] = sparseGemv(values[v], s, d_x, rng, reps * 10);
+    for (int v = 0; v < 3; ++v) {
+      SparseDecode weight = sparseDecode(values[v], s, rng);
+      sparse[v] = sparseGemv(values[v], s, weight, d_x, reps * 10);
+      if (sweep) sweepGemv(values[v], s, weight, d_x, reps * 10, sparse[v]);
+    }
     auto cell = [](const DecodeRow& r) { return fmt::format("{:7.2f} us {:6.0f} GB/s", r.us, r.gbps); };
     std::printf("%-20s %-22s %-22s %-22s %-22s %.2f %.2f %.2f%s\n", s.name, cell(dense).c_str(),
                 cell(sparse[0]).c_str(), cell(sparse[1]).c_str(), cell(sparse[2]).c_str(), dense.us / sparse[0].us,
@@ -221,7 +265,12 @@ int run(int rows, int reps) {
   std::printf("\nPrefill, %d rows (best of 3 rounds of %d after 1 s of heat): TFLOP/s by 2 rows n k\n", rows, reps);
   std::printf("%-20s %-24s %-24s %s\n", "shape", "cuBLASLt dense bf16", "sparse24_gemm", "cuBLASLt/sparse");
   for (const Shape& s : kShapes) {
-    const PrefillRow r = prefill(s, rows, rng, *lt, handle, reps);
+    const PrefillRow r = prefill(s, rows, rng, *lt, handle, reps, 0);
+    if (sweep)
+      for (int stages : {2, 3, 4}) {
+        const PrefillRow t = prefill(s, rows, rng, *lt, handle, reps, stages);
+        std::printf("  sweep: %d stages %.1f us (cuBLASLt %.1f us)\n", stages, t.sparse_us, t.dense_us);
+      }
     const double flops = 2.0 * rows * s.n * double(s.k);
     auto cell = [&](double us) { return fmt::format("{:8.1f} us {:6.1f} TF/s", us, flops / (us * 1e-6) / 1e12); };
     std::printf("%-20s %-24s %-24s %.2f\n", s.name, cell(r.dense_us).c_str(), cell(r.sparse_us).c_str(),
@@ -236,7 +285,12 @@ int run(int rows, int reps) {
 
 int main(int argc, char** argv) {
   int rows = 2048, reps = 20;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+      continue;
+    }
     auto value = [&](int& v) {
       if (i + 1 >= argc) return false;
       v = std::atoi(argv[++i]);
@@ -245,9 +299,9 @@ int main(int argc, char** argv) {
     const bool ok = (std::strcmp(argv[i], "--rows") == 0 && value(rows)) ||
                     (std::strcmp(argv[i], "--reps") == 0 && value(reps));
     if (!ok) {
-      std::fprintf(stderr, "usage: kiln_sparse24_bench [--rows R] [--reps N]\n");
+      std::fprintf(stderr, "usage: kiln_sparse24_bench [--rows R] [--reps N] [--sweep]\n");
       return 2;
     }
   }
-  return kiln::gpu_test::run(rows, reps);
+  return kiln::gpu_test::run(rows, reps, sweep);
 }
