@@ -127,6 +127,33 @@ TEST_P(SparseFixture, SaysWhichLinearsAre24) {
 INSTANTIATE_TEST_SUITE_P(Formats, SparseFixture,
                          ::testing::Values("bitmask24", "bitmask", "dense"));
 
+TEST(SparseCheckpoint, DecompressesF16AndF32Values) {
+  auto ckpt = SafetensorsCheckpoint::open(fixture("layers"), OpenMode::kWithData);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.error().message;
+  SparsityConfig config;
+  config.format = SparsityConfig::Format::kSparse24Bitmask;
+  auto sparse = SparseCheckpoint::open(*ckpt, config, {});
+  ASSERT_TRUE(sparse.ok()) << sparse.error().message;
+  auto dense = SafetensorsFile::open(fixture("layers") + "/dense.safetensors", OpenMode::kWithData);
+  ASSERT_TRUE(dense.ok()) << dense.error().message;
+  ASSERT_EQ(dense->tensors().size(), 2u);
+  for (const TensorInfo& want : dense->tensors()) {
+    SCOPED_TRACE(want.name);
+    const TensorInfo* got = sparse->findTensor(want.name);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->type, want.name == "half.weight" ? ElementType::F16 : ElementType::F32);
+    EXPECT_EQ(got->type, want.type);
+    EXPECT_EQ(got->shape, want.shape);
+    auto got_bytes = sparse->tensorData(*got);
+    ASSERT_TRUE(got_bytes.ok()) << got_bytes.error().message;
+    auto want_bytes = dense->tensorData(want);
+    ASSERT_TRUE(want_bytes.ok());
+    ASSERT_EQ(got_bytes->size(), want_bytes->size());
+    EXPECT_EQ(std::memcmp(got_bytes->data(), want_bytes->data(), want_bytes->size()), 0);
+  }
+  EXPECT_EQ(sparse->weights24().size(), 2u);
+}
+
 TEST(SparseCheckpoint, AFloatCheckpointHasNone) {
   auto source = ModelSource::open(checkoutPath("test/models/tiny-llama"), OpenMode::kHeaderOnly);
   ASSERT_TRUE(source.ok()) << source.error().message;

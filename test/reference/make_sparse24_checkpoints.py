@@ -18,6 +18,9 @@ nonzeros and the bitmask marks a kept zero.
   dense       format dense, sparsity_structure 2:4: the pruned weights
               as the package decompresses bitmask24 (the loader's expected
               output, bit for bit)
+  layers      no model: one sparse-24-bitmask layer per other value dtype
+              (f16 "half", f32 "full", [16, 64]) in model.safetensors and the
+              package's decompression of each in dense.safetensors
 config.json's quantization_config is the package's ModelCompressor.update_config.
 
 Not run by CI (it needs torch); the fixtures it writes are committed.
@@ -112,6 +115,19 @@ def main():
     out_dir = write("bitmask", config, tensors)
     for name, tensor in compressor.decompress(out_dir):
         assert torch.equal(tensor, state[name]), name
+
+    layers, dense_layers = {}, {}
+    for name, dtype in (("half", torch.float16), ("full", torch.float32)):
+        w = torch.randn(16, 64, generator=torch.Generator().manual_seed(SEED)).to(dtype)
+        layers[name + ".weight"] = w * get_24_bytemasks(w)
+    config, compressor, tensors = compressed("sparse-24-bitmask", layers, ["half", "full"])
+    out_dir = os.path.join(OUT, "layers")
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"))
+    for name, tensor in compressor.decompress(out_dir):
+        assert tensor.dtype == layers[name].dtype and torch.equal(tensor, layers[name]), name
+        dense_layers[name] = tensor
+    save_file(dense_layers, os.path.join(out_dir, "dense.safetensors"))
 
     dense = SparsityCompressionConfig.load_from_registry(
         "dense", targets=["Linear"], ignore=["lm_head"], sparsity_structure="2:4")
