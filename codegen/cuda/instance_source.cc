@@ -1135,9 +1135,10 @@ Result<Body> dequantize(const Params& p) {
   return b;
 }
 
-// The 2:4 sparse linears (sparse24_gemv.cuh, sparse24_mma.cuh): W's kept
-// values as values_type (bf16, q8_0, q4_0; the GEMM takes bf16), y as out_type.
-Result<Body> sparse24(const Params& p, bool gemm) {
+// The 2:4 sparse linears (sparse24_gemv.cuh, sparse24_mma.cuh,
+// sparse24_wgmma.cuh): W's kept values as values_type (bf16, q8_0, q4_0;
+// the GEMMs take bf16), y as out_type.
+Result<Body> sparse24(const Params& p, bool gemm, bool wgmma) {
   KILN_TRY(n, p.positive("n"));
   KILN_TRY(k, p.positive("k", 64));
   KILN_TRY(values_name, p.textOr("values_type", "bf16"));
@@ -1149,6 +1150,24 @@ Result<Body> sparse24(const Params& p, bool gemm) {
                                                : nullptr;
   if (!values || (gemm && values_name != "bf16"))
     return p.bad("values_type", values_name, gemm ? "bf16" : "one of bf16, q8_0, q4_0");
+  if (gemm && wgmma) {
+    // Hopper's sparse warpgroup multiply (sparse24_wgmma.cuh): 128-column stages.
+    if (k % 128 != 0) return makeError("sparse24_gemm_wgmma: param 'k' is {}, expected a multiple of 128", k);
+    KILN_TRY(stages, p.integerOr("sparse_stages", 3));
+    if (stages < 2 || stages > 4)
+      return makeError("sparse24_gemm_wgmma: param 'sparse_stages' is {}, expected 2..4", stages);
+    const int64_t smem = stages * (128 * 128 + 128 * 256 + 8 * 256) + 1024;  // + room to align to 1024
+    Body b{"sparse24_wgmma.cuh", "", "sparse24_gemm_wgmma",
+           {256, fmt::format("[ceil(n={} / 128), ceil(rows / 128)]", n), "Sparse24Params"}};
+    b.arch = "sm_90a";
+    b.config = fmt::format(
+        "  using Y = {};\n  static constexpr int kN = {};\n  static constexpr int kK = {};\n"
+        "  static constexpr int kStages = {};\n  static constexpr int kSmemBytes = {};\n"
+        "  static constexpr int kBlockN = 128;\n  static constexpr int kBlockM = 128;\n"
+        "  static constexpr bool kBias = {};\n",
+        out, n, k, stages, smem, boolLiteral(bias));
+    return b;
+  }
   if (gemm) {
     constexpr int kWarpsN = 2, kWarpsM = 2;
     constexpr int kBlockN = 64 * kWarpsN, kBlockM = 64 * kWarpsM;
@@ -1231,7 +1250,8 @@ Result<Body> body(std::string_view kind, const Params& p) {
   if (kind == "selective_scan") return selectiveScan(p);
   if (kind == "sample") return sample(p);
   if (kind == "argmax") return argmax(p);
-  if (kind == "sparse24_gemv" || kind == "sparse24_gemm") return sparse24(p, kind == "sparse24_gemm");
+  if (kind == "sparse24_gemv" || kind == "sparse24_gemm" || kind == "sparse24_gemm_wgmma")
+    return sparse24(p, kind != "sparse24_gemv", kind == "sparse24_gemm_wgmma");
   std::string known;
   for (std::string_view k : cudaKernelKinds()) known += (known.empty() ? "" : ", ") + std::string(k);
   return makeError("kernel kind '{}' has no CUDA template; known kinds: {}", kind, known);
@@ -1254,7 +1274,7 @@ const std::vector<std::string_view>& cudaKernelKinds() {
       "mul", "silu", "relu_squared", "kv_append", "gather_last_tokens", "moe_router", "moe_gate_up", "moe_down", "moe_combine", "moe_gate_up_mma",
       "moe_down_mma", "ssm_conv1d", "ssd_scan",
       "ssm_gated_norm", "selective_scan", "sample",
-      "argmax", "sparse24_gemv", "sparse24_gemm"};
+      "argmax", "sparse24_gemv", "sparse24_gemm", "sparse24_gemm_wgmma"};
   return kinds;
 }
 

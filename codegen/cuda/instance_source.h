@@ -43,7 +43,7 @@ struct Instance {
 // attention_combine, flash_attention, flash_attention_wgmma, decode_attention,
 // moe_gate_up, moe_down, moe_combine and the grouped moe_gate_up_mma, moe_down_mma
 // (a moe_ffn step's), sample, argmax, and the 2:4 sparse linears' sparse24_gemv,
-// sparse24_gemm.
+// sparse24_gemm, sparse24_gemm_wgmma.
 const std::vector<std::string_view>& cudaKernelKinds();
 
 // A readable instance name from kind and params (kind, then each param as

@@ -375,6 +375,8 @@ inline std::vector<KernelCase> representativeKernelCases() {
   for (const char* out : {"bf16", "f32"}) {
     cases.push_back({"sparse24_gemm", {{"n", 14336}, {"k", 4096}, {"bias", false}, {"out_type", out}}});
     cases.push_back({"sparse24_gemm", {{"n", 576}, {"k", 1536}, {"bias", true}, {"out_type", out}}});
+    cases.push_back({"sparse24_gemm_wgmma", {{"n", 14336}, {"k", 4096}, {"bias", false}, {"out_type", out}}});
+    cases.push_back({"sparse24_gemm_wgmma", {{"n", 576}, {"k", 1536}, {"bias", true}, {"out_type", out}}});
   }
   return cases;
 }

@@ -9,7 +9,8 @@
 //     dense time over the sparse one. Launches cycle over copies of W that
 //     together exceed L2 several times, as a forward pass reads every
 //     weight from HBM.
-//   prefill, 2048 rows: sparse24_gemm against cuBLASLt's first heuristic
+//   prefill, 2048 rows: sparse24_gemm (mma.sp) and sparse24_gemm_wgmma
+//     (sparse wgmma) against cuBLASLt's first heuristic
 //     choice for the dense bf16 GEMM (the executor's), TFLOP/s by the dense
 //     2 rows n k FLOPs, best of 3 rounds after a second of heat each (the
 //     H200 at its power limit, as through a long prefill), and cuBLASLt's
@@ -144,7 +145,7 @@ DecodeRow denseGemv(const Shape& s, const DeviceBuffer& d_x, std::mt19937& rng, 
 }
 
 struct PrefillRow {
-  double sparse_us = -1, dense_us = -1;
+  double sparse_us = -1, dense_us = -1, wgmma_us = -1;
 };
 
 PrefillRow prefill(const Shape& s, int rows, std::mt19937& rng, const cuda::CublasLt& lt, cublasLtHandle_t handle,
@@ -159,21 +160,25 @@ PrefillRow prefill(const Shape& s, int rows, std::mt19937& rng, const cuda::Cubl
   DeviceBuffer d_y(size_t(rows) * s.n * 2);
   json params{{"n", s.n}, {"k", s.k}, {"bias", false}, {"out_type", "bf16"}};
   if (stages > 0) params["sparse_stages"] = stages;
-  auto k = compile("sparse24_gemm", params);
-  if (!k) {
-    std::fprintf(stderr, "kiln_sparse24_bench: %s\n", k.error().message.c_str());
+  auto k = compile("sparse24_gemm", params), kw = compile("sparse24_gemm_wgmma", params);
+  if (!k || !kw) {
+    std::fprintf(stderr, "kiln_sparse24_bench: %s\n", (!k ? k.error() : kw.error()).message.c_str());
     return out;
   }
-  auto smem = optIntoDynamicSmem(*k);
-  if (!smem) return out;
-  const int block_n = configConstant(*k, "kBlockN"), block_m = configConstant(*k, "kBlockM");
+  auto smem = optIntoDynamicSmem(*k), smem_w = optIntoDynamicSmem(*kw);
+  if (!smem || !smem_w) return out;
   kk::Sparse24Params p{d_x.get(), d_sparse.get(), d_meta.as<unsigned>(), nullptr, d_y.get(), rows};
-  auto sparse_run = [&] {
-    void* args[] = {&p};
-    return d->cuLaunchKernel(k->function, unsigned((s.n + block_n - 1) / block_n),
-                             unsigned((rows + block_m - 1) / block_m), 1, k->instance.launch.block_threads, 1, 1,
-                             unsigned(*smem), nullptr, args, nullptr) == CUDA_SUCCESS;
+  auto launcher = [&](const Kernel& kern, int smem_bytes) {
+    const int block_n = configConstant(kern, "kBlockN"), block_m = configConstant(kern, "kBlockM");
+    return [&kern, &p, d, smem_bytes, block_n, block_m, n = s.n, rows] {
+      void* args[] = {&p};
+      return d->cuLaunchKernel(kern.function, unsigned((n + block_n - 1) / block_n),
+                               unsigned((rows + block_m - 1) / block_m), 1, kern.instance.launch.block_threads, 1, 1,
+                               unsigned(smem_bytes), nullptr, args, nullptr) == CUDA_SUCCESS;
+    };
   };
+  auto sparse_run = launcher(*k, *smem);
+  auto wgmma_run = launcher(*kw, *smem_w);
   const size_t workspace_bytes = size_t(32) << 20;  // the executor's kCublasWorkspace
   DeviceBuffer workspace(workspace_bytes);
   GemmProblem problem = makeGemmProblem(lt, handle, s.n, s.k, rows, workspace_bytes);
@@ -194,9 +199,12 @@ PrefillRow prefill(const Shape& s, int rows, std::mt19937& rng, const cuda::Cubl
     const double dense = backToBackUs(dense_run, reps);
     heatFor(sparse_run, 1.0);
     const double sparse = backToBackUs(sparse_run, reps);
-    if (dense < 0 || sparse < 0) break;
+    heatFor(wgmma_run, 1.0);
+    const double sparse_wgmma = backToBackUs(wgmma_run, reps);
+    if (dense < 0 || sparse < 0 || sparse_wgmma < 0) break;
     out.dense_us = out.dense_us < 0 ? dense : std::min(out.dense_us, dense);
     out.sparse_us = out.sparse_us < 0 ? sparse : std::min(out.sparse_us, sparse);
+    out.wgmma_us = out.wgmma_us < 0 ? sparse_wgmma : std::min(out.wgmma_us, sparse_wgmma);
   }
   destroyGemmProblem(lt, problem);
   return out;
@@ -263,18 +271,20 @@ int run(int rows, int reps, bool sweep) {
   }
 
   std::printf("\nPrefill, %d rows (best of 3 rounds of %d after 1 s of heat): TFLOP/s by 2 rows n k\n", rows, reps);
-  std::printf("%-20s %-24s %-24s %s\n", "shape", "cuBLASLt dense bf16", "sparse24_gemm", "cuBLASLt/sparse");
+  std::printf("%-20s %-24s %-24s %-24s %s\n", "shape", "cuBLASLt dense bf16", "sparse24_gemm (mma.sp)",
+              "sparse24_gemm_wgmma", "cuBLASLt/sparse (mma.sp wgmma)");
   for (const Shape& s : kShapes) {
     const PrefillRow r = prefill(s, rows, rng, *lt, handle, reps, 0);
     if (sweep)
       for (int stages : {2, 3, 4}) {
         const PrefillRow t = prefill(s, rows, rng, *lt, handle, reps, stages);
-        std::printf("  sweep: %d stages %.1f us (cuBLASLt %.1f us)\n", stages, t.sparse_us, t.dense_us);
+        std::printf("  sweep: %d stages: mma.sp %.1f us, wgmma %.1f us (cuBLASLt %.1f us)\n", stages, t.sparse_us,
+                    t.wgmma_us, t.dense_us);
       }
     const double flops = 2.0 * rows * s.n * double(s.k);
     auto cell = [&](double us) { return fmt::format("{:8.1f} us {:6.1f} TF/s", us, flops / (us * 1e-6) / 1e12); };
-    std::printf("%-20s %-24s %-24s %.2f\n", s.name, cell(r.dense_us).c_str(), cell(r.sparse_us).c_str(),
-                r.dense_us / r.sparse_us);
+    std::printf("%-20s %-24s %-24s %-24s %.2f %.2f\n", s.name, cell(r.dense_us).c_str(), cell(r.sparse_us).c_str(),
+                cell(r.wgmma_us).c_str(), r.dense_us / r.sparse_us, r.dense_us / r.wgmma_us);
   }
   lt->cublasLtDestroy(handle);
   return 0;
