@@ -288,6 +288,18 @@ int main(int argc, char** argv) {
 
   kiln::Result<std::string> path = kiln::resolveModel(modelPath);
   if (!path.ok()) return fail(path.error().message);
+  // A checkpoint pruned to 2:4 (compressed-tensors' sparsity_config) stays 2:4 unless told
+  // otherwise; not through a quantizer, whose rewritten weights are no longer the pruned ones.
+  if (sparsity.getNumOccurrences() == 0 && !quant.writesModel()) {
+    auto source = kiln::formats::ModelSource::open(*path, kiln::formats::OpenMode::kHeaderOnly);
+    if (source.ok() && source->decoderLinearsAre24()) {
+      options.sparsity = "2:4";
+      llvm::errs() << "kiln-compile: " << *path
+                   << ": sparsity_config says 2:4; compiling with --sparsity=2:4\n";
+      if (kiln::Status status = kiln::validatePlanOptions(options); !status.ok())
+        return fail(status.error().message);
+    }
+  }
   if (quant.writesModel()) {
     auto log = [](const std::string& line) { llvm::errs() << "kiln-compile: " << line << "\n"; };
     std::optional<kiln::Manifest> plan;
