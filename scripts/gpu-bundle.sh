@@ -51,6 +51,8 @@ if [[ -x "$KILN_COMPILE" ]]; then
   done
   # Mixtral-8x7B with 8 of its 32 layers: the moe part's whole-model decode.
   "$KILN_COMPILE" "$ROOT/test/models/mixtral-8x7b-8l" -o "$BUILD/artifacts/mixtral-8x7b-8l-bf16" --activation-type=bf16
+  # The state-space benchmark's whole model (gpu-check.sh mambabench).
+  "$KILN_COMPILE" "$ROOT/test/models/mamba2-2.7b" -o "$BUILD/artifacts/mamba2-2.7b-bf16" --activation-type=bf16
   # kiln's own int8 (per channel) and int4 (groups of 128) weights, quantized at load.
   for m in llama3.2-1b llama3-8b; do
     "$KILN_COMPILE" "$ROOT/test/models/$m" -o "$BUILD/artifacts/$m-int8-bf16" --activation-type=bf16 --quant-weights=int8

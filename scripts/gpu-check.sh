@@ -146,16 +146,20 @@
 #            mamba-2.8b's shape, the Mamba-2 conv, chunked scan and gated norm at
 #            tiny-mamba2's and mamba2-2.7b's, a 300-token prefill and 40 decode steps);
 #            test/gpu/check_ssm_reference.py (tiny-mamba, tiny-mamba2 and tiny-hybrid's
-#            float64 references against transformers, float64 on the CPU);
-#            kiln_ssm_bench (one mamba2-2.7b layer's SSM kernels, GEMMs excluded: decode
-#            at batch 1 and 64, after 1k-32k of context, prefill at 8k and 32k, scaled
-#            to 64 layers); test/gpu/hf_mamba_bench.py (transformers' Mamba2ForCausalLM
-#            at that shape, random bf16: the same rows; KILN_MAMBA_HF_TIMEOUT, default
-#            900 s). kiln's figures there are the SSM kernels' alone. Then the whole
+#            float64 references against transformers, float64 on the CPU); the whole
 #            models on the GPU: kiln_cuda_ssm_test (the CUDA executor and engine on
 #            tiny-mamba, tiny-mamba2 and tiny-hybrid, f32 and bf16 plans, against the
 #            CPU executor and the references: chunked prefill, slot reuse, preemption)
 #            and `kiln run ART --device cuda` on each fixture's f32 and bf16 artifact.
+#   mambabench the state-space performance table at mamba2-2.7b's shape (random bf16):
+#            kiln_ssm_bench (one layer's SSM kernels, GEMMs excluded, scaled to 64
+#            layers); the whole model, `kiln bench decode` at KILN_MAMBA_BATCHES
+#            (default "1 64", 16 prompt and 128 generated tokens), the per-token decode
+#            time after KILN_MAMBA_CONTEXTS tokens (default "1024 4096 16384 32768") and
+#            `kiln bench prefill` at KILN_MAMBA_PREFILL tokens (default "8192 32768");
+#            then test/gpu/hf_mamba_bench.py (transformers' Mamba2ForCausalLM at that
+#            shape: the same rows; flags in KILN_MAMBA_HF_ARGS, KILN_MAMBA_HF_TIMEOUT,
+#            default 900 s).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
@@ -227,8 +231,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba mambabench " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba mambabench"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -653,12 +657,47 @@ if [[ " $PARTS " == *" mamba "* ]]; then
   python3 "$ROOT/test/gpu/check_ssm_reference.py" "$ROOT/test/fixtures/tiny-mamba" "$ROOT/test/fixtures/tiny-mamba2" \
     "$ROOT/test/fixtures/tiny-hybrid" 2>&1 | tee "$OUT/ssm_reference.txt"
   record ssm_reference "${PIPESTATUS[0]}"
+fi
+if [[ " $PARTS " == *" mambabench "* ]]; then
   echo "== kiln's SSM kernels, one mamba2-2.7b layer"
   "$BUILD/bin/kiln_ssm_bench" 2>&1 | tee "$OUT/mamba_bench.txt"
   record mamba_bench "${PIPESTATUS[0]}"
+  mamba_model=mamba2-2.7b
+  mamba_art="$BUILD/artifacts/$mamba_model-bf16"
+  mamba_ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$mamba_model"
+  if [[ ! -d "$mamba_art" ]]; then
+    fail mamba_kiln "no $mamba_art (scripts/gpu-bundle.sh compiles it)"
+  else
+    if [[ ! -f "$mamba_ckpt/tokenizer.json" ]]; then
+      echo "== checkpoint $mamba_ckpt (random bf16)"
+      python3 "$ROOT/test/gpu/make_random_checkpoint.py" --header "$ROOT/test/models/$mamba_model/model.safetensors" \
+        --out "$mamba_ckpt" 2>&1 | tee "$OUT/mamba_checkpoint.log"
+      record mamba_checkpoint "${PIPESTATUS[0]}"
+    fi
+    mamba_bench() {  # name, then kiln bench's workload and flags
+      local name=$1; shift
+      echo "== kiln bench $* ($mamba_model, whole model)"
+      timeout 240 "$BUILD/bin/kiln" bench "$1" "$mamba_art" --model-source "$mamba_ckpt" --device cuda "${@:2}" \
+        --peer none --json "$OUT/mamba_kiln_$name.json" 2>"$OUT/mamba_kiln_$name.err" | tee "$OUT/mamba_kiln_$name.txt"
+      local rc=${PIPESTATUS[0]}
+      record "mamba_kiln_$name" "$rc"
+      [[ $rc == 0 ]] || tail -5 "$OUT/mamba_kiln_$name.err"
+    }
+    for batch in ${KILN_MAMBA_BATCHES:-1 64}; do
+      mamba_bench "b$batch" decode --batch "$batch" --prompt-tokens 16 --gen-tokens 128
+    done
+    # Per-token decode time after a long context: flat for a state-space model.
+    for ctx in ${KILN_MAMBA_CONTEXTS:-1024 4096 16384 32768}; do
+      mamba_bench "ctx$ctx" decode --batch 1 --prompt-tokens "$ctx" --gen-tokens 33
+    done
+    for len in ${KILN_MAMBA_PREFILL:-8192 32768}; do
+      mamba_bench "prefill$len" prefill --prompt-tokens "$len" --runs 2
+    done
+  fi
   echo "== transformers' Mamba2ForCausalLM at mamba2-2.7b's shape"
-  timeout "${KILN_MAMBA_HF_TIMEOUT:-900}" python3 "$ROOT/test/gpu/hf_mamba_bench.py" > "$OUT/mamba_hf.json" \
-    2> "$OUT/mamba_hf.err"
+  # shellcheck disable=SC2086  # KILN_MAMBA_HF_ARGS is a list of flags
+  timeout "${KILN_MAMBA_HF_TIMEOUT:-900}" python3 "$ROOT/test/gpu/hf_mamba_bench.py" ${KILN_MAMBA_HF_ARGS:-} \
+    > "$OUT/mamba_hf.json" 2> "$OUT/mamba_hf.err"
   record mamba_hf "$?"
   cat "$OUT/mamba_hf.json"
 fi

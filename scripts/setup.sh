@@ -12,6 +12,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KILN_HOME="${KILN_HOME:-$HOME/.cache/kiln}"
 BUILD_DIR="${KILN_BUILD_DIR:-$ROOT/build}"
 log() { echo "[setup] $*" >&2; }
+# ccache keys on paths relative to the checkout, so another clone of kiln on
+# this machine (CI's clean clone) reuses what this one compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 
 # 1. Debian packages ----------------------------------------------------------
 PACKAGES=(

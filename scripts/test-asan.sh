@@ -16,6 +16,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${KILN_ASAN_BUILD_DIR:-$ROOT/build-asan}"
 log() { echo "[test-asan] $*" >&2; }
+# As scripts/setup.sh: cache entries shared between clones. The preset
+# builds with debug info, which ccache would otherwise key on the build
+# directory's absolute path.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 
 # The unit-test executables of the subset; the *_replay targets come from
 # kiln_add_fuzzer (cmake/KilnFuzz.cmake).

@@ -16,6 +16,9 @@ few kilobytes, with no torch and no download.
                  GGUF's metadata, tied embeddings, F32 tensors
   mixtral-8x7b-8l/ config.json, model.safetensors: Mixtral-8x7B-v0.1 with
                  8 of its 32 layers (the MoE benchmark's whole model)
+  mamba2-2.7b/   config.json, model.safetensors: Mamba2ForCausalLM at state-spaces/mamba2-2.7b's shape, as
+                 test/gpu/hf_mamba_bench.py builds it (tied embeddings,
+                 bf16), for the state-space benchmark's whole model
   smollm2-draft/ config.json, model.safetensors: the draft model that
                  scripts/distill_draft.py writes with its default flags
                  (4 layers x 384, SmolLM2's vocabulary, bf16), so its
@@ -166,6 +169,61 @@ MIXTRAL_8X7B_8L = {
 }
 
 
+MAMBA2_2_7B = {
+    "architectures": ["Mamba2ForCausalLM"],
+    "model_type": "mamba2",
+    "hidden_size": 2560,
+    "num_hidden_layers": 64,
+    "vocab_size": 50288,
+    "state_size": 128,
+    "expand": 2,
+    "conv_kernel": 4,
+    "num_heads": 80,
+    "head_dim": 64,
+    "n_groups": 1,
+    "chunk_size": 256,
+    "use_bias": False,
+    "use_conv_bias": True,
+    "hidden_act": "silu",
+    "layer_norm_epsilon": 1e-05,
+    "residual_in_fp32": True,
+    "rms_norm": True,
+    "time_step_limit": [0.0, float("inf")],
+    "time_step_rank": "auto",
+    "tie_word_embeddings": True,
+    "pad_token_id": 0,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "torch_dtype": "bfloat16",
+}
+
+
+def mamba2_tensors(cfg):
+    """(name, shape) of Mamba2ForCausalLM, in state-dict order."""
+    h, v, layers = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    inner = cfg["expand"] * h
+    heads, groups, state = cfg["num_heads"], cfg["n_groups"], cfg["state_size"]
+    conv_dim = inner + 2 * groups * state
+    out = [("backbone.embeddings.weight", [v, h])]
+    for i in range(layers):
+        p = f"backbone.layers.{i}."
+        out += [
+            (p + "norm.weight", [h]),
+            (p + "mixer.dt_bias", [heads]),
+            (p + "mixer.conv1d.weight", [conv_dim, 1, cfg["conv_kernel"]]),
+            (p + "mixer.conv1d.bias", [conv_dim]),
+            (p + "mixer.in_proj.weight", [2 * inner + 2 * groups * state + heads, h]),
+            (p + "mixer.A_log", [heads]),
+            (p + "mixer.D", [heads]),
+            (p + "mixer.norm.weight", [inner]),
+            (p + "mixer.out_proj.weight", [h, inner]),
+        ]
+    out.append(("backbone.norm_f.weight", [h]))
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", [v, h]))
+    return out
+
+
 def mlp_tensors(cfg, p):
     """One layer's feed-forward tensors: the dense SwiGLU, or Mixtral's routed experts."""
     h, f = cfg["hidden_size"], cfg["intermediate_size"]
@@ -269,10 +327,10 @@ def write_sharded(directory, cfg):
     return len(shards), index["metadata"]["total_size"]
 
 
-def write_single(directory, cfg):
+def write_single(directory, cfg, tensors_of=llama_tensors):
     os.makedirs(directory, exist_ok=True)
     write_config(directory, cfg)
-    tensors = llama_tensors(cfg)
+    tensors = tensors_of(cfg)
     dtype = cfg["torch_dtype"]
     with open(os.path.join(directory, "model.safetensors"), "wb") as f:
         f.write(header_bytes(tensors, dtype))
@@ -291,6 +349,8 @@ def main():
     print(f"smollm2-draft: 1 file, {total} bytes of bf16 data described")
     total = write_single(os.path.join(out, "mixtral-8x7b-8l"), MIXTRAL_8X7B_8L)
     print(f"mixtral-8x7b-8l: 1 file, {total} bytes of bf16 data described")
+    total = write_single(os.path.join(out, "mamba2-2.7b"), MAMBA2_2_7B, mamba2_tensors)
+    print(f"mamba2-2.7b: 1 file, {total} bytes of bf16 data described")
 
 
 if __name__ == "__main__":
