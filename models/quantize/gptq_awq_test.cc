@@ -4,7 +4,6 @@
 // and zeros must be the reference's, and the layer's output error over the
 // inputs below round-to-nearest's on the same grid.
 #include <cmath>
-#include <fstream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,40 +13,17 @@
 #include "models/quantize/gptq.h"
 #include "models/quantize/input_statistics.h"
 #include "models/quantize/int4_grid.h"
+#include "models/quantize/testing/fixture_layer.h"
 #include "runtime/numerics/quant.h"
-#include "test/source_root.h"
 
 namespace kiln::quantize {
 namespace {
 
 const std::string kFixture = checkoutPath("test/fixtures/quant/gptq-awq");
 
-std::vector<float> readF32(const std::string& path, size_t count) {
-  std::vector<float> v(count);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(v.data()), std::streamsize(count * 4));
-  EXPECT_TRUE(in.good()) << path;
-  return v;
-}
-
-class GptqAwqTest : public ::testing::Test {
+class GptqAwqTest : public testing::FixtureLayerTest {
  protected:
-  void SetUp() override {
-    std::ifstream in(kFixture + "/expected.json");
-    ASSERT_TRUE(in.good()) << kFixture << "/expected.json";
-    doc_ = nlohmann::json::parse(in);
-    rows_ = doc_["rows"];
-    cols_ = doc_["cols"];
-    tokens_ = doc_["tokens"];
-    w_ = readF32(kFixture + "/w.f32.bin", size_t(rows_ * cols_));
-    w64_.assign(w_.begin(), w_.end());
-    const std::vector<float> x = readF32(kFixture + "/x.f32.bin", size_t(tokens_ * cols_));
-    InputStatistics stats(cols_);
-    stats.add(x.data(), tokens_ / 2);  // in two calls, as layers see batches
-    stats.add(x.data() + tokens_ / 2 * cols_, tokens_ - tokens_ / 2);
-    h_ = stats.hessian();
-    x_mean_ = stats.meanAbs();
-  }
+  GptqAwqTest() : FixtureLayerTest(kFixture + "/expected.json") {}
 
   // The case's expected codes, scales and zeros, and its output error.
   void expectLayer(const nlohmann::json& c, const formats::Int4Linear& got, double loss) {
@@ -84,10 +60,6 @@ class GptqAwqTest : public ::testing::Test {
                        cols_, h_.data());
   }
 
-  nlohmann::json doc_;
-  int64_t rows_ = 0, cols_ = 0, tokens_ = 0;
-  std::vector<float> w_;
-  std::vector<double> w64_, h_, x_mean_;
 };
 
 TEST_F(GptqAwqTest, RoundToNearestMatchesTheReference) {

@@ -5,30 +5,19 @@
 // at most two nonzeros in every group of four, and the layer's output error
 // over the inputs below magnitude pruning's.
 #include <cmath>
-#include <fstream>
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "models/quantize/input_statistics.h"
 #include "models/quantize/sparsegpt.h"
+#include "models/quantize/testing/fixture_layer.h"
 #include "test/source_root.h"
 
 namespace kiln::quantize {
 namespace {
 
-const std::string kLayer = checkoutPath("test/fixtures/quant/gptq-awq");
 const std::string kFixture = checkoutPath("test/fixtures/quant/sparsegpt");
-
-template <typename T>
-std::vector<T> readBinary(const std::string& path, size_t count) {
-  std::vector<T> v(count);
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(v.data()), std::streamsize(count * sizeof(T)));
-  EXPECT_TRUE(in.good()) << path;
-  return v;
-}
 
 // Groups of four consecutive columns with more than two nonzeros.
 int denseGroups(const std::vector<double>& w) {
@@ -38,38 +27,20 @@ int denseGroups(const std::vector<double>& w) {
   return dense;
 }
 
-class SparseGptTest : public ::testing::Test {
+class SparseGptTest : public testing::FixtureLayerTest {
  protected:
-  void SetUp() override {
-    std::ifstream in(kFixture + "/expected.json");
-    ASSERT_TRUE(in.good()) << kFixture << "/expected.json";
-    doc_ = nlohmann::json::parse(in);
-    rows_ = doc_["rows"];
-    cols_ = doc_["cols"];
-    const int64_t tokens = doc_["tokens"];
-    w_ = readBinary<float>(kLayer + "/w.f32.bin", size_t(rows_ * cols_));
-    w64_.assign(w_.begin(), w_.end());
-    const std::vector<float> x = readBinary<float>(kLayer + "/x.f32.bin", size_t(tokens * cols_));
-    InputStatistics stats(cols_);
-    stats.add(x.data(), tokens);
-    h_ = stats.hessian();
-  }
+  SparseGptTest() : FixtureLayerTest(kFixture + "/expected.json") {}
 
   double loss(const std::vector<double>& pruned) {
     return outputError(w64_.data(), pruned.data(), rows_, cols_, h_.data());
   }
-
-  nlohmann::json doc_;
-  int64_t rows_ = 0, cols_ = 0;
-  std::vector<float> w_;
-  std::vector<double> w64_, h_;
 };
 
 TEST_F(SparseGptTest, MatchesTheReferenceAndBeatsMagnitudePruning) {
   const size_t n = size_t(rows_ * cols_);
   const auto& cases = doc_["cases"];
   ASSERT_EQ(cases.size(), 3u);
-  const std::vector<double> all = readBinary<double>(kFixture + "/pruned.f64.bin", n * cases.size());
+  const std::vector<double> all = testing::readBinary<double>(kFixture + "/pruned.f64.bin", n * cases.size());
   std::vector<double> magnitude(n);
   magnitudePrune24(w64_.data(), rows_, cols_, magnitude.data());
   EXPECT_EQ(denseGroups(magnitude), 0);

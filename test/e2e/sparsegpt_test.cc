@@ -2,8 +2,8 @@
 // Llamas, calibrated on test/fixtures/tiny-llama/calibration.json and
 // compiled by ctest fixtures into $KILN_SPARSEGPT_DIR/<model>/<variant>
 // (dense, sparsegpt, and sparsegpt-int8 / -int4 quantized at load):
-//   tiny-llama  the f32 checkpoint test/fixtures/tiny-llama (the pruned model
-//               written as a checkpoint)
+//   checkpoint  the f32 tiny Llama test/fixtures/tiny-llama (the pruned
+//               model written as a checkpoint)
 //   gguf        the K-quant GGUF of make_kquant_llama.py, its block-typed
 //               linears dequantized to f32 before pruning; the dense model
 //               is the same GGUF made float by scripts/dequantize_gguf.py
@@ -130,13 +130,8 @@ TEST_P(SparseGpt, QuantizedAtLoadStaysNearThePrunedModel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SparseGpt, ::testing::Values("tiny-llama", "gguf"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, SparseGpt, ::testing::Values("checkpoint", "gguf"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace kiln
