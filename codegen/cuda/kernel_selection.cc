@@ -42,6 +42,23 @@ std::optional<std::string> gemmBlockType(const GemmParams& gemm) {
   return std::nullopt;
 }
 
+bool sparse24Weight(const GemmParams& gemm) {
+  return gemm.weight_type == "sp24" || gemm.weight_type == "int8sp24" || gemm.weight_type == "int4sp24";
+}
+
+std::string sparse24ValuesType(const GemmParams& gemm) {
+  if (gemm.weight_type == "int8sp24") return "q8_0";
+  if (gemm.weight_type == "int4sp24") return "q4_0";
+  return "bf16";
+}
+
+std::string sparse24RunsDense(const KernelTarget& target) {
+  if (target.activation_type != "bf16")
+    return fmt::format("{} activations (the sparse kernels read bf16)", target.activation_type);
+  if (archVersion(target.arch) < 80) return fmt::format("{} has no sparse tensor cores (sm_80 and later)", target.arch);
+  return "";
+}
+
 bool embeddingTableExpands(std::string_view table_type) {
   return table_type == "q4_k" || table_type == "q5_k" || table_type == "q6_k";
 }
@@ -141,9 +158,10 @@ std::vector<KernelVariant> f32Variants(const PlanStep& step) {
   if (step.kind == StepKind::kSplit || runsOnHost(step.kind)) return {};
   if (step.kind == StepKind::kMoeRouter || step.kind == StepKind::kMoeFfn) return moeVariants(step, "f32", KernelTarget{});
   if (step.kind == StepKind::kGemm) {
-    // Weights with separate scales have no CUDA GEMM; blocks are expanded
-    // to f32 at load.
-    if (!std::get<GemmParams>(step.params).scales) out.elsewhere(R::kCublasLt, kAnyRows);
+    // Weights with separate scales have no CUDA GEMM; blocks and 2:4
+    // sparse weights are expanded to f32 at load.
+    const GemmParams& gemm = std::get<GemmParams>(step.params);
+    if (!gemm.scales || sparse24Weight(gemm)) out.elsewhere(R::kCublasLt, kAnyRows);
     return out.take();
   }
   const nlohmann::json params = toJson(step.params);
@@ -205,9 +223,31 @@ std::vector<KernelVariant> blockGemmVariants(const PlanStep& step, const std::st
   return out.take();
 }
 
+// A gemm of a 2:4 sparse weight: sparse24_gemv for decode-sized batches
+// (its own tiling for the shape), then the sparse tensor-core GEMM, which
+// reads bf16 kept values (the runtime expands q8_0 / q4_0 ones to bf16 for
+// it). On a target without sparse tensor cores, cuBLASLt on the weight
+// expanded to a dense matrix at load.
+std::vector<KernelVariant> sparse24Variants(const GemmParams& gemm, const KernelTarget& target) {
+  VariantList out;
+  if (!sparse24RunsDense(target).empty()) {
+    out.elsewhere(R::kCublasLt, kAnyRows);
+    return out.take();
+  }
+  const nlohmann::json gemv{{"n", gemm.n}, {"k", gemm.k}, {"values_type", sparse24ValuesType(gemm)},
+                            {"bias", gemm.bias}, {"out_type", target.activation_type}};
+  out.kernel(R::kSparseGemv, {1, kSkinnyMaxRows}, {}, "sparse24_gemv", gemv);
+  nlohmann::json tiles = gemv;
+  tiles["values_type"] = "bf16";
+  const bool wgmma = warpgroupMmaTarget(target.arch) && gemm.k % 128 == 0;
+  out.kernel(R::kSparseGemm, kCublasRows, {}, wgmma ? "sparse24_gemm_wgmma" : "sparse24_gemm", std::move(tiles));
+  return out.take();
+}
+
 std::vector<KernelVariant> gemmVariants(const PlanStep& step, const SkinnyFusion& fusion, const KernelTarget& target) {
   VariantList out;
   const GemmParams& gemm = std::get<GemmParams>(step.params);
+  if (sparse24Weight(gemm)) return sparse24Variants(gemm, target);
   if (std::optional<std::string> blocks = gemmBlockType(gemm)) return blockGemmVariants(step, *blocks);
   // fp8 weights and block types without a CUDA kernel get none: the CUDA
   // backend refuses the plan and names the step.

@@ -23,11 +23,19 @@
 //     decode) and its combine, and for bf16 pools at head_dim 64 or 128 the
 //     tensor-core flash attention from kFlashMinQuery query rows (wgmma on
 //     Hopper);
+//   - gemm of a 2:4 sparse weight (sp24, int8sp24, int4sp24: xfmr-sparsify)
+//     on sm_80 and later: sparse24_gemv up to kSkinnyMaxRows rows, reading
+//     the kept values as the plan stores them (bf16, q8_0, q4_0), and above
+//     that the sparse tensor-core GEMM over bf16 kept values (sparse wgmma
+//     on Hopper where k % 128 == 0, else mma.sp); no fusions (they read
+//     dense weights). Below sm_80 the weight is expanded to a dense bf16
+//     matrix at load for cuBLASLt (sparse24RunsDense says why);
 //   - the steps the gemms absorb say where: absorbed, absorbed_prefill,
 //     folded_into_next, norm_of_sum.
 // An f32 plan (vLLM's --dtype float32) runs its GEMMs on cuBLASLt in f32 at
 // every row count and each other step's instance with its activation types
-// named; attention adds the CUDA-core kernel's split mode and combine.
+// named; attention adds the CUDA-core kernel's split mode and combine; a
+// 2:4 sparse weight is expanded to a dense f32 matrix at load.
 // A split is a strided copy: no variants. Speculative verify's index steps
 // (tree_positions, tree_mask, accept) run on the host: no variants; its
 // paged_attention with a tree mask runs the CUDA-core kernel alone.
@@ -92,6 +100,19 @@ GreedyInstance greedyInstance(int64_t vocab, std::string_view logits_type);
 // blocks the weight store quantizes them into; nullopt for every other
 // weight. The selection and the runtime's weight forms both ask here.
 std::optional<std::string> gemmBlockType(const GemmParams& gemm);
+
+// Whether a gemm's weight is 2:4 sparse: sp24, int8sp24 or int4sp24.
+bool sparse24Weight(const GemmParams& gemm);
+
+// The kept values' type sparse24_gemv reads for a sparse gemm: bf16 for
+// sp24 (the runtime converts the f32 values at load), the q8_0 / q4_0
+// blocks of int8sp24 / int4sp24 with their scales folded in.
+std::string sparse24ValuesType(const GemmParams& gemm);
+
+// Why `target`'s sparse gemms run as dense ones (their weight expanded at
+// load): an f32 plan, or an architecture without sparse tensor cores;
+// empty when the sparse kernels run them.
+std::string sparse24RunsDense(const KernelTarget& target);
 
 // Whether an embedding table of `table_type` is expanded to bf16 at load
 // for the GPU's embedding kernel, which has no K-quant decoding: a gather

@@ -426,6 +426,87 @@ TEST(KernelSelection, ResidualEpilogueAtDecodeSizesWithTheNormOverTheSum) {
   EXPECT_TRUE(ofRole(select(gemmThenNorm(true), "sm_80")[1], R::kNormOfSum)[0]->own_storage);
 }
 
+// Makes every gemm of `plan` 2:4 sparse of `weight_type` (sp24, int8sp24,
+// int4sp24; the quantized ones with their scales operand).
+PlanEntry sparse24(PlanEntry plan, const std::string& weight_type = "sp24") {
+  for (PlanStep& s : plan.steps) {
+    if (s.kind != StepKind::kGemm) continue;
+    GemmParams& gemm = std::get<GemmParams>(s.params);
+    gemm.weight_type = weight_type;
+    gemm.scales = weight_type != "sp24";
+    gemm.group = weight_type == "int4sp24" ? 64 : weight_type == "int8sp24" ? gemm.k : 0;
+    if (gemm.scales) s.value_args.insert(s.value_args.begin() + 2, -1);
+  }
+  return plan;
+}
+
+TEST(KernelSelection, SparseGemmsRunTheGemvThenTheSparseGemmByTarget) {
+  const auto hopper = select(sparse24(gemmOnly(4096, 4096)), "sm_90a")[0];
+  ASSERT_EQ(hopper.size(), 2u);
+  EXPECT_EQ(hopper[0].role, R::kSparseGemv);
+  EXPECT_EQ(hopper[0].kind, "sparse24_gemv");
+  expectRows(hopper[0], 1, kSkinnyMaxRows);
+  EXPECT_EQ(hopper[0].params, (json{{"n", 4096}, {"k", 4096}, {"values_type", "bf16"}, {"bias", false},
+                                    {"out_type", "bf16"}}));
+  EXPECT_EQ(hopper[1].role, R::kSparseGemm);
+  EXPECT_EQ(hopper[1].kind, "sparse24_gemm_wgmma");
+  expectRows(hopper[1], kSkinnyMaxRows + 1, RowRange::kUnbounded);
+  expectAllGenerate({hopper});
+
+  // mma.sp where k is not a multiple of the wgmma's 128-column stages, and before Hopper.
+  EXPECT_EQ(select(sparse24(gemmOnly(4096, 576)), "sm_90a")[0][1].kind, "sparse24_gemm");
+  const auto ampere = select(sparse24(gemmOnly(4096, 4096)), "sm_80");
+  EXPECT_EQ(ampere[0][1].kind, "sparse24_gemm");
+  expectAllGenerate(ampere);
+
+  // The quantized kept values: the gemv reads their blocks, the GEMM bf16.
+  for (const auto& [scheme, values] : {std::pair{"int8sp24", "q8_0"}, std::pair{"int4sp24", "q4_0"}}) {
+    SCOPED_TRACE(scheme);
+    const auto list = select(sparse24(gemmOnly(1024, 512), scheme), "sm_90a");
+    ASSERT_EQ(list[0].size(), 2u);
+    EXPECT_EQ(list[0][0].params["values_type"], values);
+    EXPECT_EQ(list[0][1].params["values_type"], "bf16");
+    EXPECT_FALSE(list[0][0].params.contains("scales")) << "folded into the blocks";
+    expectAllGenerate(list);
+  }
+}
+
+TEST(KernelSelection, SparseGemmsRunDenseInF32PlansAndBeforeAmpere) {
+  EXPECT_EQ(sparse24RunsDense({"sm_90a", "bf16"}), "");
+  EXPECT_EQ(sparse24RunsDense({"sm_80", "bf16"}), "");
+  EXPECT_NE(sparse24RunsDense({"sm_75", "bf16"}).find("sm_75 has no sparse tensor cores"), std::string::npos);
+  EXPECT_NE(sparse24RunsDense({"sm_90a", "f32"}).find("f32 activations"), std::string::npos);
+  for (const char* scheme : {"sp24", "int8sp24", "int4sp24"}) {
+    SCOPED_TRACE(scheme);
+    for (const auto& list : {select(sparse24(gemmOnly(64, 64), scheme), "sm_90a", "f32"),
+                             select(sparse24(gemmOnly(64, 64), scheme), "sm_75")}) {
+      ASSERT_EQ(list[0].size(), 1u);
+      EXPECT_EQ(list[0][0].role, R::kCublasLt) << "on the weight expanded to a dense matrix at load";
+      expectRows(list[0][0], 1, RowRange::kUnbounded);
+    }
+  }
+}
+
+TEST(KernelSelection, SparseGemmsTakeNoFusions) {
+  // gate/up -> silu_mul: the silu_mul runs as its own step at every row count.
+  const auto gate_up = select(sparse24(gateUp(14336, 4096)), "sm_90a");
+  for (const KernelVariant& v : gate_up[0]) EXPECT_TRUE(v.role == R::kSparseGemv || v.role == R::kSparseGemm);
+  ASSERT_EQ(gate_up[1].size(), 1u);
+  EXPECT_EQ(gate_up[1][0].role, R::kStep);
+  expectRows(gate_up[1][0], 1, RowRange::kUnbounded);
+  // No norm folded into the sparse gemm's single row, nor the residual
+  // added by its epilogue.
+  const auto norm = select(sparse24(normThenGemm()), "sm_90a");
+  EXPECT_TRUE(ofRole(norm[0], R::kFoldedIntoNext).empty());
+  const auto residual = select(sparse24(gemmThenNorm(false)), "sm_80");
+  EXPECT_TRUE(ofRole(residual[0], R::kCublasLtResidual).empty());
+  EXPECT_TRUE(ofRole(residual[1], R::kNormOfSum).empty());
+  for (const SkinnyFusion& f : skinnyFusions(sparse24(gateUp(14336, 4096)))) {
+    EXPECT_TRUE(f.gemm_params.is_null());
+    EXPECT_FALSE(f.absorbed);
+  }
+}
+
 TEST(KernelSelection, F32PlanRunsGemmsOnCublasAndTypedInstances) {
   PlanEntry plan = gateUp(64, 64);
   plan.steps.push_back(step(StepKind::kRmsNorm, {{"hidden", 64}, {"epsilon", 1e-5}}, {3, -1}, {4},

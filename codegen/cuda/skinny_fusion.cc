@@ -28,8 +28,10 @@ std::vector<SkinnyFusion> skinnyFusions(const PlanEntry& entry) {
     const PlanStep& r = steps[reader];
     return !pinned.count(value) && readers[value] == 1 && arg < r.value_args.size() && r.value_args[arg] == value;
   };
-  // Only gemms of float weights fuse: the block-quantized skinny kernels
-  // take the plain epilogue.
+  // Only gemms of dense float weights fuse: the block-quantized skinny
+  // kernels take the plain epilogue, and the 2:4 sparse ones (sp24,
+  // int8sp24, int4sp24) have no fused forms, so their silu_mul, rope and
+  // norms run as steps of their own.
   auto isGemm = [&](size_t i) {
     if (steps[i].kind != StepKind::kGemm || steps[i].results.size() != 1) return false;
     const std::string& w = std::get<GemmParams>(steps[i].params).weight_type;

@@ -27,6 +27,8 @@
 //     o_proj's sum over the attention output, dead after the gemm in the
 //     plan as written), the sum gets storage of its own, one buffer for
 //     every such sum, only where their lives do not overlap.
+// Only gemms of dense float weights take part: not block-quantized or 2:4
+// sparse ones, whose kernels have no fused forms.
 // A value is folded away only if no other step reads it and it is not pinned
 // (an entry output, or the storage of a view). The executor and kiln-kernels
 // both ask here, so kiln-kernels lists what the runtime compiles. Nor is a

@@ -10,7 +10,7 @@ namespace kiln {
 
 namespace {
 
-constexpr std::array<std::pair<VariantRole, const char*>, 19> kRoles{{
+constexpr std::array<std::pair<VariantRole, const char*>, 21> kRoles{{
     {VariantRole::kStep, "step"},
     {VariantRole::kSkinny, "skinny"},
     {VariantRole::kSingleRow, "single_row"},
@@ -30,6 +30,8 @@ constexpr std::array<std::pair<VariantRole, const char*>, 19> kRoles{{
     {VariantRole::kMoeDown, "moe_down"},
     {VariantRole::kMoeGroupedGateUp, "moe_grouped_gate_up"},
     {VariantRole::kMoeGroupedDown, "moe_grouped_down"},
+    {VariantRole::kSparseGemv, "sparse_gemv"},
+    {VariantRole::kSparseGemm, "sparse_gemm"},
 }};
 
 constexpr std::array<std::pair<KernelFeature, const char*>, 5> kFeatures{{
@@ -46,7 +48,7 @@ std::vector<VariantRole> rolesOf(StepKind kind) {
   switch (kind) {
     case StepKind::kGemm:
       return {R::kSkinny,   R::kSingleRow,        R::kFused,     R::kFusedSingleRow, R::kFusedPrefill,
-              R::kCublasLt, R::kCublasLtResidual, R::kDequantize};
+              R::kCublasLt, R::kCublasLtResidual, R::kDequantize, R::kSparseGemv, R::kSparseGemm};
     case StepKind::kResidualRmsNorm: return {R::kStep, R::kNormOfSum, R::kFoldedIntoNext};
     case StepKind::kSiluMul: return {R::kStep, R::kAbsorbed, R::kAbsorbedPrefill};
     case StepKind::kRopeKvAppend: return {R::kStep, R::kAbsorbed};

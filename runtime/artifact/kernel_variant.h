@@ -50,6 +50,8 @@ enum class VariantRole {
   kMoeDown,          // moe_ffn: the experts' down projections (its step kernel does gate/up)
   kMoeGroupedGateUp, // moe_ffn: gate/up as grouped tensor-core GEMMs, for batches with several slots an expert
   kMoeGroupedDown,   // moe_ffn: ... and down (the combine stays)
+  kSparseGemv,       // gemm of a 2:4 sparse weight: sparse24_gemv for decode-sized batches
+  kSparseGemm,       // ... and the sparse tensor-core GEMM (mma.sp, sparse wgmma) above them
 };
 
 const char* variantRoleName(VariantRole role);
