@@ -432,7 +432,17 @@ TEST(ManifestTest, WeightErrors) {
   m = validManifest();
   m["weights"][4]["prepare"]["op"] = "transpose";
   EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.op: unknown prepare op 'transpose' "
-                           "(expected concat_rows, quantize or offset)");
+                           "(expected concat_rows, quantize, offset or sparsify)");
+  // sparsify names its pattern and method, one input.
+  m = validManifest();
+  json& prep = m["weights"][4]["prepare"];
+  prep = {{"op", "sparsify"}, {"inputs", {prep["inputs"][0]}}, {"pattern", "4:8"}, {"method", "magnitude"}};
+  EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.pattern: '4:8', expected '2:4'");
+  m["weights"][4]["prepare"]["pattern"] = "2:4";
+  m["weights"][4]["prepare"]["method"] = "wanda";
+  EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.method: 'wanda', expected 'magnitude' or 'sparsegpt'");
+  m["weights"][4]["prepare"].erase("method");
+  EXPECT_NE(parseError(m).find("weights[4].prepare"), std::string::npos);
 }
 
 TEST(ManifestTest, ValueErrors) {

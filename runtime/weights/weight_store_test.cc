@@ -331,7 +331,7 @@ TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
   m["weights"][5]["prepare"] = json::parse(R"({"op": "transpose", "inputs": [3]})");
   EXPECT_EQ(open(m).error().message,
             "manifest.json: weights[5].prepare.op: unknown prepare op 'transpose' (expected "
-            "concat_rows, quantize or offset)");
+            "concat_rows, quantize, offset or sparsify)");
 }
 
 // Gemma's (1 + w) norm weights: f32(w) + 1 made once at load, from bf16 or f32.
