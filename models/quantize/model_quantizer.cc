@@ -246,6 +246,7 @@ Result<std::string> quantizeModel(const std::string& model_path, const Manifest*
     store.emplace(opened.take());
     auto calibration = prepareCalibration(*plan, *store, options);
     if (!calibration.ok()) return calibration.error();
+    KILN_RETURN_IF_ERROR(checkWritable(store->source()));  // before the run, not after
     log(fmt::format("{}: {} calibration sequences of {} tokens ({} tokens in {})", name,
                     calibration->set.sequences.size(), options.calibration_ctx,
                     calibration->set.file_tokens, options.calibration));

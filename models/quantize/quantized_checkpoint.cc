@@ -124,8 +124,20 @@ Status writeCheckpoint(const formats::SafetensorsCheckpoint& source, const Quant
   return {};
 }
 
+Status checkWritable(const formats::ModelSource& source) {
+  if (source.gguf()) return {};
+  if (source.sparse())
+    return makeError("{}: a compressed-tensors sparse checkpoint, whose layout kiln does not write: "
+                     "give its dense form",
+                     source.path());
+  if (!source.checkpoint() || source.int4())
+    return makeError("{}: not a float safetensors checkpoint", source.path());
+  return {};
+}
+
 Result<std::string> writeQuantizedModel(const formats::ModelSource& source,
                                         const QuantizedModel& model, const std::string& dir) {
+  KILN_RETURN_IF_ERROR(checkWritable(source));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return makeError("{}: cannot create: {}", dir, ec.message());
@@ -134,8 +146,6 @@ Result<std::string> writeQuantizedModel(const formats::ModelSource& source,
     KILN_RETURN_IF_ERROR(writeQuantizedGguf(*gguf, model, path));
     return path;
   }
-  if (!source.checkpoint() || source.int4())
-    return makeError("{}: not a float safetensors checkpoint", source.path());
   const std::string path = (fs::path(dir) / "model").string();
   KILN_RETURN_IF_ERROR(writeCheckpoint(*source.checkpoint(), model, path));
   return path;

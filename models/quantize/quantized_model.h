@@ -38,6 +38,11 @@ struct QuantizedModel {
   bool int4() const { return method == "rtn" || method == "gptq" || method == "awq"; }
 };
 
+// Whether writeQuantizedModel can write `source`'s form: a GGUF or a plain
+// float checkpoint (not an int4 or compressed-tensors sparse one, whose
+// packed tensors it would copy unchanged).
+Status checkWritable(const formats::ModelSource& source);
+
 // Writes the model under `dir` and returns its path (DIR/model.gguf or
 // DIR/model).
 Result<std::string> writeQuantizedModel(const formats::ModelSource& source,
