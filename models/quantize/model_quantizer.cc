@@ -22,10 +22,6 @@ namespace {
 
 using formats::WeightRole;
 
-constexpr WeightRole kLinearRoles[] = {WeightRole::kQ,    WeightRole::kK,  WeightRole::kV,
-                                       WeightRole::kO,    WeightRole::kGate, WeightRole::kUp,
-                                       WeightRole::kDown};
-
 // `options`: the method's; `gguf`: whether the model is one, which
 // scripts/dequantize_gguf.py can make float.
 std::string notFloat(const QuantizeOptions& options, const std::string& tensor,
@@ -50,7 +46,7 @@ Status quantizeRtn(const formats::ModelSource& model, const QuantizeOptions& opt
                    QuantizedModel& out, std::map<std::string, int>& skipped) {
   const bool gguf = model.format() == formats::ModelSource::Format::kGguf;
   for (int layer = 0; layer < int(model.config().num_layers); ++layer)
-    for (WeightRole role : kLinearRoles) {
+    for (WeightRole role : kDecoderLinearRoles) {
       const formats::TensorInfo* t = model.weight(role, layer);
       if (!t) continue;
       if (!isFloatType(t->type)) return makeError("{}: {}", model.path(), notFloat(options, t->name, t->type, gguf));
@@ -204,7 +200,7 @@ Result<std::string> floatLinearsModel(const std::string& model_path, const Quant
   copy.method = "float";
   std::set<std::string> types;
   for (int layer = 0; layer < int(model.config().num_layers); ++layer)
-    for (WeightRole role : kLinearRoles) {
+    for (WeightRole role : kDecoderLinearRoles) {
       const formats::TensorInfo* t = model.weight(role, layer);
       if (!t || isFloatType(t->type)) continue;
       if (!model.gguf()) return makeError("{}: {}", model.path(), notFloat(options, t->name, t->type, false));

@@ -5,10 +5,6 @@ namespace {
 
 using formats::WeightRole;
 
-constexpr WeightRole kLinearRoles[] = {WeightRole::kQ,    WeightRole::kK,  WeightRole::kV,
-                                       WeightRole::kO,    WeightRole::kGate, WeightRole::kUp,
-                                       WeightRole::kDown};
-
 struct RoleAt {
   WeightRole role;
   int layer;
@@ -26,7 +22,7 @@ Result<std::vector<PlanLinear>> findPlanLinears(const Manifest& plan,
                                                 const formats::ModelSource& model) {
   std::map<std::string, RoleAt> roles;
   for (int layer = 0; layer < int(model.config().num_layers); ++layer)
-    for (WeightRole role : kLinearRoles) roles[model.weightName(role, layer)] = {role, layer};
+    for (WeightRole role : kDecoderLinearRoles) roles[model.weightName(role, layer)] = {role, layer};
 
   const Entry* entry = plan.findEntry("forward");
   if (!entry) return makeError("{}: the plan has no forward entry", plan.path);

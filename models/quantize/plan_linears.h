@@ -18,6 +18,12 @@
 
 namespace kiln::quantize {
 
+// The decoder linears' roles, each a checkpoint tensor per layer.
+inline constexpr formats::WeightRole kDecoderLinearRoles[] = {
+    formats::WeightRole::kQ,    formats::WeightRole::kK,  formats::WeightRole::kV,
+    formats::WeightRole::kO,    formats::WeightRole::kGate, formats::WeightRole::kUp,
+    formats::WeightRole::kDown};
+
 // One checkpoint tensor's rows inside a GEMM weight.
 struct LinearPart {
   std::string tensor;  // e.g. "blk.3.attn_v.weight"

@@ -35,10 +35,6 @@ namespace {
 
 using formats::WeightRole;
 
-constexpr WeightRole kLinearRoles[] = {WeightRole::kQ,    WeightRole::kK,  WeightRole::kV,
-                                       WeightRole::kO,    WeightRole::kGate, WeightRole::kUp,
-                                       WeightRole::kDown};
-
 std::string artifactDir(const std::string& name) {
   const char* root = std::getenv("KILN_SPARSEGPT_DIR");
   return std::string(root ? root : "$KILN_SPARSEGPT_DIR") + "/" + name;
@@ -63,7 +59,7 @@ TEST_P(SparseGpt, WritesFloatLinearsWithTwoNonzerosInEveryGroupOfFour) {
   ASSERT_TRUE(model.ok()) << model.error().message;
   int linears = 0;
   for (int layer = 0; layer < int(model->config().num_layers); ++layer)
-    for (WeightRole role : kLinearRoles) {
+    for (WeightRole role : quantize::kDecoderLinearRoles) {
       const formats::TensorInfo* t = model->weight(role, layer);
       ASSERT_NE(t, nullptr) << formats::weightRoleName(role) << " " << layer;
       EXPECT_TRUE(quantize::isFloatType(t->type)) << t->name;
