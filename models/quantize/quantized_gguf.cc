@@ -1,4 +1,4 @@
-// The GGUF form of a quantized model (quantized_model.h): the source's
+// The GGUF form of a written model (quantized_model.h): the source's
 // header entries copied byte for byte, a few added, and every tensor in the
 // source's order with its new type and bytes where the model changed it.
 #include <cstdio>
