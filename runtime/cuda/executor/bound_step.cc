@@ -11,6 +11,8 @@
 #include "runtime/artifact/step_params_json.h"
 #include "runtime/cuda/executor/gemm_dispatch.h"
 #include "runtime/cuda/executor/kiln_assign.h"
+#include "runtime/cuda/executor/sparse24_image.h"
+#include "runtime/cuda/executor/sparse24_layout.h"
 #include "runtime/cuda/tensor_map.h"
 
 namespace kiln::cuda {
@@ -127,6 +129,16 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
       case Role::kMoeGroupedDown:
         KILN_RETURN_IF_ERROR(bind(v.instance, s.moe_grouped_down_fn, s.moe_grouped_block, s.moe_grouped_smem));
         break;
+      case Role::kSparseGemv: KILN_RETURN_IF_ERROR(gemv(v, s.sparse_gemv)); break;
+      case Role::kSparseGemm: {
+        // Its tile in the gemv's terms: weight rows and rows of x a block.
+        KILN_RETURN_IF_ERROR(gemv(v, s.sparse_gemm));
+        const Kernel& k = kernels.kernel(v.instance);
+        if (k.block_n <= 0 || k.block_m <= 0) return makeError("instance {}: no kBlockN and kBlockM in its Config", k.name);
+        s.sparse_gemm.rows_per_block = k.block_n;
+        s.sparse_gemm.max_rows = k.block_m;
+        break;
+      }
       case Role::kPrefill: {
         const Kernel& flash = kernels.kernel(v.instance);
         KILN_RETURN_IF_ERROR(bind(v.instance, s.flash_fn, s.flash_block, s.flash_smem));
@@ -456,7 +468,50 @@ Status linkFusions(std::vector<BoundStep>& steps, const CudaDriver& d) {
   return {};
 }
 
+// A 2:4 sparse gemm's planes on the device (sparse24_image.h). Its sparse
+// kernels must take every row count: no other kernel reads its weight's
+// image (the batch-invariant mode, which keeps no row-bounded variant, has
+// none for it).
+Status bindSparse24(const Step& step, const WeightLayout& layout, const WeightStore& weights, BoundStep& s) {
+  const GemmParams& gemm = step.as<GemmParams>();
+  if (!cuda_codegen::sparse24Weight(gemm) || !runsSparse24Kernels(step)) return {};
+  const RowRange& gemv = s.sparse_gemv.rows;
+  const RowRange& tiles = s.sparse_gemm.rows;
+  if (!s.sparse_gemv.fn || !s.sparse_gemm.fn || gemv.min != 1 || gemv.max == RowRange::kUnbounded ||
+      tiles.min != gemv.max + 1 || tiles.max != RowRange::kUnbounded)
+    return makeError("{}: a 2:4 sparse gemm runs its sparse_gemv and then its sparse_gemm variant, which together "
+                     "take every row count; the chosen ones do not (the batch-invariant mode runs neither)",
+                     step.path);
+  const BoundWeight& w = *weights.find(step.args[1].id);
+  if (!w.sparse24) return makeError("{}: weight {} '{}' is not bound 2:4 sparse", step.path, w.id, w.name);
+  s.sparse_metadata = s.weights[1] + CUdeviceptr(sparse24MetadataOffset(s.width, sparse24GemvRowBytes(w)));
+  s.sparse_gemm_values =
+      gemm.weight_type == "sp24" ? s.weights[1] : layout.at(step.args[1].id, WeightForm::kSparse24Bf16Values);
+  s.sparse_gemm_metadata = layout.at(step.args[1].id, WeightForm::kSparse24Mma);
+  if (!s.sparse_gemm_values || !s.sparse_gemm_metadata)
+    return makeError("{}: the sparse GEMM's planes of weight {} were not uploaded", step.path, w.id);
+  return {};
+}
+
 }  // namespace
+
+bool runsSparse24Kernels(const Step& step) {
+  for (const KernelVariant& v : step.variants)
+    if (v.role == Role::kSparseGemv || v.role == Role::kSparseGemm) return true;
+  return false;
+}
+
+std::string sparse24DenseNotice(const Manifest& manifest, const Entry& entry) {
+  for (const Step& step : entry.steps) {
+    if (step.kind != StepKind::kGemm || !cuda_codegen::sparse24Weight(step.as<GemmParams>()) ||
+        runsSparse24Kernels(step))
+      continue;
+    std::string reason = cuda_codegen::sparse24RunsDense({manifest.target, manifest.activation_type});
+    if (reason.empty()) reason = fmt::format("the plan lists no sparse kernels for {}", step.path);
+    return fmt::format("2:4 sparse weights run dense: {}", reason);
+  }
+  return "";
+}
 
 Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_form) {
   if (step.kind == StepKind::kEmbedding) {
@@ -501,6 +556,7 @@ Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_
   // f32, unread); an f32 plan's cuBLASLt takes blocks expanded to f32. The
   // bias takes the plan's form.
   const GemmParams& gemm = step.as<GemmParams>();
+  if (arg == 1 && cuda_codegen::sparse24Weight(gemm) && runsSparse24Kernels(step)) return WeightForm::kSparse24;
   const bool blocks = cuda_codegen::gemmBlockType(gemm).has_value();
   if (arg == 1 && blocks && gemm_form == WeightForm::kBf16) return WeightForm::kPacked;
   if (arg == 2 && gemm.scales) return WeightForm::kF32;
@@ -518,6 +574,14 @@ Result<WeightLayout> layoutWeights(std::initializer_list<const Entry*> entries, 
         KILN_ASSIGN(form, stepWeightForm(step, i, gemm_form));
         KILN_RETURN_IF_ERROR(layout.add(step, i, weights, form));
       }
+      // The sparse GEMM's planes: mma-order metadata, and bf16 values
+      // where the gemv reads blocks.
+      const bool sparse_gemm = std::any_of(step.variants.begin(), step.variants.end(),
+                                           [](const KernelVariant& v) { return v.role == Role::kSparseGemm; });
+      if (!sparse_gemm) continue;
+      KILN_RETURN_IF_ERROR(layout.add(step, 1, weights, WeightForm::kSparse24Mma));
+      if (step.as<GemmParams>().weight_type != "sp24")
+        KILN_RETURN_IF_ERROR(layout.add(step, 1, weights, WeightForm::kSparse24Bf16Values));
     }
   }
   return layout;
@@ -687,6 +751,7 @@ Result<std::vector<BoundStep>> bindSteps(const Manifest& manifest, const EntryPl
         cuda_codegen::withActivationTypes(stepKindName(step.kind), toJson(step.params), manifest.activation_type),
         f32_plan ? 4 : 2, s.args, s.results));
     KILN_RETURN_IF_ERROR(bindParams(step, weights, s));
+    if (step.kind == StepKind::kGemm) KILN_RETURN_IF_ERROR(bindSparse24(step, placement.weights, weights, s));
     steps.push_back(std::move(s));
   }
   KILN_RETURN_IF_ERROR(linkFusions(steps, d));

@@ -149,6 +149,14 @@ struct BoundStep {
   CUfunction norm_of_sum_fn = nullptr;
   unsigned norm_of_sum_block = 0;
   std::optional<RowRange> norm_of_sum_rows;
+  // gemm of a 2:4 sparse weight: sparse24_gemv for decode-sized batches
+  // (rows_per_block weight rows a block, max_rows rows of x) and the sparse
+  // tensor-core GEMM above them (its tile: rows_per_block = kBlockN weight
+  // rows, max_rows = kBlockM rows of x). The gemv reads the kept values of
+  // the weight's gemv image (weights[1]) and its canonical metadata, the
+  // GEMM bf16 kept values and the mma-order metadata (sparse24_image.h).
+  GemvKernel sparse_gemv, sparse_gemm;
+  CUdeviceptr sparse_metadata = 0, sparse_gemm_values = 0, sparse_gemm_metadata = 0;
 };
 
 // A gemm step's optional bias: weight arg 2, or 3 after the scales of
@@ -159,13 +167,23 @@ inline CUdeviceptr gemmBias(const BoundStep& s) {
 }
 inline bool hasBias(const BoundStep& s) { return gemmBias(s) != 0; }
 
+// Whether the plan runs gemm `step` on the 2:4 sparse kernels (its variants
+// list sparse_gemv or sparse_gemm); a sparse weight without them runs dense.
+bool runsSparse24Kernels(const Step& step);
+
+// The line the executor prints when `entry` has 2:4 sparse gemms its plan
+// runs dense ("2:4 sparse weights run dense: <reason>"); empty otherwise.
+std::string sparse24DenseNotice(const Manifest& manifest, const Entry& entry);
+
 // The form weight args[arg] of `step` takes on the device: a gemm's matrix
-// and bias `gemm_form`, a norm's weight its weight_type (f32 unless it
-// says), an embedding table as its table_type names it. Another kind does
-// not take weights: an error.
+// and bias `gemm_form` (a 2:4 sparse matrix: the sparse gemv's image where
+// the plan runs the sparse kernels, else expanded to a dense one), a norm's
+// weight its weight_type (f32 unless it says), an embedding table as its
+// table_type names it. Another kind does not take weights: an error.
 Result<WeightForm> stepWeightForm(const Step& step, size_t arg, WeightForm gemm_form);
 
-// Every weight the entries' steps take (null entries skipped), each in its form.
+// Every weight the entries' steps take (null entries skipped), each in its
+// form; a sparse gemm's weight also in the sparse GEMM's forms.
 Result<WeightLayout> layoutWeights(std::initializer_list<const Entry*> entries, const WeightStore& weights,
                                    WeightForm gemm_form);
 

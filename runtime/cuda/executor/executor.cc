@@ -245,6 +245,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Manifest& manif
   const Entry* draft = verify.entry ? manifest.findEntry("draft") : nullptr;
   KILN_ASSIGN(weight_layout,
               layoutWeights({entry, verify.entry, draft}, weights, f32_plan ? WeightForm::kF32 : WeightForm::kBf16));
+  // Correct, not fast: said once, whatever the verbosity.
+  if (const std::string notice = sparse24DenseNotice(manifest, *entry); !notice.empty())
+    fmt::print(stderr, "{}\n", notice);
   ex->weight_bytes_ = weight_layout.bytes();
   KILN_RETURN_IF_ERROR(weight_layout.upload(gpu, backend.memory, weights, options.progress));
 

@@ -86,6 +86,7 @@ void StepTimer::addForward(const std::vector<BoundStep>& steps, const LaunchShap
     std::string name = s.kind == StepKind::kSplit ? "split (copies)" : s.instance;
     if (s.kind == StepKind::kGemm) {
       const GemvKernel* skinny = skinnyKernel(s, rows);
+      if (!skinny) skinny = sparse24Kernel(s, rows);
       name = skinny ? skinny->instance : fmt::format("cuBLASLt gemm n {} k {}", s.width, s.k);
     }
     if (s.kind == StepKind::kGemm && fusedSwiGlu(s, rows)) name = "gemm_swiglu_wgmma (gate/up + silu_mul)";

@@ -4,6 +4,8 @@
 //   - a skinny kernel (skinnyKernel) where one of its ranges holds the
 //     rows: the single-row instance, or the skinny (or fused) one;
 //   - gemm_swiglu_wgmma where its range does (fusedSwiGlu);
+//   - for a 2:4 sparse weight, sparse24_gemv or the sparse GEMM
+//     (sparse24Kernel), which between them take every row count;
 //   - otherwise cuBLASLt, which in its residual range also adds the
 //     residual of the norm after the gemm (addsResidual), and reads a
 //     block-quantized weight expanded to bf16 first (expandsWeight).
@@ -31,8 +33,18 @@ inline const GemvKernel* skinnyKernel(const BoundStep& s, int64_t rows) {
 
 inline bool fusedSwiGlu(const BoundStep& s, int64_t rows) { return s.swiglu_fn && s.swiglu_rows.contains(rows); }
 
+// The 2:4 sparse kernel gemm step `s` runs at `rows` rows (its sparse_gemv
+// or its sparse_gemm), or null: a dense gemm.
+inline const GemvKernel* sparse24Kernel(const BoundStep& s, int64_t rows) {
+  if (s.sparse_gemv.fn && s.sparse_gemv.rows.contains(rows)) return &s.sparse_gemv;
+  if (s.sparse_gemm.fn && s.sparse_gemm.rows.contains(rows)) return &s.sparse_gemm;
+  return nullptr;
+}
+
 // Whether cuBLASLt runs gemm step `s` at `rows` rows.
-inline bool onCublas(const BoundStep& s, int64_t rows) { return !skinnyKernel(s, rows) && !fusedSwiGlu(s, rows); }
+inline bool onCublas(const BoundStep& s, int64_t rows) {
+  return !skinnyKernel(s, rows) && !fusedSwiGlu(s, rows) && !sparse24Kernel(s, rows);
+}
 
 // Whether gemm step `s` at `rows` rows also adds the residual of the norm
 // after it (BoundStep::sum_norm).

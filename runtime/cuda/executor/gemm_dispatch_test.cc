@@ -41,6 +41,23 @@ TEST(GemmDispatch, RangesComeFromThePlanNotConstants) {
   EXPECT_TRUE(onCublas(f32, 1));
 }
 
+TEST(GemmDispatch, SparseGemmsRunTheGemvThenTheSparseGemmNeverCublas) {
+  BoundStep s;
+  s.kind = StepKind::kGemm;
+  s.sparse_gemv = {fakeFunction(3), "sparse24_gemv", {1, 8}};
+  s.sparse_gemm = {fakeFunction(4), "sparse24_gemm", {9, RowRange::kUnbounded}};
+  EXPECT_EQ(sparse24Kernel(s, 1), &s.sparse_gemv);
+  EXPECT_EQ(sparse24Kernel(s, 8), &s.sparse_gemv);
+  EXPECT_EQ(sparse24Kernel(s, 9), &s.sparse_gemm);
+  EXPECT_EQ(sparse24Kernel(s, 4096), &s.sparse_gemm);
+  for (int64_t rows : {1, 8, 9, 4096}) {
+    EXPECT_FALSE(onCublas(s, rows)) << rows;
+    EXPECT_EQ(skinnyKernel(s, rows), nullptr) << rows;
+    EXPECT_FALSE(expandsWeight(s, rows)) << rows;
+  }
+  EXPECT_EQ(sparse24Kernel(skinnyGemm(), 1), nullptr) << "a dense gemm";
+}
+
 TEST(GemmDispatch, ResidualEpilogueOnlyInItsRangeOnCublas) {
   BoundStep gemm = skinnyGemm();
   gemm.sum_norm = 1;

@@ -5,6 +5,7 @@
 #include "codegen/kernels/gemm_swiglu_wgmma.cuh"  // gemm_swiglu's tiles and grid (host-visible part)
 #include "codegen/kernels/kernel_params.cuh"
 #include "codegen/kernels/quant_blocks.cuh"  // the tiles dequantize.cuh walks
+#include "codegen/kernels/sparse24_params.cuh"
 #include "runtime/cuda/executor/gemm_dispatch.h"
 #include "runtime/cuda/executor/kiln_assign.h"
 #include "runtime/cuda/tensor_map.h"
@@ -21,10 +22,26 @@ int64_t dequantizeThreads(int64_t n, int64_t k) {
   return (n + kk::kQuantTileRows - 1) / kk::kQuantTileRows * ((k + kk::kQuantTileCols - 1) / kk::kQuantTileCols) * 128;
 }
 
+// y = x · Wᵀ (+ bias) for a 2:4 sparse W: sparse24_gemv over [ceil(n /
+// rows_per_block), 1, ceil(rows / max_rows)] blocks, or the sparse GEMM
+// over [ceil(n / kBlockN), ceil(rows / kBlockM)] tiles.
+Status enqueueSparse24(const Launcher& launch, const BoundStep& s, const GemvKernel& kernel, int64_t rows) {
+  auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(p); };
+  const bool gemv = &kernel == &s.sparse_gemv;
+  kk::Sparse24Params p{ptr(s.args[0].ptr), ptr(gemv ? s.weights[1] : s.sparse_gemm_values),
+                       reinterpret_cast<const unsigned*>(gemv ? s.sparse_metadata : s.sparse_gemm_metadata),
+                       hasBias(s) ? ptr(gemmBias(s)) : nullptr, ptr(s.results[0].ptr), int(rows)};
+  const unsigned weight_blocks = unsigned((s.width + kernel.rows_per_block - 1) / kernel.rows_per_block);
+  const unsigned row_blocks = unsigned((rows + kernel.max_rows - 1) / kernel.max_rows);
+  if (gemv) return launch(kernel.fn, kernel.block, weight_blocks, 1, row_blocks, &p, kernel.smem);
+  return launch(kernel.fn, kernel.block, weight_blocks, row_blocks, 1, &p, kernel.smem);
+}
+
 }  // namespace
 
 Status enqueueGemm(const Launcher& launch, GemmPlanner& cublas, const BatchInputBuffer& inputs, int64_t num_slots,
                    const std::vector<BoundStep>& steps, const BoundStep& s, int64_t rows) {
+  if (const GemvKernel* sparse = sparse24Kernel(s, rows)) return enqueueSparse24(launch, s, *sparse, rows);
   const int sms = launch.gpu.sms;
   const bool bias = hasBias(s);
   // An f32 plan's gemm has no skinny kernel: cuBLASLt at every row count.

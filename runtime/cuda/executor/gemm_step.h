@@ -1,7 +1,8 @@
 // Runs one gemm step at a batch's row count, on the kernel gemm_dispatch.h
 // picks: a skinny kernel (gemv.cuh, or gemv_stream.cuh's persistent blocks
 // with a folded norm), with a folded silu_mul or rope_kv_append writing
-// that step's outputs; gemm_swiglu_wgmma; or cuBLASLt (gemm_planner.h).
+// that step's outputs; gemm_swiglu_wgmma; a 2:4 sparse weight's
+// sparse24_gemv or sparse GEMM; or cuBLASLt (gemm_planner.h).
 #pragma once
 
 #include <cstdint>

@@ -57,6 +57,7 @@ Status KernelSet::load(const Manifest& manifest, const Entry& entry, const std::
     k.max_rows = std::max(1, cg::configConstant(generated.source, "kMaxRows", 8));
     k.tiles = cg::configConstant(generated.source, "kTiles", 0);
     k.block_m = cg::configConstant(generated.source, "kBlockM", 0);
+    k.block_n = cg::configConstant(generated.source, "kBlockN", 0);
     index_[name] = kernels_.size();
     kernels_.push_back(std::move(k));
     sources.push_back({name, generated.source});

@@ -40,7 +40,8 @@ struct Kernel {
   int rows_per_block = 1;  // kRowsPerBlock: a skinny gemm block's weight rows
   int max_rows = 8;        // kMaxRows: a skinny gemm block's rows of x
   int tiles = 0;           // kTiles: gemv_stream's weight tiles (0: not streamed)
-  int block_m = 0;         // kBlockM: flash attention's query rows a block
+  int block_m = 0;         // kBlockM: flash attention's query rows a block (the sparse GEMM's rows of x)
+  int block_n = 0;         // kBlockN: the sparse GEMM's weight rows a block
 };
 
 // The roles a batch-invariant backend keeps (CudaTuning::batch_invariant):

@@ -7,6 +7,8 @@
 
 #include "codegen/cuda/kernel_selection.h"  // gemmTileGroup
 #include "runtime/cuda/executor/kiln_assign.h"
+#include "runtime/cuda/executor/sparse24_image.h"
+#include "runtime/cuda/executor/sparse24_layout.h"
 #include "runtime/cuda/executor/weight_upload.h"
 #include "runtime/numerics/packed_blocks.h"
 #include "runtime/numerics/quant.h"
@@ -23,15 +25,55 @@ int64_t elements(const BoundWeight& w) {
 
 // True when the device form is the bound bytes themselves (no conversion).
 bool uploadsAsBound(const BoundWeight& w, WeightForm form) {
+  if (w.sparse24) return false;  // compressed on the host: every device form is built
   return form == WeightForm::kRaw || (form == WeightForm::kF32 && w.type == WeightType::F32) ||
          (form == WeightForm::kBf16 && w.type == WeightType::BF16) ||
          (form == WeightForm::kF16 && w.type == WeightType::F16);
+}
+
+bool sparse24Form(WeightForm form) {
+  return form == WeightForm::kSparse24 || form == WeightForm::kSparse24Mma || form == WeightForm::kSparse24Bf16Values;
+}
+
+WeightType floatType(WeightForm form) {
+  return form == WeightForm::kF32 ? WeightType::F32 : form == WeightForm::kBf16 ? WeightType::BF16 : WeightType::F16;
+}
+
+// A 2:4 sparse weight's device bytes in `form` (sparse24_image.h).
+Status sparse24Image(const BoundWeight& w, WeightForm form, std::vector<uint8_t>& out) {
+  std::vector<float> f;
+  switch (form) {
+    case WeightForm::kSparse24: {
+      KILN_ASSIGN(image, sparse24GemvImage(w));
+      out = std::move(image);
+      return {};
+    }
+    case WeightForm::kSparse24Mma: out = sparse24MmaImage(w); return {};
+    case WeightForm::kSparse24Bf16Values: {
+      KILN_ASSIGN(values, sparse24KeptValues(w));
+      f = std::move(values);
+      break;
+    }
+    case WeightForm::kF32:
+    case WeightForm::kBf16:
+    case WeightForm::kF16: {
+      KILN_ASSIGN(dense, sparse24Dense(w));
+      f = std::move(dense);
+      break;
+    }
+    default: return makeError("weight {} '{}' is 2:4 sparse: no raw or packed form", w.id, w.name);
+  }
+  const WeightType to = form == WeightForm::kSparse24Bf16Values ? WeightType::BF16 : floatType(form);
+  out.resize(f.size() * (to == WeightType::F32 ? 4 : 2));
+  return quantizeRow(to, f.data(), out.data(), int64_t(f.size()));
 }
 
 // The bytes of `w` in `form`, for a form that is not its bound bytes
 // (uploadsAsBound is false): blocks repacked, or any type converted
 // through f32.
 Status convertWeight(const BoundWeight& w, WeightForm form, int64_t tile_group, std::vector<uint8_t>& out) {
+  if (w.sparse24) return sparse24Image(w, form, out);
+  if (sparse24Form(form)) return makeError("weight {} '{}' is not 2:4 sparse: no sparse form", w.id, w.name);
   const int64_t n = elements(w);
   if (form == WeightForm::kPacked) {
     if (w.shape.size() != 2)
@@ -43,9 +85,7 @@ Status convertWeight(const BoundWeight& w, WeightForm form, int64_t tile_group, 
   }
   std::vector<float> f(static_cast<size_t>(n));
   KILN_RETURN_IF_ERROR(dequantizeRow(w.type, w.data, f.data(), n));
-  const WeightType to = form == WeightForm::kF32    ? WeightType::F32
-                        : form == WeightForm::kBf16 ? WeightType::BF16
-                                                    : WeightType::F16;
+  const WeightType to = floatType(form);
   out.resize(size_t(n) * (form == WeightForm::kF32 ? 4 : 2));
   return quantizeRow(to, f.data(), out.data(), n);
 }
@@ -58,11 +98,22 @@ int64_t formBytes(const BoundWeight& w, WeightForm form, int64_t tile_group) {
     case WeightForm::kRaw: return int64_t(w.size_bytes);
     case WeightForm::kPacked:
       return w.shape.size() == 2 ? packedBlockBytes(w.type, w.shape[0], w.shape[1], tile_group) : 0;
+    case WeightForm::kSparse24: return sparse24GemvImageBytes(w);
+    case WeightForm::kSparse24Mma: return sparse24MmaMetadataWords(w.shape[0], w.shape[1]) * 4;
+    case WeightForm::kSparse24Bf16Values: return elements(w);  // k/2 values of 2 bytes a row
   }
   return 0;
 }
 
 }  // namespace
+
+Status weightImage(const BoundWeight& w, WeightForm form, int64_t tile_group, std::vector<uint8_t>& out) {
+  if (!uploadsAsBound(w, form)) return convertWeight(w, form, tile_group, out);
+  out.clear();
+  if (w.data) out.assign(w.data, w.data + w.size_bytes);
+  for (std::span<const uint8_t> part : w.parts) out.insert(out.end(), part.begin(), part.end());
+  return {};
+}
 
 Result<WeightForm> weightFormOf(const std::string& type) {
   if (type == "f32") return WeightForm::kF32;

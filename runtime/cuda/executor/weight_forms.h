@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/artifact/manifest.h"
 #include "runtime/cuda/executor/device_memory.h"
@@ -21,12 +22,20 @@ namespace kiln::cuda {
 // Converted to one element type, the bound bytes as they are
 // (block-quantized embedding tables), or blocks repacked into the tiles the
 // GEMM kernels read (runtime/numerics/packed_blocks.h), with the scale
-// group the step's instance was made for.
-enum class WeightForm { kF32, kBf16, kF16, kRaw, kPacked };
+// group the step's instance was made for. A 2:4 sparse weight takes the
+// sparse kernels' forms (sparse24_image.h): the gemv's image, the GEMM's
+// mma-order metadata and, for q8_0 / q4_0 kept values, those values in
+// bf16; in kF32 / kBf16 / kF16 it is the dense matrix, expanded on the host.
+enum class WeightForm { kF32, kBf16, kF16, kRaw, kPacked, kSparse24, kSparse24Mma, kSparse24Bf16Values };
 
 // The form of an element type name ("f32", "bf16", "f16"; "q8_0", "q4_0",
 // "q4_1": raw); another: "element type '...' has no CUDA kernel".
 Result<WeightForm> weightFormOf(const std::string& type);
+
+// The bytes `w` takes on the device in `form` (what upload() copies),
+// built on the host: a conversion, a repacking, or w's bound bytes.
+// `tile_group`: a packed weight's columns a scale.
+Status weightImage(const BoundWeight& w, WeightForm form, int64_t tile_group, std::vector<uint8_t>& out);
 
 class WeightLayout {
  public:
