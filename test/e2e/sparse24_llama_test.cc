@@ -5,6 +5,9 @@
 //   dense        the checkpoint as it is
 //   sparse-int8  --sparsity=2:4 --quant-weights=int8
 //   sparse-int4  --sparsity=2:4 --quant-weights=int4 --quant-group-size=64
+//   ct-bitmask24 test/models/sparse24-llama/bitmask24, compressed by the
+//                compressed-tensors package (kiln-compile's default: 2:4)
+//   ct-dense     the package's decompression of it, compiled dense
 // The sparse plan's logits are the NumPy-pruned dense model's up to f32
 // rounding (the selection and the sparse GEMM both checked against an
 // outside implementation), differ from the unpruned model's, and the
@@ -88,6 +91,17 @@ TEST(Sparse24Llama, QuantizedKeptValuesStayNearTheFloatOnes) {
   EXPECT_LE(int8, 0.02 * scale);
   EXPECT_GT(int4, int8);
   EXPECT_LE(int4, 0.25 * scale);
+}
+
+// A compressed-tensors sparse-24-bitmask checkpoint compiles 2:4 by default
+// and computes what the package's own decompression does, compiled dense.
+TEST(Sparse24Llama, CompressedTensorsCheckpointRunsSparse) {
+  auto manifest = Manifest::load(artifact("ct-bitmask24"));
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+  EXPECT_EQ(manifest->options.at("sparsity"), "2:4");
+  auto sparse = logitsOf("ct-bitmask24"), dense = logitsOf("ct-dense");
+  ASSERT_FALSE(sparse.empty());
+  EXPECT_LE(maxAbsDiff(sparse, dense), 1e-5 * (1 + maxAbs(dense)));
 }
 
 }  // namespace
