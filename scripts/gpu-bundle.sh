@@ -79,6 +79,18 @@ if [[ -x "$KILN_COMPILE" ]]; then
   done
   [[ -f "$gguf" ]] && "$KILN_COMPILE" "$gguf" -o "$BUILD/artifacts/smollm2-q4_1-spec-bf16" --activation-type=bf16 \
     --spec-tree=widths:2,2,1,1 --spec-layerskip="${KILN_SPECBENCH_LAYERSKIP:-24}"
+  # 2:4 sparse plans (gpu-check.sh's sparse part): the tiny Llama fixture's
+  # bf16 ones run the sparse kernels, the f32 ones expand the weights to
+  # dense at load (and are the CPU references); Llama-3-8B for the decode bench.
+  for v in "bf16|--activation-type=bf16" "f32|" \
+           "int4-bf16|--activation-type=bf16 --quant-weights=int4 --quant-group-size=64" \
+           "int4-f32|--quant-weights=int4 --quant-group-size=64"; do
+    # shellcheck disable=SC2086  # the flags are words
+    "$KILN_COMPILE" "$ROOT/test/fixtures/tiny-llama" -o "$BUILD/artifacts/tiny-llama-sparse-${v%%|*}" \
+      --sparsity=2:4 ${v#*|}
+  done
+  "$KILN_COMPILE" "$ROOT/test/models/llama3-8b" -o "$BUILD/artifacts/llama3-8b-sparse-bf16" --activation-type=bf16 \
+    --sparsity=2:4
   # The distilled draft model's shape (scripts/distill_draft.py's defaults,
   # header-only), for the specbench part: its weights come at run time from
   # the checkpoint the distill part trains (--draft-source).

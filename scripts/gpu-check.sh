@@ -160,6 +160,15 @@
 #            then test/gpu/hf_mamba_bench.py (transformers' Mamba2ForCausalLM at that
 #            shape: the same rows; flags in KILN_MAMBA_HF_ARGS, KILN_MAMBA_HF_TIMEOUT,
 #            default 900 s).
+#   sparse   2:4 structured sparsity (docs/design/sparsity.md): kiln_sparse24_gpu_test
+#            (the sparse kernels against float64), kiln_sparse24_bench (the sparse
+#            linears beside the dense ones at Llama-3-8B's shapes), the CUDA-vs-CPU
+#            executor's sparse case (SparseLlamaFollowsTheCpuExecutor: the tiny Llama's
+#            tiny-llama-sparse-{bf16,int4-bf16} plans on the sparse kernels within bf16's
+#            tolerance, -{f32,int4-f32} expanded to dense within 1e-5), then `kiln bench
+#            decode` at batch 1 of llama3-8b-bf16 and llama3-8b-sparse-bf16 on the bench
+#            model's random checkpoint (written here when missing; the sparse plan prunes
+#            it by magnitude at load), a table last.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-${KILN_BUILD_DIR:-$ROOT/build-gpu}}"
@@ -173,6 +182,9 @@ export KILN_SOURCE_ROOT="$ROOT"
 export KILN_HOME="${KILN_HOME:-/tmp/kiln-home}"
 # The driver's own JIT cache could answer repeated compiles without a ptxas report.
 export CUDA_CACHE_DISABLE=1
+# The tiny Llama's 2:4 sparse plans gpu-bundle.sh compiles (the sparse cases
+# of kiln_cuda_test and kiln_cuda_vs_cpu_executor_test read them).
+export KILN_SPARSE24_PLANS="${KILN_SPARSE24_PLANS:-$BUILD/artifacts}"
 
 {
   echo "== card";  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
@@ -231,8 +243,8 @@ fail() {
   status=1
 }
 for part in $PARTS; do
-  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba mambabench " == *" $part "* ]] ||
-    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba mambabench"
+  [[ " kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba mambabench sparse " == *" $part "* ]] ||
+    fail "part_$part" "unknown part (KILN_GPU_PARTS): expected kernels hf trained sweep bench attention sanitizer quant serve spec distill distillhead specbench moe mamba mambabench sparse"
 done
 
 # Every binary's shared libraries resolve here (the bundle's lib/ included).
@@ -866,6 +878,64 @@ if [[ " $PARTS " == *" specbench "* ]]; then
     grep -q "NOT RUN\|DIFFERENT\|unknown\|FAILED" "$OUT/bench_specbench.txt" && rc_all=1
     record specbench $rc_all
   fi
+fi
+
+write_report
+if [[ " $PARTS " == *" sparse "* ]]; then
+  for name in kiln_sparse24_gpu_test kiln_sparse24_bench; do
+    t="$BUILD/bin/$name"
+    [[ -x "$t" ]] || { fail "$name" "MISSING $t (scripts/gpu-bundle.sh builds it)"; continue; }
+    echo "== $name"
+    timeout 150 "$t" >"$OUT/$name.log" 2>&1
+    rc=$?
+    record "$name" "$rc"
+    tail -25 "$OUT/$name.log" | tee "$OUT/bench_sparse_${name#kiln_sparse24_}.txt"
+  done
+  echo "== kiln_cuda_vs_cpu_executor_test (the sparse plans)"
+  timeout 120 "$BUILD/bin/kiln_cuda_vs_cpu_executor_test" --gtest_filter='CudaExecutor.SparseLlama*' \
+    >"$OUT/kiln_cuda_vs_cpu_sparse_test.log" 2>&1
+  record sparse_vs_cpu $?
+  grep -E "worst relative L2|run dense|SKIPPED|FAILED" "$OUT/kiln_cuda_vs_cpu_sparse_test.log" |
+    tee "$OUT/bench_sparse_vs_cpu.txt"
+  model="${KILN_BENCH_MODEL:-llama3-8b}"
+  ckpt="${KILN_HF_DIR:-/tmp/kiln-hf}/$model"
+  header="$ROOT/test/models/$model"
+  [[ -f "$header/model.safetensors" ]] && header="$header/model.safetensors"
+  if [[ ! -f "$ckpt/tokenizer.json" ]]; then
+    echo "== checkpoint $ckpt (no reference)"
+    PYTHONUNBUFFERED=1 python3 "$ROOT/test/gpu/make_random_llama.py" --config "$ROOT/test/models/$model/config.json" \
+      --header "$header" --out "$ckpt" 2>&1 | tee "$OUT/bench_${model}_checkpoint.log"
+    record "checkpoint_$model" "${PIPESTATUS[0]}"
+  fi
+  for plan in bf16 sparse-bf16; do
+    name="sparse_decode_${plan}"
+    echo "== kiln bench decode $model-$plan batch 1"
+    timeout 240 "$BUILD/bin/kiln" bench decode "$BUILD/artifacts/$model-$plan" --model-source "$ckpt" --device cuda \
+      --batch 1 --prompt-tokens 128 --gen-tokens 64 --peer none --json "$OUT/$name.json" \
+      2>"$OUT/$name.err" | tee "$OUT/$name.txt"
+    rc=${PIPESTATUS[0]}
+    record "$name" "$rc"
+    [[ $rc == 0 ]] || tail -5 "$OUT/$name.err"
+  done
+  {
+    echo "== 2:4 sparse decode, $model batch 1 (128 prompt, 64 generated tokens)"
+    echo "| plan | decode tok/s | ms/token | weights uploaded |"
+    echo "|---|---|---|---|"
+    for plan in bf16 sparse-bf16; do
+      json="$OUT/sparse_decode_${plan}.json"
+      uploaded="$(grep -oE "uploaded [0-9.]+ GB" "$OUT/sparse_decode_${plan}.err" 2>/dev/null | tail -1)"
+      python3 - "$json" "$plan" "${uploaded#uploaded }" <<'PY'
+import json, sys
+path, plan, uploaded = sys.argv[1:]
+try:
+    tps = json.load(open(path))["kiln"]["decode_tps"]
+    print(f"| {plan} | {tps:.1f} | {1e3 / tps:.2f} | {uploaded or '?'} |")
+except Exception as e:
+    print(f"| {plan} | not run ({type(e).__name__}) | | |")
+PY
+    done
+    cat "$OUT/bench_sparse_vs_cpu.txt"
+  } | tee "$OUT/bench_sparse.txt"
 fi
 
 echo

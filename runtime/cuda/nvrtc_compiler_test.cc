@@ -264,6 +264,44 @@ TEST(SpecPlan, DraftInstancesCompileForSm90aWithoutSpills) {
   }
 }
 
+// The tiny Llama's 2:4 sparse bf16 plans (kiln-compile --sparsity=2:4
+// --activation-type=bf16, and with --quant-weights=int4 --quant-group-size=64;
+// the ctest fixture sparse24_plans writes them to $KILN_SPARSE24_PLANS, as
+// gpu-bundle.sh to its artifacts):
+// every instance, sparse24_gemv over bf16 and q4_0 kept values and the
+// sparse GEMM among them, as the executor generates them.
+TEST(SparsePlan, FixtureInstancesCompileForSm90aWithoutSpills) {
+  KILN_REQUIRE_NVRTC();
+  const char* plans = std::getenv("KILN_SPARSE24_PLANS");
+  if (!plans)
+    GTEST_SKIP() << "KILN_SPARSE24_PLANS is not set: run under ctest (fixture sparse24_plans), or kiln-compile "
+                    "test/fixtures/tiny-llama --sparsity=2:4 --activation-type=bf16 -o DIR/tiny-llama-sparse-bf16 (and "
+                    "with --quant-weights=int4 --quant-group-size=64 -o DIR/tiny-llama-sparse-int4-bf16) and set it "
+                    "to DIR";
+  for (const auto& [folder, values] :
+       {std::pair{"tiny-llama-sparse-bf16", "bf16"}, std::pair{"tiny-llama-sparse-int4-bf16", "q4_0"}}) {
+    SCOPED_TRACE(folder);
+    auto manifest = Manifest::load(std::string(plans) + "/" + folder);
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    ASSERT_EQ(manifest->activation_type, "bf16");
+    std::set<std::string> names, kinds, gemv_values;
+    for (const Step& step : manifest->findEntry("forward")->steps)
+      for (const KernelVariant& v : step.variants) {
+        if (v.instance.empty() || !names.insert(v.instance).second) continue;
+        kinds.insert(v.kind);
+        if (v.kind == "sparse24_gemv") gemv_values.insert(v.params["values_type"].get<std::string>());
+        SCOPED_TRACE(v.instance);
+        expectCompilesWithoutSpills(v.kind, v.params, v.instance, "sm_90a");
+      }
+    EXPECT_EQ(kinds.count("sparse24_gemv"), 1u);
+    // k 64 (q, k, v, o, gate/up): mma.sp; the down projection's k 128: sparse wgmma.
+    EXPECT_EQ(kinds.count("sparse24_gemm"), 1u);
+    EXPECT_EQ(kinds.count("sparse24_gemm_wgmma"), 1u);
+    EXPECT_EQ(gemv_values, std::set<std::string>{values});
+    EXPECT_EQ(kinds.count("gemm"), 1u) << "the LM head stays dense";
+  }
+}
+
 // flash_attention's dynamic shared memory must fit an sm_90 block (227 KiB)
 // and leave room for two blocks per SM (228 KiB per SM).
 TEST(FlashAttentionInstance, DynamicSharedMemoryFits) {

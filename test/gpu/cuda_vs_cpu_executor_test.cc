@@ -1,13 +1,15 @@
 // The CUDA executor against the CPU executor on the tiny-llama fixture: the
 // fixture's f32 plan through both, and a bf16 prefill long enough for the
 // fused SwiGLU GEMM against the CPU's f32; likewise on tiny-qwen3 and
-// tiny-mistral-swa (per-head q/k norm, sliding windows). Without a GPU each test checks the
+// tiny-mistral-swa (per-head q/k norm, sliding windows), and compiled
+// --sparsity=2:4 (sparse kernels, and the dense fallback). Without a GPU each test checks the
 // CUDA executor's error and stops, so ctest runs it everywhere; the runs need
 // the GPU machine (scripts/gpu-check.sh).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -331,6 +333,59 @@ Tokenizer fixtureTokenizer(int64_t vocab) {
   }
   v.token_types.assign(v.tokens.size(), TokenType::kNormal);
   return Tokenizer::create(std::move(v)).take();
+}
+
+// The tiny Llama compiled with --sparsity=2:4 (the plans gpu-bundle.sh
+// writes as tiny-llama-sparse-*, and the ctest fixture sparse24_plans, in
+// $KILN_SPARSE24_PLANS), through worstLogitsError's 300-token prefill (the
+// sparse GEMM) and 2-row decode steps (sparse24_gemv): the bf16 plans over
+// sp24 and int4sp24 weights against the CPU executor's f32 run of the same
+// weights, to the bf16 tolerance; the f32 plans, whose sparse weights the
+// CUDA executor expands to dense matrices for cuBLASLt, to f32 rounding.
+TEST(CudaExecutor, SparseLlamaFollowsTheCpuExecutor) {
+  const char* plans = std::getenv("KILN_SPARSE24_PLANS");
+  if (!plans)
+    GTEST_SKIP() << "KILN_SPARSE24_PLANS is not set: run under ctest (fixture sparse24_plans) or "
+                    "scripts/gpu-check.sh (part sparse), which point it at the tiny-llama-sparse-* plans";
+  struct Case {
+    const char* gpu_plan;
+    const char* cpu_plan;
+    double tolerance;
+    const char* path;
+  };
+  const Case cases[] = {
+      {"tiny-llama-sparse-bf16", "tiny-llama-sparse-f32", 2e-2, "sparse24_gemv / sparse GEMM, bf16 kept values"},
+      {"tiny-llama-sparse-int4-bf16", "tiny-llama-sparse-int4-f32", 2e-2, "sparse24_gemv over q4_0, sparse GEMM"},
+      {"tiny-llama-sparse-f32", "tiny-llama-sparse-f32", 1e-5, "expanded to dense, cuBLASLt f32"},
+      {"tiny-llama-sparse-int4-f32", "tiny-llama-sparse-int4-f32", 1e-5, "expanded to dense, cuBLASLt f32"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.gpu_plan);
+    auto manifest = Manifest::load(std::string(plans) + "/" + c.gpu_plan);
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    bool sparse_variants = false;
+    for (const Step& step : manifest->findEntry("forward")->steps)
+      for (const KernelVariant& v : step.variants) sparse_variants |= v.role == VariantRole::kSparseGemm;
+    EXPECT_EQ(sparse_variants, manifest->activation_type == "bf16") << "the sparse kernels run bf16 plans only";
+    auto weights = WeightStore::open(*manifest, {.source_path = kFixture, .check_source_stamp = false});
+    ASSERT_TRUE(weights.ok()) << weights.error().message;
+    auto ex = CudaExecutor::create(*manifest, *weights, kvPoolConfigFor(*manifest, 64), 512, {.progress = false});
+    if (!ex.ok()) {
+      EXPECT_NE(ex.error().message.find("no CUDA backend"), std::string::npos) << ex.error().message;
+      std::printf("no GPU: checked the error; the sparse runs need the GPU machine\n");
+      return;
+    }
+    auto cpu_manifest = Manifest::load(std::string(plans) + "/" + c.cpu_plan);
+    ASSERT_TRUE(cpu_manifest.ok()) << cpu_manifest.error().message;
+    auto cpu_weights = WeightStore::open(*cpu_manifest, {.source_path = kFixture, .check_source_stamp = false});
+    ASSERT_TRUE(cpu_weights.ok()) << cpu_weights.error().message;
+    auto cpu_ex = cpu::CpuExecutor::create(*cpu_manifest, *cpu_weights, kvPoolConfigFor(*cpu_manifest, 64), 512);
+    ASSERT_TRUE(cpu_ex.ok()) << cpu_ex.error().message;
+    const double error = worstLogitsError(**ex, **cpu_ex);
+    EXPECT_LE(error, c.tolerance) << c.path;
+    std::printf("%s (%s): CUDA vs CPU executor logits (%s), worst relative L2 %.3g\n", c.gpu_plan, c.path,
+                c.cpu_plan, error);
+  }
 }
 
 // The engine frees the blocks wholly before a sliding window while a
