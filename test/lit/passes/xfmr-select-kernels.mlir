@@ -11,6 +11,8 @@
 // RUN: not kiln-opt %t.tiny.mlir --xfmr-select-kernels="target=sm_90a activation-type=f16" 2>&1 | FileCheck %s --check-prefix=F16
 // RUN: kiln-opt %s --xfmr-select-kernels -verify-diagnostics
 // RUN: kiln-compile %models/tiny-llama --spec-tree=chain:2 --emit=kernels --activation-type=bf16 --target=cpu | kiln-opt --xfmr-select-kernels="target=sm_90a activation-type=bf16" | FileCheck %s --check-prefix=SPEC
+// RUN: kiln-compile %models/tiny-llama --sparsity=2:4 --emit=kernels --activation-type=bf16 --target=cpu | kiln-opt --xfmr-select-kernels="target=sm_90a activation-type=bf16" | FileCheck %s --check-prefix=SPARSE
+// RUN: kiln-compile %models/tiny-llama --sparsity=2:4 --quant-weights=int4 --quant-group-size=64 --emit=kernels --target=cpu | kiln-opt --xfmr-select-kernels="target=sm_90a activation-type=f32" | FileCheck %s --check-prefix=SPARSE-F32
 
 // tiny-llama in bf16 (hidden 64, ffn 128, 4 heads of 16, bf16 pools). Every
 // GEMM takes the skinny kernels up to 8 rows and cuBLASLt above; none
@@ -80,6 +82,17 @@
 // SPEC: xfmr.kernel "rope_kv_append"(%{{[0-9]+}}, %0, {{.*}}role = "absorbed", rows = array<i64: 1, 8>}]}
 // SPEC: xfmr.kernel "paged_attention"({{.*}}, %1) {{.*}}xfmr.variants = [{instance = "paged_attention_{{.*}}_tree_mask1", kind = "paged_attention", {{.*}}role = "step", rows = array<i64: 1, -1>}]} :
 // SPEC: xfmr.kernel "accept"({{.*}}) {params = {mode = "greedy"}} :
+
+// 2:4 sparse linears (--sparsity=2:4): sparse24_gemv up to 8 rows, then
+// the sparse GEMM (mma.sp at k 64; the sparse wgmma at the down
+// projection's k 128), and no fusions: the silu_mul and the norms run as
+// steps of their own. An f32 plan runs them on cuBLASLt, expanded to dense
+// at load.
+// SPARSE-LABEL: func.func @forward
+// SPARSE: xfmr.gemm {{.*}}kind = "sparse24_gemv", params = {bias = false, k = 64 : i64, n = 128 : i64, out_type = "bf16", values_type = "bf16"}, role = "sparse_gemv", rows = array<i64: 1, 8>}, {{{.*}}kind = "sparse24_gemm", {{.*}}role = "sparse_gemm", rows = array<i64: 9, -1>}]} : (tensor<?x64xbf16>, tensor<128x64x!xfmr.quant<"sp24", 0>>)
+// SPARSE: xfmr.kernel "silu_mul"{{.*}}xfmr.variants = [{{{.*}}role = "step", rows = array<i64: 1, -1>}]}
+// SPARSE: xfmr.gemm {{.*}}role = "sparse_gemv", rows = array<i64: 1, 8>}, {{{.*}}kind = "sparse24_gemm_wgmma", {{.*}}role = "sparse_gemm", rows = array<i64: 9, -1>}]} : (tensor<?x128xbf16>
+// SPARSE-F32: xfmr.gemm {{.*}} {xfmr.variants = [{role = "cublaslt", rows = array<i64: 1, -1>}]} : {{.*}}!xfmr.quant<"int4sp24", 64>
 
 // An f32 plan: every GEMM on cuBLASLt in f32 at every row count; each other
 // step its own instance with the activation types named, and attention's
