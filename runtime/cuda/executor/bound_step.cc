@@ -134,7 +134,8 @@ Status bindKernels(const KernelSet& kernels, size_t i, BoundStep& s) {
         // Its tile in the gemv's terms: weight rows and rows of x a block.
         KILN_RETURN_IF_ERROR(gemv(v, s.sparse_gemm));
         const Kernel& k = kernels.kernel(v.instance);
-        if (k.block_n <= 0 || k.block_m <= 0) return makeError("instance {}: no kBlockN and kBlockM in its Config", k.name);
+        if (k.block_n <= 0 || k.block_m <= 0)
+          return makeError("instance {}: no kBlockN and kBlockM in its Config", k.name);
         s.sparse_gemm.rows_per_block = k.block_n;
         s.sparse_gemm.max_rows = k.block_m;
         break;
