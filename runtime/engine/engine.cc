@@ -482,6 +482,25 @@ Result<std::vector<double>> Engine::scoreTokens(std::span<const int32_t> tokens)
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+namespace {
+
+// The context a model holds: its config's max_position_embeddings where it
+// has one. A state-space model without attention layers keeps a fixed-size
+// recurrent state and nothing per token, so nothing in the model bounds its
+// context (Mamba configs name no limit): kStateSpaceContext tokens, far past
+// any prompt a step plans. Other models without the field get 2048.
+constexpr int64_t kStateSpaceContext = int64_t(1) << 20;
+
+int64_t modelContextLength(const Manifest& m, const nlohmann::json& config) {
+  if (config.is_object() && config.contains("max_position_embeddings") &&
+      config["max_position_embeddings"].is_number_integer())
+    return config["max_position_embeddings"].get<int64_t>();
+  if (m.kv_cache.layers == 0 && !m.state_cache.layers.empty()) return kStateSpaceContext;
+  return 2048;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
                                              const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -496,9 +515,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& artifact_dir,
   if (!m.findEntry("forward"))
     return makeError("{}: no 'forward' entry, expected one", m.path);
   auto config = nlohmann::json::parse(m.model.config_json, nullptr, false);
-  impl->context_length = config.is_object() && config.contains("max_position_embeddings")
-                             ? config["max_position_embeddings"].get<int64_t>()
-                             : 2048;
+  impl->context_length = modelContextLength(m, config);
   if (options.max_context < 0)
     return makeError("max_context {} is invalid: expected 0 (the model's limit) or a positive "
                      "token count",

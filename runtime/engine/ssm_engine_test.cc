@@ -236,6 +236,28 @@ TEST_P(SsmPathTest, RefusesParallelSamplingAndSpeculation) {
   EXPECT_NE(scored.error().message.find("state-space"), std::string::npos) << scored.error().message;
 }
 
+// A state-space model without attention holds no per-token state, so its
+// context is not the 2048 tokens assumed for configs that name no limit: a
+// prompt past that prefills and decodes. The hybrid keeps attention layers
+// (a KV cache per token) and the default.
+TEST_P(SsmPathTest, ContextIsUnboundedWithoutAttention) {
+  auto engine = open(/*kv_tokens=*/4096, /*batch_tokens=*/512);
+  ASSERT_NE(engine, nullptr);
+  const bool attention = std::string(GetParam()) == "tiny-hybrid";
+  EXPECT_EQ(engine->contextLength(), attention ? 2048 : int64_t(1) << 20);
+  if (attention) return;
+  GenerationRequest r;
+  for (int i = 0; i < 3000; ++i) r.prompt_tokens.push_back(int32_t(1 + (i * 37) % 120));
+  r.sampling.max_tokens = 4;
+  r.sampling.ignore_eos = true;
+  int produced = 0;
+  auto id = engine->submit(r, [&](int64_t, int32_t token, std::string_view) { produced += token >= 0; });
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  Status run = engine->runUntilIdle();
+  ASSERT_TRUE(run.ok()) << run.error().message;
+  EXPECT_EQ(produced, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, SsmPathTest, ::testing::Values("tiny-mamba", "tiny-mamba2", "tiny-hybrid"),
                          [](const auto& info) {
                            std::string name = info.param;
