@@ -1154,8 +1154,8 @@ Result<Body> sparse24(const Params& p, bool gemm, bool wgmma) {
     // Hopper's sparse warpgroup multiply (sparse24_wgmma.cuh): 128-column stages.
     if (k % 128 != 0) return makeError("sparse24_gemm_wgmma: param 'k' is {}, expected a multiple of 128", k);
     KILN_TRY(stages, p.integerOr("sparse_stages", 3));
-    if (stages < 3 || stages > 4)
-      return makeError("sparse24_gemm_wgmma: param 'sparse_stages' is {}, expected 3 or 4", stages);
+    if (stages < 2 || stages > 4)
+      return makeError("sparse24_gemm_wgmma: param 'sparse_stages' is {}, expected 2..4", stages);
     const int64_t smem = stages * (128 * 128 + 128 * 256 + 8 * 256) + 1024;  // + room to align to 1024
     Body b{"sparse24_wgmma.cuh", "", "sparse24_gemm_wgmma",
            {256, fmt::format("[ceil(n={} / 128), ceil(rows / 128)]", n), "Sparse24Params"}};

@@ -23,13 +23,13 @@
 // block of Values: bf16, 16 bytes = 8 kept values of 16 input columns, so
 // a warp's load is 512 contiguous bytes, with the 16 index bits beside;
 // q8_0 and q4_0, one 34- or 18-byte block = 32 kept values of 64 columns,
-// with the 64 index bits beside; the warp loads its 32 blocks as coalesced
-// 4-byte words (blocks are only 2-byte aligned) and hands each lane its
-// block through shared memory.
+// read as 4-byte words (blocks are only 2-byte aligned) with the 64 index
+// bits beside, the q8_0 one as ggml's vector dot reads its blocks.
 //
 // Per group of four columns the lane loads x's four bf16 (two registers)
 // and one byte permute picks the kept pair (x[i0], x[i1]), which lines up
-// with the pair of values; sums are f32.
+// with the pair of values; sums are f32. The values plane is read up to
+// the next 4-byte boundary past a row (inside any device allocation).
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -89,26 +89,20 @@ __device__ __forceinline__ void sparse24_quarter_dot(const float (&w)[8], unsign
   }
 }
 
-// One lane's unit of Values: loaded first, multiplied later. A warp's 32
-// lanes take 32 consecutive units of a row (a span); `valid` is false for
-// lanes past the row's last unit, which still take part in the span's
-// warp-wide steps. `stage` is the warp's shared scratch (kStageWords words).
+// One lane's unit of Values: loaded first, multiplied later.
 template <class Values> struct Sparse24Unit;
 
 template <>
 struct Sparse24Unit<Sparse24Bf16> {
-  static constexpr int kStageWords = 0;
   uint4 v;
   unsigned meta;
   __device__ __forceinline__ void load(const unsigned char* row_values, const unsigned char* row_meta, int unit,
-                                       bool valid, long long /*row_bytes*/, unsigned long long policy) {
-    if (!valid) return;
+                                       unsigned long long policy) {
     v = load_u128_stream(row_values + unit * 16, policy);
     meta = load_u16_stream(row_meta + unit * 2, policy);
   }
   template <int kM, int kK>
-  __device__ __forceinline__ void dot(const bf16* x, int m_count, float (&acc)[kM], bool valid, unsigned*) const {
-    if (!valid) return;
+  __device__ __forceinline__ void dot(const bf16* x, int m_count, float (&acc)[kM]) const {
     const unsigned pairs[4] = {v.x, v.y, v.z, v.w};
     float w[8];
 #pragma unroll
@@ -120,110 +114,80 @@ struct Sparse24Unit<Sparse24Bf16> {
   }
 };
 
-// q8_0 / q4_0 blocks are only 2-byte aligned, so a lane cannot load its own
-// block in wide loads without each warp load touching 32 scattered blocks.
-// Instead the warp loads its span of 32 blocks (from the 4-byte boundary at
-// or below its start) as coalesced words, lane l holding words l + 32 i;
-// at multiply time they pass through shared memory and each lane reads its
-// block's kWords words back, `offset` (0 or 2) bytes into the first.
-template <int kBlockBytes, int kWords>
-struct Sparse24QuantSpan {
-  static constexpr int kLoads = (32 * kBlockBytes + 2 + 127) / 128;  // coalesced words a lane loads
-  static constexpr int kStageWords = 32 * kLoads;
-  unsigned span[kLoads];
-  unsigned span_offset;  // bytes from the span's first word to its first block
+// A q8_0 / q4_0 block as the kWords 4-byte words from its start rounded down
+// to 4 bytes; `offset` (0 or 2) is where it starts in the first word.
+template <int kWords>
+struct Sparse24QuantWords {
+  unsigned w[kWords];
+  unsigned offset;
   uint2 meta;
   __device__ __forceinline__ void load(const unsigned char* row_values, const unsigned char* row_meta, int unit,
-                                       bool valid, long long row_bytes, unsigned long long policy) {
-    const int lane = threadIdx.x % 32;
-    const unsigned char* first = row_values + (long long)(unit - lane) * kBlockBytes;
-    span_offset = unsigned(reinterpret_cast<unsigned long long>(first) & 3u);
-    const unsigned char* words = first - span_offset;
-    const unsigned char* row_end = row_values + row_bytes;  // words from here on are not this row's
+                                       int block_bytes, unsigned long long policy) {
+    const unsigned char* at = row_values + (long long)unit * block_bytes;
+    offset = unsigned(reinterpret_cast<unsigned long long>(at) & 3u);
+    const unsigned char* aligned = at - offset;
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const unsigned char* at = words + 4 * (lane + 32 * i);
-      span[i] = at < row_end ? load_u32_stream(at, policy) : 0u;
-    }
-    if (valid) meta = load_u64_stream(row_meta + unit * 8, policy);
+    for (int i = 0; i < kWords; ++i) w[i] = load_u32_stream(aligned + 4 * i, policy);
+    meta = load_u64_stream(row_meta + unit * 8, policy);
   }
-  // This lane's block as words w[0..kWords) from its 4-byte boundary.
-  __device__ __forceinline__ unsigned block_words(unsigned* stage, unsigned (&w)[kWords]) const {
-    const int lane = threadIdx.x % 32;
-    __syncwarp();  // the previous span's reads are done
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) stage[lane + 32 * i] = span[i];
-    __syncwarp();
-    const unsigned at = span_offset + unsigned(lane * kBlockBytes);
-#pragma unroll
-    for (int j = 0; j < kWords; ++j) w[j] = stage[at / 4 + j];
-    return at & 3u;
-  }
-  __device__ __forceinline__ unsigned quarter_meta(int q) const {
-    return ((q < 2 ? meta.x : meta.y) >> (16 * (q & 1))) & 0xFFFFu;
-  }
+  __device__ __forceinline__ float scale() const { return f16_bits_to_float((w[0] >> (8 * offset)) & 0xFFFFu); }
+  // Word i of the block's quants (the bytes after the scale).
+  __device__ __forceinline__ unsigned quants(int i) const { return __funnelshift_rc(w[i], w[i + 1], 16 + 8 * offset); }
+  __device__ __forceinline__ unsigned quarter_meta(int q) const { return ((q < 2 ? meta.x : meta.y) >> (16 * (q & 1))) & 0xFFFFu; }
 };
 
-// Word i of a block's quants (the bytes after its f16 scale), and the scale.
-template <int kWords>
-__device__ __forceinline__ unsigned sparse24_quants(const unsigned (&w)[kWords], unsigned offset, int i) {
-  return __funnelshift_rc(w[i], w[i + 1], 16 + 8 * offset);
-}
-template <int kWords>
-__device__ __forceinline__ float sparse24_scale(const unsigned (&w)[kWords], unsigned offset) {
-  return f16_bits_to_float((w[0] >> (8 * offset)) & 0xFFFFu);
-}
-
 template <>
-struct Sparse24Unit<Sparse24Q8_0> : Sparse24QuantSpan<Sparse24Q8_0::kBlockBytes, 9> {
+struct Sparse24Unit<Sparse24Q8_0> : Sparse24QuantWords<9> {
+  __device__ __forceinline__ void load(const unsigned char* row_values, const unsigned char* row_meta, int unit,
+                                       unsigned long long policy) {
+    Sparse24QuantWords<9>::load(row_values, row_meta, unit, Sparse24Q8_0::kBlockBytes, policy);
+  }
   template <int kM, int kK>
-  __device__ __forceinline__ void dot(const bf16* x, int m_count, float (&acc)[kM], bool valid, unsigned* stage) const {
-    unsigned w[9];
-    const unsigned offset = block_words(stage, w);
-    if (!valid) return;
+  __device__ __forceinline__ void dot(const bf16* x, int m_count, float (&acc)[kM]) const {
     float sum[kM];
 #pragma unroll
     for (int m = 0; m < kM; ++m) sum[m] = 0.0f;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {  // quarter q: values 8q .. 8q + 7, quant words 2q, 2q + 1
-      const unsigned lo = sparse24_quants(w, offset, 2 * q), hi = sparse24_quants(w, offset, 2 * q + 1);
-      float v[8];
+      const unsigned lo = quants(2 * q), hi = quants(2 * q + 1);
+      float w[8];
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        v[b] = float(int((signed char)(lo >> (8 * b))));
-        v[4 + b] = float(int((signed char)(hi >> (8 * b))));
+        w[b] = float(int((signed char)(lo >> (8 * b))));
+        w[4 + b] = float(int((signed char)(hi >> (8 * b))));
       }
-      sparse24_quarter_dot<kM, kK>(v, quarter_meta(q), x + 16 * q, m_count, sum);
+      sparse24_quarter_dot<kM, kK>(w, quarter_meta(q), x + 16 * q, m_count, sum);
     }
-    const float d = sparse24_scale(w, offset);
+    const float d = scale();
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[m] = fmaf(d, sum[m], acc[m]);
   }
 };
 
 template <>
-struct Sparse24Unit<Sparse24Q4_0> : Sparse24QuantSpan<Sparse24Q4_0::kBlockBytes, 5> {
+struct Sparse24Unit<Sparse24Q4_0> : Sparse24QuantWords<5> {
+  __device__ __forceinline__ void load(const unsigned char* row_values, const unsigned char* row_meta, int unit,
+                                       unsigned long long policy) {
+    Sparse24QuantWords<5>::load(row_values, row_meta, unit, Sparse24Q4_0::kBlockBytes, policy);
+  }
   template <int kM, int kK>
-  __device__ __forceinline__ void dot(const bf16* x, int m_count, float (&acc)[kM], bool valid, unsigned* stage) const {
-    unsigned w[5];
-    const unsigned offset = block_words(stage, w);
-    if (!valid) return;
+  __device__ __forceinline__ void dot(const bf16* x, int m_count, float (&acc)[kM]) const {
     float sum[kM];
 #pragma unroll
     for (int m = 0; m < kM; ++m) sum[m] = 0.0f;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {  // values 8q .. 8q + 7: the low (q < 2) or high nibbles of bytes 8 (q % 2) ..
       const int shift = q < 2 ? 0 : 4;
-      const unsigned lo = sparse24_quants(w, offset, 2 * (q & 1)), hi = sparse24_quants(w, offset, 2 * (q & 1) + 1);
-      float v[8];
+      const unsigned lo = quants(2 * (q & 1)), hi = quants(2 * (q & 1) + 1);
+      float w[8];
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        v[b] = float(int((lo >> (8 * b + shift)) & 0xFu) - 8);
-        v[4 + b] = float(int((hi >> (8 * b + shift)) & 0xFu) - 8);
+        w[b] = float(int((lo >> (8 * b + shift)) & 0xFu) - 8);
+        w[4 + b] = float(int((hi >> (8 * b + shift)) & 0xFu) - 8);
       }
-      sparse24_quarter_dot<kM, kK>(v, quarter_meta(q), x + 16 * q, m_count, sum);
+      sparse24_quarter_dot<kM, kK>(w, quarter_meta(q), x + 16 * q, m_count, sum);
     }
-    const float d = sparse24_scale(w, offset);
+    const float d = scale();
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[m] = fmaf(d, sum[m], acc[m]);
   }
@@ -242,8 +206,6 @@ __device__ __forceinline__ void sparse24_gemv(const Sparse24Params& p) {
   static_assert(kM >= 1 && kM <= 8, "decode-sized batches");
   static_assert(kRowsPerBlock == 8 / kSplit * kR, "8 warps per block");
   __shared__ float partial[kRowsPerBlock * kSplit][kM];
-  constexpr int kStageWords = Sparse24Unit<V>::kStageWords;
-  __shared__ unsigned stage_words[8][kStageWords > 0 ? kStageWords : 1];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplit, split = warp % kSplit;
@@ -260,8 +222,6 @@ __device__ __forceinline__ void sparse24_gemv(const Sparse24Params& p) {
   }
   const unsigned long long policy = gridDim.z == 1 ? l2_policy_evict_first() : l2_policy_evict_normal();
 
-  // Loops run over whole spans of 32 units (warp-uniform: `at - lane` is
-  // the span's first unit); a lane past the row's end is not `valid`.
   Sparse24Unit<V> unit[kUnroll][kR];
   auto load_units = [&](int u0) {
 #pragma unroll
@@ -269,9 +229,8 @@ __device__ __forceinline__ void sparse24_gemv(const Sparse24Params& p) {
       const int at = u0 + u * kStride;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        if (at - lane < kUnits && w_row[r] >= 0)
-          unit[u][r].load(values + w_row[r] * kRowBytes, meta + w_row[r] * kMetaRowBytes, at, at < kUnits, kRowBytes,
-                          policy);
+        if (at < kUnits && w_row[r] >= 0)
+          unit[u][r].load(values + w_row[r] * kRowBytes, meta + w_row[r] * kMetaRowBytes, at, policy);
     }
   };
   load_units(split * 32 + lane);
@@ -283,17 +242,16 @@ __device__ __forceinline__ void sparse24_gemv(const Sparse24Params& p) {
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
-  for (int u0 = split * 32 + lane; u0 - lane < kUnits; u0 += kStride * kUnroll) {
+  for (int u0 = split * 32 + lane; u0 < kUnits; u0 += kStride * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int at = u0 + u * kStride;
-      if (at - lane >= kUnits) break;
+      if (at >= kUnits) break;
 #pragma unroll
       for (int r = 0; r < kR; ++r)
-        if (w_row[r] >= 0)
-          unit[u][r].template dot<kM, kK>(x + at * V::kBlockColumns, m_count, acc[r], at < kUnits, stage_words[warp]);
+        if (w_row[r] >= 0) unit[u][r].template dot<kM, kK>(x + at * V::kBlockColumns, m_count, acc[r]);
     }
-    if (u0 - lane + kStride * kUnroll < kUnits) load_units(u0 + kStride * kUnroll);
+    if (u0 + kStride * kUnroll < kUnits) load_units(u0 + kStride * kUnroll);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r)

@@ -15,9 +15,7 @@
 // A block's tile is 128 weight rows (warpgroup w takes rows 64 w ..) by
 // 128 x rows, 128 input columns a stage: the kept values [128][64] bf16 and
 // x [128][128] bf16 as 128-byte-swizzled K-major panels (wgmma.cuh's
-// layout), filled by cp.async, kStages stages in flight (kStages >= 3: a
-// stage's slot is refilled only after the multiplies of the stage after it
-// are issued). Each 32-column
+// layout), filled by cp.async, kStages stages in flight. Each 32-column
 // step is one wgmma per warpgroup: A's descriptor moves 32 bytes (16 kept
 // values), B's 64 (32 columns), and each warp gives its 16 rows' metadata
 // word, the one sparse24_mma.cuh's lanes give (selector 0, then 1, for the
@@ -60,7 +58,6 @@ __device__ __forceinline__ void sparse24_gemm_wgmma(const Sparse24Params& p) {
   constexpr int kMetaBytes = kBlockN / 16 * 2 * 128; // 8 tiles by 2 pairs of 32 words
   constexpr int kStageBytes = kValueBytes + kXBytes + kMetaBytes;
   static_assert(kK % 128 == 0, "whole 128-column stages");
-  static_assert(kStages >= 3, "one stage multiplying, one waited for, one loading");
   static_assert(kStageBytes % 1024 == 0, "panels on 1024-byte boundaries");
   static_assert(Config::kSmemBytes == kStages * kStageBytes + 1024, "the instance's dynamic shared memory");
   extern __shared__ unsigned char smem_raw[];
@@ -107,6 +104,9 @@ __device__ __forceinline__ void sparse24_gemm_wgmma(const Sparse24Params& p) {
     cp_async_wait<kStages - 2>();
     wgmma::fence_shared_for_async();
     __syncthreads();
+    const int next = kt + kStages - 1;
+    if (next < kKTiles) load_stage(next % kStages, next);
+    cp_async_commit();
 
     const int stage = kt % kStages;
     const unsigned at = base + stage * kStageBytes;
@@ -123,16 +123,9 @@ __device__ __forceinline__ void sparse24_gemm_wgmma(const Sparse24Params& p) {
       else wgmma::wgmma_sp_m64n128k32<1>(acc, a, b, e);
     }
     wgmma::commit();
-    // This stage's multiplies run on while the previous stage's are waited
-    // for; once both warpgroups are past that, its slot takes the next copy.
-    wgmma::wait<1>();
-    __syncthreads();
-    const int next = kt + kStages - 1;
-    if (next < kKTiles) load_stage(next % kStages, next);
-    cp_async_commit();
+    wgmma::wait<0>();
+    wgmma::pin(acc);
   }
-  wgmma::wait<0>();
-  wgmma::pin(acc);
   cp_async_wait<0>();
 
   // acc[4 j + c]: weight row 16 warp + g (+ 8 for c >= 2), x row 8 j + 2 t + c % 2.

@@ -20,7 +20,7 @@
 //
 //   kiln_sparse24_bench [--rows R] [--reps N] [--sweep]
 //
-// --sweep also times every bf16 GEMV tiling and 3-4 GEMM stages per shape.
+// --sweep also times every GEMV tiling and 2-4 GEMM stages per shape.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -262,7 +262,7 @@ int run(int rows, int reps, bool sweep) {
     for (int v = 0; v < 3; ++v) {
       SparseDecode weight = sparseDecode(values[v], s, rng);
       sparse[v] = sparseGemv(values[v], s, weight, d_x, reps * 10);
-      if (sweep && v == 0) sweepGemv(values[v], s, weight, d_x, reps * 10, sparse[v]);
+      if (sweep) sweepGemv(values[v], s, weight, d_x, reps * 10, sparse[v]);
     }
     auto cell = [](const DecodeRow& r) { return fmt::format("{:7.2f} us {:6.0f} GB/s", r.us, r.gbps); };
     std::printf("%-20s %-22s %-22s %-22s %-22s %.2f %.2f %.2f%s\n", s.name, cell(dense).c_str(),
@@ -276,7 +276,7 @@ int run(int rows, int reps, bool sweep) {
   for (const Shape& s : kShapes) {
     const PrefillRow r = prefill(s, rows, rng, *lt, handle, reps, 0);
     if (sweep)
-      for (int stages : {3, 4}) {
+      for (int stages : {2, 3, 4}) {
         const PrefillRow t = prefill(s, rows, rng, *lt, handle, reps, stages);
         std::printf("  sweep: %d stages: mma.sp %.1f us, wgmma %.1f us (cuBLASLt %.1f us)\n", stages, t.sparse_us,
                     t.wgmma_us, t.dense_us);
