@@ -166,6 +166,38 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
 
   std::function<Status(size_t)> bind;
 
+  // A load-time preparation's input, bound and joined, as an f32 matrix
+  // (GGUF blocks dequantized where `blocks_allowed`).
+  auto floatMatrix = [&](int64_t input, const std::string& where, const char* op,
+                         bool blocks_allowed) -> Result<std::vector<float>> {
+    KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+    store.join(store.weights_[indexOf(input)]);  // the preparation reads it whole
+    const BoundWeight& ib = store.weights_[indexOf(input)];
+    auto ktype = kernelType(ib.format_type);
+    if (ib.shape.size() != 2 || !ktype || ib.sparse24 || (!blocks_allowed && isQuantized(*ktype)))
+      return makeError("{}: {} input {} '{}' must be a float{} matrix, got {} {}", where, op, input, ib.name,
+                       blocks_allowed ? " or GGUF block" : "", lower(formats::elementTypeName(ib.format_type)),
+                       formats::shapeToString(ib.shape));
+    std::vector<float> values(size_t(ib.shape[0] * ib.shape[1]));
+    KILN_RETURN_IF_ERROR(dequantizeRow(*ktype, ib.data, values.data(), int64_t(values.size())));
+    return values;
+  };
+  // Result 1 of a quantize: the scheme's scales, f32 in the manifest's shape.
+  auto bindScales = [&](const ManifestWeight& mw, BoundWeight& bw, const std::string& where,
+                        const std::vector<float>& scales) -> Status {
+    auto count = elementCount(mw.shape);
+    if (!count.ok() || uint64_t(*count) != scales.size())
+      return makeError("{}: the scales have {} values, the manifest shape {} holds {}", where, scales.size(),
+                       formats::shapeToString(mw.shape), count.ok() ? *count : -1);
+    auto buffer = std::make_unique<uint8_t[]>(scales.size() * sizeof(float));
+    std::memcpy(buffer.get(), scales.data(), scales.size() * sizeof(float));
+    bw.data = buffer.get();
+    bw.size_bytes = scales.size() * sizeof(float);
+    bw.format_type = ElementType::F32;
+    store.owned_.push_back(std::move(buffer));
+    return {};
+  };
+
   // `quantize` preparations (kiln's int8/int4/fp8 schemes): the float input is
   // quantized once per (input, scheme, group) into the CPU kernels' block
   // layout (weight_quantization.h); result 0 binds the packed weight (its
@@ -178,25 +210,22 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
 
   // 2:4 sparse weights (sparse24.h): `sparsify` compresses its input (float
   // or GGUF blocks, dequantized) into f32 kept values; `quantize` with
-  // int8sp24 / int4sp24 quantizes a sparsify's kept values, keeping its
-  // metadata. Result 1 of the quantize binds the scales.
+  // int8sp24 / int4sp24 quantizes a sparsify's kept values once per (input,
+  // scheme, group), keeping its metadata; result 1 binds the scales.
   std::map<int64_t, Sparse24Matrix> compressed;  // sparsify weight id -> its matrix
+  struct PackedSparse {
+    PackedSparse24 weight;
+    const uint8_t* bytes = nullptr;  // weight.data, once moved into the store
+  };
+  std::map<std::tuple<int64_t, std::string, int64_t>, PackedSparse> packed_sparse;
   auto bindSparse = [&](const ManifestWeight& mw, BoundWeight& bw, const std::string& where, int64_t input,
                         const std::string& scheme, int64_t group) -> Status {
     const Sparse24Matrix* matrix = nullptr;
     if (scheme == "sp24") {
-      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
-      store.join(store.weights_[indexOf(input)]);
+      auto dense = floatMatrix(input, where, "sparsify", /*blocks_allowed=*/true);
+      if (!dense.ok()) return dense.error();
       const BoundWeight& ib = store.weights_[indexOf(input)];
-      auto ktype = kernelType(ib.format_type);
-      if (ib.shape.size() != 2 || !ktype || ib.sparse24)
-        return makeError("{}: sparsify input {} '{}' must be a float or GGUF block matrix, got {} {}", where,
-                         input, ib.name, lower(formats::elementTypeName(ib.format_type)),
-                         formats::shapeToString(ib.shape));
-      const int64_t rows = ib.shape[0], cols = ib.shape[1];
-      std::vector<float> dense(size_t(rows * cols));
-      KILN_RETURN_IF_ERROR(dequantizeRow(*ktype, ib.data, dense.data(), rows * cols));
-      auto m = compressSparse24(dense.data(), rows, cols, mw.prepare->method, ib.name);
+      auto m = compressSparse24(dense->data(), ib.shape[0], ib.shape[1], mw.prepare->method, ib.name);
       if (!m.ok()) return makeError("{}: {}", where, m.error().message);
       matrix = &compressed.emplace(mw.id, m.take()).first->second;
     } else {
@@ -207,30 +236,26 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
                          input, store.weights_[indexOf(input)].name);
       matrix = &it->second;
     }
-    auto packed = packSparse24(*matrix, scheme, group);
-    if (!packed.ok()) return makeError("{}: {}", where, packed.error().message);
+    auto key = std::make_tuple(input, scheme, group);
+    auto it = packed_sparse.find(key);
+    if (it == packed_sparse.end()) {
+      auto packed = packSparse24(*matrix, scheme, group);
+      if (!packed.ok()) return makeError("{}: {}", where, packed.error().message);
+      PackedSparse entry{packed.take()};
+      entry.bytes = entry.weight.data.get();
+      store.owned_.push_back(std::move(entry.weight.data));
+      it = packed_sparse.emplace(key, std::move(entry)).first;
+    }
+    const PackedSparse24& packed = it->second.weight;
     bw.id = mw.id;
     bw.name = mw.name;
     bw.shape = mw.shape;
-    if (mw.prepare->result == 1) {
-      auto count = elementCount(mw.shape);
-      if (!count.ok() || uint64_t(*count) != packed->scales.size())
-        return makeError("{}: the scales have {} values, the manifest shape {} holds {}", where,
-                         packed->scales.size(), formats::shapeToString(mw.shape), count.ok() ? *count : -1);
-      auto buffer = std::make_unique<uint8_t[]>(packed->scales.size() * sizeof(float));
-      std::memcpy(buffer.get(), packed->scales.data(), packed->scales.size() * sizeof(float));
-      bw.data = buffer.get();
-      bw.size_bytes = packed->scales.size() * sizeof(float);
-      bw.format_type = ElementType::F32;
-      store.owned_.push_back(std::move(buffer));
-      return {};
-    }
-    bw.data = packed->data.get();
-    bw.size_bytes = packed->bytes;
-    bw.format_type = packed->values_type;
+    if (mw.prepare->result == 1) return bindScales(mw, bw, where, packed.scales);
+    bw.data = it->second.bytes;
+    bw.size_bytes = packed.bytes;
+    bw.format_type = packed.values_type;
     bw.sparse24 = true;
-    bw.sparse_meta_offset = packed->meta_offset;
-    store.owned_.push_back(std::move(packed->data));
+    bw.sparse_meta_offset = packed.meta_offset;
     return {};
   };
 
@@ -245,18 +270,10 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     auto key = std::make_tuple(input, prep.scheme, prep.group);
     auto it = quantized.find(key);
     if (it == quantized.end()) {
-      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
-      store.join(store.weights_[indexOf(input)]);  // quantization reads it whole
+      auto values = floatMatrix(input, where, "quantize", /*blocks_allowed=*/false);
+      if (!values.ok()) return values.error();
       const BoundWeight& ib = store.weights_[indexOf(input)];
-      auto ktype = kernelType(ib.format_type);
-      if (ib.shape.size() != 2 || !ktype || isQuantized(*ktype))
-        return makeError("{}: quantize input {} '{}' must be a float matrix, got {} {}", where,
-                         input, ib.name, lower(formats::elementTypeName(ib.format_type)),
-                         formats::shapeToString(ib.shape));
-      const int64_t rows = ib.shape[0], cols = ib.shape[1];
-      std::vector<float> values(size_t(rows * cols));
-      KILN_RETURN_IF_ERROR(dequantizeRow(*ktype, ib.data, values.data(), rows * cols));
-      auto q = quantizeWeight(prep.scheme, prep.group, values.data(), rows, cols);
+      auto q = quantizeWeight(prep.scheme, prep.group, values->data(), ib.shape[0], ib.shape[1]);
       if (!q.ok()) return makeError("{}: {}", where, q.error().message);
       Quantized entry{q.take()};
       entry.packed = entry.weight.packed.get();
@@ -267,23 +284,10 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
     bw.id = mw.id;
     bw.name = mw.name;
     bw.shape = mw.shape;
-    if (prep.result == 0) {
-      bw.data = it->second.packed;
-      bw.size_bytes = q.packed_bytes;
-      bw.format_type = q.packed_type;
-      return {};
-    }
-    auto count = elementCount(mw.shape);
-    if (!count.ok() || uint64_t(*count) != q.scales.size())
-      return makeError("{}: the scales have {} values, the manifest shape {} holds {}", where,
-                       q.scales.size(), formats::shapeToString(mw.shape),
-                       count.ok() ? *count : -1);
-    auto buffer = std::make_unique<uint8_t[]>(q.scales.size() * sizeof(float));
-    std::memcpy(buffer.get(), q.scales.data(), q.scales.size() * sizeof(float));
-    bw.data = buffer.get();
-    bw.size_bytes = q.scales.size() * sizeof(float);
-    bw.format_type = ElementType::F32;
-    store.owned_.push_back(std::move(buffer));
+    if (prep.result == 1) return bindScales(mw, bw, where, q.scales);
+    bw.data = it->second.packed;
+    bw.size_bytes = q.packed_bytes;
+    bw.format_type = q.packed_type;
     return {};
   };
 
