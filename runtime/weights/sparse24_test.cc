@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/numerics/quant.h"
+#include "runtime/numerics/testing.h"
 #include "runtime/numerics/weight_type.h"
 
 namespace kiln {
@@ -16,10 +17,7 @@ namespace {
 
 std::vector<float> randomMatrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> w(size_t(rows * cols));
-  for (float& v : w) v = normal(rng);
-  return w;
+  return testing::randomFloats(rng, size_t(rows * cols));
 }
 
 // The magnitude-pruned matrix by another route: each group's columns sorted
