@@ -3,7 +3,7 @@
 // Every op that runs per batch becomes an xfmr.kernel (kind + compile-time
 // params) or an xfmr.gemm. Three kinds of op stay as they are:
 //   - xfmr.weight and ops computed from weights alone (concat of Q/K/V rows,
-//     quantize, sparsify): the artifact turns them into load-time weight preparation;
+//     quantize, sparsify, slice): the artifact turns them into load-time weight preparation;
 //   - xfmr.reshape: a view, no data moves;
 //   - ops inside a fusion region are lowered with their region.
 //
@@ -33,7 +33,7 @@ class WeightOnlyAnalysis {
     if (auto it = cache_.find(op); it != cache_.end()) return it->second;
     bool weightOnly = op->getNumOperands() > 0 &&
                       isa<xfmr::ConcatOp, xfmr::StackOp, xfmr::QuantizeOp, xfmr::SparsifyOp,
-                          xfmr::ReshapeOp, xfmr::TransposeOp, xfmr::WeightOffsetOp>(op) &&
+                          xfmr::SliceOp, xfmr::ReshapeOp, xfmr::TransposeOp, xfmr::WeightOffsetOp>(op) &&
                       llvm::all_of(op->getOperands(),
                                    [&](Value v) { return isWeightOnly(v); });
     cache_[op] = weightOnly;
@@ -460,6 +460,23 @@ LogicalResult Lowering::lower(func::FuncOp func) {
                   param(plan_key::kAxis, static_cast<int64_t>(split.getAxis())),
                   builder_.getNamedAttr(plan_key::kSizes, split.getSizesAttr())};
               replaceWithKernel(split, "split", split->getOperands(), params);
+              return success();
+            })
+            .Case([&](xfmr::AllReduceOp sum) {
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kHidden, lastDim(sum.getResult())),
+                  param(plan_key::kGroupSize, int64_t(sum.getGroupSize()))};
+              appendType(params, plan_key::kType, sum.getResult());
+              replaceWithKernel(sum, "all_reduce", sum->getOperands(), params);
+              return success();
+            })
+            .Case<xfmr::SendOp, xfmr::RecvOp>([&](Operation* handover) {
+              Value activation = isa<xfmr::SendOp>(handover) ? handover->getOperand(0) : handover->getResult(0);
+              llvm::SmallVector<NamedAttribute> params = {
+                  param(plan_key::kHidden, lastDim(activation)),
+                  param(plan_key::kPeer, cast<IntegerAttr>(handover->getAttr("peer")).getInt())};
+              appendType(params, plan_key::kType, activation);
+              replaceWithKernel(handover, handover->getName().stripDialect(), handover->getOperands(), params);
               return success();
             })
             .Case<xfmr::TreePositionsOp, xfmr::TreeMaskOp, xfmr::AcceptOp,

@@ -100,6 +100,65 @@ def PoolSsmState : Pass<"xfmr-pool-ssm-state", "::mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
 }
 
+def ShardTensorParallel : Pass<"xfmr-shard-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Keep one tensor-parallel rank's heads and MLP features";
+  let description = [{
+    Runs on the fused module before paging (docs/design/parallelism.md).
+    Per attention layer, the q/k/v projections keep the rows of the rank's
+    query heads `[R·H/N, (R+1)·H/N)` and KV heads `[R·Hkv/N, (R+1)·Hkv/N)`
+    (each input of a merged QKV's concat is sliced), so the attention and
+    the past KV carry H/N and Hkv/N heads; the output projection keeps the
+    matching input columns and is followed by `xfmr.all_reduce`. The MLP's
+    gate and up projections keep rows `[R·F/N, (R+1)·F/N)`, the down
+    projection those columns, then `xfmr.all_reduce`. A row-parallel
+    linear's bias stays on rank 0 only. Weights are sliced by `xfmr.slice`,
+    which the artifact runs as load-time preparation. The embedding and the
+    LM head stay whole. N must divide the heads, the KV heads and the
+    intermediate size.
+
+    ```mlir
+    // before (N = 2, rank 1)
+    %y = xfmr.linear %x, %wo : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+    // after
+    %s = xfmr.slice %wo {axis = 1 : i64, offset = 32 : i64, size = 32 : i64} : (tensor<64x64xf32>) -> tensor<64x32xf32>
+    %p = xfmr.linear %x, %s : (tensor<?x32xf32>, tensor<64x32xf32>) -> tensor<?x64xf32>
+    %y = xfmr.all_reduce %p {group_size = 2 : i64} : tensor<?x64xf32>
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"size", "size", "unsigned", "::kiln::PlanOptions::kDefaultTensorParallel",
+           "Ranks in the tensor-parallel group">,
+    Option<"rank", "rank", "unsigned", "0", "This plan's rank in the group">,
+  ];
+}
+
+def SplitPipelineStages : Pass<"xfmr-split-pipeline-stages", "::mlir::ModuleOp"> {
+  let summary = "Keep one pipeline stage's layers of the forward entry";
+  let description = [{
+    Runs on the paged module. With L layers and M stages, stage S keeps
+    layers `[S·L/M, (S+1)·L/M)` (integer division: the stages differ by at
+    most one layer, the later ones taking the extra). Stage 0 keeps the
+    embedding; a later stage starts with `xfmr.recv` of the residual stream
+    from stage S-1 and recomputes the layer's input norm from it; a stage
+    before the last ends with `xfmr.send` of the residual stream to stage
+    S+1 and returns nothing; the last keeps the final norm and the LM head.
+    The pools of other stages' layers stay as unused arguments.
+
+    ```mlir
+    // stage 1 of 2 starts with
+    %x = xfmr.recv {peer = 0 : i64} : tensor<?x64xf32>
+    %n = xfmr.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : (tensor<?x64xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+    ```
+  }];
+  let dependentDialects = ["::kiln::xfmr::XfmrDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"size", "size", "unsigned", "::kiln::PlanOptions::kDefaultPipelineParallel",
+           "Pipeline stages">,
+    Option<"stage", "stage", "unsigned", "0", "This plan's stage">,
+  ];
+}
+
 def Sparsify : Pass<"xfmr-sparsify", "::mlir::ModuleOp"> {
   let summary = "Make the decoder linears' weights 2:4 structured-sparse";
   let description = [{

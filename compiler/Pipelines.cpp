@@ -13,9 +13,26 @@ namespace kiln {
 void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options) {
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(createFuseAttention());
+  // Sharded after fusion, which merges QKV and gate/up and forms the regions
+  // whose types the shard rewrites, and before paging, which then sizes each
+  // rank's KV pools from its past KV: every later pass sees an ordinary
+  // (narrower) model plus all_reduce ops.
+  if (options.tensor_parallel > 1) {
+    ShardTensorParallelOptions shard;
+    shard.size = options.tensor_parallel;
+    shard.rank = options.tp_rank;
+    pm.addPass(createShardTensorParallel(shard));
+  }
   PageKvCacheOptions paging;
   paging.pageSize = options.page_size;
   pm.addPass(createPageKvCache(paging));
+  // Cut after paging: each layer is found by its KV pool.
+  if (options.pipeline_parallel > 1) {
+    SplitPipelineStagesOptions stages;
+    stages.size = options.pipeline_parallel;
+    stages.stage = options.pp_stage;
+    pm.addPass(createSplitPipelineStages(stages));
+  }
   // After paging: attention layers' query_start is the one the scans take.
   pm.addPass(createPoolSsmState());
   if (options.sparsity != "none") {
@@ -84,6 +101,14 @@ struct DefaultPipelineOptions
   Option<bool> megakernel{*this, "megakernel",
                           llvm::cl::desc("Cut @forward into the megakernel's tasks (xfmr-plan-megakernel)"),
                           llvm::cl::init(false)};
+  Option<unsigned> tensorParallel{*this, "tensor-parallel", llvm::cl::desc("Tensor-parallel ranks"),
+                                  llvm::cl::init(PlanOptions::kDefaultTensorParallel)};
+  Option<unsigned> tpRank{*this, "tp-rank", llvm::cl::desc("This plan's tensor-parallel rank"),
+                          llvm::cl::init(0)};
+  Option<unsigned> pipelineParallel{*this, "pipeline-parallel", llvm::cl::desc("Pipeline stages"),
+                                    llvm::cl::init(PlanOptions::kDefaultPipelineParallel)};
+  Option<unsigned> ppStage{*this, "pp-stage", llvm::cl::desc("This plan's pipeline stage"),
+                           llvm::cl::init(0)};
   Option<std::string> target{*this, "target",
                              llvm::cl::desc(llvm::StringRef(kTargets.data(), kTargets.size())),
                              llvm::cl::init(std::string(PlanOptions::kDefaultTarget))};
@@ -107,6 +132,10 @@ void registerPipelines() {
         options.activation_type = o.activationType;
         options.target = o.target;
         options.megakernel = o.megakernel;
+        options.tensor_parallel = o.tensorParallel;
+        options.tp_rank = o.tpRank;
+        options.pipeline_parallel = o.pipelineParallel;
+        options.pp_stage = o.ppStage;
         buildDefaultPipeline(pm, options);
       });
 }

@@ -12,7 +12,8 @@ namespace kiln {
 /// and validation (validatePlanOptions), shared with the runtime side.
 using CompileOptions = PlanOptions;
 
-/// canonicalize → fuse-attention → page-kv-cache → insert-quantization →
+/// canonicalize → fuse-attention → [shard-tensor-parallel] → page-kv-cache →
+/// [split-pipeline-stages] → pool-ssm-state → [sparsify] → insert-quantization →
 /// [expand-spec-verify] → lower-to-kernels → canonicalize/CSE →
 /// select-kernels [→ plan-megakernel].
 void buildDefaultPipeline(mlir::OpPassManager& pm, const CompileOptions& options);

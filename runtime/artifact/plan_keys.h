@@ -50,6 +50,10 @@ inline constexpr char kSilu[] = "silu";
 inline constexpr char kFeatures[] = "features";
 inline constexpr char kGroupSize[] = "group_size";
 
+// Tensor and pipeline parallelism: the all-reduce's group_size, and the
+// stage a send or recv talks to.
+inline constexpr char kPeer[] = "peer";
+
 // Rotary embedding.
 inline constexpr char kRopeTheta[] = "rope_theta";
 inline constexpr char kRopeStyle[] = "rope_style";

@@ -54,6 +54,30 @@ std::optional<std::string> targetForDevice(int major, int minor) {
   return best;
 }
 
+Status validateParallelism(const PlanOptions& options) {
+  if (options.tensor_parallel == 0)
+    return invalid("--tensor-parallel", "0", "a positive number of ranks");
+  if (options.pipeline_parallel == 0)
+    return invalid("--pipeline-parallel", "0", "a positive number of stages");
+  if (options.tp_rank >= options.tensor_parallel)
+    return makeError("tensor-parallel rank {} is not below --tensor-parallel {}", options.tp_rank,
+                     options.tensor_parallel);
+  if (options.pp_stage >= options.pipeline_parallel)
+    return makeError("pipeline stage {} is not below --pipeline-parallel {}", options.pp_stage,
+                     options.pipeline_parallel);
+  // The verify and draft entries are cut from the whole forward; a stage has
+  // no logits to verify against.
+  if (options.pipeline_parallel > 1 && options.spec_tree != "none")
+    return makeError("--pipeline-parallel {} does not combine with --spec-tree {}: speculative verify needs "
+                     "the whole layer stack in one plan",
+                     options.pipeline_parallel, options.spec_tree);
+  if (options.tensor_parallel * options.pipeline_parallel > 1 && options.megakernel)
+    return makeError("--megakernel plans one device's decode; it does not combine with --tensor-parallel {} "
+                     "--pipeline-parallel {}",
+                     options.tensor_parallel, options.pipeline_parallel);
+  return {};
+}
+
 Status validatePlanOptions(const PlanOptions& options) {
   if (!oneOf(options.quant_weights, {"none", "int8", "int4", "fp8"}))
     return invalid("--quant-weights", options.quant_weights, "one of: none, int8, int4, fp8");
@@ -75,6 +99,7 @@ Status validatePlanOptions(const PlanOptions& options) {
   if (!oneOf(options.activation_type, {"f32", "bf16", "f16"}))
     return invalid("--activation-type", options.activation_type, "one of: f32, bf16, f16");
   KILN_RETURN_IF_ERROR(validateTarget(options.target));
+  KILN_RETURN_IF_ERROR(validateParallelism(options));
   // fp8 e4m3 arithmetic needs Ada's or Hopper's tensor cores (sm_89 and later).
   for (auto [flag, value] : {std::pair<std::string_view, const std::string&>{"--quant-weights", options.quant_weights},
                              {"--quant-kv", options.quant_kv}})

@@ -25,6 +25,8 @@ struct PlanOptions {
   static constexpr std::string_view kDefaultSpecMode = "greedy";
   static constexpr std::string_view kDefaultActivationType = "f32";
   static constexpr std::string_view kDefaultTarget = "sm_90a";
+  static constexpr unsigned kDefaultTensorParallel = 1;
+  static constexpr unsigned kDefaultPipelineParallel = 1;
 
   std::string quant_weights{kDefaultQuantWeights};  // none | int8 | int4 | fp8
   unsigned quant_group_size = kDefaultQuantGroupSize;  // int4 only
@@ -52,6 +54,15 @@ struct PlanOptions {
   // docs/design/megakernel.md): its "megakernel" section. Off by default
   // until the CUDA backend runs it.
   bool megakernel = false;
+  // Tensor parallelism (xfmr-shard-tensor-parallel): ranks that split each
+  // layer's heads and MLP features; pipeline parallelism
+  // (xfmr-split-pipeline-stages): stages that split the layer stack
+  // (docs/design/parallelism.md). One plan is for one rank: its shard
+  // tp_rank < tensor_parallel of stage pp_stage < pipeline_parallel.
+  unsigned tensor_parallel = kDefaultTensorParallel;
+  unsigned pipeline_parallel = kDefaultPipelineParallel;
+  unsigned tp_rank = 0;
+  unsigned pp_stage = 0;
 };
 
 // Every option's value; the error names the kiln-compile flag and lists
@@ -68,6 +79,9 @@ Status validateQuantKv(const std::string& kv, std::string_view option = "--quant
 Status validateSparsity(const std::string& sparsity, const std::string& method,
                         std::string_view option = "--sparsity",
                         std::string_view method_option = "--sparsity-method");
+// The parallel layout alone: positive sizes, this plan's rank and stage
+// inside them, and the options a multi-rank plan does not take.
+Status validateParallelism(const PlanOptions& options);
 // The target alone, likewise.
 Status validateTarget(const std::string& target, std::string_view option = "--target");
 // The target to compile for a device of compute capability major.minor:

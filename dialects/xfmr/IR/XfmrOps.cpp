@@ -937,7 +937,8 @@ llvm::ArrayRef<llvm::StringLiteral> KernelOp::knownKinds() {
       "silu",           "split",            "gather_last_tokens", "tree_positions",
       "tree_mask",      "accept",           "quantize",          "dequantize",
       "moe_router",     "moe_ffn",          "ssm_conv1d",        "selective_scan",
-      "ssd_scan",       "ssm_gated_norm",   "kv_append",         "relu_squared"};
+      "ssd_scan",       "ssm_gated_norm",   "kv_append",         "relu_squared",
+      "all_reduce",     "send",             "recv"};
   return kKinds;
 }
 

@@ -795,5 +795,7 @@ def Xfmr_GemmOp : Xfmr_PureOp<"gemm", [AttrSizedOperandSegments]> {
 
 // State-space (Mamba) layers.
 include "XfmrSsmOps.td"
+// Tensor and pipeline parallelism.
+include "XfmrParallelOps.td"
 
 #endif // KILN_XFMR_OPS
