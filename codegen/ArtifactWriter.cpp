@@ -11,6 +11,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <map>
@@ -113,6 +114,18 @@ std::optional<int> ManifestBuilder::weightId(Value value) {
     weight["prepare"] = json::Object{{"op", "offset"},
                                      {"inputs", json::Array{*input}},
                                      {"value", offset.getOffset().convertToDouble()}};
+  } else if (auto slice = dyn_cast<xfmr::SliceOp>(op)) {
+    // A tensor-parallel rank's rows or columns of a weight.
+    std::optional<int> input = weightId(slice.getInput());
+    if (!input) return std::nullopt;
+    weight["name"] = llvm::formatv("{0}[{1}:{2}@{3}]", *weights_[*input].getAsObject()->getString("name"),
+                                   slice.getOffset(), slice.getOffset() + slice.getSize(), slice.getAxis())
+                         .str();
+    weight["prepare"] = json::Object{{"op", "slice"},
+                                     {"inputs", json::Array{*input}},
+                                     {"axis", slice.getAxis()},
+                                     {"offset", slice.getOffset()},
+                                     {"size", slice.getSize()}};
   } else if (auto sparsify = dyn_cast<xfmr::SparsifyOp>(op)) {
     std::optional<int> input = weightId(sparsify.getInput());
     if (!input) return std::nullopt;
@@ -375,13 +388,19 @@ std::optional<json::Value> ManifestBuilder::build(const ModelIdentity& model,
                              {"config", std::move(config)}}},
       {"options", std::move(planOptions)},
       {"activation_type", activationType.str()},
-      {"world_size", 1},
-      {"rank", 0},
+      {"world_size", int64_t(options.tensor_parallel * options.pipeline_parallel)},
+      {"rank", int64_t(options.pp_stage * options.tensor_parallel + options.tp_rank)},
       {"weights", std::move(weights_)},
       {"kv_cache", kvCache_ ? json::Value(std::move(*kvCache_)) : json::Value(nullptr)},
       {"entries", std::move(entries)},
   };
   if (stateCache) manifest["state_cache"] = std::move(*stateCache);
+  // A multi-rank plan says which shard and stage it is (docs/design/parallelism.md).
+  if (options.tensor_parallel * options.pipeline_parallel > 1)
+    manifest["parallel"] = json::Object{{"tensor_parallel", int64_t(options.tensor_parallel)},
+                                        {"pipeline_parallel", int64_t(options.pipeline_parallel)},
+                                        {"tp_rank", int64_t(options.tp_rank)},
+                                        {"pp_stage", int64_t(options.pp_stage)}};
   return json::Value(std::move(manifest));
 }
 

@@ -249,6 +249,7 @@ bool isWeightValue(Value value) {
   if (auto stack = dyn_cast<xfmr::StackOp>(op)) return llvm::all_of(stack.getInputs(), isWeightValue);
   if (auto quantize = dyn_cast<xfmr::QuantizeOp>(op)) return isWeightValue(quantize.getInput());
   if (auto sparsify = dyn_cast<xfmr::SparsifyOp>(op)) return isWeightValue(sparsify.getInput());
+  if (auto slice = dyn_cast<xfmr::SliceOp>(op)) return isWeightValue(slice.getInput());
   if (auto offset = dyn_cast<xfmr::WeightOffsetOp>(op)) return isWeightValue(offset.getInput());
   return false;
 }

@@ -200,13 +200,42 @@ Result<ModelInfo> parseModel(const Reader& r, const json& root) {
   return info;
 }
 
+Result<ParallelLayout> parseParallel(const Reader& r, const json& root, int world_size, int rank) {
+  auto section = r.object(root, "", "parallel");
+  if (!section.ok()) return section.error();
+  ParallelLayout layout;
+  auto tp = r.integer(**section, "parallel", "tensor_parallel", 1);
+  if (!tp.ok()) return tp.error();
+  auto pp = r.integer(**section, "parallel", "pipeline_parallel", 1);
+  if (!pp.ok()) return pp.error();
+  auto tpRank = r.integer(**section, "parallel", "tp_rank", 0);
+  if (!tpRank.ok()) return tpRank.error();
+  auto ppStage = r.integer(**section, "parallel", "pp_stage", 0);
+  if (!ppStage.ok()) return ppStage.error();
+  if (*tp * *pp != world_size)
+    return r.error("parallel", fmt::format("tensor_parallel {} x pipeline_parallel {} is {}, world_size is {}", *tp,
+                                           *pp, *tp * *pp, world_size));
+  if (*tpRank >= *tp) return r.error("parallel.tp_rank", fmt::format("{} is not below tensor_parallel {}", *tpRank, *tp));
+  if (*ppStage >= *pp)
+    return r.error("parallel.pp_stage", fmt::format("{} is not below pipeline_parallel {}", *ppStage, *pp));
+  if (*ppStage * *tp + *tpRank != rank)
+    return r.error("parallel", fmt::format("pp_stage {} x tensor_parallel {} + tp_rank {} is {}, rank is {}", *ppStage,
+                                           *tp, *tpRank, *ppStage * *tp + *tpRank, rank));
+  layout.tensor_parallel = int(*tp);
+  layout.pipeline_parallel = int(*pp);
+  layout.tp_rank = int(*tpRank);
+  layout.pp_stage = int(*ppStage);
+  return layout;
+}
+
 Result<WeightPrepare> parsePrepare(const Reader& r, const json& p, const std::string& path) {
   WeightPrepare prep;
   auto op = r.string(p, path, "op");
   if (!op.ok()) return op.error();
-  if (*op != "concat_rows" && *op != "quantize" && *op != "offset" && *op != "sparsify")
+  if (*op != "concat_rows" && *op != "quantize" && *op != "offset" && *op != "sparsify" && *op != "slice")
     return r.error(path + ".op",
-                   fmt::format("unknown prepare op '{}' (expected concat_rows, quantize, offset or sparsify)", *op));
+                   fmt::format("unknown prepare op '{}' (expected concat_rows, quantize, offset, sparsify or slice)",
+                               *op));
   prep.op = *op;
   auto inputs = r.shape(p, path, "inputs", /*allow_dynamic=*/false);
   if (!inputs.ok()) return inputs.error();
@@ -217,6 +246,18 @@ Result<WeightPrepare> parsePrepare(const Reader& r, const json& p, const std::st
     if (!p.contains("value") || !p["value"].is_number())
       return r.error(path + ".value", "expected a number (what offset adds)");
     prep.value = p["value"].get<double>();
+  }
+  if (prep.op == "slice") {
+    if (prep.inputs.size() != 1) return r.error(path + ".inputs", "slice takes one weight id");
+    auto axis = r.integer(p, path, "axis", 0);
+    if (!axis.ok()) return axis.error();
+    auto offset = r.integer(p, path, "offset", 0);
+    if (!offset.ok()) return offset.error();
+    auto size = r.integer(p, path, "size", 1);
+    if (!size.ok()) return size.error();
+    prep.axis = *axis;
+    prep.offset = *offset;
+    prep.size = *size;
   }
   if (prep.op == "sparsify") {
     if (prep.inputs.size() != 1) return r.error(path + ".inputs", "sparsify takes one weight id");
@@ -558,6 +599,9 @@ std::vector<std::string_view> argSignatures(StepKind kind) {
     case StepKind::kSsmGatedNorm: return {"vvw"};
     case StepKind::kKvAppend: return {"vvipp"};  // k, v, slot_mapping, k_pool, v_pool
     case StepKind::kReluSquared: return {"v"};
+    case StepKind::kAllReduce:
+    case StepKind::kSend: return {"v"};
+    case StepKind::kRecv: return {""};
   }
   return {};
 }
@@ -636,7 +680,7 @@ Result<Step> parseStep(const Reader& r, const json& s, const std::string& path,
       return r.error(Reader::index(path + ".results", i),
                      fmt::format("unknown value id {}", (*results)[i]));
   size_t min_results = 1, max_results = 1;
-  if (step.kind == StepKind::kKvAppend) min_results = max_results = 0;
+  if (step.kind == StepKind::kKvAppend || step.kind == StepKind::kSend) min_results = max_results = 0;
   if (step.kind == StepKind::kResidualRmsNorm) max_results = 2;
   if (step.kind == StepKind::kSplit) max_results = SIZE_MAX;
   if (step.kind == StepKind::kAccept || step.kind == StepKind::kMoeRouter) min_results = max_results = 2;
@@ -876,6 +920,14 @@ Result<Manifest> Manifest::parse(std::string_view json_text, const std::string& 
     if (*rank >= m.world_size)
       return r.error("rank", fmt::format("rank {} is not below world_size {}", *rank, m.world_size));
     m.rank = int(*rank);
+  }
+  if (root.contains("parallel")) {
+    auto layout = parseParallel(r, root, m.world_size, m.rank);
+    if (!layout.ok()) return layout.error();
+    m.parallel = *layout;
+  } else if (m.world_size != 1) {
+    return r.error("parallel", fmt::format("missing: world_size {} needs the tensor- and pipeline-parallel "
+                                           "layout", m.world_size));
   }
 
   auto weights = parseWeights(r, root);

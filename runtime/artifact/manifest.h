@@ -30,9 +30,10 @@ inline constexpr int kManifestVersion = 2;
 // A weight's load-time preparation. concat_rows joins row-blocked tensors
 // along their first dimension; offset makes f32(input) + value (gemma's
 // 1 + w norm weights); quantize is listed for completeness (the CPU
-// weight store rejects it).
+// weight store rejects it); slice keeps entries offset .. offset + size of
+// its input along axis (a tensor-parallel rank's rows or columns).
 struct WeightPrepare {
-  std::string op;               // "concat_rows" | "offset" | "quantize" | "sparsify"
+  std::string op;               // "concat_rows" | "offset" | "quantize" | "sparsify" | "slice"
   std::vector<int64_t> inputs;  // weight ids
   // quantize only: "int8" | "int4" | "fp8e4m3", or "int8sp24" | "int4sp24"
   // for a sparsify's kept values
@@ -42,6 +43,7 @@ struct WeightPrepare {
   double value = 0;             // offset only: what is added
   std::string pattern;          // sparsify only: "2:4"
   std::string method;           // sparsify only: "magnitude" | "sparsegpt"
+  int64_t axis = 0, offset = 0, size = 0;  // slice only
 };
 
 struct ManifestWeight {
@@ -201,6 +203,16 @@ struct ModelInfo {
   std::string config_json;  // xfmr.config as written
 };
 
+// A multi-rank plan's place (docs/design/parallelism.md): rank =
+// pp_stage · tensor_parallel + tp_rank, world_size = tensor_parallel ·
+// pipeline_parallel. All 1/0 for a single-rank plan.
+struct ParallelLayout {
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int tp_rank = 0;
+  int pp_stage = 0;
+};
+
 struct Manifest {
   std::string path;  // the manifest.json file it came from
   int version = 0;
@@ -212,6 +224,7 @@ struct Manifest {
   std::string target;
   int world_size = 1;
   int rank = 0;
+  ParallelLayout parallel;
   std::vector<ManifestWeight> weights;  // sorted by id
   KvCacheConfig kv_cache;  // layers 0: no attention layers (a state-space model)
   StateCacheConfig state_cache;

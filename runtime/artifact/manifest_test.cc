@@ -276,7 +276,8 @@ TEST(ManifestTest, UnknownStepKindListsTheSupportedOnes) {
             "manifest.json: entries.forward.steps[0].kind: unknown step kind 'conv2d' (supported: "
             "embedding, rms_norm, residual_rms_norm, gemm, rope_kv_append, paged_attention, "
             "silu_mul, add, mul, silu, split, gather_last_tokens, moe_router, moe_ffn, tree_positions, tree_mask, "
-            "accept, ssm_conv1d, selective_scan, ssd_scan, ssm_gated_norm, kv_append, relu_squared)");
+            "accept, ssm_conv1d, selective_scan, ssd_scan, ssm_gated_norm, kv_append, relu_squared, "
+            "all_reduce, send, recv)");
 }
 
 TEST(ManifestTest, WrongArgumentKinds) {
@@ -432,7 +433,7 @@ TEST(ManifestTest, WeightErrors) {
   m = validManifest();
   m["weights"][4]["prepare"]["op"] = "transpose";
   EXPECT_EQ(parseError(m), "manifest.json: weights[4].prepare.op: unknown prepare op 'transpose' "
-                           "(expected concat_rows, quantize, offset or sparsify)");
+                           "(expected concat_rows, quantize, offset, sparsify or slice)");
   // sparsify names its pattern and method, one input.
   m = validManifest();
   json& prep = m["weights"][4]["prepare"];
@@ -474,5 +475,53 @@ TEST(ManifestTest, InvalidJsonAndMissingFile) {
             "DIR/manifest.json written by kiln-compile -o DIR)");
 }
 
+
+// A multi-rank plan names its shard and stage; a slice preparation and the
+// all-reduce step parse.
+TEST(ManifestTest, ParallelSection) {
+  json m = validManifest();
+  m["world_size"] = 4;
+  m["rank"] = 3;
+  m["parallel"] = {{"tensor_parallel", 2}, {"pipeline_parallel", 2}, {"tp_rank", 1}, {"pp_stage", 1}};
+  m["weights"].push_back(json::parse(R"({"id": 5, "name": "head.a[2:4@0]", "type": "f32", "shape": [2, 32],
+      "prepare": {"op": "slice", "inputs": [3], "axis": 0, "offset": 2, "size": 2}})"));
+  m["entries"]["forward"]["steps"].push_back(json::parse(R"({"kind": "all_reduce",
+      "params": {"hidden": 32, "group_size": 2}, "args": [{"value": 1}], "results": [0]})"));
+  auto parsed = Manifest::parse(m.dump(), "manifest.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->world_size, 4);
+  EXPECT_EQ(parsed->rank, 3);
+  EXPECT_EQ(parsed->parallel.tensor_parallel, 2);
+  EXPECT_EQ(parsed->parallel.pipeline_parallel, 2);
+  EXPECT_EQ(parsed->parallel.tp_rank, 1);
+  EXPECT_EQ(parsed->parallel.pp_stage, 1);
+  const WeightPrepare& slice = *parsed->findWeight(5)->prepare;
+  EXPECT_EQ(slice.op, "slice");
+  EXPECT_EQ(slice.axis, 0);
+  EXPECT_EQ(slice.offset, 2);
+  EXPECT_EQ(slice.size, 2);
+  const Step& sum = parsed->findEntry("forward")->steps.back();
+  EXPECT_EQ(sum.kind, StepKind::kAllReduce);
+  EXPECT_EQ(sum.as<AllReduceParams>().group_size, 2);
+
+  // A single-rank plan has the trivial layout.
+  auto single = Manifest::parse(validManifest().dump(), "manifest.json");
+  ASSERT_TRUE(single.ok()) << single.error().message;
+  EXPECT_EQ(single->parallel.tensor_parallel, 1);
+  EXPECT_EQ(single->parallel.tp_rank, 0);
+
+  json bad = m;
+  bad.erase("parallel");
+  EXPECT_EQ(parseError(bad), "manifest.json: parallel: missing: world_size 4 needs the tensor- and "
+                             "pipeline-parallel layout");
+  bad = m;
+  bad["parallel"]["pipeline_parallel"] = 3;
+  EXPECT_EQ(parseError(bad), "manifest.json: parallel: tensor_parallel 2 x pipeline_parallel 3 is 6, "
+                             "world_size is 4");
+  bad = m;
+  bad["rank"] = 2;
+  EXPECT_EQ(parseError(bad), "manifest.json: parallel: pp_stage 1 x tensor_parallel 2 + tp_rank 1 is 3, "
+                             "rank is 2");
+}
 }  // namespace
 }  // namespace kiln

@@ -44,6 +44,9 @@ constexpr KindName kKindNames[] = {
     {StepKind::kSsmGatedNorm, "ssm_gated_norm"},
     {StepKind::kKvAppend, "kv_append"},
     {StepKind::kReluSquared, "relu_squared"},
+    {StepKind::kAllReduce, "all_reduce"},
+    {StepKind::kSend, "send"},
+    {StepKind::kRecv, "recv"},
 };
 
 }  // namespace
@@ -189,6 +192,14 @@ void visitFields(P& p, V&& v) {
   } else if constexpr (std::is_same_v<S, TreePositionsParams> || std::is_same_v<S, TreeMaskParams>) {
   } else if constexpr (std::is_same_v<S, AcceptParams>) {
     v(key::kMode, p.mode, R, Rule::kAny);
+  } else if constexpr (std::is_same_v<S, AllReduceParams>) {
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kGroupSize, p.group_size, R, Rule::kPositive);
+    v(key::kType, p.type, O, Rule::kActivationType);
+  } else if constexpr (std::is_same_v<S, HandoverParams>) {
+    v(key::kHidden, p.hidden, R, Rule::kPositive);
+    v(key::kPeer, p.peer, R, Rule::kAny);
+    v(key::kType, p.type, O, Rule::kActivationType);
   } else if constexpr (std::is_same_v<S, SsmConv1dParams>) {
     v(key::kChannels, p.channels, R, Rule::kPositive);
     v(key::kWidth, p.width, R, Rule::kPositive);
@@ -463,6 +474,9 @@ Result<StepParams> parseStepParams(StepKind kind, const ParamMap& values, const 
     case StepKind::kSsdScan: return parseAs<SsdScanParams>(kind, values, path);
     case StepKind::kSsmGatedNorm: return parseAs<SsmGatedNormParams>(kind, values, path);
     case StepKind::kKvAppend: return parseAs<KvAppendParams>(kind, values, path);
+    case StepKind::kAllReduce: return parseAs<AllReduceParams>(kind, values, path);
+    case StepKind::kSend:
+    case StepKind::kRecv: return parseAs<HandoverParams>(kind, values, path);
   }
   return makeError("{}: unknown step kind", path);
 }

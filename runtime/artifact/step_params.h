@@ -53,6 +53,11 @@ enum class StepKind {
   // appends its keys and values as they are; the MLP's squared ReLU.
   kKvAppend,
   kReluSquared,
+  // Tensor and pipeline parallelism (docs/design/parallelism.md): no
+  // backend runs them yet; the executors refuse a plan of world_size > 1.
+  kAllReduce,
+  kSend,
+  kRecv,
 };
 
 // "embedding", "gemm", ... (the manifest spelling).
@@ -228,12 +233,26 @@ struct KvAppendParams {
   std::string kv_type;
 };
 
+// all_reduce: x [N, hidden] -> the elementwise sum of every tensor-parallel
+// rank's x (group_size ranks).
+struct AllReduceParams {
+  int64_t hidden = 0, group_size = 0;
+  std::string type;
+};
+
+// send: x [N, hidden] to pipeline stage `peer`, no result; recv: ()
+// -> [N, hidden] from stage `peer`.
+struct HandoverParams {
+  int64_t hidden = 0, peer = 0;
+  std::string type;
+};
+
 using StepParams = std::variant<EmbeddingParams, RmsNormParams, ResidualRmsNormParams, GemmParams,
                                 RopeKvAppendParams, PagedAttentionParams, SiluMulParams,
                                 ElementwiseParams, SplitParams, GatherLastTokensParams,
                                 MoeRouterParams, MoeFfnParams, TreePositionsParams, TreeMaskParams, AcceptParams,
                                 SsmConv1dParams, SelectiveScanParams, SsdScanParams, SsmGatedNormParams,
-                                KvAppendParams>;
+                                KvAppendParams, AllReduceParams, HandoverParams>;
 
 // A param as the manifest and the IR carry it: integers, numbers, booleans,
 // strings and integer lists (split sizes).

@@ -403,9 +403,53 @@ Result<WeightStore> WeightStore::open(const Manifest& manifest, const WeightStor
       bw.data = buffer.get();
       bw.size_bytes = *bytes;
       store.owned_.push_back(std::move(buffer));
+    } else if (mw.prepare->op == "slice") {
+      // A tensor-parallel rank's share: entries offset .. offset + size
+      // along axis, each run of them whole blocks. One run (rows of a
+      // row-major tensor) is a view of the input; several (columns) are
+      // gathered into one buffer.
+      const WeightPrepare& prep = *mw.prepare;
+      const int64_t input = prep.inputs[0];
+      KILN_RETURN_IF_ERROR(bind(indexOf(input)));
+      BoundWeight& ib = store.weights_[indexOf(input)];
+      store.join(ib);
+      if (ib.format_type != *type || ib.sparse24)
+        return makeError("{}: slice input {} '{}' is {}{}, expected {}", where, input, ib.name,
+                         lower(formats::elementTypeName(ib.format_type)), ib.sparse24 ? " (2:4 sparse)" : "",
+                         mw.type);
+      const int64_t rank = int64_t(ib.shape.size());
+      if (prep.axis < 0 || prep.axis >= rank || prep.offset < 0 || prep.size < 1 ||
+          prep.offset + prep.size > ib.shape[size_t(prep.axis)])
+        return makeError("{}: slice of entries {} .. {} along axis {} of input {} of shape {}", where,
+                         prep.offset, prep.offset + prep.size, prep.axis, input, formats::shapeToString(ib.shape));
+      std::vector<int64_t> expected = ib.shape;
+      expected[size_t(prep.axis)] = prep.size;
+      if (expected != mw.shape)
+        return makeError("{}: slice of input {} gives shape {}, the manifest expects {}", where, input,
+                         formats::shapeToString(expected), formats::shapeToString(mw.shape));
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < prep.axis; ++d) outer *= ib.shape[size_t(d)];
+      for (int64_t d = prep.axis + 1; d < rank; ++d) inner *= ib.shape[size_t(d)];
+      auto run = formats::bytesForElements(*type, prep.size * inner);
+      auto skip = formats::bytesForElements(*type, prep.offset * inner);
+      auto stride = formats::bytesForElements(*type, ib.shape[size_t(prep.axis)] * inner);
+      if (!run.ok() || !skip.ok() || !stride.ok())
+        return makeError("{}: slice of entries {} .. {} along axis {} is not whole {}-element blocks of {}", where,
+                         prep.offset, prep.offset + prep.size, prep.axis, formats::blockSize(*type), mw.type);
+      if (outer == 1) {
+        bw.data = ib.data + *skip;
+        bw.size_bytes = *run;
+      } else {
+        auto buffer = std::make_unique<uint8_t[]>(size_t(outer) * *run);
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(buffer.get() + o * *run, ib.data + o * *stride + *skip, *run);
+        bw.data = buffer.get();
+        bw.size_bytes = uint64_t(outer) * *run;
+        store.owned_.push_back(std::move(buffer));
+      }
     } else {
       return makeError("{}: prepare op '{}' (scheme {}) is not supported by the CPU backend "
-                       "(supported: concat_rows, offset, quantize, sparsify)",
+                       "(supported: concat_rows, offset, quantize, sparsify, slice)",
                        where, mw.prepare->op, mw.prepare->scheme);
     }
 

@@ -331,7 +331,7 @@ TEST_F(WeightStoreTest, UnsupportedTypesAndPreparationsNameTheTensor) {
   m["weights"][5]["prepare"] = json::parse(R"({"op": "transpose", "inputs": [3]})");
   EXPECT_EQ(open(m).error().message,
             "manifest.json: weights[5].prepare.op: unknown prepare op 'transpose' (expected "
-            "concat_rows, quantize, offset or sparsify)");
+            "concat_rows, quantize, offset, sparsify or slice)");
 }
 
 // Gemma's (1 + w) norm weights: f32(w) + 1 made once at load, from bf16 or f32.
@@ -373,5 +373,46 @@ TEST_F(WeightStoreTest, SourceOverrideAndMissingModel) {
   EXPECT_TRUE(moved.ok()) << moved.error().message;
 }
 
+
+// A tensor-parallel rank's share of a weight: rows are a view of the
+// source, columns are gathered; each run must be whole blocks.
+TEST_F(WeightStoreTest, SliceBindsARanksRowsOrColumns) {
+  json m = manifest();
+  m["weights"].push_back(json::parse(R"({"id": 7, "name": "c.rows", "type": "f32", "shape": [1, 4],
+      "prepare": {"op": "slice", "inputs": [3], "axis": 0, "offset": 1, "size": 1}})"));
+  m["weights"].push_back(json::parse(R"({"id": 8, "name": "c.cols", "type": "f32", "shape": [2, 2],
+      "prepare": {"op": "slice", "inputs": [3], "axis": 1, "offset": 1, "size": 2}})"));
+  m["weights"].push_back(json::parse(R"({"id": 9, "name": "a.cols", "type": "q4_1", "shape": [2, 32],
+      "prepare": {"op": "slice", "inputs": [0], "axis": 1, "offset": 32, "size": 32}})"));
+  auto store = open(m);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+
+  const BoundWeight* rows = store->find(7);
+  ASSERT_EQ(rows->size_bytes, 16u);
+  std::vector<float> got(4);
+  std::memcpy(got.data(), rows->data, 16);
+  EXPECT_EQ(got, (std::vector<float>{c_[4], c_[5], c_[6], c_[7]}));
+  EXPECT_EQ(rows->data, store->find(3)->data + 16) << "rows are a view of the source";
+
+  const BoundWeight* cols = store->find(8);
+  ASSERT_EQ(cols->size_bytes, 16u);
+  std::memcpy(got.data(), cols->data, 16);
+  EXPECT_EQ(got, (std::vector<float>{c_[1], c_[2], c_[5], c_[6]}));
+
+  // q4_1: 20-byte blocks of 32; each row's second block.
+  const BoundWeight* blocks = store->find(9);
+  ASSERT_EQ(blocks->size_bytes, 40u);
+  EXPECT_EQ(std::memcmp(blocks->data, a_.data() + 20, 20), 0);
+  EXPECT_EQ(std::memcmp(blocks->data + 20, a_.data() + 60, 20), 0);
+
+  m["weights"][9]["prepare"]["offset"] = 16;
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 9 'a.cols': slice of entries 16 .. 48 along axis 1 is not whole "
+            "32-element blocks of q4_1");
+  m["weights"][9]["prepare"]["offset"] = 48;
+  EXPECT_EQ(open(m).error().message,
+            "manifest.json: weight 9 'a.cols': slice of entries 48 .. 80 along axis 1 of input 0 of shape "
+            "[2, 64]");
+}
 }  // namespace
 }  // namespace kiln

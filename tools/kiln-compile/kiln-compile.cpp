@@ -115,6 +115,18 @@ cl::opt<bool> megakernel("megakernel",
                                    "and order (the manifest's megakernel section; default off: "
                                    "--megakernel=false)"),
                           cl::init(false));
+cl::opt<unsigned> tensorParallel("tensor-parallel",
+                                 cl::desc("Tensor-parallel ranks: each layer's heads and MLP features split N "
+                                          "ways (-o writes one artifact per rank, DIR/rank-K/)"),
+                                 cl::init(kiln::PlanOptions::kDefaultTensorParallel));
+cl::opt<unsigned> pipelineParallel("pipeline-parallel",
+                                   cl::desc("Pipeline stages: the layer stack cut M ways (-o writes one "
+                                            "artifact per rank, DIR/rank-K/)"),
+                                   cl::init(kiln::PlanOptions::kDefaultPipelineParallel));
+cl::opt<unsigned> emitRank("rank",
+                           cl::desc("With --emit and --tensor-parallel/--pipeline-parallel: the rank K "
+                                    "(stage K / N, shard K % N) to print"),
+                           cl::init(0));
 cl::opt<bool> printIrAfterAll("print-ir-after-all",
                               cl::desc("Print the IR after every pass (to stderr)"));
 
@@ -232,6 +244,31 @@ int compileModel(const std::string& path, const kiln::CompileOptions& options, E
   return manifest ? 0 : 1;
 }
 
+// manifest.json in `dir`, and beside it a bf16 plan's kernel instances
+// (readable sources; the CUDA runtime JIT-compiles them at load).
+int writeArtifact(const std::string& dir, const llvm::json::Value& manifest) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return fail("cannot create " + dir + ": " + ec.message());
+  llvm::SmallString<256> manifestPath(dir);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  std::error_code ec;
+  llvm::raw_fd_ostream out(manifestPath, ec);
+  if (ec) return fail("cannot write " + manifestPath.str().str() + ": " + ec.message());
+  out << llvm::formatv("{0:2}", manifest) << "\n";
+  out.close();
+  if (out.has_error()) return fail("cannot write " + manifestPath.str().str());
+  llvm::errs() << "kiln-compile: wrote " << manifestPath << "\n";
+  if (activationType == "bf16") {
+    auto kernels = kiln::cuda_codegen::writeInstanceSources(dir);
+    if (!kernels.ok()) return fail(kernels.error().message);
+    llvm::errs() << "kiln-compile: kernels/: " << kernels->written.size() << " written, "
+                 << kernels->unchanged.size() << " unchanged\n";
+    for (const std::string& missing : kernels->unsupported)
+      llvm::errs() << "kiln-compile: note: no CUDA kernel yet for " << missing << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,6 +292,12 @@ int main(int argc, char** argv) {
   options.activation_type = activationType;
   options.target = target;
   options.megakernel = megakernel;
+  options.tensor_parallel = tensorParallel;
+  options.pipeline_parallel = pipelineParallel;
+  if (emit != EmitStage::Artifact) {
+    options.tp_rank = emitRank % std::max(1u, tensorParallel.getValue());
+    options.pp_stage = emitRank / std::max(1u, tensorParallel.getValue());
+  }
   if (kiln::Status status = kiln::validatePlanOptions(options); !status.ok())
     return fail(status.error().message);
   if (emit == EmitStage::Artifact && outputDir.empty())
@@ -328,36 +371,50 @@ int main(int argc, char** argv) {
     path = *written;
   }
 
-  std::optional<llvm::json::Value> manifest;
-  if (int status = compileModel(*path, options, emit, printIrAfterAll, manifest); status != 0)
-    return status;
-  if (!manifest) return 0;  // a stage was printed
-  if (emit == EmitStage::Manifest) {
-    llvm::outs() << llvm::formatv("{0:2}", *manifest) << "\n";
-    return 0;
+  const unsigned worldSize = options.tensor_parallel * options.pipeline_parallel;
+  if (emit != EmitStage::Artifact || worldSize == 1) {
+    std::optional<llvm::json::Value> manifest;
+    if (int status = compileModel(*path, options, emit, printIrAfterAll, manifest); status != 0)
+      return status;
+    if (!manifest) return 0;  // a stage was printed
+    if (emit == EmitStage::Manifest) {
+      llvm::outs() << llvm::formatv("{0:2}", *manifest) << "\n";
+      return 0;
+    }
+    return writeArtifact(outputDir, *manifest);
   }
 
-  if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
-    return fail("cannot create " + outputDir + ": " + ec.message());
-  llvm::SmallString<256> manifestPath(outputDir);
-  llvm::sys::path::append(manifestPath, "manifest.json");
+  // One artifact per rank, each compiled for its own shard and stage; rank
+  // K is stage K / N, shard K % N (a stage's shards are neighbours).
+  llvm::json::Array ranks;
+  for (unsigned rank = 0; rank < worldSize; ++rank) {
+    kiln::CompileOptions rankOptions = options;
+    rankOptions.tp_rank = rank % options.tensor_parallel;
+    rankOptions.pp_stage = rank / options.tensor_parallel;
+    std::optional<llvm::json::Value> manifest;
+    if (int status = compileModel(*path, rankOptions, emit, printIrAfterAll, manifest); status != 0)
+      return status;
+    const std::string dir = "rank-" + std::to_string(rank);
+    llvm::SmallString<256> rankDir(outputDir);
+    llvm::sys::path::append(rankDir, dir);
+    if (int status = writeArtifact(rankDir.str().str(), *manifest); status != 0) return status;
+    ranks.push_back(llvm::json::Object{{"rank", int64_t(rank)},
+                                       {"tp_rank", int64_t(rankOptions.tp_rank)},
+                                       {"pp_stage", int64_t(rankOptions.pp_stage)},
+                                       {"artifact", dir}});
+  }
+  llvm::json::Object layout{{"world_size", int64_t(worldSize)},
+                            {"tensor_parallel", int64_t(options.tensor_parallel)},
+                            {"pipeline_parallel", int64_t(options.pipeline_parallel)},
+                            {"ranks", std::move(ranks)}};
+  llvm::SmallString<256> layoutPath(outputDir);
+  llvm::sys::path::append(layoutPath, "parallel.json");
   std::error_code ec;
-  llvm::raw_fd_ostream out(manifestPath, ec);
-  if (ec) return fail("cannot write " + manifestPath.str().str() + ": " + ec.message());
-  out << llvm::formatv("{0:2}", *manifest) << "\n";
+  llvm::raw_fd_ostream out(layoutPath, ec);
+  if (ec) return fail("cannot write " + layoutPath.str().str() + ": " + ec.message());
+  out << llvm::formatv("{0:2}", llvm::json::Value(std::move(layout))) << "\n";
   out.close();
-  if (out.has_error()) return fail("cannot write " + manifestPath.str().str());
-  llvm::errs() << "kiln-compile: wrote " << manifestPath << "\n";
-
-  // A bf16 plan is the CUDA backend's: write its kernel instances beside the
-  // manifest (readable sources; the runtime JIT-compiles them at load).
-  if (activationType == "bf16") {
-    auto kernels = kiln::cuda_codegen::writeInstanceSources(outputDir.getValue());
-    if (!kernels.ok()) return fail(kernels.error().message);
-    llvm::errs() << "kiln-compile: kernels/: " << kernels->written.size() << " written, "
-                 << kernels->unchanged.size() << " unchanged\n";
-    for (const std::string& missing : kernels->unsupported)
-      llvm::errs() << "kiln-compile: note: no CUDA kernel yet for " << missing << "\n";
-  }
+  if (out.has_error()) return fail("cannot write " + layoutPath.str().str());
+  llvm::errs() << "kiln-compile: wrote " << layoutPath << "\n";
   return 0;
 }

@@ -247,6 +247,11 @@ Result<CpuExecutor::BoundStep> StepBinder::bind(const Step& step) {
   };
 
   switch (step.kind) {
+    case StepKind::kAllReduce:
+    case StepKind::kSend:
+    case StepKind::kRecv:
+      return makeError("{}: {} exchanges activations between ranks; no backend runs it yet (issue #26)", step.path,
+                       stepKindName(step.kind));
     case StepKind::kEmbedding: {
       const int64_t hidden = step.as<EmbeddingParams>().hidden;
       s.width = hidden;
@@ -594,8 +599,9 @@ Result<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Manifest& manifes
     return makeError("{}: activation_type: the CPU executor runs f32 activations, got {}", mpath,
                      manifest.activation_type);
   if (manifest.world_size != 1)
-    return makeError("{}: world_size: the CPU executor runs world_size 1, got {}", mpath,
-                     manifest.world_size);
+    return makeError("{}: world_size: the CPU executor runs world_size 1, got {} (a multi-rank plan needs the "
+                     "MPI/NCCL launcher of issue #26, not built yet)",
+                     mpath, manifest.world_size);
   const KvCacheConfig& mk = manifest.kv_cache;
   KILN_RETURN_IF_ERROR(checkPoolMatchesManifest(kv, manifest));
   if (max_tokens <= 0 || max_tokens > (int64_t(1) << 24))
@@ -904,6 +910,11 @@ Status CpuExecutor::runStep(const BoundStep& s, const BatchInputs& in, int64_t n
   static const Operand kNoResult;  // kv_append writes the pools alone
   const Operand& out = s.results.empty() ? kNoResult : s.results[0];
   switch (s.kind) {
+    case StepKind::kAllReduce:
+    case StepKind::kSend:
+    case StepKind::kRecv:
+      return makeError("{}: {} exchanges activations between ranks; no backend runs it yet (issue #26)", s.path,
+                       stepKindName(s.kind));
     case StepKind::kEmbedding: {
       const BoundWeight& table = *s.args[1].weight;
       KILN_RETURN_IF_ERROR(embed(inputData(in, s.args[0].input), n, table.data, table.type, s.k, s.width,

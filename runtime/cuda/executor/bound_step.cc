@@ -204,6 +204,11 @@ Status bindParams(const Step& step, const WeightStore& weights,
     return {};
   };
   switch (step.kind) {
+    case StepKind::kAllReduce:
+    case StepKind::kSend:
+    case StepKind::kRecv:
+      return makeError("{}: {} exchanges activations between ranks; no backend runs it yet (issue #26)", step.path,
+                       stepKindName(step.kind));
     case StepKind::kEmbedding: {
       const BoundWeight* table = weights.find(step.args[1].id);
       s.vocab = table->shape.empty() ? 0 : table->shape[0];

@@ -53,7 +53,9 @@ Result<const Entry*> forwardEntry(const Manifest& manifest, const KvPoolConfig& 
     return makeError("{}: activation_type: the CUDA executor runs bf16 or f32 activations, got {}", mpath,
                      manifest.activation_type);
   if (manifest.world_size != 1)
-    return makeError("{}: world_size: the CUDA executor runs world_size 1, got {}", mpath, manifest.world_size);
+    return makeError("{}: world_size: the CUDA executor runs world_size 1, got {} (a multi-rank plan needs the "
+                     "MPI/NCCL launcher of issue #26, not built yet)",
+                     mpath, manifest.world_size);
   const KvCacheConfig& mk = manifest.kv_cache;
   if (mk.type == "f16")
     return makeError("{}: kv_cache.type: the CUDA pools hold bf16, f32, int8 or fp8e4m3, got {}", mpath, mk.type);
@@ -411,6 +413,11 @@ Status CudaExecutor::Backend::enqueueSteps(const std::vector<BoundStep>& list, c
     Status status;
     if (profile) KILN_RETURN_IF_ERROR(step_timer.record(i));
     switch (s.kind) {
+      case StepKind::kAllReduce:
+      case StepKind::kSend:
+      case StepKind::kRecv:
+        return makeError("{}: {} exchanges activations between ranks; no backend runs it yet (issue #26)", s.path,
+                         stepKindName(s.kind));
       case StepKind::kEmbedding: {
         kk::EmbeddingParams p{input(s, 0), ptr(s.weights[1]), ptr(s.results[0].ptr), int(n), int(s.vocab)};
         status = launchStep(s, unsigned(n), 1, 1, &p);
