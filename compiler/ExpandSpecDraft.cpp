@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/LayerStack.h"
 #include "compiler/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -25,7 +26,6 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
-#include <deque>
 #include <map>
 
 namespace kiln {
@@ -36,14 +36,6 @@ namespace kiln {
 namespace {
 
 using namespace mlir;
-
-bool writesKv(Operation* op) {
-  if (isa<xfmr::PagedKvAppendOp>(op)) return true;
-  bool found = false;
-  if (isa<xfmr::FusionRegionOp>(op))
-    op->walk([&](xfmr::PagedKvAppendOp) { found = true; });
-  return found;
-}
 
 struct ExpandSpecDraftPass : impl::ExpandSpecDraftBase<ExpandSpecDraftPass> {
   using Base::Base;
@@ -71,7 +63,7 @@ void ExpandSpecDraftPass::runOnOperation() {
   builder.insert(draft);
   Block& body = draft.getBody().front();
 
-  // The KV write of each layer, by the pool argument it appends to.
+  // The layers: two pool arguments each.
   SmallVector<BlockArgument> pools;
   for (BlockArgument argument : body.getArguments())
     if (isa<xfmr::KvPoolType>(argument.getType())) pools.push_back(argument);
@@ -85,15 +77,7 @@ void ExpandSpecDraftPass::runOnOperation() {
     draft.erase();
     return signalPassFailure();
   }
-  std::map<int64_t, Operation*> writes;  // layer -> its top-level KV write
-  for (Operation& op : body.without_terminator()) {
-    if (!writesKv(&op)) continue;
-    for (Value operand : op.getOperands())
-      if (auto* it = llvm::find(pools, operand); it != pools.end()) {
-        writes[(it - pools.begin()) / 2] = &op;
-        break;
-      }
-  }
+  const std::map<int64_t, Operation*> writes = kvWritesByLayer(body);
   auto next = writes.find(k);
   if (next == writes.end()) {
     draft.emitError() << "layer " << k
@@ -103,27 +87,8 @@ void ExpandSpecDraftPass::runOnOperation() {
   }
 
   // x_K: from layer K's write back to the norm that starts the layer.
-  Value stream;
-  std::deque<Operation*> queue = {next->second};
-  llvm::SmallPtrSet<Operation*, 16> seen;
-  while (!queue.empty() && !stream) {
-    Operation* op = queue.front();
-    queue.pop_front();
-    for (Value operand : op->getOperands()) {
-      Operation* def = operand.getDefiningOp();
-      if (!def || !seen.insert(def).second) continue;
-      auto region = dyn_cast<xfmr::FusionRegionOp>(def);
-      if (region && region.getKind() == "residual_rms_norm") {
-        stream = region.getResult(0);
-        break;
-      }
-      if (auto norm = dyn_cast<xfmr::RmsNormOp>(def)) {
-        stream = norm.getInput();
-        break;
-      }
-      queue.push_back(def);
-    }
-  }
+  Operation* norm = layerInputNorm(next->second);
+  Value stream = norm ? streamInto(norm) : Value();
   if (!stream) {
     next->second->emitError() << "no norm found before layer " << k
                               << "'s KV write, expected the layer to start "

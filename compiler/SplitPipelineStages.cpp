@@ -6,8 +6,8 @@
 // later ones take the extra (L = 5, M = 2: layers 0-1, then 2-4).
 //
 // The residual stream entering layer K is found as xfmr-expand-spec-draft
-// finds it: walking back from layer K's KV write to the first
-// residual_rms_norm region (its sum) or plain rms_norm (its input). A stage
+// finds it (LayerStack.h): walking back from layer K's KV write to the
+// first residual_rms_norm region (its sum) or plain rms_norm (its input). A stage
 // before the last sends the stream entering its end layer and returns
 // nothing; a stage after the first receives the stream entering its first
 // layer and recomputes that layer's input norm from it:
@@ -19,14 +19,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/LayerStack.h"
 #include "compiler/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/SmallPtrSet.h"
-
-#include <deque>
-#include <map>
 
 namespace kiln {
 
@@ -36,37 +34,6 @@ namespace kiln {
 namespace {
 
 using namespace mlir;
-
-bool writesKv(Operation* op) {
-  if (isa<xfmr::PagedKvAppendOp>(op)) return true;
-  bool found = false;
-  if (isa<xfmr::FusionRegionOp>(op)) op->walk([&](xfmr::PagedKvAppendOp) { found = true; });
-  return found;
-}
-
-// The op that starts a layer from the stream: a residual_rms_norm region
-// (the stream is its sum) or a plain rms_norm (the stream is its input).
-Operation* layerInputNorm(Operation* kvWrite) {
-  std::deque<Operation*> queue = {kvWrite};
-  llvm::SmallPtrSet<Operation*, 16> seen;
-  while (!queue.empty()) {
-    Operation* op = queue.front();
-    queue.pop_front();
-    for (Value operand : op->getOperands()) {
-      Operation* def = operand.getDefiningOp();
-      if (!def || !seen.insert(def).second) continue;
-      auto region = dyn_cast<xfmr::FusionRegionOp>(def);
-      if ((region && region.getKind() == "residual_rms_norm") || isa<xfmr::RmsNormOp>(def)) return def;
-      queue.push_back(def);
-    }
-  }
-  return nullptr;
-}
-
-Value streamInto(Operation* norm) {
-  if (auto plain = dyn_cast<xfmr::RmsNormOp>(norm)) return plain.getInput();
-  return norm->getResult(0);
-}
 
 struct SplitPipelineStagesPass : impl::SplitPipelineStagesBase<SplitPipelineStagesPass> {
   using Base::Base;
@@ -97,15 +64,7 @@ void SplitPipelineStagesPass::runOnOperation() {
     return signalPassFailure();
   }
   const int64_t first = int64_t(stage) * layers / size, end = int64_t(stage + 1) * layers / size;
-  std::map<int64_t, Operation*> writes;  // layer -> its top-level KV write
-  for (Operation& op : body.without_terminator()) {
-    if (!writesKv(&op)) continue;
-    for (Value operand : op.getOperands())
-      if (auto* it = llvm::find(pools, operand); it != pools.end()) {
-        writes[(it - pools.begin()) / 2] = &op;
-        break;
-      }
-  }
+  const std::map<int64_t, Operation*> writes = kvWritesByLayer(body);
   auto inputNorm = [&](int64_t layer) -> Operation* {
     auto write = writes.find(layer);
     Operation* norm = write == writes.end() ? nullptr : layerInputNorm(write->second);
