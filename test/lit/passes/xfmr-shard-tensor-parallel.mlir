@@ -2,6 +2,7 @@
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-shard-tensor-parallel="size=2 rank=1" | FileCheck %s --check-prefix=MERGED1
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr | kiln-opt --xfmr-fuse-attention=merge-projections=false --xfmr-shard-tensor-parallel="size=2 rank=1" | FileCheck %s --check-prefix=SPLIT1
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-shard-tensor-parallel="size=2 rank=1" --xfmr-page-kv-cache | FileCheck %s --check-prefix=PAGED
+// RUN: kiln-compile %models/tiny-qwen2 --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-shard-tensor-parallel="size=2 rank=1" | FileCheck %s --check-prefix=BIAS
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr | kiln-opt --xfmr-fuse-attention --xfmr-shard-tensor-parallel=size=1 | FileCheck %s --check-prefix=WHOLE
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr | not kiln-opt --xfmr-shard-tensor-parallel=size=3 2>&1 | FileCheck %s --check-prefix=TP3
 // RUN: kiln-compile %models/tiny-llama --emit=xfmr | not kiln-opt --xfmr-shard-tensor-parallel="size=2 rank=2" 2>&1 | FileCheck %s --check-prefix=RANK
@@ -77,6 +78,14 @@
 // PAGED-LABEL: func.func @forward
 // PAGED-SAME: !xfmr.kv_pool<16, 1, 16, f32> {xfmr.name = "k_pool.0"}
 // PAGED: xfmr.paged_attention {{.*}} -> tensor<?x2x16xf32>
+
+// Merged q/k/v biases are sliced as their weights are.
+// BIAS-LABEL: func.func @forward
+// BIAS: %[[BQ:.*]] = xfmr.slice %{{.*}} {axis = 0 : i64, offset = 32 : i64, size = 32 : i64} : (tensor<64xbf16>) -> tensor<32xbf16>
+// BIAS-NEXT: %[[BK:.*]] = xfmr.slice %{{.*}} {axis = 0 : i64, offset = 16 : i64, size = 16 : i64} : (tensor<32xbf16>) -> tensor<16xbf16>
+// BIAS-NEXT: %[[BV:.*]] = xfmr.slice %{{.*}} {axis = 0 : i64, offset = 16 : i64, size = 16 : i64} : (tensor<32xbf16>) -> tensor<16xbf16>
+// BIAS-NEXT: %[[B:.*]] = xfmr.concat %[[BQ]], %[[BK]], %[[BV]] {axis = 0 : i64} : (tensor<32xbf16>, tensor<16xbf16>, tensor<16xbf16>) -> tensor<64xbf16>
+// BIAS-NEXT: xfmr.linear %{{.*}}, %{{.*}}, %[[B]] : (tensor<?x64xf32>, tensor<64x64xbf16>, tensor<64xbf16>) -> tensor<?x64xf32>
 
 // WHOLE-NOT: xfmr.slice
 // WHOLE-NOT: xfmr.all_reduce
