@@ -125,9 +125,10 @@ LogicalResult ShardTensorParallelPass::checkModelDivides(ModuleOp module) {
                 features = number("intermediate_size");
   for (int64_t count : {heads, kvHeads, features})
     if (count > 0 && count % size != 0)
-      return module->emitError() << "invalid value " << int64_t(size) << " for the tensor-parallel size: it must divide the "
-                                 << "model's attention heads (" << heads << "), KV heads (" << kvHeads
-                                 << ") and MLP intermediate size (" << features << ")";
+      return module->emitError() << "invalid value " << int64_t(size)
+                                 << " for the tensor-parallel size: it must divide the model's attention heads ("
+                                 << heads << "), KV heads (" << kvHeads << ") and MLP intermediate size ("
+                                 << features << ")";
   return success();
 }
 
@@ -271,7 +272,8 @@ void ShardTensorParallelPass::runOnOperation() {
     if (columnParallel.contains(linear) || rowParallel.contains(linear)) return;
     Cone cone = coneOf(linear.getInput());
     if (cone.reachesArguments || cone.linears.empty() ||
-        llvm::any_of(cone.linears, [&](Operation* up) { return columnParallel.contains(up) || rowParallel.contains(up); }))
+        llvm::any_of(cone.linears,
+                     [&](Operation* up) { return columnParallel.contains(up) || rowParallel.contains(up); }))
       return;
     rowParallel.insert(linear);
     for (Operation* up : cone.linears) columnParallel.insert(up);

@@ -215,7 +215,8 @@ Result<ParallelLayout> parseParallel(const Reader& r, const json& root, int worl
   if (*tp * *pp != world_size)
     return r.error("parallel", fmt::format("tensor_parallel {} x pipeline_parallel {} is {}, world_size is {}", *tp,
                                            *pp, *tp * *pp, world_size));
-  if (*tpRank >= *tp) return r.error("parallel.tp_rank", fmt::format("{} is not below tensor_parallel {}", *tpRank, *tp));
+  if (*tpRank >= *tp)
+    return r.error("parallel.tp_rank", fmt::format("{} is not below tensor_parallel {}", *tpRank, *tp));
   if (*ppStage >= *pp)
     return r.error("parallel.pp_stage", fmt::format("{} is not below pipeline_parallel {}", *ppStage, *pp));
   if (*ppStage * *tp + *tpRank != rank)
