@@ -215,6 +215,9 @@ LogicalResult ShardTensorParallelPass::propagate(const llvm::SmallPtrSetImpl<Ope
       }
       if (isa<func::ReturnOp>(user) || !retyped_.insert(user).second) continue;
       if (auto split = dyn_cast<xfmr::SplitOp>(user)) {
+        if (split.getAxis() != 1)
+          return split.emitError() << "a tensor-parallel shard is split along axis " << split.getAxis()
+                                   << ", expected axis 1 (the heads or features the ranks divide)";
         SmallVector<int64_t> sizes(split.getSizes());
         for (int64_t& s : sizes) s /= size;
         split.setSizes(sizes);
